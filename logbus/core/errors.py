@@ -1,0 +1,56 @@
+"""Errors the core raises. Each carries a stable ``code`` that gateways map to their
+protocol's own error (Kafka error code, AMQP reply code, HTTP status)."""
+
+from __future__ import annotations
+
+
+class LogbusError(Exception):
+    code = "error"
+    retriable = False
+
+
+class InvalidTopicName(LogbusError):
+    code = "invalid_topic_name"
+
+
+class InvalidConfig(LogbusError):
+    code = "invalid_config"
+
+
+class TopicExists(LogbusError):
+    code = "topic_exists"
+
+
+class UnknownTopic(LogbusError):
+    code = "unknown_topic"
+
+
+class UnknownPartition(LogbusError):
+    code = "unknown_partition"
+
+
+class OffsetOutOfRange(LogbusError):
+    code = "offset_out_of_range"
+
+
+class CorruptBatch(LogbusError):
+    """A record batch failed validation (bad magic, length or CRC)."""
+
+    code = "corrupt_batch"
+
+
+class RecordTooLarge(LogbusError):
+    code = "record_too_large"
+
+
+class DataDirLocked(LogbusError):
+    """Another broker already holds the data directory."""
+
+    code = "data_dir_locked"
+
+
+class StorageError(LogbusError):
+    """The disk refused a write or a flush; the affected appends are not durable."""
+
+    code = "storage_error"
+    retriable = True

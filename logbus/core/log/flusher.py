@@ -1,0 +1,170 @@
+"""Group commit: one thread makes appended bytes durable and then fires the waiters.
+
+Theory of operation. Appends write to the page cache on the reactor thread. For a
+``sync`` topic the partition then adds the caller's Deferred to the partition's open
+*ticket*; an ``interval`` topic opens a ticket with a deadline and no waiters. A ticket
+is queued when opened. The flusher thread takes every due ticket at once (under the
+lock, so each taken ticket holds only waiters whose bytes were written before the take),
+makes the union of their files durable, and hands the tickets back to the reactor
+thread, which fires the waiters in append order. One fsync therefore covers every
+append that arrived while the previous one ran.
+
+With few dirty files each is ``fdatasync``-ed; with many (a write spread over hundreds
+of partitions) one ``syncfs`` of the filesystem is far cheaper than one call per file
+(measured here: 1,000 dirty files take 290 ms by fdatasync, 10 ms by syncfs; see
+docs/decisions/0002-group-commit-syncfs.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from twisted.internet.defer import Deferred
+
+from ..errors import StorageError
+from .filecache import Handle
+
+log = logging.getLogger(__name__)
+
+SYNCFS_MIN_FILES = 8
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def syncfs(fd: int) -> None:
+    if _libc.syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+class Ticket:
+    __slots__ = ("owner", "handles", "waiters", "deadline")
+
+    def __init__(self, owner: Any, deadline: float) -> None:
+        self.owner = owner  # has a ``ticket`` attribute the flusher clears on take
+        self.handles: dict[int, Handle] = {}
+        self.waiters: list[tuple[Deferred[Any], Any]] = []
+        self.deadline = deadline
+
+
+class Flusher:
+    def __init__(
+        self,
+        call_in_reactor: Callable[..., Any],
+        on_flush: Callable[[float, int], None] | None = None,
+    ) -> None:
+        self._call = call_in_reactor
+        self._on_flush = on_flush
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._queue: list[Ticket] = []
+        self._stopping = False
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="logbus-flusher", daemon=True)
+        self._thread.start()
+
+    # -- reactor thread ------------------------------------------------------------
+
+    def wait(self, owner: Any, handle: Handle, d: Deferred[Any], result: Any) -> None:
+        """Fire ``d`` with ``result`` once ``handle``'s bytes written so far are durable."""
+        with self._lock:
+            t = owner.ticket
+            if t is None:
+                t = owner.ticket = Ticket(owner, 0.0)
+                self._queue.append(t)
+                self._cond.notify()
+            elif t.deadline:
+                t.deadline = 0.0  # an interval ticket now has a waiter: flush at once
+                self._cond.notify()
+            if handle.fd not in t.handles:
+                handle.pins += 1
+                t.handles[handle.fd] = handle
+            t.waiters.append((d, result))
+
+    def later(self, owner: Any, handle: Handle, delay: float) -> None:
+        """Make ``handle`` durable within ``delay`` seconds (the interval policy)."""
+        with self._lock:
+            t = owner.ticket
+            if t is None:
+                t = owner.ticket = Ticket(owner, time.monotonic() + delay)
+                self._queue.append(t)
+                self._cond.notify()
+            if handle.fd not in t.handles:
+                handle.pins += 1
+                t.handles[handle.fd] = handle
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._queue and not self._busy
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Flush everything queued, then end the thread (its last hand-back is queued
+        with ``call_in_reactor``)."""
+        with self._lock:
+            self._stopping = True
+            for t in self._queue:
+                t.deadline = 0.0
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    def _complete(self, tickets: list[Ticket], error: OSError | None) -> None:
+        for t in tickets:
+            for h in t.handles.values():
+                h.pins -= 1
+            if error is None:
+                for d, result in t.waiters:
+                    d.callback(result)
+            else:
+                for d, _ in t.waiters:
+                    d.errback(StorageError(f"flush failed, appends not durable: {error}"))
+
+    # -- flusher thread ------------------------------------------------------------
+
+    def _take(self) -> list[Ticket] | None:
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                due = [t for t in self._queue if t.deadline <= now]
+                if due:
+                    if len(due) == len(self._queue):
+                        self._queue = []
+                    else:
+                        self._queue = [t for t in self._queue if t.deadline > now]
+                    for t in due:
+                        t.owner.ticket = None
+                    self._busy = True
+                    return due
+                if self._stopping and not self._queue:
+                    return None
+                timeout = min((t.deadline for t in self._queue), default=now + 3600) - now
+                self._cond.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            tickets = self._take()
+            if tickets is None:
+                return
+            fds = {fd for t in tickets for fd in t.handles}
+            error: OSError | None = None
+            t0 = time.perf_counter()
+            try:
+                if len(fds) >= SYNCFS_MIN_FILES:
+                    syncfs(next(iter(fds)))
+                else:
+                    for fd in fds:
+                        os.fdatasync(fd)
+            except OSError as e:
+                log.error("flush of %d files failed: %s", len(fds), e)
+                error = e
+            dt = time.perf_counter() - t0
+            if self._on_flush is not None:
+                self._on_flush(dt, len(fds))
+            with self._lock:
+                self._busy = False
+            self._call(self._complete, tickets, error)

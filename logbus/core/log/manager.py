@@ -1,0 +1,194 @@
+"""The log of one broker: every topic's partitions under ``<data>/log/``.
+
+    <data>/log/.clean_shutdown           present only between a clean stop and the next start
+    <data>/log/<topic dir>/<partition>/  one directory per partition (see docs/format.md)
+
+Topic directory names are the topic name with every byte outside ``[A-Za-z0-9_.~-]``
+written as ``%XX`` (so any topic name maps to one safe, reversible directory name).
+Which topics exist, and with what settings, is recorded by the caller (the broker's
+state store); the manager opens what it is told to and recovers it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from typing import Any, Callable
+from urllib.parse import quote, unquote
+
+from ..errors import TopicExists, UnknownPartition, UnknownTopic
+from ..metrics import Metrics
+from . import batch as B
+from .filecache import FileCache
+from .flusher import Flusher, syncfs
+from .partition import Partition, fsync_dir
+from .recovery import RecoveryReport, recover_partition
+from .topic_config import TopicConfig, validate_topic_name
+
+log = logging.getLogger(__name__)
+
+CLEAN_MARKER = ".clean_shutdown"
+TRASH = ".trash"
+
+
+def topic_dirname(name: str) -> str:
+    """Topic name -> directory name: UTF-8 bytes outside ``[A-Za-z0-9_.~-]`` as %XX."""
+    return quote(name, safe="")
+
+
+def topic_from_dirname(dirname: str) -> str:
+    return unquote(dirname)
+
+
+class Topic:
+    def __init__(self, name: str, directory: str, config: TopicConfig, partitions: list[Partition]) -> None:
+        self.name = name
+        self.directory = directory
+        self.config = config
+        self.partitions = partitions
+
+    def partition(self, index: int) -> Partition:
+        if not 0 <= index < len(self.partitions):
+            raise UnknownPartition(f"topic {self.name!r} has no partition {index}")
+        return self.partitions[index]
+
+
+class LogManager:
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        call_in_reactor: Callable[..., Any],
+        *,
+        max_open_files: int = 1024,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.root = os.path.join(os.fspath(data_dir), "log")
+        os.makedirs(self.root, exist_ok=True)
+        self.metrics = metrics or Metrics()
+        m = self.metrics
+        self.cache = FileCache(max_open_files, on_change=m.open_files.set)
+
+        def on_flush(seconds: float, files: int) -> None:
+            m.flush_seconds.observe(seconds)
+            m.flush_files.inc(files)
+
+        self.flusher = Flusher(call_in_reactor, on_flush)
+        marker = os.path.join(self.root, CLEAN_MARKER)
+        self.clean_start = os.path.exists(marker)
+        if self.clean_start:
+            os.unlink(marker)
+            fsync_dir(self.root)
+        trash = os.path.join(self.root, TRASH)
+        if os.path.isdir(trash):
+            shutil.rmtree(trash, ignore_errors=True)
+        self.topics: dict[str, Topic] = {}
+        self.reports: list[RecoveryReport] = []
+        self._closed = False
+
+    # -- topics ---------------------------------------------------------------------
+
+    def open_topic(self, name: str, config: TopicConfig, *, create: bool = False) -> Topic:
+        """Open (recovering) or, with ``create``, create the topic's partitions.
+        Opening an open topic with more partitions adds the new ones."""
+        validate_topic_name(name)
+        existing = self.topics.get(name)
+        if existing is not None:
+            if create:
+                raise TopicExists(f"topic {name!r} already exists")
+            self._grow(existing, config)
+            self._count()
+            return existing
+        tdir = os.path.join(self.root, topic_dirname(name))
+        if create and os.path.exists(tdir):
+            shutil.rmtree(tdir)  # left over from a crash between the two steps of a delete
+        os.makedirs(tdir, exist_ok=True)
+        topic = Topic(name, tdir, config, [])
+        self._grow(topic, config)
+        if create and config.flush_mode != "none":
+            fsync_dir(self.root)
+        self.topics[name] = topic
+        self._count()
+        return topic
+
+    def _grow(self, topic: Topic, config: TopicConfig) -> Topic:
+        now = B.now_ms()
+        topic.config = config
+        for p in topic.partitions:
+            p.set_config(config)
+        for i in range(len(topic.partitions), config.partitions):
+            pdir = os.path.join(topic.directory, str(i))
+            segments, report = recover_partition(pdir, self.cache, config.index_interval_bytes, self.clean_start, now)
+            if report.changed:
+                self.reports.append(report)
+            m = self.metrics
+            counters = (m.records_appended.labels(topic.name), m.bytes_appended.labels(topic.name))
+            topic.partitions.append(
+                Partition(topic.name, i, pdir, config, segments, self.cache, self.flusher, counters)
+            )
+        if config.flush_mode != "none":
+            fsync_dir(topic.directory)
+        return topic
+
+    def topic(self, name: str) -> Topic:
+        t = self.topics.get(name)
+        if t is None:
+            raise UnknownTopic(f"unknown topic {name!r}")
+        return t
+
+    def partition(self, topic: str, index: int) -> Partition:
+        return self.topic(topic).partition(index)
+
+    def delete_topic(self, name: str) -> None:
+        """Remove the topic's files. Appends still waiting for a flush complete first
+        (their handles stay pinned); the directory is moved aside at once and removed."""
+        topic = self.topics.pop(name, None)
+        if topic is None:
+            raise UnknownTopic(f"unknown topic {name!r}")
+        for p in topic.partitions:
+            p.close()
+        trash = os.path.join(self.root, TRASH)
+        os.makedirs(trash, exist_ok=True)
+        dest = os.path.join(trash, f"{os.path.basename(topic.directory)}.{time.time_ns()}")
+        os.rename(topic.directory, dest)
+        fsync_dir(self.root)
+        shutil.rmtree(dest, ignore_errors=True)
+        self._count()
+
+    def _count(self) -> None:
+        self.metrics.topics.set(len(self.topics))
+        self.metrics.partitions.set(sum(len(t.partitions) for t in self.topics.values()))
+
+    # -- housekeeping -----------------------------------------------------------------
+
+    def housekeeping(self, now_ms: int | None = None, keep_from: Callable[[str, int], int | None] | None = None) -> int:
+        """Roll segments past segment.ms and apply retention; returns segments deleted."""
+        now = B.now_ms() if now_ms is None else now_ms
+        deleted = 0
+        for topic in list(self.topics.values()):
+            for p in topic.partitions:
+                p.maybe_roll(now)
+                deleted += p.apply_retention(now, keep_from(topic.name, p.index) if keep_from else None)
+        return deleted
+
+    def close(self) -> None:
+        """Flush every pending append, make every file durable, write the active
+        indexes and mark the shutdown clean. Fire-and-forget callers are already done;
+        waiters' Deferreds fire through ``call_in_reactor`` once it runs again."""
+        if self._closed:
+            return
+        self._closed = True
+        self.flusher.stop()
+        for topic in self.topics.values():
+            for p in topic.partitions:
+                p.write_indexes()
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            syncfs(fd)
+        finally:
+            os.close(fd)
+        with open(os.path.join(self.root, CLEAN_MARKER), "w") as f:
+            f.write("clean\n")
+        fsync_dir(self.root)
+        self.cache.close_all()

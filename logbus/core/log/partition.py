@@ -1,0 +1,327 @@
+"""A partition: an ordered list of segments, the newest one active.
+
+Appends run on the reactor thread: encode (or validate) the batch, rewrite its base
+offset, ``pwrite`` it at the end of the active segment, index it, then hand durability
+to the flusher according to the topic's flush policy. Reads find the segment by base
+offset, the batch by the sparse index plus a header walk, and return whole batches as
+file spans (for ``sendfile``) and, when asked, as bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_right
+from typing import Any, NamedTuple, Sequence
+
+from twisted.internet.defer import Deferred, fail, succeed
+
+from ..errors import OffsetOutOfRange, RecordTooLarge, StorageError
+from . import batch as B
+from .filecache import FileCache
+from .flusher import Flusher
+from .segment import Segment
+from .topic_config import TopicConfig
+
+log = logging.getLogger(__name__)
+
+
+class AppendResult(NamedTuple):
+    base_offset: int
+    last_offset: int
+    log_start_offset: int
+
+
+class FileSpan(NamedTuple):
+    path: str
+    position: int
+    size: int
+
+
+class ReadResult(NamedTuple):
+    first_offset: int  # base offset of the first batch returned (<= the offset asked for)
+    next_offset: int  # offset after the last batch returned
+    spans: list[FileSpan]
+    data: bytes  # the spans' bytes, when read with data=True
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.spans)
+
+
+class Partition:
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        directory: str,
+        config: TopicConfig,
+        segments: list[Segment],
+        cache: FileCache,
+        flusher: Flusher,
+        counters: tuple[Any, Any] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.index = index
+        self.directory = directory
+        self.cache = cache
+        self.flusher = flusher
+        self.ticket = None  # the flusher's open ticket for this partition
+        self.segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.active = segments[-1]
+        self.next_offset = self.active.next_offset
+        self._counters = counters
+        self.set_config(config)
+
+    def set_config(self, config: TopicConfig) -> None:
+        self.config = config
+        self._mode = config.flush_mode
+        self._interval = config.flush_interval_ms / 1000.0
+
+    def __repr__(self) -> str:
+        return f"<Partition {self.topic}/{self.index} [{self.log_start_offset}, {self.next_offset})>"
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # -- appending ---------------------------------------------------------------
+
+    def append(self, records: Sequence[B.Record], now_ms: int | None = None) -> Deferred[AppendResult]:
+        """Append ``records`` as one batch; the Deferred fires when they are durable
+        under the topic's flush policy."""
+        now = B.now_ms() if now_ms is None else now_ms
+        buf = B.build(records, self.next_offset, now)
+        n = len(records)
+        max_ts = B.HEADER.unpack_from(buf, 0)[8]
+        if len(buf) > self.config.max_message_bytes:
+            return fail(RecordTooLarge(f"batch of {len(buf)} bytes exceeds max.message.bytes"))
+        return self._write(buf, self.next_offset, self.next_offset + n, max_ts, now)
+
+    def append_raw(self, data: bytes | bytearray) -> Deferred[AppendResult]:
+        """Append record batches as a Kafka producer sends them: each is CRC-checked,
+        given the next base offset, and stored as sent (compression included)."""
+        try:
+            infos = B.split_validate(data, self.config.max_message_bytes)
+        except Exception as e:
+            return fail(e)
+        return self.append_batches(bytearray(data), infos)
+
+    def append_batches(self, buf: bytearray, infos: list[B.BatchInfo]) -> Deferred[AppendResult]:
+        """Append already validated batches ``infos`` laid out back to back in ``buf``."""
+        base = offset = self.next_offset
+        pos = 0
+        max_ts = -1
+        for info in infos:
+            B.set_base_offset(buf, pos, offset)
+            offset += info.last_offset_delta + 1
+            pos += info.size
+            if info.max_timestamp > max_ts:
+                max_ts = info.max_timestamp
+        if len(infos) == 1:
+            return self._write(buf, base, offset, max_ts, B.now_ms())
+        # several batches: index each (one write call still)
+        return self._write_many(buf, infos, base, offset)
+
+    def _roll_if_needed(self, size: int, now: int) -> Segment:
+        seg = self.active
+        if seg.size and (
+            seg.size + size > self.config.segment_bytes
+            or (seg.created_ms is not None and now - seg.created_ms >= self.config.segment_ms)
+        ):
+            seg = self.roll()
+        return seg
+
+    def _write(self, buf: bytearray, base: int, next_offset: int, max_ts: int, now: int) -> Deferred[AppendResult]:
+        seg = self._roll_if_needed(len(buf), now)
+        try:
+            pos = seg.write(buf)
+        except OSError as e:
+            log.error("append to %s failed: %s", seg.log_path, e)
+            return fail(StorageError(f"append to {self.topic}/{self.index} failed: {e}"))
+        seg.on_append(pos, base, next_offset, max_ts, len(buf), now)
+        self.next_offset = next_offset
+        if self._counters is not None:
+            self._counters[0].inc(next_offset - base)
+            self._counters[1].inc(len(buf))
+        return self._durable(seg, AppendResult(base, next_offset - 1, self.segments[0].base_offset))
+
+    def _write_many(self, buf: bytearray, infos: list[B.BatchInfo], base: int, next_offset: int) -> Deferred[AppendResult]:
+        now = B.now_ms()
+        seg = self._roll_if_needed(len(buf), now)
+        try:
+            pos = seg.write(buf)
+        except OSError as e:
+            return fail(StorageError(f"append to {self.topic}/{self.index} failed: {e}"))
+        offset = base
+        for info in infos:
+            nxt = offset + info.last_offset_delta + 1
+            seg.on_append(pos, offset, nxt, info.max_timestamp, info.size, now)
+            pos += info.size
+            offset = nxt
+        self.next_offset = next_offset
+        if self._counters is not None:
+            self._counters[0].inc(next_offset - base)
+            self._counters[1].inc(len(buf))
+        return self._durable(seg, AppendResult(base, next_offset - 1, self.segments[0].base_offset))
+
+    def _durable(self, seg: Segment, result: AppendResult) -> Deferred[AppendResult]:
+        mode = self._mode
+        if mode == "sync":
+            d: Deferred[AppendResult] = Deferred()
+            self.flusher.wait(self, self.cache.get(seg.log_path, writable=True), d, result)
+            return d
+        if mode == "interval":
+            self.flusher.later(self, self.cache.get(seg.log_path, writable=True), self._interval)
+        return succeed(result)
+
+    def roll(self) -> Segment:
+        """Seal the active segment and start a new one at the next offset."""
+        old = self.active
+        old.seal()
+        new = Segment(self.directory, self.next_offset, self.cache, self.config.index_interval_bytes)
+        self.cache.get(new.log_path, writable=True)  # create the file
+        if self._mode != "none":
+            fsync_dir(self.directory)
+        self.segments.append(new)
+        self._bases.append(new.base_offset)
+        self.active = new
+        log.debug("rolled %s/%d at offset %d", self.topic, self.index, new.base_offset)
+        return new
+
+    # -- reading -----------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, data: bool = True) -> ReadResult:
+        """Whole batches from the one holding ``offset`` on, up to ``max_bytes`` (the
+        first batch is returned even if larger, so a reader always makes progress)."""
+        start, end = self.segments[0].base_offset, self.next_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside [{start}, {end}] of {self.topic}/{self.index}"
+            )
+        spans: list[FileSpan] = []
+        first_offset = next_offset = offset
+        remaining = max_bytes
+        i = bisect_right(self._bases, offset) - 1
+        while i < len(self.segments) and next_offset < end:
+            seg = self.segments[i]
+            found = seg.position_of(next_offset)
+            i += 1
+            if found is None:
+                continue
+            pos, info = found
+            if not spans:
+                first_offset = info.base_offset
+            span_start = pos
+            span_end = pos
+            for p, info in seg.walk(pos):
+                if info.size > remaining and (spans or span_end > span_start):
+                    remaining = 0
+                    break
+                span_end = p + info.size
+                remaining -= info.size
+                next_offset = info.next_offset
+                if remaining <= 0:
+                    break
+            if span_end > span_start:
+                spans.append(FileSpan(seg.log_path, span_start, span_end - span_start))
+            if remaining <= 0:
+                break
+        payload = b"".join(self._pread(s) for s in spans) if data else b""
+        return ReadResult(first_offset, next_offset, spans, payload, start, end)
+
+    def _pread(self, span: FileSpan) -> bytes:
+        fd = self.cache.get(span.path).fd
+        return os.pread(fd, span.size, span.position)
+
+    def read_records(self, offset: int, max_bytes: int = 1 << 20) -> list[B.StoredRecord]:
+        """Decoded records from ``offset`` on (convenience for tests, tools, pull APIs)."""
+        res = self.read(offset, max_bytes)
+        return [r for r in B.decode(res.data) if r.offset >= offset]
+
+    def offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= ``timestamp``,
+        or None when every record is older."""
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            for pos, info in seg.walk(seg.start_for_time(timestamp)):
+                if info.max_timestamp < timestamp:
+                    continue
+                for r in B.decode(seg.pread(pos, info.size)):
+                    if r.timestamp >= timestamp:
+                        return r.offset, r.timestamp
+        return None
+
+    # -- housekeeping --------------------------------------------------------------
+
+    def maybe_roll(self, now_ms: int) -> bool:
+        seg = self.active
+        if seg.size and seg.created_ms is not None and now_ms - seg.created_ms >= self.config.segment_ms:
+            self.roll()
+            return True
+        return False
+
+    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
+        """Delete whole segments past retention.ms / retention.bytes; never one holding
+        an offset >= ``keep_from`` (a queue's unacknowledged pointer). Returns how many."""
+        cfg = self.config
+        deleted = 0
+        total = self.size_bytes
+        while len(self.segments) > 1:
+            seg = self.segments[0]
+            nxt = self.segments[1]
+            if keep_from is not None and nxt.base_offset > keep_from:
+                break
+            expired = cfg.retention_ms > 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
+            too_big = cfg.retention_bytes > 0 and total - seg.size >= cfg.retention_bytes
+            if not (expired or too_big):
+                break
+            if not self._delete_segment(seg):
+                break
+            total -= seg.size
+            deleted += 1
+        return deleted
+
+    def _delete_segment(self, seg: Segment) -> bool:
+        h = self.cache._handles.get(seg.log_path)
+        if h is not None and h.pins:
+            return False  # a flush still needs it; try next time
+        self.cache.discard(seg.log_path)
+        for path in (seg.log_path, seg.index_path, seg.time_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self.segments.pop(0)
+        self._bases.pop(0)
+        log.info("retention deleted %s", seg.log_path)
+        return True
+
+    def write_indexes(self) -> None:
+        """Write the active segment's indexes (clean shutdown; the caller syncs)."""
+        self.active.write_indexes()
+
+    def close(self) -> None:
+        for seg in self.segments:
+            self.cache.discard(seg.log_path)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+

@@ -1,0 +1,179 @@
+"""Opening a partition directory: find its segments and make the log a valid prefix.
+
+After an unclean stop (no clean-shutdown marker) the active segment is scanned in full:
+every batch must have magic 2, a length that fits, a valid CRC-32C and the base offset
+that follows its predecessor. The longest prefix of such batches is kept; the rest of the
+file is cut off and the segment's indexes are rebuilt from the scan. Older segments are
+sealed; their indexes are checked (rebuilt if missing or damaged) and their tails walked
+from the last index entry; a damaged older segment is cut at the damage and every later
+segment removed, so the log stays one gap-free prefix.
+
+After a clean stop the indexes written at shutdown are trusted after the same checks,
+and only the active segment's tail after its last index entry is walked.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from dataclasses import dataclass, field
+
+from ..errors import CorruptBatch
+from . import batch as B
+from .filecache import FileCache
+from .index import IndexDamaged
+from .segment import Segment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RecoveryReport:
+    directory: str
+    truncated_bytes: int = 0
+    removed_segments: list[str] = field(default_factory=list)
+    rebuilt_indexes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.truncated_bytes or self.removed_segments or self.rebuilt_indexes)
+
+
+def scan_valid(path: str, base_offset: int, start: int = 0) -> tuple[list[tuple[int, B.BatchInfo]], int, str]:
+    """CRC-check batches of ``path`` from ``start``: (batches, valid end, why it stopped)."""
+    size = os.path.getsize(path)
+    if size <= start:
+        return [], start, ""
+    found: list[tuple[int, B.BatchInfo]] = []
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        pos, expected = start, base_offset
+        reason = ""
+        while pos < size:
+            try:
+                info = B.validate(m, pos, size)
+            except CorruptBatch as e:
+                reason = str(e)
+                break
+            if expected is not None and info.base_offset != expected:
+                reason = f"batch base offset {info.base_offset}, expected {expected}"
+                break
+            found.append((pos, info))
+            expected = info.next_offset
+            pos += info.size
+    return found, pos, reason
+
+
+def list_segments(directory: str) -> list[int]:
+    bases = []
+    for name in os.listdir(directory):
+        stem, ext = os.path.splitext(name)
+        if ext == ".log" and len(stem) == 20 and stem.isdigit():
+            bases.append(int(stem))
+        elif ext in (".tmp", ".deleted"):
+            os.unlink(os.path.join(directory, name))
+    bases.sort()
+    known = {f"{b:020d}" for b in bases}
+    for name in os.listdir(directory):
+        stem, ext = os.path.splitext(name)
+        if ext in (".index", ".timeindex") and stem not in known:
+            os.unlink(os.path.join(directory, name))
+    return bases
+
+
+def _remove_segment(seg: Segment, cache: FileCache) -> None:
+    cache.discard(seg.log_path)
+    for p in (seg.log_path, seg.index_path, seg.time_path):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def _check_sealed(seg: Segment, next_base: int, clean: bool, report: RecoveryReport) -> bool:
+    """Check a sealed segment's indexes (rebuild if damaged) and, after an unclean stop,
+    that its batches run on to ``next_base``. False: the segment is damaged."""
+    seg.sealed = True
+    seg.next_offset = next_base
+    try:
+        seg.load_indexes_strict()
+    except IndexDamaged as e:
+        report.rebuilt_indexes.append(f"{seg.index_path} ({e})")
+        seg.rebuild_indexes()
+    if seg.time_index.timestamps:
+        seg.max_timestamp = seg.time_index.last_timestamp()
+    if clean:
+        return True
+    rel, start = seg.index.last()
+    end, expected = start, seg.base_offset + rel
+    for pos, info in seg.walk(start):
+        if info.base_offset != expected:
+            break
+        end, expected = pos + info.size, info.next_offset
+    return end == seg.size and expected == next_base
+
+
+def _open_active(seg: Segment, clean: bool, now_ms: int, report: RecoveryReport) -> None:
+    seg.sealed = False
+    start = 0
+    if clean:
+        try:
+            seg.next_offset = seg.base_offset + (1 << 31)  # bound for the check only
+            seg.load_indexes_strict()
+            start = seg.index.last()[1]
+        except IndexDamaged as e:
+            report.rebuilt_indexes.append(f"{seg.index_path} ({e})")
+    if start:
+        rel = seg.index.last()[0]
+        infos, end, reason = scan_valid(seg.log_path, seg.base_offset + rel, start)
+        if not infos:
+            start = 0  # the index points at nothing valid: scan it all
+    if not start:
+        infos, end, reason = scan_valid(seg.log_path, seg.base_offset, 0)
+    if end < seg.size:
+        report.truncated_bytes += seg.size - end
+        report.notes.append(f"{seg.log_path}: cut {seg.size - end} bytes at position {end}: {reason}")
+        os.truncate(seg.log_path, end)
+    seg.size = end
+    if start:
+        seg.extend_from(infos)
+    else:
+        seg.rebuild_from(infos)
+    seg.next_offset = infos[-1][1].next_offset if infos else seg.base_offset
+    if seg.size:
+        first = infos[0][1].first_timestamp if infos and infos[0][0] == 0 else now_ms
+        seg.created_ms = min(now_ms, first) if first > 0 else now_ms
+
+
+def recover_partition(
+    directory: str, cache: FileCache, index_interval: int, clean: bool, now_ms: int
+) -> tuple[list[Segment], RecoveryReport]:
+    """Open (creating if needed) the partition in ``directory``; its segments, oldest first."""
+    os.makedirs(directory, exist_ok=True)
+    report = RecoveryReport(directory)
+    bases = list_segments(directory)
+    if not bases:
+        seg = Segment(directory, 0, cache, index_interval)
+        cache.get(seg.log_path, writable=True)
+        return [seg], report
+    segments = [Segment(directory, b, cache, index_interval) for b in bases]
+    for seg in segments:
+        seg.size = os.path.getsize(seg.log_path)
+    for i, seg in enumerate(segments[:-1]):
+        if not _check_sealed(seg, segments[i + 1].base_offset, clean, report):
+            report.notes.append(f"{seg.log_path}: damaged; the log now ends in it")
+            for later in segments[i + 1 :]:
+                _remove_segment(later, cache)
+                report.removed_segments.append(later.log_path)
+            segments = segments[: i + 1]
+            break
+    _open_active(segments[-1], clean, now_ms, report)
+    if report.changed:
+        for note in report.notes:
+            log.warning("recovery: %s", note)
+        if report.removed_segments:
+            log.warning("recovery: removed %s", ", ".join(report.removed_segments))
+        if report.rebuilt_indexes:
+            log.warning("recovery: rebuilt indexes %s", ", ".join(report.rebuilt_indexes))
+    return segments, report

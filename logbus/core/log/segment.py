@@ -1,0 +1,229 @@
+"""One segment: a ``.log`` file of record batches plus its two sparse indexes.
+
+Theory of operation. Only the newest (active) segment of a partition is written; its
+batches are appended at ``size`` with ``pwrite`` and its index entries live in memory
+until the segment is sealed (rolled) or the broker shuts down cleanly, when the index
+files are written whole. A sealed segment loads its indexes lazily on first lookup,
+and rebuilds them from the log when they are missing or fail validation. Lookups take
+the floor index entry and walk batch headers from there (one ``pread`` per 64 KiB).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Iterator
+
+from ..errors import CorruptBatch
+from . import batch as B
+from .filecache import FileCache
+from .index import IndexDamaged, OffsetIndex, TimeIndex, read_file, write_file
+
+log = logging.getLogger(__name__)
+
+WALK_CHUNK = 64 * 1024
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class Segment:
+    __slots__ = (
+        "base_offset",
+        "log_path",
+        "index_path",
+        "time_path",
+        "size",
+        "next_offset",
+        "max_timestamp",
+        "created_ms",
+        "sealed",
+        "index_interval",
+        "_cache",
+        "_index",
+        "_tindex",
+        "_since_index",
+    )
+
+    def __init__(self, directory: str, base_offset: int, cache: FileCache, index_interval: int) -> None:
+        name = os.path.join(directory, segment_name(base_offset))
+        self.base_offset = base_offset
+        self.log_path = name + ".log"
+        self.index_path = name + ".index"
+        self.time_path = name + ".timeindex"
+        self.size = 0
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.created_ms: int | None = None
+        self.sealed = False
+        self.index_interval = index_interval
+        self._cache = cache
+        self._index: OffsetIndex | None = OffsetIndex()
+        self._tindex: TimeIndex | None = TimeIndex()
+        self._since_index = 0
+
+    def __repr__(self) -> str:
+        return f"<Segment {self.log_path} size={self.size} next={self.next_offset}>"
+
+    # -- writing -----------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray) -> int:
+        """Append ``data`` (whole batches) at the end; returns the position written at.
+        On a failed or short write the file is cut back and OSError propagates."""
+        h = self._cache.get(self.log_path, writable=True)
+        pos = self.size
+        try:
+            n = os.pwrite(h.fd, data, pos)
+            while n < len(data):  # short write: disk full or a signal; finish or fail
+                n += os.pwrite(h.fd, memoryview(data)[n:], pos + n)
+        except OSError:
+            os.ftruncate(h.fd, pos)
+            raise
+        return pos
+
+    def on_append(self, position: int, base: int, next_offset: int, max_ts: int, size: int, now: int) -> None:
+        """Index bookkeeping for a batch just written at ``position`` (same rule as rebuild)."""
+        if self.created_ms is None:
+            self.created_ms = now
+        self._index_batch(position, base, max_ts, size)
+        self.size = position + size
+        self.next_offset = next_offset
+
+    def _index_batch(self, position: int, base: int, max_ts: int, size: int) -> None:
+        idx, tidx = self._index, self._tindex
+        assert idx is not None and tidx is not None
+        if max_ts > self.max_timestamp:
+            self.max_timestamp = max_ts
+        if not idx.rel_offsets or self._since_index >= self.index_interval:
+            rel = base - self.base_offset
+            idx.append(rel, position)
+            self._since_index = 0
+            if self.max_timestamp > tidx.last_timestamp():
+                tidx.append(self.max_timestamp, rel)
+        self._since_index += size
+
+    def seal(self) -> None:
+        """No more appends: add the final time entry and write both indexes."""
+        if self.sealed:
+            return
+        self._final_time_entry()
+        self.sealed = True
+        self.write_indexes()
+
+    def _final_time_entry(self) -> None:
+        idx, tidx = self.index, self.time_index
+        if self.max_timestamp > tidx.last_timestamp() and idx.rel_offsets:
+            tidx.append(self.max_timestamp, idx.rel_offsets[-1])
+
+    def write_indexes(self) -> None:
+        write_file(self.index_path, self.index.to_bytes())
+        write_file(self.time_path, self.time_index.to_bytes())
+
+    # -- reading -----------------------------------------------------------------
+
+    @property
+    def index(self) -> OffsetIndex:
+        if self._index is None:
+            self._load_indexes()
+        assert self._index is not None
+        return self._index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._tindex is None:
+            self._load_indexes()
+        assert self._tindex is not None
+        return self._tindex
+
+    def _load_indexes(self) -> None:
+        try:
+            self.load_indexes_strict()
+        except IndexDamaged as e:
+            log.warning("rebuilding index of %s (%s)", self.log_path, e)
+            self.rebuild_indexes()
+
+    def load_indexes_strict(self) -> None:
+        """Load both index files; IndexDamaged if either is missing or inconsistent."""
+        data = read_file(self.index_path)
+        tdata = read_file(self.time_path)
+        if data is None or tdata is None:
+            raise IndexDamaged("missing")
+        idx = OffsetIndex.from_bytes(data, self.size)
+        tidx = TimeIndex.from_bytes(tdata, max(self.next_offset - self.base_offset - 1, 0))
+        if self.size and (not idx.rel_offsets or idx.positions[0] != 0 or idx.rel_offsets[0] != 0):
+            raise IndexDamaged("first batch not indexed")
+        self._index, self._tindex = idx, tidx
+
+    def rebuild_indexes(self) -> None:
+        """Recreate both indexes from the batch headers (and write them if sealed)."""
+        self.rebuild_from(list(self.walk(0)))
+        if self.sealed:
+            self._final_time_entry()
+            self.write_indexes()
+
+    def rebuild_from(self, batches: list[tuple[int, B.BatchInfo]]) -> None:
+        """Recreate the in-memory indexes from (position, header) of every batch."""
+        self._index, self._tindex = OffsetIndex(), TimeIndex()
+        self._since_index = 0
+        self.max_timestamp = -1
+        for pos, info in batches:
+            self._index_batch(pos, info.base_offset, info.max_timestamp, info.size)
+
+    def extend_from(self, batches: list[tuple[int, B.BatchInfo]]) -> None:
+        """Continue loaded indexes with batches walked from the last index entry on
+        (the first of which is that entry's batch), as appends would have."""
+        idx = self.index
+        self.max_timestamp = self.time_index.last_timestamp()
+        self._since_index = 0
+        last_pos = idx.last()[1] if idx.rel_offsets else -1
+        for pos, info in batches:
+            if pos == last_pos:
+                self.max_timestamp = max(self.max_timestamp, info.max_timestamp)
+                self._since_index = info.size
+                continue
+            self._index_batch(pos, info.base_offset, info.max_timestamp, info.size)
+
+    def drop_indexes(self) -> None:
+        """Forget loaded indexes (they are reloaded from disk on next use)."""
+        if self.sealed:
+            self._index = self._tindex = None
+
+    def pread(self, position: int, size: int) -> bytes:
+        return os.pread(self._cache.get(self.log_path).fd, size, position)
+
+    def walk(self, position: int, end: int | None = None) -> Iterator[tuple[int, B.BatchInfo]]:
+        """(position, header) of each batch from ``position`` to ``end`` (default: size)."""
+        end = self.size if end is None else end
+        buf = b""
+        buf_start = position
+        while position + B.HEADER_SIZE <= end:
+            rel = position - buf_start
+            if rel + B.HEADER_SIZE > len(buf):
+                buf = self.pread(position, min(WALK_CHUNK, end - position))
+                buf_start, rel = position, 0
+                if len(buf) < B.HEADER_SIZE:
+                    return
+            try:
+                info = B.parse_header(buf, rel)
+            except CorruptBatch:
+                return
+            if position + info.size > end:
+                return
+            yield position, info
+            position += info.size
+
+    def position_of(self, offset: int) -> tuple[int, B.BatchInfo] | None:
+        """Position and header of the batch holding ``offset``, or None if it is past the end."""
+        if offset >= self.next_offset:
+            return None
+        _, start = self.index.floor(offset - self.base_offset)
+        for pos, info in self.walk(start):
+            if info.next_offset > offset:
+                return pos, info
+        return None
+
+    def start_for_time(self, timestamp: int) -> int:
+        """A position at or before the first batch that may hold a record >= ``timestamp``."""
+        rel = self.time_index.start_for(timestamp)
+        return self.index.floor(rel)[1]

@@ -1,0 +1,32 @@
+"""Prometheus metrics of one broker. Each Broker owns a registry of its own, so several
+brokers (tests) can live in one process."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+FLUSH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.records_appended = Counter(
+            "logbus_records_appended", "Records appended to the log", ["topic"], registry=r
+        )
+        self.bytes_appended = Counter(
+            "logbus_bytes_appended", "Record batch bytes appended to the log", ["topic"], registry=r
+        )
+        self.flush_seconds = Histogram(
+            "logbus_flush_seconds",
+            "Duration of one group-commit flush cycle (fdatasync/syncfs)",
+            buckets=FLUSH_BUCKETS,
+            registry=r,
+        )
+        self.flush_files = Counter(
+            "logbus_flush_files", "Files made durable by the flusher", registry=r
+        )
+        self.partitions = Gauge("logbus_partitions", "Open partitions", registry=r)
+        self.topics = Gauge("logbus_topics", "Topics", registry=r)
+        self.open_files = Gauge("logbus_open_files", "Segment files held open", registry=r)
