@@ -1,0 +1,84 @@
+"""Message: the one in-memory shape of a message, whatever protocol carried it.
+
+A ``Message`` is a log ``Record`` (key, value, timestamp, user headers) plus an
+``Envelope`` of system properties (``envelope.proto``). On disk the envelope travels
+as ONE reserved record header, ``ENVELOPE_HEADER``, holding the serialized Envelope:
+
+- written only when the envelope is non-empty, so plain records stay plain;
+- always the LAST header, after the user headers;
+- stripped again by ``from_record``; a record without it (a plain Kafka producer's)
+  gives an empty Envelope.
+
+A Kafka consumer or Spark therefore sees an ordinary record with one extra header.
+User headers may not use the reserved name (``to_record`` raises ValueError), so a
+reserved header anywhere but last, or one that does not parse, means the record was
+not written by us or was damaged: ``from_record`` raises ``CorruptBatch``.
+
+Both conversions sit on the publish and deliver hot paths: they share the header
+list instead of copying it when nothing is added or removed, so a ``Record`` made by
+``to_record`` and the ``Message`` it came from may share ``headers``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+
+from .envelope_pb2 import Envelope
+from .errors import CorruptBatch
+from .log.batch import Record
+
+__all__ = ["ENVELOPE_HEADER", "Envelope", "Message"]
+
+ENVELOPE_HEADER = "logbus.envelope"
+
+_parse_envelope = Envelope.FromString
+_new_tuple = tuple.__new__  # what Record._make uses: skips the Python-level __new__
+
+
+@dataclass(slots=True)
+class Message:
+    key: bytes | None = None
+    value: bytes | None = None
+    timestamp: int | None = None  # epoch milliseconds; None: the append time
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)  # user properties
+    envelope: Envelope = field(default_factory=Envelope)
+
+    def to_record(self) -> Record:
+        """The record to append: user headers, then the envelope header if non-empty."""
+        headers = self.headers
+        for name, _ in headers:
+            if name == ENVELOPE_HEADER:
+                raise ValueError(f"header name {ENVELOPE_HEADER!r} is reserved for the envelope")
+        data = self.envelope.SerializeToString()
+        if data:
+            headers = [*headers, (ENVELOPE_HEADER, data)]
+        return _new_tuple(Record, (self.key, self.value, self.timestamp, headers))
+
+    @classmethod
+    def from_record(cls, record: Record) -> Message:
+        """The message a record holds; raises CorruptBatch on a bad envelope header."""
+        key, value, timestamp, headers = record
+        if not headers:
+            # A fresh list: never alias Record's shared default ``[]``.
+            return cls(key, value, timestamp, [], Envelope())
+        name, data = headers[-1]
+        if name == ENVELOPE_HEADER:
+            if data is None:
+                raise CorruptBatch(f"record header {ENVELOPE_HEADER!r} has no value")
+            try:
+                envelope = _parse_envelope(data)
+            except DecodeError as e:
+                raise CorruptBatch(
+                    f"record header {ENVELOPE_HEADER!r} is not a valid Envelope: {e}"
+                ) from e
+            headers = headers[:-1]
+        else:
+            envelope = Envelope()
+        for name, _ in headers:
+            if name == ENVELOPE_HEADER:
+                raise CorruptBatch(
+                    f"record header {ENVELOPE_HEADER!r} is reserved and must come last"
+                )
+        return cls(key, value, timestamp, headers, envelope)

@@ -1,0 +1,284 @@
+r"""The broker's state store: one RocksDB database (rocksdict, raw bytes mode).
+
+This is the ONE module that packs state keys; nothing else builds them by hand.
+Values are protobuf messages from ``state.proto`` (or, on hot paths, fixed-width
+structs documented in the table below).
+
+Column families and key layout
+==============================
+
+=============  ==================================  ==============================
+column family  key                                 value
+=============  ==================================  ==============================
+metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``; later also
+                                                   exchanges, queues, bindings, users
+offsets        (later) group, topic, partition     committed offset
+queues         (later) queue, pointer position     pointer index, ack state
+timers         (later) kind, due ms, unique id     lease or timer
+sessions       (later) client id / retained topic  MQTT session, retained message
+producers      (later) producer id, epoch          idempotence state
+=============  ==================================  ==============================
+
+Key rules (every key added later follows them):
+
+1. A key starts with a record-type tag, ASCII then ``\0``: ``TOPIC_PREFIX`` is
+   ``b"topic\0"``. Because the tag ends in ``\0``, no tag is a prefix of another
+   (``topic\0`` vs ``topics\0``), so two record types never share a key or a scan.
+2. Text components are UTF-8 followed by a ``\0`` terminator, and ``\0`` is refused
+   inside them (``ValueError``). A terminator that cannot occur in the text makes the
+   encoding injective even when components are concatenated (``("ab", "c")`` and
+   ``("a", "bc")`` differ), keeps prefix scans from leaking into neighbours (topic
+   ``a`` is ``topic\0a\0``, which is not a prefix of ``topic\0ab\0``), and, unlike a
+   length prefix, keeps byte order equal to name order, so scans come out sorted by
+   name. Topic names cannot hold ``\0`` anyway (``topic_config._TOPIC_RE``).
+3. Integers are fixed-width big-endian unsigned, so byte order is numeric order and
+   time-ordered scans (due timers, expired leases) are prefix scans. A time-first key
+   always ends with a unique id after the time, so two timers due at the same
+   millisecond never share a key (RocketMQ issue 10276).
+
+Theory of operation
+===================
+
+Writes go through one ``rocksdict.Rdict`` per column family (raw mode: bytes in,
+bytes out, no pickling). ``batch()`` collects puts and deletes across column families
+in one ``rocksdict.WriteBatch`` and commits it with one ``Rdict.write`` on a clean
+exit: every logical change that touches several keys is atomic. ``sync=True`` sets
+``WriteOptions.sync``: the WAL is fsynced before the call returns.
+
+rocksdict pitfalls handled here (rocksdict 0.3.29):
+- column-family Rdicts, column-family handles and live iterators each keep the
+  database (and its LOCK file) open after ``Rdict.close()``: ``close()`` closes the
+  family Rdicts and drops the handles; ``scan_prefix`` raises ``DbClosedError``
+  once the store is closed (a scan left suspended still pins the LOCK until dropped);
+- ``ReadOptions.set_iterate_lower_bound`` actually sets the UPPER bound, so scans
+  seek with ``from_key`` and bound with ``set_iterate_upper_bound`` only;
+- an iterator reads its upper bound from the bytes its ``ReadOptions`` holds, without
+  owning them: drop the ReadOptions first and the bound is freed memory (scans stop
+  early or run on). ``scan_prefix`` keeps both alive for the iterator's whole life;
+- opening with ``column_families`` must name every family on disk, so families
+  unknown to this version (written by a newer one) are opened too, and left alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+from typing import Iterator, TypeVar
+
+from google.protobuf.message import Message as ProtoMessage
+from rocksdict import (
+    ColumnFamily,
+    DbClosedError,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
+
+__all__ = [
+    "COLUMN_FAMILIES",
+    "TOPIC_PREFIX",
+    "DbClosedError",
+    "StateBatch",
+    "StateStore",
+    "topic_key",
+]
+
+M = TypeVar("M", bound=ProtoMessage)
+
+COLUMN_FAMILIES: tuple[str, ...] = (
+    "metadata",  # topics; later exchanges, queues, bindings, users
+    "offsets",  # consumer-group committed offsets
+    "queues",  # queue pointer indexes and ack state
+    "timers",  # leases and timers
+    "sessions",  # MQTT sessions and retained messages
+    "producers",  # producer idempotence
+)
+
+TOPIC_PREFIX = b"topic\x00"
+
+
+def _text(component: str) -> bytes:
+    """One text component of a key: UTF-8 then the ``\\0`` terminator (rule 2)."""
+    if "\x00" in component:
+        raise ValueError(f"key component may not contain NUL: {component!r}")
+    return component.encode("utf-8") + b"\x00"
+
+
+def topic_key(name: str) -> bytes:
+    """metadata CF: the key of topic ``name``'s ``TopicRecord``."""
+    return TOPIC_PREFIX + _text(name)
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: no bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes((stripped[-1] + 1,))
+
+
+def _raw_options() -> Options:
+    return Options(raw_mode=True)
+
+
+def _write_options(sync: bool) -> WriteOptions:
+    opts = WriteOptions()
+    opts.sync = sync
+    return opts
+
+
+_ASYNC = _write_options(False)
+_SYNC = _write_options(True)
+
+
+class StateStore:
+    """RocksDB state: ``get``/``put``/``delete``/``scan_prefix`` per column family,
+    ``batch()`` for atomic multi-key changes. Keys and values are bytes."""
+
+    def __init__(self, path: Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        names = list(COLUMN_FAMILIES)
+        if (path / "CURRENT").exists():  # existing database: open every family on disk
+            names += [n for n in Rdict.list_cf(str(path)) if n not in names and n != "default"]
+        opts = _raw_options()
+        opts.create_if_missing(True)
+        opts.create_missing_column_families(True)
+        self._closed = False
+        self._db = Rdict(str(path), opts, column_families={n: _raw_options() for n in names})
+        self._cfs: dict[str, Rdict] = {n: self._db.get_column_family(n) for n in COLUMN_FAMILIES}
+        self._handles: dict[str, ColumnFamily] = {
+            n: self._db.get_column_family_handle(n) for n in COLUMN_FAMILIES
+        }
+
+    def _cf(self, cf: str) -> Rdict:
+        try:
+            return self._cfs[cf]
+        except KeyError:
+            raise KeyError(
+                f"unknown column family {cf!r}; known: {', '.join(COLUMN_FAMILIES)}"
+            ) from None
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        value: bytes | None = self._cf(cf).get(key)
+        return value
+
+    def get_msg(self, cf: str, key: bytes, msg_type: type[M]) -> M | None:
+        """The protobuf stored at ``key``, or None (DecodeError if it does not parse)."""
+        raw: bytes | None = self._cf(cf).get(key)
+        if raw is None:
+            return None
+        return msg_type.FromString(raw)
+
+    def put(self, cf: str, key: bytes, value: bytes | ProtoMessage, *, sync: bool = False) -> None:
+        if isinstance(value, ProtoMessage):
+            value = value.SerializeToString(deterministic=True)
+        self._cf(cf).put(key, value, _SYNC if sync else _ASYNC)
+
+    def delete(self, cf: str, key: bytes, *, sync: bool = False) -> None:
+        self._cf(cf).delete(key, _SYNC if sync else _ASYNC)
+
+    def scan_prefix(self, cf: str, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` whose key starts with ``prefix``, in key order.
+
+        The iterator holds a RocksDB iterator (an implicit snapshot) until it is
+        exhausted or dropped; after ``close()`` it raises ``DbClosedError``."""
+        return self._scan(self._cf(cf), prefix)
+
+    def _scan(self, rdict: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        # rocksdict's iterator points into the upper-bound bytes that ReadOptions
+        # holds: both must outlive the iterator, so they live in this frame.
+        end = _prefix_end(prefix)
+        read_opts = ReadOptions()
+        if end is not None:
+            read_opts.set_iterate_upper_bound(end)
+        items = rdict.items(from_key=prefix if prefix else None, read_opt=read_opts)
+        while not self._closed:
+            item = next(items, None)
+            if item is None:
+                return
+            yield item
+        raise DbClosedError("state store closed during scan")
+
+    def batch(self, *, sync: bool = False) -> StateBatch:
+        """``with store.batch() as b: b.put(...); b.delete(...)``: one atomic write."""
+        if self._closed:
+            raise DbClosedError("state store is closed")
+        return StateBatch(self, sync)
+
+    def _commit(self, wb: WriteBatch, sync: bool) -> None:
+        if self._closed:
+            raise DbClosedError("state store is closed")
+        self._db.write(wb, _SYNC if sync else _ASYNC)
+
+    def close(self) -> None:
+        """Flush and release the database (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._handles.clear()  # handles pin the DB (and its LOCK) until dropped
+        for rdict in self._cfs.values():
+            rdict.close()
+        self._db.close()
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class StateBatch:
+    """Puts and deletes across column families, committed as ONE RocksDB WriteBatch
+    when the ``with`` block exits cleanly, discarded when it raises."""
+
+    __slots__ = ("_store", "_sync", "_wb")
+
+    def __init__(self, store: StateStore, sync: bool) -> None:
+        self._store = store
+        self._sync = sync
+        self._wb: WriteBatch | None = WriteBatch(raw_mode=True)
+
+    def _handle(self, cf: str) -> ColumnFamily:
+        try:
+            return self._store._handles[cf]
+        except KeyError:
+            self._store._cf(cf)  # unknown name: KeyError listing the known ones
+            raise DbClosedError("state store is closed") from None
+
+    def _batch(self) -> WriteBatch:
+        if self._wb is None:
+            raise RuntimeError("this StateBatch was already committed or discarded")
+        return self._wb
+
+    def put(self, cf: str, key: bytes, value: bytes | ProtoMessage) -> None:
+        if isinstance(value, ProtoMessage):
+            value = value.SerializeToString(deterministic=True)
+        self._batch().put(key, value, self._handle(cf))
+
+    def delete(self, cf: str, key: bytes) -> None:
+        self._batch().delete(key, self._handle(cf))
+
+    def __len__(self) -> int:
+        return 0 if self._wb is None else len(self._wb)
+
+    def __enter__(self) -> StateBatch:
+        self._batch()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        wb, self._wb = self._wb, None
+        if exc_type is None and wb is not None and len(wb):
+            self._store._commit(wb, self._sync)
