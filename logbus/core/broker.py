@@ -10,13 +10,27 @@ the state store, the log and the metrics, and offers topic admin and publish.
 
 from __future__ import annotations
 
+import fcntl
+import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.task import LoopingCall
+
 from .errors import DataDirLocked, TopicExists, UnknownTopic  # noqa: F401  (re-exported)
-from .log.topic_config import TopicConfig
+from .log import AppendResult, LogManager, Record
+from .log.batch import now_ms
+from .log.topic_config import TopicConfig, validate_topic_name
 from .metrics import Metrics
+from .state import TOPIC_PREFIX, StateStore, topic_key
+from .state_pb2 import TopicRecord
+
+log = logging.getLogger(__name__)
+
+CF_METADATA = "metadata"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +64,150 @@ class TopicInfo:
                 for p in self.partitions
             ],
         }
+
+
+HOUSEKEEPING_SECONDS = 10.0
+
+
+class Broker:
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        reactor: Any = None,
+        topic_defaults: TopicConfig | None = None,
+        max_open_files: int = 1024,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+
+            reactor = default_reactor
+        self.data_dir = Path(data_dir)
+        self.reactor = reactor
+        self.metrics = Metrics()
+        self.topic_defaults = topic_defaults or TopicConfig()
+        self.max_open_files = max_open_files
+        self.state: StateStore | None = None
+        self.log: LogManager | None = None
+        self._lock_fd: int | None = None
+        self._housekeeping: LoopingCall | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Lock the data directory, open the state store and recover every topic."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock()
+        try:
+            self.state = StateStore(self.data_dir / "state")
+            self.log = LogManager(
+                self.data_dir,
+                self.reactor,
+                max_open_files=self.max_open_files,
+                metrics=self.metrics,
+            )
+            for _, value in self.state.scan_prefix(CF_METADATA, TOPIC_PREFIX):
+                rec = TopicRecord.FromString(value)
+                self.log.open_topic(rec.name, self._config_of(rec))
+        except BaseException:
+            self._close_all()
+            raise
+        self._housekeeping = LoopingCall(self.log.housekeeping)
+        self._housekeeping.clock = self.reactor
+        self._housekeeping.start(HOUSEKEEPING_SECONDS, now=False)
+        log.info(
+            "broker started on %s: %d topics (%s start)",
+            self.data_dir,
+            len(self.log.topics),
+            "clean" if self.log.clean_start else "recovered",
+        )
+
+    def stop(self) -> Deferred[None]:
+        """Flush everything, mark the shutdown clean and release the data directory."""
+        if self._housekeeping is not None and self._housekeeping.running:
+            self._housekeeping.stop()
+        self._close_all()
+        return succeed(None)
+
+    def _close_all(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        if self.state is not None:
+            self.state.close()
+            self.state = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _lock(self) -> None:
+        path = self.data_dir / "LOCK"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DataDirLocked(
+                f"data directory {self.data_dir} is in use by another logbus (pid {holder}); "
+                "stop it or choose another --data-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    @property
+    def _log(self) -> LogManager:
+        if self.log is None:
+            raise RuntimeError("broker is not started")
+        return self.log
+
+    # -- topics ---------------------------------------------------------------------
+
+    def _config_of(self, rec: Any) -> TopicConfig:
+        values: dict[str, Any] = dict(rec.config)
+        values["partitions"] = rec.partitions
+        return TopicConfig.from_mapping(values, base=self.topic_defaults)
+
+    def create_topic(self, name: str, settings: Mapping[str, Any] | None = None) -> TopicInfo:
+        validate_topic_name(name)
+        config = TopicConfig.from_mapping(settings or {}, base=self.topic_defaults)
+        lm = self._log
+        if name in lm.topics:
+            raise TopicExists(f"topic {name!r} already exists")
+        stored = {k: str(v) for k, v in config.to_mapping().items() if k != "partitions"}
+        rec = TopicRecord(name=name, partitions=config.partitions, config=stored, created_ms=now_ms())
+        assert self.state is not None
+        self.state.put(CF_METADATA, topic_key(name), rec, sync=True)
+        try:
+            lm.open_topic(name, config, create=True)
+        except BaseException:
+            self.state.delete(CF_METADATA, topic_key(name), sync=True)
+            raise
+        log.info("created topic %r with %d partitions", name, config.partitions)
+        return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        lm = self._log
+        lm.topic(name)  # UnknownTopic
+        assert self.state is not None
+        self.state.delete(CF_METADATA, topic_key(name), sync=True)
+        lm.delete_topic(name)
+        log.info("deleted topic %r", name)
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        t = self._log.topic(name)
+        parts = [
+            PartitionInfo(p.index, p.log_start_offset, p.log_end_offset, len(p.segments), p.size_bytes)
+            for p in t.partitions
+        ]
+        return TopicInfo(t.name, t.config.to_mapping(), parts)
+
+    def list_topics(self) -> list[TopicInfo]:
+        return [self.describe_topic(n) for n in sorted(self._log.topics)]
+
+    # -- data -----------------------------------------------------------------------
+
+    def append(self, topic: str, partition: int, records: Sequence[Record]) -> Deferred[AppendResult]:
+        """Append ``records`` to one partition; fires once durable per the flush policy."""
+        return self._log.partition(topic, partition).append(records)

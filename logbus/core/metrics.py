@@ -1,5 +1,6 @@
 """Prometheus metrics of one broker. Each Broker owns a registry of its own, so several
-brokers (tests) can live in one process."""
+brokers (tests) can live in one process. Per-append counters are not here: the log
+keeps them as plain integers and a collector reads them at scrape time."""
 
 from __future__ import annotations
 
@@ -12,12 +13,6 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.records_appended = Counter(
-            "logbus_records_appended", "Records appended to the log", ["topic"], registry=r
-        )
-        self.bytes_appended = Counter(
-            "logbus_bytes_appended", "Record batch bytes appended to the log", ["topic"], registry=r
-        )
         self.flush_seconds = Histogram(
             "logbus_flush_seconds",
             "Duration of one group-commit flush cycle (fdatasync/syncfs)",

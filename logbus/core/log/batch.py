@@ -41,6 +41,7 @@ HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # base_offset + batch_length: bytes not counted by batch_length
 _LENGTH = struct.Struct(">qi")  # base_offset, batch_length
 _BASE_OFFSET = struct.Struct(">q")
+_MAX_TS = struct.Struct(">q")
 CRC_START = 21
 MAGIC = 2
 COMPRESSION_MASK = 0x07
@@ -107,6 +108,10 @@ def build(records: Sequence[Record], base_offset: int, timestamp_ms: int | None 
     buf = builder.build()
     _BASE_OFFSET.pack_into(buf, 0, base_offset)
     return buf
+
+
+def max_timestamp(buf: bytes | bytearray, pos: int = 0) -> int:
+    return int(_MAX_TS.unpack_from(buf, pos + 35)[0])
 
 
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchInfo:

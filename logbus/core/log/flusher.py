@@ -71,8 +71,8 @@ class Flusher:
 
     # -- reactor thread ------------------------------------------------------------
 
-    def wait(self, owner: Any, handle: Handle, d: Deferred[Any], result: Any) -> None:
-        """Fire ``d`` with ``result`` once ``handle``'s bytes written so far are durable."""
+    def wait(self, owner: Any, handle: Handle, waiters: list[tuple[Deferred[Any], Any]]) -> None:
+        """Fire each ``(deferred, result)`` once ``handle``'s bytes written so far are durable."""
         with self._lock:
             t = owner.ticket
             if t is None:
@@ -85,7 +85,7 @@ class Flusher:
             if handle.fd not in t.handles:
                 handle.pins += 1
                 t.handles[handle.fd] = handle
-            t.waiters.append((d, result))
+            t.waiters.extend(waiters)
 
     def later(self, owner: Any, handle: Handle, delay: float) -> None:
         """Make ``handle`` durable within ``delay`` seconds (the interval policy)."""

@@ -59,7 +59,7 @@ class LogManager:
     def __init__(
         self,
         data_dir: str | os.PathLike[str],
-        call_in_reactor: Callable[..., Any],
+        reactor: Any,
         *,
         max_open_files: int = 1024,
         metrics: Metrics | None = None,
@@ -74,7 +74,10 @@ class LogManager:
             m.flush_seconds.observe(seconds)
             m.flush_files.inc(files)
 
-        self.flusher = Flusher(call_in_reactor, on_flush)
+        self.reactor = reactor
+        self.flusher = Flusher(reactor.callFromThread, on_flush)
+        self._to_drain: list[Partition] = []
+        m.registry.register(_LogCollector(self))
         marker = os.path.join(self.root, CLEAN_MARKER)
         self.clean_start = os.path.exists(marker)
         if self.clean_start:
@@ -122,14 +125,23 @@ class LogManager:
             segments, report = recover_partition(pdir, self.cache, config.index_interval_bytes, self.clean_start, now)
             if report.changed:
                 self.reports.append(report)
-            m = self.metrics
-            counters = (m.records_appended.labels(topic.name), m.bytes_appended.labels(topic.name))
             topic.partitions.append(
-                Partition(topic.name, i, pdir, config, segments, self.cache, self.flusher, counters)
+                Partition(topic.name, i, pdir, config, segments, self.cache, self.flusher, self._schedule)
             )
         if config.flush_mode != "none":
             fsync_dir(topic.directory)
         return topic
+
+    def _schedule(self, p: Partition) -> None:
+        if not self._to_drain:
+            self.reactor.callLater(0, self.drain)
+        self._to_drain.append(p)
+
+    def drain(self) -> None:
+        """Write every partition's buffered appends (runs once per reactor tick)."""
+        parts, self._to_drain = self._to_drain, []
+        for p in parts:
+            p.drain()
 
     def topic(self, name: str) -> Topic:
         t = self.topics.get(name)
@@ -179,6 +191,7 @@ class LogManager:
         if self._closed:
             return
         self._closed = True
+        self.drain()
         self.flusher.stop()
         for topic in self.topics.values():
             for p in topic.partitions:
@@ -192,3 +205,24 @@ class LogManager:
             f.write("clean\n")
         fsync_dir(self.root)
         self.cache.close_all()
+
+
+class _LogCollector:
+    """Append counters, read from the partitions at scrape time (nothing on the hot path)."""
+
+    def __init__(self, manager: LogManager) -> None:
+        self._m = manager
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        recs = CounterMetricFamily("logbus_records_appended", "Records appended to the log", labels=["topic"])
+        byts = CounterMetricFamily("logbus_bytes_appended", "Record batch bytes appended to the log", labels=["topic"])
+        for t in list(self._m.topics.values()):
+            recs.add_metric([t.name], sum(p.records_appended for p in t.partitions))
+            byts.add_metric([t.name], sum(p.bytes_appended for p in t.partitions))
+        yield recs
+        yield byts

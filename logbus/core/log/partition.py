@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
-from typing import Any, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
 
@@ -24,6 +24,11 @@ from .segment import Segment
 from .topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
+
+WRITE_BUFFER_MAX = 256 * 1024  # write at once past this many buffered bytes
+_build = B.build
+_max_ts = B.max_timestamp
+_now_ms = B.now_ms
 
 
 class AppendResult(NamedTuple):
@@ -61,7 +66,7 @@ class Partition:
         segments: list[Segment],
         cache: FileCache,
         flusher: Flusher,
-        counters: tuple[Any, Any] | None = None,
+        schedule: Callable[["Partition"], None],
     ) -> None:
         self.topic = topic
         self.index = index
@@ -73,13 +78,22 @@ class Partition:
         self._bases = [s.base_offset for s in segments]
         self.active = segments[-1]
         self.next_offset = self.active.next_offset
-        self._counters = counters
+        self._schedule = schedule  # asks for drain() at the end of this reactor tick
+        self._wbuf = bytearray()
+        self._wseg = self.active
+        self._wpos = 0
+        self._waiters: list[tuple[Deferred[AppendResult], AppendResult]] = []
+        self._failed: StorageError | None = None
+        self.records_appended = 0
+        self.bytes_appended = 0
         self.set_config(config)
 
     def set_config(self, config: TopicConfig) -> None:
         self.config = config
         self._mode = config.flush_mode
         self._interval = config.flush_interval_ms / 1000.0
+        self._segment_bytes = config.segment_bytes
+        self._segment_ms = config.segment_ms
 
     def __repr__(self) -> str:
         return f"<Partition {self.topic}/{self.index} [{self.log_start_offset}, {self.next_offset})>"
@@ -100,14 +114,37 @@ class Partition:
 
     def append(self, records: Sequence[B.Record], now_ms: int | None = None) -> Deferred[AppendResult]:
         """Append ``records`` as one batch; the Deferred fires when they are durable
-        under the topic's flush policy."""
-        now = B.now_ms() if now_ms is None else now_ms
-        buf = B.build(records, self.next_offset, now)
-        n = len(records)
-        max_ts = B.HEADER.unpack_from(buf, 0)[8]
-        if len(buf) > self.config.max_message_bytes:
-            return fail(RecordTooLarge(f"batch of {len(buf)} bytes exceeds max.message.bytes"))
-        return self._write(buf, self.next_offset, self.next_offset + n, max_ts, now)
+        under the topic's flush policy (for ``none``: once written to the page cache).
+        The hot path: kept flat on purpose (measured by bench/log_append.py)."""
+        if self._failed is not None:
+            return fail(self._failed)
+        now = _now_ms() if now_ms is None else now_ms
+        base = self.next_offset
+        buf = _build(records, base, now)
+        size = len(buf)
+        if size > self.config.max_message_bytes:
+            return fail(RecordTooLarge(f"batch of {size} bytes exceeds max.message.bytes"))
+        seg = self.active
+        pos = seg.size
+        if pos and (pos + size > self._segment_bytes or now - (seg.created_ms or now) >= self._segment_ms):
+            seg = self.roll()
+            pos = 0
+        nxt = base + len(records)
+        seg.on_append(pos, base, nxt, _max_ts(buf), size, now)
+        wb = self._wbuf
+        if not wb:
+            self._wseg = seg
+            self._wpos = pos
+            self._schedule(self)
+        wb += buf
+        self.next_offset = nxt
+        self.records_appended += nxt - base
+        self.bytes_appended += size
+        d: Deferred[AppendResult] = Deferred()
+        self._waiters.append((d, AppendResult(base, nxt - 1, self._bases[0])))
+        if len(wb) >= WRITE_BUFFER_MAX:
+            self.drain()
+        return d
 
     def append_raw(self, data: bytes | bytearray) -> Deferred[AppendResult]:
         """Append record batches as a Kafka producer sends them: each is CRC-checked,
@@ -120,74 +157,76 @@ class Partition:
 
     def append_batches(self, buf: bytearray, infos: list[B.BatchInfo]) -> Deferred[AppendResult]:
         """Append already validated batches ``infos`` laid out back to back in ``buf``."""
+        if self._failed is not None:
+            return fail(self._failed)
+        now = B.now_ms()
+        seg = self._segment_for(len(buf), now)
         base = offset = self.next_offset
         pos = 0
-        max_ts = -1
         for info in infos:
             B.set_base_offset(buf, pos, offset)
-            offset += info.last_offset_delta + 1
+            nxt = offset + info.last_offset_delta + 1
+            seg.on_append(seg.size, offset, nxt, info.max_timestamp, info.size, now)
+            offset = nxt
             pos += info.size
-            if info.max_timestamp > max_ts:
-                max_ts = info.max_timestamp
-        if len(infos) == 1:
-            return self._write(buf, base, offset, max_ts, B.now_ms())
-        # several batches: index each (one write call still)
-        return self._write_many(buf, infos, base, offset)
+        return self._buffer(seg, buf, base, offset)
 
-    def _roll_if_needed(self, size: int, now: int) -> Segment:
+    def _segment_for(self, size: int, now: int) -> Segment:
         seg = self.active
         if seg.size and (
             seg.size + size > self.config.segment_bytes
-            or (seg.created_ms is not None and now - seg.created_ms >= self.config.segment_ms)
+            or now - (seg.created_ms or now) >= self.config.segment_ms
         ):
             seg = self.roll()
         return seg
 
-    def _write(self, buf: bytearray, base: int, next_offset: int, max_ts: int, now: int) -> Deferred[AppendResult]:
-        seg = self._roll_if_needed(len(buf), now)
-        try:
-            pos = seg.write(buf)
-        except OSError as e:
-            log.error("append to %s failed: %s", seg.log_path, e)
-            return fail(StorageError(f"append to {self.topic}/{self.index} failed: {e}"))
-        seg.on_append(pos, base, next_offset, max_ts, len(buf), now)
+    def _buffer(self, seg: Segment, buf: bytearray, base: int, next_offset: int) -> Deferred[AppendResult]:
+        """Queue ``buf`` (already indexed at the end of ``seg``) for this tick's write."""
+        wb = self._wbuf
+        if not wb:
+            self._wseg = seg
+            self._wpos = seg.size - len(buf)
+            self._schedule(self)
+        wb += buf
         self.next_offset = next_offset
-        if self._counters is not None:
-            self._counters[0].inc(next_offset - base)
-            self._counters[1].inc(len(buf))
-        return self._durable(seg, AppendResult(base, next_offset - 1, self.segments[0].base_offset))
+        self.records_appended += next_offset - base
+        self.bytes_appended += len(buf)
+        d: Deferred[AppendResult] = Deferred()
+        self._waiters.append((d, AppendResult(base, next_offset - 1, self._bases[0])))
+        if len(wb) >= WRITE_BUFFER_MAX:
+            self.drain()
+        return d
 
-    def _write_many(self, buf: bytearray, infos: list[B.BatchInfo], base: int, next_offset: int) -> Deferred[AppendResult]:
-        now = B.now_ms()
-        seg = self._roll_if_needed(len(buf), now)
+    def drain(self) -> None:
+        """Write this tick's appends with one ``pwrite`` and hand their waiters on:
+        to the flusher (sync), or fired now (interval, none)."""
+        wb = self._wbuf
+        if not wb:
+            return
+        seg = self._wseg
+        waiters = self._waiters
+        self._wbuf = bytearray()
+        self._waiters = []
         try:
-            pos = seg.write(buf)
+            handle = seg.write_at(wb, self._wpos)
         except OSError as e:
-            return fail(StorageError(f"append to {self.topic}/{self.index} failed: {e}"))
-        offset = base
-        for info in infos:
-            nxt = offset + info.last_offset_delta + 1
-            seg.on_append(pos, offset, nxt, info.max_timestamp, info.size, now)
-            pos += info.size
-            offset = nxt
-        self.next_offset = next_offset
-        if self._counters is not None:
-            self._counters[0].inc(next_offset - base)
-            self._counters[1].inc(len(buf))
-        return self._durable(seg, AppendResult(base, next_offset - 1, self.segments[0].base_offset))
-
-    def _durable(self, seg: Segment, result: AppendResult) -> Deferred[AppendResult]:
+            log.error("append to %s failed, partition %s/%d is now read-only: %s", seg.log_path, self.topic, self.index, e)
+            self._failed = StorageError(f"partition {self.topic}/{self.index} failed to write: {e}")
+            for d, _ in waiters:
+                d.errback(self._failed)
+            return
         mode = self._mode
         if mode == "sync":
-            d: Deferred[AppendResult] = Deferred()
-            self.flusher.wait(self, self.cache.get(seg.log_path, writable=True), d, result)
-            return d
+            self.flusher.wait(self, handle, waiters)
+            return
         if mode == "interval":
-            self.flusher.later(self, self.cache.get(seg.log_path, writable=True), self._interval)
-        return succeed(result)
+            self.flusher.later(self, handle, self._interval)
+        for d, result in waiters:
+            d.callback(result)
 
     def roll(self) -> Segment:
         """Seal the active segment and start a new one at the next offset."""
+        self.drain()
         old = self.active
         old.seal()
         new = Segment(self.directory, self.next_offset, self.cache, self.config.index_interval_bytes)
@@ -210,6 +249,7 @@ class Partition:
             raise OffsetOutOfRange(
                 f"offset {offset} is outside [{start}, {end}] of {self.topic}/{self.index}"
             )
+        self.drain()
         spans: list[FileSpan] = []
         first_offset = next_offset = offset
         remaining = max_bytes
@@ -253,6 +293,7 @@ class Partition:
     def offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is >= ``timestamp``,
         or None when every record is older."""
+        self.drain()
         for seg in self.segments:
             if seg.max_timestamp < timestamp:
                 continue
@@ -311,9 +352,11 @@ class Partition:
 
     def write_indexes(self) -> None:
         """Write the active segment's indexes (clean shutdown; the caller syncs)."""
+        self.drain()
         self.active.write_indexes()
 
     def close(self) -> None:
+        self.drain()
         for seg in self.segments:
             self.cache.discard(seg.log_path)
 

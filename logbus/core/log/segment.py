@@ -16,7 +16,7 @@ from typing import Iterator
 
 from ..errors import CorruptBatch
 from . import batch as B
-from .filecache import FileCache
+from .filecache import FileCache, Handle
 from .index import IndexDamaged, OffsetIndex, TimeIndex, read_file, write_file
 
 log = logging.getLogger(__name__)
@@ -68,19 +68,18 @@ class Segment:
 
     # -- writing -----------------------------------------------------------------
 
-    def write(self, data: bytes | bytearray) -> int:
-        """Append ``data`` (whole batches) at the end; returns the position written at.
+    def write_at(self, data: bytes | bytearray, position: int) -> "Handle":
+        """Write ``data`` (whole batches) at ``position``; returns the handle written to.
         On a failed or short write the file is cut back and OSError propagates."""
         h = self._cache.get(self.log_path, writable=True)
-        pos = self.size
         try:
-            n = os.pwrite(h.fd, data, pos)
+            n = os.pwrite(h.fd, data, position)
             while n < len(data):  # short write: disk full or a signal; finish or fail
-                n += os.pwrite(h.fd, memoryview(data)[n:], pos + n)
+                n += os.pwrite(h.fd, memoryview(data)[n:], position + n)
         except OSError:
-            os.ftruncate(h.fd, pos)
+            os.ftruncate(h.fd, position)
             raise
-        return pos
+        return h
 
     def on_append(self, position: int, base: int, next_offset: int, max_ts: int, size: int, now: int) -> None:
         """Index bookkeeping for a batch just written at ``position`` (same rule as rebuild)."""

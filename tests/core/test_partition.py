@@ -1,0 +1,225 @@
+"""The log on a temp dir: append, read, roll, indexes, timestamps, retention, handles."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import pytest
+
+from logbus.core.errors import OffsetOutOfRange, RecordTooLarge, TopicExists, UnknownPartition, UnknownTopic
+from logbus.core.log import LogManager, Record
+from logbus.core.log import batch as B
+from tests.core.conftest import topic_config
+from tests.loop import LoopReactor
+
+OpenLog = Callable[..., LogManager]
+
+
+def append_n(loop: LoopReactor, p: Any, n: int, size: int = 50, ts: int | None = None, per_batch: int = 1) -> list[Any]:
+    ds = [
+        p.append([Record(b"k%d" % i, b"v" * size, ts)] * per_batch)
+        for i in range(n)
+    ]
+    return [loop.wait(d) for d in ds]
+
+
+def test_append_assigns_offsets_and_reads_back(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(partitions=2), create=True).partition(1)
+    results = append_n(loop, p, 10, per_batch=3)
+    assert [(r.base_offset, r.last_offset) for r in results] == [(3 * i, 3 * i + 2) for i in range(10)]
+    assert p.log_end_offset == 30 and p.log_start_offset == 0
+    recs = p.read_records(7)
+    assert [r.offset for r in recs] == list(range(7, 30))
+    assert recs[0].key == b"k2"
+
+
+def test_read_returns_whole_batches_and_spans(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+    append_n(loop, p, 5, per_batch=4)  # batches at 0,4,8,12,16
+    batch_size = p.read(0, 1).size  # first batch is returned even past max_bytes
+    res = p.read(5, 2 * batch_size)
+    assert res.first_offset == 4 and res.next_offset == 12
+    assert len(res.spans) == 1 and res.spans[0].size == 2 * batch_size == len(res.data)
+    with open(res.spans[0].path, "rb") as f:
+        f.seek(res.spans[0].position)
+        assert f.read(res.spans[0].size) == res.data
+    assert p.read(20, 100).spans == [] and p.read(20, 100).next_offset == 20
+    with pytest.raises(OffsetOutOfRange):
+        p.read(21, 100)
+    with pytest.raises(OffsetOutOfRange):
+        p.read(-1, 100)
+
+
+def test_roll_by_size_and_reads_across_segments(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(segment_bytes=2048, index_interval_bytes=256), create=True).partition(0)
+    append_n(loop, p, 200, size=40)
+    assert len(p.segments) > 5
+    for a, b in zip(p.segments, p.segments[1:]):
+        assert a.next_offset == b.base_offset and a.size <= 2048
+        assert os.path.basename(b.log_path) == f"{b.base_offset:020d}.log"
+    assert [r.offset for r in p.read_records(0, 1 << 20)] == list(range(200))
+    res = p.read(0, 1 << 20)
+    assert len(res.spans) == len(p.segments)
+    for offset in (0, 13, 57, 150, 199):
+        assert p.read_records(offset, 1)[0].offset == offset
+
+
+def test_roll_by_age(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(segment_ms=1000), create=True).partition(0)
+    loop.wait(p.append([Record(None, b"a")], now_ms=10_000))
+    loop.wait(p.append([Record(None, b"b")], now_ms=10_500))
+    assert len(p.segments) == 1
+    loop.wait(p.append([Record(None, b"c")], now_ms=11_001))
+    assert [s.base_offset for s in p.segments] == [0, 2]
+    assert lm.housekeeping(now_ms=20_000) == 0 and len(p.segments) == 3  # idle roll
+    assert p.active.size == 0 and p.active.base_offset == 3
+
+
+def test_offset_for_time(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(segment_bytes=1024, index_interval_bytes=128), create=True).partition(0)
+    for i in range(100):
+        loop.wait(p.append([Record(None, b"x" * 20, 1000 + 10 * i), Record(None, b"y", 1005 + 10 * i)]))
+    assert p.offset_for_time(0) == (0, 1000)
+    assert p.offset_for_time(1000) == (0, 1000)
+    assert p.offset_for_time(1001) == (1, 1005)
+    assert p.offset_for_time(1500) == (100, 1500)
+    assert p.offset_for_time(1995) == (199, 1995)
+    assert p.offset_for_time(1996) is None
+
+
+def test_append_raw_rewrites_offsets_keeps_bytes(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+    loop.wait(p.append([Record(None, b"first")]))
+    sent = bytes(B.build([Record(b"a", b"1"), Record(b"b", b"2")], 0)) + bytes(B.build([Record(b"c", b"3")], 0))
+    r = loop.wait(p.append_raw(sent))
+    assert (r.base_offset, r.last_offset) == (1, 3)
+    data = p.read(1, 1 << 20).data
+    infos = B.split_validate(data, 1 << 20)
+    assert [i.base_offset for i in infos] == [1, 3]
+    assert [r.value for r in p.read_records(0)] == [b"first", b"1", b"2", b"3"]
+    # everything but the base offsets is stored exactly as sent
+    first = len(B.build([Record(b"a", b"1"), Record(b"b", b"2")], 0))
+    assert data[8:first] == sent[8:first] and data[first + 8:] == sent[first + 8:]
+
+
+def test_append_raw_rejects_bad_input(open_log: OpenLog, loop: LoopReactor) -> None:
+    from logbus.core.errors import CorruptBatch
+
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(max_message_bytes=200), create=True).partition(0)
+    bad = B.build([Record(None, b"x")], 0)
+    bad[-1] ^= 1
+    with pytest.raises(CorruptBatch):
+        loop.wait(p.append_raw(bytes(bad)))
+    with pytest.raises(RecordTooLarge):
+        loop.wait(p.append_raw(bytes(B.build([Record(None, b"x" * 300)], 0))))
+    with pytest.raises(RecordTooLarge):
+        loop.wait(p.append([Record(None, b"x" * 300)]))
+    assert p.log_end_offset == 0 and p.size_bytes == 0
+
+
+def test_retention_by_size_and_time_and_guard(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    cfg = topic_config(segment_bytes=1024, retention_bytes=3000, retention_ms=60_000)
+    p = lm.open_topic("t", cfg, create=True).partition(0)
+    for i in range(60):
+        loop.wait(p.append([Record(None, b"x" * 80, 1_000_000 + i)]))
+    n_before = len(p.segments)
+    # a queue still needs offset 5: nothing can go
+    assert lm.housekeeping(now_ms=1_000_100, keep_from=lambda t, i: 5) == 0
+    deleted = lm.housekeeping(now_ms=1_000_100)
+    assert deleted > 0 and len(p.segments) == n_before - deleted
+    assert p.size_bytes - p.segments[0].size < 3000
+    start = p.log_start_offset
+    assert start == p.segments[0].base_offset > 0
+    assert not os.path.exists(os.path.join(p.directory, f"{0:020d}.log"))
+    with pytest.raises(OffsetOutOfRange):
+        p.read(0, 100)
+    assert p.read_records(start)[0].offset == start
+    # time: everything older than retention.ms goes, but never the active segment
+    lm.housekeeping(now_ms=1_000_000 + 10_000_000)
+    assert len(p.segments) == 1 and p.log_end_offset == 60
+
+
+def test_file_handles_are_bounded(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log(max_open_files=8)
+    t = lm.open_topic("many", topic_config(partitions=40, segment_bytes=1024), create=True)
+    for round_ in range(3):
+        ds = [p.append([Record(None, b"x" * 300)]) for p in t.partitions]
+        for d in ds:
+            loop.wait(d)
+        assert len(lm.cache) <= 8
+    for p in t.partitions:
+        assert [r.offset for r in p.read_records(0)] == [0, 1, 2]
+    assert len(lm.cache) <= 8
+
+
+def test_sync_policy_fires_after_flush(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(flush="sync"), create=True).partition(0)
+    d = p.append([Record(None, b"x")])
+    fired: list[Any] = []
+    d.addCallback(fired.append)
+    assert not fired  # not before the tick's write and the flusher's fsync
+    loop.run_until(lambda: bool(fired))
+    assert fired[0].base_offset == 0
+    before = lm.metrics.flush_files._value.get()
+    assert before >= 1
+
+
+def test_interval_policy(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(flush="interval:20"), create=True).partition(0)
+    loop.wait(p.append([Record(None, b"x")]))
+    loop.run_until(lambda: lm.metrics.flush_files._value.get() >= 1, timeout=5)
+
+
+def test_topics_create_open_delete(open_log: OpenLog, loop: LoopReactor, tmp_path: Any) -> None:
+    lm = open_log()
+    t = lm.open_topic("weird name:ü", topic_config(partitions=2), create=True)
+    assert os.path.basename(t.directory) == "weird%20name%3A%C3%BC"
+    with pytest.raises(TopicExists):
+        lm.open_topic("weird name:ü", topic_config(), create=True)
+    with pytest.raises(UnknownPartition):
+        t.partition(2)
+    grown = lm.open_topic("weird name:ü", topic_config(partitions=4))
+    assert len(grown.partitions) == 4 and os.path.isdir(os.path.join(t.directory, "3"))
+    loop.wait(t.partition(0).append([Record(None, b"x")]))
+    lm.delete_topic("weird name:ü")
+    assert not os.path.exists(t.directory)
+    with pytest.raises(UnknownTopic):
+        lm.topic("weird name:ü")
+
+
+def test_clean_reopen_keeps_everything(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    cfg = topic_config(segment_bytes=1024, index_interval_bytes=100)
+    p = lm.open_topic("t", cfg, create=True).partition(0)
+    append_n(loop, p, 50, size=30, ts=5000)
+    lm.close()
+    lm2 = open_log()
+    assert lm2.clean_start
+    p2 = lm2.open_topic("t", cfg).partition(0)
+    assert lm2.reports == []
+    assert p2.log_end_offset == 50 and [r.offset for r in p2.read_records(0)] == list(range(50))
+    assert p2.offset_for_time(5000) == (0, 5000)
+    assert loop.wait(p2.append([Record(None, b"more")])).base_offset == 50
+    assert list(lm2.metrics.registry.collect())  # the collector answers
+
+
+def test_metrics_collector_counts(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+    append_n(loop, p, 4, per_batch=2)
+    from prometheus_client import generate_latest
+
+    text = generate_latest(lm.metrics.registry).decode()
+    assert 'logbus_records_appended_total{topic="t"} 8.0' in text
+    assert "logbus_partitions 1.0" in text

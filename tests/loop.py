@@ -1,0 +1,60 @@
+"""A minimal real event loop for core tests: it runs the log's ``callLater`` and
+``callFromThread`` work in the test's thread, so a test can append, wait for the
+flusher thread's durability callbacks and assert, without a global Twisted reactor."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue
+import time
+from typing import Any, Callable
+
+
+class LoopReactor:
+    def __init__(self) -> None:
+        self._timers: list[tuple[float, int, Callable[..., Any], tuple[Any, ...]]] = []
+        self._seq = itertools.count()
+        self._from_threads: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+
+    def seconds(self) -> float:
+        return time.monotonic()
+
+    def callLater(self, delay: float, f: Callable[..., Any], *args: Any) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), f, args))
+
+    def callFromThread(self, f: Callable[..., Any], *args: Any) -> None:
+        self._from_threads.put((f, args))
+
+    def run_once(self, block: float = 0.0) -> bool:
+        """Run what is due; wait up to ``block`` seconds for thread work. True if ran any."""
+        ran = False
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, f, args = heapq.heappop(self._timers)
+            f(*args)
+            ran = True
+        try:
+            f, args = self._from_threads.get(timeout=block) if block and not ran else self._from_threads.get_nowait()
+        except queue.Empty:
+            return ran
+        f(*args)
+        return True
+
+    def run_until(self, done: Callable[[], bool], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise TimeoutError("condition not reached in time")
+            self.run_once(block=0.01)
+
+    def wait(self, d: Any, timeout: float = 10.0) -> Any:
+        """Run until Deferred ``d`` fires; return its result (or raise its failure)."""
+        out: list[Any] = []
+        d.addBoth(out.append)
+        self.run_until(lambda: bool(out), timeout)
+        from twisted.python.failure import Failure
+
+        if isinstance(out[0], Failure):
+            out[0].raiseException()
+        return out[0]
