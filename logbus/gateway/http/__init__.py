@@ -1,0 +1,13 @@
+"""HTTP gateway: health, Prometheus metrics and the topic admin REST API (twisted.web).
+
+    site.py       build_site(broker, reactor): the resource tree and the Site to listen with
+    request.py    the Request class: body size limit (checked before the body is read), JSON body
+    resource.py   ApiResource: method dispatch, JSON errors, LogbusError -> HTTP status
+    responses.py  Response and HttpError values, the status table for core error codes
+    health.py     GET /healthz
+    metrics.py    GET /metrics
+    topics.py     /api/topics and /api/topics/<name>
+    client.py     AdminClient: the same API from the outside (urllib, no Twisted), for the CLI
+
+Importing this package does not import Twisted, so the CLI can use client.py cheaply.
+"""

@@ -1,0 +1,237 @@
+"""The `logbus` command: argument parsing and output only; the work is in server.py and
+gateway/http/client.py.
+
+    logbus serve [--config F] [--data-dir DIR] [--amqp EP] [--mqtt EP] [--kafka EP] [--http EP] ...
+    logbus topic create NAME [--partitions N] [--config k=v ...]
+    logbus topic list | describe NAME | delete NAME        [--server URL] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .config import LISTENERS, ConfigError, load_settings
+from .gateway.http.client import DEFAULT_SERVER, AdminClient, AdminError
+
+PROG = "logbus"
+_DETAIL = "partition_detail"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command: Callable[[argparse.Namespace], int] = args.command
+    try:
+        return command(args)
+    except AdminError as exc:  # one line, no traceback: unreachable server, unknown topic, ...
+        print(f"{PROG}: {exc.message}", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="One broker for AMQP 0-9-1, MQTT and Kafka clients over one log."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    serve = commands.add_parser("serve", help="run the broker", description=(
+        "Run the broker until SIGTERM/SIGINT. Settings: built-in defaults < TOML file <"
+        " LOGBUS_* environment < these flags. EP is a Twisted endpoint string"
+        " (tcp:PORT:interface=ADDR, ssl:..., unix:PATH) or 'off'."))
+    serve.add_argument("--config", metavar="FILE", help="TOML settings file (or LOGBUS_CONFIG)")
+    serve.add_argument("--data-dir", metavar="DIR", help="data directory (default ./data)")
+    for name in LISTENERS:
+        serve.add_argument(f"--{name}", metavar="EP", help=f"{name} listener endpoint, or off")
+    serve.add_argument("--default-partitions", metavar="N", help="partitions of new topics")
+    serve.add_argument("--default-flush", metavar="POLICY",
+                       help="flush policy of new topics: sync | interval:<ms> | none")
+    serve.add_argument("--max-open-files", metavar="N", help="segment file handles kept open")
+    serve.add_argument("--log-level", metavar="LEVEL",
+                       help="debug | info | warning | error | critical")
+    serve.add_argument("--ready-file", metavar="FILE", type=Path,
+                       help='write {"pid": ..., "<listener>": "host:port", ...} once listening')
+    serve.set_defaults(command=cmd_serve)
+
+    topic = commands.add_parser("topic", help="manage topics (over the HTTP API)")
+    topic_commands = topic.add_subparsers(title="topic commands", metavar="COMMAND", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--server", metavar="URL", default=os.environ.get("LOGBUS_SERVER") or DEFAULT_SERVER,
+        help=f"logbus HTTP API (default: LOGBUS_SERVER or {DEFAULT_SERVER})")
+
+    create = topic_commands.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, metavar="N")
+    create.add_argument("--config", metavar="KEY=VALUE", nargs="+", action="extend", default=[],
+                        type=_key_value, help="topic setting, e.g. flush=none retention.ms=60000")
+    create.set_defaults(command=cmd_topic_create)
+
+    listing = topic_commands.add_parser("list", parents=[common], help="list topics")
+    listing.add_argument("--json", action="store_true", help="print the API's JSON")
+    listing.set_defaults(command=cmd_topic_list)
+
+    describe = topic_commands.add_parser("describe", parents=[common], help="show one topic")
+    describe.add_argument("name")
+    describe.add_argument("--json", action="store_true", help="print the API's JSON")
+    describe.set_defaults(command=cmd_topic_describe)
+
+    delete = topic_commands.add_parser("delete", parents=[common], help="delete a topic")
+    delete.add_argument("name")
+    delete.set_defaults(command=cmd_topic_delete)
+    return parser
+
+
+# --- serve ------------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    flags = {
+        "config": args.config,
+        "data_dir": args.data_dir,
+        **{name: getattr(args, name) for name in LISTENERS},
+        "default_partitions": args.default_partitions,
+        "default_flush": args.default_flush,
+        "max_open_files": args.max_open_files,
+        "log_level": args.log_level,
+    }
+    try:
+        settings = load_settings(flags)
+    except ConfigError as exc:
+        print(f"{PROG}: config error: {exc}", file=sys.stderr)
+        return 2
+    # The reactor must be installed before server (and through it the broker) is imported.
+    from .server import install_epoll_reactor
+
+    reactor = install_epoll_reactor()
+    from .server import run, setup_logging
+
+    setup_logging(settings.log_level)
+    return run(settings, reactor, ready_file=args.ready_file)
+
+
+# --- topic ------------------------------------------------------------------------------------
+
+
+def cmd_topic_create(args: argparse.Namespace) -> int:
+    info = _client(args).create_topic(args.name, args.partitions, dict(args.config))
+    print(f"created topic {info['name']} ({_plural(info['partitions'], 'partition')})")
+    return 0
+
+
+def cmd_topic_list(args: argparse.Namespace) -> int:
+    topics = _client(args).list_topics()
+    if args.json:
+        print(json.dumps(topics, indent=2))
+    elif not topics:
+        print("no topics")
+    else:
+        rows = [
+            [
+                t["name"],
+                str(t["partitions"]),
+                str(t["config"].get("flush", "")),
+                _ms(t["config"].get("retention.ms")),
+                str(sum(p["log_end_offset"] - p["log_start_offset"] for p in t[_DETAIL])),
+                _bytes(sum(p["size_bytes"] for p in t[_DETAIL])),
+            ]
+            for t in sorted(topics, key=lambda t: t["name"])
+        ]
+        print(table(["NAME", "PARTITIONS", "FLUSH", "RETENTION", "RECORDS", "SIZE"], rows))
+    return 0
+
+
+def cmd_topic_describe(args: argparse.Namespace) -> int:
+    info = _client(args).describe_topic(args.name)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(table([], [["topic", info["name"]], ["partitions", str(info["partitions"])]]))
+    print("config:")
+    config_rows = [
+        [f"  {key}", str(value)]
+        for key, value in sorted(info["config"].items())
+        if key != "partitions"
+    ]
+    print(table([], config_rows))
+    partitions = info.get(_DETAIL, [])
+    if partitions:
+        print()
+        print(table(
+            ["PARTITION", "START OFFSET", "END OFFSET", "SEGMENTS", "SIZE"],
+            [
+                [str(p["partition"]), str(p["log_start_offset"]), str(p["log_end_offset"]),
+                 str(p["segments"]), _bytes(p["size_bytes"])]
+                for p in partitions
+            ],
+        ))
+    return 0
+
+
+def cmd_topic_delete(args: argparse.Namespace) -> int:
+    _client(args).delete_topic(args.name)
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+def _client(args: argparse.Namespace) -> AdminClient:
+    return AdminClient(args.server)
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """Left-aligned columns separated by two spaces; ``header`` may be empty."""
+    lines = ([header] if header else []) + rows
+    if not lines:
+        return ""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+        for line in lines
+    )
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _ms(value: Any) -> str:
+    if not isinstance(value, int):
+        return "" if value is None else str(value)
+    if value < 0:
+        return "forever"
+    for unit, ms in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if value >= ms and value % ms == 0:
+            return f"{value // ms}{unit}"
+    return f"{value}ms"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("logbus")
+    except PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,219 @@
+"""Typed settings of one broker process.
+
+Every key can come from four places; a later one wins:
+
+    default  <  TOML file (--config FILE or LOGBUS_CONFIG)  <  LOGBUS_* environment  <  CLI flag
+
+    settings = load_settings({"http": "tcp:0:interface=127.0.0.1"})   # flags; None values are unset
+    settings.listeners()        # {"amqp": "tcp:5672:interface=127.0.0.1", ..., "http": "tcp:0:..."}
+    settings.topic_defaults()   # TopicConfig for topics created without explicit settings
+
+Every value is validated here, once; a bad one raises ConfigError naming the key and where
+the value came from. The environment variable of a key is ``LOGBUS_`` + the key in upper
+case (``LOGBUS_DATA_DIR``, ``LOGBUS_HTTP``, ...); an empty variable counts as unset.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .core.errors import InvalidConfig
+from .core.log.topic_config import TopicConfig, parse_flush
+
+# Listener names, in start order. server.GATEWAYS maps each one to its protocol factory.
+LISTENERS = ("amqp", "mqtt", "kafka", "http")
+OFF = "off"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+CONFIG_ENV = "LOGBUS_CONFIG"
+ENV_PREFIX = "LOGBUS_"
+
+
+class ConfigError(Exception):
+    """A setting is missing, malformed or out of range; the message says which and where."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    data_dir: Path = Path("data")
+    amqp: str = "tcp:5672:interface=127.0.0.1"
+    mqtt: str = "tcp:1883:interface=127.0.0.1"
+    kafka: str = "tcp:9092:interface=127.0.0.1"
+    http: str = "tcp:8080:interface=127.0.0.1"
+    default_partitions: int = 1
+    default_flush: str = "sync"
+    max_open_files: int = 1024
+    log_level: str = "info"
+    config_file: Path | None = None  # the TOML file these settings were read from, if any
+
+    def listeners(self) -> dict[str, str]:
+        """Listener name -> endpoint description, for every listener that is not ``off``."""
+        return {name: ep for name in LISTENERS if (ep := getattr(self, name)) != OFF}
+
+    def topic_defaults(self) -> TopicConfig:
+        return TopicConfig(partitions=self.default_partitions, flush=self.default_flush)
+
+
+# --- validation of single values ------------------------------------------------------------
+# Each converter takes the raw value (str from env/flags; any TOML type from the file) and
+# returns the typed value or raises ValueError with a message that completes "<key>: ...".
+
+
+def _as_str(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise ValueError(f"must be a string, not {raw!r}")
+    value = raw.strip()
+    if not value:
+        raise ValueError("must not be empty")
+    return value
+
+
+def _as_int(raw: Any, lo: int, hi: int) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(f"must be an integer, not {raw!r}")
+    if isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, str):
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError(f"must be an integer, not {raw!r}") from None
+    else:
+        raise ValueError(f"must be an integer, not {raw!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"must be between {lo} and {hi}, not {value}")
+    return value
+
+
+def _data_dir(raw: Any) -> Path:
+    return Path(_as_str(raw)).expanduser()
+
+
+class _ParseOnlyReactor:
+    """Stands in for the reactor while an endpoint string is parsed: parsing must not
+    install the global reactor (``logbus serve`` installs epoll explicitly, later)."""
+
+
+def check_endpoint(description: str) -> str:
+    """Parse a Twisted server endpoint description the way ``serverFromString`` will at
+    start-up; return it (``off`` normalised) or raise ValueError. Nothing is bound."""
+    from twisted.internet.endpoints import serverFromString
+
+    value = _as_str(description)
+    if value.lower() == OFF:
+        return OFF
+    kind, _, rest = value.partition(":")
+    first = rest.split(":", 1)[0]
+    if kind in ("tcp", "tcp6", "ssl") and first.isdigit() and int(first) > 65535:
+        raise ValueError(f"port {first} is out of range (0..65535) in {value!r}")
+    try:
+        serverFromString(_ParseOnlyReactor(), value)
+    except ImportError as exc:
+        raise ValueError(f"cannot use {value!r}: {exc} (TLS needs: pip install 'twisted[tls]')")
+    except TypeError as exc:
+        raise ValueError(f"wrong arguments for a {kind!r} endpoint in {value!r} ({exc})")
+    except Exception as exc:  # ValueError, KeyError, OSError (certificate files), ...
+        raise ValueError(f"not a valid endpoint {value!r}: {exc}")
+    return value
+
+
+def _flush(raw: Any) -> str:
+    value = _as_str(raw).lower()
+    try:
+        parse_flush(value)
+    except InvalidConfig as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+def _log_level(raw: Any) -> str:
+    value = _as_str(raw).lower()
+    if value not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, not {raw!r}")
+    return value
+
+
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "data_dir": _data_dir,
+    "amqp": check_endpoint,
+    "mqtt": check_endpoint,
+    "kafka": check_endpoint,
+    "http": check_endpoint,
+    "default_partitions": lambda raw: _as_int(raw, 1, 100_000),
+    "default_flush": _flush,
+    "max_open_files": lambda raw: _as_int(raw, 16, 1_000_000),
+    "log_level": _log_level,
+}
+KEYS = tuple(_CONVERTERS)
+
+
+def env_var(key: str) -> str:
+    return ENV_PREFIX + key.upper()
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Merge defaults < TOML file < environment < flags into validated Settings.
+
+    ``flags`` uses the key names (plus ``"config"`` for the file); None means "not given".
+    ``environ`` defaults to ``os.environ``; variables with other names are ignored.
+    """
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    environ = os.environ if environ is None else environ
+    unknown = set(flags) - set(KEYS) - {"config"}
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+
+    raw: dict[str, tuple[Any, str]] = {}  # key -> (value, where it came from)
+
+    config_file: Path | None = None
+    if "config" in flags:
+        config_file = Path(str(flags["config"])).expanduser()
+        file_source = f"--config {config_file}"
+    elif environ.get(CONFIG_ENV):
+        config_file = Path(environ[CONFIG_ENV]).expanduser()
+        file_source = f"{CONFIG_ENV}={config_file}"
+    if config_file is not None:
+        for key, value in _read_toml(config_file, file_source).items():
+            raw[key] = (value, f"config file {config_file}")
+
+    for key in KEYS:
+        value = environ.get(env_var(key))
+        if value:
+            raw[key] = (value, f"environment variable {env_var(key)}")
+
+    for key in KEYS:
+        if key in flags:
+            raw[key] = (flags[key], f"command-line flag --{key.replace('_', '-')}")
+
+    values: dict[str, Any] = {}
+    for key, (value, source) in raw.items():
+        try:
+            values[key] = _CONVERTERS[key](value)
+        except ValueError as exc:
+            raise ConfigError(f"{key}: {exc} (from {source})") from None
+    return Settings(**values, config_file=config_file)
+
+
+def _read_toml(path: Path, source: str) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path} ({source}): {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    unknown = [key for key in data if key not in _CONVERTERS]
+    if unknown:
+        raise ConfigError(
+            f"config file {path}: unknown key(s) {', '.join(map(repr, unknown))}"
+            f" (known: {', '.join(KEYS)})"
+        )
+    return data

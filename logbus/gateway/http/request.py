@@ -1,0 +1,90 @@
+"""The Request class of the HTTP gateway: bounds the request body and parses it as JSON.
+
+The body limit is enforced from the headers, before any body byte is buffered: a
+Content-Length over MAX_BODY is answered 413 at once; a chunked body is counted as it
+arrives. After a 413 the connection is closed *lingering*: we half-close our side (the
+client sees the whole response, then EOF) and discard whatever the client still sends,
+instead of resetting the connection under a client that is still writing its body.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+from twisted.web import server
+
+from .responses import HttpError, Response
+
+MAX_BODY = 1024 * 1024
+LINGER_SECONDS = 10.0
+
+
+class LimitedRequest(server.Request):
+    _rejected = False
+    _received = 0
+
+    def gotLength(self, length: int | None) -> None:
+        # The body is at most MAX_BODY, so memory is the right place for it (never a temp file).
+        self.content = io.BytesIO()
+        if length is not None and length > MAX_BODY:
+            self._reject()
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self._rejected:
+            return
+        self._received += len(data)
+        if self._received > MAX_BODY:
+            self._reject()
+            return
+        self.content.write(data)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        if self._rejected:
+            return  # already answered 413; the rest of the body was discarded
+        super().requestReceived(command, path, version)
+
+    def _reject(self) -> None:
+        self._rejected = True
+        # No "100 Continue" after our final answer.
+        self.requestHeaders.removeHeader(b"Expect")
+        response = Response.error(
+            413, "payload_too_large", f"request body is larger than {MAX_BODY} bytes"
+        )
+        head = (
+            f"HTTP/1.1 413 Content Too Large\r\n"
+            f"Content-Type: {response.content_type}\r\n"
+            f"Content-Length: {len(response.body)}\r\n"
+            f"Connection: close\r\n\r\n"
+        ).encode()
+        channel = self.channel
+        transport = channel.transport
+        channel.dataReceived = _discard  # type: ignore[method-assign]
+        channel.setTimeout(None)
+        transport.write(head + response.body)
+        if hasattr(transport, "loseWriteConnection"):
+            transport.loseWriteConnection()
+            channel.site.reactor.callLater(LINGER_SECONDS, _abort, transport)
+        else:
+            transport.loseConnection()
+
+
+def _discard(data: bytes) -> None:
+    pass
+
+
+def _abort(transport: Any) -> None:
+    if transport.connected:
+        transport.abortConnection()
+
+
+def read_json(request: server.Request) -> Any:
+    """The request body parsed as JSON, or HttpError 400."""
+    raw = request.content.getvalue() if request.content is not None else b""
+    if not raw.strip():
+        raise HttpError(400, "bad_json", "request body must be a JSON document")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HttpError(400, "bad_json", f"request body is not valid JSON: {exc}") from None

@@ -1,0 +1,91 @@
+"""Base resources of the HTTP API.
+
+An ApiResource answers a method M with its ``handle_M(request) -> Response``; a method it
+lacks is 405 with an ``Allow`` header, HEAD is GET without the body. Handlers raise
+HttpError for request problems and let core errors (LogbusError) through: both become
+``{"error": code, "message": text}`` with the status from responses.STATUS_BY_CODE. Any
+other exception is a bug: logged with its traceback, answered 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from twisted.web import resource, server
+
+from ...core.errors import LogbusError
+from .responses import HttpError, Response, status_for
+
+log = logging.getLogger(__name__)
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+Handler = Callable[[server.Request], Response]
+
+
+class ApiResource(resource.Resource):
+    def render(self, request: server.Request) -> bytes:
+        method = request.method.decode("latin-1").upper()
+        head = method == "HEAD"
+        try:
+            if self.isLeaf and request.postpath not in ([], [b""]):
+                raise not_found(request)
+            handler: Handler | None = getattr(self, f"handle_{'GET' if head else method}", None)
+            if handler is None:
+                allowed = ", ".join(self.allowed_methods())
+                raise HttpError(
+                    405,
+                    "method_not_allowed",
+                    f"{method} is not allowed on {request.path.decode('latin-1')}"
+                    f" (allowed: {allowed})",
+                    (("Allow", allowed),),
+                )
+            response = handler(request)
+        except HttpError as exc:
+            response = exc.response()
+        except LogbusError as exc:
+            response = Response.error(status_for(exc.code), exc.code, str(exc))
+        except Exception:
+            log.exception("%s %r failed", method, request.uri)
+            response = Response.error(500, "internal_error", "internal error (see the broker log)")
+        return _write(request, response, head)
+
+    def allowed_methods(self) -> list[str]:
+        allowed = [m for m in METHODS if hasattr(self, f"handle_{m}")]
+        if "GET" in allowed:
+            allowed.insert(allowed.index("GET") + 1, "HEAD")
+        return allowed
+
+    def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
+        return NotFound()
+
+
+class Directory(ApiResource):
+    """An inner node of the tree (``/``, ``/api``): not an endpoint itself."""
+
+    def render(self, request: server.Request) -> bytes:
+        return _write(request, not_found(request).response(), request.method == b"HEAD")
+
+
+class NotFound(ApiResource):
+    isLeaf = True
+
+    def render(self, request: server.Request) -> bytes:
+        return _write(request, not_found(request).response(), request.method == b"HEAD")
+
+
+def not_found(request: server.Request) -> HttpError:
+    return HttpError(404, "not_found", f"no such resource: {request.path.decode('latin-1')}")
+
+
+def _write(request: server.Request, response: Response, head: bool) -> bytes:
+    request.setResponseCode(response.status)
+    if response.content_type is not None:
+        request.setHeader(b"Content-Type", response.content_type.encode())
+    for name, value in response.headers:
+        request.setHeader(name.encode(), value.encode())
+    if head:
+        request.setHeader(b"Content-Length", str(len(response.body)).encode())
+        return b""
+    return response.body

@@ -1,0 +1,47 @@
+"""The resource tree of the HTTP gateway and the Site (protocol factory) serving it.
+
+    /healthz                 health.Health
+    /metrics                 metrics.Metrics
+    /api/topics[/<name>]     topics.Topics, topics.Topic
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from twisted.web import http, server
+
+from .health import Health
+from .metrics import Metrics
+from .request import LimitedRequest
+from .resource import Directory
+from .topics import Topics
+
+if TYPE_CHECKING:
+    from ...core.broker import Broker
+
+access_log = logging.getLogger("logbus.http.access")
+
+
+class ApiSite(server.Site):
+    requestFactory = LimitedRequest
+    noisy = False  # no "Starting factory" lines; server.py logs the bound address
+
+    def log(self, request: server.Request) -> None:
+        if access_log.isEnabledFor(logging.DEBUG):
+            access_log.debug("%s", http.combinedLogFormatter(self._logDateTime, request))
+
+
+def build_resource(broker: Broker) -> Directory:
+    root = Directory()
+    root.putChild(b"healthz", Health())
+    root.putChild(b"metrics", Metrics(broker.metrics.registry))
+    api = Directory()
+    root.putChild(b"api", api)
+    api.putChild(b"topics", Topics(broker))
+    return root
+
+
+def build_site(broker: Broker, reactor: Any = None) -> ApiSite:
+    return ApiSite(build_resource(broker), reactor=reactor)

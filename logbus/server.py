@@ -1,0 +1,310 @@
+"""Build the Broker and its gateways as one Twisted service tree, and run it (`logbus serve`).
+
+Theory of operation:
+
+    LogbusService (MultiService)
+      BrokerService           start: broker.start() (lock, state, recovery); stop: broker.stop()
+      ListenerService amqp    one per configured listener: endpoint.listen(factory)
+      ListenerService ...
+
+Children start in that order, so no connection is accepted before the log is recovered,
+and stop in reverse order, each waiting for the one before: listeners close first, the
+broker flushes last. ``run()`` installs the stop as a "before shutdown" trigger, so
+SIGTERM/SIGINT (which stop the reactor) flush the broker before the process exits.
+
+Adding a protocol: write ``build(broker, settings, reactor) -> IProtocolFactory`` in its
+gateway package and put it in GATEWAYS below (the listener name is already a config key,
+see config.LISTENERS).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from twisted.application.service import MultiService, Service
+from twisted.internet import defer
+from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IAddress, IListeningPort, IProtocolFactory
+from twisted.python.failure import Failure
+
+from .config import LISTENERS, Settings
+from .core.errors import LogbusError
+
+if TYPE_CHECKING:
+    from .core.broker import Broker
+
+log = logging.getLogger(__name__)
+
+GatewayBuilder = Callable[["Broker", Settings, Any], IProtocolFactory]
+
+
+def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
+    from .gateway.http.site import build_site
+
+    return build_site(broker, reactor)
+
+
+# THE gateway table: listener name -> builder of the protocol factory that serves it.
+# None: the protocol is accepted by the config but not built yet; nothing listens for it.
+GATEWAYS: dict[str, GatewayBuilder | None] = {
+    "amqp": None,
+    "mqtt": None,
+    "kafka": None,
+    "http": _http,
+}
+assert set(GATEWAYS) == set(LISTENERS), "every listener in config.LISTENERS needs a GATEWAYS entry"
+
+
+class BrokerService(Service):
+    name = "broker"
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def startService(self) -> None:
+        self.broker.start()  # raises (DataDirLocked, ...) before we count as running
+        super().startService()
+
+    def stopService(self) -> defer.Deferred[None]:
+        if not self.running:
+            return defer.succeed(None)  # never started: the data dir is not ours to touch
+        super().stopService()
+        return defer.maybeDeferred(self.broker.stop)
+
+
+class ListenerService(Service):
+    """Listens on one endpoint with one factory; ``when_listening()`` gives the port."""
+
+    def __init__(self, name: str, description: str, endpoint: Any, factory: IProtocolFactory):
+        self.name = name
+        self.description = description
+        self.endpoint = endpoint
+        self.factory = factory
+        self.port: IListeningPort | None = None
+        self._failure: Failure | None = None
+        self._waiting: list[defer.Deferred[IListeningPort]] = []
+
+    def startService(self) -> None:
+        super().startService()
+        self.endpoint.listen(self.factory).addCallbacks(self._listening, self._failed)
+
+    def _listening(self, port: IListeningPort) -> None:
+        self.port = port
+        waiting, self._waiting = self._waiting, []
+        for d in waiting:
+            d.callback(port)
+
+    def _failed(self, failure: Failure) -> None:
+        self._failure = failure
+        waiting, self._waiting = self._waiting, []
+        for d in waiting:
+            d.errback(failure)
+
+    def when_listening(self) -> defer.Deferred[IListeningPort]:
+        if self.port is not None:
+            return defer.succeed(self.port)
+        if self._failure is not None:
+            return defer.fail(self._failure)
+        d: defer.Deferred[IListeningPort] = defer.Deferred()
+        self._waiting.append(d)
+        return d
+
+    def stopService(self) -> defer.Deferred[None]:
+        super().stopService()
+        port, self.port = self.port, None
+        if port is None:
+            return defer.succeed(None)
+        return defer.maybeDeferred(port.stopListening)
+
+
+class LogbusService(MultiService):
+    def __init__(self, broker: Broker) -> None:
+        super().__init__()
+        self.broker = broker
+        self.broker_service = BrokerService(broker)
+        self.broker_service.setServiceParent(self)
+        self.listeners: list[ListenerService] = []
+
+    def add_listener(self, listener: ListenerService) -> None:
+        listener.setServiceParent(self)
+        self.listeners.append(listener)
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        """Stop children one at a time, last started first (MultiService stops them all at once)."""
+        Service.stopService(self)
+        for child in reversed(list(self)):
+            if child.running:
+                yield defer.maybeDeferred(child.stopService)
+
+    def when_listening(self) -> defer.Deferred[list[tuple[bool, Any]]]:
+        """Fires with DeferredList results (success, port | Failure), one per listener."""
+        return defer.DeferredList(
+            [listener.when_listening() for listener in self.listeners], consumeErrors=True
+        )
+
+
+def build_service(settings: Settings, reactor: Any) -> LogbusService:
+    from .core.broker import Broker
+
+    broker = Broker(
+        settings.data_dir,
+        reactor=reactor,
+        topic_defaults=settings.topic_defaults(),
+        max_open_files=settings.max_open_files,
+    )
+    service = LogbusService(broker)
+    for name, description in settings.listeners().items():
+        builder = GATEWAYS[name]
+        if builder is None:
+            log.info("%s gateway is not built yet; not listening on %s", name, description)
+            continue
+        endpoint = serverFromString(reactor, description)
+        service.add_listener(
+            ListenerService(name, description, endpoint, builder(broker, settings, reactor))
+        )
+    return service
+
+
+def format_address(address: IAddress) -> str:
+    if isinstance(address, IPv6Address):
+        return f"[{address.host}]:{address.port}"
+    if isinstance(address, IPv4Address):
+        return f"{address.host}:{address.port}"
+    if isinstance(address, UNIXAddress):
+        name = address.name
+        return name.decode() if isinstance(name, bytes) else str(name)
+    return str(address)
+
+
+def write_ready_file(path: Path, addresses: dict[str, str]) -> None:
+    """Write ``{"pid": ..., "<listener>": "host:port", ...}`` atomically (temp file + rename)."""
+    payload = {"pid": os.getpid(), **addresses}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(payload) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def install_epoll_reactor() -> Any:
+    """Install (or confirm) the epoll reactor; call before anything imports the reactor."""
+    if "twisted.internet.reactor" not in sys.modules:
+        from twisted.internet import epollreactor
+
+        epollreactor.install()
+    from twisted.internet import reactor
+
+    if type(reactor).__name__ != "EPollReactor":
+        raise RuntimeError(f"logbus serve needs the epoll reactor, got {type(reactor).__name__}")
+    return reactor
+
+
+def setup_logging(level: str) -> None:
+    """Everything to stderr, one line per record; Twisted's own log is bridged into it."""
+    from twisted.logger import STDLibLogObserver, globalLogBeginner
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+    # Twisted's info lines ("Site starting on ...") repeat ours; keep its warnings and errors.
+    if level != "debug":
+        logging.getLogger("twisted").setLevel(logging.WARNING)
+    globalLogBeginner.beginLoggingTo([STDLibLogObserver()], redirectStandardIO=False)
+
+
+def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int:
+    """Serve until SIGTERM/SIGINT; return the process exit code (0: clean stop)."""
+    exit_code = 0
+    started = wrote_ready = False
+
+    def fail(message: str, *args: Any) -> None:
+        nonlocal exit_code
+        log.error(message, *args)
+        exit_code = 1
+        if reactor.running:
+            reactor.stop()
+
+    log.info(
+        "logbus starting: data dir %s%s",
+        settings.data_dir.resolve(),
+        f", config {settings.config_file}" if settings.config_file else "",
+    )
+    try:
+        service = build_service(settings, reactor)
+    except LogbusError as exc:
+        log.error("cannot start: %s [%s]", exc, exc.code)
+        return 1
+
+    def stop() -> defer.Deferred[None]:
+        def stopped(result: Any) -> None:
+            if started:
+                log.info("logbus stopped")
+
+        def failed(failure: Failure) -> None:
+            nonlocal exit_code
+            exit_code = 1
+            log.error("shutdown failed: %s", failure.getErrorMessage(), exc_info=_exc_info(failure))
+
+        return defer.maybeDeferred(service.stopService).addCallbacks(stopped, failed)
+
+    def ready(results: list[tuple[bool, Any]]) -> None:
+        nonlocal wrote_ready
+        addresses: dict[str, str] = {}
+        for listener, (ok, value) in zip(service.listeners, results):
+            if not ok:
+                fail("cannot listen for %s on %s: %s", listener.name, listener.description,
+                     value.getErrorMessage())
+                return
+            addresses[listener.name] = format_address(value.getHost())
+        for name, address in addresses.items():
+            log.info("%s listening on %s", name, address)
+        if ready_file is not None:
+            try:
+                write_ready_file(ready_file, addresses)
+            except OSError as exc:
+                fail("cannot write ready file %s: %s", ready_file, exc)
+                return
+            wrote_ready = True
+        log.info("logbus ready (pid %d)", os.getpid())
+
+    def start() -> None:
+        nonlocal started
+        try:
+            service.startService()
+        except LogbusError as exc:
+            fail("cannot start: %s [%s]", exc, exc.code)
+            return
+        except OSError as exc:
+            fail("cannot start: %s", exc)
+            return
+        except Exception:
+            log.exception("cannot start")
+            fail("cannot start: unexpected error (traceback above)")
+            return
+        started = True
+        service.when_listening().addCallback(ready).addErrback(
+            lambda failure: fail("cannot start: %s", failure.getErrorMessage())
+        )
+
+    reactor.addSystemEventTrigger("before", "shutdown", stop)
+    reactor.callWhenRunning(start)
+    reactor.run()
+    if wrote_ready and ready_file is not None:
+        ready_file.unlink(missing_ok=True)
+    return exit_code
+
+
+def _exc_info(failure: Failure) -> tuple[Any, Any, Any]:
+    return (failure.type, failure.value, failure.getTracebackObject())
+

@@ -1,0 +1,36 @@
+"""Shared fixtures.
+
+``logbus_server`` starts real ``logbus serve`` processes (see tests/serverproc.py):
+
+    def test_x(logbus_server):
+        server = logbus_server()                           # all listeners on tcp:0, loopback
+        server = logbus_server(listeners={"amqp": "off"}, args=["--default-partitions", "3"],
+                               env={"LOGBUS_LOG_LEVEL": "debug"})
+        server.http_url; server.ports["http"]; server.data_dir; server.pid
+        server.stop(); server.kill(); server.restart()
+
+Every server a test started is stopped (SIGTERM, then SIGKILL) when the test ends. For one
+server shared by a module, use ``ServerFactory`` in a module-scoped fixture the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.serverproc import LogbusServer, ServerFactory
+
+
+@pytest.fixture
+def logbus_server(tmp_path: Path) -> Iterator[Any]:
+    factory = ServerFactory(tmp_path)
+
+    def start(**kwargs: Any) -> LogbusServer:
+        return factory.start(**kwargs)
+
+    try:
+        yield start
+    finally:
+        factory.cleanup()

@@ -1,0 +1,254 @@
+"""Run a real ``logbus serve`` in a subprocess, for integration and fault tests.
+
+    factory = ServerFactory(tmp_dir)
+    server = factory.start()                      # every listener on tcp:0 (loopback)
+    server.http_url, server.ports["http"]         # from the server's --ready-file
+    server.stop()                                 # SIGTERM, wait: returns the exit code
+    server.kill(); server.restart()               # kill -9, then again on the same data dir
+    factory.cleanup()                             # stops whatever is still running, by pid
+
+The server binds port 0 and reports the ports it got in its ready file, so tests never
+guess free ports. Its stdout and stderr go to ``server.log_path`` (a file, not a pipe
+nobody reads); a start that fails or times out raises ServerStartError with that log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOOPBACK_ANY_PORT = "tcp:0:interface=127.0.0.1"
+LISTENERS = ("amqp", "mqtt", "kafka", "http")
+READY_TIMEOUT = 20.0
+STOP_TIMEOUT = 30.0
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+def logbus_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a logbus subprocess: ours without LOGBUS_* (a developer's own
+    settings must not leak into tests), the repository importable, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGBUS_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
+
+
+def logbus_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "logbus", *args]
+
+
+def run_logbus(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60.0, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run one ``logbus ...`` command to completion, capturing stdout and stderr."""
+    return subprocess.run(
+        logbus_command(*args),
+        env=logbus_env(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def serve_args(
+    data_dir: Path, listeners: Mapping[str, str], ready_file: Path | None, extra: Sequence[str]
+) -> list[str]:
+    args = ["serve", "--data-dir", str(data_dir)]
+    for name, endpoint in listeners.items():
+        args += [f"--{name}", endpoint]
+    if ready_file is not None:
+        args += ["--ready-file", str(ready_file)]
+    return [*args, *extra]
+
+
+class LogbusServer:
+    """One ``logbus serve`` process (and its restarts, on the same data directory)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        listeners: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        ready_timeout: float = READY_TIMEOUT,
+    ) -> None:
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.ready_file = workdir / "ready.json"
+        self.log_path = workdir / "server.log"
+        self.listeners = {name: LOOPBACK_ANY_PORT for name in LISTENERS}
+        self.listeners.update(listeners or {})
+        self.args = list(args)
+        self.env = dict(env or {})
+        self.ready_timeout = ready_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.addresses: dict[str, str] = {}  # listener -> "host:port", as the server reported
+        self.ports: dict[str, int] = {}  # listener -> port
+
+    # -- facts about the running server ---------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError("server is not started")
+        return self.proc.pid
+
+    @property
+    def http_url(self) -> str:
+        if "http" not in self.addresses:
+            raise RuntimeError("the http listener is off")
+        return f"http://{self.addresses['http']}"
+
+    def host_port(self, listener: str) -> tuple[str, int]:
+        host, _, port = self.addresses[listener].rpartition(":")
+        return host.strip("[]"), int(port)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> LogbusServer:
+        """Start and wait until every listener is bound (the ready file appears)."""
+        if self.running():
+            raise RuntimeError(f"server pid {self.pid} is already running")
+        self.ready_file.unlink(missing_ok=True)
+        self.addresses, self.ports = {}, {}
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"--- {' '.join(self.command())}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.command(),
+                env=logbus_env(self.env),
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # a ^C to pytest does not hit the server directly
+            )
+        self._wait_ready()
+        return self
+
+    def command(self) -> list[str]:
+        args = serve_args(self.data_dir, self.listeners, self.ready_file, self.args)
+        return logbus_command(*args)
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + self.ready_timeout
+        while True:
+            if self.ready_file.exists():
+                ready = json.loads(self.ready_file.read_text())
+                if ready.get("pid") == self.proc.pid:
+                    break
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerStartError(
+                    f"logbus serve exited with code {code} before it was ready:\n{self.log_text()}"
+                )
+            if time.monotonic() > deadline:
+                self.kill()
+                raise ServerStartError(
+                    f"logbus serve was not ready after {self.ready_timeout:.0f} s:\n"
+                    f"{self.log_text()}"
+                )
+            time.sleep(0.02)
+        self.addresses = {k: v for k, v in ready.items() if k != "pid"}
+        self.ports = {k: int(v.rpartition(":")[2]) for k, v in self.addresses.items() if ":" in v}
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM and wait; return the exit code (SIGKILL and raise if it does not stop)."""
+        if self.proc is None:
+            raise RuntimeError("server is not started")
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError(
+                    f"logbus serve did not stop within {timeout} s of SIGTERM:\n{self.log_text()}"
+                ) from None
+        return self.proc.returncode
+
+    def kill(self) -> int:
+        """SIGKILL (a crash) and reap; return the exit code (-9)."""
+        if self.proc is None:
+            raise RuntimeError("server is not started")
+        if self.proc.poll() is None:
+            self.proc.kill()
+        return self.proc.wait()
+
+    def restart(self, *, same_ports: bool = False) -> LogbusServer:
+        """Stop (if running) and start again on the same data directory. With
+        ``same_ports`` the listeners bind the ports of the previous run, so clients can
+        reconnect to the address they had; otherwise they get new ports (see .ports)."""
+        if self.running():
+            code = self.stop()
+            if code != 0:
+                raise AssertionError(f"logbus serve exited {code} on SIGTERM:\n{self.log_text()}")
+        if same_ports:
+            for name in self.ports:
+                host, port = self.host_port(name)
+                if ":" not in host:  # IPv4; other address families keep their endpoint
+                    self.listeners[name] = f"tcp:{port}:interface={host}"
+        return self.start()
+
+    def cleanup(self) -> None:
+        """Stop gracefully if possible, else kill; never leaves a process behind."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            self.stop(timeout=10.0)
+        except AssertionError:
+            pass  # stop() already killed it
+
+
+class ServerFactory:
+    """Starts servers in fresh directories under ``base_dir``; cleanup() stops them all."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self.servers: list[LogbusServer] = []
+
+    def start(
+        self,
+        *,
+        listeners: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        ready_timeout: float = READY_TIMEOUT,
+    ) -> LogbusServer:
+        """Start ``logbus serve`` with every listener on an ephemeral loopback port, except
+        those overridden in ``listeners`` (name -> endpoint or "off"); ``args`` are extra
+        ``serve`` flags, ``env`` extra environment variables."""
+        workdir = self.base_dir / f"server{len(self.servers)}"
+        server = LogbusServer(
+            workdir, listeners=listeners, args=args, env=env, ready_timeout=ready_timeout
+        )
+        self.servers.append(server)
+        return server.start()
+
+    def cleanup(self) -> None:
+        for server in reversed(self.servers):
+            server.cleanup()

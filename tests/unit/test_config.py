@@ -1,0 +1,240 @@
+"""Settings: defaults < TOML file < LOGBUS_* environment < flags, and validation messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logbus.config import KEYS, LISTENERS, ConfigError, Settings, check_endpoint, load_settings
+from logbus.core.log.topic_config import TopicConfig
+
+
+def write_toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "logbus.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults() -> None:
+    s = load_settings({}, environ={})
+    assert s == Settings()
+    assert s.data_dir == Path("data")
+    assert s.listeners() == {
+        "amqp": "tcp:5672:interface=127.0.0.1",
+        "mqtt": "tcp:1883:interface=127.0.0.1",
+        "kafka": "tcp:9092:interface=127.0.0.1",
+        "http": "tcp:8080:interface=127.0.0.1",
+    }
+    assert s.topic_defaults() == TopicConfig()
+    assert s.config_file is None
+
+
+def test_every_listener_is_a_key() -> None:
+    assert set(LISTENERS) <= set(KEYS)
+
+
+def test_precedence_file_then_env_then_flags(tmp_path: Path) -> None:
+    path = write_toml(
+        tmp_path,
+        'data_dir = "/from/file"\n'
+        'http = "tcp:1111:interface=127.0.0.1"\n'
+        'mqtt = "tcp:2222:interface=127.0.0.1"\n'
+        "default_partitions = 2\n"
+        'default_flush = "none"\n',
+    )
+    environ = {
+        "LOGBUS_CONFIG": str(path),
+        "LOGBUS_HTTP": "tcp:3333:interface=127.0.0.1",
+        "LOGBUS_DEFAULT_PARTITIONS": "4",
+        "LOGBUS_DATA_DIR": "/from/env",
+    }
+    s = load_settings({"data_dir": "/from/flag", "default_partitions": None}, environ=environ)
+    assert s.data_dir == Path("/from/flag")  # flag beats env and file
+    assert s.http == "tcp:3333:interface=127.0.0.1"  # env beats file
+    assert s.default_partitions == 4  # env beats file; a None flag is "not given"
+    assert s.mqtt == "tcp:2222:interface=127.0.0.1"  # file beats default
+    assert s.default_flush == "none"
+    assert s.kafka == Settings().kafka  # default
+    assert s.config_file == path
+    assert s.topic_defaults() == TopicConfig(partitions=4, flush="none")
+
+
+def test_config_flag_beats_config_env(tmp_path: Path) -> None:
+    env_file = write_toml(tmp_path, "default_partitions = 7\n")
+    flag_file = tmp_path / "other.toml"
+    flag_file.write_text("default_partitions = 9\n")
+    s = load_settings({"config": str(flag_file)}, environ={"LOGBUS_CONFIG": str(env_file)})
+    assert s.default_partitions == 9
+    assert s.config_file == flag_file
+
+
+def test_empty_env_var_is_unset() -> None:
+    assert load_settings({}, environ={"LOGBUS_HTTP": ""}).http == Settings().http
+
+
+def test_unrelated_env_vars_are_ignored() -> None:
+    load_settings({}, environ={"LOGBUS_SERVER": "http://x", "LOGBUS_SOMETHING": "1"})
+
+
+def test_off_disables_a_listener() -> None:
+    s = load_settings({"amqp": "off", "kafka": "OFF"}, environ={"LOGBUS_MQTT": "off"})
+    assert s.amqp == s.kafka == s.mqtt == "off"
+    assert s.listeners() == {"http": Settings().http}
+
+
+def test_off_from_the_file(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, 'http = "off"\n')
+    assert "http" not in load_settings({"config": str(path)}, environ={}).listeners()
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "tcp:0",
+        "tcp:5672:interface=127.0.0.1",
+        "tcp:port=80:backlog=10",
+        "unix:/tmp/logbus.sock",
+        "unix:/tmp/logbus.sock:mode=600",
+    ],
+)
+def test_valid_endpoints(endpoint: str) -> None:
+    assert check_endpoint(endpoint) == endpoint
+
+
+@pytest.mark.parametrize(
+    "endpoint, fragment",
+    [
+        ("tcp:notaport", "not a valid endpoint"),
+        ("tcp:70000", "out of range"),
+        ("bogus:1", "not a valid endpoint"),
+        ("tcp", "wrong arguments"),
+        ("tcp:1:nonsense=1", "wrong arguments"),
+        ("5672", "not a valid endpoint"),
+        ("", "must not be empty"),
+        ("ssl:443:privateKey=/nonexistent/key.pem", "/nonexistent/key.pem"),
+    ],
+)
+def test_invalid_endpoints(endpoint: str, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        check_endpoint(endpoint)
+    assert fragment in str(info.value)
+
+
+def test_parsing_endpoints_does_not_install_the_reactor() -> None:
+    # `logbus serve` installs epoll after loading the config: parsing must not pick a reactor.
+    code = (
+        "import sys; from logbus.config import load_settings; "
+        "load_settings({'http': 'tcp:0:interface=127.0.0.1'}, environ={}); "
+        "sys.exit('twisted.internet.reactor' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_bad_endpoint_names_key_and_source() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, environ={"LOGBUS_HTTP": "tcp:what"})
+    message = str(info.value)
+    assert message.startswith("http: ")
+    assert "environment variable LOGBUS_HTTP" in message
+    assert "tcp:what" in message
+
+
+def test_bad_flag_names_the_flag() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings({"default_partitions": "many"}, environ={})
+    assert str(info.value) == (
+        "default_partitions: must be an integer, not 'many'"
+        " (from command-line flag --default-partitions)"
+    )
+
+
+def test_bad_file_value_names_the_file(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, 'default_flush = "sometimes"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings({"config": str(path)}, environ={})
+    assert "default_flush" in str(info.value)
+    assert f"config file {path}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        ({"default_partitions": "0"}, "between 1 and 100000"),
+        ({"default_partitions": True}, "must be an integer"),
+        ({"default_flush": "interval:0"}, "interval:<ms>"),
+        ({"default_flush": "sometimes"}, "flush must be"),
+        ({"max_open_files": "-1"}, "between"),
+        ({"log_level": "loud"}, "must be one of debug"),
+        ({"data_dir": "  "}, "must not be empty"),
+    ],
+)
+def test_invalid_values(flags: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(flags, environ={})
+    key = next(iter(flags))
+    assert str(info.value).startswith(f"{key}: ")
+    assert fragment in str(info.value)
+
+
+def test_values_are_normalised() -> None:
+    s = load_settings(
+        {"default_flush": " Interval:50 ", "log_level": "DEBUG", "default_partitions": " 3 "},
+        environ={},
+    )
+    assert (s.default_flush, s.log_level, s.default_partitions) == ("interval:50", "debug", 3)
+    assert s.topic_defaults().flush_interval_ms == 50
+
+
+def test_unknown_key_in_file_is_an_error(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, 'data_dir = "d"\nhttp_port = 8080\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings({"config": str(path)}, environ={})
+    assert "unknown key(s) 'http_port'" in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_tables_in_file_are_unknown_keys(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, '[listeners]\nhttp = "off"\n')
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_settings({"config": str(path)}, environ={})
+
+
+def test_wrong_toml_type(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "http = 8080\n")
+    with pytest.raises(ConfigError, match=r"^http: must be a string, not 8080 \(from config file"):
+        load_settings({"config": str(path)}, environ={})
+
+
+def test_invalid_toml(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "data_dir = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings({"config": str(path)}, environ={})
+
+
+def test_missing_config_file_names_where_it_was_given(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, environ={"LOGBUS_CONFIG": str(missing)})
+    assert f"LOGBUS_CONFIG={missing}" in str(info.value)
+    assert "No such file" in str(info.value)
+
+
+def test_unknown_flag_key() -> None:
+    with pytest.raises(ConfigError, match="unknown setting"):
+        load_settings({"colour": "blue"}, environ={})
+
+
+def test_settings_are_frozen() -> None:
+    s = Settings()
+    with pytest.raises(AttributeError):
+        s.http = "off"  # type: ignore[misc]
+
+
+def test_data_dir_expands_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert load_settings({"data_dir": "~/logbus"}, environ={}).data_dir == Path(
+        "/home/someone/logbus"
+    )
