@@ -2,7 +2,8 @@
 """Append throughput of the log, against plain sequential write + fdatasync.
 
 For each record size x flush policy x partition count: keep ``--outstanding`` appends
-in flight (each of ``--batch`` records, round-robin over the partitions) until
+in flight (each of ``--batch`` records, round-robin over the partitions; completion by
+callback, or by Deferred with ``--api deferred``) until
 ``--records`` records are acknowledged (durable under the policy), then close the log
 (one final flush). The baseline writes the same batch bytes with ``os.write`` to one file
 and calls ``fdatasync`` once at the end. Prints one JSON document.
@@ -45,7 +46,7 @@ def baseline(directory: str, payload: bytes, appends: int, batch: int) -> dict[s
 
 
 def run_log(directory: str, payload: bytes, records: int, batch: int, policy: str, partitions: int,
-            outstanding: int, segment_bytes: int) -> dict[str, float]:
+            outstanding: int, segment_bytes: int, use_deferred: bool = False) -> dict[str, float]:
     """Drive the log from inside a running reactor; returns the figures."""
     lm = LogManager(directory, reactor, max_open_files=4096)
     cfg = TopicConfig(partitions=partitions, flush=policy, segment_bytes=segment_bytes)
@@ -56,7 +57,11 @@ def run_log(directory: str, payload: bytes, records: int, batch: int, policy: st
     state = {"issued": 0, "done": 0, "inflight": 0, "looping": False, "t0": 0.0}
     finished: list[float] = []
 
-    def on_done(_r: object) -> None:
+    def on_done(r: object) -> None:
+        if isinstance(r, Exception):
+            print(r, file=sys.stderr)
+            reactor.crash()
+            return
         state["inflight"] -= 1
         state["done"] += 1
         if state["done"] == appends:
@@ -64,9 +69,12 @@ def run_log(directory: str, payload: bytes, records: int, batch: int, policy: st
         elif not state["looping"]:
             pump()
 
+    def on_deferred_done(r: object) -> None:
+        on_done(r)
+
     def on_err(f: object) -> None:
         print(f, file=sys.stderr)
-        reactor.stop()
+        reactor.crash()
 
     def pump() -> None:
         state["looping"] = True
@@ -75,7 +83,10 @@ def run_log(directory: str, payload: bytes, records: int, batch: int, policy: st
                 i = state["issued"]
                 state["issued"] = i + 1
                 state["inflight"] += 1
-                parts[i % partitions].append(recs).addCallbacks(on_done, on_err)
+                if use_deferred:
+                    parts[i % partitions].append(recs).addCallbacks(on_deferred_done, on_err)
+                else:
+                    parts[i % partitions].append(recs, callback=on_done)
         finally:
             state["looping"] = False
 
@@ -118,6 +129,8 @@ def main() -> None:
     ap.add_argument("--outstanding", type=int, default=1000, help="appends in flight")
     ap.add_argument("--batch", type=int, default=1, help="records per append call")
     ap.add_argument("--segment-bytes", type=int, default=128 * 1024 * 1024)
+    ap.add_argument("--api", choices=["callback", "deferred"], default="callback",
+                    help="how completions are delivered: Partition.append(callback=) or its Deferred")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     args = ap.parse_args()
 
@@ -136,7 +149,8 @@ def main() -> None:
             for parts in [int(p) for p in args.partitions.split(",")]:
                 for policy in args.policies.split(","):
                     d = os.path.join(scratch, f"{size}-{parts}-{policy.replace(':', '')}")
-                    r = run_log(d, payload, args.records, args.batch, policy, parts, args.outstanding, args.segment_bytes)
+                    r = run_log(d, payload, args.records, args.batch, policy, parts, args.outstanding, args.segment_bytes,
+                                args.api == "deferred")
                     r.update(size=size, partitions=parts, policy=policy)
                     out["cases"].append(r)  # type: ignore[union-attr]
                     shutil.rmtree(d, ignore_errors=True)

@@ -43,13 +43,29 @@ def syncfs(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+Waiter = tuple[Any, Any]  # (Deferred or callable, result)
+
+
+def fire_waiters(waiters: list[Waiter], error: Exception | None = None) -> None:
+    """Fire each waiter: a Deferred gets callback(result) or errback(error); a plain
+    callable is called with the result or the error."""
+    for target, result in waiters:
+        if type(target) is Deferred:
+            if error is None:
+                target.callback(result)
+            else:
+                target.errback(error)
+        else:
+            target(result if error is None else error)
+
+
 class Ticket:
     __slots__ = ("owner", "handles", "waiters", "deadline")
 
     def __init__(self, owner: Any, deadline: float) -> None:
         self.owner = owner  # has a ``ticket`` attribute the flusher clears on take
         self.handles: dict[int, Handle] = {}
-        self.waiters: list[tuple[Deferred[Any], Any]] = []
+        self.waiters: list[Waiter] = []
         self.deadline = deadline
 
 
@@ -71,7 +87,7 @@ class Flusher:
 
     # -- reactor thread ------------------------------------------------------------
 
-    def wait(self, owner: Any, handle: Handle, waiters: list[tuple[Deferred[Any], Any]]) -> None:
+    def wait(self, owner: Any, handle: Handle, waiters: list[Waiter]) -> None:
         """Fire each ``(deferred, result)`` once ``handle``'s bytes written so far are durable."""
         with self._lock:
             t = owner.ticket
@@ -114,15 +130,11 @@ class Flusher:
         self._thread.join(timeout)
 
     def _complete(self, tickets: list[Ticket], error: OSError | None) -> None:
+        failure = None if error is None else StorageError(f"flush failed, appends not durable: {error}")
         for t in tickets:
             for h in t.handles.values():
                 h.pins -= 1
-            if error is None:
-                for d, result in t.waiters:
-                    d.callback(result)
-            else:
-                for d, _ in t.waiters:
-                    d.errback(StorageError(f"flush failed, appends not durable: {error}"))
+            fire_waiters(t.waiters, failure)
 
     # -- flusher thread ------------------------------------------------------------
 

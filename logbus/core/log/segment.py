@@ -82,25 +82,33 @@ class Segment:
         return h
 
     def on_append(self, position: int, base: int, next_offset: int, max_ts: int, size: int, now: int) -> None:
-        """Index bookkeeping for a batch just written at ``position`` (same rule as rebuild)."""
+        """Index bookkeeping for a batch just placed at ``position`` (the same rule as
+        rebuild_from, inlined: this is on every append)."""
         if self.created_ms is None:
             self.created_ms = now
-        self._index_batch(position, base, max_ts, size)
+        if max_ts > self.max_timestamp:
+            self.max_timestamp = max_ts
+        if self._since_index >= self.index_interval or not position:
+            self._add_entry(base, position)
+        self._since_index += size
         self.size = position + size
         self.next_offset = next_offset
 
     def _index_batch(self, position: int, base: int, max_ts: int, size: int) -> None:
-        idx, tidx = self._index, self._tindex
-        assert idx is not None and tidx is not None
         if max_ts > self.max_timestamp:
             self.max_timestamp = max_ts
-        if not idx.rel_offsets or self._since_index >= self.index_interval:
-            rel = base - self.base_offset
-            idx.append(rel, position)
-            self._since_index = 0
-            if self.max_timestamp > tidx.last_timestamp():
-                tidx.append(self.max_timestamp, rel)
+        if self._since_index >= self.index_interval or not position:
+            self._add_entry(base, position)
         self._since_index += size
+
+    def _add_entry(self, base: int, position: int) -> None:
+        idx, tidx = self._index, self._tindex
+        assert idx is not None and tidx is not None
+        rel = base - self.base_offset
+        idx.append(rel, position)
+        self._since_index = 0
+        if self.max_timestamp > tidx.last_timestamp():
+            tidx.append(self.max_timestamp, rel)
 
     def seal(self) -> None:
         """No more appends: add the final time entry and write both indexes."""
