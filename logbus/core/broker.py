@@ -116,10 +116,12 @@ class Broker:
         self._housekeeping.clock = self.reactor
         self._housekeeping.start(HOUSEKEEPING_SECONDS, now=False)
         log.info(
-            "broker started on %s: %d topics (%s start)",
+            "broker started on %s: %d topics (%s)",
             self.data_dir,
             len(self.log.topics),
-            "clean" if self.log.clean_start else "recovered",
+            "new data directory" if self.log.fresh
+            else "clean restart" if self.log.clean_start
+            else "recovered after an unclean stop",
         )
 
     def stop(self) -> Deferred[None]:

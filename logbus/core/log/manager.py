@@ -65,6 +65,7 @@ class LogManager:
         metrics: Metrics | None = None,
     ) -> None:
         self.root = os.path.join(os.fspath(data_dir), "log")
+        self.fresh = not os.path.isdir(self.root)
         os.makedirs(self.root, exist_ok=True)
         self.metrics = metrics or Metrics()
         m = self.metrics
