@@ -87,33 +87,34 @@ class Flusher:
 
     # -- reactor thread ------------------------------------------------------------
 
-    def wait(self, owner: Any, handle: Handle, waiters: list[Waiter]) -> None:
-        """Fire each ``(deferred, result)`` once ``handle``'s bytes written so far are durable."""
+    def submit(self, items: list[tuple[Any, Handle, list[Waiter] | None, float]]) -> None:
+        """Hand over this tick's writes, one ``(owner, handle, waiters, delay)`` per
+        partition: with ``waiters`` (sync), fire them once ``handle``'s bytes written so
+        far are durable; with None (interval), make them durable within ``delay`` s."""
+        notify = False
+        now = 0.0
         with self._lock:
-            t = owner.ticket
-            if t is None:
-                t = owner.ticket = Ticket(owner, 0.0)
-                self._queue.append(t)
+            for owner, handle, waiters, delay in items:
+                t = owner.ticket
+                if t is None:
+                    if waiters is None:
+                        now = now or time.monotonic()
+                        t = Ticket(owner, now + delay)
+                    else:
+                        t = Ticket(owner, 0.0)
+                    owner.ticket = t
+                    self._queue.append(t)
+                    notify = True
+                elif waiters is not None and t.deadline:
+                    t.deadline = 0.0  # an interval ticket now has waiters: flush at once
+                    notify = True
+                if handle.fd not in t.handles:
+                    handle.pins += 1
+                    t.handles[handle.fd] = handle
+                if waiters:
+                    t.waiters.extend(waiters)
+            if notify:
                 self._cond.notify()
-            elif t.deadline:
-                t.deadline = 0.0  # an interval ticket now has a waiter: flush at once
-                self._cond.notify()
-            if handle.fd not in t.handles:
-                handle.pins += 1
-                t.handles[handle.fd] = handle
-            t.waiters.extend(waiters)
-
-    def later(self, owner: Any, handle: Handle, delay: float) -> None:
-        """Make ``handle`` durable within ``delay`` seconds (the interval policy)."""
-        with self._lock:
-            t = owner.ticket
-            if t is None:
-                t = owner.ticket = Ticket(owner, time.monotonic() + delay)
-                self._queue.append(t)
-                self._cond.notify()
-            if handle.fd not in t.handles:
-                handle.pins += 1
-                t.handles[handle.fd] = handle
 
     def idle(self) -> bool:
         with self._lock:

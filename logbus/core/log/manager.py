@@ -141,8 +141,11 @@ class LogManager:
     def drain(self) -> None:
         """Write every partition's buffered appends (runs once per reactor tick)."""
         parts, self._to_drain = self._to_drain, []
+        handoff: list[Any] = []
         for p in parts:
-            p.drain()
+            p.drain(handoff)
+        if handoff:
+            self.flusher.submit(handoff)
 
     def topic(self, name: str) -> Topic:
         t = self.topics.get(name)

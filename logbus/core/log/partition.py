@@ -20,8 +20,8 @@ from twisted.internet.defer import Deferred, fail
 
 from ..errors import OffsetOutOfRange, RecordTooLarge, StorageError
 from . import batch as B
-from .filecache import FileCache
-from .flusher import Flusher, fire_waiters
+from .filecache import FileCache, Handle
+from .flusher import Flusher, Waiter, fire_waiters
 from .segment import Segment
 from .topic_config import TopicConfig
 
@@ -229,9 +229,10 @@ class Partition:
             self.drain()
         return d
 
-    def drain(self) -> None:
-        """Write this tick's appends with one ``pwrite`` and hand their waiters on:
-        to the flusher (sync), or fired now (interval, none)."""
+    def drain(self, handoff: list[tuple[Partition, Handle, list[Waiter] | None, float]] | None = None) -> None:
+        """Write this tick's appends with one ``pwrite`` and hand their waiters on: to
+        the flusher (sync; through ``handoff`` when the caller batches many partitions),
+        or fired now (interval, none)."""
         wb = self._wbuf
         if not wb:
             return
@@ -247,12 +248,16 @@ class Partition:
             fire_waiters(waiters, self._failed)
             return
         mode = self._mode
-        if mode == "sync":
-            self.flusher.wait(self, handle, waiters)
+        if mode == "none":
+            fire_waiters(waiters)
             return
+        item = (self, handle, waiters if mode == "sync" else None, self._interval)
+        if handoff is None:
+            self.flusher.submit([item])
+        else:
+            handoff.append(item)
         if mode == "interval":
-            self.flusher.later(self, handle, self._interval)
-        fire_waiters(waiters)
+            fire_waiters(waiters)
 
     def roll(self) -> Segment:
         """Seal the active segment and start a new one at the next offset."""
