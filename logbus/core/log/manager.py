@@ -134,6 +134,9 @@ class LogManager:
         return topic
 
     def _schedule(self, p: Partition) -> None:
+        """``p`` has buffered appends: write them at the end of this tick. (Writing
+        earlier, in groups, to overlap flushing with appending measured slower: each
+        smaller syncfs still pays the ~5 ms journal commit.)"""
         if not self._to_drain:
             self.reactor.callLater(0, self.drain)
         self._to_drain.append(p)

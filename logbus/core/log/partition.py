@@ -160,10 +160,10 @@ class Partition:
         nxt = base + i
         seg.on_append(pos, base, nxt, _max_ts(buf), size, now)
         wb = self._wbuf
-        if not wb:
+        first = not wb
+        if first:
             self._wseg = seg
             self._wpos = pos
-            self._schedule(self)
         wb += buf
         self.next_offset = nxt
         self.records_appended += i
@@ -176,6 +176,8 @@ class Partition:
             self._waiters.append((callback, result))
         if len(wb) >= WRITE_BUFFER_MAX:
             self.drain()
+        elif first:
+            self._schedule(self)  # after buffering: the scheduler may drain at once
         return d if callback is None else None
 
     def append_raw(self, data: bytes | bytearray) -> Deferred[AppendResult]:
@@ -215,10 +217,10 @@ class Partition:
     def _buffer(self, seg: Segment, buf: bytearray, base: int, next_offset: int) -> Deferred[AppendResult]:
         """Queue ``buf`` (already indexed at the end of ``seg``) for this tick's write."""
         wb = self._wbuf
-        if not wb:
+        first = not wb
+        if first:
             self._wseg = seg
             self._wpos = seg.size - len(buf)
-            self._schedule(self)
         wb += buf
         self.next_offset = next_offset
         self.records_appended += next_offset - base
@@ -227,6 +229,8 @@ class Partition:
         self._waiters.append((d, _tuple_new(AppendResult, (base, next_offset - 1, self._bases[0]))))
         if len(wb) >= WRITE_BUFFER_MAX:
             self.drain()
+        elif first:
+            self._schedule(self)
         return d
 
     def drain(self, handoff: list[tuple[Partition, Handle, list[Waiter] | None, float]] | None = None) -> None:
