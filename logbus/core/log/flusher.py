@@ -9,8 +9,8 @@ makes the union of their files durable, and hands the tickets back to the reacto
 thread, which fires the waiters in append order. One fsync therefore covers every
 append that arrived while the previous one ran.
 
-With few dirty files each is ``fdatasync``-ed; with many (a write spread over hundreds
-of partitions) one ``syncfs`` of the filesystem is far cheaper than one call per file
+With one dirty file it is ``fdatasync``-ed; with two or more (up to a write spread over
+hundreds of partitions) one ``syncfs`` of the filesystem is cheaper than one call per file
 (measured here: 1,000 dirty files take 290 ms by fdatasync, 10 ms by syncfs; see
 docs/decisions/0002-group-commit-syncfs.md).
 """
@@ -32,7 +32,7 @@ from .filecache import Handle
 
 log = logging.getLogger(__name__)
 
-SYNCFS_MIN_FILES = 8
+SYNCFS_MIN_FILES = 2
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
