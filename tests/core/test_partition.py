@@ -223,3 +223,71 @@ def test_metrics_collector_counts(open_log: OpenLog, loop: LoopReactor) -> None:
     text = generate_latest(lm.metrics.registry).decode()
     assert 'logbus_records_appended_total{topic="t"} 8.0' in text
     assert "logbus_partitions 1.0" in text
+
+
+def test_topic_names_never_collide_with_log_entries(open_log: OpenLog, loop: LoopReactor) -> None:
+    from logbus.core.errors import InvalidTopicName
+    from logbus.core.log import topic_dirname
+
+    lm = open_log()
+    for name in (".trash", ".clean_shutdown", ".", ".."):
+        t = lm.open_topic(name, topic_config(), create=True)
+        assert not os.path.basename(t.directory).startswith(".")
+        loop.wait(t.partition(0).append([Record(None, name.encode())]))
+    assert topic_dirname(".trash") == "%2Etrash"
+    lm.close()
+    lm2 = open_log()
+    for name in (".trash", ".clean_shutdown", ".", ".."):
+        p = lm2.open_topic(name, topic_config()).partition(0)
+        assert [r.value for r in p.read_records(0)] == [name.encode()]
+    with pytest.raises(InvalidTopicName, match="escaped"):
+        lm2.open_topic("é" * 124, topic_config(), create=True)
+    with pytest.raises(InvalidTopicName):
+        lm2.open_topic("a/b", topic_config(), create=True)
+
+
+def test_client_batches_that_only_the_broker_may_write_are_refused(open_log: OpenLog, loop: LoopReactor) -> None:
+    import struct
+
+    from aiokafka.record.util import calc_crc32c
+
+    from logbus.core.errors import CorruptBatch
+
+    def patched(attrs: int | None = None, count: int | None = None, lod: int | None = None) -> bytes:
+        buf = B.build([Record(None, b"x")] * 2, 0)
+        if attrs is not None:
+            struct.pack_into(">h", buf, 21, attrs)
+        if lod is not None:
+            struct.pack_into(">i", buf, 23, lod)
+        if count is not None:
+            struct.pack_into(">i", buf, 57, count)
+        struct.pack_into(">I", buf, 17, calc_crc32c(bytes(buf[21:])))
+        return bytes(buf)
+
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+    for bad, why in (
+        (patched(attrs=B.ATTR_CONTROL), "control"),
+        (patched(attrs=5), "codec"),
+        (patched(count=1000, lod=999), "claims"),
+    ):
+        with pytest.raises(CorruptBatch, match=why):
+            loop.wait(p.append_raw(bad))
+    assert p.log_end_offset == 0
+    assert loop.wait(p.append_raw(patched())).last_offset == 1
+
+
+def test_segment_rolls_before_relative_offsets_overflow(
+    open_log: OpenLog, loop: LoopReactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from logbus.core.log import partition as P
+
+    monkeypatch.setattr(P, "MAX_RELATIVE_OFFSET", 10)
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+    for _ in range(5):
+        loop.wait(p.append([Record(None, b"x")] * 3))
+    loop.wait(p.append_raw(bytes(B.build([Record(None, b"y")] * 4, 0))))
+    assert all(s.next_offset - s.base_offset <= 10 for s in p.segments)
+    assert len(p.segments) >= 2 and p.log_end_offset == 19
+    assert [r.offset for r in p.read_records(0)] == list(range(19))

@@ -48,6 +48,8 @@ COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+MAX_CODEC = 4  # zstd
+MIN_RECORD_SIZE = 7  # length, attributes, timestamp delta, offset delta, key, value, header count
 NO_TIMESTAMP = -1
 
 
@@ -154,7 +156,9 @@ def validate(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None 
 
 
 def split_validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) -> list[BatchInfo]:
-    """Validate every batch in ``buf`` (one or more, back to back, nothing left over)."""
+    """Validate every batch a client sent in ``buf`` (one or more, back to back, nothing
+    left over): CRC, magic, a known codec, a record count that matches the offsets and
+    fits the bytes, and no control batch (only the broker writes those)."""
     infos = []
     pos, end = 0, len(buf)
     if end == 0:
@@ -165,11 +169,17 @@ def split_validate(buf: bytes | bytearray | memoryview, max_batch_bytes: int) ->
             if size > max_batch_bytes:
                 raise RecordTooLarge(f"record batch of {size} bytes exceeds the limit of {max_batch_bytes}")
         info = validate(buf, pos, end)
-        if info.records_count != info.last_offset_delta + 1 and not info.attributes & ATTR_CONTROL:
+        if info.attributes & ATTR_CONTROL:
+            raise CorruptBatch("control batches are written by the broker, not sent by clients")
+        if info.attributes & COMPRESSION_MASK > MAX_CODEC:
+            raise CorruptBatch(f"unknown compression codec {info.attributes & COMPRESSION_MASK}")
+        if info.records_count != info.last_offset_delta + 1:
             raise CorruptBatch(
                 f"record batch count {info.records_count} does not match last_offset_delta "
                 f"{info.last_offset_delta}"
             )
+        if not info.attributes & COMPRESSION_MASK and info.records_count * MIN_RECORD_SIZE > info.size - HEADER_SIZE:
+            raise CorruptBatch(f"record batch claims {info.records_count} records in {info.size} bytes")
         infos.append(info)
         pos += info.size
     return infos

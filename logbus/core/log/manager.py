@@ -4,7 +4,8 @@
     <data>/log/<topic dir>/<partition>/  one directory per partition (see docs/format.md)
 
 Topic directory names are the topic name with every byte outside ``[A-Za-z0-9_.~-]``
-written as ``%XX`` (so any topic name maps to one safe, reversible directory name).
+written as ``%XX`` and a leading ``.`` as ``%2E`` (so any topic name maps to one safe,
+reversible directory name that never collides with the log's own dot-names).
 Which topics exist, and with what settings, is recorded by the caller (the broker's
 state store); the manager opens what it is told to and recovers it.
 """
@@ -16,7 +17,7 @@ import os
 import shutil
 import time
 from typing import Any, Callable
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from ..errors import TopicExists, UnknownPartition, UnknownTopic
 from ..metrics import Metrics
@@ -25,17 +26,12 @@ from .filecache import FileCache
 from .flusher import Flusher, syncfs
 from .partition import Partition, fsync_dir
 from .recovery import RecoveryReport, recover_partition
-from .topic_config import TopicConfig, validate_topic_name
+from .topic_config import TopicConfig, topic_dirname, validate_topic_name
 
 log = logging.getLogger(__name__)
 
 CLEAN_MARKER = ".clean_shutdown"
 TRASH = ".trash"
-
-
-def topic_dirname(name: str) -> str:
-    """Topic name -> directory name: UTF-8 bytes outside ``[A-Za-z0-9_.~-]`` as %XX."""
-    return quote(name, safe="")
 
 
 def topic_from_dirname(dirname: str) -> str:

@@ -28,6 +28,7 @@ from .topic_config import TopicConfig
 log = logging.getLogger(__name__)
 
 WRITE_BUFFER_MAX = 256 * 1024  # write at once past this many buffered bytes
+MAX_RELATIVE_OFFSET = 2**31 - 1  # offsets within a segment, as Kafka (int32 deltas)
 _Builder = DefaultRecordBatchBuilder
 _MAX_BATCH = 2**31 - 1
 _pack_base = B.set_base_offset
@@ -154,10 +155,14 @@ class Partition:
             return _refuse(RecordTooLarge(f"batch of {size} bytes exceeds max.message.bytes"), callback)
         seg = self.active
         pos = seg.size
-        if pos and (pos + size > self._segment_bytes or now - (seg.created_ms or now) >= self._segment_ms):
+        nxt = base + i
+        if pos and (
+            pos + size > self._segment_bytes
+            or now - (seg.created_ms or now) >= self._segment_ms
+            or nxt - seg.base_offset > MAX_RELATIVE_OFFSET
+        ):
             seg = self.roll()
             pos = 0
-        nxt = base + i
         seg.on_append(pos, base, nxt, _max_ts(buf), size, now)
         wb = self._wbuf
         first = not wb
@@ -194,7 +199,7 @@ class Partition:
         if self._failed is not None:
             return fail(self._failed)
         now = B.now_ms()
-        seg = self._segment_for(len(buf), now)
+        seg = self._segment_for(len(buf), sum(i.last_offset_delta + 1 for i in infos), now)
         base = offset = self.next_offset
         pos = 0
         for info in infos:
@@ -205,11 +210,15 @@ class Partition:
             pos += info.size
         return self._buffer(seg, buf, base, offset)
 
-    def _segment_for(self, size: int, now: int) -> Segment:
+    def _segment_for(self, size: int, records: int, now: int) -> Segment:
+        """The segment to append ``size`` bytes holding ``records`` offsets to: the
+        active one, or a new one when it is full, old, or its relative offsets (32-bit
+        in the index) would overflow."""
         seg = self.active
         if seg.size and (
             seg.size + size > self.config.segment_bytes
             or now - (seg.created_ms or now) >= self.config.segment_ms
+            or self.next_offset + records - seg.base_offset > MAX_RELATIVE_OFFSET
         ):
             seg = self.roll()
         return seg

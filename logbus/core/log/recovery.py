@@ -4,9 +4,13 @@ After an unclean stop (no clean-shutdown marker) the active segment is scanned i
 every batch must have magic 2, a length that fits, a valid CRC-32C and the base offset
 that follows its predecessor. The longest prefix of such batches is kept; the rest of the
 file is cut off and the segment's indexes are rebuilt from the scan. Older segments are
-sealed; their indexes are checked (rebuilt if missing or damaged) and their tails walked
-from the last index entry; a damaged older segment is cut at the damage and every later
-segment removed, so the log stays one gap-free prefix.
+sealed; their indexes are checked (rebuilt if missing or damaged) and their batch headers
+walked from the last index entry to the end: an older segment whose tail is torn (the
+walk does not end at the file's end, or not at the next segment's base offset) becomes
+the end of the log; it is CRC-scanned like an active segment and every later segment is
+removed, so the log stays one gap-free prefix. Bytes of a sealed segment before its last
+index entry are not CRC-checked at start (that would read every segment): a crash does
+not damage them, and bit rot there is left to the CRC checks of Kafka clients.
 
 After a clean stop the indexes written at shutdown are trusted after the same checks,
 and only the active segment's tail after its last index entry is walked.

@@ -10,10 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
+from urllib.parse import quote
 
 from ..errors import InvalidConfig, InvalidTopicName
 
 MAX_TOPIC_NAME = 249
+MAX_DIRNAME = 255  # the file system's limit for one name
 _TOPIC_RE = re.compile(r"^[^\x00-\x1f/\\]+$")
 
 # user key -> dataclass field
@@ -110,13 +112,26 @@ class TopicConfig:
         return {_FIELD_TO_KEY[f.name]: getattr(self, f.name) for f in fields(self)}
 
 
+def topic_dirname(name: str) -> str:
+    """Topic name -> directory name: UTF-8 bytes outside ``[A-Za-z0-9_.~-]`` as %XX,
+    and a leading ``.`` as %2E, so no topic directory can be one of the log's own
+    dot-names (``.trash``, ``.clean_shutdown``)."""
+    d = quote(name, safe="")
+    return "%2E" + d[1:] if d.startswith(".") else d
+
+
 def validate_topic_name(name: str) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidTopicName("topic name must be a non-empty string")
     if len(name.encode()) > MAX_TOPIC_NAME:
         raise InvalidTopicName(f"topic name longer than {MAX_TOPIC_NAME} bytes")
-    if name in (".", "..") or not _TOPIC_RE.match(name):
+    if not _TOPIC_RE.match(name):
         raise InvalidTopicName(
-            f"topic name {name!r} may not be '.' or '..' or contain '/', '\\\\' or control characters"
+            f"topic name {name!r} may not contain '/', '\\\\' or control characters"
+        )
+    if len(topic_dirname(name)) > MAX_DIRNAME:
+        raise InvalidTopicName(
+            f"topic name {name!r} is too long once escaped for the file system "
+            f"({len(topic_dirname(name))} > {MAX_DIRNAME} bytes); use fewer non-ASCII characters"
         )
     return name
