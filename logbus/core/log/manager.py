@@ -120,6 +120,8 @@ class LogManager:
         for i in range(len(topic.partitions), config.partitions):
             pdir = os.path.join(topic.directory, str(i))
             segments, report = recover_partition(pdir, self.cache, config.index_interval_bytes, self.clean_start, now)
+            if config.flush_mode != "none":
+                fsync_dir(pdir)  # the first segment's directory entry must survive power loss
             if report.changed:
                 self.reports.append(report)
             topic.partitions.append(

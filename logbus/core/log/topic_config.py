@@ -125,9 +125,9 @@ def validate_topic_name(name: str) -> str:
         raise InvalidTopicName("topic name must be a non-empty string")
     if len(name.encode()) > MAX_TOPIC_NAME:
         raise InvalidTopicName(f"topic name longer than {MAX_TOPIC_NAME} bytes")
-    if not _TOPIC_RE.match(name):
+    if name in (".", "..") or not _TOPIC_RE.match(name):
         raise InvalidTopicName(
-            f"topic name {name!r} may not contain '/', '\\\\' or control characters"
+            f"topic name {name!r} may not be '.' or '..' or contain '/', '\\\\' or control characters"
         )
     if len(topic_dirname(name)) > MAX_DIRNAME:
         raise InvalidTopicName(
