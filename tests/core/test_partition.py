@@ -17,11 +17,27 @@ OpenLog = Callable[..., LogManager]
 
 
 def append_n(loop: LoopReactor, p: Any, n: int, size: int = 50, ts: int | None = None, per_batch: int = 1) -> list[Any]:
-    ds = [
-        p.append([Record(b"k%d" % i, b"v" * size, ts)] * per_batch)
-        for i in range(n)
+    """``n`` appends, each waited for (so each is its own batch)."""
+    return [loop.wait(p.append([Record(b"k%d" % i, b"v" * size, ts)] * per_batch)) for i in range(n)]
+
+
+def test_appends_in_one_tick_share_one_batch(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+    ds = [p.append([Record(b"k%d" % i, b"v%d" % i, 1000 + i)]) for i in range(50)]
+    results = [loop.wait(d) for d in ds]
+    assert [(r.base_offset, r.last_offset) for r in results] == [(i, i) for i in range(50)]
+    infos = B.split_validate(p.read(0, 1 << 20).data, 1 << 20)
+    assert len(infos) == 1 and infos[0].records_count == 50
+    assert [(r.offset, r.key, r.timestamp) for r in p.read_records(0)] == [
+        (i, b"k%d" % i, 1000 + i) for i in range(50)
     ]
-    return [loop.wait(d) for d in ds]
+    # a raw batch in the same tick keeps call order: queued records are encoded first
+    d1 = p.append([Record(None, b"before")])
+    d2 = p.append_raw(bytes(B.build([Record(None, b"raw")], 0)))
+    d3 = p.append([Record(None, b"after")])
+    assert [loop.wait(d).base_offset for d in (d1, d2, d3)] == [50, 51, 52]
+    assert [r.value for r in p.read_records(50)] == [b"before", b"raw", b"after"]
 
 
 def test_append_assigns_offsets_and_reads_back(open_log: OpenLog, loop: LoopReactor) -> None:

@@ -87,14 +87,15 @@ class Flusher:
 
     # -- reactor thread ------------------------------------------------------------
 
-    def submit(self, items: list[tuple[Any, Handle, list[Waiter] | None, float]]) -> None:
-        """Hand over this tick's writes, one ``(owner, handle, waiters, delay)`` per
-        partition: with ``waiters`` (sync), fire them once ``handle``'s bytes written so
-        far are durable; with None (interval), make them durable within ``delay`` s."""
+    def submit(self, items: list[tuple[Any, list[Handle], list[Waiter] | None, float]]) -> None:
+        """Hand over this tick's writes, one ``(owner, handles, waiters, delay)`` per
+        partition: with ``waiters`` (sync), fire them once the bytes written so far to
+        ``handles`` are durable; with None (interval), make them durable within
+        ``delay`` seconds."""
         notify = False
         now = 0.0
         with self._lock:
-            for owner, handle, waiters, delay in items:
+            for owner, handles, waiters, delay in items:
                 t = owner.ticket
                 if t is None:
                     if waiters is None:
@@ -108,9 +109,10 @@ class Flusher:
                 elif waiters is not None and t.deadline:
                     t.deadline = 0.0  # an interval ticket now has waiters: flush at once
                     notify = True
-                if handle.fd not in t.handles:
-                    handle.pins += 1
-                    t.handles[handle.fd] = handle
+                for handle in handles:
+                    if handle.fd not in t.handles:
+                        handle.pins += 1
+                        t.handles[handle.fd] = handle
                 if waiters:
                     t.waiters.extend(waiters)
             if notify:

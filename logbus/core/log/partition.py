@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 WRITE_BUFFER_MAX = 256 * 1024  # write at once past this many buffered bytes
 MAX_RELATIVE_OFFSET = 2**31 - 1  # offsets within a segment, as Kafka (int32 deltas)
+MAX_TICK_BATCH = 256 * 1024  # records queued in a tick are encoded at once past this
+RECORD_OVERHEAD = 12  # per-record framing in the size estimate (varints, attributes)
 _Builder = DefaultRecordBatchBuilder
 _MAX_BATCH = 2**31 - 1
 _pack_base = B.set_base_offset
@@ -92,10 +94,15 @@ class Partition:
         self.active = segments[-1]
         self.next_offset = self.active.next_offset
         self._schedule = schedule  # asks for drain() at the end of this reactor tick
+        self._pending: list[B.Record | tuple[bytes | None, bytes | None, int, list[tuple[str, bytes | None]]]] = []
+        self._pending_base = self.next_offset
+        self._pending_bytes = 0
+        self._pending_now = 0
         self._wbuf = bytearray()
         self._wseg = self.active
         self._wpos = 0
-        self._waiters: list[tuple[Deferred[AppendResult], AppendResult]] = []
+        self._touched: list[Handle] = []
+        self._waiters: list[Waiter] = []
         self._failed: StorageError | None = None
         self.records_appended = 0
         self.bytes_appended = 0
@@ -107,6 +114,7 @@ class Partition:
         self._interval = config.flush_interval_ms / 1000.0
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
+        self._max_batch = min(config.max_message_bytes, MAX_TICK_BATCH)
 
     def __repr__(self) -> str:
         return f"<Partition {self.topic}/{self.index} [{self.log_start_offset}, {self.next_offset})>"
@@ -124,6 +132,13 @@ class Partition:
         return sum(s.size for s in self.segments)
 
     # -- appending ---------------------------------------------------------------
+    #
+    # Theory of operation. ``append`` only queues records (``_pending``) and assigns
+    # their offsets. Once per reactor tick ``drain`` encodes everything queued as ONE
+    # record batch (``_encode_pending``), places it in the active segment (``_place``:
+    # rolling first when it does not fit), writes the tick's bytes with one ``pwrite``
+    # (``_write_out``) and hands the tick's waiters on. A raw batch from a Kafka producer
+    # first encodes what is queued, so offsets stay in call order. Reads drain first.
 
     def append(
         self,
@@ -132,57 +147,48 @@ class Partition:
         *,
         callback: Callable[[AppendResult | Exception], object] | None = None,
     ) -> Deferred[AppendResult] | None:
-        """Append ``records`` as one batch. Without ``callback``: returns a Deferred that
-        fires when they are durable under the topic's flush policy (``none``: once in the
-        page cache). With ``callback``: returns None and calls it then with the
-        AppendResult, or with the exception on failure (cheaper: no Deferred).
+        """Append ``records``. Without ``callback``: returns a Deferred that fires when
+        they are durable under the topic's flush policy (``none``: once in the page
+        cache). With ``callback``: returns None and calls it then with the AppendResult,
+        or with the exception on failure (cheaper: no Deferred). Records appended to a
+        partition in one reactor tick are stored as one record batch.
         The hot path: kept flat on purpose (measured by bench/log_append.py)."""
         if self._failed is not None:
             return _refuse(self._failed, callback)
-        now = int(_time() * 1000) if now_ms is None else now_ms
-        base = self.next_offset
-        builder = _Builder(2, 0, 0, -1, -1, -1, _MAX_BATCH)
-        i = 0
+        est = 0
+        n = 0
         for r in records:
-            builder.append(i, now if r.timestamp is None else r.timestamp, r.key, r.value, r.headers)
-            i += 1
-        if not i:
-            return _refuse(ValueError("a batch needs at least one record"), callback)
-        buf = builder.build()
-        _pack_base(buf, 0, base)
-        size = len(buf)
-        if size > self.config.max_message_bytes:
-            return _refuse(RecordTooLarge(f"batch of {size} bytes exceeds max.message.bytes"), callback)
-        seg = self.active
-        pos = seg.size
-        nxt = base + i
-        if pos and (
-            pos + size > self._segment_bytes
-            or now - (seg.created_ms or now) >= self._segment_ms
-            or nxt - seg.base_offset > MAX_RELATIVE_OFFSET
-        ):
-            seg = self.roll()
-            pos = 0
-        seg.on_append(pos, base, nxt, _max_ts(buf), size, now)
-        wb = self._wbuf
-        first = not wb
-        if first:
-            self._wseg = seg
-            self._wpos = pos
-        wb += buf
+            est += (len(r[1]) if r[1] else 0) + (len(r[0]) if r[0] else 0) + RECORD_OVERHEAD
+            if r[3]:
+                for k, v in r[3]:
+                    est += len(k) + (len(v) if v else 0) + 2
+            n += 1
+        if not n:
+            return _refuse(ValueError("an append needs at least one record"), callback)
+        if est > self._max_batch:
+            return _refuse(RecordTooLarge(f"{est} bytes of records exceed max.message.bytes"), callback)
+        now = int(_time() * 1000) if now_ms is None else now_ms
+        pend = self._pending
+        first = not pend and not self._wbuf
+        base = self.next_offset
+        if not pend:
+            self._pending_base = base
+        for r in records:
+            pend.append(r if r[2] is not None else (r[0], r[1], now, r[3]))
+        nxt = base + n
         self.next_offset = nxt
-        self.records_appended += i
-        self.bytes_appended += size
+        self._pending_now = now
+        self._pending_bytes += est
         result = _tuple_new(AppendResult, (base, nxt - 1, self._bases[0]))
         if callback is None:
             d: Deferred[AppendResult] = Deferred()
             self._waiters.append((d, result))
         else:
             self._waiters.append((callback, result))
-        if len(wb) >= WRITE_BUFFER_MAX:
+        if self._pending_bytes >= self._max_batch or len(self._wbuf) >= WRITE_BUFFER_MAX:
             self.drain()
         elif first:
-            self._schedule(self)  # after buffering: the scheduler may drain at once
+            self._schedule(self)  # after queueing: the scheduler may drain at once
         return d if callback is None else None
 
     def append_raw(self, data: bytes | bytearray) -> Deferred[AppendResult]:
@@ -198,73 +204,103 @@ class Partition:
         """Append already validated batches ``infos`` laid out back to back in ``buf``."""
         if self._failed is not None:
             return fail(self._failed)
+        first = not self._pending and not self._wbuf
         now = B.now_ms()
-        seg = self._segment_for(len(buf), sum(i.last_offset_delta + 1 for i in infos), now)
         base = offset = self.next_offset
-        pos = 0
-        for info in infos:
-            B.set_base_offset(buf, pos, offset)
-            nxt = offset + info.last_offset_delta + 1
-            seg.on_append(seg.size, offset, nxt, info.max_timestamp, info.size, now)
-            offset = nxt
-            pos += info.size
-        return self._buffer(seg, buf, base, offset)
-
-    def _segment_for(self, size: int, records: int, now: int) -> Segment:
-        """The segment to append ``size`` bytes holding ``records`` offsets to: the
-        active one, or a new one when it is full, old, or its relative offsets (32-bit
-        in the index) would overflow."""
-        seg = self.active
-        if seg.size and (
-            seg.size + size > self.config.segment_bytes
-            or now - (seg.created_ms or now) >= self.config.segment_ms
-            or self.next_offset + records - seg.base_offset > MAX_RELATIVE_OFFSET
-        ):
-            seg = self.roll()
-        return seg
-
-    def _buffer(self, seg: Segment, buf: bytearray, base: int, next_offset: int) -> Deferred[AppendResult]:
-        """Queue ``buf`` (already indexed at the end of ``seg``) for this tick's write."""
-        wb = self._wbuf
-        first = not wb
-        if first:
-            self._wseg = seg
-            self._wpos = seg.size - len(buf)
-        wb += buf
-        self.next_offset = next_offset
-        self.records_appended += next_offset - base
+        try:
+            self._encode_pending()
+            pos = 0
+            for info in infos:
+                B.set_base_offset(buf, pos, offset)
+                nxt = offset + info.last_offset_delta + 1
+                piece = buf if len(infos) == 1 else buf[pos : pos + info.size]
+                self._place(piece, offset, nxt, info.max_timestamp, now)
+                offset = nxt
+                pos += info.size
+        except OSError as e:
+            return fail(self._fail(e))
+        self.next_offset = offset
+        self.records_appended += offset - base
         self.bytes_appended += len(buf)
         d: Deferred[AppendResult] = Deferred()
-        self._waiters.append((d, _tuple_new(AppendResult, (base, next_offset - 1, self._bases[0]))))
-        if len(wb) >= WRITE_BUFFER_MAX:
+        self._waiters.append((d, _tuple_new(AppendResult, (base, offset - 1, self._bases[0]))))
+        if len(self._wbuf) >= WRITE_BUFFER_MAX:
             self.drain()
         elif first:
             self._schedule(self)
         return d
 
-    def drain(self, handoff: list[tuple[Partition, Handle, list[Waiter] | None, float]] | None = None) -> None:
-        """Write this tick's appends with one ``pwrite`` and hand their waiters on: to
-        the flusher (sync; through ``handoff`` when the caller batches many partitions),
-        or fired now (interval, none)."""
+    def _encode_pending(self) -> None:
+        """Encode the queued records as one batch and place it."""
+        pend = self._pending
+        if not pend:
+            return
+        self._pending = []
+        self._pending_bytes = 0
+        base = self._pending_base
+        builder = _Builder(2, 0, 0, -1, -1, -1, _MAX_BATCH)
+        i = 0
+        for key, value, ts, headers in pend:
+            builder.append(i, ts, key, value, headers)
+            i += 1
+        buf = builder.build()
+        _pack_base(buf, 0, base)
+        self.records_appended += i
+        self.bytes_appended += len(buf)
+        self._place(buf, base, base + i, _max_ts(buf), self._pending_now)
+
+    def _place(self, buf: bytearray, base: int, nxt: int, max_ts: int, now: int) -> None:
+        """Put one batch at the end of the active segment (rolling first when it is
+        full, old, or its relative offsets would overflow) and index it."""
+        seg = self.active
+        pos = seg.size
+        size = len(buf)
+        if pos and (
+            pos + size > self._segment_bytes
+            or now - (seg.created_ms or now) >= self._segment_ms
+            or nxt - seg.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            self._write_out()
+            seg = self._new_segment(base)
+            pos = 0
+        wb = self._wbuf
+        if not wb:
+            self._wseg = seg
+            self._wpos = pos
+        seg.on_append(pos, base, nxt, max_ts, size, now)
+        wb += buf
+
+    def _write_out(self) -> None:
+        """Write the placed bytes with one pwrite; remember the file for the flusher."""
         wb = self._wbuf
         if not wb:
             return
-        seg = self._wseg
-        waiters = self._waiters
         self._wbuf = bytearray()
+        handle = self._wseg.write_at(wb, self._wpos)
+        if handle not in self._touched:
+            self._touched.append(handle)
+
+    def drain(self, handoff: list[tuple[Partition, list[Handle], list[Waiter] | None, float]] | None = None) -> None:
+        """Encode and write this tick's appends and hand their waiters on: to the
+        flusher (sync; through ``handoff`` when the caller batches many partitions),
+        or fired now (interval, none)."""
+        waiters = self._waiters
+        if not waiters and not self._pending and not self._wbuf:
+            return
         self._waiters = []
         try:
-            handle = seg.write_at(wb, self._wpos)
+            self._encode_pending()
+            self._write_out()
         except OSError as e:
-            log.error("append to %s failed, partition %s/%d is now read-only: %s", seg.log_path, self.topic, self.index, e)
-            self._failed = StorageError(f"partition {self.topic}/{self.index} failed to write: {e}")
-            fire_waiters(waiters, self._failed)
+            fire_waiters(waiters, self._fail(e))
             return
+        handles = self._touched
+        self._touched = []
         mode = self._mode
-        if mode == "none":
+        if mode == "none" or not handles:
             fire_waiters(waiters)
             return
-        item = (self, handle, waiters if mode == "sync" else None, self._interval)
+        item = (self, handles, waiters if mode == "sync" else None, self._interval)
         if handoff is None:
             self.flusher.submit([item])
         else:
@@ -272,12 +308,24 @@ class Partition:
         if mode == "interval":
             fire_waiters(waiters)
 
+    def _fail(self, e: OSError) -> StorageError:
+        """A write failed: nothing more is accepted here. The failed write was cut
+        back, so the log on disk ends at the last whole batch; recovery finds it."""
+        log.error("write to %s/%d failed, the partition is now read-only: %s", self.topic, self.index, e)
+        self._failed = StorageError(f"partition {self.topic}/{self.index} failed to write: {e}")
+        self._pending = []
+        self._wbuf = bytearray()
+        return self._failed
+
     def roll(self) -> Segment:
         """Seal the active segment and start a new one at the next offset."""
         self.drain()
+        return self._new_segment(self.next_offset)
+
+    def _new_segment(self, base: int) -> Segment:
         old = self.active
         old.seal()
-        new = Segment(self.directory, self.next_offset, self.cache, self.config.index_interval_bytes)
+        new = Segment(self.directory, base, self.cache, self.config.index_interval_bytes)
         self.cache.get(new.log_path, writable=True)  # create the file
         if self._mode != "none":
             fsync_dir(self.directory)
