@@ -220,6 +220,9 @@ def test_clean_reopen_keeps_everything(open_log: OpenLog, loop: LoopReactor) -> 
     p = lm.open_topic("t", cfg, create=True).partition(0)
     append_n(loop, p, 50, size=30, ts=5000)
     lm.close()
+    # sealed segments keep their index files; the small active one has none (it is scanned)
+    assert all(os.path.exists(s.index_path) for s in p.segments[:-1])
+    assert not os.path.exists(p.active.index_path) and not os.path.exists(p.active.time_path)
     lm2 = open_log()
     assert lm2.clean_start
     p2 = lm2.open_topic("t", cfg).partition(0)
@@ -308,3 +311,21 @@ def test_segment_rolls_before_relative_offsets_overflow(
     assert all(s.next_offset - s.base_offset <= 10 for s in p.segments)
     assert len(p.segments) >= 2 and p.log_end_offset == 19
     assert [r.offset for r in p.read_records(0)] == list(range(19))
+
+
+def test_large_active_segment_keeps_its_index_at_shutdown(
+    open_log: OpenLog, loop: LoopReactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from logbus.core.log import partition as P
+
+    monkeypatch.setattr(P, "INDEX_ON_CLOSE_MIN", 500)
+    cfg = topic_config(index_interval_bytes=100)
+    lm = open_log()
+    p = lm.open_topic("t", cfg, create=True).partition(0)
+    append_n(loop, p, 20, size=30, ts=7000)
+    lm.close()
+    assert os.path.getsize(p.active.index_path) > 8
+    lm2 = open_log()
+    p2 = lm2.open_topic("t", cfg).partition(0)
+    assert lm2.reports == [] and len(p2.active.index) == len(p.active.index)
+    assert p2.read_records(13, 1)[0].offset == 13

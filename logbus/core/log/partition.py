@@ -31,6 +31,7 @@ WRITE_BUFFER_MAX = 256 * 1024  # write at once past this many buffered bytes
 MAX_RELATIVE_OFFSET = 2**31 - 1  # offsets within a segment, as Kafka (int32 deltas)
 MAX_TICK_BATCH = 256 * 1024  # records queued in a tick are encoded at once past this
 RECORD_OVERHEAD = 12  # per-record framing in the size estimate (varints, attributes)
+INDEX_ON_CLOSE_MIN = 4 * 1024 * 1024  # active segments this large get index files at shutdown
 _Builder = DefaultRecordBatchBuilder
 _MAX_BATCH = 2**31 - 1
 _pack_base = B.set_base_offset
@@ -447,9 +448,16 @@ class Partition:
         return True
 
     def write_indexes(self) -> None:
-        """Write the active segment's indexes (clean shutdown; the caller syncs)."""
+        """At clean shutdown (the caller syncs): write the active segment's indexes when
+        it is large enough that scanning it at the next start would cost; a smaller one
+        keeps no index files (a clean start scans it, which is cheaper than creating two
+        files per partition at every shutdown)."""
         self.drain()
-        self.active.write_indexes()
+        seg = self.active
+        if seg.size >= INDEX_ON_CLOSE_MIN:
+            seg.write_indexes()
+        else:
+            seg.remove_index_files()
 
     def close(self) -> None:
         self.drain()

@@ -13,7 +13,8 @@ index entry are not CRC-checked at start (that would read every segment): a cras
 not damage them, and bit rot there is left to the CRC checks of Kafka clients.
 
 After a clean stop the indexes written at shutdown are trusted after the same checks,
-and only the active segment's tail after its last index entry is walked.
+and only the active segment's tail after its last index entry is CRC-checked (an active
+segment under 4 MiB has no index files then, and is scanned whole).
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def _check_sealed(seg: Segment, next_base: int, clean: bool, report: RecoveryRep
 def _open_active(seg: Segment, clean: bool, now_ms: int, report: RecoveryReport) -> None:
     seg.sealed = False
     start = 0
-    if clean:
+    if clean and (os.path.exists(seg.index_path) or os.path.exists(seg.time_path)):
+        # a small active segment has no index files after a clean stop: just scan it
         try:
             seg.next_offset = seg.base_offset + (1 << 31)  # bound for the check only
             seg.load_indexes_strict()

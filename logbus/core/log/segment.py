@@ -123,6 +123,13 @@ class Segment:
         if self.max_timestamp > tidx.last_timestamp() and idx.rel_offsets:
             tidx.append(self.max_timestamp, idx.rel_offsets[-1])
 
+    def remove_index_files(self) -> None:
+        for path in (self.index_path, self.time_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
     def write_indexes(self) -> None:
         write_file(self.index_path, self.index.to_bytes())
         write_file(self.time_path, self.time_index.to_bytes())
