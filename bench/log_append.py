@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -30,8 +31,9 @@ from logbus.core.log import LogManager, Record, TopicConfig  # noqa: E402
 from logbus.core.log import batch as B  # noqa: E402
 
 
-def baseline(directory: str, payload: bytes, appends: int, batch: int) -> dict[str, float]:
-    data = bytes(B.build([Record(None, payload)] * batch, 0))
+def baseline(directory: str, payload_: bytes, appends: int, batch: int) -> dict[str, float]:
+    """The same records, each append's batch written with one os.write; one fdatasync."""
+    data = bytes(B.build([Record(None, payload_)] * batch, 0))
     path = os.path.join(directory, "baseline.bin")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     t0 = time.perf_counter()
@@ -42,7 +44,14 @@ def baseline(directory: str, payload: bytes, appends: int, batch: int) -> dict[s
     os.close(fd)
     os.unlink(path)
     total = len(data) * appends
-    return {"seconds": dt, "records_per_s": appends * batch / dt, "mb_per_s": total / dt / 1e6, "bytes": total}
+    payload = len(payload_) * appends * batch
+    return {
+        "seconds": dt,
+        "records_per_s": appends * batch / dt,
+        "payload_mb_per_s": payload / dt / 1e6,
+        "disk_mb_per_s": total / dt / 1e6,
+        "disk_bytes": total,
+    }
 
 
 def run_log(directory: str, payload: bytes, records: int, batch: int, policy: str, partitions: int,
@@ -54,19 +63,22 @@ def run_log(directory: str, payload: bytes, records: int, batch: int, policy: st
     parts = topic.partitions
     recs = [Record(None, payload)] * batch
     appends = records // batch
-    state = {"issued": 0, "done": 0, "inflight": 0, "looping": False, "t0": 0.0}
+    state = {"t0": 0.0}
+    issued = done = inflight = 0
+    looping = False
     finished: list[float] = []
 
     def on_done(r: object) -> None:
+        nonlocal done, inflight
         if isinstance(r, Exception):
             print(r, file=sys.stderr)
             reactor.crash()
             return
-        state["inflight"] -= 1
-        state["done"] += 1
-        if state["done"] == appends:
+        inflight -= 1
+        done += 1
+        if done == appends:
             finished.append(time.perf_counter())
-        elif not state["looping"]:
+        elif not looping:
             pump()
 
     def on_deferred_done(r: object) -> None:
@@ -77,18 +89,24 @@ def run_log(directory: str, payload: bytes, records: int, batch: int, policy: st
         reactor.crash()
 
     def pump() -> None:
-        state["looping"] = True
+        """Keep ``outstanding`` appends in flight (completions may run inside append)."""
+        nonlocal issued, inflight, looping
+        looping = True
         try:
-            while state["issued"] < appends and state["inflight"] < outstanding:
-                i = state["issued"]
-                state["issued"] = i + 1
-                state["inflight"] += 1
-                if use_deferred:
-                    parts[i % partitions].append(recs).addCallbacks(on_deferred_done, on_err)
-                else:
-                    parts[i % partitions].append(recs, callback=on_done)
+            while True:
+                room = min(outstanding - inflight, appends - issued)
+                if room <= 0:
+                    break
+                i = issued
+                issued += room
+                inflight += room
+                for k in range(i, i + room):
+                    if use_deferred:
+                        parts[k % partitions].append(recs).addCallbacks(on_deferred_done, on_err)
+                    else:
+                        parts[k % partitions].append(recs, callback=on_done)
         finally:
-            state["looping"] = False
+            looping = False
 
     cpu0 = time.process_time()
     state["t0"] = time.perf_counter()
@@ -102,14 +120,19 @@ def run_log(directory: str, payload: bytes, records: int, batch: int, policy: st
             lm.close()  # final flush of every policy, clean marker
             t_end = time.perf_counter()
             size = sum(p.size_bytes for p in parts)
+            n = appends * batch
+            acked, total = t_ack - state["t0"], t_end - state["t0"]
+            cpu = time.process_time() - cpu0
             result.update(
-                seconds_acked=t_ack - state["t0"],
-                seconds_with_close=t_end - state["t0"],
-                records_per_s=appends * batch / (t_ack - state["t0"]),
-                mb_per_s=size / (t_end - state["t0"]) / 1e6,
-                records_per_s_with_close=appends * batch / (t_end - state["t0"]),
-                bytes=size,
-                cpu_seconds=time.process_time() - cpu0,
+                seconds_acked=acked,
+                seconds_with_close=total,
+                records_per_s=n / acked,
+                payload_mb_per_s=n * len(payload) / acked / 1e6,
+                records_per_s_with_close=n / total,
+                payload_mb_per_s_with_close=n * len(payload) / total / 1e6,
+                disk_bytes=size,
+                cpu_seconds=cpu,
+                cpu_us_per_record=cpu / n * 1e6,
             )
             reactor.crash()
         else:
@@ -157,7 +180,24 @@ def main() -> None:
                     print(json.dumps(r), file=sys.stderr)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    out["ratios"] = ratios(out)
     print(json.dumps(out, indent=2))
+
+
+def ratios(out: dict[str, Any]) -> dict[str, float]:
+    """The issue's targets as ratios: policy none vs the baseline (payload MB/s, the log's
+    final flush included as the baseline's fdatasync is), and N partitions vs 1
+    (acknowledged records/s) for each size and policy."""
+    r: dict[str, float] = {}
+    cases = {(c["size"], c["partitions"], c["policy"]): c for c in out["cases"]}
+    for (size, parts, policy), c in cases.items():
+        if policy == "none":
+            base = out["baseline"][str(size)]
+            r[f"none_vs_baseline/{size}B/{parts}p"] = c["payload_mb_per_s_with_close"] / base["payload_mb_per_s"]
+        one = cases.get((size, 1, policy))
+        if parts != 1 and one:
+            r[f"{parts}p_vs_1p/{size}B/{policy}"] = c["records_per_s"] / one["records_per_s"]
+    return r
 
 
 if __name__ == "__main__":

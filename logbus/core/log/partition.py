@@ -99,7 +99,8 @@ class Partition:
         self._pending_base = self.next_offset
         self._pending_bytes = 0
         self._pending_now = 0
-        self._wbuf = bytearray()
+        self._wbuf: list[bytes | bytearray] = []  # placed batches, written with one pwritev
+        self._wbytes = 0
         self._wseg = self.active
         self._wpos = 0
         self._touched: list[Handle] = []
@@ -156,26 +157,27 @@ class Partition:
         The hot path: kept flat on purpose (measured by bench/log_append.py)."""
         if self._failed is not None:
             return _refuse(self._failed, callback)
-        est = 0
-        n = 0
-        for r in records:
-            est += (len(r[1]) if r[1] else 0) + (len(r[0]) if r[0] else 0) + RECORD_OVERHEAD
-            if r[3]:
-                for k, v in r[3]:
-                    est += len(k) + (len(v) if v else 0) + 2
-            n += 1
-        if not n:
-            return _refuse(ValueError("an append needs at least one record"), callback)
-        if est > self._max_batch:
-            return _refuse(RecordTooLarge(f"{est} bytes of records exceed max.message.bytes"), callback)
         now = int(_time() * 1000) if now_ms is None else now_ms
         pend = self._pending
-        first = not pend and not self._wbuf
-        base = self.next_offset
-        if not pend:
-            self._pending_base = base
+        start = len(pend)
+        est = 0
         for r in records:
-            pend.append(r if r[2] is not None else (r[0], r[1], now, r[3]))
+            key, value, ts, headers = r
+            est += (len(value) if value else 0) + (len(key) if key else 0) + RECORD_OVERHEAD
+            if headers:
+                for k, v in headers:
+                    est += len(k) + (len(v) if v else 0) + 2
+            pend.append(r if ts is not None else (key, value, now, headers))
+        n = len(pend) - start
+        if not n or est > self._max_batch:
+            del pend[start:]
+            if not n:
+                return _refuse(ValueError("an append needs at least one record"), callback)
+            return _refuse(RecordTooLarge(f"{est} bytes of records exceed max.message.bytes"), callback)
+        base = self.next_offset
+        first = not start and not self._wbuf
+        if not start:
+            self._pending_base = base
         nxt = base + n
         self.next_offset = nxt
         self._pending_now = now
@@ -186,7 +188,7 @@ class Partition:
             self._waiters.append((d, result))
         else:
             self._waiters.append((callback, result))
-        if self._pending_bytes >= self._max_batch or len(self._wbuf) >= WRITE_BUFFER_MAX:
+        if self._pending_bytes >= self._max_batch or self._wbytes >= WRITE_BUFFER_MAX:
             self.drain()
         elif first:
             self._schedule(self)  # after queueing: the scheduler may drain at once
@@ -225,7 +227,7 @@ class Partition:
         self.bytes_appended += len(buf)
         d: Deferred[AppendResult] = Deferred()
         self._waiters.append((d, _tuple_new(AppendResult, (base, offset - 1, self._bases[0]))))
-        if len(self._wbuf) >= WRITE_BUFFER_MAX:
+        if self._wbytes >= WRITE_BUFFER_MAX:
             self.drain()
         elif first:
             self._schedule(self)
@@ -269,15 +271,17 @@ class Partition:
             self._wseg = seg
             self._wpos = pos
         seg.on_append(pos, base, nxt, max_ts, size, now)
-        wb += buf
+        wb.append(buf)
+        self._wbytes += size
 
     def _write_out(self) -> None:
-        """Write the placed bytes with one pwrite; remember the file for the flusher."""
-        wb = self._wbuf
-        if not wb:
+        """Write the placed batches with one pwritev; remember the file for the flusher."""
+        bufs = self._wbuf
+        if not bufs:
             return
-        self._wbuf = bytearray()
-        handle = self._wseg.write_at(wb, self._wpos)
+        self._wbuf = []
+        self._wbytes = 0
+        handle = self._wseg.write_at(bufs, self._wpos)
         if handle not in self._touched:
             self._touched.append(handle)
 
@@ -315,7 +319,8 @@ class Partition:
         log.error("write to %s/%d failed, the partition is now read-only: %s", self.topic, self.index, e)
         self._failed = StorageError(f"partition {self.topic}/{self.index} failed to write: {e}")
         self._pending = []
-        self._wbuf = bytearray()
+        self._wbuf = []
+        self._wbytes = 0
         return self._failed
 
     def roll(self) -> Segment:

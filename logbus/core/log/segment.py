@@ -22,6 +22,7 @@ from .index import IndexDamaged, OffsetIndex, TimeIndex, read_file, write_file
 log = logging.getLogger(__name__)
 
 WALK_CHUNK = 64 * 1024
+MAX_IOVECS = 512  # below IOV_MAX (1024); more buffers are joined first
 
 
 def segment_name(base_offset: int) -> str:
@@ -68,14 +69,21 @@ class Segment:
 
     # -- writing -----------------------------------------------------------------
 
-    def write_at(self, data: bytes | bytearray, position: int) -> "Handle":
-        """Write ``data`` (whole batches) at ``position``; returns the handle written to.
-        On a failed or short write the file is cut back and OSError propagates."""
+    def write_at(self, bufs: list[bytes | bytearray], position: int) -> Handle:
+        """Write ``bufs`` (whole batches, back to back) at ``position`` with one
+        ``pwritev``; returns the handle written to. On a failed write the file is cut
+        back to ``position`` and OSError propagates."""
         h = self._cache.get(self.log_path, writable=True)
+        if len(bufs) > MAX_IOVECS:
+            bufs = [b"".join(bufs)]
         try:
-            n = os.pwrite(h.fd, data, position)
-            while n < len(data):  # short write: disk full or a signal; finish or fail
-                n += os.pwrite(h.fd, memoryview(data)[n:], position + n)
+            n = os.pwritev(h.fd, bufs, position)
+            total = sum(len(b) for b in bufs) if len(bufs) > 1 else len(bufs[0])
+            if n < total:  # short write: disk full or a signal; finish or fail
+                rest = memoryview(b"".join(bufs))[n:]
+                while rest:
+                    k = os.pwrite(h.fd, rest, position + n)
+                    rest, n = rest[k:], n + k
         except OSError:
             os.ftruncate(h.fd, position)
             raise
