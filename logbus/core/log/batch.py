@@ -32,7 +32,7 @@ import time
 from typing import Iterator, NamedTuple, Sequence
 
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-from aiokafka.record.util import calc_crc32c
+from crc32c import crc32c as calc_crc32c  # SSE4.2: ~13x aiokafka's table CRC here
 
 from ..errors import CorruptBatch, RecordTooLarge
 
