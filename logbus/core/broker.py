@@ -212,4 +212,6 @@ class Broker:
 
     def append(self, topic: str, partition: int, records: Sequence[Record]) -> Deferred[AppendResult]:
         """Append ``records`` to one partition; fires once durable per the flush policy."""
-        return self._log.partition(topic, partition).append(records)
+        d = self._log.partition(topic, partition).append(records)
+        assert d is not None  # without a callback, append returns its Deferred
+        return d

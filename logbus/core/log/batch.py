@@ -27,6 +27,7 @@ C implementation; this module adds header parsing, validation and base-offset re
 
 from __future__ import annotations
 
+import mmap
 import struct
 import time
 from typing import Iterator, NamedTuple, Sequence
@@ -51,6 +52,7 @@ ATTR_CONTROL = 0x20
 MAX_CODEC = 4  # zstd
 MIN_RECORD_SIZE = 7  # length, attributes, timestamp delta, offset delta, key, value, header count
 NO_TIMESTAMP = -1
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
 class Record(NamedTuple):
@@ -116,7 +118,7 @@ def max_timestamp(buf: bytes | bytearray, pos: int = 0) -> int:
     return int(_MAX_TS.unpack_from(buf, pos + 35)[0])
 
 
-def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchInfo:
+def parse_header(buf: Buffer, pos: int = 0) -> BatchInfo:
     """Header fields of the batch at ``pos`` (no CRC check). The caller ensures that at
     least HEADER_SIZE bytes are there."""
     (base, length, _epoch, magic, _crc, attrs, lod, first_ts, max_ts, pid, pepoch, bseq, count) = (
@@ -131,12 +133,12 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchInfo
     return BatchInfo(base, length + LOG_OVERHEAD, lod, first_ts, max_ts, attrs, pid, pepoch, bseq, count)
 
 
-def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+def peek_size(buf: Buffer, pos: int = 0) -> int:
     """Total size of the batch at ``pos`` from its length field (needs 12 bytes)."""
     return int(_LENGTH.unpack_from(buf, pos)[1]) + LOG_OVERHEAD
 
 
-def validate(buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None) -> BatchInfo:
+def validate(buf: Buffer, pos: int = 0, end: int | None = None) -> BatchInfo:
     """Parse and CRC-check the batch at ``pos``; it must end at or before ``end``."""
     end = len(buf) if end is None else end
     if end - pos < HEADER_SIZE:

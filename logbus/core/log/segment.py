@@ -90,19 +90,18 @@ class Segment:
         return h
 
     def on_append(self, position: int, base: int, next_offset: int, max_ts: int, size: int, now: int) -> None:
-        """Index bookkeeping for a batch just placed at ``position`` (the same rule as
-        rebuild_from, inlined: this is on every append)."""
+        """Bookkeeping for a batch just placed at ``position``: size, next offset and the
+        index entries, by the same rule rebuild_from applies."""
         if self.created_ms is None:
             self.created_ms = now
-        if max_ts > self.max_timestamp:
-            self.max_timestamp = max_ts
-        if self._since_index >= self.index_interval or not position:
-            self._add_entry(base, position)
-        self._since_index += size
+        self._index_batch(position, base, max_ts, size)
         self.size = position + size
         self.next_offset = next_offset
 
     def _index_batch(self, position: int, base: int, max_ts: int, size: int) -> None:
+        """The one indexing rule: an offset entry for a segment's first batch and then for
+        the first batch at or past ``index_interval`` bytes since the last entry, with a
+        time entry beside it whenever the largest timestamp grew."""
         if max_ts > self.max_timestamp:
             self.max_timestamp = max_ts
         if self._since_index >= self.index_interval or not position:
