@@ -329,3 +329,29 @@ def test_large_active_segment_keeps_its_index_at_shutdown(
     p2 = lm2.open_topic("t", cfg).partition(0)
     assert lm2.reports == [] and len(p2.active.index) == len(p.active.index)
     assert p2.read_records(13, 1)[0].offset == 13
+
+
+def test_sync_readers_see_only_durable_records(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(flush="sync"), create=True).partition(0)
+    loop.wait(p.append([Record(None, b"first")]))
+    assert p.high_watermark == 1
+    d = p.append([Record(None, b"second")])
+    lm.drain()  # written to the page cache, handed to the flusher, not yet durable
+    # the flusher's answer comes back through the loop, which has not run since
+    res = p.read(0, 1 << 20)
+    assert res.log_end_offset == 2 and res.high_watermark == 1
+    assert [r.value for r in B.decode(res.data)] == [b"first"]
+    assert p.read(1, 100).spans == []  # between the watermark and the end: empty
+    loop.wait(d)
+    assert p.high_watermark == 2
+    assert [r.value for r in p.read_records(0)] == [b"first", b"second"]
+    with pytest.raises(OffsetOutOfRange):
+        p.read(3, 100)
+
+
+def test_non_sync_readers_see_every_written_record(open_log: OpenLog, loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(flush="interval:1000"), create=True).partition(0)
+    p.append([Record(None, b"x")])
+    assert p.read_records(0)[0].value == b"x" and p.high_watermark == 1  # read drains

@@ -66,6 +66,7 @@ class ReadResult(NamedTuple):
     data: bytes  # the spans' bytes, when read with data=True
     log_start_offset: int
     log_end_offset: int
+    high_watermark: int  # readers see offsets below it (see Partition.high_watermark)
 
     @property
     def size(self) -> int:
@@ -94,6 +95,7 @@ class Partition:
         self._bases = [s.base_offset for s in segments]
         self.active = segments[-1]
         self.next_offset = self.active.next_offset
+        self.durable_offset = self.next_offset  # what recovery found is on disk
         self._schedule = schedule  # asks for drain() at the end of this reactor tick
         self._pending: list[B.Record | tuple[bytes | None, bytes | None, int, list[tuple[str, bytes | None]]]] = []
         self._pending_base = self.next_offset
@@ -128,6 +130,19 @@ class Partition:
     @property
     def log_end_offset(self) -> int:
         return self.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """The offset readers may read up to (exclusive), as Kafka's high watermark: for
+        a ``sync`` topic the end of what is durable, so no reader ever sees a record a
+        crash could take back; otherwise the end of what is written (reads drain)."""
+        return self.durable_offset if self._mode == "sync" else self.next_offset
+
+    def _mark_durable(self, end: object) -> None:
+        """First waiter of every sync hand-off: advance the durable end (an error leaves
+        it where it is)."""
+        if type(end) is int and end > self.durable_offset:
+            self.durable_offset = end
 
     @property
     def size_bytes(self) -> int:
@@ -305,6 +320,8 @@ class Partition:
         if mode == "none" or not handles:
             fire_waiters(waiters)
             return
+        if mode == "sync":
+            waiters = [(self._mark_durable, self.next_offset), *waiters]
         item = (self, handles, waiters if mode == "sync" else None, self._interval)
         if handoff is None:
             self.flusher.submit([item])
@@ -344,19 +361,22 @@ class Partition:
     # -- reading -----------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, data: bool = True) -> ReadResult:
-        """Whole batches from the one holding ``offset`` on, up to ``max_bytes`` (the
-        first batch is returned even if larger, so a reader always makes progress)."""
+        """Whole batches from the one holding ``offset`` on, below the high watermark and
+        up to ``max_bytes`` (the first batch is returned even if larger, so a reader
+        always makes progress). Offsets from the high watermark to the log end read as
+        empty; beyond the log end (or before its start) they are out of range."""
         start, end = self.segments[0].base_offset, self.next_offset
         if offset < start or offset > end:
             raise OffsetOutOfRange(
                 f"offset {offset} is outside [{start}, {end}] of {self.topic}/{self.index}"
             )
         self.drain()
+        hw = self.high_watermark
         spans: list[FileSpan] = []
         first_offset = next_offset = offset
         remaining = max_bytes
         i = bisect_right(self._bases, offset) - 1
-        while i < len(self.segments) and next_offset < end:
+        while i < len(self.segments) and next_offset < hw:
             seg = self.segments[i]
             found = seg.position_of(next_offset)
             i += 1
@@ -368,6 +388,9 @@ class Partition:
             span_start = pos
             span_end = pos
             for p, info in seg.walk(pos):
+                if info.base_offset >= hw:
+                    remaining = 0
+                    break
                 if info.size > remaining and (spans or span_end > span_start):
                     remaining = 0
                     break
@@ -381,7 +404,7 @@ class Partition:
             if remaining <= 0:
                 break
         payload = b"".join(self._pread(s) for s in spans) if data else b""
-        return ReadResult(first_offset, next_offset, spans, payload, start, end)
+        return ReadResult(first_offset, next_offset, spans, payload, start, end, hw)
 
     def _pread(self, span: FileSpan) -> bytes:
         fd = self.cache.get(span.path).fd
