@@ -54,3 +54,24 @@ def test_damage_detected() -> None:
     t.append(5, 1)
     with pytest.raises(IndexDamaged):
         TimeIndex.from_bytes(t.to_bytes(), 10)
+
+
+@given(st.binary(max_size=200), st.integers(0, 10**6))
+def test_index_decoders_accept_or_refuse_any_bytes(data: bytes, limit: int) -> None:
+    """Any file content either loads as an index that honours its invariants or is
+    refused with IndexDamaged: nothing else escapes."""
+    try:
+        idx = OffsetIndex.from_bytes(data, limit)
+    except IndexDamaged:
+        pass
+    else:
+        offs, poss = list(idx.rel_offsets), list(idx.positions)
+        assert offs == sorted(set(offs)) and poss == sorted(set(poss))
+        assert all(p < limit for p in poss)
+    try:
+        tidx = TimeIndex.from_bytes(data, limit)
+    except IndexDamaged:
+        pass
+    else:
+        assert list(tidx.timestamps) == sorted(tidx.timestamps)
+        assert all(o <= limit for o in tidx.rel_offsets)
