@@ -51,7 +51,6 @@ ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 MAX_CODEC = 4  # zstd
 MIN_RECORD_SIZE = 7  # length, attributes, timestamp delta, offset delta, key, value, header count
-NO_TIMESTAMP = -1
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 

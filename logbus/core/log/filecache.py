@@ -63,6 +63,10 @@ class FileCache:
         del self._handles[h.path]
         os.close(h.fd)
 
+    def pinned(self, path: str) -> bool:
+        h = self._handles.get(path)
+        return h is not None and h.pins > 0
+
     def discard(self, path: str) -> None:
         """Close ``path``'s descriptor if open and unpinned (before delete or rename)."""
         h = self._handles.get(path)

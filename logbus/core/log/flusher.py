@@ -81,7 +81,6 @@ class Flusher:
         self._cond = threading.Condition(self._lock)
         self._queue: list[Ticket] = []
         self._stopping = False
-        self._busy = False
         self._thread = threading.Thread(target=self._run, name="logbus-flusher", daemon=True)
         self._thread.start()
 
@@ -118,10 +117,6 @@ class Flusher:
             if notify:
                 self._cond.notify()
 
-    def idle(self) -> bool:
-        with self._lock:
-            return not self._queue and not self._busy
-
     def stop(self, timeout: float = 30.0) -> None:
         """Flush everything queued, then end the thread (its last hand-back is queued
         with ``call_in_reactor``)."""
@@ -153,7 +148,6 @@ class Flusher:
                         self._queue = [t for t in self._queue if t.deadline > now]
                     for t in due:
                         t.owner.ticket = None
-                    self._busy = True
                     return due
                 if self._stopping and not self._queue:
                     return None
@@ -180,6 +174,4 @@ class Flusher:
             dt = time.perf_counter() - t0
             if self._on_flush is not None:
                 self._on_flush(dt, len(fds))
-            with self._lock:
-                self._busy = False
             self._call(self._complete, tickets, error)

@@ -17,7 +17,6 @@ import os
 import shutil
 import time
 from typing import Any, Callable
-from urllib.parse import unquote
 
 from ..errors import TopicExists, UnknownPartition, UnknownTopic
 from ..metrics import Metrics
@@ -32,10 +31,6 @@ log = logging.getLogger(__name__)
 
 CLEAN_MARKER = ".clean_shutdown"
 TRASH = ".trash"
-
-
-def topic_from_dirname(dirname: str) -> str:
-    return unquote(dirname)
 
 
 class Topic:

@@ -1,10 +1,12 @@
 """A partition: an ordered list of segments, the newest one active.
 
-Appends run on the reactor thread: encode (or validate) the batch, rewrite its base
-offset, ``pwrite`` it at the end of the active segment, index it, then hand durability
-to the flusher according to the topic's flush policy. Reads find the segment by base
-offset, the batch by the sparse index plus a header walk, and return whole batches as
-file spans (for ``sendfile``) and, when asked, as bytes.
+Appends run on the reactor thread: records are queued and given offsets, and once per
+reactor tick the queue is encoded as one batch, written with one ``pwritev`` at the end
+of the active segment and indexed; durability is then handed to the flusher according
+to the topic's flush policy (docs/decisions/0001). Kafka producers' batches are checked
+and written as sent. Reads find the segment by base offset, the batch by the sparse
+index plus a header walk, and return whole batches below the high watermark as file
+spans (for ``sendfile``) and, when asked, as bytes.
 """
 
 from __future__ import annotations
@@ -416,15 +418,18 @@ class Partition:
         return [r for r in B.decode(res.data) if r.offset >= offset]
 
     def offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record whose timestamp is >= ``timestamp``,
-        or None when every record is older."""
+        """(offset, timestamp) of the first readable record (below the high watermark)
+        whose timestamp is >= ``timestamp``, or None when there is none."""
         self.drain()
+        hw = self.high_watermark
         for seg in self.segments:
             if seg.max_timestamp < timestamp:
                 continue
             for pos, info in seg.walk(seg.start_for_time(timestamp)):
                 if info.max_timestamp < timestamp:
                     continue
+                if info.base_offset >= hw:
+                    return None
                 for r in B.decode(seg.pread(pos, info.size)):
                     if r.timestamp >= timestamp:
                         return r.offset, r.timestamp
@@ -461,8 +466,7 @@ class Partition:
         return deleted
 
     def _delete_segment(self, seg: Segment) -> bool:
-        h = self.cache._handles.get(seg.log_path)
-        if h is not None and h.pins:
+        if self.cache.pinned(seg.log_path):
             return False  # a flush still needs it; try next time
         self.cache.discard(seg.log_path)
         for path in (seg.log_path, seg.index_path, seg.time_path):

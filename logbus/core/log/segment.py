@@ -205,11 +205,6 @@ class Segment:
                 continue
             self._index_batch(pos, info.base_offset, info.max_timestamp, info.size)
 
-    def drop_indexes(self) -> None:
-        """Forget loaded indexes (they are reloaded from disk on next use)."""
-        if self.sealed:
-            self._index = self._tindex = None
-
     def pread(self, position: int, size: int) -> bytes:
         return os.pread(self._cache.get(self.log_path).fd, size, position)
 
