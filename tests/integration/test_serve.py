@@ -46,7 +46,20 @@ def test_metrics(logbus_server: Any) -> None:
     assert content_type.startswith("text/plain; version=0.0.4")
     text = body.decode()
     assert "# TYPE logbus_" in text
-    assert "logbus_topics" in text
+    assert "logbus_topics 0.0" in text
+    # the families the operator watches: append rate and bytes per topic, flush latency,
+    # partitions
+    assert post_json(server.http_url + "/api/topics", {"name": "m", "partitions": 3}) == 201
+    text = get(server.http_url + "/metrics")[2].decode()
+    for line in (
+        "logbus_topics 1.0",
+        "logbus_partitions 3.0",
+        'logbus_records_appended_total{topic="m"} 0.0',
+        'logbus_bytes_appended_total{topic="m"} 0.0',
+        "# TYPE logbus_flush_seconds histogram",
+        "# TYPE logbus_open_files gauge",
+    ):
+        assert line in text, line
 
 
 def test_listeners_can_be_off(logbus_server: Any) -> None:
