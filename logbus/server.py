@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -226,14 +227,24 @@ def setup_logging(level: str) -> None:
 def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int:
     """Serve until SIGTERM/SIGINT; return the process exit code (0: clean stop)."""
     exit_code = 0
-    started = wrote_ready = False
+    started = wrote_ready = stopping = False
+
+    def stop_reactor() -> None:
+        """Stop once: a second SIGTERM (or a failure) during shutdown changes nothing."""
+        nonlocal stopping
+        if reactor.running and not stopping:
+            stopping = True
+            reactor.stop()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("received %s, shutting down", signal.Signals(signum).name)
+        reactor.callFromThread(stop_reactor)
 
     def fail(message: str, *args: Any) -> None:
         nonlocal exit_code
         log.error(message, *args)
         exit_code = 1
-        if reactor.running:
-            reactor.stop()
+        stop_reactor()
 
     log.info(
         "logbus starting: data dir %s%s",
@@ -299,7 +310,12 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int
 
     reactor.addSystemEventTrigger("before", "shutdown", stop)
     reactor.callWhenRunning(start)
-    reactor.run()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    reactor.run(installSignalHandlers=False)
+    # stopped and flushed: a late signal must not turn a clean exit into "killed"
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if wrote_ready and ready_file is not None:
         ready_file.unlink(missing_ok=True)
     return exit_code

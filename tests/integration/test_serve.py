@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 import urllib.request
 from typing import Any
+
+import pytest
 
 from tests.serverproc import LOOPBACK_ANY_PORT, run_logbus
 
@@ -88,6 +91,23 @@ def test_sigint_exits_0(logbus_server: Any) -> None:
     server.proc.send_signal(signal.SIGINT)
     assert server.proc.wait(30) == 0
     assert "logbus stopped" in server.log_text()
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.005, 0.02, 0.05])
+def test_second_sigterm_is_harmless(logbus_server: Any, gap: float) -> None:
+    """A second SIGTERM, during or just after the shutdown the first one started, still
+    ends in a clean stop with exit code 0 (not 'killed by SIGTERM')."""
+    server = logbus_server()
+    assert post_json(server.http_url + "/api/topics", {"name": "t", "partitions": 20}) == 201
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(gap)
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(30) == 0
+    text = server.log_text()
+    assert "Traceback" not in text and "logbus stopped" in text
+    assert (server.data_dir / "log" / ".clean_shutdown").exists()
 
 
 def test_restart_after_kill_keeps_topics(logbus_server: Any) -> None:
