@@ -51,12 +51,19 @@ def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     return build_site(broker, reactor)
 
 
+def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
+    from .gateway.kafka.codec import DEFAULT_MAX_FRAME
+    from .gateway.kafka.protocol import KafkaFactory
+
+    return KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME)
+
+
 # THE gateway table: listener name -> builder of the protocol factory that serves it.
 # None: the protocol is accepted by the config but not built yet; nothing listens for it.
 GATEWAYS: dict[str, GatewayBuilder | None] = {
     "amqp": None,
     "mqtt": None,
-    "kafka": None,
+    "kafka": _kafka,
     "http": _http,
 }
 assert set(GATEWAYS) == set(LISTENERS), "every listener in config.LISTENERS needs a GATEWAYS entry"

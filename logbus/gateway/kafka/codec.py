@@ -1,0 +1,135 @@
+"""Kafka wire protocol, sans I/O: framing, request headers, response encoding.
+
+A connection's byte stream is a sequence of frames, each an int32 size followed by
+that many bytes. A request frame starts with ``api_key: int16, api_version: int16,
+correlation_id: int32``, then the client id and (for flexible versions) tagged fields,
+then the body. Bodies are decoded and responses encoded with kafka-python's classes,
+which are generated from Apache Kafka's own JSON schemas; record bytes inside Produce
+and Fetch pass through untouched.
+
+    decoder = FrameDecoder(max_frame=100 << 20)
+    for frame in decoder.feed(data):          # FrameTooLarge / MalformedFrame: close
+        req = parse_request(frame, SUPPORTED)  # UnknownApi / UnsupportedVersion
+        ... handler(req.body) -> response ...
+        out = encode_response(req, response)
+
+The size is checked against the limit before anything is allocated, and an
+incomplete frame stays in the decoder's buffer ("need more data" is not an error).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_MAX_FRAME = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+_SIZE = struct.Struct(">i")
+_HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+
+
+class KafkaProtocolError(Exception):
+    """The peer broke the protocol; the connection is closed (Kafka has no error
+    frame for these), with this message logged as the reason."""
+
+
+class FrameTooLarge(KafkaProtocolError):
+    pass
+
+
+class MalformedFrame(KafkaProtocolError):
+    pass
+
+
+class UnknownApi(KafkaProtocolError):
+    def __init__(self, api_key: int, correlation_id: int) -> None:
+        super().__init__(f"unknown or unsupported API key {api_key}")
+        self.api_key = api_key
+        self.correlation_id = correlation_id
+
+
+class UnsupportedVersion(KafkaProtocolError):
+    def __init__(self, api_key: int, version: int, correlation_id: int, supported: tuple[int, int]) -> None:
+        super().__init__(f"API key {api_key} version {version} is not supported ({supported[0]}..{supported[1]})")
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+
+
+class FrameDecoder:
+    """Split a byte stream into frames (without their size prefix)."""
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += data
+        frames: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0:
+                raise MalformedFrame(f"negative frame size {size}")
+            if size > self.max_frame:
+                raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {self.max_frame}")
+            if end - pos - 4 < size:
+                break
+            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return frames
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # the kafka-python request object
+    response_class: Any  # the kafka-python response class (unversioned)
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a request frame."""
+    if len(frame) < _HEAD.size:
+        raise MalformedFrame(f"request frame of {len(frame)} bytes is shorter than its header")
+    return _HEAD.unpack_from(frame)  # type: ignore[return-value]
+
+
+def parse_request(frame: bytes, supported: dict[int, tuple[Any, Any, int, int]]) -> Request:
+    """Decode a request frame. ``supported`` maps api_key to (request class, response
+    class, min version, max version)."""
+    api_key, version, correlation_id = peek_header(frame)
+    entry = supported.get(api_key)
+    if entry is None:
+        raise UnknownApi(api_key, correlation_id)
+    req_cls, resp_cls, lo, hi = entry
+    if not lo <= version <= hi:
+        raise UnsupportedVersion(api_key, version, correlation_id, (lo, hi))
+    try:
+        body = req_cls.decode(frame, version=version, header=True)
+    except Exception as e:  # the generated decoders raise several kinds on short/bad input
+        raise MalformedFrame(f"cannot decode {req_cls.__name__} v{version}: {e!r}") from None
+    client_id = body.header.client_id if body.header is not None else None
+    return Request(api_key, version, correlation_id, client_id, body, resp_cls)
+
+
+def encode_response(req: Request, response: Any) -> bytes:
+    """The framed response to ``req`` (header version chosen by the response class)."""
+    return frame_response(response, req.api_version, req.correlation_id)
+
+
+def frame_response(response: Any, version: int, correlation_id: int) -> bytes:
+    # the version goes first: setting it after with_header() touches request-only fields
+    response.API_VERSION = version
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(header=True, framed=True))

@@ -1,0 +1,250 @@
+"""Kafka request handlers over the broker: each takes a decoded request and returns the
+response object (or a Deferred of it). No sockets here; protocol.py moves the bytes.
+
+First cut (issue 3 in progress): ApiVersions, Metadata, Produce, Fetch, ListOffsets,
+enough for a producer and a consumer with assigned partitions. Fetch waits for
+``min_bytes`` by re-reading every FETCH_POLL seconds up to ``max_wait_ms`` (waking on
+append is still to do).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from twisted.internet.defer import Deferred, DeferredList, succeed
+
+from ...core.broker import Broker
+from ...core.errors import LogbusError, OffsetOutOfRange, UnknownTopic
+from . import errors as K
+from .codec import Request, frame_response
+
+log = logging.getLogger(__name__)
+
+FETCH_POLL = 0.01
+EARLIEST, LATEST = -2, -1
+
+
+class KafkaHandlers:
+    def __init__(self, broker: Broker, reactor: Any, *, node_id: int = 0, auto_create_topics: bool = True) -> None:
+        self.broker = broker
+        self.reactor = reactor
+        self.node_id = node_id
+        self.auto_create_topics = auto_create_topics
+        H = Callable[[Request, tuple[str, int]], Any]
+        self._table: dict[int, tuple[Any, Any, int, int, H]] = {
+            18: (ApiVersionsRequest, ApiVersionsResponse, 0, 4, self.api_versions),
+            3: (MetadataRequest, MetadataResponse, 0, 9, self.metadata),
+            0: (ProduceRequest, ProduceResponse, 3, 9, self.produce),
+            1: (FetchRequest, FetchResponse, 4, 11, self.fetch),
+            2: (ListOffsetsRequest, ListOffsetsResponse, 1, 5, self.list_offsets),
+        }
+        # what codec.parse_request needs: api_key -> (request, response, min, max)
+        self.supported = {k: v[:4] for k, v in self._table.items()}
+
+    def handle(self, req: Request, advertised: tuple[str, int]) -> Any:
+        """The response to ``req`` (an object or a Deferred), or None when the request
+        expects no answer (Produce with acks=0)."""
+        return self._table[req.api_key][4](req, advertised)
+
+    # -- ApiVersions ------------------------------------------------------------------
+
+    def _api_keys(self) -> list[Any]:
+        AV = ApiVersionsResponse.ApiVersion
+        return [AV(api_key=k, min_version=lo, max_version=hi) for k, (_, _, lo, hi, _) in sorted(self._table.items())]
+
+    def api_versions(self, req: Request, advertised: tuple[str, int]) -> Any:
+        return ApiVersionsResponse(error_code=K.NONE, api_keys=self._api_keys(), throttle_time_ms=0)
+
+    def unsupported_api_versions(self, correlation_id: int) -> bytes:
+        """KIP-511: an ApiVersions request of a version we do not know is answered in v0
+        with UNSUPPORTED_VERSION and the versions we do support."""
+        resp = ApiVersionsResponse(error_code=K.UNSUPPORTED_VERSION, api_keys=self._api_keys())
+        return frame_response(resp, 0, correlation_id)
+
+    # -- Metadata ---------------------------------------------------------------------
+
+    def metadata(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body = req.body
+        lm = self.broker.log
+        assert lm is not None
+        if body.topics is None or (req.api_version == 0 and not body.topics):
+            names = sorted(lm.topics)
+        else:
+            names = [t.name for t in body.topics]
+        allow_create = self.auto_create_topics and (req.api_version < 4 or body.allow_auto_topic_creation)
+        T = MetadataResponse.MetadataResponseTopic
+        P = T.MetadataResponsePartition
+        node = self.node_id
+        topics = []
+        for name in names:
+            topic = lm.topics.get(name)
+            if topic is None and allow_create:
+                topic = self._auto_create(name)
+            if topic is None:
+                code = K.UNKNOWN_TOPIC_OR_PARTITION if name else K.INVALID_TOPIC_EXCEPTION
+                topics.append(T(error_code=code, name=name, is_internal=False, partitions=[]))
+                continue
+            parts = [
+                P(error_code=K.NONE, partition_index=p.index, leader_id=node, leader_epoch=0,
+                  replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+                for p in topic.partitions
+            ]
+            topics.append(T(error_code=K.NONE, name=name, is_internal=False, partitions=parts))
+        host, port = advertised
+        return MetadataResponse(
+            throttle_time_ms=0,
+            brokers=[MetadataResponse.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)],
+            cluster_id="logbus",
+            controller_id=self.node_id,
+            topics=topics,
+        )
+
+    def _auto_create(self, name: str) -> Any:
+        lm = self.broker.log
+        assert lm is not None
+        try:
+            self.broker.create_topic(name)
+        except LogbusError as e:
+            log.info("not auto-creating topic %r: %s", name, e)
+            return None
+        return lm.topics.get(name)
+
+    # -- Produce ----------------------------------------------------------------------
+
+    def produce(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body = req.body
+        lm = self.broker.log
+        assert lm is not None
+        pending: list[Deferred[Any]] = []
+        slots: list[tuple[str, int]] = []
+        for td in body.topic_data:
+            topic = lm.topics.get(td.name)
+            if topic is None and self.auto_create_topics:
+                topic = self._auto_create(td.name)
+            for pd in td.partition_data:
+                slots.append((td.name, pd.index))
+                if topic is None or not 0 <= pd.index < len(topic.partitions):
+                    pending.append(succeed(K.UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+                data = pd.records or b""
+                pending.append(topic.partitions[pd.index].append_raw(bytes(data)))
+        if body.acks == 0:
+            for d in pending:
+                d.addErrback(lambda f: log.info("acks=0 produce failed: %s", f.getErrorMessage()))
+            return None
+
+        T = ProduceResponse.TopicProduceResponse
+        P = T.PartitionProduceResponse
+
+        def build(results: list[tuple[bool, Any]]) -> Any:
+            by_topic: dict[str, list[Any]] = {}
+            for (name, index), (ok, value) in zip(slots, results):
+                if not ok:
+                    code, base, start = K.code_for(value.value), -1, -1
+                    message = value.getErrorMessage()
+                elif isinstance(value, int):
+                    code, base, start, message = value, -1, -1, None
+                else:
+                    code, base, start, message = K.NONE, value.base_offset, value.log_start_offset, None
+                by_topic.setdefault(name, []).append(
+                    P(index=index, error_code=code, base_offset=base, log_append_time_ms=-1,
+                      log_start_offset=start, record_errors=[], error_message=message)
+                )
+            topics = [T(name=name, partition_responses=parts) for name, parts in by_topic.items()]
+            return ProduceResponse(responses=topics, throttle_time_ms=0)
+
+        return DeferredList(pending, consumeErrors=True).addCallback(build)
+
+    # -- Fetch ------------------------------------------------------------------------
+
+    def fetch(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body = req.body
+        deadline = self.reactor.seconds() + max(body.max_wait_ms, 0) / 1000.0
+        d: Deferred[Any] = Deferred()
+
+        def attempt() -> None:
+            resp, size = self._read(body)
+            if size >= body.min_bytes or self.reactor.seconds() >= deadline:
+                d.callback(resp)
+            else:
+                self.reactor.callLater(FETCH_POLL, attempt)
+
+        attempt()
+        return d
+
+    def _read(self, body: Any) -> tuple[Any, int]:
+        lm = self.broker.log
+        assert lm is not None
+        T = FetchResponse.FetchableTopicResponse
+        P = T.PartitionData
+
+        def part(index: int, code: int, hw: int, start: int, data: bytes) -> Any:
+            return P(partition_index=index, error_code=code, high_watermark=hw, last_stable_offset=hw,
+                     log_start_offset=start, aborted_transactions=[], preferred_read_replica=-1, records=data)
+
+        remaining = body.max_bytes if body.max_bytes > 0 else 1 << 30
+        total = 0
+        responses = []
+        for ft in body.topics:
+            topic = lm.topics.get(ft.topic)
+            parts = []
+            for fp in ft.partitions:
+                if topic is None or not 0 <= fp.partition < len(topic.partitions):
+                    parts.append(part(fp.partition, K.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""))
+                    continue
+                p = topic.partitions[fp.partition]
+                limit = min(fp.partition_max_bytes, remaining) if total else fp.partition_max_bytes
+                try:
+                    res = p.read(fp.fetch_offset, max(limit, 1)) if limit > 0 else None
+                except OffsetOutOfRange:
+                    parts.append(part(fp.partition, K.OFFSET_OUT_OF_RANGE, p.high_watermark, p.log_start_offset, b""))
+                    continue
+                data = res.data if res is not None else b""
+                total += len(data)
+                remaining -= len(data)
+                parts.append(part(fp.partition, K.NONE, p.high_watermark, p.log_start_offset, data))
+            responses.append(T(topic=ft.topic, partitions=parts))
+        return FetchResponse(throttle_time_ms=0, error_code=K.NONE, session_id=0, responses=responses), total
+
+    # -- ListOffsets ------------------------------------------------------------------
+
+    def list_offsets(self, req: Request, advertised: tuple[str, int]) -> Any:
+        lm = self.broker.log
+        assert lm is not None
+        T = ListOffsetsResponse.ListOffsetsTopicResponse
+        P = T.ListOffsetsPartitionResponse
+        topics = []
+        for t in req.body.topics:
+            parts = []
+            for lp in t.partitions:
+                try:
+                    p = lm.partition(t.name, lp.partition_index)
+                except (UnknownTopic, LogbusError):
+                    parts.append(P(partition_index=lp.partition_index, error_code=K.UNKNOWN_TOPIC_OR_PARTITION,
+                                   old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1))
+                    continue
+                if lp.timestamp == LATEST:
+                    ts, off = -1, p.high_watermark
+                elif lp.timestamp == EARLIEST:
+                    ts, off = -1, p.log_start_offset
+                else:
+                    found = p.offset_for_time(lp.timestamp)
+                    off, ts = found if found is not None else (-1, -1)
+                parts.append(P(partition_index=lp.partition_index, error_code=K.NONE,
+                               old_style_offsets=[off], timestamp=ts, offset=off, leader_epoch=0))
+            topics.append(T(name=t.name, partitions=parts))
+        return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,104 @@
+"""The thin Twisted shell around the Kafka codec and handlers: it moves bytes, keeps
+responses in request order (Kafka clients pipeline requests and rely on that), and
+closes only this connection, with the reason logged, when the peer breaks the protocol."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, cast
+
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.protocol import Factory, Protocol
+from twisted.python.failure import Failure
+
+from ...core.broker import Broker
+from .codec import (
+    FrameDecoder,
+    KafkaProtocolError,
+    UnsupportedVersion,
+    encode_response,
+    parse_request,
+)
+from .handlers import KafkaHandlers
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS = 18
+
+
+class KafkaProtocol(Protocol):
+    def __init__(self, handlers: KafkaHandlers, max_frame: int) -> None:
+        self.handlers = handlers
+        self.decoder = FrameDecoder(max_frame)
+        self._queue: list[list[Any]] = []  # [bytes | None] slots, answered in order
+        self._closing = False
+
+    def connectionMade(self) -> None:
+        self._t: Any = cast(Any, self.transport)
+        host = self._t.getHost()
+        self.advertised = (host.host, host.port)
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            self._received(data)
+        except Exception:
+            log.exception("kafka connection failed")
+            self._abort("internal error (traceback logged)")
+
+    def _received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except KafkaProtocolError as e:
+            return self._abort(str(e))
+        for frame in frames:
+            try:
+                req = parse_request(frame, self.handlers.supported)
+            except UnsupportedVersion as e:
+                if e.api_key == API_VERSIONS:
+                    self._enqueue_ready(self.handlers.unsupported_api_versions(e.correlation_id))
+                    continue
+                return self._abort(str(e))
+            except KafkaProtocolError as e:
+                return self._abort(str(e))
+            slot: list[Any] = [None, False]  # [bytes, done]
+            self._queue.append(slot)
+            d: Deferred[Any] = maybeDeferred(self.handlers.handle, req, self.advertised)
+            d.addCallbacks(self._answered, self._failed, callbackArgs=(req, slot), errbackArgs=(req, slot))
+
+    def _enqueue_ready(self, data: bytes) -> None:
+        self._queue.append([data, True])
+        self._flush()
+
+    def _answered(self, response: Any, req: Any, slot: list[Any]) -> None:
+        slot[0] = None if response is None else encode_response(req, response)
+        slot[1] = True
+        self._flush()
+
+    def _failed(self, failure: Failure, req: Any, slot: list[Any]) -> None:
+        log.error("kafka %s v%d failed: %s", req.body.name, req.api_version, failure.getTraceback())
+        slot[1] = True
+        self._abort(f"internal error answering {req.body.name}")
+
+    def _flush(self) -> None:
+        q = self._queue
+        while q and q[0][1]:
+            data = q.pop(0)[0]
+            if data is not None and not self._closing:
+                self._t.write(data)
+
+    def _abort(self, reason: str) -> None:
+        peer = self._t.getPeer()
+        log.warning("closing kafka connection from %s: %s", peer, reason)
+        self._closing = True
+        self._t.loseConnection()
+
+
+class KafkaFactory(Factory):
+    def __init__(self, broker: Broker, reactor: Any, max_frame: int) -> None:
+        self.handlers = KafkaHandlers(broker, reactor)
+        self.max_frame = max_frame
+
+    def buildProtocol(self, addr: Any) -> KafkaProtocol:
+        return KafkaProtocol(self.handlers, self.max_frame)

@@ -1,0 +1,91 @@
+"""Kafka framing and request parsing, sans I/O, with kafka-python's client-side
+encoders as the peer."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+
+from logbus.gateway.kafka.codec import (
+    FrameDecoder,
+    FrameTooLarge,
+    KafkaProtocolError,
+    MalformedFrame,
+    UnknownApi,
+    UnsupportedVersion,
+    frame_response,
+    parse_request,
+)
+
+SUPPORTED = {18: (ApiVersionsRequest, ApiVersionsResponse, 0, 3)}
+
+
+def framed(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def api_versions_frame(version: int = 3, correlation_id: int = 7) -> bytes:
+    r = ApiVersionsRequest(version=version, client_software_name="t", client_software_version="1")
+    r.with_header(correlation_id=correlation_id, client_id="test")
+    return bytes(r.encode(header=True))
+
+
+@given(st.lists(st.binary(max_size=50), max_size=10), st.data())
+def test_frames_survive_any_chunking(payloads: list[bytes], data: st.DataObject) -> None:
+    stream = b"".join(framed(p) for p in payloads)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
+    dec = FrameDecoder(max_frame=1000)
+    out: list[bytes] = []
+    prev = 0
+    for cut in [*cuts, len(stream)]:
+        out += dec.feed(stream[prev:cut])
+        prev = cut
+    assert out == payloads and dec.buffered == 0
+
+
+def test_size_is_checked_before_the_body_arrives() -> None:
+    dec = FrameDecoder(max_frame=100)
+    with pytest.raises(FrameTooLarge):
+        dec.feed(struct.pack(">i", 101))  # no body sent: refused at once, nothing allocated
+    with pytest.raises(MalformedFrame):
+        FrameDecoder().feed(struct.pack(">i", -5))
+    dec2 = FrameDecoder(max_frame=100)
+    assert dec2.feed(struct.pack(">i", 10) + b"abc") == [] and dec2.buffered == 7
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300))
+def test_garbage_raises_only_protocol_errors(data: bytes) -> None:
+    try:
+        for frame in FrameDecoder(max_frame=200).feed(data):
+            parse_request(frame, SUPPORTED)
+    except KafkaProtocolError:
+        pass
+
+
+def test_parse_request_and_answer() -> None:
+    req = parse_request(api_versions_frame(3, 42), SUPPORTED)
+    assert (req.api_key, req.api_version, req.correlation_id, req.client_id) == (18, 3, 42, "test")
+    resp = ApiVersionsResponse(error_code=0, api_keys=[ApiVersionsResponse.ApiVersion(api_key=18, min_version=0, max_version=3)])
+    out = frame_response(resp, 3, 42)
+    back = ApiVersionsResponse.decode(out[4:], version=3, header=True)
+    assert back.header.correlation_id == 42 and back.api_keys[0].max_version == 3
+
+
+def test_unknown_and_unsupported_and_truncated() -> None:
+    with pytest.raises(UnknownApi):
+        parse_request(struct.pack(">hhi", 999, 0, 1) + b"\x00\x00", SUPPORTED)
+    with pytest.raises(UnsupportedVersion) as e:
+        parse_request(api_versions_frame(4, 9), SUPPORTED)
+    assert e.value.correlation_id == 9
+    with pytest.raises(MalformedFrame):
+        parse_request(b"\x00\x12", SUPPORTED)
+    r = MetadataRequest(version=1, topics=[MetadataRequest.MetadataRequestTopic(name="t")])
+    r.with_header(correlation_id=1, client_id="c")
+    frame = bytes(r.encode(header=True))
+    with pytest.raises(MalformedFrame):
+        parse_request(frame[:-3], {3: (MetadataRequest, None, 0, 9)})
