@@ -55,6 +55,14 @@ class KafkaHandlers:
         # what codec.parse_request needs: api_key -> (request, response, min, max)
         self.supported = {k: v[:4] for k, v in self._table.items()}
 
+    def register(self, request_cls: Any, response_cls: Any, min_version: int, max_version: int,
+                 handler: Callable[[Request, tuple[str, int]], Any]) -> None:
+        """Add an API (used by the install() functions of groups.py, admin.py, ...).
+        ApiVersions then advertises exactly what is registered."""
+        key = request_cls.API_KEY
+        self._table[key] = (request_cls, response_cls, min_version, max_version, handler)
+        self.supported[key] = (request_cls, response_cls, min_version, max_version)
+
     def handle(self, req: Request, advertised: tuple[str, int]) -> Any:
         """The response to ``req`` (an object or a Deferred), or None when the request
         expects no answer (Produce with acks=0)."""

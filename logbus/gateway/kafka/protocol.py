@@ -19,6 +19,7 @@ from .codec import (
     encode_response,
     parse_request,
 )
+from . import admin, groups
 from .handlers import KafkaHandlers
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class KafkaProtocol(Protocol):
 class KafkaFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, max_frame: int) -> None:
         self.handlers = KafkaHandlers(broker, reactor)
+        for module in (groups, admin):
+            module.install(self.handlers)
         self.max_frame = max_frame
 
     def buildProtocol(self, addr: Any) -> KafkaProtocol:
