@@ -355,3 +355,20 @@ def test_non_sync_readers_see_every_written_record(open_log: OpenLog, loop: Loop
     p = lm.open_topic("t", topic_config(flush="interval:1000"), create=True).partition(0)
     p.append([Record(None, b"x")])
     assert p.read_records(0)[0].value == b"x" and p.high_watermark == 1  # read drains
+
+
+@pytest.mark.parametrize("flush", ["sync", "none", "interval:1000"])
+def test_watchers_hear_when_records_become_readable(open_log: OpenLog, loop: LoopReactor, flush: str) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(flush=flush), create=True).partition(0)
+    seen: list[int] = []
+
+    def cb() -> None:
+        seen.append(p.high_watermark)
+
+    p.watch(cb)
+    loop.wait(p.append([Record(None, b"a")]))
+    assert seen and seen[-1] == 1  # told once the record is readable, not before
+    p.unwatch(cb)
+    loop.wait(p.append([Record(None, b"b")]))
+    assert seen[-1] == 1

@@ -110,3 +110,31 @@ def test_bad_input_closes_only_that_connection(logbus_server: Any) -> None:
     assert produce(server, "safe", 10, start=10) == list(range(10, 20))
     assert [m.value for m in consume_all(server, "safe")] == [b"v%d" % i for i in range(20)]
     assert server.running()
+
+
+def test_long_poll_fetch_wakes_on_produce(logbus_server: Any) -> None:
+    import threading
+
+    server = logbus_server()
+    produce(server, "wake", 1)
+    c = KafkaConsumer(
+        bootstrap_servers=server.addresses["kafka"], enable_auto_commit=False,
+        fetch_max_wait_ms=10_000, fetch_min_bytes=1,
+    )
+    try:
+        tp = TopicPartition("wake", 0)
+        c.assign([tp])
+        c.seek(tp, 1)
+        c.poll(timeout_ms=500)  # nothing yet: the consumer now waits in a long-poll Fetch
+        later = threading.Timer(0.5, produce, args=(server, "wake", 1, 1))
+        later.start()
+        t0 = time.monotonic()
+        records: list[Any] = []
+        while not records and time.monotonic() - t0 < 20:
+            records = [r for rs in c.poll(timeout_ms=15_000).values() for r in rs]
+        later.join()
+        assert [r.value for r in records] == [b"v1"]
+        # woken by the append, not by the end of the 10 s max wait
+        assert time.monotonic() - t0 < 8
+    finally:
+        c.close()

@@ -112,6 +112,7 @@ class Partition:
         self._failed: StorageError | None = None
         self.records_appended = 0
         self.bytes_appended = 0
+        self._watchers: list[Callable[[], object]] = []
         self.set_config(config)
 
     def set_config(self, config: TopicConfig) -> None:
@@ -145,6 +146,23 @@ class Partition:
         it where it is)."""
         if type(end) is int and end > self.durable_offset:
             self.durable_offset = end
+            self._notify()
+
+    def watch(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` each time the high watermark moves (new records become
+        readable) until unwatch(); long-polling readers (Kafka Fetch) use it."""
+        self._watchers.append(callback)
+
+    def unwatch(self, callback: Callable[[], object]) -> None:
+        try:
+            self._watchers.remove(callback)
+        except ValueError:
+            pass
+
+    def _notify(self) -> None:
+        if self._watchers:
+            for cb in list(self._watchers):
+                cb()
 
     @property
     def size_bytes(self) -> int:
@@ -321,6 +339,8 @@ class Partition:
         mode = self._mode
         if mode == "none" or not handles:
             fire_waiters(waiters)
+            if mode != "sync":
+                self._notify()
             return
         if mode == "sync":
             waiters = [(self._mark_durable, self.next_offset), *waiters]
@@ -331,6 +351,7 @@ class Partition:
             handoff.append(item)
         if mode == "interval":
             fire_waiters(waiters)
+            self._notify()
 
     def _fail(self, e: OSError) -> StorageError:
         """A write failed: nothing more is accepted here. The failed write was cut

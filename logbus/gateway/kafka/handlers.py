@@ -2,9 +2,9 @@
 response object (or a Deferred of it). No sockets here; protocol.py moves the bytes.
 
 First cut (issue 3 in progress): ApiVersions, Metadata, Produce, Fetch, ListOffsets,
-enough for a producer and a consumer with assigned partitions. Fetch waits for
-``min_bytes`` by re-reading every FETCH_POLL seconds up to ``max_wait_ms`` (waking on
-append is still to do).
+enough for a producer and a consumer with assigned partitions; groups.py and admin.py
+register more. A Fetch that must wait for ``min_bytes`` is woken when a partition it
+asked for gets new readable records (Partition.watch).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from .codec import Request, frame_response
 
 log = logging.getLogger(__name__)
 
-FETCH_POLL = 0.01
 EARLIEST, LATEST = -2, -1
 
 
@@ -180,18 +179,38 @@ class KafkaHandlers:
     # -- Fetch ------------------------------------------------------------------------
 
     def fetch(self, req: Request, advertised: tuple[str, int]) -> Any:
+        """Answer at once when ``min_bytes`` are there (or max_wait_ms is 0); otherwise
+        wait, woken by every partition asked for when its high watermark moves, until
+        ``min_bytes`` are there or ``max_wait_ms`` has passed."""
         body = req.body
-        deadline = self.reactor.seconds() + max(body.max_wait_ms, 0) / 1000.0
+        resp, size = self._read(body)
+        if size >= body.min_bytes or body.max_wait_ms <= 0:
+            return resp
+        lm = self.broker.log
+        assert lm is not None
+        watched = []
+        for ft in body.topics:
+            topic = lm.topics.get(ft.topic)
+            for fp in ft.partitions:
+                if topic is not None and 0 <= fp.partition < len(topic.partitions):
+                    watched.append(topic.partitions[fp.partition])
         d: Deferred[Any] = Deferred()
 
-        def attempt() -> None:
-            resp, size = self._read(body)
-            if size >= body.min_bytes or self.reactor.seconds() >= deadline:
-                d.callback(resp)
-            else:
-                self.reactor.callLater(FETCH_POLL, attempt)
+        def finish(answer: Any) -> None:
+            if timer.active():
+                timer.cancel()
+            for p in watched:
+                p.unwatch(wake)
+            d.callback(answer)
 
-        attempt()
+        def wake() -> None:
+            answer, got = self._read(body)
+            if got >= body.min_bytes:
+                finish(answer)
+
+        for p in watched:
+            p.watch(wake)
+        timer = self.reactor.callLater(body.max_wait_ms / 1000.0, lambda: finish(self._read(body)[0]))
         return d
 
     def _read(self, body: Any) -> tuple[Any, int]:
