@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PROTOS := logbus/core/envelope.proto logbus/core/state.proto
 
-.PHONY: run test install install-test proto bench clean
+.PHONY: run test install install-test proto bench clean debian-tools
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -14,9 +14,19 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(PY)
+$(VENV)/.installed-test: pyproject.toml | $(PY) debian-tools
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed
+
+# Debian tools the integration tests drive (kcat: a librdkafka command-line client).
+DEBIAN_TOOLS := kcat
+debian-tools:
+	@missing=""; for t in $(DEBIAN_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 install: $(VENV)/.installed
 
@@ -25,7 +35,7 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(VENV)/bin/logbus serve --data-dir ./data
 
-test: install-test
+test: debian-tools install-test
 	$(PY) -m pytest -q
 
 # Regenerate the committed protobuf modules (tests/unit/test_proto_fresh.py fails when stale).
