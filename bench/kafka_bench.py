@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Kafka gateway throughput with confluent-kafka (librdkafka), against the machine's raw
+limits measured in the same run.
+
+Starts its own `logbus serve` (temp data dir, loopback, free ports), produces
+``--records`` records of ``--size`` bytes with acks=all (topic flush policy `sync`) and
+a tuned producer (linger, large batches), then consumes them all from the beginning.
+In the same run: raw sequential disk write (1 MiB writes + fdatasync) of the same
+bytes, and raw loopback TCP throughput. Broker CPU per produced record comes from
+/proc/<pid>/stat. Prints one JSON document.
+
+    python bench/kafka_bench.py --records 200000 --size 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+CHUNK = 1 << 20
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def raw_disk(directory: str, total: int) -> float:
+    buf = os.urandom(CHUNK)
+    path = os.path.join(directory, "raw.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    t0 = time.perf_counter()
+    written = 0
+    while written < total:
+        written += os.write(fd, buf)
+    os.fdatasync(fd)
+    dt = time.perf_counter() - t0
+    os.close(fd)
+    os.unlink(path)
+    return written / dt / 1e6
+
+
+def raw_loopback(total: int) -> float:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    received = [0]
+
+    def sink() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            while True:
+                data = conn.recv(CHUNK)
+                if not data:
+                    break
+                received[0] += len(data)
+
+    t = threading.Thread(target=sink)
+    t.start()
+    buf = os.urandom(CHUNK)
+    t0 = time.perf_counter()
+    with socket.create_connection(srv.getsockname()) as c:
+        sent = 0
+        while sent < total:
+            c.sendall(buf)
+            sent += len(buf)
+    t.join()
+    dt = time.perf_counter() - t0
+    srv.close()
+    return received[0] / dt / 1e6
+
+
+def start_broker(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+    ready = os.path.join(workdir, "ready.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "logbus", "serve", "--data-dir", os.path.join(workdir, "data"),
+         "--amqp", "off", "--mqtt", "off", "--kafka", "tcp:0:interface=127.0.0.1",
+         "--http", "tcp:0:interface=127.0.0.1", "--default-flush", "sync", "--ready-file", ready],
+        stderr=open(os.path.join(workdir, "broker.log"), "wb"),
+    )
+    deadline = time.monotonic() + 30
+    while not os.path.exists(ready):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("logbus did not start: see " + os.path.join(workdir, "broker.log"))
+        time.sleep(0.05)
+    with open(ready) as f:
+        return proc, json.load(f)["kafka"]
+
+
+def produce(boot: str, topic: str, records: int, size: int, pid: int) -> dict[str, float]:
+    value = os.urandom(size)
+    p = Producer({
+        "bootstrap.servers": boot, "acks": "all", "linger.ms": 5, "batch.size": 1_000_000,
+        "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576, "compression.type": "none", "log_level": 3,
+    })
+    errors: list[Any] = []
+
+    def done(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    p.produce(topic, value=b"warm-up", on_delivery=done)  # topic auto-created, metadata known
+    p.flush(30)
+    cpu0 = cpu_seconds(pid)
+    t0 = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                p.produce(topic, value=value, on_delivery=done)
+                break
+            except BufferError:
+                p.poll(0.01)
+    left = p.flush(120)
+    dt = time.perf_counter() - t0
+    cpu = cpu_seconds(pid) - cpu0
+    if left or errors:
+        raise SystemExit(f"produce failed: {left} not delivered, errors {errors[:3]}")
+    return {"seconds": dt, "records_per_s": records / dt, "mb_per_s": records * size / dt / 1e6,
+            "broker_cpu_seconds": cpu, "broker_cpu_us_per_record": cpu / records * 1e6}
+
+
+def consume(boot: str, topic: str, records: int, size: int, pid: int) -> dict[str, float]:
+    c = Consumer({
+        "bootstrap.servers": boot, "group.id": "bench", "enable.auto.commit": False,
+        "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760, "log_level": 3,
+    })
+    c.assign([TopicPartition(topic, 0, 1)])  # skip the warm-up record
+    got = 0
+    nbytes = 0
+    cpu0 = cpu_seconds(pid)
+    t0 = time.perf_counter()
+    deadline = t0 + 300
+    while got < records and time.perf_counter() < deadline:
+        for m in c.consume(10_000, 1.0):
+            if m.error() is None:
+                got += 1
+                nbytes += len(m.value())
+    dt = time.perf_counter() - t0
+    cpu = cpu_seconds(pid) - cpu0
+    c.close()
+    if got < records:
+        raise SystemExit(f"consumed only {got} of {records}")
+    return {"seconds": dt, "records_per_s": got / dt, "mb_per_s": nbytes / dt / 1e6,
+            "broker_cpu_seconds": cpu}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
+    args = ap.parse_args()
+    workdir = tempfile.mkdtemp(prefix="logbus-kbench-", dir=args.dir)
+    total = args.records * args.size
+    proc = None
+    try:
+        out: dict[str, Any] = {"bench": "kafka_bench", "args": vars(args)}
+        out["raw_disk_write_mb_per_s"] = raw_disk(workdir, total)
+        out["raw_loopback_mb_per_s"] = raw_loopback(total)
+        proc, boot = start_broker(workdir)
+        out["produce"] = produce(boot, "bench", args.records, args.size, proc.pid)
+        out["consume"] = consume(boot, "bench", args.records, args.size, proc.pid)
+        out["ratios"] = {
+            "produce_vs_raw_disk": out["produce"]["mb_per_s"] / out["raw_disk_write_mb_per_s"],
+            "consume_vs_raw_loopback": out["consume"]["mb_per_s"] / out["raw_loopback_mb_per_s"],
+        }
+        print(json.dumps(out, indent=2))
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
