@@ -138,3 +138,23 @@ def test_long_poll_fetch_wakes_on_produce(logbus_server: Any) -> None:
         assert time.monotonic() - t0 < 8
     finally:
         c.close()
+
+
+def test_reserved_envelope_header_is_refused(logbus_server: Any) -> None:
+    import pytest
+    from kafka.errors import InvalidRecordError
+
+    server = logbus_server()
+    for compression in (None, "gzip"):
+        p = KafkaProducer(
+            bootstrap_servers=server.addresses["kafka"], acks="all", enable_idempotence=False,
+            compression_type=compression, retries=0,
+        )
+        try:
+            f = p.send("guarded", value=b"x", headers=[("logbus.envelope", b"\x01")])
+            with pytest.raises(InvalidRecordError):
+                f.get(timeout=10)
+            assert p.send("guarded", value=b"ok", headers=[("other", b"1")]).get(timeout=10).offset >= 0
+        finally:
+            p.close()
+    assert [m.value for m in consume_all(server, "guarded")] == [b"ok", b"ok"]

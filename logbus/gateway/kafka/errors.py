@@ -25,6 +25,7 @@ _BY_CODE = {
     E.CorruptBatch.code: CORRUPT_MESSAGE,
     E.RecordTooLarge.code: MESSAGE_TOO_LARGE,
     E.StorageError.code: KAFKA_STORAGE_ERROR,
+    "invalid_record": INVALID_RECORD,
 }
 
 

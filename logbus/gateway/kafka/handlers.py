@@ -25,16 +25,39 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
-from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 
 from ...core.broker import Broker
 from ...core.errors import LogbusError, OffsetOutOfRange, UnknownTopic
+from ...core.log import batch as B
+from ...core.message import ENVELOPE_HEADER
 from . import errors as K
 from .codec import Request, frame_response
 
 log = logging.getLogger(__name__)
 
 EARLIEST, LATEST = -2, -1
+_RESERVED = ENVELOPE_HEADER.encode()
+
+
+class InvalidRecord(LogbusError):
+    code = "invalid_record"
+
+
+def reserved_header_in(data: bytes) -> InvalidRecord | None:
+    """A record sent by a Kafka client may not carry logbus's reserved envelope header
+    (readers would take it for logbus's own). Uncompressed batches are searched as bytes
+    first (free); compressed ones are decoded."""
+    try:
+        infos = B.split_validate(data, 1 << 31)
+    except LogbusError:
+        return None  # append_raw reports it
+    if all(not i.attributes & B.COMPRESSION_MASK for i in infos) and _RESERVED not in data:
+        return None
+    for record in B.decode(data):
+        if any(k == ENVELOPE_HEADER for k, _ in record.headers):
+            return InvalidRecord(f"record header {ENVELOPE_HEADER!r} is reserved for logbus")
+    return None
 
 
 class KafkaHandlers:
@@ -147,8 +170,12 @@ class KafkaHandlers:
                 if topic is None or not 0 <= pd.index < len(topic.partitions):
                     pending.append(succeed(K.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
-                data = pd.records or b""
-                pending.append(topic.partitions[pd.index].append_raw(bytes(data)))
+                data = bytes(pd.records or b"")
+                refused = reserved_header_in(data)
+                if refused is not None:
+                    pending.append(fail(refused))
+                    continue
+                pending.append(topic.partitions[pd.index].append_raw(data))
         if body.acks == 0:
             for d in pending:
                 d.addErrback(lambda f: log.info("acks=0 produce failed: %s", f.getErrorMessage()))
