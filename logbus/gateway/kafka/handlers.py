@@ -25,12 +25,15 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 
 from ...core.broker import Broker
 from ...core.errors import LogbusError, OffsetOutOfRange, UnknownTopic
+from ...core.log import AppendResult, Partition
 from ...core.log import batch as B
 from ...core.message import ENVELOPE_HEADER
+from ...core.txn import APPEND, DUPLICATE, OUT_OF_ORDER, ProducerStates
 from . import errors as K
 from .codec import Request, frame_response
 
@@ -73,7 +76,11 @@ class KafkaHandlers:
             0: (ProduceRequest, ProduceResponse, 3, 9, self.produce),
             1: (FetchRequest, FetchResponse, 4, 11, self.fetch),
             2: (ListOffsetsRequest, ListOffsetsResponse, 1, 5, self.list_offsets),
+            22: (InitProducerIdRequest, InitProducerIdResponse, 0, 4, self.init_producer_id),
         }
+        self._producer_states: dict[tuple[str, int], ProducerStates] = {}
+        self._pid_ms = 0
+        self._pid_seq = 0
         # what codec.parse_request needs: api_key -> (request, response, min, max)
         self.supported = {k: v[:4] for k, v in self._table.items()}
 
@@ -175,7 +182,7 @@ class KafkaHandlers:
                 if refused is not None:
                     pending.append(fail(refused))
                     continue
-                pending.append(topic.partitions[pd.index].append_raw(data))
+                pending.append(self._append(td.name, topic.partitions[pd.index], data))
         if body.acks == 0:
             for d in pending:
                 d.addErrback(lambda f: log.info("acks=0 produce failed: %s", f.getErrorMessage()))
@@ -202,6 +209,82 @@ class KafkaHandlers:
             return ProduceResponse(responses=topics, throttle_time_ms=0)
 
         return DeferredList(pending, consumeErrors=True).addCallback(build)
+
+    def _append(self, topic: str, p: Partition, data: bytes) -> Deferred[Any]:
+        """Append a producer's batches, with Kafka's idempotence checks when the batch
+        carries a producer id: a retried batch is acknowledged again (once readable)
+        with its first offset instead of being appended twice."""
+        try:
+            infos = B.split_validate(data, p.config.max_message_bytes)
+        except LogbusError as e:
+            return fail(e)
+        first = infos[0]
+        if first.producer_id < 0:
+            return p.append_batches(bytearray(data), infos)
+        states = self._states(topic, p)
+        count = sum(i.last_offset_delta + 1 for i in infos)
+        verdict = states.check(first.producer_id, first.producer_epoch, first.base_sequence, count)
+        if verdict.kind == DUPLICATE:
+            return self._when_readable(p, verdict.base_offset).addCallback(
+                lambda _: AppendResult(verdict.base_offset, verdict.base_offset + count - 1, p.log_start_offset)
+            )
+        if verdict.kind != APPEND:
+            return succeed(K.OUT_OF_ORDER_SEQUENCE_NUMBER if verdict.kind == OUT_OF_ORDER else K.INVALID_PRODUCER_EPOCH)
+        base = p.next_offset
+        d = p.append_batches(bytearray(data), infos)
+        if p.next_offset > base:  # appended (offsets assigned): remember at once, not when durable
+            states.record(first.producer_id, first.producer_epoch, first.base_sequence, count, base)
+        return d
+
+    def _states(self, topic: str, p: Partition) -> ProducerStates:
+        """Producer states of a partition, rebuilt from its batch headers on first use."""
+        key = (topic, p.index)
+        states = self._producer_states.get(key)
+        if states is None:
+            states = self._producer_states[key] = ProducerStates()
+            p.drain()
+            states.rebuild(info for seg in list(p.segments) for _, info in seg.walk(0))
+        return states
+
+    def _when_readable(self, p: Partition, offset: int) -> Deferred[None]:
+        """Fires once ``offset`` is below the partition's high watermark."""
+        d: Deferred[None] = Deferred()
+        if p.high_watermark > offset:
+            d.callback(None)
+            return d
+
+        def check() -> None:
+            if p.high_watermark > offset and not d.called:
+                p.unwatch(check)
+                d.callback(None)
+
+        p.watch(check)
+        return d
+
+    # -- InitProducerId -----------------------------------------------------------------
+
+    def init_producer_id(self, req: Request, advertised: tuple[str, int]) -> Any:
+        """A fresh producer id (or, KIP-360, the same id with the next epoch). Ids are
+        milliseconds since the epoch times 1024 plus a counter, so they grow across
+        restarts without a stored counter (a RocksDB counter is still to do)."""
+        body = req.body
+        if body.transactional_id is not None:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=K.TRANSACTIONAL_ID_NOT_SUPPORTED,
+                                          producer_id=-1, producer_epoch=-1)
+        pid = getattr(body, "producer_id", -1)
+        epoch = getattr(body, "producer_epoch", -1)
+        if pid is not None and pid >= 0 and epoch is not None and epoch >= 0:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=K.NONE, producer_id=pid,
+                                          producer_epoch=epoch + 1)
+        now = int(self.reactor.seconds() * 1000)
+        if now > self._pid_ms:
+            self._pid_ms, self._pid_seq = now, 0
+        else:
+            self._pid_seq += 1
+            if self._pid_seq >= 1024:
+                self._pid_ms, self._pid_seq = self._pid_ms + 1, 0
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=K.NONE,
+                                      producer_id=self._pid_ms * 1024 + self._pid_seq, producer_epoch=0)
 
     # -- Fetch ------------------------------------------------------------------------
 
