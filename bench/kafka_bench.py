@@ -4,7 +4,8 @@ limits measured in the same run.
 
 Starts its own `logbus serve` (temp data dir, loopback, free ports), produces
 ``--records`` records of ``--size`` bytes with acks=all (topic flush policy `sync`) and
-a tuned producer (linger, large batches), then consumes them all from the beginning.
+a tuned producer (linger, large batches), then consumes them all from the beginning (with kcat by default, or confluent-kafka's
+Python consumer with ``--consumer python``).
 In the same run: raw sequential disk write (1 MiB writes + fdatasync) of the same
 bytes, and raw loopback TCP throughput. Broker CPU per produced record comes from
 /proc/<pid>/stat. Prints one JSON document.
@@ -154,7 +155,29 @@ def consume(boot: str, topic: str, records: int, size: int, pid: int) -> dict[st
     if got < records:
         raise SystemExit(f"consumed only {got} of {records}")
     return {"seconds": dt, "records_per_s": got / dt, "mb_per_s": nbytes / dt / 1e6,
-            "broker_cpu_seconds": cpu}
+            "broker_cpu_seconds": cpu, "broker_cpu_us_per_record": cpu / got * 1e6}
+
+
+def consume_kcat(boot: str, topic: str, records: int, size: int, pid: int) -> dict[str, float]:
+    """The same consumption with kcat (librdkafka in C), so the broker is measured, not
+    the Python client loop (~200k messages/s)."""
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        raise SystemExit("--consumer kcat needs kcat (Debian package kcat; `make test` installs it)")
+    cpu0 = cpu_seconds(pid)
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [kcat, "-C", "-b", boot, "-t", topic, "-p", "0", "-o", "1", "-c", str(records), "-q", "-f", "%S\\n",
+         "-X", "fetch.max.bytes=52428800", "-X", "max.partition.fetch.bytes=10485760"],
+        stdout=subprocess.PIPE, timeout=600, check=True,
+    ).stdout
+    dt = time.perf_counter() - t0
+    cpu = cpu_seconds(pid) - cpu0
+    got = out.count(b"\n")
+    if got < records:
+        raise SystemExit(f"kcat consumed only {got} of {records}")
+    return {"seconds": dt, "records_per_s": got / dt, "mb_per_s": got * size / dt / 1e6,
+            "broker_cpu_seconds": cpu, "broker_cpu_us_per_record": cpu / got * 1e6}
 
 
 def main() -> None:
@@ -162,6 +185,8 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
+    ap.add_argument("--consumer", choices=["python", "kcat"], default="kcat",
+                    help="consume with confluent-kafka's Python loop or with kcat (C)")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="logbus-kbench-", dir=args.dir)
     total = args.records * args.size
@@ -172,7 +197,8 @@ def main() -> None:
         out["raw_loopback_mb_per_s"] = raw_loopback(total)
         proc, boot = start_broker(workdir)
         out["produce"] = produce(boot, "bench", args.records, args.size, proc.pid)
-        out["consume"] = consume(boot, "bench", args.records, args.size, proc.pid)
+        consumer = consume_kcat if args.consumer == "kcat" else consume
+        out["consume"] = consumer(boot, "bench", args.records, args.size, proc.pid)
         out["ratios"] = {
             "produce_vs_raw_disk": out["produce"]["mb_per_s"] / out["raw_disk_write_mb_per_s"],
             "consume_vs_raw_loopback": out["consume"]["mb_per_s"] / out["raw_loopback_mb_per_s"],

@@ -89,3 +89,43 @@ def test_unknown_and_unsupported_and_truncated() -> None:
     frame = bytes(r.encode(header=True))
     with pytest.raises(MalformedFrame):
         parse_request(frame[:-3], {3: (MetadataRequest, None, 0, 9)})
+
+
+fetch_parts = st.lists(
+    st.builds(
+        lambda i, e, hw, start, recs: (i, e, hw, start, recs),
+        st.integers(0, 100), st.sampled_from([0, 1, 3]), st.integers(0, 2**40), st.integers(0, 2**40),
+        st.binary(max_size=40),
+    ),
+    max_size=4,
+)
+
+
+@given(
+    st.integers(4, 11),
+    st.integers(0, 2**31 - 1),
+    st.lists(st.tuples(st.text(min_size=1, max_size=10), fetch_parts), max_size=3),
+)
+def test_fast_fetch_response_matches_kafka_python(version: int, cid: int, topics: list) -> None:
+    from kafka.protocol.consumer import FetchResponse
+
+    from logbus.gateway.kafka.codec import FetchPartition, encode_fetch_response
+
+    fast = encode_fetch_response(
+        version, cid, 0,
+        [(name, [FetchPartition(i, e, hw, hw, start, recs) for i, e, hw, start, recs in parts]) for name, parts in topics],
+    )
+    T = FetchResponse.FetchableTopicResponse
+    P = T.PartitionData
+    reference = FetchResponse(
+        throttle_time_ms=0, error_code=0, session_id=0,
+        responses=[
+            T(topic=name, partitions=[
+                P(partition_index=i, error_code=e, high_watermark=hw, last_stable_offset=hw, log_start_offset=start,
+                  aborted_transactions=[], preferred_read_replica=-1, records=recs)
+                for i, e, hw, start, recs in parts
+            ])
+            for name, parts in topics
+        ],
+    )
+    assert b"".join(fast) == frame_response(reference, version, cid)

@@ -133,3 +133,70 @@ def frame_response(response: Any, version: int, correlation_id: int) -> bytes:
     response.API_VERSION = version
     response.with_header(correlation_id=correlation_id)
     return bytes(response.encode(header=True, framed=True))
+
+
+# -- Fetch responses, encoded without copying record bytes ----------------------------
+#
+# Fetch v4..v11 responses are not "flexible" (no tagged fields, no compact arrays), so
+# their layout is fixed. They are built as a list of chunks in which each partition's
+# stored record bytes appear as they are, to be sent with writeSequence (and later with
+# sendfile). tests/unit/test_kafka_codec.py checks this encoder byte for byte against
+# kafka-python's generated FetchResponse encoder.
+
+FAST_FETCH_VERSIONS = range(4, 12)
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PART = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
+_I64 = struct.Struct(">q")
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    index: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    records: bytes
+
+
+class Chunks(list[bytes]):
+    """A response already encoded as byte chunks (written with writeSequence)."""
+
+
+def encode_fetch_response(
+    version: int,
+    correlation_id: int,
+    error_code: int,
+    topics: list[tuple[str, list[FetchPartition]]],
+) -> Chunks:
+    if version not in FAST_FETCH_VERSIONS:
+        raise ValueError(f"Fetch v{version} is not encoded here")
+    head = bytearray(_I32.pack(0))  # frame size, filled in below
+    head += _I32.pack(correlation_id)
+    head += _I32.pack(0)  # throttle_time_ms
+    if version >= 7:
+        head += _I16.pack(error_code) + _I32.pack(0)  # error_code, session_id
+    head += _I32.pack(len(topics))
+    chunks = Chunks()
+    buf = head
+    for name, parts in topics:
+        raw = name.encode()
+        buf += _I16.pack(len(raw)) + raw + _I32.pack(len(parts))
+        for p in parts:
+            buf += _PART.pack(p.index, p.error_code, p.high_watermark, p.last_stable_offset)
+            if version >= 5:
+                buf += _I64.pack(p.log_start_offset)
+            buf += _I32.pack(0)  # aborted_transactions: empty
+            if version >= 11:
+                buf += _I32.pack(-1)  # preferred_read_replica
+            buf += _I32.pack(len(p.records))
+            if p.records:
+                chunks.append(bytes(buf))
+                chunks.append(p.records)
+                buf = bytearray()
+    if buf:
+        chunks.append(bytes(buf))
+    size = sum(len(c) for c in chunks) - 4
+    chunks[0] = _I32.pack(size) + chunks[0][4:]
+    return chunks

@@ -35,7 +35,7 @@ from ...core.log import batch as B
 from ...core.message import ENVELOPE_HEADER
 from ...core.txn import APPEND, DUPLICATE, OUT_OF_ORDER, ProducerStates
 from . import errors as K
-from .codec import Request, frame_response
+from .codec import Chunks, FetchPartition, Request, encode_fetch_response, frame_response
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ class KafkaHandlers:
         wait, woken by every partition asked for when its high watermark moves, until
         ``min_bytes`` are there or ``max_wait_ms`` has passed."""
         body = req.body
-        resp, size = self._read(body)
+        resp, size = self._read(req)
         if size >= body.min_bytes or body.max_wait_ms <= 0:
             return resp
         lm = self.broker.log
@@ -314,48 +314,45 @@ class KafkaHandlers:
             d.callback(answer)
 
         def wake() -> None:
-            answer, got = self._read(body)
+            answer, got = self._read(req)
             if got >= body.min_bytes:
                 finish(answer)
 
         for p in watched:
             p.watch(wake)
-        timer = self.reactor.callLater(body.max_wait_ms / 1000.0, lambda: finish(self._read(body)[0]))
+        timer = self.reactor.callLater(body.max_wait_ms / 1000.0, lambda: finish(self._read(req)[0]))
         return d
 
-    def _read(self, body: Any) -> tuple[Any, int]:
+    def _read(self, req: Request) -> tuple[Chunks, int]:
+        """Read every partition asked for; the response is encoded at once as chunks in
+        which the stored record bytes are not copied again (codec.encode_fetch_response)."""
+        body = req.body
         lm = self.broker.log
         assert lm is not None
-        T = FetchResponse.FetchableTopicResponse
-        P = T.PartitionData
-
-        def part(index: int, code: int, hw: int, start: int, data: bytes) -> Any:
-            return P(partition_index=index, error_code=code, high_watermark=hw, last_stable_offset=hw,
-                     log_start_offset=start, aborted_transactions=[], preferred_read_replica=-1, records=data)
-
         remaining = body.max_bytes if body.max_bytes > 0 else 1 << 30
         total = 0
-        responses = []
+        topics = []
         for ft in body.topics:
             topic = lm.topics.get(ft.topic)
             parts = []
             for fp in ft.partitions:
                 if topic is None or not 0 <= fp.partition < len(topic.partitions):
-                    parts.append(part(fp.partition, K.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, b""))
+                    parts.append(FetchPartition(fp.partition, K.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, b""))
                     continue
                 p = topic.partitions[fp.partition]
                 limit = min(fp.partition_max_bytes, remaining) if total else fp.partition_max_bytes
                 try:
-                    res = p.read(fp.fetch_offset, max(limit, 1)) if limit > 0 else None
+                    data = p.read(fp.fetch_offset, max(limit, 1)).data if limit > 0 else b""
                 except OffsetOutOfRange:
-                    parts.append(part(fp.partition, K.OFFSET_OUT_OF_RANGE, p.high_watermark, p.log_start_offset, b""))
+                    hw = p.high_watermark
+                    parts.append(FetchPartition(fp.partition, K.OFFSET_OUT_OF_RANGE, hw, hw, p.log_start_offset, b""))
                     continue
-                data = res.data if res is not None else b""
                 total += len(data)
                 remaining -= len(data)
-                parts.append(part(fp.partition, K.NONE, p.high_watermark, p.log_start_offset, data))
-            responses.append(T(topic=ft.topic, partitions=parts))
-        return FetchResponse(throttle_time_ms=0, error_code=K.NONE, session_id=0, responses=responses), total
+                hw = p.high_watermark
+                parts.append(FetchPartition(fp.partition, K.NONE, hw, hw, p.log_start_offset, data))
+            topics.append((ft.topic, parts))
+        return encode_fetch_response(req.api_version, req.correlation_id, K.NONE, topics), total
 
     # -- ListOffsets ------------------------------------------------------------------
 

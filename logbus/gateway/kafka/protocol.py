@@ -12,14 +12,15 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
 from ...core.broker import Broker
+from . import admin, groups
 from .codec import (
+    Chunks,
     FrameDecoder,
     KafkaProtocolError,
     UnsupportedVersion,
     encode_response,
     parse_request,
 )
-from . import admin, groups
 from .handlers import KafkaHandlers
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,12 @@ class KafkaProtocol(Protocol):
         self._flush()
 
     def _answered(self, response: Any, req: Any, slot: list[Any]) -> None:
-        slot[0] = None if response is None else encode_response(req, response)
+        if response is None:
+            slot[0] = None
+        elif isinstance(response, Chunks):
+            slot[0] = response  # already encoded (Fetch): record bytes are not copied again
+        else:
+            slot[0] = encode_response(req, response)
         slot[1] = True
         self._flush()
 
@@ -86,7 +92,11 @@ class KafkaProtocol(Protocol):
         q = self._queue
         while q and q[0][1]:
             data = q.pop(0)[0]
-            if data is not None and not self._closing:
+            if data is None or self._closing:
+                continue
+            if isinstance(data, Chunks):
+                self._t.writeSequence(data)
+            else:
                 self._t.write(data)
 
     def _abort(self, reason: str) -> None:
