@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--default-flush", metavar="POLICY",
                        help="flush policy of new topics: sync | interval:<ms> | none")
     serve.add_argument("--max-open-files", metavar="N", help="segment file handles kept open")
+    serve.add_argument("--kafka-advertised", metavar="HOST:PORT",
+                       help="address Kafka clients are told to connect to (default: the one they used)")
     serve.add_argument("--log-level", metavar="LEVEL",
                        help="debug | info | warning | error | critical")
     serve.add_argument("--ready-file", metavar="FILE", type=Path,
@@ -97,6 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "default_partitions": args.default_partitions,
         "default_flush": args.default_flush,
         "max_open_files": args.max_open_files,
+        "kafka_advertised": args.kafka_advertised,
         "log_level": args.log_level,
     }
     try:

@@ -47,6 +47,7 @@ class Settings:
     default_flush: str = "sync"
     max_open_files: int = 1024
     log_level: str = "info"
+    kafka_advertised: str = ""  # host:port Kafka clients are told to connect to; "": the address they used
     config_file: Path | None = None  # the TOML file these settings were read from, if any
 
     def listeners(self) -> dict[str, str]:
@@ -129,6 +130,16 @@ def _flush(raw: Any) -> str:
     return value
 
 
+def _host_port(raw: Any) -> str:
+    value = _as_str(raw).strip()
+    if not value:
+        return ""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"must be host:port, not {raw!r}")
+    return value
+
+
 def _log_level(raw: Any) -> str:
     value = _as_str(raw).lower()
     if value not in LOG_LEVELS:
@@ -146,6 +157,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "default_flush": _flush,
     "max_open_files": lambda raw: _as_int(raw, 16, 1_000_000),
     "log_level": _log_level,
+    "kafka_advertised": _host_port,
 }
 KEYS = tuple(_CONVERTERS)
 

@@ -55,7 +55,11 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
     from .gateway.kafka.codec import DEFAULT_MAX_FRAME
     from .gateway.kafka.protocol import KafkaFactory
 
-    return KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME)
+    advertised = None
+    if settings.kafka_advertised:
+        host, _, port = settings.kafka_advertised.rpartition(":")
+        advertised = (host, int(port))
+    return KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME, advertised)
 
 
 # THE gateway table: listener name -> builder of the protocol factory that serves it.

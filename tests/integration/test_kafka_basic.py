@@ -158,3 +158,17 @@ def test_reserved_envelope_header_is_refused(logbus_server: Any) -> None:
         finally:
             p.close()
     assert [m.value for m in consume_all(server, "guarded")] == [b"ok", b"ok"]
+
+
+def test_advertised_address_is_configurable(logbus_server: Any) -> None:
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from tests.kafka_wire import Wire
+
+    server = logbus_server(args=["--kafka-advertised", "kafka.example.test:19092"])
+    w = Wire(server)
+    try:
+        meta = w.call(MetadataRequest(topics=[]), MetadataResponse, 1)
+    finally:
+        w.sock.close()
+    assert [(b.host, b.port) for b in meta.brokers] == [("kafka.example.test", 19092)]

@@ -5,15 +5,13 @@ acknowledged with its first offset and stored once; a gap or an old epoch is ref
 from __future__ import annotations
 
 import asyncio
-import socket
-import struct
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+
+from tests.kafka_wire import Wire
 
 
 def consume_values(server: Any, topic: str) -> list[bytes]:
@@ -52,42 +50,6 @@ def test_aiokafka_idempotent_producer(logbus_server: Any) -> None:
 
     assert asyncio.run(run()) == list(range(100))
     assert consume_values(server, "aio") == [b"a%d" % i for i in range(100)]
-
-
-class Wire:
-    """A raw Kafka connection: send one request, read its response."""
-
-    def __init__(self, server: Any) -> None:
-        host, port = server.addresses["kafka"].rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.correlation = 0
-
-    def call(self, request: Any, response_cls: Any, version: int) -> Any:
-        self.correlation += 1
-        request.API_VERSION = version
-        request.with_header(correlation_id=self.correlation, client_id="wire")
-        self.sock.sendall(bytes(request.encode(header=True, framed=True)))
-        size = struct.unpack(">i", self._exactly(4))[0]
-        return response_cls.decode(self._exactly(size), version=version, header=True)
-
-    def _exactly(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            assert chunk, "connection closed"
-            buf += chunk
-        return buf
-
-    def produce(self, topic: str, pid: int, epoch: int, seq: int, values: list[bytes]) -> tuple[int, int]:
-        b = DefaultRecordBatchBuilder(2, 0, 0, pid, epoch, seq, 1 << 20)
-        for i, v in enumerate(values):
-            b.append(i, 1000 + i, None, v, [])
-        T = ProduceRequest.TopicProduceData
-        req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10_000, topic_data=[
-            T(name=topic, partition_data=[T.PartitionProduceData(index=0, records=bytes(b.build()))])
-        ])
-        r = self.call(req, ProduceResponse, 8).responses[0].partition_responses[0]
-        return r.error_code, r.base_offset
 
 
 def test_retry_is_stored_once_and_gaps_and_old_epochs_are_refused(logbus_server: Any) -> None:

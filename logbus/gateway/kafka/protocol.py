@@ -29,8 +29,9 @@ API_VERSIONS = 18
 
 
 class KafkaProtocol(Protocol):
-    def __init__(self, handlers: KafkaHandlers, max_frame: int) -> None:
+    def __init__(self, handlers: KafkaHandlers, max_frame: int, advertised: tuple[str, int] | None = None) -> None:
         self.handlers = handlers
+        self._advertised = advertised
         self.decoder = FrameDecoder(max_frame)
         self._queue: list[list[Any]] = []  # [bytes | None] slots, answered in order
         self._closing = False
@@ -38,7 +39,7 @@ class KafkaProtocol(Protocol):
     def connectionMade(self) -> None:
         self._t: Any = cast(Any, self.transport)
         host = self._t.getHost()
-        self.advertised = (host.host, host.port)
+        self.advertised = self._advertised or (host.host, host.port)
 
     def dataReceived(self, data: bytes) -> None:
         if self._closing:
@@ -107,11 +108,12 @@ class KafkaProtocol(Protocol):
 
 
 class KafkaFactory(Factory):
-    def __init__(self, broker: Broker, reactor: Any, max_frame: int) -> None:
+    def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None) -> None:
+        self.advertised = advertised
         self.handlers = KafkaHandlers(broker, reactor)
         for module in (groups, admin):
             module.install(self.handlers)
         self.max_frame = max_frame
 
     def buildProtocol(self, addr: Any) -> KafkaProtocol:
-        return KafkaProtocol(self.handlers, self.max_frame)
+        return KafkaProtocol(self.handlers, self.max_frame, self.advertised)
