@@ -11,6 +11,27 @@ import time
 from typing import Any, Callable
 
 
+class Timer:
+    """What callLater returns: cancel() and active(), like Twisted's DelayedCall."""
+
+    def __init__(self, f: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self._f, self._args = f, args
+        self._state = "pending"
+
+    def fire(self) -> None:
+        if self._state == "pending":
+            self._state = "called"
+            self._f(*self._args)
+
+    def cancel(self) -> None:
+        if self._state != "pending":
+            raise RuntimeError(f"timer already {self._state}")
+        self._state = "cancelled"
+
+    def active(self) -> bool:
+        return self._state == "pending"
+
+
 class LoopReactor:
     def __init__(self) -> None:
         self._timers: list[tuple[float, int, Callable[..., Any], tuple[Any, ...]]] = []
@@ -20,8 +41,10 @@ class LoopReactor:
     def seconds(self) -> float:
         return time.monotonic()
 
-    def callLater(self, delay: float, f: Callable[..., Any], *args: Any) -> None:
-        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), f, args))
+    def callLater(self, delay: float, f: Callable[..., Any], *args: Any) -> "Timer":
+        timer = Timer(f, args)
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), timer.fire, ()))
+        return timer
 
     def callFromThread(self, f: Callable[..., Any], *args: Any) -> None:
         self._from_threads.put((f, args))
