@@ -13,14 +13,14 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
 
-from .errors import DataDirLocked, TopicExists, UnknownTopic  # noqa: F401  (re-exported)
+from .errors import DataDirLocked, InvalidConfig, TopicExists, UnknownTopic  # noqa: F401  (re-exported)
 from .log import AppendResult, LogManager, Record
 from .log.batch import now_ms
 from .log.topic_config import TopicConfig, validate_topic_name
@@ -187,6 +187,30 @@ class Broker:
             self.state.delete(CF_METADATA, topic_key(name), sync=True)
             raise
         log.info("created topic %r with %d partitions", name, config.partitions)
+        return self.describe_topic(name)
+
+    def grow_topic(self, name: str, partitions: int) -> TopicInfo:
+        """Add partitions to a topic (never fewer): the new count is recorded first, then
+        the partitions are opened; if opening fails the old record is put back."""
+        lm = self._log
+        topic = lm.topic(name)
+        if partitions < len(topic.partitions):
+            raise InvalidConfig(f"topic {name!r} has {len(topic.partitions)} partitions; it cannot shrink to {partitions}")
+        assert self.state is not None
+        key = topic_key(name)
+        old = self.state.get_msg(CF_METADATA, key, TopicRecord)
+        if old is None:
+            raise UnknownTopic(f"topic {name!r} has no metadata record")
+        new = TopicRecord()
+        new.CopyFrom(old)
+        new.partitions = partitions
+        self.state.put(CF_METADATA, key, new, sync=True)
+        try:
+            lm.open_topic(name, replace(topic.config, partitions=partitions))
+        except BaseException:
+            self.state.put(CF_METADATA, key, old, sync=True)
+            raise
+        log.info("topic %r now has %d partitions", name, partitions)
         return self.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:

@@ -17,9 +17,8 @@ fail the others. A topic named twice in one request is INVALID_REQUEST for that 
 failures the handlers do not expect (bugs) propagate, and the connection is closed with
 the traceback logged (protocol.py).
 
-CreatePartitions persists the new count in the topic's ``TopicRecord`` (metadata column
-family, written the way ``Broker.create_topic`` writes it) *before* the log grows, so a
-crash in between reopens the topic with the new, empty partitions.
+CreatePartitions goes through ``Broker.grow_topic``, which records the new count *before*
+the log grows, so a crash in between reopens the topic with the new, empty partitions.
 
 DescribeConfigs tells a topic's setting apart from the broker's default by value: the
 ``TopicRecord`` stores every setting, so a setting given explicitly with the default's
@@ -45,11 +44,9 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
 )
 
-from ...core.broker import CF_METADATA, Broker
+from ...core.broker import Broker
 from ...core.errors import InvalidConfig, LogbusError, TopicExists, UnknownTopic
 from ...core.log.topic_config import TopicConfig, validate_topic_name
-from ...core.state import topic_key
-from ...core.state_pb2 import TopicRecord
 from . import errors as K
 from .codec import Request
 from .handlers import KafkaHandlers
@@ -388,24 +385,7 @@ class KafkaAdmin:
         return config
 
     def _grow(self, name: str, config: TopicConfig) -> None:
-        """Record the new count, then open the new partitions (undoing the record if
-        that fails). Broker.create_topic writes the same TopicRecord."""
-        state, lm = self.broker.state, self.broker.log
-        assert state is not None and lm is not None
-        key = topic_key(name)
-        old = state.get_msg(CF_METADATA, key, TopicRecord)
-        if old is None:
-            raise AdminError(K.UNKNOWN_SERVER_ERROR, f"topic {name!r} has no metadata record")
-        new = TopicRecord()
-        new.CopyFrom(old)
-        new.partitions = config.partitions
-        state.put(CF_METADATA, key, new, sync=True)
-        try:
-            lm.open_topic(name, config)
-        except BaseException:
-            state.put(CF_METADATA, key, old, sync=True)
-            raise
-        log.info("topic %r now has %d partitions", name, config.partitions)
+        self.broker.grow_topic(name, config.partitions)
 
     # -- DescribeConfigs --------------------------------------------------------------
 
