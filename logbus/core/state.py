@@ -12,7 +12,9 @@ column family  key                                 value
 =============  ==================================  ==============================
 metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``; later also
                                                    exchanges, queues, bindings, users
-offsets        (later) group, topic, partition     committed offset
+offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
+               ``+ topic + b"\0" + partition``     (consumer-group commits;
+               (partition: uint32 big-endian)      see ``group_offset_key``)
 queues         (later) queue, pointer position     pointer index, ack state
 timers         (later) kind, due ms, unique id     lease or timer
 sessions       (later) client id / retained topic  MQTT session, retained message
@@ -282,3 +284,34 @@ class StateBatch:
         wb, self._wb = self._wb, None
         if exc_type is None and wb is not None and len(wb):
             self._store._commit(wb, self._sync)
+
+
+# -- offsets CF: consumer-group committed offsets (logbus.core.groups) ---------------
+
+import struct as _struct  # here, beside the helpers that use it
+
+OFFSET_PREFIX = b"offset\x00"
+_PARTITION = _struct.Struct(">I")
+
+
+def group_offsets_prefix(group: str) -> bytes:
+    """offsets CF: the prefix of every committed offset of ``group`` (sorted by topic,
+    then partition number)."""
+    return OFFSET_PREFIX + _text(group)
+
+
+def group_offset_key(group: str, topic: str, partition: int) -> bytes:
+    """offsets CF: the key of ``group``'s ``CommittedOffset`` for ``(topic, partition)``."""
+    return group_offsets_prefix(group) + _text(topic) + _PARTITION.pack(partition)
+
+
+def parse_group_offset_key(key: bytes) -> tuple[str, str, int]:
+    """``(group, topic, partition)`` of a ``group_offset_key`` (ValueError if it is not one)."""
+    if not key.startswith(OFFSET_PREFIX) or len(key) < len(OFFSET_PREFIX) + 2 + _PARTITION.size:
+        raise ValueError(f"not a group offset key: {key!r}")
+    body, tail = key[len(OFFSET_PREFIX) : -_PARTITION.size], key[-_PARTITION.size :]
+    parts = body.split(b"\x00")
+    if len(parts) != 3 or parts[2] != b"":
+        raise ValueError(f"not a group offset key: {key!r}")
+    (partition,) = _PARTITION.unpack(tail)
+    return parts[0].decode("utf-8"), parts[1].decode("utf-8"), partition

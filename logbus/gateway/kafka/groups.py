@@ -1,11 +1,320 @@
 """Kafka the group coordinator: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
-(Being built: see issue 3.)"""
+
+Each handler translates a decoded request into a call on ``core.groups.GroupCoordinator``
+(one per ``KafkaHandlers``, shared by every connection) and the result into the
+response of the request's version. This broker is the coordinator of every group.
+
+Versions (what kafka-python 3.0.12 and aiokafka send fall inside each range):
+
+===============  ========  ==============================================================
+API              versions  notes
+===============  ========  ==============================================================
+FindCoordinator  0-4       v4: batched ``coordinator_keys``
+JoinGroup        0-7       v4+: first join answered MEMBER_ID_REQUIRED with the new id
+SyncGroup        0-5       v5: protocol type/name checked and returned
+Heartbeat        0-4
+LeaveGroup       0-4       v3+: a batch of members, one error per member
+OffsetCommit     2-8       (0-1 are gone from Kafka 4.0 and kafka-python)
+OffsetFetch      1-8       v2+: ``topics`` null = every committed partition; v8: groups
+ListGroups       0-4       v4: states filter
+DescribeGroups   0-5
+===============  ========  ==============================================================
+"""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+from kafka.protocol.admin import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+from ...core.groups import (
+    Code,
+    GroupCoordinator,
+    JoinGroup,
+    JoinResult,
+    OffsetAndMetadata,
+    SyncResult,
+)
+from .codec import Request
 from .handlers import KafkaHandlers
+
+log = logging.getLogger(__name__)
+
+NONE = 0
+INVALID_REQUEST = 42
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NO_OFFSET = -1
+NO_METADATA = ""  # what Kafka answers (and stores for a null) when there is none
+AUTHORIZED_OPERATIONS_OMITTED = None  # encoded as INT32_MIN: "not requested"
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+GROUP_TYPE = "classic"
+
+_ATTR = "group_coordinator"
+
+
+def coordinator(handlers: KafkaHandlers) -> GroupCoordinator:
+    """The group coordinator of ``handlers``, on the broker's state store once the broker
+    has started (the gateway is built before the broker opens its store)."""
+    coord: GroupCoordinator = getattr(handlers, _ATTR)
+    state = handlers.broker.state
+    if coord.store is not state and state is not None:
+        n = coord.open(state)
+        log.info("group coordinator loaded %d committed offsets", n)
+    return coord
 
 
 def install(handlers: KafkaHandlers) -> None:
     """Register this module's APIs with ``handlers``."""
+    if getattr(handlers, _ATTR, None) is None:
+        setattr(handlers, _ATTR, GroupCoordinator(handlers.reactor))
+    api = _GroupApi(handlers)
+    reg = handlers.register
+    reg(FindCoordinatorRequest, FindCoordinatorResponse, 0, 4, api.find_coordinator)
+    reg(JoinGroupRequest, JoinGroupResponse, 0, 7, api.join_group)
+    reg(SyncGroupRequest, SyncGroupResponse, 0, 5, api.sync_group)
+    reg(HeartbeatRequest, HeartbeatResponse, 0, 4, api.heartbeat)
+    reg(LeaveGroupRequest, LeaveGroupResponse, 0, 4, api.leave_group)
+    reg(OffsetCommitRequest, OffsetCommitResponse, 2, 8, api.offset_commit)
+    reg(OffsetFetchRequest, OffsetFetchResponse, 1, 8, api.offset_fetch)
+    reg(ListGroupsRequest, ListGroupsResponse, 0, 4, api.list_groups)
+    reg(DescribeGroupsRequest, DescribeGroupsResponse, 0, 5, api.describe_groups)
+
+
+class _GroupApi:
+    def __init__(self, handlers: KafkaHandlers) -> None:
+        self.handlers = handlers
+
+    @property
+    def coord(self) -> GroupCoordinator:
+        return coordinator(self.handlers)
+
+    # -- FindCoordinator -----------------------------------------------------------------
+
+    def find_coordinator(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body = req.body
+        host, port = advertised
+        node = self.handlers.node_id
+        ok = body.key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION)
+        code = NONE if ok else INVALID_REQUEST
+        if req.api_version < 4:
+            return FindCoordinatorResponse(
+                throttle_time_ms=0, error_code=code,
+                error_message=None if ok else f"unknown key type {body.key_type}",
+                node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1,
+            )
+        C = FindCoordinatorResponse.Coordinator
+        coordinators = [
+            C(key=key, node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1,
+              error_code=code, error_message=None if ok else f"unknown key type {body.key_type}")
+            for key in body.coordinator_keys
+        ]
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+
+    # -- JoinGroup / SyncGroup -----------------------------------------------------------
+
+    def join_group(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body, v = req.body, req.api_version
+        join = JoinGroup(
+            group_id=body.group_id,
+            member_id=body.member_id or "",
+            client_id=req.client_id or "",
+            session_timeout_ms=body.session_timeout_ms,
+            rebalance_timeout_ms=body.rebalance_timeout_ms if v >= 1 else -1,
+            protocol_type=body.protocol_type,
+            protocols=tuple((p.name, bytes(p.metadata)) for p in body.protocols),
+            require_known_member_id=v >= 4,
+        )
+        M = JoinGroupResponse.JoinGroupResponseMember
+
+        def build(r: JoinResult) -> Any:
+            if r.error is not Code.NONE and r.error is not Code.MEMBER_ID_REQUIRED:
+                log.debug("JoinGroup %s by %s: %s", join.group_id, join.member_id, r.error.name)
+            return JoinGroupResponse(
+                throttle_time_ms=0,
+                error_code=int(r.error),
+                generation_id=r.generation_id,
+                protocol_type=r.protocol_type,
+                protocol_name=r.protocol_name if r.protocol_name is not None or v >= 7 else "",
+                leader=r.leader,
+                skip_assignment=False,
+                member_id=r.member_id,
+                members=[M(member_id=mid, group_instance_id=None, metadata=md) for mid, md in r.members],
+            )
+
+        return self.coord.join(join).addCallback(build)
+
+    def sync_group(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body, v = req.body, req.api_version
+        assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
+        d = self.coord.sync(
+            body.group_id, body.generation_id, body.member_id, assignments,
+            protocol_type=body.protocol_type if v >= 5 else None,
+            protocol_name=body.protocol_name if v >= 5 else None,
+        )
+
+        def build(r: SyncResult) -> Any:
+            return SyncGroupResponse(
+                throttle_time_ms=0, error_code=int(r.error), protocol_type=r.protocol_type,
+                protocol_name=r.protocol_name, assignment=r.assignment,
+            )
+
+        return d.addCallback(build)
+
+    # -- Heartbeat / LeaveGroup ----------------------------------------------------------
+
+    def heartbeat(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body = req.body
+        code = self.coord.heartbeat(body.group_id, body.generation_id, body.member_id)
+        return HeartbeatResponse(throttle_time_ms=0, error_code=int(code))
+
+    def leave_group(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body = req.body
+        if req.api_version < 3:
+            (code,) = self.coord.leave(body.group_id, [body.member_id])
+            return LeaveGroupResponse(throttle_time_ms=0, error_code=int(code))
+        identities = list(body.members)
+        codes = self.coord.leave(body.group_id, [m.member_id for m in identities])
+        R = LeaveGroupResponse.MemberResponse
+        members = [
+            R(member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=int(code))
+            for m, code in zip(identities, codes)
+        ]
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=NONE, members=members)
+
+    # -- OffsetCommit / OffsetFetch ------------------------------------------------------
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        lm = self.handlers.broker.log
+        t = lm.topics.get(topic) if lm is not None else None
+        return t is not None and 0 <= partition < len(t.partitions)
+
+    def offset_commit(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body = req.body
+        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for t in body.topics:
+            for p in t.partitions:
+                if self._partition_exists(t.name, p.partition_index):
+                    offsets[(t.name, p.partition_index)] = OffsetAndMetadata(
+                        p.committed_offset,
+                        p.committed_metadata if p.committed_metadata is not None else NO_METADATA,
+                        p.committed_leader_epoch,
+                    )
+        code, codes = self.coord.commit_offsets(
+            body.group_id, body.generation_id_or_member_epoch, body.member_id or "", offsets
+        )
+        T = OffsetCommitResponse.OffsetCommitResponseTopic
+        P = T.OffsetCommitResponsePartition
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                if tp not in offsets:
+                    c = UNKNOWN_TOPIC_OR_PARTITION
+                elif code is not Code.NONE:
+                    c = int(code)
+                else:
+                    c = int(codes[tp])
+                parts.append(P(partition_index=p.partition_index, error_code=c))
+            topics.append(T(name=t.name, partitions=parts))
+        return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
+
+    def offset_fetch(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body, v = req.body, req.api_version
+        if v >= 8:
+            G = OffsetFetchResponse.OffsetFetchResponseGroup
+            GT = G.OffsetFetchResponseTopics
+            GP = GT.OffsetFetchResponsePartitions
+            groups = []
+            for g in body.groups:
+                wanted = None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
+                topics = [
+                    GT(name=name, partitions=[GP(**fields) for fields in parts])
+                    for name, parts in self._fetch(g.group_id, wanted)
+                ]
+                groups.append(G(group_id=g.group_id, topics=topics, error_code=NONE))
+            return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+        T = OffsetFetchResponse.OffsetFetchResponseTopic
+        P = T.OffsetFetchResponsePartition
+        wanted = None if body.topics is None else [(t.name, t.partition_indexes) for t in body.topics]
+        topics = [
+            T(name=name, partitions=[P(**fields) for fields in parts])
+            for name, parts in self._fetch(body.group_id, wanted)
+        ]
+        return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=NONE)
+
+    def _fetch(
+        self, group_id: str, wanted: list[tuple[str, list[int]]] | None
+    ) -> list[tuple[str, list[dict[str, Any]]]]:
+        """[(topic, [partition fields])] in request order (or topic order for null)."""
+        tps = None if wanted is None else [(name, p) for name, parts in wanted for p in parts]
+        found = self.coord.fetch_offsets(group_id, tps)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        if wanted is not None:
+            for name, _ in wanted:
+                by_topic.setdefault(name, [])
+        for (topic, partition), om in found.items():
+            by_topic.setdefault(topic, []).append({
+                "partition_index": partition,
+                "committed_offset": om.offset if om is not None else NO_OFFSET,
+                "committed_leader_epoch": om.leader_epoch if om is not None else -1,
+                "metadata": om.metadata if om is not None else NO_METADATA,
+                "error_code": NONE,
+            })
+        return list(by_topic.items())
+
+    # -- ListGroups / DescribeGroups -----------------------------------------------------
+
+    def list_groups(self, req: Request, advertised: tuple[str, int]) -> Any:
+        body = req.body
+        states = {s.lower() for s in body.states_filter} if req.api_version >= 4 else set()
+        L = ListGroupsResponse.ListedGroup
+        groups = [
+            L(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=GROUP_TYPE)
+            for g in self.coord.list_groups()
+            if not states or g.state.lower() in states
+        ]
+        return ListGroupsResponse(throttle_time_ms=0, error_code=NONE, groups=groups)
+
+    def describe_groups(self, req: Request, advertised: tuple[str, int]) -> Any:
+        D = DescribeGroupsResponse.DescribedGroup
+        DM = D.DescribedGroupMember
+        out = []
+        for group_id in req.body.groups:
+            g = self.coord.describe(group_id)
+            if g is None:  # Kafka describes an unknown group as Dead, without an error
+                out.append(D(error_code=NONE, error_message=None, group_id=group_id, group_state="Dead",
+                             protocol_type="", protocol_data="", members=[],
+                             authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                continue
+            members = [
+                DM(member_id=m.member_id, group_instance_id=None, client_id=m.client_id,
+                   client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
+                for m in g.members
+            ]
+            out.append(D(error_code=NONE, error_message=None, group_id=g.group_id, group_state=g.state,
+                         protocol_type=g.protocol_type, protocol_data=g.protocol_name, members=members,
+                         authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+        return DescribeGroupsResponse(throttle_time_ms=0, groups=out)

@@ -1,0 +1,741 @@
+"""The stream model's group coordinator: consumer-group membership (Kafka's classic
+group protocol) and committed offsets. No sockets and no wire format here: the Kafka
+gateway decodes requests, calls these methods and encodes what they return.
+
+Theory of operation
+===================
+
+A group is a small state machine (``TRANSITIONS`` lists every allowed move; any other
+is a bug and raises ``IllegalTransition``)::
+
+    Empty --join--> PreparingRebalance --all joined / rebalance timeout--> CompletingRebalance
+      ^                 ^        |                                          |
+      |                 |        +--nobody rejoined--> Empty                | leader's SyncGroup
+      |                 +--join, leave, expiry--------------------------<---+
+      |                 +--leader rejoins, new protocols, leave, expiry-- Stable <--+
+    (Dead: the group object is gone: no members and no committed offsets)
+
+- **Join.** A member without an id gets ``client_id-uuid``. From JoinGroup v4 on
+  (``require_known_member_id``) that first join is answered at once with
+  MEMBER_ID_REQUIRED and the new id; the id is *pending* until the member joins again
+  with it (or its session timeout passes). A join that needs a rebalance moves the
+  group to PreparingRebalance; every join's answer (a Deferred) waits until every
+  known member has rejoined and no pending member is left, or the largest rebalance
+  timeout passes: then members that did not rejoin are dropped, the generation goes
+  up by one, the protocol is chosen by vote among those every member supports, and
+  every waiting join is answered; the leader (the longest-standing member) gets the
+  members' metadata.
+- **Sync.** Followers' SyncGroup answers wait for the leader's, which carries the
+  assignments; then the group is Stable. A member that does not sync within the
+  rebalance timeout is dropped (and the group rebalances).
+- **Liveness.** Every member has a session timer, reset by each heartbeat, join,
+  sync and commit. When it fires (and the member is not waiting on a join or sync),
+  the member is removed and the group rebalances. Heartbeats answer
+  REBALANCE_IN_PROGRESS while the group is preparing a rebalance, so members rejoin.
+- **Offsets.** OffsetCommit is checked against the member and generation like Kafka
+  does (a commit with generation < 0 is a "simple" commit, allowed only while the
+  group has no members), and all offsets of one request are written in ONE RocksDB
+  WriteBatch (``offsets`` CF, keys from ``state.group_offset_key``), synced before the
+  answer; ``load()`` reads them back at start.
+
+Time comes from the injected ``clock`` (a reactor, or ``twisted.internet.task.Clock``
+in tests): ``clock.seconds()`` and ``clock.callLater()``. Every Deferred handed out is
+fired exactly once, so a Kafka connection's ordered responses never stall behind one.
+
+Differences from Apache Kafka: group.instance.id (static membership) is accepted and
+ignored; no initial rebalance delay; group membership is not persisted (after a restart
+groups hold only their offsets, and members rejoin); offsets do not expire.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+
+from .log.batch import now_ms
+from .state import OFFSET_PREFIX, StateStore, group_offset_key, parse_group_offset_key
+from .state_pb2 import CommittedOffset as CommittedOffsetRecord
+
+log = logging.getLogger(__name__)
+
+CF_OFFSETS = "offsets"
+
+
+class Code(enum.IntEnum):
+    """Results, numbered as Apache Kafka's ``Errors`` (the group protocol is Kafka's)."""
+
+    NONE = 0
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+
+    @property
+    def retriable(self) -> bool:
+        return self in _RETRIABLE
+
+
+_RETRIABLE = frozenset({
+    Code.UNKNOWN_TOPIC_OR_PARTITION, Code.COORDINATOR_LOAD_IN_PROGRESS,
+    Code.COORDINATOR_NOT_AVAILABLE, Code.NOT_COORDINATOR, Code.REBALANCE_IN_PROGRESS,
+})
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+S = GroupState
+# new state -> the states it may be entered from (Kafka's GroupState.validPreviousStates)
+TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
+    S.EMPTY: frozenset({S.PREPARING_REBALANCE}),
+    S.PREPARING_REBALANCE: frozenset({S.EMPTY, S.STABLE, S.COMPLETING_REBALANCE}),
+    S.COMPLETING_REBALANCE: frozenset({S.PREPARING_REBALANCE}),
+    S.STABLE: frozenset({S.COMPLETING_REBALANCE}),
+    S.DEAD: frozenset({S.EMPTY, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE, S.STABLE, S.DEAD}),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A bug in the coordinator: a move ``TRANSITIONS`` does not allow."""
+
+
+NO_GENERATION = -1
+UNKNOWN_MEMBER = ""
+DEFAULT_MIN_SESSION_TIMEOUT_MS = 1_000  # Kafka: 6000; short sessions help tests and fast failover
+DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
+DEFAULT_MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+
+
+# -- inputs and results ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroup:
+    group_id: str
+    member_id: str
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), in preference order
+    require_known_member_id: bool = True  # JoinGroup v4+
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: Code
+    member_id: str
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: tuple[tuple[str, bytes], ...] = ()  # the leader's copy: (member id, metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: Code
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    offset: int
+    metadata: str | None = ""
+    leader_epoch: int = -1
+    commit_timestamp_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: tuple[MemberDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+TopicPartition = tuple[str, int]
+
+
+# -- the model -----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes = b""
+    join_waiter: Deferred[JoinResult] | None = None
+    sync_waiter: Deferred[SyncResult] | None = None
+    expiry: Any = None  # IDelayedCall
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+
+@dataclass(eq=False)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)  # insertion order: join order
+    pending: dict[str, Any] = field(default_factory=dict)  # MEMBER_ID_REQUIRED ids -> expiry
+    pending_sync: set[str] = field(default_factory=set)
+    offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    join_timer: Any = None
+    sync_timer: Any = None
+
+    def all_joined(self) -> bool:
+        return not self.pending and all(m.join_waiter is not None for m in self.members.values())
+
+    def candidate_protocols(self) -> set[str]:
+        """Protocols every member supports."""
+        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def supports(self, protocol_type: str, names: Iterable[str]) -> bool:
+        names = set(names)
+        if not self.members:
+            return bool(protocol_type) and bool(names)
+        return protocol_type == self.protocol_type and bool(names & self.candidate_protocols())
+
+    def select_protocol(self) -> str:
+        candidates = self.candidate_protocols()
+        votes: Counter[str] = Counter()
+        for m in self.members.values():
+            votes[next(name for name, _ in m.protocols if name in candidates)] += 1
+        # most votes; ties go to the leader's preference order
+        leader = self.members.get(self.leader_id or "") or next(iter(self.members.values()))
+        order = {name: i for i, (name, _) in enumerate(leader.protocols)}
+        return max(votes, key=lambda n: (votes[n], -order.get(n, len(order))))
+
+
+class GroupCoordinator:
+    """Every consumer group of one broker. ``store`` None keeps offsets in memory only."""
+
+    def __init__(
+        self,
+        clock: Any,
+        store: StateStore | None = None,
+        *,
+        min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS,
+        max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
+        max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+        sync_commits: bool = True,
+    ) -> None:
+        self.clock = clock
+        self.store = store
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.max_metadata_bytes = max_metadata_bytes
+        self.sync_commits = sync_commits
+        self.groups: dict[str, Group] = {}
+
+    # -- start and stop ----------------------------------------------------------------
+
+    def open(self, store: StateStore | None) -> int:
+        """Start over on ``store`` (a broker that was started after this coordinator was
+        built, or restarted): forget every group, then ``load()``."""
+        self.shutdown()
+        self.store = store
+        return self.load()
+
+    def load(self) -> int:
+        """Read every committed offset from the store; return how many."""
+        if self.store is None:
+            return 0
+        n = 0
+        for key, value in self.store.scan_prefix(CF_OFFSETS, OFFSET_PREFIX):
+            try:
+                group_id, topic, partition = parse_group_offset_key(key)
+            except ValueError:
+                log.warning("ignoring malformed key %r in the offsets column family", key)
+                continue
+            rec = CommittedOffsetRecord.FromString(value)
+            group = self.groups.get(group_id) or self.groups.setdefault(group_id, Group(group_id))
+            group.offsets[(topic, partition)] = OffsetAndMetadata(
+                rec.offset, rec.metadata if rec.HasField("metadata") else None,
+                rec.leader_epoch, rec.commit_timestamp_ms,
+            )
+            n += 1
+        return n
+
+    def shutdown(self) -> None:
+        """Cancel every timer and answer every waiting request with
+        COORDINATOR_NOT_AVAILABLE (clients look for the coordinator again)."""
+        for group in list(self.groups.values()):
+            for m in list(group.members.values()):
+                self._fire_join(m, JoinResult(Code.COORDINATOR_NOT_AVAILABLE, m.member_id))
+                self._fire_sync(m, SyncResult(Code.COORDINATOR_NOT_AVAILABLE))
+                _cancel(m.expiry)
+            for call in group.pending.values():
+                _cancel(call)
+            _cancel(group.join_timer)
+            _cancel(group.sync_timer)
+        self.groups.clear()
+
+    # -- JoinGroup ---------------------------------------------------------------------
+
+    def join(self, req: JoinGroup) -> Deferred[JoinResult]:
+        if not _valid_group_id(req.group_id):
+            return succeed(JoinResult(Code.INVALID_GROUP_ID, req.member_id))
+        if not self.min_session_timeout_ms <= req.session_timeout_ms <= self.max_session_timeout_ms:
+            return succeed(JoinResult(Code.INVALID_SESSION_TIMEOUT, req.member_id))
+        group = self.groups.get(req.group_id)
+        known = group is not None and (req.member_id in group.members or req.member_id in group.pending)
+        if req.member_id != UNKNOWN_MEMBER and not known:
+            return succeed(JoinResult(Code.UNKNOWN_MEMBER_ID, req.member_id))
+        if group is None:
+            group = self.groups[req.group_id] = Group(req.group_id)
+        names = [name for name, _ in req.protocols]
+        others = group.members.keys() - {req.member_id}
+        if others or req.member_id not in group.members:
+            ok = group.supports(req.protocol_type, names)
+        else:  # the only member may change protocols freely
+            ok = bool(req.protocol_type) and bool(names)
+        if not ok:
+            self._maybe_forget(group)
+            return succeed(JoinResult(Code.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+
+        if req.member_id == UNKNOWN_MEMBER:
+            member_id = f"{req.client_id}-{uuid.uuid4()}"
+            if req.require_known_member_id:
+                timeout = req.session_timeout_ms / 1000.0
+                group.pending[member_id] = self.clock.callLater(timeout, self._expire_pending, group, member_id)
+                return succeed(JoinResult(Code.MEMBER_ID_REQUIRED, member_id))
+            return self._add_member(group, member_id, req)
+        if req.member_id in group.pending:
+            _cancel(group.pending.pop(req.member_id))
+            return self._add_member(group, req.member_id, req)
+
+        member = group.members[req.member_id]
+        d: Deferred[JoinResult] = Deferred()
+        same = member.protocols == req.protocols and member.protocol_type == req.protocol_type
+        if group.state is S.PREPARING_REBALANCE:
+            self._update_member(group, member, req, d)
+            self._try_complete_join(group)
+        elif group.state is S.COMPLETING_REBALANCE and same:
+            # the join answer was lost: answer again with the current generation
+            self._touch(group, member)
+            d.callback(self._join_result(group, member))
+        elif group.state is S.STABLE and same and member.member_id != group.leader_id:
+            self._touch(group, member)
+            d.callback(self._join_result(group, member))
+        else:  # the leader rejoining, changed metadata, or a join during CompletingRebalance
+            self._update_member(group, member, req, d)
+            self._prepare_rebalance(group, f"member {member.member_id} rejoined")
+            self._try_complete_join(group)
+        return d
+
+    def _add_member(self, group: Group, member_id: str, req: JoinGroup) -> Deferred[JoinResult]:
+        d: Deferred[JoinResult] = Deferred()
+        member = Member(
+            member_id, req.client_id, req.client_host, req.session_timeout_ms,
+            req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms,
+            req.protocol_type, req.protocols, join_waiter=d,
+        )
+        if not group.members:
+            group.protocol_type = req.protocol_type
+        group.members[member_id] = member
+        if group.leader_id is None:
+            group.leader_id = member_id
+        self._touch(group, member)
+        if group.state is not S.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, f"member {member_id} joined")
+        self._try_complete_join(group)
+        return d
+
+    def _update_member(self, group: Group, member: Member, req: JoinGroup, d: Deferred[JoinResult]) -> None:
+        member.protocols = req.protocols
+        member.protocol_type = req.protocol_type
+        member.client_id = req.client_id
+        member.session_timeout_ms = req.session_timeout_ms
+        if req.rebalance_timeout_ms > 0:
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        # a second join while one waits: the older request is answered (the client
+        # retries), never dropped, so the connection's ordered responses do not stall
+        self._fire_join(member, JoinResult(Code.REBALANCE_IN_PROGRESS, member.member_id))
+        member.join_waiter = d
+        self._touch(group, member)
+
+    def _join_result(self, group: Group, member: Member) -> JoinResult:
+        leader = member.member_id == group.leader_id
+        members = tuple(
+            (m.member_id, m.metadata_for(group.protocol_name)) for m in group.members.values()
+        ) if leader else ()
+        return JoinResult(
+            Code.NONE, member.member_id, group.generation_id, group.protocol_type,
+            group.protocol_name, group.leader_id or "", members,
+        )
+
+    def _expire_pending(self, group: Group, member_id: str) -> None:
+        if group.pending.pop(member_id, None) is None:
+            return
+        log.info("group %s: pending member %s did not join in time", group.group_id, member_id)
+        self._try_complete_join(group)
+        self._maybe_forget(group)
+
+    # -- rebalance ---------------------------------------------------------------------
+
+    def _transition(self, group: Group, new: GroupState) -> None:
+        if group.state not in TRANSITIONS[new]:
+            raise IllegalTransition(f"group {group.group_id}: {group.state.value} -> {new.value}")
+        group.state = new
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state is S.PREPARING_REBALANCE:
+            return
+        log.info("group %s: preparing to rebalance (generation %d): %s",
+                 group.group_id, group.generation_id, reason)
+        if group.state is S.COMPLETING_REBALANCE:
+            for m in list(group.members.values()):
+                m.assignment = b""
+                self._fire_sync(m, SyncResult(Code.REBALANCE_IN_PROGRESS))
+        group.pending_sync.clear()
+        group.sync_timer = _cancel(group.sync_timer)
+        self._transition(group, S.PREPARING_REBALANCE)
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000.0
+        group.join_timer = self.clock.callLater(timeout, self._join_timeout, group)
+
+    def _join_timeout(self, group: Group) -> None:
+        group.join_timer = None
+        if group.state is S.PREPARING_REBALANCE:
+            self._complete_join(group)
+
+    def _try_complete_join(self, group: Group) -> None:
+        if group.state is S.PREPARING_REBALANCE and group.all_joined():
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        group.join_timer = _cancel(group.join_timer)
+        for m in [m for m in group.members.values() if m.join_waiter is None]:
+            log.info("group %s: member %s did not rejoin in time", group.group_id, m.member_id)
+            self._remove(group, m)
+        group.generation_id += 1
+        if not group.members:  # (the protocol type stays, as in Kafka)
+            group.protocol_name = None
+            self._transition(group, S.EMPTY)
+            log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
+            self._maybe_forget(group)
+            return
+        group.protocol_name = group.select_protocol()
+        self._transition(group, S.COMPLETING_REBALANCE)
+        group.pending_sync = set(group.members)
+        timeout = max(m.rebalance_timeout_ms for m in group.members.values()) / 1000.0
+        group.sync_timer = self.clock.callLater(timeout, self._sync_timeout, group, group.generation_id)
+        log.info("group %s: generation %d with %d members, leader %s, protocol %s",
+                 group.group_id, group.generation_id, len(group.members), group.leader_id,
+                 group.protocol_name)
+        results = [(m, self._join_result(group, m)) for m in group.members.values()]
+        for m, _ in results:
+            m.assignment = b""
+            self._touch(group, m)
+        for m, result in results:
+            self._fire_join(m, result)
+
+    # -- SyncGroup ---------------------------------------------------------------------
+
+    def sync(
+        self, group_id: str, generation_id: int, member_id: str,
+        assignments: Mapping[str, bytes], protocol_type: str | None = None,
+        protocol_name: str | None = None,
+    ) -> Deferred[SyncResult]:
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return succeed(SyncResult(Code.UNKNOWN_MEMBER_ID))
+        if generation_id != group.generation_id:
+            return succeed(SyncResult(Code.ILLEGAL_GENERATION))
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            return succeed(SyncResult(Code.INCONSISTENT_GROUP_PROTOCOL))
+        member = group.members[member_id]
+        if group.state is S.PREPARING_REBALANCE:
+            return succeed(SyncResult(Code.REBALANCE_IN_PROGRESS))
+        group.pending_sync.discard(member_id)
+        self._touch(group, member)
+        if group.state is S.STABLE:
+            return succeed(self._sync_result(group, member))
+        assert group.state is S.COMPLETING_REBALANCE, group.state
+        d: Deferred[SyncResult] = Deferred()
+        self._fire_sync(member, SyncResult(Code.REBALANCE_IN_PROGRESS))  # a resent sync
+        member.sync_waiter = d
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = bytes(assignments.get(m.member_id, b""))
+            self._transition(group, S.STABLE)
+            if not group.pending_sync:
+                group.sync_timer = _cancel(group.sync_timer)
+            log.info("group %s: generation %d is stable", group.group_id, group.generation_id)
+            for m in list(group.members.values()):
+                if m.sync_waiter is not None:
+                    self._fire_sync(m, self._sync_result(group, m))
+        return d
+
+    def _sync_result(self, group: Group, member: Member) -> SyncResult:
+        return SyncResult(Code.NONE, member.assignment, group.protocol_type, group.protocol_name)
+
+    def _sync_timeout(self, group: Group, generation_id: int) -> None:
+        group.sync_timer = None
+        if generation_id != group.generation_id or group.state not in (S.COMPLETING_REBALANCE, S.STABLE):
+            return
+        late = [group.members[m] for m in group.pending_sync if m in group.members]
+        group.pending_sync.clear()
+        if not late:
+            return
+        for m in late:
+            log.info("group %s: member %s did not sync in time", group.group_id, m.member_id)
+            self._remove(group, m)
+        self._prepare_rebalance(group, "members did not sync in time")
+        self._try_complete_join(group)
+
+    # -- Heartbeat, LeaveGroup, session expiry ----------------------------------------
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> Code:
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return Code.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return Code.ILLEGAL_GENERATION
+        self._touch(group, group.members[member_id])
+        if group.state is S.PREPARING_REBALANCE:
+            return Code.REBALANCE_IN_PROGRESS
+        return Code.NONE
+
+    def leave(self, group_id: str, member_ids: Sequence[str]) -> list[Code]:
+        """One code per member id, in order."""
+        group = self.groups.get(group_id)
+        codes: list[Code] = []
+        for member_id in member_ids:
+            if group is None:
+                codes.append(Code.UNKNOWN_MEMBER_ID)
+            elif member_id in group.pending:
+                _cancel(group.pending.pop(member_id))
+                codes.append(Code.NONE)
+                self._try_complete_join(group)
+            elif member_id in group.members:
+                log.info("group %s: member %s left", group.group_id, member_id)
+                self._remove_and_rebalance(group, group.members[member_id], "left the group")
+                codes.append(Code.NONE)
+            else:
+                codes.append(Code.UNKNOWN_MEMBER_ID)
+        if group is not None:
+            self._maybe_forget(group)
+        return codes
+
+    def _touch(self, group: Group, member: Member) -> None:
+        """(Re)start the member's session timer."""
+        timeout = member.session_timeout_ms / 1000.0
+        if member.expiry is not None and member.expiry.active():
+            member.expiry.reset(timeout)
+        else:
+            member.expiry = self.clock.callLater(timeout, self._expire, group, member)
+
+    def _expire(self, group: Group, member: Member) -> None:
+        member.expiry = None
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.join_waiter is not None or member.sync_waiter is not None:
+            self._touch(group, member)  # bounded by the rebalance and sync timeouts instead
+            return
+        log.info("group %s: member %s's session expired", group.group_id, member.member_id)
+        self._remove_and_rebalance(group, member, "session expired")
+        self._maybe_forget(group)
+
+    def _remove_and_rebalance(self, group: Group, member: Member, reason: str) -> None:
+        self._remove(group, member)
+        if group.state in (S.STABLE, S.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member.member_id} {reason}")
+        self._try_complete_join(group)
+
+    def _remove(self, group: Group, member: Member) -> None:
+        del group.members[member.member_id]
+        group.pending_sync.discard(member.member_id)
+        member.expiry = _cancel(member.expiry)
+        self._fire_join(member, JoinResult(Code.UNKNOWN_MEMBER_ID, member.member_id))
+        self._fire_sync(member, SyncResult(Code.UNKNOWN_MEMBER_ID))
+        if group.leader_id == member.member_id:
+            group.leader_id = next(iter(group.members), None)
+
+    def _maybe_forget(self, group: Group) -> None:
+        """An Empty group with no pending members and no offsets is Dead: drop it."""
+        if (group.state is S.EMPTY and not group.members and not group.pending
+                and not group.offsets and self.groups.get(group.group_id) is group):
+            self._transition(group, S.DEAD)
+            del self.groups[group.group_id]
+
+    @staticmethod
+    def _fire_join(member: Member, result: JoinResult) -> None:
+        d, member.join_waiter = member.join_waiter, None
+        if d is not None:
+            d.callback(result)
+
+    @staticmethod
+    def _fire_sync(member: Member, result: SyncResult) -> None:
+        d, member.sync_waiter = member.sync_waiter, None
+        if d is not None:
+            d.callback(result)
+
+    # -- OffsetCommit / OffsetFetch ----------------------------------------------------
+
+    def commit_offsets(
+        self, group_id: str, generation_id: int, member_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> tuple[Code, dict[TopicPartition, Code]]:
+        """(the request's code, the per-partition codes). A request-level error applies
+        to every partition (Kafka reports it per partition)."""
+        if not _valid_group_id(group_id):
+            return Code.INVALID_GROUP_ID, {}
+        group = self.groups.get(group_id)
+        code = self._check_commit(group, generation_id, member_id)
+        if code is not Code.NONE:
+            return code, {}
+        if group is None:
+            group = self.groups[group_id] = Group(group_id)
+        if member_id in group.members:
+            self._touch(group, group.members[member_id])
+        codes: dict[TopicPartition, Code] = {}
+        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
+        now = now_ms()
+        for tp, om in offsets.items():
+            if om.metadata is not None and len(om.metadata.encode("utf-8")) > self.max_metadata_bytes:
+                codes[tp] = Code.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = OffsetAndMetadata(om.offset, om.metadata, om.leader_epoch, now)
+                codes[tp] = Code.NONE
+        if accepted and self.store is not None:
+            try:
+                with self.store.batch(sync=self.sync_commits) as batch:
+                    for (topic, partition), om in accepted.items():
+                        rec = CommittedOffsetRecord(
+                            offset=om.offset, leader_epoch=om.leader_epoch,
+                            commit_timestamp_ms=om.commit_timestamp_ms,
+                        )
+                        if om.metadata is not None:
+                            rec.metadata = om.metadata
+                        batch.put(CF_OFFSETS, group_offset_key(group_id, topic, partition), rec)
+            except Exception:
+                log.exception("group %s: storing %d committed offsets failed", group_id, len(accepted))
+                self._maybe_forget(group)
+                return Code.COORDINATOR_NOT_AVAILABLE, {}
+        group.offsets.update(accepted)
+        self._maybe_forget(group)  # a simple commit of nothing leaves no group behind
+        return Code.NONE, codes
+
+    @staticmethod
+    def _check_commit(group: Group | None, generation_id: int, member_id: str) -> Code:
+        if group is None:
+            # no group: only a "simple" consumer (no group management) may commit
+            return Code.NONE if generation_id < 0 else Code.ILLEGAL_GENERATION
+        if generation_id < 0 and member_id == UNKNOWN_MEMBER:
+            return Code.NONE if not group.members else Code.UNKNOWN_MEMBER_ID
+        if group.state is S.COMPLETING_REBALANCE and member_id in group.members:
+            return (Code.REBALANCE_IN_PROGRESS if generation_id == group.generation_id
+                    else Code.ILLEGAL_GENERATION)
+        if member_id not in group.members:
+            return Code.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return Code.ILLEGAL_GENERATION
+        return Code.NONE
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None,
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The committed offsets of ``partitions`` (None: every committed one); a
+        partition without a commit maps to None."""
+        group = self.groups.get(group_id)
+        stored = group.offsets if group is not None else {}
+        if partitions is None:
+            return dict(sorted(stored.items()))
+        return {tp: stored.get(tp) for tp in partitions}
+
+    # -- ListGroups / DescribeGroups ---------------------------------------------------
+
+    def list_groups(self) -> list[GroupListing]:
+        return [
+            GroupListing(g.group_id, g.protocol_type or "", g.state.value)
+            for g in sorted(self.groups.values(), key=lambda g: g.group_id)
+            if g.state is not S.DEAD
+        ]
+
+    def describe(self, group_id: str) -> GroupDescription | None:
+        """None: no such group (Kafka describes it as Dead)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        stable = group.state is S.STABLE
+        members = tuple(
+            MemberDescription(
+                m.member_id, m.client_id, m.client_host,
+                m.metadata_for(group.protocol_name) if stable else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return GroupDescription(
+            group.group_id, group.state.value, group.protocol_type or "",
+            (group.protocol_name or "") if stable else "", members,
+        )
+
+
+def _valid_group_id(group_id: str) -> bool:
+    return bool(group_id) and "\x00" not in group_id
+
+
+def _cancel(call: Any) -> Any:
+    """Cancel a DelayedCall if it is still pending; return None (for ``x = _cancel(x)``)."""
+    if call is not None and call.active():
+        call.cancel()
+    return None
