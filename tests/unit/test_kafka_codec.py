@@ -4,6 +4,7 @@ encoders as the peer."""
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -129,3 +130,28 @@ def test_fast_fetch_response_matches_kafka_python(version: int, cid: int, topics
         ],
     )
     assert b"".join(fast) == frame_response(reference, version, cid)
+
+
+def test_a_response_that_cannot_be_encoded_closes_the_connection(tmp_path: Any) -> None:
+    """The shell must not leave later responses stuck behind a failed one."""
+    from twisted.internet.testing import StringTransport
+
+    from logbus.core.broker import Broker
+    from logbus.gateway.kafka.handlers import KafkaHandlers
+    from logbus.gateway.kafka.protocol import KafkaProtocol
+    from tests.loop import LoopReactor
+
+    loop = LoopReactor()
+    broker = Broker(tmp_path, reactor=loop)
+    broker.start()
+    try:
+        handlers = KafkaHandlers(broker, loop)
+        handlers.register(ApiVersionsRequest, ApiVersionsResponse, 0, 3,
+                          lambda req, adv: ApiVersionsResponse(error_code=0, api_keys=[("not", "a", "struct")]))
+        proto = KafkaProtocol(handlers, 1 << 20)
+        transport = StringTransport()
+        proto.makeConnection(transport)
+        proto.dataReceived(struct.pack(">i", len(api_versions_frame(3, 1))) + api_versions_frame(3, 1))
+        assert transport.disconnecting and transport.value() == b""
+    finally:
+        broker.stop()

@@ -68,7 +68,9 @@ class KafkaProtocol(Protocol):
             slot: list[Any] = [None, False]  # [bytes, done]
             self._queue.append(slot)
             d: Deferred[Any] = maybeDeferred(self.handlers.handle, req, self.advertised)
-            d.addCallbacks(self._answered, self._failed, callbackArgs=(req, slot), errbackArgs=(req, slot))
+            # errback after callback: a response that fails to encode also ends in _failed
+            d.addCallback(self._answered, req, slot)
+            d.addErrback(self._failed, req, slot)
 
     def _enqueue_ready(self, data: bytes) -> None:
         self._queue.append([data, True])
