@@ -49,217 +49,42 @@ groups hold only their offsets, and members rejoin); offsets do not expire.
 
 from __future__ import annotations
 
-import enum
 import logging
 import uuid
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 
+from .group_model import (  # noqa: F401  (the model is part of this module's API)
+    _RETRIABLE,
+    CF_OFFSETS,
+    DEFAULT_MAX_METADATA_BYTES,
+    DEFAULT_MAX_SESSION_TIMEOUT_MS,
+    DEFAULT_MIN_SESSION_TIMEOUT_MS,
+    NO_GENERATION,
+    TRANSITIONS,
+    UNKNOWN_MEMBER,
+    Code,
+    Group,
+    GroupDescription,
+    GroupListing,
+    GroupState,
+    IllegalTransition,
+    JoinGroup,
+    JoinResult,
+    Member,
+    MemberDescription,
+    OffsetAndMetadata,
+    S,
+    SyncResult,
+    TopicPartition,
+)
 from .log.batch import now_ms
 from .state import OFFSET_PREFIX, StateStore, group_offset_key, parse_group_offset_key
 from .state_pb2 import CommittedOffset as CommittedOffsetRecord
 
 log = logging.getLogger(__name__)
-
-CF_OFFSETS = "offsets"
-
-
-class Code(enum.IntEnum):
-    """Results, numbered as Apache Kafka's ``Errors`` (the group protocol is Kafka's)."""
-
-    NONE = 0
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    OFFSET_METADATA_TOO_LARGE = 12
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    REBALANCE_IN_PROGRESS = 27
-    GROUP_ID_NOT_FOUND = 69
-    MEMBER_ID_REQUIRED = 79
-
-    @property
-    def retriable(self) -> bool:
-        return self in _RETRIABLE
-
-
-_RETRIABLE = frozenset({
-    Code.UNKNOWN_TOPIC_OR_PARTITION, Code.COORDINATOR_LOAD_IN_PROGRESS,
-    Code.COORDINATOR_NOT_AVAILABLE, Code.NOT_COORDINATOR, Code.REBALANCE_IN_PROGRESS,
-})
-
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-S = GroupState
-# new state -> the states it may be entered from (Kafka's GroupState.validPreviousStates)
-TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
-    S.EMPTY: frozenset({S.PREPARING_REBALANCE}),
-    S.PREPARING_REBALANCE: frozenset({S.EMPTY, S.STABLE, S.COMPLETING_REBALANCE}),
-    S.COMPLETING_REBALANCE: frozenset({S.PREPARING_REBALANCE}),
-    S.STABLE: frozenset({S.COMPLETING_REBALANCE}),
-    S.DEAD: frozenset({S.EMPTY, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE, S.STABLE, S.DEAD}),
-}
-
-
-class IllegalTransition(RuntimeError):
-    """A bug in the coordinator: a move ``TRANSITIONS`` does not allow."""
-
-
-NO_GENERATION = -1
-UNKNOWN_MEMBER = ""
-DEFAULT_MIN_SESSION_TIMEOUT_MS = 1_000  # Kafka: 6000; short sessions help tests and fast failover
-DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
-DEFAULT_MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
-
-
-# -- inputs and results ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class JoinGroup:
-    group_id: str
-    member_id: str
-    client_id: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), in preference order
-    require_known_member_id: bool = True  # JoinGroup v4+
-    client_host: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class JoinResult:
-    error: Code
-    member_id: str
-    generation_id: int = NO_GENERATION
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    members: tuple[tuple[str, bytes], ...] = ()  # the leader's copy: (member id, metadata)
-
-
-@dataclass(frozen=True, slots=True)
-class SyncResult:
-    error: Code
-    assignment: bytes = b""
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetAndMetadata:
-    offset: int
-    metadata: str | None = ""
-    leader_epoch: int = -1
-    commit_timestamp_ms: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class MemberDescription:
-    member_id: str
-    client_id: str
-    client_host: str
-    metadata: bytes
-    assignment: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDescription:
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol_name: str
-    members: tuple[MemberDescription, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupListing:
-    group_id: str
-    protocol_type: str
-    state: str
-
-
-TopicPartition = tuple[str, int]
-
-
-# -- the model -----------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class Member:
-    member_id: str
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]
-    assignment: bytes = b""
-    join_waiter: Deferred[JoinResult] | None = None
-    sync_waiter: Deferred[SyncResult] | None = None
-    expiry: Any = None  # IDelayedCall
-
-    def metadata_for(self, protocol: str | None) -> bytes:
-        for name, metadata in self.protocols:
-            if name == protocol:
-                return metadata
-        return b""
-
-
-@dataclass(eq=False)
-class Group:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    generation_id: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)  # insertion order: join order
-    pending: dict[str, Any] = field(default_factory=dict)  # MEMBER_ID_REQUIRED ids -> expiry
-    pending_sync: set[str] = field(default_factory=set)
-    offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
-    join_timer: Any = None
-    sync_timer: Any = None
-
-    def all_joined(self) -> bool:
-        return not self.pending and all(m.join_waiter is not None for m in self.members.values())
-
-    def candidate_protocols(self) -> set[str]:
-        """Protocols every member supports."""
-        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
-
-    def supports(self, protocol_type: str, names: Iterable[str]) -> bool:
-        names = set(names)
-        if not self.members:
-            return bool(protocol_type) and bool(names)
-        return protocol_type == self.protocol_type and bool(names & self.candidate_protocols())
-
-    def select_protocol(self) -> str:
-        candidates = self.candidate_protocols()
-        votes: Counter[str] = Counter()
-        for m in self.members.values():
-            votes[next(name for name, _ in m.protocols if name in candidates)] += 1
-        # most votes; ties go to the leader's preference order
-        leader = self.members.get(self.leader_id or "") or next(iter(self.members.values()))
-        order = {name: i for i, (name, _) in enumerate(leader.protocols)}
-        return max(votes, key=lambda n: (votes[n], -order.get(n, len(order))))
 
 
 class GroupCoordinator:
