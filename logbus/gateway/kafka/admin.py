@@ -352,7 +352,7 @@ class KafkaAdmin:
                     raise _repeated(t.name)
                 config = self._plan_growth(t)
                 if not body.validate_only:
-                    self._grow(t.name, config)
+                    self.broker.grow_topic(t.name, config.partitions)
             except (LogbusError, AdminError, OSError) as e:
                 code, message = _error_result(e)
                 results.append(R(name=t.name, error_code=code, error_message=message))
@@ -383,9 +383,6 @@ class KafkaAdmin:
                                      f"assignment {list(a.broker_ids)}: logbus has one broker, node {node}")
         config: TopicConfig = replace(topic.config, partitions=t.count)
         return config
-
-    def _grow(self, name: str, config: TopicConfig) -> None:
-        self.broker.grow_topic(name, config.partitions)
 
     # -- DescribeConfigs --------------------------------------------------------------
 
