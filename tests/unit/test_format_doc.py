@@ -276,16 +276,16 @@ def _documented_indexes(batches: list[RBatch], base: int, interval: int, sealed:
     return offsets, times
 
 
-def test_index_files_follow_the_documented_rule(written: Written) -> None:
-    topics = r_topics(written.dir)
-    for name, tdir in topics.items():
+def _check_index_files(data_dir: Path, intervals: dict[str, int]) -> None:
+    """Every segment's index files hold exactly what docs/format.md section 6-8 says."""
+    for name, tdir in r_topics(data_dir).items():
         for pdir in r_partitions(tdir).values():
             batches, _ = r_partition_batches(pdir)
             bases = r_segments(pdir)
             for i, base in enumerate(bases):
                 nxt = bases[i + 1] if i + 1 < len(bases) else None
                 seg = [b for b in batches if b.base_offset >= base and (nxt is None or b.base_offset < nxt)]
-                offsets, times = _documented_indexes(seg, base, written.intervals[name], nxt is not None)
+                offsets, times = _documented_indexes(seg, base, intervals[name], nxt is not None)
                 if not _has_index_files(pdir, base, nxt):
                     offsets, times = [], []
                 assert r_read_index(r_seg_path(pdir, base, "index")) == offsets
@@ -294,6 +294,10 @@ def test_index_files_follow_the_documented_rule(written: Written) -> None:
                     assert offsets[0] == (0, 0)
                     if nxt is not None:  # sealed: the last time entry holds the segment's max
                         assert times[-1][0] == max(b.max_timestamp for b in seg)
+
+
+def test_index_files_follow_the_documented_rule(written: Written) -> None:
+    _check_index_files(written.dir, written.intervals)
 
 
 @pytest.mark.parametrize("clean", [True, False])
@@ -317,18 +321,7 @@ def test_index_rule_holds_across_restarts(written: Written, tmp_path: Path, clea
     lm.close()
     while loop.run_once():
         pass
-    for name, tdir in r_topics(data).items():
-        for pdir in r_partitions(tdir).values():
-            batches, _ = r_partition_batches(pdir)
-            bases = r_segments(pdir)
-            for i, base in enumerate(bases):
-                nxt = bases[i + 1] if i + 1 < len(bases) else None
-                seg = [b for b in batches if b.base_offset >= base and (nxt is None or b.base_offset < nxt)]
-                offsets, times = _documented_indexes(seg, base, written.intervals[name], nxt is not None)
-                if not _has_index_files(pdir, base, nxt):
-                    offsets, times = [], []
-                assert r_read_index(r_seg_path(pdir, base, "index")) == offsets
-                assert r_read_timeindex(r_seg_path(pdir, base, "timeindex")) == times
+    _check_index_files(data, written.intervals)
 
 
 def _has_index_files(pdir: Path, base: int, next_base: int | None) -> bool:
