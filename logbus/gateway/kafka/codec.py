@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
+
+from ...core.log.partition import FileSpan  # (path, position, size) of stored batches
 
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 _SIZE = struct.Struct(">i")
@@ -139,9 +141,9 @@ def frame_response(response: Any, version: int, correlation_id: int) -> bytes:
 #
 # Fetch v4..v11 responses are not "flexible" (no tagged fields, no compact arrays), so
 # their layout is fixed. They are built as a list of chunks in which each partition's
-# stored record bytes appear as they are, to be sent with writeSequence (and later with
-# sendfile). tests/unit/test_kafka_codec.py checks this encoder byte for byte against
-# kafka-python's generated FetchResponse encoder.
+# records appear either as bytes or as ranges of the log's segment files, which the
+# connection sends with sendfile(2) (protocol.py). tests/unit/test_kafka_codec.py checks
+# this encoder byte for byte against kafka-python's generated FetchResponse encoder.
 
 FAST_FETCH_VERSIONS = range(4, 12)
 _I16 = struct.Struct(">h")
@@ -157,11 +159,18 @@ class FetchPartition:
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
-    records: bytes
+    records: bytes | Sequence[FileSpan]
 
 
-class Chunks(list[bytes]):
-    """A response already encoded as byte chunks (written with writeSequence)."""
+class Chunks(list[bytes | FileSpan]):
+    """A response already encoded as chunks: bytes, and file ranges to be sent as they
+    are (gateway/output.py: with sendfile, or read where sendfile cannot be used)."""
+
+
+def _records_size(records: bytes | Sequence[FileSpan]) -> int:
+    if isinstance(records, bytes):
+        return len(records)
+    return sum(r.size for r in records)
 
 
 def encode_fetch_response(
@@ -190,13 +199,19 @@ def encode_fetch_response(
             buf += _I32.pack(0)  # aborted_transactions: empty
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred_read_replica
-            buf += _I32.pack(len(p.records))
-            if p.records:
+            size = _records_size(p.records)
+            buf += _I32.pack(size)
+            if size:
                 chunks.append(bytes(buf))
-                chunks.append(p.records)
+                if isinstance(p.records, bytes):
+                    chunks.append(p.records)
+                else:
+                    chunks.extend(p.records)
                 buf = bytearray()
     if buf:
         chunks.append(bytes(buf))
-    size = sum(len(c) for c in chunks) - 4
-    chunks[0] = _I32.pack(size) + chunks[0][4:]
+    size = sum(len(c) if isinstance(c, bytes) else c.size for c in chunks) - 4
+    first = chunks[0]
+    assert isinstance(first, bytes)
+    chunks[0] = _I32.pack(size) + first[4:]
     return chunks

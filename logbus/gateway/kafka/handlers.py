@@ -325,7 +325,8 @@ class KafkaHandlers:
 
     def _read(self, req: Request) -> tuple[Chunks, int]:
         """Read every partition asked for; the response is encoded at once as chunks in
-        which the stored record bytes are not copied again (codec.encode_fetch_response)."""
+        which the records are ranges of segment files, sent by the connection with
+        sendfile (codec.encode_fetch_response, protocol.OutputQueue)."""
         body = req.body
         lm = self.broker.log
         assert lm is not None
@@ -342,15 +343,16 @@ class KafkaHandlers:
                 p = topic.partitions[fp.partition]
                 limit = min(fp.partition_max_bytes, remaining) if total else fp.partition_max_bytes
                 try:
-                    data = p.read(fp.fetch_offset, max(limit, 1)).data if limit > 0 else b""
+                    spans = p.read(fp.fetch_offset, max(limit, 1), data=False).spans if limit > 0 else []
                 except OffsetOutOfRange:
                     hw = p.high_watermark
                     parts.append(FetchPartition(fp.partition, K.OFFSET_OUT_OF_RANGE, hw, hw, p.log_start_offset, b""))
                     continue
-                total += len(data)
-                remaining -= len(data)
+                size = sum(s.size for s in spans)
+                total += size
+                remaining -= size
                 hw = p.high_watermark
-                parts.append(FetchPartition(fp.partition, K.NONE, hw, hw, p.log_start_offset, data))
+                parts.append(FetchPartition(fp.partition, K.NONE, hw, hw, p.log_start_offset, spans))
             topics.append((ft.topic, parts))
         return encode_fetch_response(req.api_version, req.correlation_id, K.NONE, topics), total
 

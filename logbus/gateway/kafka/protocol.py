@@ -8,10 +8,11 @@ import logging
 from typing import Any, cast
 
 from twisted.internet.defer import Deferred, maybeDeferred
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
 from ...core.broker import Broker
+from ..output import FileOutput
 from . import admin, groups
 from .codec import (
     Chunks,
@@ -38,6 +39,9 @@ class KafkaProtocol(Protocol):
 
     def connectionMade(self) -> None:
         self._t: Any = cast(Any, self.transport)
+        if hasattr(self._t, "setTcpNoDelay"):
+            self._t.setTcpNoDelay(True)  # as Kafka does: small answers must not wait for acks
+        self.output = FileOutput(self._t, self._abort)
         host = self._t.getHost()
         self.advertised = self._advertised or (host.host, host.port)
 
@@ -80,7 +84,7 @@ class KafkaProtocol(Protocol):
         if response is None:
             slot[0] = None
         elif isinstance(response, Chunks):
-            slot[0] = response  # already encoded (Fetch): record bytes are not copied again
+            slot[0] = response  # already encoded (Fetch), with file ranges for sendfile
         else:
             slot[0] = encode_response(req, response)
         slot[1] = True
@@ -97,15 +101,17 @@ class KafkaProtocol(Protocol):
             data = q.pop(0)[0]
             if data is None or self._closing:
                 continue
-            if isinstance(data, Chunks):
-                self._t.writeSequence(data)
-            else:
-                self._t.write(data)
+            self.output.write(data if isinstance(data, Chunks) else (data,))
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._closing = True
+        self.output.close()
 
     def _abort(self, reason: str) -> None:
         peer = self._t.getPeer()
         log.warning("closing kafka connection from %s: %s", peer, reason)
         self._closing = True
+        self.output.close()
         self._t.loseConnection()
 
 
