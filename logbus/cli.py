@@ -111,9 +111,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server import install_epoll_reactor
 
     reactor = install_epoll_reactor()
-    from .server import run, setup_logging
+    from .server import run, setup_logging, tune_malloc
 
     setup_logging(settings.log_level)
+    tune_malloc()
     return run(settings, reactor, ready_file=args.ready_file)
 
 
