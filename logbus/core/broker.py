@@ -27,6 +27,7 @@ from .log.topic_config import TopicConfig, validate_topic_name
 from .metrics import Metrics
 from .state import TOPIC_PREFIX, StateStore, topic_key
 from .state_pb2 import TopicRecord
+from .txn import ProducerRegistry
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class Broker:
         self.topic_defaults = topic_defaults or TopicConfig()
         self.max_open_files = max_open_files
         self.state: StateStore | None = None
+        self.producers = ProducerRegistry(None)  # replaced at start, with the store
         self.log: LogManager | None = None
         self._lock_fd: int | None = None
         self._housekeeping: LoopingCall | None = None
@@ -100,6 +102,7 @@ class Broker:
         self._lock()
         try:
             self.state = StateStore(self.data_dir / "state")
+            self.producers = ProducerRegistry(self.state)
             self.log = LogManager(
                 self.data_dir,
                 self.reactor,
@@ -219,6 +222,7 @@ class Broker:
         assert self.state is not None
         self.state.delete(CF_METADATA, topic_key(name), sync=True)
         lm.delete_topic(name)
+        self.producers.forget_topic(name)
         log.info("deleted topic %r", name)
 
     def describe_topic(self, name: str) -> TopicInfo:

@@ -12,13 +12,19 @@ column family  key                                 value
 =============  ==================================  ==============================
 metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``; later also
                                                    exchanges, queues, bindings, users
+               ``b"producer_ids\0"``               uint64 big-endian: the first
+                                                   producer id not yet reserved
 offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
                ``+ topic + b"\0" + partition``     (consumer-group commits;
                (partition: uint32 big-endian)      see ``group_offset_key``)
 queues         (later) queue, pointer position     pointer index, ack state
 timers         (later) kind, due ms, unique id     lease or timer
 sessions       (later) client id / retained topic  MQTT session, retained message
-producers      (later) producer id, epoch          idempotence state
+producers      ``b"producer\0" + topic + b"\0"``   ``ProducerRecord`` (idempotent
+               ``+ partition + producer id``        producer's sequences; see
+               (uint32, uint64 big-endian)          ``producer_key``)
+               ``b"producer_end\0" + topic``        ``ProducerSnapshotEnd``
+               ``+ b"\0" + partition``
 =============  ==================================  ==============================
 
 Key rules (every key added later follows them):
@@ -315,3 +321,47 @@ def parse_group_offset_key(key: bytes) -> tuple[str, str, int]:
         raise ValueError(f"not a group offset key: {key!r}")
     (partition,) = _PARTITION.unpack(tail)
     return parts[0].decode("utf-8"), parts[1].decode("utf-8"), partition
+
+
+# -- producers CF: idempotent producers' sequence state (logbus.core.txn) ------------
+
+PRODUCER_PREFIX = b"producer\x00"
+PRODUCER_END_PREFIX = b"producer_end\x00"
+_PRODUCER_ID = _struct.Struct(">Q")
+
+
+def producers_prefix(topic: str, partition: int | None = None) -> bytes:
+    """producers CF: the prefix of the ``ProducerRecord`` keys of a topic, or of one
+    of its partitions."""
+    prefix = PRODUCER_PREFIX + _text(topic)
+    return prefix if partition is None else prefix + _PARTITION.pack(partition)
+
+
+def producer_key(topic: str, partition: int, producer_id: int) -> bytes:
+    """producers CF: the key of one producer's ``ProducerRecord`` in a partition."""
+    return producers_prefix(topic, partition) + _PRODUCER_ID.pack(producer_id)
+
+
+def producer_id_of_key(key: bytes) -> int:
+    (pid,) = _PRODUCER_ID.unpack(key[-_PRODUCER_ID.size :])
+    return int(pid)
+
+
+def producer_end_prefix(topic: str) -> bytes:
+    return PRODUCER_END_PREFIX + _text(topic)
+
+
+def producer_end_key(topic: str, partition: int) -> bytes:
+    """producers CF: the key of a partition's ``ProducerSnapshotEnd``."""
+    return producer_end_prefix(topic) + _PARTITION.pack(partition)
+
+
+PRODUCER_IDS_KEY = b"producer_ids\x00"  # metadata CF: uint64, first producer id not reserved
+
+
+def pack_uint64(value: int) -> bytes:
+    return _PRODUCER_ID.pack(value)
+
+
+def unpack_uint64(raw: bytes) -> int:
+    return int(_PRODUCER_ID.unpack(raw)[0])

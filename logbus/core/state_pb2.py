@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17logbus/core/state.proto\x12\x06logbus\"\xa3\x01\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\x12/\n\x06\x63onfig\x18\x03 \x03(\x0b\x32\x1f.logbus.TopicRecord.ConfigEntry\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"x\n\x0f\x43ommittedOffset\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x15\n\x08metadata\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x04 \x01(\x03\x42\x0b\n\t_metadatab\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17logbus/core/state.proto\x12\x06logbus\"\xa3\x01\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\x12/\n\x06\x63onfig\x18\x03 \x03(\x0b\x32\x1f.logbus.TopicRecord.ConfigEntry\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"x\n\x0f\x43ommittedOffset\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x15\n\x08metadata\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x04 \x01(\x03\x42\x0b\n\t_metadata\"[\n\x0eProducerRecord\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x15\n\rlast_sequence\x18\x02 \x01(\x05\x12#\n\x06recent\x18\x03 \x03(\x0b\x32\x13.logbus.RecentBatch\"Q\n\x0bRecentBatch\x12\x16\n\x0e\x66irst_sequence\x18\x01 \x01(\x05\x12\x15\n\rlast_sequence\x18\x02 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x03\"%\n\x13ProducerSnapshotEnd\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,4 +39,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICRECORD_CONFIGENTRY']._serialized_end=199
   _globals['_COMMITTEDOFFSET']._serialized_start=201
   _globals['_COMMITTEDOFFSET']._serialized_end=321
+  _globals['_PRODUCERRECORD']._serialized_start=323
+  _globals['_PRODUCERRECORD']._serialized_end=414
+  _globals['_RECENTBATCH']._serialized_start=416
+  _globals['_RECENTBATCH']._serialized_end=497
+  _globals['_PRODUCERSNAPSHOTEND']._serialized_start=499
+  _globals['_PRODUCERSNAPSHOTEND']._serialized_end=536
 # @@protoc_insertion_point(module_scope)

@@ -13,17 +13,39 @@ offset). A batch is then:
 - **out of order** otherwise (OUT_OF_ORDER_SEQUENCE_NUMBER), and **fenced** when its
   epoch is older than the producer's current one (INVALID_PRODUCER_EPOCH).
 
-The state is rebuilt from the log itself (batch headers carry producer id, epoch and
-base sequence), so after a crash it matches exactly what the log holds.
+**Persistence** (``ProducerRegistry``). When an idempotent batch becomes durable, the
+producer's state *as of that batch* is stored in RocksDB (CF ``producers``) together
+with the partition's snapshot end: the offset after that batch. A partition's states
+are loaded on first use from that snapshot, then the batch headers from the snapshot
+end on are replayed (batch headers carry producer id, epoch and base sequence). So
+after a crash the states match exactly what the log holds:
+
+- a store write lost or failed only moves the replay start back;
+- the stored state never runs ahead of the durable log (it is written after the batch
+  is durable, and holds no later batch); a snapshot that claims offsets the log does
+  not have (a log lost behind an unsynced store) is ignored and the whole log replayed,
+  so a retry is never acknowledged with an offset that does not hold it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from .log.batch import BatchInfo
+from .state import PRODUCER_IDS_KEY, pack_uint64, unpack_uint64, producer_end_key, producer_end_prefix, producer_id_of_key, producer_key, producers_prefix
+from .state_pb2 import ProducerRecord, ProducerSnapshotEnd, RecentBatch
+
+if TYPE_CHECKING:
+    from .log.partition import Partition
+    from .state import StateStore
+
+log = logging.getLogger(__name__)
+CF_PRODUCERS = "producers"
+CF_METADATA = "metadata"
+PRODUCER_ID_BLOCK = 1000  # ids reserved per store write, as Kafka's controller hands out
 
 RECENT_BATCHES = 5  # Kafka keeps the last 5 batches per producer and partition
 NO_PRODUCER = -1
@@ -92,3 +114,96 @@ class ProducerStates:
             if info.producer_id >= 0 and info.base_sequence >= 0:
                 self.record(info.producer_id, info.producer_epoch, info.base_sequence,
                             info.last_offset_delta + 1, info.base_offset)
+
+    def to_record(self, producer_id: int) -> ProducerRecord:
+        st = self.producers[producer_id]
+        return ProducerRecord(
+            epoch=st.epoch, last_sequence=st.last_seq,
+            recent=[RecentBatch(first_sequence=f, last_sequence=l, base_offset=b) for f, l, b in st.recent],
+        )
+
+    def load_record(self, producer_id: int, rec: ProducerRecord) -> None:
+        st = self.producers[producer_id] = ProducerState(rec.epoch, rec.last_sequence)
+        st.recent.extend((r.first_sequence, r.last_sequence, r.base_offset) for r in rec.recent)
+
+    def max_offset(self) -> int:
+        """The highest base offset remembered (-1: none)."""
+        return max((b for st in self.producers.values() for _, _, b in st.recent), default=-1)
+
+
+class ProducerRegistry:
+    """The ``ProducerStates`` of every partition, loaded on first use and stored as
+    batches become durable (module docstring)."""
+
+    def __init__(self, store: StateStore | None) -> None:
+        self.store = store
+        self._states: dict[tuple[str, int], tuple[Partition, ProducerStates]] = {}
+        self._next_id = self._id_limit = 0
+
+    def new_producer_id(self) -> int:
+        """A producer id never handed out before, by this data directory."""
+        if self._next_id >= self._id_limit:
+            start = 0
+            if self.store is not None:
+                raw = self.store.get(CF_METADATA, PRODUCER_IDS_KEY)
+                start = unpack_uint64(raw) if raw is not None else 0
+                self.store.put(CF_METADATA, PRODUCER_IDS_KEY, pack_uint64(start + PRODUCER_ID_BLOCK), sync=True)
+            self._next_id, self._id_limit = max(start, self._next_id), start + PRODUCER_ID_BLOCK
+        pid = self._next_id
+        self._next_id += 1
+        return pid
+
+    def states(self, topic: str, p: Partition) -> ProducerStates:
+        key = (topic, p.index)
+        cached = self._states.get(key)
+        if cached is not None and cached[0] is p:  # not a deleted and re-created topic
+            return cached[1]
+        states = self._load(topic, p)
+        self._states[key] = (p, states)
+        return states
+
+    def _load(self, topic: str, p: Partition) -> ProducerStates:
+        states = ProducerStates()
+        start = 0
+        if self.store is not None:
+            end_rec = self.store.get_msg(CF_PRODUCERS, producer_end_key(topic, p.index), ProducerSnapshotEnd)
+            if end_rec is not None:
+                for k, v in self.store.scan_prefix(CF_PRODUCERS, producers_prefix(topic, p.index)):
+                    states.load_record(producer_id_of_key(k), ProducerRecord.FromString(v))
+                p.drain()
+                if end_rec.offset > p.next_offset or states.max_offset() >= p.next_offset:
+                    log.warning("%s/%d: stored producer states run past the log end %d; replaying the whole log",
+                                topic, p.index, p.next_offset)
+                    states = ProducerStates()
+                else:
+                    start = end_rec.offset
+        states.rebuild(p.batch_headers(start))
+        return states
+
+    def snapshot(self, topic: str, p: Partition, producer_id: int) -> ProducerRecord | None:
+        """The producer's state now, to store (``store_durable``) once the batch just
+        recorded is durable; None when there is no store."""
+        if self.store is None:
+            return None
+        return self.states(topic, p).to_record(producer_id)
+
+    def store_durable(self, topic: str, partition: int, producer_id: int, rec: ProducerRecord | None, end: int) -> None:
+        if self.store is None or rec is None:
+            return
+        try:
+            with self.store.batch() as b:
+                b.put(CF_PRODUCERS, producer_key(topic, partition, producer_id), rec)
+                b.put(CF_PRODUCERS, producer_end_key(topic, partition), ProducerSnapshotEnd(offset=end))
+        except Exception:  # the log still has the batch: the next load replays it
+            log.exception("storing producer %d state for %s/%d failed", producer_id, topic, partition)
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic's states, in memory and in the store."""
+        for key in [k for k in self._states if k[0] == topic]:
+            del self._states[key]
+        if self.store is None:
+            return
+        with self.store.batch() as b:
+            for prefix in (producers_prefix(topic), producer_end_prefix(topic)):
+                for k, _ in self.store.scan_prefix(CF_PRODUCERS, prefix):
+                    b.delete(CF_PRODUCERS, k)

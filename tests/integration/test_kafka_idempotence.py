@@ -68,11 +68,14 @@ def test_retry_is_stored_once_and_gaps_and_old_epochs_are_refused(logbus_server:
     finally:
         w.sock.close()
     assert consume_values(server, "raw") == [b"a", b"b", b"c", b"d"]
-    # the state comes back from the log after a restart: the retry is still a duplicate
+    # the state comes back (RocksDB snapshot + log tail) after a restart: the retry is
+    # still a duplicate, and a new producer never gets an id handed out before
     server.stop()
     server.restart()
     w = Wire(server)
     try:
+        again = w.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000), InitProducerIdResponse, 1)
+        assert again.error_code == 0 and again.producer_id > pid
         assert w.produce("raw", pid, epoch + 1, 0, [b"d"]) == (0, 3)
         assert w.produce("raw", pid, epoch + 1, 1, [b"e"]) == (0, 4)
     finally:

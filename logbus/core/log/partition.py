@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from bisect import bisect_right
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from twisted.internet.defer import Deferred, fail
@@ -437,6 +437,21 @@ class Partition:
         """Decoded records from ``offset`` on (convenience for tests, tools, pull APIs)."""
         res = self.read(offset, max_bytes)
         return [r for r in B.decode(res.data) if r.offset >= offset]
+
+    def batch_headers(self, from_offset: int = 0) -> Iterator[B.BatchInfo]:
+        """Headers of the batches from the one holding ``from_offset`` on (default: the
+        whole log), oldest first; for replaying state kept beside the log."""
+        self.drain()
+        i = max(bisect_right(self._bases, from_offset) - 1, 0)
+        for seg in list(self.segments[i:]):
+            position = 0
+            if seg.base_offset < from_offset:
+                found = seg.position_of(from_offset)
+                if found is None:
+                    continue
+                position = found[0]
+            for _, info in seg.walk(position):
+                yield info
 
     def offset_for_time(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first readable record (below the high watermark)

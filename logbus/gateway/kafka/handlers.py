@@ -33,7 +33,7 @@ from ...core.errors import LogbusError, OffsetOutOfRange, UnknownTopic
 from ...core.log import AppendResult, Partition
 from ...core.log import batch as B
 from ...core.message import ENVELOPE_HEADER
-from ...core.txn import APPEND, DUPLICATE, OUT_OF_ORDER, ProducerStates
+from ...core.txn import APPEND, DUPLICATE, OUT_OF_ORDER
 from . import errors as K
 from .codec import Chunks, FetchPartition, Request, encode_fetch_response, frame_response
 
@@ -78,9 +78,6 @@ class KafkaHandlers:
             2: (ListOffsetsRequest, ListOffsetsResponse, 1, 5, self.list_offsets),
             22: (InitProducerIdRequest, InitProducerIdResponse, 0, 4, self.init_producer_id),
         }
-        self._producer_states: dict[tuple[str, int], ProducerStates] = {}
-        self._pid_ms = 0
-        self._pid_seq = 0
         # what codec.parse_request needs: api_key -> (request, response, min, max)
         self.supported = {k: v[:4] for k, v in self._table.items()}
 
@@ -221,7 +218,8 @@ class KafkaHandlers:
         first = infos[0]
         if first.producer_id < 0:
             return p.append_batches(bytearray(data), infos)
-        states = self._states(topic, p)
+        registry = self.broker.producers
+        states = registry.states(topic, p)
         count = sum(i.last_offset_delta + 1 for i in infos)
         verdict = states.check(first.producer_id, first.producer_epoch, first.base_sequence, count)
         if verdict.kind == DUPLICATE:
@@ -232,19 +230,17 @@ class KafkaHandlers:
             return succeed(K.OUT_OF_ORDER_SEQUENCE_NUMBER if verdict.kind == OUT_OF_ORDER else K.INVALID_PRODUCER_EPOCH)
         base = p.next_offset
         d = p.append_batches(bytearray(data), infos)
-        if p.next_offset > base:  # appended (offsets assigned): remember at once, not when durable
-            states.record(first.producer_id, first.producer_epoch, first.base_sequence, count, base)
-        return d
+        if p.next_offset > base:  # appended (offsets assigned): remember at once, store when durable
+            pid, end = first.producer_id, p.next_offset
+            states.record(pid, first.producer_epoch, first.base_sequence, count, base)
+            rec = registry.snapshot(topic, p, pid)
 
-    def _states(self, topic: str, p: Partition) -> ProducerStates:
-        """Producer states of a partition, rebuilt from its batch headers on first use."""
-        key = (topic, p.index)
-        states = self._producer_states.get(key)
-        if states is None:
-            states = self._producer_states[key] = ProducerStates()
-            p.drain()
-            states.rebuild(info for seg in list(p.segments) for _, info in seg.walk(0))
-        return states
+            def durable(result: Any) -> Any:
+                registry.store_durable(topic, p.index, pid, rec, end)
+                return result
+
+            d.addCallback(durable)
+        return d
 
     def _when_readable(self, p: Partition, offset: int) -> Deferred[None]:
         """Fires once ``offset`` is below the partition's high watermark."""
@@ -264,9 +260,8 @@ class KafkaHandlers:
     # -- InitProducerId -----------------------------------------------------------------
 
     def init_producer_id(self, req: Request, advertised: tuple[str, int]) -> Any:
-        """A fresh producer id (or, KIP-360, the same id with the next epoch). Ids are
-        milliseconds since the epoch times 1024 plus a counter, so they grow across
-        restarts without a stored counter (a RocksDB counter is still to do)."""
+        """A fresh producer id (or, KIP-360, the same id with the next epoch). Ids come
+        from blocks reserved in the state store, so they never repeat across restarts."""
         body = req.body
         if body.transactional_id is not None:
             return InitProducerIdResponse(throttle_time_ms=0, error_code=K.TRANSACTIONAL_ID_NOT_SUPPORTED,
@@ -276,15 +271,8 @@ class KafkaHandlers:
         if pid is not None and pid >= 0 and epoch is not None and epoch >= 0:
             return InitProducerIdResponse(throttle_time_ms=0, error_code=K.NONE, producer_id=pid,
                                           producer_epoch=epoch + 1)
-        now = int(self.reactor.seconds() * 1000)
-        if now > self._pid_ms:
-            self._pid_ms, self._pid_seq = now, 0
-        else:
-            self._pid_seq += 1
-            if self._pid_seq >= 1024:
-                self._pid_ms, self._pid_seq = self._pid_ms + 1, 0
         return InitProducerIdResponse(throttle_time_ms=0, error_code=K.NONE,
-                                      producer_id=self._pid_ms * 1024 + self._pid_seq, producer_epoch=0)
+                                      producer_id=self.broker.producers.new_producer_id(), producer_epoch=0)
 
     # -- Fetch ------------------------------------------------------------------------
 
