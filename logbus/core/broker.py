@@ -27,6 +27,7 @@ from .log.topic_config import TopicConfig, validate_topic_name
 from .metrics import Metrics
 from .state import TOPIC_PREFIX, StateStore, topic_key
 from .state_pb2 import TopicRecord
+from .groups import GroupCoordinator
 from .txn import ProducerRegistry
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class Broker:
         self.max_open_files = max_open_files
         self.state: StateStore | None = None
         self.producers = ProducerRegistry(None)  # replaced at start, with the store
+        self.groups = GroupCoordinator(reactor)  # consumer groups (the Kafka gateway's)
         self.log: LogManager | None = None
         self._lock_fd: int | None = None
         self._housekeeping: LoopingCall | None = None
@@ -103,6 +105,7 @@ class Broker:
         try:
             self.state = StateStore(self.data_dir / "state")
             self.producers = ProducerRegistry(self.state)
+            offsets = self.groups.open(self.state)
             self.log = LogManager(
                 self.data_dir,
                 self.reactor,
@@ -119,9 +122,10 @@ class Broker:
         self._housekeeping.clock = self.reactor
         self._housekeeping.start(HOUSEKEEPING_SECONDS, now=False)
         log.info(
-            "broker started on %s: %d topics (%s)",
+            "broker started on %s: %d topics, %d committed group offsets (%s)",
             self.data_dir,
             len(self.log.topics),
+            offsets,
             "new data directory" if self.log.fresh
             else "clean restart" if self.log.clean_start
             else "recovered after an unclean stop",
@@ -135,6 +139,7 @@ class Broker:
         return succeed(None)
 
     def _close_all(self) -> None:
+        self.groups.shutdown()  # waiting joins and syncs: COORDINATOR_NOT_AVAILABLE
         if self.log is not None:
             self.log.close()
             self.log = None
@@ -223,6 +228,7 @@ class Broker:
         self.state.delete(CF_METADATA, topic_key(name), sync=True)
         lm.delete_topic(name)
         self.producers.forget_topic(name)
+        self.groups.forget_topic(name)
         log.info("deleted topic %r", name)
 
     def describe_topic(self, name: str) -> TopicInfo:

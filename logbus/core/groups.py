@@ -151,6 +151,21 @@ class GroupCoordinator:
             _cancel(group.sync_timer)
         self.groups.clear()
 
+    def forget_topic(self, topic: str) -> int:
+        """Drop every group's committed offsets of a deleted topic (as Kafka does),
+        here and in the store; return how many."""
+        keys = []
+        for group in list(self.groups.values()):
+            for tp in [tp for tp in group.offsets if tp[0] == topic]:
+                del group.offsets[tp]
+                keys.append(group_offset_key(group.group_id, tp[0], tp[1]))
+            self._maybe_forget(group)
+        if self.store is not None and keys:
+            with self.store.batch(sync=self.sync_commits) as b:
+                for key in keys:
+                    b.delete(CF_OFFSETS, key)
+        return len(keys)
+
     # -- JoinGroup ---------------------------------------------------------------------
 
     def join(self, req: JoinGroup) -> Deferred[JoinResult]:

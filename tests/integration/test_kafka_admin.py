@@ -10,7 +10,7 @@ from typing import Any
 
 import kafka.errors as Errors
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from tests.serverproc import LogbusServer, ServerFactory
@@ -154,6 +154,28 @@ def test_delete_topics(client: KafkaAdminClient) -> None:
         client.delete_topics(["doomed"])
     result = client.delete_topics(["survivor", "never"], raise_errors=False)
     assert errors_of(result) == {"survivor": 0, "never": Errors.UnknownTopicOrPartitionError.errno}
+
+
+def test_deleting_a_topic_forgets_its_committed_offsets(server: LogbusServer, client: KafkaAdminClient) -> None:
+    """As in Kafka: a topic deleted and created again starts with no committed offsets."""
+    client.create_topics(["again", "other"])
+    produce(server, "again", 0, 3)
+    tp, other = TopicPartition("again", 0), TopicPartition("other", 0)
+    c = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], group_id="forgetful", enable_auto_commit=False)
+    try:
+        c.assign([tp, other])
+        c.commit({tp: OffsetAndMetadata(3, "", -1), other: OffsetAndMetadata(1, "", -1)})
+        assert c.committed(tp) == 3
+    finally:
+        c.close()
+    client.delete_topics(["again"])
+    client.create_topics(["again"])
+    c = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], group_id="forgetful", enable_auto_commit=False)
+    try:
+        assert c.committed(tp) is None
+        assert c.committed(other) == 1
+    finally:
+        c.close()
 
 
 def test_librdkafka_admin(server: LogbusServer) -> None:

@@ -310,17 +310,17 @@ def test_offsets_are_one_synced_batch_and_survive_a_reopen(tmp_path: Path) -> No
         store.close()
 
 
-def test_the_gateway_opens_the_coordinator_on_the_store_once_the_broker_has_one(tmp_path: Path) -> None:
-    from logbus.gateway.kafka.groups import coordinator
-
+def test_offsets_of_a_deleted_topic_are_forgotten(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "state")
     try:
-        GroupCoordinator(Clock(), store).commit_offsets("grp", -1, "", {("t", 0): OffsetAndMetadata(9)})
-        h, _ = gateway()
-        assert coordinator(h).store is None and coordinator(h).fetch_offsets("grp", None) == {}
-        h.broker.state = store  # the broker starts after the gateway was built
-        got = coordinator(h).fetch_offsets("grp", None)
-        assert coordinator(h).store is store and got[("t", 0)] is not None and got[("t", 0)].offset == 9
+        c, _ = make(store)
+        c.commit_offsets("g1", -1, "", {("gone", 0): OffsetAndMetadata(1), ("kept", 0): OffsetAndMetadata(2)})
+        c.commit_offsets("g2", -1, "", {("gone", 3): OffsetAndMetadata(4)})
+        assert c.forget_topic("gone") == 2
+        assert [g.group_id for g in c.list_groups()] == ["g1"]  # g2 had nothing else: gone
+        c2, _ = make(store)
+        assert c2.load() == 1
+        assert set(c2.fetch_offsets("g1", None)) == {("kept", 0)}
     finally:
         store.close()
 
@@ -459,8 +459,9 @@ def gateway() -> tuple[Any, Clock]:
     from logbus.gateway.kafka import groups as kafka_groups
     from logbus.gateway.kafka.handlers import KafkaHandlers
 
-    broker = SimpleNamespace(state=None, log=SimpleNamespace(topics={"t": SimpleNamespace(partitions=[0, 1])}))
     clock = Clock()
+    broker = SimpleNamespace(state=None, groups=GroupCoordinator(clock),
+                             log=SimpleNamespace(topics={"t": SimpleNamespace(partitions=[0, 1])}))
     handlers = KafkaHandlers(broker, clock)  # type: ignore[arg-type]
     kafka_groups.install(handlers)
     kafka_groups.install(handlers)  # idempotent: one coordinator per handlers
@@ -592,7 +593,7 @@ def test_gateway_find_coordinator_for_unknown_key_types_and_list_filters() -> No
     assert [(c.key, c.error_code, c.node_id) for c in bad.coordinators] == [("a", 42, -1), ("b", 42, -1)]
     txn = call(h, FindCoordinatorRequest(key="tx", key_type=1, version=3), 3)
     assert (txn.error_code, txn.node_id) == (0, 0)
-    coord = h.group_coordinator
+    coord = h.broker.groups
     assert coord.commit_offsets("simple", -1, "", {("t", 0): OffsetAndMetadata(1)})[0] is Code.NONE
     listed = call(h, ListGroupsRequest(states_filter=[], version=4), 4).groups
     assert [(g.group_id, g.group_state, g.protocol_type) for g in listed] == [("simple", "Empty", "")]

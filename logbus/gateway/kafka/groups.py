@@ -71,24 +71,13 @@ AUTHORIZED_OPERATIONS_OMITTED = None  # encoded as INT32_MIN: "not requested"
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 GROUP_TYPE = "classic"
 
-_ATTR = "group_coordinator"
-
-
 def coordinator(handlers: KafkaHandlers) -> GroupCoordinator:
-    """The group coordinator of ``handlers``, on the broker's state store once the broker
-    has started (the gateway is built before the broker opens its store)."""
-    coord: GroupCoordinator = getattr(handlers, _ATTR)
-    state = handlers.broker.state
-    if coord.store is not state and state is not None:
-        n = coord.open(state)
-        log.info("group coordinator loaded %d committed offsets", n)
-    return coord
+    """The broker's group coordinator (core/groups.py)."""
+    return handlers.broker.groups
 
 
 def install(handlers: KafkaHandlers) -> None:
     """Register this module's APIs with ``handlers``."""
-    if getattr(handlers, _ATTR, None) is None:
-        setattr(handlers, _ATTR, GroupCoordinator(handlers.reactor))
     api = _GroupApi(handlers)
     reg = handlers.register
     reg(FindCoordinatorRequest, FindCoordinatorResponse, 0, 4, api.find_coordinator)
