@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
 from bisect import bisect_right
 from typing import Callable, Iterator, NamedTuple, Sequence
@@ -37,6 +38,7 @@ INDEX_ON_CLOSE_MIN = 4 * 1024 * 1024  # active segments this large get index fil
 _Builder = DefaultRecordBatchBuilder
 _MAX_BATCH = 2**31 - 1
 _pack_base = B.set_base_offset
+_BASE = struct.Struct(">q")  # a batch's base offset, its first 8 bytes
 _max_ts = B.max_timestamp
 _time = time.time
 _tuple_new = tuple.__new__
@@ -103,7 +105,7 @@ class Partition:
         self._pending_base = self.next_offset
         self._pending_bytes = 0
         self._pending_now = 0
-        self._wbuf: list[bytes | bytearray] = []  # placed batches, written with one pwritev
+        self._wbuf: list[bytes | bytearray | memoryview] = []  # placed batches, written with one pwritev
         self._wbytes = 0
         self._wseg = self.active
         self._wpos = 0
@@ -236,23 +238,25 @@ class Partition:
             infos = B.split_validate(data, self.config.max_message_bytes)
         except Exception as e:
             return fail(e)
-        return self.append_batches(bytearray(data), infos)
+        return self.append_batches(data, infos)
 
-    def append_batches(self, buf: bytearray, infos: list[B.BatchInfo]) -> Deferred[AppendResult]:
-        """Append already validated batches ``infos`` laid out back to back in ``buf``."""
+    def append_batches(self, buf: bytes | bytearray | memoryview, infos: list[B.BatchInfo]) -> Deferred[AppendResult]:
+        """Append already validated batches ``infos`` laid out back to back in ``buf``.
+        ``buf`` is not copied or changed: each batch is written as its new base offset
+        (8 bytes, outside the CRC) followed by a view of the rest of it."""
         if self._failed is not None:
             return fail(self._failed)
         first = not self._pending and not self._wbuf
         now = B.now_ms()
         base = offset = self.next_offset
+        view = memoryview(buf)
         try:
             self._encode_pending()
             pos = 0
             for info in infos:
-                B.set_base_offset(buf, pos, offset)
                 nxt = offset + info.last_offset_delta + 1
-                piece = buf if len(infos) == 1 else buf[pos : pos + info.size]
-                self._place(piece, offset, nxt, info.max_timestamp, now)
+                self._place(_BASE.pack(offset), offset, nxt, info.max_timestamp, now,
+                            view[pos + 8 : pos + info.size])
                 offset = nxt
                 pos += info.size
         except OSError as e:
@@ -287,12 +291,14 @@ class Partition:
         self.bytes_appended += len(buf)
         self._place(buf, base, base + i, _max_ts(buf), self._pending_now)
 
-    def _place(self, buf: bytearray, base: int, nxt: int, max_ts: int, now: int) -> None:
-        """Put one batch at the end of the active segment (rolling first when it is
-        full, old, or its relative offsets would overflow) and index it."""
+    def _place(self, buf: bytes | bytearray, base: int, nxt: int, max_ts: int, now: int,
+               tail: memoryview | None = None) -> None:
+        """Put one batch (``buf``, followed by ``tail`` when given) at the end of the
+        active segment (rolling first when it is full, old, or its relative offsets
+        would overflow) and index it."""
         seg = self.active
         pos = seg.size
-        size = len(buf)
+        size = len(buf) if tail is None else len(buf) + len(tail)
         if pos and (
             pos + size > self._segment_bytes
             or now - (seg.created_ms or now) >= self._segment_ms
@@ -307,6 +313,8 @@ class Partition:
             self._wpos = pos
         seg.on_append(pos, base, nxt, max_ts, size, now)
         wb.append(buf)
+        if tail is not None:
+            wb.append(tail)
         self._wbytes += size
 
     def _write_out(self) -> None:

@@ -69,7 +69,7 @@ class Segment:
 
     # -- writing -----------------------------------------------------------------
 
-    def write_at(self, bufs: list[bytes | bytearray], position: int) -> Handle:
+    def write_at(self, bufs: list[bytes | bytearray | memoryview], position: int) -> Handle:
         """Write ``bufs`` (whole batches, back to back) at ``position`` with one
         ``pwritev``; returns the handle written to. On a failed write the file is cut
         back to ``position`` and OSError propagates."""

@@ -59,34 +59,57 @@ class UnsupportedVersion(KafkaProtocolError):
 
 
 class FrameDecoder:
-    """Split a byte stream into frames (without their size prefix)."""
+    """Split a byte stream into frames (without their size prefix).
+
+    Each frame's bytes are copied once: a frame that arrives whole inside one chunk is
+    sliced out of it, and a frame spread over several chunks (a 1 MiB produce request
+    arrives in 64 KiB reads) is kept as a list of views and joined once complete."""
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame = max_frame
-        self._buf = bytearray()
+        self._head = bytearray()  # a size prefix cut short
+        self._size = -1  # size of the frame being collected, -1: reading a prefix
+        self._parts: list[memoryview] = []
+        self._have = 0
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._head) + self._have + (4 if self._size >= 0 else 0)
 
     def feed(self, data: bytes) -> list[bytes]:
-        buf = self._buf
-        buf += data
         frames: list[bytes] = []
-        pos = 0
-        end = len(buf)
-        while end - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0:
-                raise MalformedFrame(f"negative frame size {size}")
-            if size > self.max_frame:
-                raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {self.max_frame}")
-            if end - pos - 4 < size:
-                break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+        view = memoryview(data)
+        pos, end = 0, len(data)
+        while pos < end:
+            if self._size < 0:
+                if self._head or end - pos < 4:
+                    take = min(4 - len(self._head), end - pos)
+                    self._head += view[pos : pos + take]
+                    pos += take
+                    if len(self._head) < 4:
+                        break
+                    (size,) = _SIZE.unpack(self._head)
+                    self._head.clear()
+                else:
+                    (size,) = _SIZE.unpack_from(data, pos)
+                    pos += 4
+                if size < 0:
+                    raise MalformedFrame(f"negative frame size {size}")
+                if size > self.max_frame:
+                    raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {self.max_frame}")
+                if end - pos >= size:  # the whole frame is here
+                    frames.append(bytes(view[pos : pos + size]))
+                    pos += size
+                    continue
+                self._size, self._have = size, 0
+            take = min(self._size - self._have, end - pos)
+            self._parts.append(view[pos : pos + take])
+            self._have += take
+            pos += take
+            if self._have == self._size:
+                frames.append(b"".join(self._parts))
+                self._parts.clear()
+                self._size, self._have = -1, 0
         return frames
 
 

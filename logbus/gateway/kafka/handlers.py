@@ -47,14 +47,10 @@ class InvalidRecord(LogbusError):
     code = "invalid_record"
 
 
-def reserved_header_in(data: bytes) -> InvalidRecord | None:
+def reserved_header_in(data: bytes, infos: list[B.BatchInfo]) -> InvalidRecord | None:
     """A record sent by a Kafka client may not carry logbus's reserved envelope header
     (readers would take it for logbus's own). Uncompressed batches are searched as bytes
-    first (free); compressed ones are decoded."""
-    try:
-        infos = B.split_validate(data, 1 << 31)
-    except LogbusError:
-        return None  # append_raw reports it
+    first (free); compressed ones are decoded. ``infos``: ``B.split_validate(data)``."""
     if all(not i.attributes & B.COMPRESSION_MASK for i in infos) and _RESERVED not in data:
         return None
     for record in B.decode(data):
@@ -174,12 +170,18 @@ class KafkaHandlers:
                 if topic is None or not 0 <= pd.index < len(topic.partitions):
                     pending.append(succeed(K.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
+                p = topic.partitions[pd.index]
                 data = bytes(pd.records or b"")
-                refused = reserved_header_in(data)
+                try:
+                    infos = B.split_validate(data, p.config.max_message_bytes)
+                except LogbusError as e:
+                    pending.append(fail(e))
+                    continue
+                refused = reserved_header_in(data, infos)
                 if refused is not None:
                     pending.append(fail(refused))
                     continue
-                pending.append(self._append(td.name, topic.partitions[pd.index], data))
+                pending.append(self._append(td.name, p, data, infos))
         if body.acks == 0:
             for d in pending:
                 d.addErrback(lambda f: log.info("acks=0 produce failed: %s", f.getErrorMessage()))
@@ -207,17 +209,13 @@ class KafkaHandlers:
 
         return DeferredList(pending, consumeErrors=True).addCallback(build)
 
-    def _append(self, topic: str, p: Partition, data: bytes) -> Deferred[Any]:
-        """Append a producer's batches, with Kafka's idempotence checks when the batch
-        carries a producer id: a retried batch is acknowledged again (once readable)
-        with its first offset instead of being appended twice."""
-        try:
-            infos = B.split_validate(data, p.config.max_message_bytes)
-        except LogbusError as e:
-            return fail(e)
+    def _append(self, topic: str, p: Partition, data: bytes, infos: list[B.BatchInfo]) -> Deferred[Any]:
+        """Append a producer's validated batches, with Kafka's idempotence checks when
+        the batch carries a producer id: a retried batch is acknowledged again (once
+        readable) with its first offset instead of being appended twice."""
         first = infos[0]
         if first.producer_id < 0:
-            return p.append_batches(bytearray(data), infos)
+            return p.append_batches(data, infos)
         registry = self.broker.producers
         states = registry.states(topic, p)
         count = sum(i.last_offset_delta + 1 for i in infos)
@@ -229,7 +227,7 @@ class KafkaHandlers:
         if verdict.kind != APPEND:
             return succeed(K.OUT_OF_ORDER_SEQUENCE_NUMBER if verdict.kind == OUT_OF_ORDER else K.INVALID_PRODUCER_EPOCH)
         base = p.next_offset
-        d = p.append_batches(bytearray(data), infos)
+        d = p.append_batches(data, infos)
         if p.next_offset > base:  # appended (offsets assigned): remember at once, store when durable
             pid, end = first.producer_id, p.next_offset
             states.record(pid, first.producer_epoch, first.base_sequence, count, base)
