@@ -27,6 +27,7 @@ from .handlers import KafkaHandlers
 log = logging.getLogger(__name__)
 
 API_VERSIONS = 18
+READ_SIZE = 1 << 20  # bytes per recv: a produce request of ~1 MiB in one read, not 16
 
 
 class KafkaProtocol(Protocol):
@@ -41,6 +42,8 @@ class KafkaProtocol(Protocol):
         self._t: Any = cast(Any, self.transport)
         if hasattr(self._t, "setTcpNoDelay"):
             self._t.setTcpNoDelay(True)  # as Kafka does: small answers must not wait for acks
+        if hasattr(self._t, "bufferSize"):
+            self._t.bufferSize = READ_SIZE
         self.output = FileOutput(self._t, self._abort)
         host = self._t.getHost()
         self.advertised = self._advertised or (host.host, host.port)
