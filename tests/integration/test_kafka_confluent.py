@@ -1,5 +1,5 @@
-"""librdkafka (confluent-kafka) against the Kafka gateway: every compression codec is
-accepted, stored as sent and consumed; timestamps are found inside compressed batches."""
+"""librdkafka (confluent-kafka) against the Kafka gateway: an idempotent producer's
+batches in every compression codec are accepted, stored as sent and consumed; timestamps are found inside compressed batches."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def test_every_codec_is_stored_as_sent_and_consumed(logbus_server: Any, codec: s
     boot = server.addresses["kafka"]
     topic = "c-" + codec
     errors: list[Any] = []
-    p = Producer({"bootstrap.servers": boot, "compression.type": codec, "acks": "all", "linger.ms": 20, "log_level": 3})
+    p = Producer({"bootstrap.servers": boot, "compression.type": codec, "acks": "all", "linger.ms": 20,
+                  "enable.idempotence": True, "log_level": 3})
     for i in range(200):
         p.produce(topic, key=b"k%d" % i, value=b"value %d " % i + b"x" * 200, timestamp=2_000_000 + i,
                   on_delivery=lambda e, m: errors.append(e) if e else None)
@@ -52,6 +53,7 @@ def test_every_codec_is_stored_as_sent_and_consumed(logbus_server: Any, codec: s
     with open(seg, "rb") as f:
         infos = B.split_validate(f.read(), 1 << 30)
     assert infos and {i.attributes & B.COMPRESSION_MASK for i in infos} == {CODECS[codec]}
+    assert {i.producer_id >= 0 for i in infos} == {True}  # idempotent batches (InitProducerId)
     # offsets by time look inside compressed batches
     c = Consumer({"bootstrap.servers": boot, "group.id": "t2", "log_level": 3})
     try:
