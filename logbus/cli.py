@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-open-files", metavar="N", help="segment file handles kept open")
     serve.add_argument("--kafka-advertised", metavar="HOST:PORT",
                        help="address Kafka clients are told to connect to (default: the one they used)")
+    serve.add_argument("--kafka-auto-create-topics", metavar="BOOL",
+                       help="create a topic when a Kafka client first asks for it (default: true)")
     serve.add_argument("--log-level", metavar="LEVEL",
                        help="debug | info | warning | error | critical")
     serve.add_argument("--ready-file", metavar="FILE", type=Path,
@@ -100,6 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "default_flush": args.default_flush,
         "max_open_files": args.max_open_files,
         "kafka_advertised": args.kafka_advertised,
+        "kafka_auto_create_topics": args.kafka_auto_create_topics,
         "log_level": args.log_level,
     }
     try:

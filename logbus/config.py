@@ -48,6 +48,7 @@ class Settings:
     max_open_files: int = 1024
     log_level: str = "info"
     kafka_advertised: str = ""  # host:port Kafka clients are told to connect to; "": the address they used
+    kafka_auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
     config_file: Path | None = None  # the TOML file these settings were read from, if any
 
     def listeners(self) -> dict[str, str]:
@@ -140,6 +141,16 @@ def _host_port(raw: Any) -> str:
     return value
 
 
+def _as_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in ("true", "yes", "on", "1"):
+        return True
+    if isinstance(raw, str) and raw.strip().lower() in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"must be true or false, not {raw!r}")
+
+
 def _log_level(raw: Any) -> str:
     value = _as_str(raw).lower()
     if value not in LOG_LEVELS:
@@ -158,6 +169,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "max_open_files": lambda raw: _as_int(raw, 16, 1_000_000),
     "log_level": _log_level,
     "kafka_advertised": _host_port,
+    "kafka_auto_create_topics": _as_bool,
 }
 KEYS = tuple(_CONVERTERS)
 

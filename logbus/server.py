@@ -59,7 +59,8 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
     if settings.kafka_advertised:
         host, _, port = settings.kafka_advertised.rpartition(":")
         advertised = (host, int(port))
-    return KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME, advertised)
+    return KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME, advertised,
+                        auto_create_topics=settings.kafka_auto_create_topics)
 
 
 # THE gateway table: listener name -> builder of the protocol factory that serves it.

@@ -172,3 +172,21 @@ def test_advertised_address_is_configurable(logbus_server: Any) -> None:
     finally:
         w.sock.close()
     assert [(b.host, b.port) for b in meta.brokers] == [("kafka.example.test", 19092)]
+
+
+def test_auto_creation_can_be_turned_off(logbus_server: Any) -> None:
+    import pytest
+    from kafka.errors import KafkaTimeoutError
+
+    server = logbus_server(env={"LOGBUS_KAFKA_AUTO_CREATE_TOPICS": "false"})
+    p = KafkaProducer(bootstrap_servers=server.addresses["kafka"], max_block_ms=1500, enable_idempotence=False)
+    try:
+        with pytest.raises(KafkaTimeoutError):  # the topic never appears in Metadata
+            p.send("not-there", b"x").get(timeout=5)
+    finally:
+        p.close()
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(server.http_url + "/api/topics", timeout=5) as r:
+        assert "not-there" not in json.dumps(json.load(r))

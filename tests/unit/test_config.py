@@ -169,6 +169,7 @@ def test_bad_file_value_names_the_file(tmp_path: Path) -> None:
         ({"max_open_files": "-1"}, "between"),
         ({"log_level": "loud"}, "must be one of debug"),
         ({"data_dir": "  "}, "must not be empty"),
+        ({"kafka_auto_create_topics": "perhaps"}, "must be true or false"),
     ],
 )
 def test_invalid_values(flags: dict[str, object], fragment: str) -> None:
@@ -186,6 +187,7 @@ def test_values_are_normalised() -> None:
     )
     assert (s.default_flush, s.log_level, s.default_partitions) == ("interval:50", "debug", 3)
     assert s.topic_defaults().flush_interval_ms == 50
+    assert load_settings({"kafka_auto_create_topics": " OFF "}, environ={}).kafka_auto_create_topics is False
 
 
 def test_unknown_key_in_file_is_an_error(tmp_path: Path) -> None:

@@ -119,9 +119,10 @@ class KafkaProtocol(Protocol):
 
 
 class KafkaFactory(Factory):
-    def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None) -> None:
+    def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None,
+                 *, auto_create_topics: bool = True) -> None:
         self.advertised = advertised
-        self.handlers = KafkaHandlers(broker, reactor)
+        self.handlers = KafkaHandlers(broker, reactor, auto_create_topics=auto_create_topics)
         for module in (groups, admin):
             module.install(self.handlers)
         self.max_frame = max_frame
