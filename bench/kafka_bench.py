@@ -54,13 +54,18 @@ def children_cpu() -> float:
 
 def median_of(runs: int, measure: Any, *args: Any) -> dict[str, Any]:
     """The same raw measurement ``runs`` times (single runs vary by 2x on this VM)."""
-    values = [measure(*args) for _ in range(runs)]
+    values = [measure(*args, run) for run in range(runs)]
     return {"runs_mb_per_s": [round(v, 1) for v in values], "median_mb_per_s": statistics.median(values)}
 
 
-def raw_disk(directory: str, total: int) -> float:
+def raw_disk(directory: str, total: int, run: int = 0) -> float:
+    """Sequential 1 MiB writes of new data plus one fdatasync. The file is kept until
+    every run is over (``remove_raw_files``): like the broker's log, each run fills page
+    cache pages that were not just freed (on this VM, writing into recycled pages is
+    2-3x faster than into new ones, so deleting between runs would flatter the baseline)."""
     buf = os.urandom(CHUNK)
-    path = os.path.join(directory, "raw.bin")
+    path = os.path.join(directory, f"raw{run}.bin")
+    os.sync()  # no writeback of an earlier run competes with this one
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     t0 = time.perf_counter()
     written = 0
@@ -69,11 +74,16 @@ def raw_disk(directory: str, total: int) -> float:
     os.fdatasync(fd)
     dt = time.perf_counter() - t0
     os.close(fd)
-    os.unlink(path)
     return written / dt / 1e6
 
 
-def raw_loopback(total: int) -> float:
+def remove_raw_files(directory: str) -> None:
+    for name in os.listdir(directory):
+        if name.startswith("raw") and name.endswith(".bin"):
+            os.unlink(os.path.join(directory, name))
+
+
+def raw_loopback(total: int, run: int = 0) -> float:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -352,6 +362,8 @@ def main() -> None:
         out: dict[str, Any] = {"bench": "kafka_bench", "args": vars(args)}
         out["raw_disk_write"] = median_of(args.raw_runs, raw_disk, workdir, total)
         out["raw_loopback"] = median_of(args.raw_runs, raw_loopback, total)
+        remove_raw_files(workdir)
+        os.sync()
         proc, boot = start_broker(workdir)
         out["produce"] = produce(boot, "bench", args.records, args.size, proc.pid)
         if args.consumer == "kcat":
