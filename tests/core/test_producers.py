@@ -34,6 +34,11 @@ def store(tmp_path: Path) -> Iterator[Callable[[], StateStore]]:
         s.close()
 
 
+@pytest.fixture
+def partition(open_log: Callable[..., LogManager]) -> Any:
+    return open_log().open_topic("t", topic_config(), create=True).partition(0)
+
+
 def produce(loop: LoopReactor, reg: ProducerRegistry, p: Any, seq: int, n: int, store: bool = True) -> tuple[str, int]:
     """One idempotent batch of ``n`` records through the registry, as the Kafka gateway
     does it: check, append, record, store when durable (unless ``store`` is False)."""
@@ -56,11 +61,8 @@ def produce(loop: LoopReactor, reg: ProducerRegistry, p: Any, seq: int, n: int, 
     return APPEND, base
 
 
-def test_states_survive_restart_as_snapshot_plus_log_tail(
-    open_log: Callable[..., LogManager], loop: LoopReactor, store: Callable[[], StateStore]
-) -> None:
-    lm = open_log()
-    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+def test_states_survive_restart_as_snapshot_plus_log_tail(partition: Any, loop: LoopReactor, store: Callable[[], StateStore]) -> None:
+    p = partition
     s = store()
     reg = ProducerRegistry(s)
     assert produce(loop, reg, p, 0, 3) == (APPEND, 0)
@@ -80,11 +82,8 @@ def test_states_survive_restart_as_snapshot_plus_log_tail(
     assert states.check(PID, 0, 11, 1).kind == OUT_OF_ORDER
 
 
-def test_a_snapshot_past_the_log_end_is_ignored(
-    open_log: Callable[..., LogManager], loop: LoopReactor, store: Callable[[], StateStore]
-) -> None:
-    lm = open_log()
-    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+def test_a_snapshot_past_the_log_end_is_ignored(partition: Any, loop: LoopReactor, store: Callable[[], StateStore]) -> None:
+    p = partition
     s = store()
     reg = ProducerRegistry(s)
     produce(loop, reg, p, 0, 3)
