@@ -17,7 +17,10 @@ metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``; later also
 offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
                ``+ topic + b"\0" + partition``     (consumer-group commits;
                (partition: uint32 big-endian)      see ``group_offset_key``)
-queues         (later) queue, pointer position     pointer index, ack state
+queues         ``b"qentry\0" + vhost + b"\0"``      fixed-width entry (see
+               ``+ queue + b"\0" + seq``           ``queue_store.pack_entry``):
+               (seq: uint64 big-endian)            one unsettled message of a
+                                                   queue (core/queue.py)
 timers         (later) kind, due ms, unique id     lease or timer
 sessions       (later) client id / retained topic  MQTT session, retained message
 producers      ``b"producer\0" + topic + b"\0"``   ``ProducerRecord`` (idempotent
@@ -365,3 +368,22 @@ def pack_uint64(value: int) -> bytes:
 
 def unpack_uint64(raw: bytes) -> int:
     return int(_PRODUCER_ID.unpack(raw)[0])
+
+
+# -- queues CF: queue entries (logbus.core.queue_store) ---------------------------------
+
+QUEUE_ENTRY_PREFIX = b"qentry\x00"
+_SEQ = _struct.Struct(">Q")
+
+
+def queue_entries_prefix(vhost: str, queue: str) -> bytes:
+    """queues CF: the prefix of every entry of one queue, in seq order."""
+    return QUEUE_ENTRY_PREFIX + _text(vhost) + _text(queue)
+
+
+def queue_entry_key(vhost: str, queue: str, seq: int) -> bytes:
+    return queue_entries_prefix(vhost, queue) + _SEQ.pack(seq)
+
+
+def queue_entry_seq(key: bytes) -> int:
+    return int(_SEQ.unpack(key[-_SEQ.size :])[0])

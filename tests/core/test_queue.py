@@ -1,0 +1,229 @@
+"""The queue model (core/queue.py) and its journal in RocksDB (core/queue_store.py),
+against a plain in-memory model, under random publish / take / ack / nack / requeue /
+release / expire / restart. A restart commits the journal, closes RocksDB, reopens it
+and restores a fresh Queue from what is stored."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from logbus.core.queue import (
+    DELIVERY_LIMIT,
+    DROP_HEAD,
+    EXPIRED,
+    MAXLEN,
+    REJECT_PUBLISH,
+    REJECTED,
+    Queue,
+    QueueLimits,
+    UnknownEntry,
+)
+from logbus.core.queue_store import QueueStore
+from logbus.core.state import StateStore
+
+OWNERS = ("a", "b")
+
+
+@dataclass
+class M:
+    priority: int
+    expires: int
+    size: int
+    deliveries: int = 0
+    owner: str | None = None  # leased to
+
+
+class QueueMachine(RuleBasedStateMachine):
+    @initialize(
+        max_length=st.none() | st.integers(1, 6),
+        overflow=st.sampled_from([DROP_HEAD, REJECT_PUBLISH]),
+        delivery_limit=st.none() | st.integers(0, 3),
+        max_priority=st.sampled_from([0, 3]),
+    )
+    def setup(self, max_length: int | None, overflow: str, delivery_limit: int | None, max_priority: int) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="logbus-queue-"))
+        self.limits = QueueLimits(max_length=max_length, overflow=overflow, delivery_limit=delivery_limit,
+                                  max_priority=max_priority)
+        self.store = StateStore(self.dir / "state")
+        self.qs = QueueStore(self.store)
+        self.q = Queue("q", self.limits, self.qs.journal("/", "q"))
+        self.model: dict[int, M] = {}
+        self.next_seq = 0
+        self.now = 1000
+        self.removed: list[tuple[int, str]] = []  # (seq, reason) the queue reported
+
+    def teardown(self) -> None:
+        if hasattr(self, "store"):
+            self.store.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- the model's rules -------------------------------------------------------------
+
+    def _ready(self) -> list[int]:
+        return sorted((s for s, m in self.model.items() if m.owner is None),
+                      key=lambda s: (-self.model[s].priority, s))
+
+    def _model_remove(self, seq: int, reason: str) -> None:
+        del self.model[seq]
+        self.removed.append((seq, reason))
+
+    # -- rules ---------------------------------------------------------------------------
+
+    @rule(priority=st.integers(0, 5), ttl=st.sampled_from([0, 0, 5, 50]), size=st.integers(0, 3))
+    def publish(self, priority: int, ttl: int, size: int) -> None:
+        expires = self.now + ttl if ttl else 0
+        entry, dropped = self.q.publish("t", 0, self.next_seq * 10, size, priority=priority, expires_ms=expires,
+                                        now_ms=self.now)
+        got_dropped = [(r.entry.seq, r.reason) for r in dropped]
+        expect_dropped = []
+        ready = self._ready()
+        lim = self.limits
+        if lim.max_length is not None and len(ready) + 1 > lim.max_length:
+            if lim.overflow == REJECT_PUBLISH:
+                assert entry is None and dropped == []
+                return
+            while len(ready) + 1 > lim.max_length:
+                head = ready.pop(0)
+                expect_dropped.append((head, MAXLEN))
+                self._model_remove(head, MAXLEN)
+        assert got_dropped == expect_dropped
+        assert entry is not None and entry.seq == self.next_seq
+        self.model[self.next_seq] = M(min(priority, lim.max_priority), expires, size)
+        self.next_seq += 1
+
+    @rule(owner=st.sampled_from(OWNERS))
+    def take(self, owner: str) -> None:
+        entry, removed = self.q.take(owner, now_ms=self.now)
+        expect_removed = []
+        for seq in self._ready():
+            m = self.model[seq]
+            if m.expires and m.expires <= self.now:
+                expect_removed.append((seq, EXPIRED))
+                self._model_remove(seq, EXPIRED)
+                continue
+            m.deliveries += 1
+            m.owner = owner
+            assert entry is not None and entry.seq == seq and entry.deliveries == m.deliveries
+            break
+        else:
+            assert entry is None
+        assert [(r.entry.seq, r.reason) for r in removed] == expect_removed
+
+    def _leased(self) -> list[int]:
+        return sorted(s for s, m in self.model.items() if m.owner is not None)
+
+    @precondition(lambda self: any(m.owner for m in self.model.values()))
+    @rule(data=st.data())
+    def ack(self, data: st.DataObject) -> None:
+        seq = data.draw(st.sampled_from(self._leased()))
+        assert self.q.ack(seq).seq == seq
+        del self.model[seq]
+        with pytest.raises(UnknownEntry):
+            self.q.ack(seq)  # twice: unknown
+
+    @precondition(lambda self: any(m.owner for m in self.model.values()))
+    @rule(data=st.data(), requeue=st.booleans())
+    def nack(self, data: st.DataObject, requeue: bool) -> None:
+        seq = data.draw(st.sampled_from(self._leased()))
+        removed = self.q.reject(seq, requeue)
+        m = self.model[seq]
+        limit = self.limits.delivery_limit
+        if not requeue:
+            assert removed is not None and (removed.entry.seq, removed.reason) == (seq, REJECTED)
+            self._model_remove(seq, REJECTED)
+        elif limit is not None and m.deliveries > limit:
+            assert removed is not None and (removed.entry.seq, removed.reason) == (seq, DELIVERY_LIMIT)
+            self._model_remove(seq, DELIVERY_LIMIT)
+        else:
+            assert removed is None
+            m.owner = None
+
+    @rule(owner=st.sampled_from(OWNERS))
+    def release(self, owner: str) -> None:
+        removed = self.q.release(owner)
+        expect = []
+        limit = self.limits.delivery_limit
+        for seq in self._leased():
+            m = self.model[seq]
+            if m.owner != owner:
+                continue
+            if limit is not None and m.deliveries > limit:
+                expect.append((seq, DELIVERY_LIMIT))
+                self._model_remove(seq, DELIVERY_LIMIT)
+            else:
+                m.owner = None
+        assert [(r.entry.seq, r.reason) for r in removed] == expect
+
+    @rule(dt=st.integers(0, 30))
+    def expire(self, dt: int) -> None:
+        self.now += dt
+        removed = self.q.expire(self.now)
+        expect = []
+        by_pri: dict[int, list[int]] = {}
+        for seq in self._ready():
+            by_pri.setdefault(self.model[seq].priority, []).append(seq)
+        for pri in sorted(by_pri, reverse=True):
+            for seq in by_pri[pri]:
+                m = self.model[seq]
+                if not m.expires or m.expires > self.now:
+                    break
+                expect.append((seq, EXPIRED))
+                self._model_remove(seq, EXPIRED)
+        assert [(r.entry.seq, r.reason) for r in removed] == expect
+
+    @rule()
+    def purge(self) -> None:
+        n = self.q.purge()
+        ready = self._ready()
+        assert n == len(ready)
+        for seq in ready:
+            del self.model[seq]
+
+    @rule()
+    def restart(self) -> None:
+        self.qs.commit()
+        self.store.close()
+        self.store = StateStore(self.dir / "state")
+        self.qs = QueueStore(self.store)
+        self.q = Queue("q", self.limits, self.qs.journal("/", "q"))
+        self.q.restore(self.qs.load("/", "q"))
+        for m in self.model.values():
+            m.owner = None  # every lease is gone: back to ready, redelivered if delivered
+        self.next_seq = max(self.model, default=-1) + 1  # seqs name unsettled entries only
+
+    # -- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def same_state(self) -> None:
+        q = self.q
+        assert set(q.entries) == set(self.model)
+        assert q.message_count == len(self._ready())
+        assert q.unacked_count == len(self._leased())
+        assert q.ready_bytes == sum(self.model[s].size for s in self._ready())
+        for seq, m in self.model.items():
+            e = q.entries[seq]
+            assert (e.priority, e.expires_ms, e.deliveries, e.redelivered) == (
+                m.priority, m.expires, m.deliveries, m.deliveries > 0)
+        assert q.next_seq == self.next_seq
+        for seq in range(q.next_seq):
+            assert q.settled(seq) == (seq not in self.model and seq < q.next_seq)
+
+    @invariant()
+    def journal_holds_the_unsettled(self) -> None:
+        self.qs.commit()
+        stored = {e.seq: e for e in self.qs.load("/", "q")}
+        assert set(stored) == set(self.model)
+        for seq, e in stored.items():
+            assert e.deliveries == self.model[seq].deliveries
+
+
+QueueMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+test_queue_against_model = QueueMachine.TestCase
