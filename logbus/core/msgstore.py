@@ -1,0 +1,92 @@
+"""The messages behind queue entries: from memory while fresh, else from the log.
+
+A queue entry points at a record (topic, partition, offset). Delivering it needs the
+message itself. Most messages are consumed soon after they are published, so the
+broker keeps each published message in memory, counted once however many queues it
+was routed to, until the last of those queues settles it (``remember`` / ``release``).
+The memory is bounded (``max_bytes``): past it, the oldest messages are dropped from
+memory, and are read back from the log when their turn comes.
+
+Reading from the log decodes the whole batch holding the offset. The decoded batches
+sit in a small LRU cache, so a queue that is drained in order after a restart decodes
+each batch once rather than once per message.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable
+
+from .log import batch as B
+from .log.batch import Record
+from .log.manager import LogManager
+from .message import Message
+
+Key = tuple[str, int, int]  # topic, partition, offset
+
+
+class MessageStore:
+    def __init__(self, read_batch: Callable[[str, int, int], list[tuple[int, Record]]],
+                 max_bytes: int = 256 << 20, cached_batches: int = 64) -> None:
+        """``read_batch(topic, partition, offset)``: the (offset, record) pairs of the
+        batch holding ``offset`` (the caller reads the log)."""
+        self._read_batch = read_batch
+        self.max_bytes = max_bytes
+        self._live: OrderedDict[Key, list] = OrderedDict()  # key -> [message, refs, size]
+        self.live_bytes = 0
+        self._batches: OrderedDict[tuple[str, int, int], dict[int, Record]] = OrderedDict()
+        self._cached_batches = cached_batches
+        self.log_reads = 0  # batches decoded from the log (for metrics and tests)
+
+    def remember(self, topic: str, partition: int, offset: int, message: Message, size: int, refs: int) -> None:
+        """Keep ``message`` until ``refs`` releases (one per queue it was routed to)."""
+        if refs <= 0:
+            return
+        self._live[(topic, partition, offset)] = [message, refs, size]
+        self.live_bytes += size
+        while self.live_bytes > self.max_bytes and self._live:
+            _, (_, _, dropped) = self._live.popitem(last=False)
+            self.live_bytes -= dropped
+
+    def release(self, topic: str, partition: int, offset: int) -> None:
+        """One queue settled its entry for this message."""
+        key = (topic, partition, offset)
+        item = self._live.get(key)
+        if item is None:
+            return
+        item[1] -= 1
+        if item[1] <= 0:
+            del self._live[key]
+            self.live_bytes -= item[2]
+
+    def get(self, topic: str, partition: int, offset: int) -> Message:
+        item = self._live.get((topic, partition, offset))
+        if item is not None:
+            msg: Message = item[0]
+            return msg
+        return Message.from_record(self._record(topic, partition, offset))
+
+    def _record(self, topic: str, partition: int, offset: int) -> Record:
+        for bkey, records in reversed(self._batches.items()):
+            if bkey[0] == topic and bkey[1] == partition and offset in records:
+                self._batches.move_to_end(bkey)
+                return records[offset]
+        pairs = self._read_batch(topic, partition, offset)
+        self.log_reads += 1
+        records = dict(pairs)
+        if offset not in records:
+            raise KeyError(f"no record at offset {offset} of {topic}/{partition}")
+        self._batches[(topic, partition, pairs[0][0])] = records
+        while len(self._batches) > self._cached_batches:
+            self._batches.popitem(last=False)
+        return records[offset]
+
+
+def log_batch_reader(log: LogManager) -> Callable[[str, int, int], list[tuple[int, Record]]]:
+    """``read_batch`` over a LogManager: the one batch holding the offset, decoded."""
+
+    def read_batch(topic: str, partition: int, offset: int) -> list[tuple[int, Record]]:
+        res = log.partition(topic, partition).read(offset, 1)  # the first batch, whole
+        return [(r.offset, Record(r.key, r.value, r.timestamp, r.headers)) for r in B.decode(res.data)]
+
+    return read_batch

@@ -1,0 +1,45 @@
+"""core/msgstore.py: messages kept in memory from publish until every queue settled
+them (bounded), and read back from the log, a batch decoded once, after that."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from logbus.core.log import LogManager
+from logbus.core.message import Envelope, Message
+from logbus.core.msgstore import MessageStore, log_batch_reader
+from tests.core.conftest import topic_config
+from tests.loop import LoopReactor
+
+
+def msg(i: int) -> Message:
+    return Message(b"k%d" % i, b"v%d" % i, 1000 + i, [("h", b"%d" % i)], Envelope(routing_key="r%d" % i))
+
+
+def test_memory_until_released_then_the_log(open_log: Callable[..., LogManager], loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+    loop.wait(p.append([msg(i).to_record() for i in range(10)]))  # one batch
+    store = MessageStore(log_batch_reader(lm), max_bytes=1000)
+    store.remember("t", 0, 3, msg(3), 10, refs=2)
+    assert store.get("t", 0, 3) == msg(3) and store.log_reads == 0
+    store.release("t", 0, 3)
+    assert store.live_bytes == 10  # one queue still holds it
+    store.release("t", 0, 3)
+    assert store.live_bytes == 0
+    assert store.get("t", 0, 3) == msg(3) and store.log_reads == 1
+    assert [store.get("t", 0, i) for i in range(10)] == [msg(i) for i in range(10)]
+    assert store.log_reads == 1  # the batch was decoded once
+
+
+def test_memory_is_bounded(open_log: Callable[..., LogManager], loop: LoopReactor) -> None:
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+    for i in range(5):
+        loop.wait(p.append([msg(i).to_record()]))  # five batches
+    store = MessageStore(log_batch_reader(lm), max_bytes=25, cached_batches=2)
+    for i in range(5):
+        store.remember("t", 0, i, msg(i), 10, refs=1)
+    assert store.live_bytes == 20  # the oldest three were dropped
+    assert [store.get("t", 0, i) for i in range(5)] == [msg(i) for i in range(5)]
+    assert store.log_reads == 3
