@@ -1,0 +1,556 @@
+"""Exchanges and bindings of one virtual host: AMQP 0-9-1 routing with RabbitMQ's rules,
+in memory. No I/O: the broker persists the definitions (frozen dataclasses) and calls
+``route()`` on every publish.
+
+Theory of operation
+===================
+
+**Model.** A ``Router`` holds exchanges by name, the names of the queues it was told
+about, and explicit bindings ``source exchange -> destination`` (a queue, or an exchange
+for exchange-to-exchange bindings). Each exchange owns a *matcher* for its type
+(``_MATCHERS``), fed every binding added or removed; a reverse index (destination ->
+bindings) makes deleting a queue or exchange cost only its own bindings.
+
+- ``direct``/``fanout``: routing key (fanout: always ``""``) -> destinations, each
+  key's answer built on first use after a change. The default exchange ``""`` is a
+  direct matcher holding one implicit binding per queue, by the queue's name.
+- ``topic``: a ``TopicTrie`` (core/topic_trie.py) over dot-separated words. Answers
+  are cached per routing key (bounded, oldest out first); any change to the exchange's
+  bindings drops the cache.
+- ``headers``: each binding precompiles its ``x-match`` mode and the arguments that
+  count (``x-`` keys only under ``all-with-x``/``any-with-x``); a ``None`` value means
+  "present". Values compare like RabbitMQ's tables: ``str`` and ``bytes`` are both
+  binaries (a Kafka header matches an AMQP binding), ``True`` is not ``1``.
+
+**Routing.** The exchange's own match gives queues and destination exchanges. With no
+destination exchange and no alternate exchange to consult, its queue set is the answer
+(the hot path: two dict lookups, no allocation). Otherwise the exchange graph is walked
+from there, each exchange visited at most once (so cycles end), and an exchange whose
+own match is empty passes the message to its ``alternate-exchange``. Each queue is in
+the answer once, however many paths reach it.
+
+**Lifecycle.** Deleting an exchange removes its bindings both ways; removing the last
+binding *from* an ``auto_delete`` exchange deletes it, which may cascade. Mutations
+return what they removed (``Removed``), for a store to apply in one batch.
+
+**Log topics** (ARCHITECTURE section 4). Each exchange is backed by one log topic
+(``ExchangeDef.topic``, default its own name; the default exchange's is
+``DEFAULT_EXCHANGE_TOPIC``) and a topic backs at most one exchange, so a record a Kafka
+producer appends to a topic routes through that exchange: ``route_log()``.
+
+Not here: policies, exchange plugins and ``x-`` types, stripping CR/LF from names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, NamedTuple, Protocol
+
+from .errors import LogbusError
+from .topic_trie import TopicTrie, ref_count, split_words, unref_count
+
+DIRECT, FANOUT, TOPIC, HEADERS = "direct", "fanout", "topic", "headers"
+QUEUE: Final = "queue"
+EXCHANGE: Final = "exchange"
+DestKind = Literal["queue", "exchange"]
+
+DEFAULT_EXCHANGE: Final = ""
+DEFAULT_EXCHANGE_TOPIC: Final = "__amqp_default"
+PREDECLARED: Final = {"amq.direct": DIRECT, "amq.fanout": FANOUT, "amq.topic": TOPIC,
+                      "amq.headers": HEADERS, "amq.match": HEADERS}
+RESERVED_PREFIX: Final = "amq."
+ALTERNATE_EXCHANGE: Final = "alternate-exchange"
+X_MATCH: Final = "x-match"
+X_MATCH_MODES: Final = ("all", "any", "all-with-x", "any-with-x")
+TOPIC_CACHE_SIZE: Final = 4096
+
+Arguments = tuple[tuple[str, Any], ...]
+_Targets = tuple[frozenset[str], frozenset[str]]  # (queues, exchanges)
+EMPTY: Final[frozenset[str]] = frozenset()
+NO_TARGETS: Final[_Targets] = (EMPTY, EMPTY)
+_MISSING: Final = object()
+
+
+class RouterError(LogbusError):
+    """An AMQP exception: ``reply_code`` and RabbitMQ's ``reply_text``; a ``hard`` one
+    closes the connection, the others the channel."""
+
+    reply_code = 541
+    reply_name = "INTERNAL_ERROR"
+    hard = False
+
+    def __init__(self, text: str) -> None:
+        self.reply_text = f"{self.reply_name} - {text}"
+        super().__init__(self.reply_text)
+
+
+class NotFound(RouterError):
+    code, reply_code, reply_name = "not_found", 404, "NOT_FOUND"
+
+
+class AccessRefused(RouterError):
+    code, reply_code, reply_name = "access_refused", 403, "ACCESS_REFUSED"
+
+
+class PreconditionFailed(RouterError):
+    code, reply_code, reply_name = "precondition_failed", 406, "PRECONDITION_FAILED"
+
+
+class CommandInvalid(RouterError):
+    code, reply_code, reply_name, hard = "command_invalid", 503, "COMMAND_INVALID", True
+
+
+def freeze(value: Any) -> Any:
+    """A hashable copy of an AMQP field value: tables become sorted pairs, arrays tuples."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def freeze_arguments(arguments: Mapping[str, Any] | Arguments | None) -> Arguments:
+    return freeze(dict(arguments)) if arguments else ()
+
+
+def _lookup(arguments: Arguments, key: str) -> Any:
+    return next((v for k, v in arguments if k == key), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeDef:
+    name: str
+    kind: str = DIRECT
+    durable: bool = False
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: Arguments = ()
+    topic: str | None = None  # the backing log topic; None: the exchange's own name
+
+    @property
+    def log_topic(self) -> str:
+        return self.name if self.topic is None else self.topic
+
+    @property
+    def alternate(self) -> str | None:
+        ae = _lookup(self.arguments, ALTERNATE_EXCHANGE)
+        return ae if isinstance(ae, str) else None
+
+
+class Destination(NamedTuple):
+    kind: DestKind
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    source: str
+    destination: str
+    destination_kind: DestKind = QUEUE
+    routing_key: str = ""
+    arguments: Arguments = ()
+
+    @property
+    def target(self) -> Destination:
+        return Destination(self.destination_kind, self.destination)
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """What one operation removed: bindings, and exchanges (explicit or auto-deleted)."""
+
+    bindings: tuple[Binding, ...] = ()
+    exchanges: tuple[ExchangeDef, ...] = ()
+
+    @classmethod
+    def of(cls, items: list[Binding | ExchangeDef]) -> Removed:
+        return cls(tuple(i for i in items if isinstance(i, Binding)),
+                   tuple(i for i in items if isinstance(i, ExchangeDef)))
+
+
+def _targets(dests: Iterable[Destination]) -> _Targets:
+    queues: set[str] = set()
+    exchanges: set[str] = set()
+    for kind, name in dests:
+        (queues if kind == QUEUE else exchanges).add(name)
+    return frozenset(queues), frozenset(exchanges)
+
+
+class _Matcher(Protocol):
+    def add(self, b: Binding) -> None: ...
+    def remove(self, b: Binding) -> None: ...
+    def match(self, routing_key: str, headers: Mapping[str, Any] | None) -> _Targets: ...
+
+
+class _Direct:
+    fanout = False
+
+    def __init__(self) -> None:
+        self._keys: dict[str, dict[Destination, int]] = {}
+        self._routes: dict[str, _Targets] = {}
+
+    def add(self, b: Binding) -> None:
+        key = "" if self.fanout else b.routing_key
+        ref_count(self._keys.setdefault(key, {}), b.target)
+        self._routes.pop(key, None)
+
+    def remove(self, b: Binding) -> None:
+        key = "" if self.fanout else b.routing_key
+        unref_count(self._keys[key], b.target)
+        if not self._keys[key]:
+            del self._keys[key]
+        self._routes.pop(key, None)
+
+    def match(self, routing_key: str, headers: Mapping[str, Any] | None) -> _Targets:
+        if self.fanout:
+            routing_key = ""
+        route = self._routes.get(routing_key)
+        if route is None:
+            counts = self._keys.get(routing_key)
+            if counts is None:
+                return NO_TARGETS
+            route = self._routes[routing_key] = _targets(counts)
+        return route
+
+
+class _Fanout(_Direct):
+    fanout = True
+
+
+class _Topic:
+    def __init__(self, cache_size: int = TOPIC_CACHE_SIZE) -> None:
+        self._trie: TopicTrie[Destination] = TopicTrie()
+        self._cache: dict[str, _Targets] = {}
+        self._cache_size = cache_size
+
+    def add(self, b: Binding) -> None:
+        self._trie.add(b.routing_key, b.target)
+        self._cache.clear()
+
+    def remove(self, b: Binding) -> None:
+        self._trie.remove(b.routing_key, b.target)
+        self._cache.clear()
+
+    def match(self, routing_key: str, headers: Mapping[str, Any] | None) -> _Targets:
+        route = self._cache.get(routing_key)
+        if route is None:
+            route = _targets(self._trie.match(routing_key))
+            if len(self._cache) >= self._cache_size:
+                del self._cache[next(iter(self._cache))]
+            self._cache[routing_key] = route
+        return route
+
+
+def _same(want: Any, have: Any) -> bool:
+    if isinstance(want, tuple):
+        have = freeze(have)
+    elif isinstance(want, str) and isinstance(have, (bytes, bytearray)):
+        want = want.encode("utf-8", "surrogatepass")
+    elif isinstance(want, (bytes, bytearray)) and isinstance(have, str):
+        have = have.encode("utf-8", "surrogatepass")
+    return bool(want == have) and isinstance(want, bool) == isinstance(have, bool)
+
+
+def headers_rule(arguments: Arguments) -> tuple[bool, Arguments]:
+    """(must every argument match?, the arguments that count) of a headers binding."""
+    mode = _lookup(arguments, X_MATCH)
+    if mode is None:
+        mode = "all"
+    elif not isinstance(mode, str):
+        raise PreconditionFailed(f"Invalid x-match field type {type(mode).__name__} "
+                                 f"(value {mode!r}); expected longstr")
+    elif mode not in X_MATCH_MODES:
+        raise PreconditionFailed(f"Invalid x-match field value '{mode}'; "
+                                 "expected all, any, all-with-x, or any-with-x")
+    with_x = mode.endswith("-with-x")
+    counted = tuple((k, v) for k, v in arguments
+                    if k != X_MATCH and (with_x or not k.startswith("x-")))
+    return mode.startswith("all"), counted
+
+
+def headers_match(match_all: bool, counted: Arguments, headers: Mapping[str, Any]) -> bool:
+    for key, want in counted:
+        have = headers.get(key, _MISSING)
+        if have is _MISSING:
+            ok = False
+        elif want is None:
+            ok = True
+        elif type(want) is type(have):
+            ok = want == have
+        else:
+            ok = _same(want, have)
+        if ok != match_all:
+            return ok
+    return match_all
+
+
+class _Headers:
+    def __init__(self) -> None:
+        self._rules: dict[Binding, tuple[Destination, bool, Arguments]] = {}
+
+    def add(self, b: Binding) -> None:
+        self._rules[b] = (b.target, *headers_rule(b.arguments))
+
+    def remove(self, b: Binding) -> None:
+        del self._rules[b]
+
+    def match(self, routing_key: str, headers: Mapping[str, Any] | None) -> _Targets:
+        h = headers if headers is not None else {}
+        hits = [target for target, match_all, counted in self._rules.values()
+                if headers_match(match_all, counted, h)]
+        return _targets(hits) if hits else NO_TARGETS
+
+
+_MATCHERS: Final[dict[str, Callable[[], _Matcher]]] = {
+    DIRECT: _Direct, FANOUT: _Fanout, TOPIC: _Topic, HEADERS: _Headers}
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "none"
+    return f"'{str(value).lower() if isinstance(value, bool) else value}'"
+
+
+@dataclass(slots=True, eq=False)
+class _Exchange:
+    definition: ExchangeDef
+    matcher: _Matcher
+    alternate: str | None
+    bindings: dict[Binding, None] = field(default_factory=dict)  # explicit, as source
+
+
+class Router:
+    """The exchanges, bindings and queue names of one virtual host."""
+
+    def __init__(self, vhost: str = "/", *, topic_cache_size: int = TOPIC_CACHE_SIZE) -> None:
+        self.vhost = vhost
+        self.topic_cache_size = topic_cache_size
+        self._exchanges: dict[str, _Exchange] = {}
+        self._queues: set[str] = set()
+        self._inbound: dict[Destination, dict[Binding, None]] = {}
+        self._by_topic: dict[str, str] = {}
+        self._add(ExchangeDef(DEFAULT_EXCHANGE, DIRECT, durable=True, topic=DEFAULT_EXCHANGE_TOPIC))
+        for name, kind in PREDECLARED.items():
+            self._add(ExchangeDef(name, kind, durable=True))
+        self._default = self._exchanges[DEFAULT_EXCHANGE].matcher
+
+    def add_queue(self, name: str) -> None:
+        if name not in self._queues:
+            self._queues.add(name)
+            self._default.add(Binding(DEFAULT_EXCHANGE, name, QUEUE, name))
+
+    def has_queue(self, name: str) -> bool:
+        return name in self._queues
+
+    def delete_queue(self, name: str) -> Removed:
+        """Forget a queue and its bindings (auto-delete exchanges may follow)."""
+        removed: list[Binding | ExchangeDef] = []
+        if name in self._queues:
+            self._queues.remove(name)
+            self._default.remove(Binding(DEFAULT_EXCHANGE, name, QUEUE, name))
+            for b in list(self._inbound.get(Destination(QUEUE, name), ())):
+                self._remove_binding(b, removed)
+        return Removed.of(removed)
+
+    def declare(self, name: str, kind: str = DIRECT, *, durable: bool = False,
+                auto_delete: bool = False, internal: bool = False,
+                arguments: Mapping[str, Any] | Arguments | None = None,
+                topic: str | None = None, passive: bool = False) -> ExchangeDef:
+        """``exchange.declare``: the exchange as it now is (created if new)."""
+        if passive:
+            self._refuse_default(name)
+            return self.exchange(name)
+        if kind not in _MATCHERS:
+            raise CommandInvalid(f"unknown exchange type '{kind}'")
+        self._refuse_default(name)
+        wanted = ExchangeDef(name, kind, durable, auto_delete, internal,
+                             freeze_arguments(arguments), topic)
+        found = self._exchanges.get(name)
+        if found is not None:
+            self._assert_equivalent(found.definition, wanted)
+            return found.definition
+        if name.startswith(RESERVED_PREFIX):
+            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        ae = _lookup(wanted.arguments, ALTERNATE_EXCHANGE)
+        if ae is not None and not isinstance(ae, str):
+            raise PreconditionFailed(f"invalid type '{type(ae).__name__}' for arg "
+                                     f"'{ALTERNATE_EXCHANGE}' in {self._rs(EXCHANGE, name)}")
+        owner = self._by_topic.get(wanted.log_topic)
+        if owner is not None:
+            raise PreconditionFailed(f"log topic '{wanted.log_topic}' already backs "
+                                     f"{self._rs(EXCHANGE, owner)}")
+        self._add(wanted)
+        return wanted
+
+    def delete(self, name: str, *, if_unused: bool = False) -> Removed:
+        """``exchange.delete``; deleting an exchange that does not exist succeeds."""
+        self._refuse_default(name)
+        if name.startswith(RESERVED_PREFIX):
+            raise AccessRefused(f"deletion of system {self._rs(EXCHANGE, name)} not allowed")
+        removed: list[Binding | ExchangeDef] = []
+        x = self._exchanges.get(name)
+        if x is not None:
+            if if_unused and x.bindings:
+                raise PreconditionFailed(f"{self._rs(EXCHANGE, name)} in use")
+            self._drop(x, removed)
+        return Removed.of(removed)
+
+    def exchange(self, name: str) -> ExchangeDef:
+        x = self._exchanges.get(name)
+        if x is None:
+            raise NotFound(f"no {self._rs(EXCHANGE, name)}")
+        return x.definition
+
+    def exchanges(self) -> list[ExchangeDef]:
+        return [x.definition for x in self._exchanges.values()]
+
+    def exchange_for_topic(self, topic: str) -> ExchangeDef | None:
+        name = self._by_topic.get(topic)
+        return None if name is None else self._exchanges[name].definition
+
+    def bind(self, source: str, destination: str, routing_key: str = "",
+             arguments: Mapping[str, Any] | Arguments | None = None, *,
+             kind: DestKind = QUEUE) -> Binding:
+        """``queue.bind`` (``kind=QUEUE``) or ``exchange.bind`` (``kind=EXCHANGE``)."""
+        b = self._binding(source, destination, routing_key, arguments, kind)
+        x = self._exchanges.get(source)
+        if x is None:
+            raise NotFound(f"no {self._rs(EXCHANGE, source)}")
+        if destination not in (self._queues if kind == QUEUE else self._exchanges):
+            raise NotFound(f"no {self._rs(kind, destination)}")
+        if b not in x.bindings:
+            x.matcher.add(b)  # first: a headers exchange validates x-match here
+            x.bindings[b] = None
+            self._inbound.setdefault(b.target, {})[b] = None
+        return b
+
+    def unbind(self, source: str, destination: str, routing_key: str = "",
+               arguments: Mapping[str, Any] | Arguments | None = None, *,
+               kind: DestKind = QUEUE) -> Removed:
+        """``queue.unbind`` / ``exchange.unbind``; a missing binding is no error."""
+        b = self._binding(source, destination, routing_key, arguments, kind)
+        removed: list[Binding | ExchangeDef] = []
+        x = self._exchanges.get(source)
+        if x is not None and b in x.bindings:
+            self._remove_binding(b, removed)
+        return Removed.of(removed)
+
+    def bindings(self) -> list[Binding]:
+        """Every explicit binding (the default exchange's are implicit)."""
+        return [b for x in self._exchanges.values() for b in x.bindings]
+
+    def bindings_from(self, exchange: str) -> list[Binding]:
+        x = self._exchanges.get(exchange)
+        return [] if x is None else list(x.bindings)
+
+    def bindings_to(self, destination: str, kind: DestKind = QUEUE, *,
+                    implicit: bool = False) -> list[Binding]:
+        """Bindings to a queue or exchange; ``implicit`` adds a queue's default binding."""
+        found = list(self._inbound.get(Destination(kind, destination), ()))
+        if implicit and kind == QUEUE and destination in self._queues:
+            found.insert(0, Binding(DEFAULT_EXCHANGE, destination, QUEUE, destination))
+        return found
+
+    def route(self, exchange: str, routing_key: str = "",
+              headers: Mapping[str, Any] | None = None) -> frozenset[str]:
+        """The queues a message published to ``exchange`` goes to (empty: unroutable)."""
+        x = self._exchanges.get(exchange)
+        if x is None:
+            raise NotFound(f"no {self._rs(EXCHANGE, exchange)}")
+        if x.definition.internal:
+            raise AccessRefused(f"cannot publish to internal {self._rs(EXCHANGE, exchange)}")
+        queues, exchanges = x.matcher.match(routing_key, headers)
+        if not exchanges and (queues or x.alternate is None):
+            return queues
+        return self._walk(x, routing_key, headers)
+
+    def route_log(self, topic: str, key: str = "",
+                  headers: Mapping[str, Any] | None = None) -> frozenset[str]:
+        """The queues a record appended to ``topic`` (by a Kafka producer) goes to."""
+        name = self._by_topic.get(topic)
+        if name is None:
+            return EMPTY
+        x = self._exchanges[name]
+        queues, exchanges = x.matcher.match(key, headers)
+        if not exchanges and (queues or x.alternate is None):
+            return queues
+        return self._walk(x, key, headers)
+
+    def _walk(self, x: _Exchange, routing_key: str,
+              headers: Mapping[str, Any] | None) -> frozenset[str]:
+        seen = {x.definition.name}
+        todo = [x]
+        found: set[str] = set()
+        while todo:
+            x = todo.pop()
+            queues, exchanges = x.matcher.match(routing_key, headers)
+            found.update(queues)
+            if not queues and not exchanges and x.alternate is not None:
+                exchanges = frozenset((x.alternate,))
+            for name in exchanges:
+                nxt = self._exchanges.get(name)
+                if nxt is not None and name not in seen:
+                    seen.add(name)
+                    todo.append(nxt)
+        return frozenset(found)
+
+    def _rs(self, kind: str, name: str) -> str:
+        return f"{kind} '{name}' in vhost '{self.vhost}'"
+
+    def _refuse_default(self, name: str) -> None:
+        if name == DEFAULT_EXCHANGE:
+            raise AccessRefused("operation not permitted on the default exchange")
+
+    def _binding(self, source: str, destination: str, routing_key: str,
+                 arguments: Mapping[str, Any] | Arguments | None, kind: DestKind) -> Binding:
+        if kind == EXCHANGE:
+            self._refuse_default(destination)
+        self._refuse_default(source)
+        return Binding(source, destination, kind, routing_key, freeze_arguments(arguments))
+
+    def _assert_equivalent(self, have: ExchangeDef, want: ExchangeDef) -> None:
+        checks = [("type", want.kind, have.kind), ("durable", want.durable, have.durable),
+                  ("auto_delete", want.auto_delete, have.auto_delete),
+                  ("internal", want.internal, have.internal),
+                  (ALTERNATE_EXCHANGE, _lookup(want.arguments, ALTERNATE_EXCHANGE),
+                   _lookup(have.arguments, ALTERNATE_EXCHANGE))]
+        if want.topic is not None:
+            checks.append(("topic", want.log_topic, have.log_topic))
+        for arg, received, current in checks:
+            if received != current or type(received) is not type(current):
+                raise PreconditionFailed(
+                    f"inequivalent arg '{arg}' for {self._rs(EXCHANGE, have.name)}: "
+                    f"received {_show(received)} but current is {_show(current)}")
+
+    def _add(self, definition: ExchangeDef) -> None:
+        kind = definition.kind
+        matcher = _Topic(self.topic_cache_size) if kind == TOPIC else _MATCHERS[kind]()
+        self._exchanges[definition.name] = _Exchange(definition, matcher, definition.alternate)
+        self._by_topic[definition.log_topic] = definition.name
+
+    def _unlink(self, x: _Exchange, b: Binding, removed: list[Binding | ExchangeDef]) -> None:
+        del x.bindings[b]
+        x.matcher.remove(b)
+        inbound = self._inbound[b.target]
+        del inbound[b]
+        if not inbound:
+            del self._inbound[b.target]
+        removed.append(b)
+
+    def _remove_binding(self, b: Binding, removed: list[Binding | ExchangeDef]) -> None:
+        x = self._exchanges[b.source]
+        self._unlink(x, b, removed)
+        if x.definition.auto_delete and not x.bindings:
+            self._drop(x, removed)
+
+    def _drop(self, x: _Exchange, removed: list[Binding | ExchangeDef]) -> None:
+        """Delete an exchange: its bindings as source, then as destination (which may
+        auto-delete their sources), then itself."""
+        del self._exchanges[x.definition.name]
+        del self._by_topic[x.definition.log_topic]
+        for b in list(x.bindings):
+            self._unlink(x, b, removed)
+        for b in list(self._inbound.get(Destination(EXCHANGE, x.definition.name), ())):
+            self._remove_binding(b, removed)
+        removed.append(x.definition)
