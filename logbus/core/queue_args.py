@@ -1,0 +1,102 @@
+"""Queue arguments (``x-...`` in queue.declare), checked as RabbitMQ checks them.
+
+``parse_queue_arguments`` turns a declare's arguments into ``QueueArgs``: the limits the
+queue model enforces (``queue.QueueLimits``) plus what the broker does around it
+(dead-lettering, x-expires, single active consumer). A value of the wrong type or out of
+range is PRECONDITION_FAILED with RabbitMQ's wording; unknown ``x-`` arguments are kept
+and ignored, as RabbitMQ does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .queue import OVERFLOW_MODES, QueueLimits
+from .router import PreconditionFailed
+
+MAX_PRIORITY = 255
+QUEUE_TYPES = ("classic", "quorum")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueArgs:
+    limits: QueueLimits = QueueLimits()
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+    expires_ms: int | None = None  # x-expires: delete after this long unused
+    single_active_consumer: bool = False
+    queue_type: str = "classic"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
+def parse_queue_arguments(queue: str, vhost: str, arguments: Mapping[str, Any] | None) -> QueueArgs:
+    args = dict(arguments or {})
+
+    def invalid(key: str, why: str) -> PreconditionFailed:
+        return PreconditionFailed(f"invalid arg '{key}' for queue '{queue}' in vhost '{vhost}': {why}")
+
+    def integer(key: str, minimum: int, maximum: int | None = None) -> int | None:
+        if key not in args:
+            return None
+        value = args[key]
+        if not _is_int(value):
+            raise invalid(key, f"{{unacceptable_type,{type(value).__name__}}}")
+        if value < minimum:
+            raise invalid(key, f"{{value_negative,{value}}}" if minimum == 0 else f"{{value_zero,{value}}}")
+        if maximum is not None and value > maximum:
+            raise invalid(key, f"{{value_too_large,{value},{maximum}}}")
+        return int(value)
+
+    def string(key: str) -> str | None:
+        if key not in args:
+            return None
+        value = _text(args[key])
+        if value is None:
+            raise invalid(key, f"{{unacceptable_type,{type(args[key]).__name__}}}")
+        return value
+
+    overflow = string("x-overflow") or "drop-head"
+    if overflow not in OVERFLOW_MODES:
+        raise invalid("x-overflow", f"{{unacceptable_value,<<\"{overflow}\">>}}")
+    dlx = string("x-dead-letter-exchange")
+    dlrk = string("x-dead-letter-routing-key")
+    if dlrk is not None and dlx is None:
+        raise PreconditionFailed("Key x-dead-letter-routing-key should be specified together with "
+                                 "x-dead-letter-exchange")
+    queue_type = string("x-queue-type") or "classic"
+    if queue_type not in QUEUE_TYPES:
+        raise invalid("x-queue-type", f"{{unacceptable_value,<<\"{queue_type}\">>}}")
+    sac = args.get("x-single-active-consumer", False)
+    if not isinstance(sac, bool):
+        raise invalid("x-single-active-consumer", f"{{unacceptable_type,{type(sac).__name__}}}")
+    limits = QueueLimits(
+        max_length=integer("x-max-length", 0),
+        max_length_bytes=integer("x-max-length-bytes", 0),
+        overflow=overflow,
+        delivery_limit=integer("x-delivery-limit", 0),
+        max_priority=integer("x-max-priority", 0, MAX_PRIORITY) or 0,
+        message_ttl_ms=integer("x-message-ttl", 0),
+    )
+    return QueueArgs(limits, dlx, dlrk, integer("x-expires", 1), sac, queue_type)
+
+
+def per_message_ttl(expiration: str | None) -> int | None:
+    """An AMQP ``expiration`` property (milliseconds as text) as an int; None: absent.
+    RabbitMQ refuses anything but a non-negative integer (PRECONDITION_FAILED)."""
+    if expiration is None or expiration == "":
+        return None
+    if not expiration.isdigit():
+        raise PreconditionFailed(f"invalid expiration '{expiration}': {{value_negative,{expiration}}}"
+                                 if expiration.startswith("-") else f"invalid expiration '{expiration}': badarg")
+    return int(expiration)

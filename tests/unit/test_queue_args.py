@@ -1,0 +1,43 @@
+"""Queue arguments as RabbitMQ checks them (core/queue_args.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from logbus.core.queue import REJECT_PUBLISH, QueueLimits
+from logbus.core.queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
+from logbus.core.router import PreconditionFailed
+
+
+def test_every_argument() -> None:
+    got = parse_queue_arguments("q", "/", {
+        "x-max-length": 10, "x-max-length-bytes": 1000, "x-overflow": b"reject-publish", "x-delivery-limit": 3,
+        "x-max-priority": 9, "x-message-ttl": 0, "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dead",
+        "x-expires": 60_000, "x-single-active-consumer": True, "x-queue-type": "quorum", "x-queue-mode": "lazy",
+    })
+    assert got == QueueArgs(QueueLimits(10, 1000, REJECT_PUBLISH, 3, 9, 0), "dlx", "dead", 60_000, True, "quorum")
+    assert parse_queue_arguments("q", "/", None) == QueueArgs()
+
+
+@pytest.mark.parametrize("args, text", [
+    ({"x-max-length": -1}, "invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}"),
+    ({"x-expires": 0}, "invalid arg 'x-expires' for queue 'q' in vhost '/': {value_zero,0}"),
+    ({"x-max-priority": 256}, "{value_too_large,256,255}"),
+    ({"x-message-ttl": "10"}, "{unacceptable_type,str}"),
+    ({"x-max-length": True}, "{unacceptable_type,bool}"),
+    ({"x-overflow": "sometimes"}, "invalid arg 'x-overflow'"),
+    ({"x-queue-type": "stream"}, "invalid arg 'x-queue-type'"),
+    ({"x-dead-letter-routing-key": "k"}, "should be specified together with x-dead-letter-exchange"),
+])
+def test_invalid_arguments_are_precondition_failed(args: dict, text: str) -> None:
+    with pytest.raises(PreconditionFailed) as info:
+        parse_queue_arguments("q", "/", args)
+    assert info.value.reply_code == 406 and text in info.value.reply_text
+
+
+def test_per_message_expiration() -> None:
+    assert per_message_ttl(None) is None and per_message_ttl("") is None
+    assert per_message_ttl("1500") == 1500
+    for bad in ("-1", "1.5", "soon"):
+        with pytest.raises(PreconditionFailed):
+            per_message_ttl(bad)
