@@ -97,6 +97,10 @@ class PreconditionFailed(RouterError):
     code, reply_code, reply_name = "precondition_failed", 406, "PRECONDITION_FAILED"
 
 
+class ResourceLocked(RouterError):
+    code, reply_code, reply_name = "resource_locked", 405, "RESOURCE_LOCKED"
+
+
 class CommandInvalid(RouterError):
     code, reply_code, reply_name, hard = "command_invalid", 503, "COMMAND_INVALID", True
 

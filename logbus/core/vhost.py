@@ -1,0 +1,328 @@
+"""One virtual host of the queue model: exchanges, queues, publishing and dispatch.
+
+Theory of operation (ARCHITECTURE.md sections 4 and 5). A publish routes once
+(``core/router.py``) and appends the message ONCE, to the log topic behind the
+exchange, whatever the number of queues it reaches; each queue gets an entry pointing
+at it (``core/queue.py``), and the message itself stays in memory until every one of
+those queues settled it (``core/msgstore.py``). The publisher's confirm fires when the
+append is durable under the topic's flush policy.
+
+Consumers are registered per queue. After anything that can make a delivery possible
+(a publish, an ack, a requeue, more credit), ``dispatch(queue)`` hands ready entries
+round-robin to the consumers that have credit (their prefetch allows one more). A
+consumer without acks settles the entry as it is handed out.
+
+Entries that leave a queue without an ack (rejected, expired, dropped by overflow, past
+the delivery limit) go to the queue's dead-letter exchange when it has one, as a copy
+with ``x-death`` (``core/deadletter.py``) published like any message; else they are
+dropped. Nothing here touches a socket: the AMQP channel (and later MQTT, pop) calls
+these methods and implements ``Consumer``.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .deadletter import amqp_headers, dead_letter_message
+from .errors import LogbusError
+from .log.manager import LogManager
+from .message import Message
+from .msgstore import MessageStore, log_batch_reader
+from .queue import Entry, Queue, Removed
+from .queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
+from .queue_store import QueueStore
+from .router import DEFAULT_EXCHANGE_TOPIC, NotFound, PreconditionFailed, ResourceLocked, Router
+
+log = logging.getLogger(__name__)
+
+
+class Consumer(Protocol):
+    tag: str
+    owner: Any  # the lease owner: the channel
+    no_ack: bool
+
+    def has_credit(self) -> bool: ...
+    def deliver(self, delivery: Delivery) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    queue: str
+    entry: Entry
+    message: Message
+    remaining: int = 0  # ready messages left (basic.get-ok message_count)
+
+
+@dataclass
+class QueueState:
+    name: str
+    durable: bool
+    exclusive: Any  # the owning connection, or None
+    auto_delete: bool
+    arguments: dict[str, Any]
+    args: QueueArgs
+    queue: Queue
+    consumers: list[Consumer] = field(default_factory=list)
+    next_consumer: int = 0
+    had_consumer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    routed: bool  # reached at least one queue (basic.return when mandatory and not)
+    refused: bool  # a queue refused it (x-overflow reject-publish): nack the publish
+
+
+class VHost:
+    def __init__(self, name: str, log: LogManager, create_topic: Callable[[str], Any],
+                 queue_store: QueueStore, *, clock: Callable[[], int],
+                 message_memory: int = 256 << 20) -> None:
+        self.name = name
+        self.log = log
+        self._create_topic = create_topic
+        self.queue_store = queue_store
+        self.clock = clock  # epoch milliseconds
+        self.router = Router(name)
+        self.queues: dict[str, QueueState] = {}
+        self.messages = MessageStore(log_batch_reader(log), max_bytes=message_memory)
+        self._ensure_topic(DEFAULT_EXCHANGE_TOPIC)
+
+    # -- exchanges -----------------------------------------------------------------------
+
+    def declare_exchange(self, name: str, kind: str = "direct", **kw: Any) -> None:
+        ex = self.router.declare(name, kind, **kw)
+        self._ensure_topic(ex.log_topic)
+
+    def _ensure_topic(self, topic: str) -> None:
+        if topic not in self.log.topics:
+            self._create_topic(topic)
+
+    # -- queues --------------------------------------------------------------------------
+
+    def declare_queue(self, name: str, *, durable: bool = False, exclusive: Any = None,
+                      auto_delete: bool = False, arguments: Mapping[str, Any] | None = None,
+                      passive: bool = False) -> QueueState:
+        qs = self.queues.get(name)
+        if qs is not None:
+            if qs.exclusive is not None and qs.exclusive is not exclusive:
+                raise ResourceLocked(f"cannot obtain exclusive access to locked queue '{name}' in vhost '{self.name}'."
+                                     " It could be originally declared on another connection or the exclusive"
+                                     " property value does not match that of the original declaration.")
+            if not passive:
+                self._check_equivalent(qs, durable, auto_delete, dict(arguments or {}))
+            return qs
+        if passive:
+            raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
+        args = parse_queue_arguments(name, self.name, arguments)
+        journal = self.queue_store.journal(self.name, name) if durable else None
+        queue = Queue(name, args.limits, journal) if journal is not None else Queue(name, args.limits)
+        if durable:
+            queue.restore(self.queue_store.load(self.name, name))
+        qs = QueueState(name, durable, exclusive, auto_delete, dict(arguments or {}), args, queue)
+        self.queues[name] = qs
+        self.router.add_queue(name)
+        return qs
+
+    def _check_equivalent(self, qs: QueueState, durable: bool, auto_delete: bool, arguments: dict[str, Any]) -> None:
+        where = f"for queue '{qs.name}' in vhost '{self.name}'"
+        if qs.durable != durable:
+            raise PreconditionFailed(f"inequivalent arg 'durable' {where}: received '{str(durable).lower()}' "
+                                     f"but current is '{str(qs.durable).lower()}'")
+        if qs.auto_delete != auto_delete:
+            raise PreconditionFailed(f"inequivalent arg 'auto_delete' {where}: received "
+                                     f"'{str(auto_delete).lower()}' but current is '{str(qs.auto_delete).lower()}'")
+        for key in sorted(set(arguments) | set(qs.arguments)):
+            if key.startswith("x-") and arguments.get(key) != qs.arguments.get(key):
+                raise PreconditionFailed(f"inequivalent arg '{key}' {where}: received {arguments.get(key)!r} "
+                                         f"but current is {qs.arguments.get(key)!r}")
+
+    def queue(self, name: str) -> QueueState:
+        qs = self.queues.get(name)
+        if qs is None:
+            raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
+        return qs
+
+    def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:
+        qs = self.queue(name)
+        if if_unused and qs.consumers:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' in use")
+        if if_empty and qs.queue.message_count:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
+        count = qs.queue.message_count
+        for entry in list(qs.queue.entries.values()):
+            self.messages.release(entry.topic, entry.partition, entry.offset)
+        del self.queues[name]
+        self.router.delete_queue(name)
+        if qs.durable:
+            self.queue_store.drop(self.name, name)
+        return count
+
+    def purge_queue(self, name: str) -> int:
+        qs = self.queue(name)
+        ready = [e for e in qs.queue.entries.values() if e.seq not in qs.queue.leases]
+        n = qs.queue.purge()
+        for e in ready:
+            self.messages.release(e.topic, e.partition, e.offset)
+        return n
+
+    # -- publish -------------------------------------------------------------------------
+
+    def publish(self, exchange: str, routing_key: str, message: Message, *,
+                headers: Mapping[str, Any] | None = None,
+                on_durable: Callable[[Any], object] | None = None) -> Published:
+        """Route, append once, enqueue; ``on_durable(result_or_exception)`` fires when
+        the append is durable. Raises NotFound / AccessRefused for a bad exchange."""
+        ex = self.router.exchange(exchange)
+        if ex is None:
+            raise NotFound(f"no exchange '{exchange}' in vhost '{self.name}'")
+        queues = self.router.route(exchange, routing_key, headers)
+        topic = ex.log_topic
+        p = self.log.partition(topic, self._partition_for(topic, routing_key))
+        record = message.to_record()
+        offset = p.next_offset
+        p.append([record], callback=on_durable if on_durable is not None else _ignore)
+        if not queues:
+            return Published(False, False)
+        now = self.clock()
+        env = message.envelope
+        ttl = per_message_ttl(env.expiration) if env.expiration else None
+        expires = now + ttl if ttl is not None else 0
+        priority = env.priority if env.HasField("priority") else 0
+        size = len(message.value or b"")
+        refs = 0
+        refused = False
+        dropped: list[tuple[QueueState, Removed]] = []
+        for name in queues:
+            qs = self.queues[name]
+            entry, removed = qs.queue.publish(topic, p.index, offset, size, priority=priority,
+                                              expires_ms=expires, now_ms=now)
+            dropped += [(qs, r) for r in removed]
+            if entry is None:
+                refused = True
+            else:
+                refs += 1
+        self.messages.remember(topic, p.index, offset, message, size, refs)
+        for qs, r in dropped:
+            self._removed(qs, r)
+        for name in queues:
+            self.dispatch(name)
+        return Published(True, refused)
+
+    def _partition_for(self, topic: str, routing_key: str) -> int:
+        n = len(self.log.topics[topic].partitions)
+        return 0 if n == 1 else zlib.crc32(routing_key.encode()) % n
+
+    # -- consumers -----------------------------------------------------------------------
+
+    def consume(self, queue: str, consumer: Consumer) -> None:
+        qs = self.queue(queue)
+        qs.consumers.append(consumer)  # with single active consumer, only the first is fed
+        qs.had_consumer = True
+        self.dispatch(queue)
+
+    def cancel(self, queue: str, consumer: Consumer) -> None:
+        qs = self.queues.get(queue)
+        if qs is None or consumer not in qs.consumers:
+            return
+        qs.consumers.remove(consumer)
+        if qs.auto_delete and qs.had_consumer and not qs.consumers:
+            self.delete_queue(queue)
+
+    def dispatch(self, queue: str) -> None:
+        qs = self.queues.get(queue)
+        if qs is None or not qs.consumers:
+            return
+        q = qs.queue
+        consumers = qs.consumers[:1] if qs.args.single_active_consumer else qs.consumers
+        while q.ready_count:
+            consumer = self._next_consumer(qs, consumers)
+            if consumer is None:
+                return
+            entry, removed = q.take(consumer.owner, self.clock())
+            for r in removed:
+                self._removed(qs, r)
+            if entry is None:
+                return
+            message = self.messages.get(entry.topic, entry.partition, entry.offset)
+            if consumer.no_ack:
+                q.ack(entry.seq)
+                self.messages.release(entry.topic, entry.partition, entry.offset)
+            consumer.deliver(Delivery(queue, entry, message))
+
+    def _next_consumer(self, qs: QueueState, consumers: list[Consumer]) -> Consumer | None:
+        n = len(consumers)
+        for i in range(n):
+            c = consumers[(qs.next_consumer + i) % n]
+            if c.has_credit():
+                qs.next_consumer = (qs.next_consumer + i + 1) % n
+                return c
+        return None
+
+    def get(self, queue: str, owner: Any, no_ack: bool) -> Delivery | None:
+        """basic.get: one message, leased to ``owner`` unless ``no_ack``."""
+        qs = self.queue(queue)
+        entry, removed = qs.queue.take(owner, self.clock())
+        for r in removed:
+            self._removed(qs, r)
+        if entry is None:
+            return None
+        message = self.messages.get(entry.topic, entry.partition, entry.offset)
+        if no_ack:
+            qs.queue.ack(entry.seq)
+            self.messages.release(entry.topic, entry.partition, entry.offset)
+        return Delivery(queue, entry, message, qs.queue.message_count)
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def ack(self, queue: str, seq: int) -> None:
+        qs = self.queues.get(queue)
+        if qs is None:
+            return  # the queue was deleted meanwhile: nothing to settle
+        entry = qs.queue.ack(seq)
+        self.messages.release(entry.topic, entry.partition, entry.offset)
+
+    def reject(self, queue: str, seq: int, requeue: bool) -> None:
+        qs = self.queues.get(queue)
+        if qs is None:
+            return
+        removed = qs.queue.reject(seq, requeue)
+        if removed is not None:
+            self._removed(qs, removed)
+        self.dispatch(queue)
+
+    def release(self, queue: str, owner: Any) -> None:
+        """Requeue every lease of ``owner`` (its channel closed or recovered)."""
+        qs = self.queues.get(queue)
+        if qs is None:
+            return
+        for r in qs.queue.release(owner):
+            self._removed(qs, r)
+        self.dispatch(queue)
+
+    def expire(self) -> None:
+        """Drop (or dead-letter) expired heads of every queue; the broker calls this."""
+        now = self.clock()
+        for qs in list(self.queues.values()):
+            for r in qs.queue.expire(now):
+                self._removed(qs, r)
+
+    def _removed(self, qs: QueueState, r: Removed) -> None:
+        e = r.entry
+        dlx = qs.args.dead_letter_exchange
+        if dlx is not None and r.reason:
+            try:
+                original = self.messages.get(e.topic, e.partition, e.offset)
+                copy = dead_letter_message(original, qs.name, r.reason, self.clock(),
+                                           qs.args.dead_letter_routing_key)
+                self.publish(dlx, copy.envelope.routing_key, copy, headers=amqp_headers(copy.envelope))
+            except (LogbusError, KeyError) as exc:
+                log.info("dead-lettering from %r to %r failed: %s", qs.name, dlx, exc)
+        self.messages.release(e.topic, e.partition, e.offset)
+
+
+def _ignore(_: Any) -> None:
+    pass

@@ -1,0 +1,185 @@
+"""The queue model wired together (core/vhost.py) on a temp dir: publish appends once
+and enqueues everywhere it routes, consumers with credit get entries round-robin, acks,
+requeues in place, dead-lettering with x-death, overflow refusal, and restart of a
+durable queue from RocksDB."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from logbus.core.deadletter import amqp_headers
+from logbus.core.log import LogManager, TopicConfig
+from logbus.core.message import Envelope, Message
+from logbus.core.queue_store import QueueStore
+from logbus.core.router import NotFound, PreconditionFailed, ResourceLocked
+from logbus.core.state import StateStore
+from logbus.core.vhost import Delivery, VHost
+from tests.loop import LoopReactor
+
+
+@dataclass
+class Consumer:
+    tag: str
+    owner: Any
+    prefetch: int = 0
+    no_ack: bool = False
+    got: list[Delivery] = field(default_factory=list)
+    unacked: int = 0
+
+    def has_credit(self) -> bool:
+        return self.no_ack or not self.prefetch or self.unacked < self.prefetch
+
+    def deliver(self, d: Delivery) -> None:
+        self.got.append(d)
+        if not self.no_ack:
+            self.unacked += 1
+
+
+class Env:
+    def __init__(self, tmp: Path, loop: LoopReactor) -> None:
+        self.tmp, self.loop = tmp, loop
+        self.now = 1_000_000
+        self.open()
+
+    def open(self) -> None:
+        self.lm = LogManager(self.tmp, self.loop)
+        self.store = StateStore(self.tmp / "state")
+        self.qs = QueueStore(self.store)
+        self.v = VHost("/", self.lm, lambda t: self.lm.open_topic(t, TopicConfig(flush="none"), create=True),
+                       self.qs, clock=lambda: self.now)
+
+    def close(self) -> None:
+        self.qs.commit()
+        self.lm.close()
+        self.store.close()
+
+    def restart(self) -> None:
+        self.close()
+        self.lm = LogManager(self.tmp, self.loop)
+        for d in sorted(p.name for p in (self.tmp / "log").iterdir() if p.is_dir()):
+            self.lm.open_topic(d, TopicConfig(flush="none"))
+        self.store = StateStore(self.tmp / "state")
+        self.qs = QueueStore(self.store)
+        self.v = VHost("/", self.lm, lambda t: self.lm.open_topic(t, TopicConfig(flush="none"), create=True),
+                       self.qs, clock=lambda: self.now)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    loop = LoopReactor()
+    e = Env(tmp_path, loop)
+    yield e
+    e.close()
+    while loop.run_once():
+        pass
+
+
+def msg(body: bytes, **env: Any) -> Message:
+    return Message(None, body, None, [], Envelope(**env))
+
+
+def test_fanout_appends_once_and_every_queue_gets_it(env: Env) -> None:
+    v = env.v
+    v.declare_exchange("logs", "fanout")
+    for q in ("a", "b", "c"):
+        v.declare_queue(q)
+        v.router.bind("logs", q)
+    assert v.publish("logs", "", msg(b"hello")).routed
+    env.loop.run_once()
+    assert env.lm.partition("logs", 0).next_offset == 1  # one record in the log
+    assert [v.queue(q).queue.message_count for q in "abc"] == [1, 1, 1]
+    assert v.messages.live_bytes == 5  # one copy in memory
+    c = Consumer("c1", owner="ch1")
+    v.consume("a", c)
+    assert [d.message.value for d in c.got] == [b"hello"]
+    v.ack("a", c.got[0].entry.seq)
+    assert v.messages.live_bytes == 5  # b and c still hold it
+    v.purge_queue("b")
+    v.delete_queue("c")
+    assert v.messages.live_bytes == 0
+    assert not v.publish("", "nowhere", msg(b"x")).routed  # unroutable: logged, no queue
+    with pytest.raises(NotFound):
+        v.publish("nope", "", msg(b"x"))
+
+
+def test_round_robin_with_prefetch_and_requeue_in_place(env: Env) -> None:
+    v = env.v
+    v.declare_queue("work")
+    for i in range(6):
+        v.publish("", "work", msg(b"%d" % i))
+    c1, c2 = Consumer("c1", "ch1", prefetch=2), Consumer("c2", "ch2", prefetch=2)
+    v.consume("work", c1)
+    v.consume("work", c2)
+    assert [d.message.value for d in c1.got] == [b"0", b"1"]  # c1 first took its prefetch
+    assert [d.message.value for d in c2.got] == [b"2", b"3"]
+    v.reject("work", c1.got[0].entry.seq, requeue=True)  # back in its old place
+    c1.unacked -= 1
+    v.dispatch("work")
+    assert [d.message.value for d in c1.got][-1] == b"0" and c1.got[-1].entry.redelivered
+    v.release("work", "ch2")  # channel 2 closes: its two come back, in order
+    c2.unacked = 0
+    v.cancel("work", c2)
+    c1.unacked = 0
+    v.dispatch("work")
+    assert [d.message.value for d in c1.got[-2:]] == [b"2", b"3"]
+
+
+def test_dead_letter_with_x_death_and_overflow(env: Env) -> None:
+    v = env.v
+    v.declare_exchange("dlx", "fanout")
+    v.declare_queue("dead")
+    v.router.bind("dlx", "dead")
+    v.declare_queue("q", arguments={"x-dead-letter-exchange": "dlx", "x-max-length": 2,
+                                    "x-message-ttl": 1000})
+    for i in range(3):
+        v.publish("", "q", msg(b"%d" % i, exchange="", routing_key="q"))
+    assert v.queue("q").queue.message_count == 2 and v.queue("dead").queue.message_count == 1
+    env.now += 2000
+    v.expire()
+    assert v.queue("dead").queue.message_count == 3
+    c = Consumer("c", "ch", no_ack=True)
+    v.consume("dead", c)
+    deaths = [amqp_headers(d.message.envelope)["x-death"][0] for d in c.got]
+    assert [(x["reason"], x["queue"], x["count"]) for x in deaths] == [
+        ("maxlen", "q", 1), ("expired", "q", 1), ("expired", "q", 1)]
+    assert [d.message.value for d in c.got] == [b"0", b"1", b"2"]
+    v.declare_queue("capped", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    assert not v.publish("", "capped", msg(b"a")).refused
+    assert v.publish("", "capped", msg(b"b")).refused
+
+
+def test_declare_rules(env: Env) -> None:
+    v = env.v
+    v.declare_queue("q", durable=True, arguments={"x-max-length": 5})
+    with pytest.raises(PreconditionFailed):
+        v.declare_queue("q", durable=False, arguments={"x-max-length": 5})
+    with pytest.raises(PreconditionFailed):
+        v.declare_queue("q", durable=True, arguments={"x-max-length": 6})
+    v.declare_queue("q", passive=True)
+    with pytest.raises(NotFound):
+        v.declare_queue("missing", passive=True)
+    v.declare_queue("mine", exclusive="conn1")
+    with pytest.raises(ResourceLocked):
+        v.declare_queue("mine", exclusive="conn2")
+
+
+def test_durable_queue_survives_restart_acked_never_return(env: Env) -> None:
+    v = env.v
+    v.declare_queue("jobs", durable=True)
+    for i in range(4):
+        v.publish("", "jobs", msg(b"%d" % i))
+    env.loop.run_once()
+    c = Consumer("c", "ch", prefetch=4)
+    v.consume("jobs", c)
+    v.ack("jobs", c.got[0].entry.seq)
+    v.ack("jobs", c.got[2].entry.seq)
+    env.restart()
+    env.v.declare_queue("jobs", durable=True)
+    c2 = Consumer("c", "ch", prefetch=10)
+    env.v.consume("jobs", c2)
+    assert [(d.message.value, d.entry.redelivered) for d in c2.got] == [(b"1", True), (b"3", True)]
+    assert env.v.messages.log_reads >= 1  # read back from the log
