@@ -14,6 +14,14 @@ metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``; later also
                                                    exchanges, queues, bindings, users
                ``b"producer_ids\0"``               uint64 big-endian: the first
                                                    producer id not yet reserved
+               ``b"exchange\0" + vhost + b"\0"``   ``ExchangeRecord``
+               ``+ name + b"\0"``
+               ``b"queue\0" + vhost + b"\0"``      ``QueueRecord``
+               ``+ name + b"\0"``
+               ``b"binding\0" + vhost + b"\0"``    ``BindingRecord`` (digest: the
+               ``+ source + b"\0" + kind + b"\0"``  first 8 bytes of SHA-1 over
+               ``+ destination + b"\0" + key``      the frozen arguments)
+               ``+ b"\0" + digest``
 offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
                ``+ topic + b"\0" + partition``     (consumer-group commits;
                (partition: uint32 big-endian)      see ``group_offset_key``)
@@ -387,3 +395,27 @@ def queue_entry_key(vhost: str, queue: str, seq: int) -> bytes:
 
 def queue_entry_seq(key: bytes) -> int:
     return int(_SEQ.unpack(key[-_SEQ.size :])[0])
+
+
+# -- metadata CF: AMQP definitions (logbus.core.definitions) -----------------------------
+
+EXCHANGE_PREFIX = b"exchange\x00"
+QUEUE_PREFIX = b"queue\x00"
+BINDING_PREFIX = b"binding\x00"
+
+
+def exchange_key(vhost: str, name: str) -> bytes:
+    return EXCHANGE_PREFIX + _text(vhost) + _text(name)
+
+
+def queue_key(vhost: str, name: str) -> bytes:
+    return QUEUE_PREFIX + _text(vhost) + _text(name)
+
+
+def binding_key(vhost: str, source: str, kind: str, destination: str, routing_key: str, digest: bytes) -> bytes:
+    return BINDING_PREFIX + _text(vhost) + _text(source) + _text(kind) + _text(destination) + _text(routing_key) + digest
+
+
+def definitions_prefix(prefix: bytes, vhost: str) -> bytes:
+    """One vhost's records of a kind (``EXCHANGE_PREFIX``, ``QUEUE_PREFIX``, ...)."""
+    return prefix + _text(vhost)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .deadletter import amqp_headers, dead_letter_message
+from .definitions import DefinitionStore, decode_table
 from .errors import LogbusError
 from .log.manager import LogManager
 from .message import Message
@@ -35,7 +36,19 @@ from .msgstore import MessageStore, log_batch_reader
 from .queue import Entry, Queue, Removed
 from .queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
 from .queue_store import QueueStore
-from .router import DEFAULT_EXCHANGE_TOPIC, NotFound, PreconditionFailed, ResourceLocked, Router
+from .router import (
+    DEFAULT_EXCHANGE_TOPIC,
+    QUEUE,
+    Binding,
+    DestKind,
+    ExchangeDef,
+    NotFound,
+    PreconditionFailed,
+    Removed as Unbound,
+    ResourceLocked,
+    Router,
+)
+from .state import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +93,9 @@ class Published:
 class VHost:
     def __init__(self, name: str, log: LogManager, create_topic: Callable[[str], Any],
                  queue_store: QueueStore, *, clock: Callable[[], int],
-                 message_memory: int = 256 << 20) -> None:
+                 store: StateStore | None = None, message_memory: int = 256 << 20) -> None:
         self.name = name
+        self.defs = DefinitionStore(store, name)
         self.log = log
         self._create_topic = create_topic
         self.queue_store = queue_store
@@ -93,9 +107,60 @@ class VHost:
 
     # -- exchanges -----------------------------------------------------------------------
 
-    def declare_exchange(self, name: str, kind: str = "direct", **kw: Any) -> None:
-        ex = self.router.declare(name, kind, **kw)
+    def load(self) -> None:
+        """Declare again what was durable before a restart: exchanges, queues, bindings."""
+        d = self.defs.load()
+        for ex in d.exchanges:
+            self.router.declare(ex.name, ex.kind, durable=True, auto_delete=ex.auto_delete, internal=ex.internal,
+                                arguments=decode_table(ex.arguments), topic=ex.topic if ex.HasField("topic") else None)
+        for q in d.queues:
+            self.declare_queue(q.name, durable=True, auto_delete=q.auto_delete,
+                               arguments=decode_table(q.arguments), _restoring=True)
+        for b in d.bindings:
+            kind: DestKind = "exchange" if b.destination_kind == "exchange" else QUEUE
+            self.router.bind(b.source, b.destination, b.routing_key, decode_table(b.arguments), kind=kind)
+
+    def declare_exchange(self, name: str, kind: str = "direct", *, durable: bool = False, auto_delete: bool = False,
+                         internal: bool = False, arguments: Mapping[str, Any] | None = None,
+                         passive: bool = False) -> None:
+        new = self._find_exchange(name) is None
+        ex = self.router.declare(name, kind, durable=durable, auto_delete=auto_delete, internal=internal,
+                                 arguments=arguments, passive=passive)
         self._ensure_topic(ex.log_topic)
+        if new:
+            self.defs.save_exchange(ex, arguments)
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        self._forget(self.router.delete(name, if_unused=if_unused))
+
+    def bind(self, source: str, destination: str, routing_key: str = "",
+             arguments: Mapping[str, Any] | None = None, *, kind: DestKind = QUEUE) -> None:
+        b = self.router.bind(source, destination, routing_key, arguments, kind=kind)
+        if self._durable_binding(b):
+            self.defs.save_binding(b, arguments)
+
+    def unbind(self, source: str, destination: str, routing_key: str = "",
+               arguments: Mapping[str, Any] | None = None, *, kind: DestKind = QUEUE) -> None:
+        self._forget(self.router.unbind(source, destination, routing_key, arguments, kind=kind))
+
+    def _durable_binding(self, b: Binding) -> bool:
+        src = self._find_exchange(b.source)
+        if src is None or not src.durable:
+            return False
+        if b.destination_kind == QUEUE:
+            qs = self.queues.get(b.destination)
+            return qs is not None and qs.durable and qs.exclusive is None
+        dst = self._find_exchange(b.destination)
+        return dst is not None and dst.durable
+
+    def _find_exchange(self, name: str) -> ExchangeDef | None:
+        try:
+            return self.router.exchange(name)
+        except NotFound:
+            return None
+
+    def _forget(self, removed: Unbound, queues: tuple[str, ...] = ()) -> None:
+        self.defs.removed(queues=queues, exchanges=removed.exchanges, bindings=removed.bindings)
 
     def _ensure_topic(self, topic: str) -> None:
         if topic not in self.log.topics:
@@ -105,7 +170,7 @@ class VHost:
 
     def declare_queue(self, name: str, *, durable: bool = False, exclusive: Any = None,
                       auto_delete: bool = False, arguments: Mapping[str, Any] | None = None,
-                      passive: bool = False) -> QueueState:
+                      passive: bool = False, _restoring: bool = False) -> QueueState:
         qs = self.queues.get(name)
         if qs is not None:
             if qs.exclusive is not None and qs.exclusive is not exclusive:
@@ -125,6 +190,8 @@ class VHost:
         qs = QueueState(name, durable, exclusive, auto_delete, dict(arguments or {}), args, queue)
         self.queues[name] = qs
         self.router.add_queue(name)
+        if durable and exclusive is None and not _restoring:
+            self.defs.save_queue(name, auto_delete, arguments)
         return qs
 
     def _check_equivalent(self, qs: QueueState, durable: bool, auto_delete: bool, arguments: dict[str, Any]) -> None:
@@ -156,7 +223,7 @@ class VHost:
         for entry in list(qs.queue.entries.values()):
             self.messages.release(entry.topic, entry.partition, entry.offset)
         del self.queues[name]
-        self.router.delete_queue(name)
+        self._forget(self.router.delete_queue(name), (name,) if qs.durable else ())
         if qs.durable:
             self.queue_store.drop(self.name, name)
         return count
@@ -176,9 +243,7 @@ class VHost:
                 on_durable: Callable[[Any], object] | None = None) -> Published:
         """Route, append once, enqueue; ``on_durable(result_or_exception)`` fires when
         the append is durable. Raises NotFound / AccessRefused for a bad exchange."""
-        ex = self.router.exchange(exchange)
-        if ex is None:
-            raise NotFound(f"no exchange '{exchange}' in vhost '{self.name}'")
+        ex = self.router.exchange(exchange)  # NotFound
         queues = self.router.route(exchange, routing_key, headers)
         topic = ex.log_topic
         p = self.log.partition(topic, self._partition_for(topic, routing_key))

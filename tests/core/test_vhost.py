@@ -50,7 +50,7 @@ class Env:
         self.store = StateStore(self.tmp / "state")
         self.qs = QueueStore(self.store)
         self.v = VHost("/", self.lm, lambda t: self.lm.open_topic(t, TopicConfig(flush="none"), create=True),
-                       self.qs, clock=lambda: self.now)
+                       self.qs, clock=lambda: self.now, store=self.store)
 
     def close(self) -> None:
         self.qs.commit()
@@ -65,7 +65,7 @@ class Env:
         self.store = StateStore(self.tmp / "state")
         self.qs = QueueStore(self.store)
         self.v = VHost("/", self.lm, lambda t: self.lm.open_topic(t, TopicConfig(flush="none"), create=True),
-                       self.qs, clock=lambda: self.now)
+                       self.qs, clock=lambda: self.now, store=self.store)
 
 
 @pytest.fixture
@@ -178,8 +178,41 @@ def test_durable_queue_survives_restart_acked_never_return(env: Env) -> None:
     v.ack("jobs", c.got[0].entry.seq)
     v.ack("jobs", c.got[2].entry.seq)
     env.restart()
-    env.v.declare_queue("jobs", durable=True)
+    env.v.load()
     c2 = Consumer("c", "ch", prefetch=10)
     env.v.consume("jobs", c2)
     assert [(d.message.value, d.entry.redelivered) for d in c2.got] == [(b"1", True), (b"3", True)]
     assert env.v.messages.log_reads >= 1  # read back from the log
+
+
+def test_durable_definitions_survive_restart_transient_ones_do_not(env: Env) -> None:
+    v = env.v
+    v.declare_exchange("events", "topic", durable=True, arguments={"alternate-exchange": "lost"})
+    v.declare_exchange("lost", "fanout", durable=True)
+    v.declare_exchange("temp", "fanout")
+    v.declare_queue("all", durable=True, arguments={"x-max-length": 10})
+    v.declare_queue("unrouted", durable=True)
+    v.declare_queue("scratch")
+    v.bind("events", "all", "#")
+    v.bind("lost", "unrouted")
+    v.bind("events", "scratch", "#")  # to a transient queue: not kept
+    v.bind("temp", "all")  # from a transient exchange: not kept
+    v.declare_queue("gone", durable=True)
+    v.bind("events", "gone", "x.*")
+    v.delete_queue("gone")
+    env.restart()
+    v = env.v
+    v.load()
+    assert sorted(n for n in v.queues) == ["all", "unrouted"]
+    assert v.queue("all").args.limits.max_length == 10
+    assert sorted(x.name for x in v.router.exchanges() if not x.name.startswith("amq.")) == ["", "events", "lost"]
+    assert [(b.source, b.destination, b.routing_key) for b in v.router.bindings()] == [
+        ("events", "all", "#"), ("lost", "unrouted", "")]
+    v.publish("events", "a.b", msg(b"1"))
+    assert v.queue("all").queue.message_count == 1
+    v.unbind("events", "all", "#")
+    v.publish("events", "a.b", msg(b"2"))  # nothing matches: the alternate exchange
+    assert v.queue("unrouted").queue.message_count == 1
+    env.restart()
+    env.v.load()
+    assert env.v.router.bindings_from("events") == []
