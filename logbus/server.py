@@ -63,10 +63,16 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
                         auto_create_topics=settings.kafka_auto_create_topics)
 
 
+def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
+    from .gateway.amqp.protocol import AmqpFactory
+
+    return AmqpFactory(broker, reactor)
+
+
 # THE gateway table: listener name -> builder of the protocol factory that serves it.
 # None: the protocol is accepted by the config but not built yet; nothing listens for it.
 GATEWAYS: dict[str, GatewayBuilder | None] = {
-    "amqp": None,
+    "amqp": _amqp,
     "mqtt": None,
     "kafka": _kafka,
     "http": _http,

@@ -28,6 +28,8 @@ from .metrics import Metrics
 from .state import TOPIC_PREFIX, StateStore, topic_key
 from .state_pb2 import TopicRecord
 from .groups import GroupCoordinator
+from .queue_store import QueueStore
+from .vhost import VHost
 from .txn import ProducerRegistry
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ class TopicInfo:
 
 
 HOUSEKEEPING_SECONDS = 10.0
+EXPIRY_SECONDS = 0.1  # how often queues drop expired messages (x-message-ttl)
 
 
 class Broker:
@@ -92,6 +95,8 @@ class Broker:
         self.state: StateStore | None = None
         self.producers = ProducerRegistry(None)  # replaced at start, with the store
         self.groups = GroupCoordinator(reactor)  # consumer groups (the Kafka gateway's)
+        self.vhosts: dict[str, VHost] = {}  # the queue model (AMQP), opened at start
+        self._expiry: LoopingCall | None = None
         self.log: LogManager | None = None
         self._lock_fd: int | None = None
         self._housekeeping: LoopingCall | None = None
@@ -118,9 +123,13 @@ class Broker:
         except BaseException:
             self._close_all()
             raise
+        self._open_vhosts()
         self._housekeeping = LoopingCall(self.log.housekeeping)
         self._housekeeping.clock = self.reactor
         self._housekeeping.start(HOUSEKEEPING_SECONDS, now=False)
+        self._expiry = LoopingCall(self._expire)
+        self._expiry.clock = self.reactor
+        self._expiry.start(EXPIRY_SECONDS, now=False)
         log.info(
             "broker started on %s: %d topics, %d committed group offsets (%s)",
             self.data_dir,
@@ -131,10 +140,27 @@ class Broker:
             else "recovered after an unclean stop",
         )
 
+    def _open_vhosts(self) -> None:
+        """The default vhost "/", with its durable exchanges, queues and bindings."""
+        assert self.log is not None
+        self.queue_store = QueueStore(self.state, self.reactor)
+        vhost = VHost("/", self.log, lambda topic: self.create_topic(topic), self.queue_store,
+                      clock=lambda: int(self.reactor.seconds() * 1000), store=self.state)
+        vhost.load()
+        self.vhosts = {"/": vhost}
+
+    def _expire(self) -> None:
+        for vhost in self.vhosts.values():
+            vhost.expire()
+
     def stop(self) -> Deferred[None]:
         """Flush everything, mark the shutdown clean and release the data directory."""
-        if self._housekeeping is not None and self._housekeeping.running:
-            self._housekeeping.stop()
+        for call in (self._housekeeping, self._expiry):
+            if call is not None and call.running:
+                call.stop()
+        if self.vhosts:
+            self.queue_store.commit()
+            self.vhosts = {}
         self._close_all()
         return succeed(None)
 

@@ -182,6 +182,11 @@ class Decoder:
         self._frame_max = value
 
     @property
+    def greeted(self) -> bool:
+        """The protocol header has arrived (frames follow)."""
+        return self._greeting is None
+
+    @property
     def buffered(self) -> int:
         """Bytes held: a frame cut short and the bodies of messages not yet complete."""
         return self._have + self._held + len(self._greeting or b"")

@@ -1,0 +1,418 @@
+"""One AMQP channel: the class methods a client sends on it, answered against a vhost.
+
+A channel numbers what it delivers (delivery tags, from 1) and remembers, per tag not
+yet settled, which queue entry it is; acks, nacks, rejects, recover and closing settle
+or requeue through the vhost (``core/vhost.py``). Prefetch is RabbitMQ's: ``basic.qos``
+with ``global`` false limits each consumer started after it, with ``global`` true the
+whole channel. In confirm mode every publish gets a sequence number and is acked once
+its record is durable (nacked when a queue refuses it under x-overflow reject-publish).
+In tx mode publishes and settlements wait for ``tx.commit``.
+
+Errors in the vhost (``core.router.RouterError``: 404, 403, 405, 406) close the channel
+with that reply code; the connection (connection.py) sends the Channel.Close and
+discards what arrives on the channel until Close-Ok.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Callable
+
+from pamqp import base
+from pamqp import commands as C
+
+from ...core.queue import UnknownEntry
+from ...core.router import RouterError
+from ...core.vhost import Delivery, VHost
+from .errors import (
+    ACCESS_REFUSED,
+    COMMAND_INVALID,
+    NO_ROUTE,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    AMQPChannelError,
+    AMQPConnectionError,
+)
+from .events import Ack, Nack, Publish, Reject
+from .fastpath import encode_ack, encode_deliver, encode_get_ok, encode_nack, encode_properties, encode_return
+from .mapping import properties_of, to_message
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+
+def _name(prefix: str) -> str:
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+class ChannelConsumer:
+    """``core.vhost.Consumer`` for one basic.consume."""
+
+    __slots__ = ("tag", "owner", "no_ack", "queue", "prefetch", "unacked", "exclusive")
+
+    def __init__(self, tag: str, channel: Channel, queue: str, no_ack: bool, prefetch: int,
+                 exclusive: bool = False) -> None:
+        self.tag = tag
+        self.exclusive = exclusive
+        self.owner = channel
+        self.queue = queue
+        self.no_ack = no_ack
+        self.prefetch = prefetch
+        self.unacked = 0
+
+    def has_credit(self) -> bool:
+        ch: Channel = self.owner
+        if not ch.active or ch.closing:
+            return False
+        if self.no_ack:
+            return ch.conn.writable()
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return not ch.global_prefetch or len(ch.unacked) < ch.global_prefetch
+
+    def deliver(self, d: Delivery) -> None:
+        self.owner.deliver(self, d)
+
+
+class Channel:
+    def __init__(self, conn: Connection, number: int) -> None:
+        self.conn = conn
+        self.number = number
+        self.vhost: VHost = conn.vhost
+        self.active = True  # channel.flow
+        self.closing = False  # we sent Channel.Close; waiting for Close-Ok
+        self.prefetch = 0  # per consumer (basic.qos global=false)
+        self.global_prefetch = 0
+        self.consumers: dict[str, ChannelConsumer] = {}
+        self.unacked: OrderedDict[int, tuple[str, int, ChannelConsumer | None]] = OrderedDict()  # tag -> (queue, seq, c)
+        self.next_tag = 1
+        self.confirm = False
+        self.publish_seq = 0
+        self.tx: list[Callable[[], None]] | None = None  # pending operations in tx mode
+        self.queues_touched: set[str] = set()
+
+    # -- dispatch of methods ------------------------------------------------------------
+
+    def method(self, m: base.Frame) -> None:
+        handler = _HANDLERS.get(type(m))
+        if handler is None:
+            if m.name.startswith(("Connection.", "Channel.")):
+                raise AMQPConnectionError(COMMAND_INVALID, f"unexpected {m.name} on channel {self.number}",
+                                          channel=self.number)
+            raise AMQPConnectionError(NOT_IMPLEMENTED, f"{m.name} is not implemented", channel=self.number)
+        try:
+            handler(self, m)
+        except RouterError as e:
+            raise AMQPChannelError(e.reply_code, e.reply_text.split(" - ", 1)[-1], channel=self.number,
+                                   class_id=m.index >> 16, method_id=m.index & 0xFFFF) from None
+
+    def _reply(self, m: base.Frame) -> None:
+        self.conn.send_method(self.number, m)
+
+    # -- exchange ---------------------------------------------------------------------------
+
+    def _exchange_declare(self, m: C.Exchange.Declare) -> None:
+        self.vhost.declare_exchange(m.exchange, m.exchange_type, durable=m.durable, auto_delete=m.auto_delete,
+                                    internal=m.internal, arguments=m.arguments, passive=m.passive)
+        if not m.nowait:
+            self._reply(C.Exchange.DeclareOk())
+
+    def _exchange_delete(self, m: C.Exchange.Delete) -> None:
+        self.vhost.delete_exchange(m.exchange, if_unused=m.if_unused)
+        if not m.nowait:
+            self._reply(C.Exchange.DeleteOk())
+
+    def _exchange_bind(self, m: C.Exchange.Bind) -> None:
+        self.vhost.bind(m.source, m.destination, m.routing_key, m.arguments, kind="exchange")
+        if not m.nowait:
+            self._reply(C.Exchange.BindOk())
+
+    def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
+        self.vhost.unbind(m.source, m.destination, m.routing_key, m.arguments, kind="exchange")
+        if not m.nowait:
+            self._reply(C.Exchange.UnbindOk())
+
+    # -- queue ----------------------------------------------------------------------------------
+
+    def _queue_declare(self, m: C.Queue.Declare) -> None:
+        name = m.queue or _name("amq.gen-")
+        if m.queue.startswith("amq.") and not m.passive and self.vhost.queues.get(m.queue) is None:
+            raise AMQPChannelError(ACCESS_REFUSED, f"queue name '{m.queue}' contains reserved prefix 'amq.*'",
+                                   channel=self.number, class_id=50, method_id=10)
+        existed = name in self.vhost.queues
+        qs = self.vhost.declare_queue(name, durable=m.durable, exclusive=self.conn if m.exclusive else None,
+                                      auto_delete=m.auto_delete, arguments=m.arguments, passive=m.passive)
+        if qs.exclusive is not None and not existed:
+            self.conn.exclusive_queues.add(name)
+        if not m.nowait:
+            self._reply(C.Queue.DeclareOk(name, qs.queue.message_count, len(qs.consumers)))
+
+    def _queue_bind(self, m: C.Queue.Bind) -> None:
+        self.vhost.queue(m.queue)  # NOT_FOUND first, as RabbitMQ
+        self.vhost.bind(m.exchange, m.queue, m.routing_key, m.arguments)
+        if not m.nowait:
+            self._reply(C.Queue.BindOk())
+
+    def _queue_unbind(self, m: C.Queue.Unbind) -> None:
+        self.vhost.unbind(m.exchange, m.queue, m.routing_key, m.arguments)
+        self._reply(C.Queue.UnbindOk())
+
+    def _queue_purge(self, m: C.Queue.Purge) -> None:
+        n = self.vhost.purge_queue(m.queue)
+        if not m.nowait:
+            self._reply(C.Queue.PurgeOk(n))
+
+    def _queue_delete(self, m: C.Queue.Delete) -> None:
+        if m.queue not in self.vhost.queues:
+            if not m.nowait:
+                self._reply(C.Queue.DeleteOk(0))  # RabbitMQ: deleting a missing queue succeeds
+            return
+        qs = self.vhost.queue(m.queue)
+        consumers = list(qs.consumers)
+        n = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
+        self.conn.exclusive_queues.discard(m.queue)
+        for c in consumers:  # consumer cancel notify
+            if isinstance(c, ChannelConsumer):
+                c.owner.cancelled_by_broker(c)
+        if not m.nowait:
+            self._reply(C.Queue.DeleteOk(n))
+
+    # -- basic ------------------------------------------------------------------------------------
+
+    def _basic_qos(self, m: C.Basic.Qos) -> None:
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+        else:
+            self.prefetch = m.prefetch_count
+        self._reply(C.Basic.QosOk())
+        for q in {c.queue for c in self.consumers.values()}:
+            self.vhost.dispatch(q)
+
+    def _basic_consume(self, m: C.Basic.Consume) -> None:
+        qs = self.vhost.queue(m.queue)
+        if qs.exclusive is not None and qs.exclusive is not self.conn:
+            raise AMQPChannelError(405, f"cannot obtain exclusive access to locked queue '{m.queue}' in vhost "
+                                   f"'{self.vhost.name}'", channel=self.number, class_id=60, method_id=20)
+        tag = m.consumer_tag or _name("amq.ctag-")
+        if tag in self.consumers:
+            raise AMQPConnectionError(530, f"attempt to reuse consumer tag '{tag}'", channel=self.number,
+                                      class_id=60, method_id=20)
+        if m.exclusive and qs.consumers or any(getattr(c, "exclusive", False) for c in qs.consumers):
+            raise AMQPChannelError(ACCESS_REFUSED, f"queue '{m.queue}' in vhost '{self.vhost.name}' in exclusive use",
+                                   channel=self.number, class_id=60, method_id=20)
+        c = ChannelConsumer(tag, self, m.queue, m.no_ack, self.prefetch, m.exclusive)
+        self.consumers[tag] = c
+        if not m.nowait:
+            self._reply(C.Basic.ConsumeOk(tag))
+        self.vhost.consume(m.queue, c)
+
+    def _basic_cancel(self, m: C.Basic.Cancel) -> None:
+        c = self.consumers.pop(m.consumer_tag or "", None)
+        if c is not None:
+            self.vhost.cancel(c.queue, c)
+        if not m.nowait:
+            self._reply(C.Basic.CancelOk(m.consumer_tag))
+
+    def cancelled_by_broker(self, c: ChannelConsumer) -> None:
+        """The queue went away: tell the client (consumer cancel notify)."""
+        if self.consumers.pop(c.tag, None) is not None and self.conn.cancel_notify:
+            self._reply(C.Basic.Cancel(c.tag, nowait=True))
+
+    def deliver(self, c: ChannelConsumer, d: Delivery) -> None:
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if not c.no_ack:
+            self.unacked[tag] = (d.queue, d.entry.seq, c)
+            c.unacked += 1
+        env = d.message.envelope
+        self.conn.send(encode_deliver(self.number, c.tag, tag, d.entry.deliveries > 1, env.exchange,
+                                      env.routing_key, _props(d), d.message.value or b"", self.conn.frame_max))
+
+    def _basic_get(self, m: C.Basic.Get) -> None:
+        d = self.vhost.get(m.queue, self, m.no_ack)
+        if d is None:
+            self._reply(C.Basic.GetEmpty())
+            return
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if not m.no_ack:
+            self.unacked[tag] = (d.queue, d.entry.seq, None)
+        env = d.message.envelope
+        self.conn.send(encode_get_ok(self.number, tag, d.entry.deliveries > 1, env.exchange, env.routing_key,
+                                     d.remaining, _props(d), d.message.value or b"", self.conn.frame_max))
+
+    def publish(self, p: Publish) -> None:
+        if self.tx is not None:
+            self.tx.append(lambda: self._publish(p, None))
+            return
+        seq = 0
+        if self.confirm:
+            self.publish_seq += 1
+            seq = self.publish_seq
+        self._publish(p, seq)
+
+    def _publish(self, p: Publish, seq: int | None) -> None:
+        message = to_message(p)
+        done = [False]
+
+        def durable(result: Any) -> None:
+            if seq and not done[0] and not self.closing and self.conn.open:
+                done[0] = True
+                if isinstance(result, Exception):
+                    self.conn.send(encode_nack(self.number, seq))
+                else:
+                    self.conn.send(encode_ack(self.number, seq))
+
+        try:
+            out = self.vhost.publish(p.exchange, p.routing_key, message, headers=p.properties.headers,
+                                     on_durable=durable if seq else None)
+        except RouterError as e:
+            raise AMQPChannelError(e.reply_code, e.reply_text.split(" - ", 1)[-1], channel=self.number,
+                                   class_id=60, method_id=40) from None
+        if not out.routed and p.mandatory:
+            self.conn.send(encode_return(self.number, NO_ROUTE, "NO_ROUTE", p.exchange, p.routing_key,
+                                         p.raw_properties, p.body, self.conn.frame_max))
+        if out.refused and seq:
+            done[0] = True
+            self.conn.send(encode_nack(self.number, seq))
+
+    # -- settling ----------------------------------------------------------------------------------
+
+    def _tags(self, tag: int, multiple: bool, what: str) -> list[int]:
+        if multiple:
+            tags = [t for t in self.unacked if t <= tag] if tag else list(self.unacked)
+            if tag and not tags and tag not in self.unacked:
+                raise AMQPChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", channel=self.number,
+                                       class_id=60, method_id=_METHOD_IDS[what])
+            return tags
+        if tag not in self.unacked:
+            raise AMQPChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", channel=self.number,
+                                   class_id=60, method_id=_METHOD_IDS[what])
+        return [tag]
+
+    def settle(self, ev: Ack | Nack | Reject) -> None:
+        if isinstance(ev, Ack):
+            tags, requeue, ack = self._tags(ev.delivery_tag, ev.multiple, "ack"), False, True
+        elif isinstance(ev, Nack):
+            tags, requeue, ack = self._tags(ev.delivery_tag, ev.multiple, "nack"), ev.requeue, False
+        else:
+            tags, requeue, ack = self._tags(ev.delivery_tag, False, "reject"), ev.requeue, False
+        taken = [(t, self.unacked.pop(t)) for t in tags]
+        if self.tx is not None:
+            self.tx.append(lambda: self._settle(taken, ack, requeue))
+            return
+        self._settle(taken, ack, requeue)
+
+    def _settle(self, taken: list[tuple[int, tuple[str, int, ChannelConsumer | None]]], ack: bool,
+                requeue: bool) -> None:
+        touched = set()
+        for _, (queue, seq, c) in taken:
+            if c is not None:
+                c.unacked -= 1
+            try:
+                if ack:
+                    self.vhost.ack(queue, seq)
+                else:
+                    self.vhost.reject(queue, seq, requeue)
+            except UnknownEntry:
+                pass  # the queue was purged or deleted meanwhile
+            touched.add(queue)
+        for q in touched:
+            self.vhost.dispatch(q)
+
+    def _basic_recover(self, m: C.Basic.Recover | C.Basic.RecoverAsync) -> None:
+        self.requeue_all()
+        if isinstance(m, C.Basic.Recover):
+            self._reply(C.Basic.RecoverOk())
+
+    def requeue_all(self) -> None:
+        queues = {q for q, _, _ in self.unacked.values()}
+        for _, _, c in self.unacked.values():
+            if c is not None:
+                c.unacked -= 1
+        self.unacked.clear()
+        for q in queues:
+            self.vhost.release(q, self)
+
+    # -- confirm, tx, flow -------------------------------------------------------------------------
+
+    def _confirm_select(self, m: C.Confirm.Select) -> None:
+        if self.tx is not None:
+            raise AMQPChannelError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode",
+                                   channel=self.number, class_id=85, method_id=10)
+        self.confirm = True
+        if not m.nowait:
+            self._reply(C.Confirm.SelectOk())
+
+    def _tx_select(self, m: C.Tx.Select) -> None:
+        if self.confirm:
+            raise AMQPChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode",
+                                   channel=self.number, class_id=90, method_id=10)
+        if self.tx is None:
+            self.tx = []
+        self._reply(C.Tx.SelectOk())
+
+    def _tx_commit(self, m: C.Tx.Commit) -> None:
+        if self.tx is None:
+            raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional", channel=self.number,
+                                   class_id=90, method_id=20)
+        ops, self.tx = self.tx, []
+        for op in ops:
+            op()
+        self._reply(C.Tx.CommitOk())
+
+    def _tx_rollback(self, m: C.Tx.Rollback) -> None:
+        if self.tx is None:
+            raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional", channel=self.number,
+                                   class_id=90, method_id=30)
+        self.tx = []
+        self._reply(C.Tx.RollbackOk())
+
+    def _flow(self, m: C.Channel.Flow) -> None:
+        self.active = bool(m.active)
+        self._reply(C.Channel.FlowOk(self.active))
+        if self.active:
+            for q in {c.queue for c in self.consumers.values()}:
+                self.vhost.dispatch(q)
+
+    # -- closing ----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The channel ends (Close, Close-Ok, or the connection went): cancel its
+        consumers and requeue what it holds, in order."""
+        for c in list(self.consumers.values()):
+            self.vhost.cancel(c.queue, c)
+        self.consumers.clear()
+        self.tx = None
+        self.requeue_all()
+
+
+def _props(d: Delivery) -> bytes:
+    return encode_properties(properties_of(d.message))
+
+
+_METHOD_IDS = {"ack": 80, "nack": 120, "reject": 90}
+_HANDLERS: dict[type, Callable[[Channel, Any], None]] = {
+    C.Exchange.Declare: Channel._exchange_declare,
+    C.Exchange.Delete: Channel._exchange_delete,
+    C.Exchange.Bind: Channel._exchange_bind,
+    C.Exchange.Unbind: Channel._exchange_unbind,
+    C.Queue.Declare: Channel._queue_declare,
+    C.Queue.Bind: Channel._queue_bind,
+    C.Queue.Unbind: Channel._queue_unbind,
+    C.Queue.Purge: Channel._queue_purge,
+    C.Queue.Delete: Channel._queue_delete,
+    C.Basic.Qos: Channel._basic_qos,
+    C.Basic.Consume: Channel._basic_consume,
+    C.Basic.Cancel: Channel._basic_cancel,
+    C.Basic.Get: Channel._basic_get,
+    C.Basic.Recover: Channel._basic_recover,
+    C.Basic.RecoverAsync: Channel._basic_recover,
+    C.Confirm.Select: Channel._confirm_select,
+    C.Tx.Select: Channel._tx_select,
+    C.Tx.Commit: Channel._tx_commit,
+    C.Tx.Rollback: Channel._tx_rollback,
+    C.Channel.Flow: Channel._flow,
+}

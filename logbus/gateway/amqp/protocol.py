@@ -1,0 +1,90 @@
+"""The thin Twisted shell around connection.py: moves bytes, reports back-pressure.
+
+The transport's push-producer callbacks tell the connection when the socket's buffer
+is full (``pauseProducing``), so consumers without acks stop being fed until it
+drains; consumers with acks are bounded by their prefetch anyway.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Mapping
+from typing import Any, cast
+
+from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.python.failure import Failure
+
+from ...core.broker import Broker
+from .connection import Connection
+
+log = logging.getLogger(__name__)
+
+DEFAULT_USERS = {"guest": "guest"}
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+class AmqpProtocol(Protocol):
+    def __init__(self, factory: AmqpFactory) -> None:
+        self.factory = factory
+        self.conn: Connection | None = None
+
+    def connectionMade(self) -> None:
+        t: Any = cast(Any, self.transport)
+        if hasattr(t, "setTcpNoDelay"):
+            t.setTcpNoDelay(True)
+        peer = t.getPeer()
+        host = getattr(peer, "host", "")
+        self.conn = Connection(self.factory.broker.vhosts, self.factory.users, send=t.write,
+                               close=t.loseConnection, reactor=self.factory.reactor,
+                               peer_is_loopback=_loopback(host), peer=f"{host}:{getattr(peer, 'port', '')}")
+        t.registerProducer(self, True)
+        self.factory.connections.add(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        assert self.conn is not None
+        try:
+            self.conn.data_received(data)
+        except Exception:
+            log.exception("amqp connection failed")
+            cast(Any, self.transport).abortConnection()
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self.factory.connections.discard(self)
+        if self.conn is not None:
+            self.conn.connection_lost()
+
+    # IPushProducer: the transport's buffer filled up / drained
+    def pauseProducing(self) -> None:
+        if self.conn is not None:
+            self.conn.pause_writing()
+
+    def resumeProducing(self) -> None:
+        if self.conn is not None:
+            self.conn.resume_writing()
+
+    def stopProducing(self) -> None:
+        pass
+
+
+class AmqpFactory(Factory):
+    def __init__(self, broker: Broker, reactor: Any, users: Mapping[str, str] | None = None) -> None:
+        self.broker = broker
+        self.reactor = reactor
+        self.users = dict(users or DEFAULT_USERS)
+        self.connections: set[AmqpProtocol] = set()
+
+    def buildProtocol(self, addr: Any) -> AmqpProtocol:
+        return AmqpProtocol(self)
+
+    def doStop(self) -> None:
+        for p in list(self.connections):
+            if p.conn is not None:
+                p.conn.shutdown()
+        super().doStop()
