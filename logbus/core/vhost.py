@@ -37,7 +37,6 @@ from .queue import Entry, Queue, Removed
 from .queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
 from .queue_store import QueueStore
 from .router import (
-    DEFAULT_EXCHANGE_TOPIC,
     QUEUE,
     Binding,
     DestKind,
@@ -103,7 +102,6 @@ class VHost:
         self.router = Router(name)
         self.queues: dict[str, QueueState] = {}
         self.messages = MessageStore(log_batch_reader(log), max_bytes=message_memory)
-        self._ensure_topic(DEFAULT_EXCHANGE_TOPIC)
 
     # -- exchanges -----------------------------------------------------------------------
 
@@ -246,6 +244,8 @@ class VHost:
         ex = self.router.exchange(exchange)  # NotFound
         queues = self.router.route(exchange, routing_key, headers)
         topic = ex.log_topic
+        if topic not in self.log.topics:  # the default exchange's, on first use
+            self._ensure_topic(topic)
         p = self.log.partition(topic, self._partition_for(topic, routing_key))
         record = message.to_record()
         offset = p.next_offset

@@ -39,6 +39,7 @@ _ENVELOPE_FIELDS: dict[str, st.SearchStrategy[object]] = {
     "message_expiry_interval": _u32,
     "response_topic": _text,
     "correlation_data": st.binary(max_size=16),
+    "amqp_timestamp": st.integers(0, 2**64 - 1),
     "deliver_at_ms": _i64,
     "delivery_count": _u32,
 }
