@@ -299,11 +299,14 @@ class Channel:
             tags, requeue, ack = self._tags(ev.delivery_tag, ev.multiple, "nack"), ev.requeue, False
         else:
             tags, requeue, ack = self._tags(ev.delivery_tag, False, "reject"), ev.requeue, False
-        taken = [(t, self.unacked.pop(t)) for t in tags]
-        if self.tx is not None:
-            self.tx.append(lambda: self._settle(taken, ack, requeue))
+        if self.tx is not None:  # settled at commit; a rollback leaves them unacked
+            self.tx.append(lambda: self._settle(self._take(tags), ack, requeue))
             return
-        self._settle(taken, ack, requeue)
+        self._settle(self._take(tags), ack, requeue)
+
+    def _take(self, tags: list[int]) -> list[tuple[int, tuple[str, int, ChannelConsumer | None]]]:
+        unacked = self.unacked
+        return [(t, unacked.pop(t)) for t in tags if t in unacked]
 
     def _settle(self, taken: list[tuple[int, tuple[str, int, ChannelConsumer | None]]], ack: bool,
                 requeue: bool) -> None:
