@@ -139,7 +139,11 @@ class ListenerService(Service):
         port, self.port = self.port, None
         if port is None:
             return defer.succeed(None)
-        return defer.maybeDeferred(port.stopListening)
+        d = defer.maybeDeferred(port.stopListening)
+        close = getattr(self.factory, "close_connections", None)  # tell clients why they go
+        if close is not None:
+            d.addCallback(lambda _: close())
+        return d
 
 
 class LogbusService(MultiService):

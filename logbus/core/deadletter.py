@@ -7,8 +7,8 @@ array of tables, newest first, one per (queue, reason):
     {count, reason, queue, time, exchange, routing-keys}
 
 plus ``x-first-death-reason`` / ``-queue`` / ``-exchange`` on the first death. The
-per-message ``expiration`` is removed, so the dead-lettered copy does not expire again
-for the same reason (RabbitMQ does the same).
+per-message ``expiration`` is removed (kept as the death's ``original-expiration``), so
+the dead-lettered copy does not expire again for the same reason, as in RabbitMQ.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ def amqp_headers(envelope: Envelope) -> dict[str, Any]:
     return dict(table)
 
 
-def dead_letter_message(message: Message, queue: str, reason: str, now_ms: int,
+def dead_letter_message(message: Message, queue: str, reason: str, now_ms: int, exchange: str,
                         routing_key: str | None = None) -> Message:
-    """The copy of ``message`` to publish to the dead-letter exchange."""
+    """The copy of ``message`` to publish to the dead-letter ``exchange``."""
     env = Envelope()
     env.CopyFrom(message.envelope)
     headers = amqp_headers(env)
@@ -43,8 +43,11 @@ def dead_letter_message(message: Message, queue: str, reason: str, now_ms: int,
             deaths.insert(0, d)
             break
     else:
-        deaths.insert(0, {"count": 1, "reason": reason, "queue": queue, "time": when,
-                          "exchange": env.exchange, "routing-keys": [env.routing_key]})
+        death: dict[str, Any] = {"count": 1, "reason": reason, "queue": queue, "time": when,
+                                 "exchange": env.exchange, "routing-keys": [env.routing_key]}
+        if env.expiration:
+            death["original-expiration"] = env.expiration
+        deaths.insert(0, death)
     if "x-first-death-reason" not in headers:
         headers["x-first-death-reason"] = reason
         headers["x-first-death-queue"] = queue
@@ -52,6 +55,7 @@ def dead_letter_message(message: Message, queue: str, reason: str, now_ms: int,
     headers["x-death"] = deaths
     env.amqp_headers = encode.field_table(headers)
     env.expiration = ""
+    env.exchange = exchange
     if routing_key is not None:
         env.routing_key = routing_key
     return Message(message.key if routing_key is None else routing_key.encode(), message.value,

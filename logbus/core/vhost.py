@@ -381,7 +381,7 @@ class VHost:
         if dlx is not None and r.reason:
             try:
                 original = self.messages.get(e.topic, e.partition, e.offset)
-                copy = dead_letter_message(original, qs.name, r.reason, self.clock(),
+                copy = dead_letter_message(original, qs.name, r.reason, self.clock(), dlx,
                                            qs.args.dead_letter_routing_key)
                 self.publish(dlx, copy.envelope.routing_key, copy, headers=amqp_headers(copy.envelope))
             except (LogbusError, KeyError) as exc:

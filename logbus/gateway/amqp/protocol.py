@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, cast
 
+from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
@@ -83,8 +84,21 @@ class AmqpFactory(Factory):
     def buildProtocol(self, addr: Any) -> AmqpProtocol:
         return AmqpProtocol(self)
 
-    def doStop(self) -> None:
+    def close_connections(self, grace: float = 2.0) -> Deferred[None]:
+        """The broker is stopping: Connection.Close 320 CONNECTION_FORCED to every
+        client (as RabbitMQ), then wait up to ``grace`` seconds for them to go."""
+        d: Deferred[None] = Deferred()
         for p in list(self.connections):
             if p.conn is not None:
                 p.conn.shutdown()
-        super().doStop()
+
+        def check(deadline: float) -> None:
+            if not self.connections or self.reactor.seconds() >= deadline:
+                for p in list(self.connections):
+                    cast(Any, p.transport).abortConnection()
+                d.callback(None)
+            else:
+                self.reactor.callLater(0.05, check, deadline)
+
+        check(self.reactor.seconds() + grace)
+        return d
