@@ -168,7 +168,7 @@ class Connection:
         ch = self.channels.get(channel)
         if t is MethodReceived and isinstance(ev.method, C.Channel.Open):
             if ch is not None:
-                raise AMQPConnectionError(CHANNEL_ERROR, f"second 'channel.open' seen on channel {channel}",
+                raise AMQPConnectionError(CHANNEL_ERROR, "second 'channel.open' seen",
                                           channel=channel, class_id=20, method_id=10)
             if channel > self.channel_max:
                 raise AMQPConnectionError(CHANNEL_ERROR, f"channel {channel} above channel_max {self.channel_max}")
@@ -176,8 +176,9 @@ class Connection:
             self.send_method(channel, C.Channel.OpenOk())
             return
         if ch is None:
-            raise AMQPConnectionError(CHANNEL_ERROR, f"expected 'channel.open' on channel {channel}",
-                                      channel=channel)
+            index = ev.method.index if t is MethodReceived else (0x003C0028 if t is Publish else 0)
+            raise AMQPConnectionError(CHANNEL_ERROR, "expected 'channel.open'", channel=channel,
+                                      class_id=index >> 16, method_id=index & 0xFFFF)
         if t is Publish:
             ch.publish(ev)
         elif t is Ack or t is Nack or t is Reject:
@@ -215,7 +216,7 @@ class Connection:
         elif isinstance(m, C.Connection.Open) and self.state == "open":
             vhost = self.vhosts.get(m.virtual_host)
             if vhost is None:
-                raise AMQPConnectionError(NOT_ALLOWED, f"vhost {m.virtual_host} not found")
+                raise AMQPConnectionError(NOT_ALLOWED, f"vhost {m.virtual_host} not found", class_id=10, method_id=40)
             self.vhost = vhost
             self.state = "running"
             self.send_method(0, C.Connection.OpenOk())
