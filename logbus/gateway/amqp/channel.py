@@ -76,6 +76,57 @@ class ChannelConsumer:
         self.owner.deliver(self, d)
 
 
+class Confirms:
+    """Publisher confirms of one channel. Acks are collected per reactor tick and sent
+    as ONE ack, ``multiple`` up to the highest sequence number below which everything
+    is settled (durable, or nacked); a nack goes out at once and only once."""
+
+    __slots__ = ("ch", "upto", "settled", "nacked", "scheduled")
+
+    def __init__(self, ch: Channel) -> None:
+        self.ch = ch
+        self.upto = 0  # everything <= upto was acked or nacked to the client
+        self.settled: set[int] = set()
+        self.nacked: set[int] = set()
+        self.scheduled = False
+
+    def ok(self, seq: int) -> None:
+        if seq > self.upto and seq not in self.nacked:
+            self.settled.add(seq)
+            self._schedule()
+
+    def failed(self, seq: int) -> None:
+        if seq > self.upto and seq not in self.nacked:
+            self.nacked.add(seq)
+            self.settled.add(seq)
+            ch = self.ch
+            if not ch.closing and ch.conn.open:
+                ch.conn.send(encode_nack(ch.number, seq))
+            self._schedule()
+
+    def _schedule(self) -> None:
+        if not self.scheduled:
+            self.scheduled = True
+            self.ch.conn.reactor.callLater(0, self.flush)
+
+    def flush(self) -> None:
+        self.scheduled = False
+        upto, settled, nacked = self.upto, self.settled, self.nacked
+        last_acked = 0
+        while upto + 1 in settled:
+            upto += 1
+            settled.discard(upto)
+            if upto in nacked:
+                nacked.discard(upto)
+            else:
+                last_acked = upto
+        first = self.upto + 1
+        self.upto = upto
+        ch = self.ch
+        if last_acked and not ch.closing and ch.conn.open:
+            ch.conn.send(encode_ack(ch.number, last_acked, last_acked > first))
+
+
 class Channel:
     def __init__(self, conn: Connection, number: int) -> None:
         self.conn = conn
@@ -90,6 +141,7 @@ class Channel:
         self.next_tag = 1
         self.confirm = False
         self.publish_seq = 0
+        self.confirms = Confirms(self)
         self.tx: list[Callable[[], None]] | None = None  # pending operations in tx mode
         self.queues_touched: set[str] = set()
 
@@ -255,15 +307,13 @@ class Channel:
 
     def _publish(self, p: Publish, seq: int | None) -> None:
         message = to_message(p)
-        done = [False]
+        confirms = self.confirms
 
         def durable(result: Any) -> None:
-            if seq and not done[0] and not self.closing and self.conn.open:
-                done[0] = True
-                if isinstance(result, Exception):
-                    self.conn.send(encode_nack(self.number, seq))
-                else:
-                    self.conn.send(encode_ack(self.number, seq))
+            if isinstance(result, Exception):
+                confirms.failed(seq or 0)
+            else:
+                confirms.ok(seq or 0)
 
         try:
             out = self.vhost.publish(p.exchange, p.routing_key, message, headers=p.properties.headers,
@@ -275,8 +325,7 @@ class Channel:
             self.conn.send(encode_return(self.number, NO_ROUTE, "NO_ROUTE", p.exchange, p.routing_key,
                                          p.raw_properties, p.body, self.conn.frame_max))
         if out.refused and seq:
-            done[0] = True
-            self.conn.send(encode_nack(self.number, seq))
+            confirms.failed(seq)
 
     # -- settling ----------------------------------------------------------------------------------
 
