@@ -212,6 +212,7 @@ class Channel:
         self._reply(C.Queue.UnbindOk())
 
     def _queue_purge(self, m: C.Queue.Purge) -> None:
+        self._owned(m.queue, 50, 30)
         n = self.vhost.purge_queue(m.queue)
         if not m.nowait:
             self._reply(C.Queue.PurgeOk(n))
@@ -221,6 +222,7 @@ class Channel:
             if not m.nowait:
                 self._reply(C.Queue.DeleteOk(0))  # RabbitMQ: deleting a missing queue succeeds
             return
+        self._owned(m.queue, 50, 40)
         qs = self.vhost.queue(m.queue)
         consumers = list(qs.consumers)
         n = self.vhost.delete_queue(m.queue, if_unused=m.if_unused, if_empty=m.if_empty)
@@ -243,10 +245,8 @@ class Channel:
             self.vhost.dispatch(q)
 
     def _basic_consume(self, m: C.Basic.Consume) -> None:
+        self._owned(m.queue, 60, 20)
         qs = self.vhost.queue(m.queue)
-        if qs.exclusive is not None and qs.exclusive is not self.conn:
-            raise AMQPChannelError(405, f"cannot obtain exclusive access to locked queue '{m.queue}' in vhost "
-                                   f"'{self.vhost.name}'", channel=self.number, class_id=60, method_id=20)
         tag = m.consumer_tag or _name("amq.ctag-")
         if tag in self.consumers:
             raise AMQPConnectionError(530, f"attempt to reuse consumer tag '{tag}'", channel=self.number,
@@ -282,7 +282,17 @@ class Channel:
         self.conn.send(encode_deliver(self.number, c.tag, tag, d.entry.deliveries > 1, env.exchange,
                                       env.routing_key, _props(d), d.message.value or b"", self.conn.frame_max))
 
+    def _owned(self, queue: str, class_id: int, method_id: int) -> None:
+        """RESOURCE_LOCKED for another connection's exclusive queue."""
+        qs = self.vhost.queue(queue)
+        if qs.exclusive is not None and qs.exclusive is not self.conn:
+            raise AMQPChannelError(405, f"cannot obtain exclusive access to locked queue '{queue}' in vhost "
+                                   f"'{self.vhost.name}'. It could be originally declared on another connection "
+                                   "or the exclusive property value does not match that of the original "
+                                   "declaration.", channel=self.number, class_id=class_id, method_id=method_id)
+
     def _basic_get(self, m: C.Basic.Get) -> None:
+        self._owned(m.queue, 60, 70)
         d = self.vhost.get(m.queue, self, m.no_ack)
         if d is None:
             self._reply(C.Basic.GetEmpty())

@@ -123,7 +123,7 @@ class Connection:
             return
         except AMQPConnectionError as e:
             self._events(e.events)
-            self._fail(e)
+            self._fail(e, wait_close_ok=False)  # the decoder is dead: no Close-Ok can be read
             return
         self._events(events)
 
@@ -291,14 +291,17 @@ class Connection:
             ch.closing = True
             ch.close()
 
-    def _fail(self, e: AMQPError) -> None:
+    def _fail(self, e: AMQPError, wait_close_ok: bool = True) -> None:
         log.warning("closing amqp connection from %s: %s", self.peer, e.reply_text)
         if self.state in ("closing", "closed"):
             return
         self._release_all()
         self.send(e.close_frame())
         self.state = "closing"
-        self._timers.append(self.reactor.callLater(CLOSE_GRACE, self._drop, "no close-ok"))
+        if wait_close_ok:
+            self._timers.append(self.reactor.callLater(CLOSE_GRACE, self._drop, "no close-ok"))
+        else:
+            self._drop(e.reply_text)  # the transport still writes the Close first
 
     def shutdown(self) -> None:
         """The broker is stopping: CONNECTION_FORCED, as RabbitMQ."""
