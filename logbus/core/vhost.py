@@ -81,6 +81,7 @@ class QueueState:
     consumers: list[Consumer] = field(default_factory=list)
     next_consumer: int = 0
     had_consumer: bool = False
+    used_ms: int = 0  # last declare, get or consumer change (x-expires counts from here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,7 @@ class VHost:
                                      " property value does not match that of the original declaration.")
             if not passive:
                 self._check_equivalent(qs, durable, auto_delete, dict(arguments or {}))
+            qs.used_ms = self.clock()
             return qs
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
@@ -185,7 +187,8 @@ class VHost:
         queue = Queue(name, args.limits, journal) if journal is not None else Queue(name, args.limits)
         if durable:
             queue.restore(self.queue_store.load(self.name, name))
-        qs = QueueState(name, durable, exclusive, auto_delete, dict(arguments or {}), args, queue)
+        qs = QueueState(name, durable, exclusive, auto_delete, dict(arguments or {}), args, queue,
+                        used_ms=self.clock())
         self.queues[name] = qs
         self.router.add_queue(name)
         if durable and exclusive is None and not _restoring:
@@ -265,7 +268,8 @@ class VHost:
             qs = self.queues[name]
             entry, removed = qs.queue.publish(topic, p.index, offset, size, priority=priority,
                                               expires_ms=expires, now_ms=now)
-            dropped += [(qs, r) for r in removed]
+            if removed:
+                dropped += [(qs, r) for r in removed]
             if entry is None:
                 refused = True
             else:
@@ -287,6 +291,7 @@ class VHost:
         qs = self.queue(queue)
         qs.consumers.append(consumer)  # with single active consumer, only the first is fed
         qs.had_consumer = True
+        qs.used_ms = self.clock()
         self.dispatch(queue)
 
     def cancel(self, queue: str, consumer: Consumer) -> None:
@@ -294,6 +299,7 @@ class VHost:
         if qs is None or consumer not in qs.consumers:
             return
         qs.consumers.remove(consumer)
+        qs.used_ms = self.clock()
         if qs.auto_delete and qs.had_consumer and not qs.consumers:
             self.delete_queue(queue)
 
@@ -330,6 +336,7 @@ class VHost:
     def get(self, queue: str, owner: Any, no_ack: bool) -> Delivery | None:
         """basic.get: one message, leased to ``owner`` unless ``no_ack``."""
         qs = self.queue(queue)
+        qs.used_ms = self.clock()
         entry, removed = qs.queue.take(owner, self.clock())
         for r in removed:
             self._removed(qs, r)
@@ -369,11 +376,16 @@ class VHost:
         self.dispatch(queue)
 
     def expire(self) -> None:
-        """Drop (or dead-letter) expired heads of every queue; the broker calls this."""
+        """Drop (or dead-letter) expired heads of every queue, and delete queues unused
+        for their x-expires; the broker calls this every 100 ms."""
         now = self.clock()
         for qs in list(self.queues.values()):
             for r in qs.queue.expire(now):
                 self._removed(qs, r)
+            ttl = qs.args.expires_ms
+            if ttl is not None and not qs.consumers and now - qs.used_ms >= ttl:
+                log.info("queue %r unused for %d ms (x-expires): deleted", qs.name, ttl)
+                self.delete_queue(qs.name)
 
     def _removed(self, qs: QueueState, r: Removed) -> None:
         e = r.entry

@@ -216,3 +216,26 @@ def test_durable_definitions_survive_restart_transient_ones_do_not(env: Env) -> 
     env.restart()
     env.v.load()
     assert env.v.router.bindings_from("events") == []
+
+
+def test_x_expires_deletes_an_unused_queue(env: Env) -> None:
+    v = env.v
+    v.declare_queue("idle", durable=True, arguments={"x-expires": 1000})
+    v.publish("", "idle", msg(b"x"))
+    env.now += 900
+    v.get("idle", "ch", no_ack=True)  # a get counts as use
+    env.now += 900
+    v.expire()
+    assert "idle" in v.queues
+    c = Consumer("c", "ch")
+    v.consume("idle", c)
+    env.now += 5000
+    v.expire()
+    assert "idle" in v.queues  # a consumer keeps it
+    v.cancel("idle", c)
+    env.now += 1000
+    v.expire()
+    assert "idle" not in v.queues
+    env.restart()
+    env.v.load()
+    assert "idle" not in env.v.queues  # its definition went too
