@@ -14,7 +14,7 @@ An entry is in exactly one of three states:
   then lowest ``seq`` first, so a requeued message goes back to its old place (as in
   RabbitMQ). Per priority there is a heap of seqs.
 - **leased**: handed to a consumer (``take``), not yet settled. A lease names its
-  owner (an AMQP channel, a pop receipt, ...) and may carry a deadline (pop's
+  owner (an AMQP channel, a pop receipt, ...) and may carry a deadline (for pop's
   invisible time). ``release(owner)`` (a channel closing) requeues all of an owner's
   leases in seq order, as redelivered.
 - **settled**: acked, rejected, expired, dropped by overflow or past the delivery
@@ -238,17 +238,6 @@ class Queue:
                 removed.append(r)
         return removed
 
-    def release_expired_leases(self, now_ms: int) -> list[Removed]:
-        """Requeue leases whose deadline passed (pop's invisible time)."""
-        due = sorted(seq for seq, lease in self.leases.items() if lease.deadline_ms and lease.deadline_ms <= now_ms)
-        removed = []
-        for seq in due:
-            del self.leases[seq]
-            r = self._requeue(self.entries[seq])
-            if r is not None:
-                removed.append(r)
-        return removed
-
     # -- housekeeping ----------------------------------------------------------------------
 
     def expire(self, now_ms: int) -> list[Removed]:
@@ -264,12 +253,6 @@ class Queue:
                 self._ready_out(entry)
                 removed.append(self._settle(entry, EXPIRED))
         return removed
-
-    def next_expiry(self) -> int:
-        """The earliest expiry among the heads (0: none)."""
-        times = [self.entries[h[0]].expires_ms for h in self._ready.values() if h]
-        times = [t for t in times if t]
-        return min(times, default=0)
 
     def purge(self) -> int:
         """Drop every ready entry (leased ones stay); returns how many."""

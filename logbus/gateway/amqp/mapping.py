@@ -12,7 +12,7 @@ from typing import Any
 
 from ...core.message import Envelope, Message
 from .events import Publish
-from .fastpath import Properties, encode_table
+from .fastpath import Properties, decode_table, encode_table
 
 _AMQP = Envelope.AMQP
 
@@ -66,8 +66,6 @@ def properties_of(m: Message) -> Properties:
     env = m.envelope
     headers: Any = None
     if env.amqp_headers:
-        from .fastpath import decode_table
-
         headers, _ = decode_table(env.amqp_headers, 0, len(env.amqp_headers))
     elif m.headers and env.protocol != _AMQP:
         headers = {k: (v if v is not None else None) for k, v in m.headers}
