@@ -118,7 +118,7 @@ def test_select_connection_publish_consume_close(amqp_broker: AmqpBroker) -> Non
         channel.add_on_close_callback(lambda _ch, reason: (
             None if state["closed_by"] else fail(connection, f"channel closed: {reason!r}")))
         channel.confirm_delivery(
-            lambda frame: state["confirmed"].append(frame.method),
+            lambda frame: (state["confirmed"].append(frame.method), close_when_done(channel)),
             callback=lambda _frame: channel.queue_declare(
                 q, auto_delete=True, callback=lambda _ok: publish(channel)),
         )
@@ -133,7 +133,12 @@ def test_select_connection_publish_consume_close(amqp_broker: AmqpBroker) -> Non
                    props: BasicProperties, body: bytes) -> None:
         state["received"].append((body, props.content_type, method.redelivered))
         channel.basic_ack(method.delivery_tag)
-        if len(state["received"]) == count:
+        close_when_done(channel)
+
+    def close_when_done(channel: Channel) -> None:
+        # a delivery may overtake its publish confirm (RabbitMQ's too), so wait for both
+        confirmed = max((m.delivery_tag for m in state["confirmed"]), default=0)
+        if len(state["received"]) == count and confirmed == count and not state["closed_by"]:
             state["closed_by"] = "us"
             channel.connection.close()
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
 from kafka.errors import CommitFailedError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
 
@@ -304,7 +305,9 @@ def test_librdkafka_consumer_group_shares_then_takes_over(logbus_server: Any) ->
 
     server = logbus_server(args=["--default-partitions", "4"])
     topic = "rdk"
-    produce(server, topic, [f"r{i}" for i in range(100)])
+    admin = KafkaAdminClient(bootstrap_servers=server.addresses["kafka"])
+    admin.create_topics([NewTopic(topic, 4, 1)])
+    admin.close()
 
     def consumer() -> Consumer:
         c = Consumer({"bootstrap.servers": server.addresses["kafka"], "group.id": "g-rdk",
@@ -326,6 +329,14 @@ def test_librdkafka_consumer_group_shares_then_takes_over(logbus_server: Any) ->
 
     a, b = consumer(), consumer()
     try:
+        # both members hold partitions before anything is produced, so no record is read
+        # by a member that then loses its partition in a rebalance
+        deadline = time.monotonic() + 20
+        while not (a.assignment() and b.assignment()) and time.monotonic() < deadline:
+            for c in (a, b):
+                m = c.poll(0.1)
+                assert m is None or m.error() is not None, "a record before anything was produced"
+        produce(server, topic, [f"r{i}" for i in range(100)])
         got = drain([a, b], 100)
         assert sorted(v for g in got for _, v in g) == sorted(f"r{i}" for i in range(100))
         parts = [{tp.partition for tp in c.assignment()} for c in (a, b)]
