@@ -19,6 +19,7 @@ see config.LISTENERS).
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -256,6 +257,22 @@ def tune_malloc() -> bool:
     return bool(ok and mallopt(_M_TOP_PAD, 64 << 20))
 
 
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def tune_gc() -> None:
+    """Once started: move everything alive now out of the cyclic collector's sight
+    (``gc.freeze``) and collect the young generation every 10,000 allocations instead
+    of 700. The broker holds one object per queued message (entries, cached messages),
+    and the collector kept walking them: 7% of the reactor thread's samples in a
+    confirmed publish (docs/decisions/0007). Reference counting still frees everything
+    acyclic at once; cycles are found later, not never."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+
+
 def setup_logging(level: str) -> None:
     """Everything to stderr, one line per record; Twisted's own log is bridged into it."""
     from twisted.logger import STDLibLogObserver, globalLogBeginner
@@ -335,6 +352,7 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int
                 fail("cannot write ready file %s: %s", ready_file, exc)
                 return
             wrote_ready = True
+        tune_gc()
         log.info("logbus ready (pid %d)", os.getpid())
 
     def start() -> None:

@@ -44,6 +44,11 @@ class Message:
     timestamp: int | None = None  # epoch milliseconds; None: the append time
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)  # user properties
     envelope: Envelope = field(default_factory=Envelope)
+    # The AMQP property list as a publisher sent it, delivered unchanged while the
+    # message is in memory (as RabbitMQ keeps the content header). Never stored: a
+    # message read back from the log has None and its properties are built from the
+    # envelope.
+    amqp_properties: bytes | None = field(default=None, compare=False, repr=False)
 
     def to_record(self) -> Record:
         """The record to append: user headers, then the envelope header if non-empty."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from .queue import Entry
 from .state import StateStore, queue_entries_prefix, queue_entry_key, queue_entry_seq
+from .tick import tick_of
 
 CF_QUEUES = "queues"
 _ENTRY = struct.Struct(">IqIBqI")  # partition, offset, size, priority, expires_ms, deliveries; then topic
@@ -41,6 +42,7 @@ class QueueStore:
     def __init__(self, store: StateStore | None, reactor: Any = None) -> None:
         self.store = store
         self.reactor = reactor
+        self._tick = None if reactor is None else tick_of(reactor)
         self._puts: dict[bytes, bytes] = {}
         self._deletes: set[bytes] = set()
         self._new: set[bytes] = set()  # keys first put since the last commit
@@ -81,11 +83,11 @@ class QueueStore:
         self._schedule()
 
     def _schedule(self) -> None:
-        if self.reactor is None:
+        if self._tick is None:
             self.commit()
         elif not self._scheduled:
             self._scheduled = True
-            self.reactor.callLater(0, self.commit)
+            self._tick.later(self.commit)
 
     def commit(self) -> None:
         self._scheduled = False

@@ -332,7 +332,7 @@ def test_large_active_segment_keeps_its_index_at_shutdown(
 
 
 def test_sync_readers_see_only_durable_records(open_log: OpenLog, loop: LoopReactor) -> None:
-    lm = open_log()
+    lm = open_log(inline_flush=False)  # every sync through the flusher thread
     p = lm.open_topic("t", topic_config(flush="sync"), create=True).partition(0)
     loop.wait(p.append([Record(None, b"first")]))
     assert p.high_watermark == 1

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..errors import TopicExists, UnknownPartition, UnknownTopic
 from ..metrics import Metrics
+from ..tick import tick_of
 from . import batch as B
 from .filecache import FileCache
 from .flusher import Flusher, syncfs
@@ -54,7 +55,9 @@ class LogManager:
         *,
         max_open_files: int = 1024,
         metrics: Metrics | None = None,
+        inline_flush: bool = True,
     ) -> None:
+        """``inline_flush``: let small syncs run on the reactor thread (flusher.py)."""
         self.root = os.path.join(os.fspath(data_dir), "log")
         self.fresh = not os.path.isdir(self.root)
         os.makedirs(self.root, exist_ok=True)
@@ -67,7 +70,8 @@ class LogManager:
             m.flush_files.inc(files)
 
         self.reactor = reactor
-        self.flusher = Flusher(reactor.callFromThread, on_flush)
+        self._tick = tick_of(reactor)
+        self.flusher = Flusher(reactor.callFromThread, on_flush, inline=inline_flush)
         self._to_drain: list[Partition] = []
         m.registry.register(_LogCollector(self))
         marker = os.path.join(self.root, CLEAN_MARKER)
@@ -131,17 +135,18 @@ class LogManager:
         earlier, in groups, to overlap flushing with appending measured slower: each
         smaller syncfs still pays the ~5 ms journal commit.)"""
         if not self._to_drain:
-            self.reactor.callLater(0, self.drain)
+            self._tick.later(self.drain)
         self._to_drain.append(p)
 
     def drain(self) -> None:
         """Write every partition's buffered appends (runs once per reactor tick)."""
         parts, self._to_drain = self._to_drain, []
         handoff: list[Any] = []
+        written = 0
         for p in parts:
-            p.drain(handoff)
+            written += p.drain(handoff)
         if handoff:
-            self.flusher.submit(handoff)
+            self.flusher.submit(handoff, written)
 
     def topic(self, name: str) -> Topic:
         t = self.topics.get(name)
@@ -226,3 +231,8 @@ class _LogCollector:
             byts.add_metric([t.name], sum(p.bytes_appended for p in t.partitions))
         yield recs
         yield byts
+        syncs = CounterMetricFamily("logbus_log_syncs", "Syncs that made appends durable, by the thread that ran them",
+                                    labels=["thread"])
+        syncs.add_metric(["reactor"], self._m.flusher.inline_syncs)
+        syncs.add_metric(["flusher"], self._m.flusher.thread_syncs)
+        yield syncs

@@ -107,6 +107,7 @@ class Partition:
         self._pending_now = 0
         self._wbuf: list[bytes | bytearray | memoryview] = []  # placed batches, written with one pwritev
         self._wbytes = 0
+        self._tick_bytes = 0  # written out since the last drain
         self._wseg = self.active
         self._wpos = 0
         self._touched: list[Handle] = []
@@ -323,25 +324,27 @@ class Partition:
         if not bufs:
             return
         self._wbuf = []
+        self._tick_bytes += self._wbytes
         self._wbytes = 0
         handle = self._wseg.write_at(bufs, self._wpos)
         if handle not in self._touched:
             self._touched.append(handle)
 
-    def drain(self, handoff: list[tuple[Partition, list[Handle], list[Waiter] | None, float]] | None = None) -> None:
+    def drain(self, handoff: list[tuple[Partition, list[Handle], list[Waiter] | None, float]] | None = None) -> int:
         """Encode and write this tick's appends and hand their waiters on: to the
         flusher (sync; through ``handoff`` when the caller batches many partitions),
-        or fired now (interval, none)."""
+        or fired now (interval, none). Returns the bytes written since the last drain."""
         waiters = self._waiters
         if not waiters and not self._pending and not self._wbuf:
-            return
+            return 0
         self._waiters = []
         try:
             self._encode_pending()
             self._write_out()
         except OSError as e:
             fire_waiters(waiters, self._fail(e))
-            return
+            return 0
+        written, self._tick_bytes = self._tick_bytes, 0
         handles = self._touched
         self._touched = []
         mode = self._mode
@@ -349,17 +352,18 @@ class Partition:
             fire_waiters(waiters)
             if mode != "sync":
                 self._notify()
-            return
+            return written
         if mode == "sync":
             waiters = [(self._mark_durable, self.next_offset), *waiters]
         item = (self, handles, waiters if mode == "sync" else None, self._interval)
         if handoff is None:
-            self.flusher.submit([item])
+            self.flusher.submit([item], written)
         else:
             handoff.append(item)
         if mode == "interval":
             fire_waiters(waiters)
             self._notify()
+        return written
 
     def _fail(self, e: OSError) -> StorageError:
         """A write failed: nothing more is accepted here. The failed write was cut

@@ -107,7 +107,7 @@ class Confirms:
     def _schedule(self) -> None:
         if not self.scheduled:
             self.scheduled = True
-            self.ch.conn.reactor.callLater(0, self.flush)
+            self.ch.conn.tick.later(self.flush)
 
     def flush(self) -> None:
         self.scheduled = False
@@ -452,7 +452,9 @@ class Channel:
 
 
 def _props(d: Delivery) -> bytes:
-    return encode_properties(properties_of(d.message))
+    m = d.message
+    raw = m.amqp_properties
+    return raw if raw is not None else encode_properties(properties_of(m))
 
 
 _METHOD_IDS = {"ack": 80, "nack": 120, "reject": 90}

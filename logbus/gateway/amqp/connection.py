@@ -25,6 +25,7 @@ from pamqp import base
 from pamqp import commands as C
 from pamqp import decode as pdecode
 
+from ...core.tick import tick_of
 from ...core.vhost import VHost
 from .channel import Channel
 from .codec import HEARTBEAT_FRAME, Decoder, encode_method
@@ -86,6 +87,8 @@ class Connection:
         self._received = self._sent = 0.0
         self._paused = False
         self._started = False  # Connection.Start sent
+        self._out: list[bytes] = []  # frames of this turn, written at its end as one send
+        self.tick = tick_of(reactor)
 
     # -- I/O glue ---------------------------------------------------------------------------
 
@@ -103,8 +106,18 @@ class Connection:
 
     def send(self, data: bytes) -> None:
         if self.open:
+            out = self._out
+            if not out:
+                self.tick.later(self.flush)
+            out.append(data)
+
+    def flush(self) -> None:
+        """Write this turn's frames (Tick calls it at the end of the turn)."""
+        out = self._out
+        if out:
+            self._out = []
             self._sent = self.reactor.seconds()
-            self._send(data)
+            self._send(out[0] if len(out) == 1 else b"".join(out))
 
     def send_method(self, channel: int, method: base.Frame) -> None:
         self.send(encode_method(channel, method))
@@ -118,7 +131,7 @@ class Connection:
         try:
             events = self.decoder.feed(data)
         except BadProtocolHeader as e:
-            self._send(e.reply)
+            self.send(e.reply)
             self._drop(f"bad protocol header {e.received!r}")
             return
         except AMQPConnectionError as e:
@@ -313,12 +326,14 @@ class Connection:
         if not self.open:
             return
         self._release_all()
+        self.flush()  # a Close frame, say: the transport writes it before closing
         self.open = False
         self.state = "closed"
         self._close()
 
     def connection_lost(self) -> None:
         self._release_all()
+        self._out.clear()
         self.open = False
         self.state = "closed"
         for t in self._timers:

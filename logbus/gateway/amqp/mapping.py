@@ -48,7 +48,7 @@ def to_message(p: Publish) -> Message:
         env.user_id = props.user_id
     if props.app_id is not None:
         env.app_id = props.app_id
-    return Message(p.routing_key.encode(), p.body, None, user, env)
+    return Message(p.routing_key.encode(), p.body, None, user, env, p.raw_properties)
 
 
 def _user_headers(table: dict[str, Any]) -> list[tuple[str, bytes | None]]:
