@@ -92,7 +92,7 @@ class Flusher:
     ) -> None:
         self._call = call_in_reactor
         self._on_flush = on_flush
-        self.inline = inline and not os.environ.get("NOINLINE")
+        self.inline = inline
         self._outstanding = 0  # tickets queued for the thread and not yet completed
         self._inline_seconds = 0.0  # moving average of an inline sync
         self._skipped = 0  # eligible submissions sent to the thread since the last inline one
