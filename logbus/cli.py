@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="address Kafka clients are told to connect to (default: the one they used)")
     serve.add_argument("--kafka-auto-create-topics", metavar="BOOL",
                        help="create a topic when a Kafka client first asks for it (default: true)")
+    serve.add_argument("--memory-high-watermark", metavar="X",
+                       help="memory alarm above this fraction of RAM (0 < X <= 1) or this many"
+                            " bytes (X > 1) of process RSS (default: 0.4)")
+    serve.add_argument("--disk-free-limit", metavar="BYTES",
+                       help="disk alarm below this many bytes free on the data directory's"
+                            " filesystem (default: 50000000)")
     serve.add_argument("--log-level", metavar="LEVEL",
                        help="debug | info | warning | error | critical")
     serve.add_argument("--ready-file", metavar="FILE", type=Path,
@@ -103,6 +109,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "max_open_files": args.max_open_files,
         "kafka_advertised": args.kafka_advertised,
         "kafka_auto_create_topics": args.kafka_auto_create_topics,
+        "memory_high_watermark": args.memory_high_watermark,
+        "disk_free_limit": args.disk_free_limit,
         "log_level": args.log_level,
     }
     try:

@@ -23,6 +23,12 @@ from typing import Any, Callable, Mapping
 
 from .core.errors import InvalidConfig
 from .core.log.topic_config import TopicConfig, parse_flush
+from .core.pressure import (
+    DEFAULT_DISK_FREE_LIMIT,
+    DEFAULT_MEMORY_HIGH_WATERMARK,
+    MAX_BYTES,
+    check_watermark,
+)
 
 # Listener names, in start order. server.GATEWAYS maps each one to its protocol factory.
 LISTENERS = ("amqp", "mqtt", "kafka", "http")
@@ -49,6 +55,9 @@ class Settings:
     log_level: str = "info"
     kafka_advertised: str = ""  # host:port Kafka clients are told to connect to; "": the address they used
     kafka_auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
+    # resource alarms (core/pressure.py): a fraction of RAM in (0, 1], or bytes above 1
+    memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK
+    disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT  # bytes free on the data dir's filesystem
     config_file: Path | None = None  # the TOML file these settings were read from, if any
 
     def listeners(self) -> dict[str, str]:
@@ -158,6 +167,22 @@ def _log_level(raw: Any) -> str:
     return value
 
 
+def _watermark(raw: Any) -> float:
+    """A fraction of RAM or a byte count (core/pressure.py tells them by magnitude).
+    Text (environment, flags) is read as an integer when it is one, so a byte count
+    prints back as ``2000000000``, not ``2e9``."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        try:
+            raw = int(text)
+        except ValueError:
+            try:
+                raw = float(text)
+            except ValueError:
+                raise ValueError(f"must be a number, not {raw!r}") from None
+    return check_watermark(raw)
+
+
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "data_dir": _data_dir,
     "amqp": check_endpoint,
@@ -170,6 +195,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "log_level": _log_level,
     "kafka_advertised": _host_port,
     "kafka_auto_create_topics": _as_bool,
+    "memory_high_watermark": _watermark,
+    "disk_free_limit": lambda raw: _as_int(raw, 0, MAX_BYTES),
 }
 KEYS = tuple(_CONVERTERS)
 

@@ -182,6 +182,8 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         reactor=reactor,
         topic_defaults=settings.topic_defaults(),
         max_open_files=settings.max_open_files,
+        memory_high_watermark=settings.memory_high_watermark,
+        disk_free_limit=settings.disk_free_limit,
     )
     service = LogbusService(broker)
     for name, description in settings.listeners().items():

@@ -25,6 +25,12 @@ from .log import AppendResult, LogManager, Record
 from .log.batch import now_ms
 from .log.topic_config import TopicConfig, validate_topic_name
 from .metrics import Metrics
+from .pressure import (
+    DEFAULT_DISK_FREE_LIMIT,
+    DEFAULT_MEMORY_HIGH_WATERMARK,
+    AlarmCollector,
+    ResourceMonitor,
+)
 from .state import TOPIC_PREFIX, StateStore, topic_key
 from .state_pb2 import TopicRecord
 from .groups import GroupCoordinator
@@ -72,6 +78,7 @@ class TopicInfo:
 
 HOUSEKEEPING_SECONDS = 10.0
 EXPIRY_SECONDS = 0.1  # how often queues drop expired messages (x-message-ttl)
+PRESSURE_SECONDS = 1.0  # how often memory and disk are checked against their limits
 
 
 class Broker:
@@ -82,6 +89,8 @@ class Broker:
         reactor: Any = None,
         topic_defaults: TopicConfig | None = None,
         max_open_files: int = 1024,
+        memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK,
+        disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -92,6 +101,11 @@ class Broker:
         self.metrics = Metrics()
         self.topic_defaults = topic_defaults or TopicConfig()
         self.max_open_files = max_open_files
+        # Made here, not at start, so gateways built before start can subscribe to it.
+        self.pressure = ResourceMonitor(self.data_dir, memory_high_watermark=memory_high_watermark,
+                                        disk_free_limit=disk_free_limit)
+        self.metrics.registry.register(AlarmCollector(self.pressure))
+        self._pressure: LoopingCall | None = None
         self.state: StateStore | None = None
         self.producers = ProducerRegistry(None)  # replaced at start, with the store
         self.groups = GroupCoordinator(reactor)  # consumer groups (the Kafka gateway's)
@@ -130,6 +144,9 @@ class Broker:
         self._expiry = LoopingCall(self._expire)
         self._expiry.clock = self.reactor
         self._expiry.start(EXPIRY_SECONDS, now=False)
+        self._pressure = LoopingCall(self.pressure.check)
+        self._pressure.clock = self.reactor
+        self._pressure.start(PRESSURE_SECONDS, now=True)  # alarms are known before any listener
         log.info(
             "broker started on %s: %d topics, %d committed group offsets (%s)",
             self.data_dir,
@@ -155,7 +172,7 @@ class Broker:
 
     def stop(self) -> Deferred[None]:
         """Flush everything, mark the shutdown clean and release the data directory."""
-        for call in (self._housekeeping, self._expiry):
+        for call in (self._housekeeping, self._expiry, self._pressure):
             if call is not None and call.running:
                 call.stop()
         if self.vhosts:

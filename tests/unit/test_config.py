@@ -240,3 +240,50 @@ def test_data_dir_expands_user(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings({"data_dir": "~/logbus"}, environ={}).data_dir == Path(
         "/home/someone/logbus"
     )
+
+
+def test_resource_limits_defaults_are_rabbitmqs() -> None:
+    s = Settings()
+    assert (s.memory_high_watermark, s.disk_free_limit) == (0.4, 50_000_000)
+
+
+def test_resource_limits_from_file_env_and_flags(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "memory_high_watermark = 0.5\ndisk_free_limit = 1_000_000_000\n")
+    s = load_settings({"config": str(path)}, environ={})
+    assert (s.memory_high_watermark, s.disk_free_limit) == (0.5, 1_000_000_000)
+    s = load_settings({}, environ={"LOGBUS_MEMORY_HIGH_WATERMARK": " 0.25 ",
+                                   "LOGBUS_DISK_FREE_LIMIT": "0"})
+    assert (s.memory_high_watermark, s.disk_free_limit) == (0.25, 0)
+    # above 1 a watermark is a byte count, and stays an integer
+    s = load_settings({"memory_high_watermark": "2000000000"}, environ={})
+    assert s.memory_high_watermark == 2_000_000_000 and isinstance(s.memory_high_watermark, int)
+    assert load_settings({"memory_high_watermark": "1"}, environ={}).memory_high_watermark == 1.0
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        ({"memory_high_watermark": "0"}, "fraction of RAM (0 < x <= 1) or a whole number of bytes"),
+        ({"memory_high_watermark": "1.5"}, "fraction of RAM"),
+        ({"memory_high_watermark": "lots"}, "must be a number, not 'lots'"),
+        ({"memory_high_watermark": True}, "fraction of RAM"),
+        ({"disk_free_limit": "-1"}, "between 0 and"),
+        ({"disk_free_limit": "50MB"}, "must be an integer"),
+        ({"disk_free_limit": 1.5}, "must be an integer"),
+    ],
+)
+def test_invalid_resource_limits(flags: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(flags, environ={})
+    assert str(info.value).startswith(f"{next(iter(flags))}: ")
+    assert fragment in str(info.value)
+
+
+def test_every_key_is_a_serve_flag() -> None:
+    from logbus.cli import build_parser
+
+    args = ["serve"]
+    for key in KEYS:
+        args += [f"--{key.replace('_', '-')}", "x"]
+    parsed = vars(build_parser().parse_args(args))
+    assert all(parsed[key] == "x" for key in KEYS)

@@ -13,6 +13,11 @@ header gets our header back and the socket closed.
 
 Heartbeats: we send one whenever nothing was sent for half the interval, and drop the
 connection when nothing arrived for two intervals (RabbitMQ's rule).
+
+Resource alarms (core/pressure.py): while the broker is low on memory or disk, a
+connection that has published is not read, and is told so with Connection.Blocked, then
+Unblocked, if it has RabbitMQ's ``connection.blocked`` capability. Missing heartbeats
+are not held against it meanwhile: we are the ones not reading them.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pamqp import base
 from pamqp import commands as C
 from pamqp import decode as pdecode
 
+from ...core.pressure import RESOURCES
 from ...core.tick import tick_of
 from ...core.vhost import VHost
 from .channel import Channel
@@ -56,16 +62,25 @@ SERVER_PROPERTIES: dict[str, Any] = {
         "authentication_failure_close": True,
     },
 }  # fmt: skip
+BLOCKED_REASONS = {"memory": "low on memory", "disk": "low on disk"}  # RabbitMQ's texts
+
+
+def blocked_reason(alarms: frozenset[str]) -> str | None:
+    """Connection.Blocked's reason for the active alarms ("low on memory & low on disk",
+    as RabbitMQ joins them), or None when there are none."""
+    return " & ".join(BLOCKED_REASONS[name] for name in RESOURCES if name in alarms) or None
 
 
 class Connection:
     def __init__(self, vhosts: Mapping[str, VHost], users: Mapping[str, str], *, send: Callable[[bytes], None],
-                 close: Callable[[], None], reactor: Any, peer_is_loopback: bool, peer: str = "",
+                 close: Callable[[], None], reading: Callable[[bool], None], reactor: Any,
+                 peer_is_loopback: bool, peer: str = "",
                  heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX) -> None:
         self.vhosts = vhosts
         self.users = users
         self._send = send
         self._close = close
+        self._reading = reading  # False: stop reading from the socket, True: read again
         self.reactor = reactor
         self.peer_is_loopback = peer_is_loopback
         self.peer = peer
@@ -80,6 +95,10 @@ class Connection:
         self.closing_channels: set[int] = set()
         self.exclusive_queues: set[str] = set()
         self.cancel_notify = False
+        self.blocked_notify = False  # the client has the connection.blocked capability
+        self.published = False  # a basic.publish was handled: resource alarms block us
+        self.blocked = False  # not read because of a resource alarm
+        self._alarm: str | None = None  # the broker's blocked reason, None: no alarm
         self.user = ""
         self.vhost: VHost = next(iter(vhosts.values()))
         self.open = True
@@ -139,6 +158,8 @@ class Connection:
             self._fail(e, wait_close_ok=False)  # the decoder is dead: no Close-Ok can be read
             return
         self._events(events)
+        if self._alarm is not None and self.published:
+            self._block(self._alarm)  # the first publish under an alarm: read no further
 
     def _events(self, events: list[Any]) -> None:
         if not self._started and self.decoder.greeted:
@@ -193,6 +214,7 @@ class Connection:
             raise AMQPConnectionError(CHANNEL_ERROR, "expected 'channel.open'", channel=channel,
                                       class_id=index >> 16, method_id=index & 0xFFFF)
         if t is Publish:
+            self.published = True
             ch.publish(ev)
         elif t is Ack or t is Nack or t is Reject:
             ch.settle(ev)
@@ -246,6 +268,7 @@ class Connection:
     def _authenticate(self, m: C.Connection.StartOk) -> None:
         caps: Any = (m.client_properties or {}).get("capabilities")
         self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
+        self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
         user = password = None
         response = m.response.encode("latin-1") if isinstance(m.response, str) else bytes(m.response or b"")
         if m.mechanism == "PLAIN":
@@ -282,13 +305,37 @@ class Connection:
         if not self.open:
             return
         now = self.reactor.seconds()
-        if now - self._received > 2 * self.heartbeat:
+        if not self.blocked and now - self._received > 2 * self.heartbeat:
             log.info("amqp connection %s: missed heartbeats, closing", self.peer)
             self._drop("missed heartbeats")
             return
         if now - self._sent >= self.heartbeat / 2:
             self.send(HEARTBEAT_FRAME)
         self._timers.append(self.reactor.callLater(self.heartbeat / 2, self._beat))
+
+    # -- resource alarms -----------------------------------------------------------------------------
+
+    def resource_alarm(self, reason: str | None) -> None:
+        """The broker's alarms changed: ``reason`` (see blocked_reason) while any is set,
+        None once all have cleared. Only a connection that has published is blocked; one
+        that only consumes goes on, so consumers can drain what fills memory or disk."""
+        self._alarm = reason
+        if reason is not None and self.published:
+            self._block(reason)
+        elif reason is None and self.blocked:
+            self.blocked = False
+            self._received = self.reactor.seconds()  # the silence while blocked was ours
+            if self.blocked_notify:
+                self.send_method(0, C.Connection.Unblocked())
+            self._reading(True)
+
+    def _block(self, reason: str) -> None:
+        if self.blocked or not self.open or self.state != "running":
+            return
+        self.blocked = True
+        if self.blocked_notify:
+            self.send_method(0, C.Connection.Blocked(reason))
+        self._reading(False)
 
     # -- closing -----------------------------------------------------------------------------------
 
@@ -311,6 +358,9 @@ class Connection:
         self._release_all()
         self.send(e.close_frame())
         self.state = "closing"
+        if self.blocked:  # read again, or the Close-Ok never arrives
+            self.blocked = False
+            self._reading(True)
         if wait_close_ok:
             self._timers.append(self.reactor.callLater(CLOSE_GRACE, self._drop, "no close-ok"))
         else:

@@ -3,6 +3,10 @@
 The transport's push-producer callbacks tell the connection when the socket's buffer
 is full (``pauseProducing``), so consumers without acks stop being fed until it
 drains; consumers with acks are bounded by their prefetch anyway.
+
+The other direction is the broker's: the factory follows the resource alarms
+(core/pressure.py) and hands them to every connection, which may ask its transport to
+stop reading (the transport's own ``pauseProducing``) until they clear.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
 from ...core.broker import Broker
-from .connection import Connection
+from .connection import Connection, blocked_reason
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +76,12 @@ class AmqpProtocol(Protocol):
         peer = t.getPeer()
         host = getattr(peer, "host", "")
         self.conn = Connection(self.factory.broker.vhosts, self.factory.users, send=direct_writer(t),
-                               close=t.loseConnection, reactor=self.factory.reactor,
+                               close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
                                peer_is_loopback=_loopback(host), peer=f"{host}:{getattr(peer, 'port', '')}")
         t.registerProducer(self, True)
         self.factory.connections.add(self)
+        if self.factory.alarm is not None:
+            self.conn.resource_alarm(self.factory.alarm)
 
     def dataReceived(self, data: bytes) -> None:
         assert self.conn is not None
@@ -89,6 +95,14 @@ class AmqpProtocol(Protocol):
         self.factory.connections.discard(self)
         if self.conn is not None:
             self.conn.connection_lost()
+
+    def _reading(self, on: bool) -> None:
+        """Resume or stop reading from the socket (a resource alarm)."""
+        t = cast(Any, self.transport)
+        if on:
+            t.resumeProducing()
+        else:
+            t.pauseProducing()
 
     # IPushProducer: the transport's buffer filled up / drained
     def pauseProducing(self) -> None:
@@ -109,9 +123,17 @@ class AmqpFactory(Factory):
         self.reactor = reactor
         self.users = dict(users or DEFAULT_USERS)
         self.connections: set[AmqpProtocol] = set()
+        self.alarm = blocked_reason(broker.pressure.alarms)  # Connection.Blocked's reason
+        broker.pressure.subscribe(self._alarms_changed)
 
     def buildProtocol(self, addr: Any) -> AmqpProtocol:
         return AmqpProtocol(self)
+
+    def _alarms_changed(self, alarms: frozenset[str]) -> None:
+        self.alarm = blocked_reason(alarms)
+        for p in list(self.connections):
+            if p.conn is not None:
+                p.conn.resource_alarm(self.alarm)
 
     def close_connections(self, grace: float = 2.0) -> Deferred[None]:
         """The broker is stopping: Connection.Close 320 CONNECTION_FORCED to every

@@ -3,6 +3,7 @@
     /healthz                 health.Health
     /metrics                 metrics.Metrics
     /api/topics[/<name>]     topics.Topics, topics.Topic
+    /api/limits              limits.Limits (resource alarm limits, at run time)
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.web import http, server
 
 from .health import Health
+from .limits import Limits
 from .metrics import Metrics
 from .request import LimitedRequest
 from .resource import Directory
@@ -40,6 +42,7 @@ def build_resource(broker: Broker) -> Directory:
     api = Directory()
     root.putChild(b"api", api)
     api.putChild(b"topics", Topics(broker))
+    api.putChild(b"limits", Limits(broker))
     return root
 
 
