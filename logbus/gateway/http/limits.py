@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.web import server
 
-from .request import read_json
+from .request import json_object, read_json
 from .resource import ApiResource
 from .responses import HttpError, Response
 
@@ -47,15 +47,7 @@ class Limits(ApiResource):
 def parse_limits(body: Any) -> dict[str, Any]:
     """The PUT body -> keyword arguments of ResourceMonitor.set_limits, or HttpError.
     The values themselves are checked by the monitor (InvalidConfig: 400)."""
-    if not isinstance(body, dict):
-        raise HttpError(400, "bad_request", "request body must be a JSON object")
-    unknown = sorted(set(body) - set(FIELDS))
-    if unknown:
-        raise HttpError(
-            400,
-            "bad_request",
-            f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(FIELDS)})",
-        )
+    body = json_object(body, FIELDS)
     if not body:
         raise HttpError(400, "bad_request", f"give at least one of {', '.join(FIELDS)}")
     if any(value is None for value in body.values()):

@@ -88,3 +88,18 @@ def read_json(request: server.Request) -> Any:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise HttpError(400, "bad_json", f"request body is not valid JSON: {exc}") from None
+
+
+def json_object(body: Any, known: tuple[str, ...]) -> dict[str, Any]:
+    """``body`` (from read_json) as a JSON object holding only ``known`` fields, or
+    HttpError 400 bad_request."""
+    if not isinstance(body, dict):
+        raise HttpError(400, "bad_request", "request body must be a JSON object")
+    unknown = sorted(set(body) - set(known))
+    if unknown:
+        raise HttpError(
+            400,
+            "bad_request",
+            f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(known)})",
+        )
+    return body

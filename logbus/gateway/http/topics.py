@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from twisted.web import resource, server
 
-from .request import read_json
+from .request import json_object, read_json
 from .resource import ApiResource
 from .responses import HttpError, Response
 
@@ -74,15 +74,7 @@ class Topic(ApiResource):
 
 def parse_create(body: Any) -> tuple[str, dict[str, Any]]:
     """The create request body -> (name, settings for Broker.create_topic), or HttpError."""
-    if not isinstance(body, dict):
-        raise HttpError(400, "bad_request", "request body must be a JSON object")
-    unknown = sorted(set(body) - set(CREATE_FIELDS))
-    if unknown:
-        raise HttpError(
-            400,
-            "bad_request",
-            f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(CREATE_FIELDS)})",
-        )
+    body = json_object(body, CREATE_FIELDS)
     if "name" not in body:
         raise HttpError(400, "bad_request", "field 'name' is required")
     name = body["name"]
