@@ -266,14 +266,16 @@ class Queue:
 
     # -- restart ---------------------------------------------------------------------------
 
-    def restore(self, entries: list[Entry]) -> None:
+    def restore(self, entries: list[Entry], next_seq: int = 0) -> None:
         """Load the unsettled entries a journal kept (any order): all become ready;
-        those delivered before come back as redelivered."""
+        those delivered before come back as redelivered. Numbering goes on above them,
+        and from ``next_seq`` if that is higher."""
         assert not self.entries, "restore into an empty queue"
         for e in sorted(entries, key=lambda e: e.seq):
             self.entries[e.seq] = e
             self._push_ready(e)
             self.next_seq = e.seq + 1
+        self.next_seq = max(self.next_seq, next_seq)
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -29,6 +29,10 @@ queues         ``b"qentry\0" + vhost + b"\0"``      fixed-width entry (see
                ``+ queue + b"\0" + seq``           ``queue_store.pack_entry``):
                (seq: uint64 big-endian)            one unsettled message of a
                                                    queue (core/queue.py)
+               ``b"qdeliv\0" + vhost + b"\0"``      uint64 big-endian: the highest
+               ``+ queue + b"\0"``                 seq delivered (queues whose
+                                                   entries are not rewritten per
+                                                   delivery; see queue_store)
 timers         (later) kind, due ms, unique id     lease or timer
 sessions       (later) client id / retained topic  MQTT session, retained message
 producers      ``b"producer\0" + topic + b"\0"``   ``ProducerRecord`` (idempotent
@@ -395,6 +399,14 @@ def queue_entry_key(vhost: str, queue: str, seq: int) -> bytes:
 
 def queue_entry_seq(key: bytes) -> int:
     return int(_SEQ.unpack(key[-_SEQ.size :])[0])
+
+
+QUEUE_DELIVERED_PREFIX = b"qdeliv\x00"
+
+
+def queue_delivered_key(vhost: str, queue: str) -> bytes:
+    """queues CF: the delivered mark of one queue (``queue_store``)."""
+    return QUEUE_DELIVERED_PREFIX + _text(vhost) + _text(queue)
 
 
 # -- metadata CF: AMQP definitions (logbus.core.definitions) -----------------------------

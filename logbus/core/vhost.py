@@ -183,10 +183,13 @@ class VHost:
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
         args = parse_queue_arguments(name, self.name, arguments)
-        journal = self.queue_store.journal(self.name, name) if durable else None
+        # exact delivery counts where they are read: the delivery limit; and with
+        # priorities, entries are not handed out in seq order (queue_store)
+        exact = args.limits.delivery_limit is not None or args.limits.max_priority > 0
+        journal = self.queue_store.journal(self.name, name, exact=exact) if durable else None
         queue = Queue(name, args.limits, journal) if journal is not None else Queue(name, args.limits)
         if durable:
-            queue.restore(self.queue_store.load(self.name, name))
+            queue.restore(*self.queue_store.load(self.name, name))
         qs = QueueState(name, durable, exclusive, auto_delete, dict(arguments or {}), args, queue,
                         used_ms=self.clock())
         self.queues[name] = qs
