@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--disk-free-limit", metavar="BYTES",
                        help="disk alarm below this many bytes free on the data directory's"
                             " filesystem (default: 50000000)")
+    serve.add_argument("--amqp-read-linger-ms", metavar="MS",
+                       help="after a read of several AMQP frames, wait this long before reading"
+                            " that connection again, to batch a pipelining client (default: 1; 0: off)")
     serve.add_argument("--log-level", metavar="LEVEL",
                        help="debug | info | warning | error | critical")
     serve.add_argument("--ready-file", metavar="FILE", type=Path,
@@ -111,6 +114,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "kafka_auto_create_topics": args.kafka_auto_create_topics,
         "memory_high_watermark": args.memory_high_watermark,
         "disk_free_limit": args.disk_free_limit,
+        "amqp_read_linger_ms": args.amqp_read_linger_ms,
         "log_level": args.log_level,
     }
     try:

@@ -55,6 +55,7 @@ class Settings:
     log_level: str = "info"
     kafka_advertised: str = ""  # host:port Kafka clients are told to connect to; "": the address they used
     kafka_auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
+    amqp_read_linger_ms: float = 1.0  # pause after a pipelined read (gateway/amqp/protocol.py)
     # resource alarms (core/pressure.py): a fraction of RAM in (0, 1], or bytes above 1
     memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK
     disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT  # bytes free on the data dir's filesystem
@@ -150,6 +151,18 @@ def _host_port(raw: Any) -> str:
     return value
 
 
+def _as_float(raw: Any, lo: float, hi: float) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ValueError(f"must be a number, not {raw!r}")
+    try:
+        value = float(raw.strip() if isinstance(raw, str) else raw)
+    except ValueError:
+        raise ValueError(f"must be a number, not {raw!r}") from None
+    if not lo <= value <= hi:  # NaN fails this too
+        raise ValueError(f"must be between {lo:g} and {hi:g}, not {raw!r}")
+    return value
+
+
 def _as_bool(raw: Any) -> bool:
     if isinstance(raw, bool):
         return raw
@@ -195,6 +208,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "log_level": _log_level,
     "kafka_advertised": _host_port,
     "kafka_auto_create_topics": _as_bool,
+    "amqp_read_linger_ms": lambda raw: _as_float(raw, 0.0, 100.0),
     "memory_high_watermark": _watermark,
     "disk_free_limit": lambda raw: _as_int(raw, 0, MAX_BYTES),
 }

@@ -25,3 +25,8 @@ class Metrics:
         self.partitions = Gauge("logbus_partitions", "Open partitions", registry=r)
         self.topics = Gauge("logbus_topics", "Topics", registry=r)
         self.open_files = Gauge("logbus_open_files", "Segment files held open", registry=r)
+        self.amqp_read_lingers = Counter(
+            "logbus_amqp_read_lingers",
+            "Pauses in reading a pipelining AMQP connection, to read more at once (read linger)",
+            registry=r,
+        )

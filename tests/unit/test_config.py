@@ -279,6 +279,16 @@ def test_invalid_resource_limits(flags: dict[str, object], fragment: str) -> Non
     assert fragment in str(info.value)
 
 
+def test_amqp_read_linger() -> None:
+    assert Settings().amqp_read_linger_ms == 1.0
+    assert load_settings({}, environ={"LOGBUS_AMQP_READ_LINGER_MS": "0"}).amqp_read_linger_ms == 0.0
+    assert load_settings({"amqp_read_linger_ms": "2.5"}, environ={}).amqp_read_linger_ms == 2.5
+    for bad, fragment in (("-1", "between 0 and 100"), ("101", "between 0 and 100"), ("nan", "between"),
+                          ("soon", "must be a number"), (True, "must be a number")):
+        with pytest.raises(ConfigError, match=fragment):
+            load_settings({"amqp_read_linger_ms": bad}, environ={})
+
+
 def test_every_key_is_a_serve_flag() -> None:
     from logbus.cli import build_parser
 

@@ -97,6 +97,7 @@ class Connection:
         self.cancel_notify = False
         self.blocked_notify = False  # the client has the connection.blocked capability
         self.published = False  # a basic.publish was handled: resource alarms block us
+        self._streamed = 0  # publishes and settlements in the bytes being handled
         self.blocked = False  # not read because of a resource alarm
         self._alarm: str | None = None  # the broker's blocked reason, None: no alarm
         self.user = ""
@@ -143,23 +144,28 @@ class Connection:
 
     # -- bytes in ------------------------------------------------------------------------------
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes) -> int:
+        """Handle the bytes; returns how many publishes, acks, nacks and rejects they
+        completed, so the shell can tell a pipelining client from one waiting for each
+        reply."""
         if not self.open:
-            return
+            return 0
         self._received = self.reactor.seconds()
         try:
             events = self.decoder.feed(data)
         except BadProtocolHeader as e:
             self.send(e.reply)
             self._drop(f"bad protocol header {e.received!r}")
-            return
+            return 0
         except AMQPConnectionError as e:
             self._events(e.events)
             self._fail(e, wait_close_ok=False)  # the decoder is dead: no Close-Ok can be read
-            return
+            return 0
+        self._streamed = 0
         self._events(events)
         if self._alarm is not None and self.published:
             self._block(self._alarm)  # the first publish under an alarm: read no further
+        return self._streamed
 
     def _events(self, events: list[Any]) -> None:
         if not self._started and self.decoder.greeted:
@@ -215,8 +221,10 @@ class Connection:
                                       class_id=index >> 16, method_id=index & 0xFFFF)
         if t is Publish:
             self.published = True
+            self._streamed += 1
             ch.publish(ev)
         elif t is Ack or t is Nack or t is Reject:
+            self._streamed += 1
             ch.settle(ev)
         elif t is MethodReceived:
             m = ev.method
