@@ -49,6 +49,9 @@ class Message:
     # message read back from the log has None and its properties are built from the
     # envelope.
     amqp_properties: bytes | None = field(default=None, compare=False, repr=False)
+    # What every AMQP delivery of this message repeats, encoded on the first one
+    # (gateway/amqp/fastpath.py ``deliver_parts``); never stored.
+    amqp_wire: tuple[bytes, bytes] | None = field(default=None, compare=False, repr=False)
 
     def to_record(self) -> Record:
         """The record to append: user headers, then the envelope header if non-empty."""

@@ -185,6 +185,9 @@ def test_content_encoders_match_pamqp(
     ret = commands.Basic.Return(code, rk, exchange, rk)
     assert encode_return(ch, code, rk, exchange, rk, given_props, body, frame_max) == pamqp_content(ch, ret, pp, body, frame_max)
     assert all(len(f) <= frame_max for f in split_frames(encode_deliver(ch, ctag, tag, redelivered, exchange, rk, props, body, frame_max)))
+    parts = fastpath.deliver_parts(exchange, rk, given_props, body)  # once per message, then per delivery:
+    assert fastpath.encode_deliver_parts(ch, fastpath.shortstr(ctag), tag, redelivered, parts, body,
+                                         frame_max) == pamqp_content(ch, deliver, pp, body, frame_max)
 
 
 def split_frames(data: bytes) -> list[bytes]:
@@ -223,6 +226,9 @@ def test_encoders_refuse_what_amqp_cannot_say() -> None:
         encode_deliver(1, "c" * 256, 1, False, "", "", Properties(), b"", 4096)
     with pytest.raises(LocalProtocolError):  # a content header frame must fit in frame_max
         encode_deliver(1, "c", 1, False, "", "", Properties(headers={"h": "x" * 5000}), b"", 4096)
+    parts = fastpath.deliver_parts("", "", Properties(headers={"h": "x" * 5000}), b"")
+    with pytest.raises(LocalProtocolError):
+        fastpath.encode_deliver_parts(1, b"\x01c", 1, False, parts, b"", 4096)
     with pytest.raises(LocalProtocolError):
         encode_properties(Properties(priority=256))
     with pytest.raises(LocalProtocolError):

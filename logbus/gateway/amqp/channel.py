@@ -36,7 +36,16 @@ from .errors import (
     AMQPConnectionError,
 )
 from .events import Ack, Nack, Publish, Reject
-from .fastpath import encode_ack, encode_deliver, encode_get_ok, encode_nack, encode_properties, encode_return
+from .fastpath import (
+    deliver_parts,
+    encode_ack,
+    encode_deliver_parts,
+    encode_get_ok,
+    encode_nack,
+    encode_properties,
+    encode_return,
+    shortstr,
+)
 from .mapping import properties_of, to_message
 
 if TYPE_CHECKING:
@@ -50,11 +59,12 @@ def _name(prefix: str) -> str:
 class ChannelConsumer:
     """``core.vhost.Consumer`` for one basic.consume."""
 
-    __slots__ = ("tag", "owner", "no_ack", "queue", "prefetch", "unacked", "exclusive")
+    __slots__ = ("tag", "tag_raw", "owner", "no_ack", "queue", "prefetch", "unacked", "exclusive")
 
     def __init__(self, tag: str, channel: Channel, queue: str, no_ack: bool, prefetch: int,
                  exclusive: bool = False) -> None:
         self.tag = tag
+        self.tag_raw = shortstr(tag)  # as basic.deliver carries it
         self.exclusive = exclusive
         self.owner = channel
         self.queue = queue
@@ -278,9 +288,13 @@ class Channel:
         if not c.no_ack:
             self.unacked[tag] = (d.queue, d.entry.seq, c)
             c.unacked += 1
-        env = d.message.envelope
-        self.conn.send(encode_deliver(self.number, c.tag, tag, d.entry.deliveries > 1, env.exchange,
-                                      env.routing_key, _props(d), d.message.value or b"", self.conn.frame_max))
+        m = d.message
+        parts = m.amqp_wire
+        if parts is None:  # the first delivery of this message (fanout: the others reuse it)
+            env = m.envelope
+            parts = m.amqp_wire = deliver_parts(env.exchange, env.routing_key, _props(d), m.value or b"")
+        self.conn.send(encode_deliver_parts(self.number, c.tag_raw, tag, d.entry.deliveries > 1, parts,
+                                            m.value or b"", self.conn.frame_max))
 
     def _owned(self, queue: str, class_id: int, method_id: int) -> None:
         """RESOURCE_LOCKED for another connection's exclusive queue."""

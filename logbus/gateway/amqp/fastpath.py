@@ -455,6 +455,39 @@ def encode_deliver(
     return _content(channel, method, properties, body, frame_max)
 
 
+_METHOD_HEAD = struct.Struct(">BHIHH")  # method frame head, class id, method id
+_NEXT_FRAME = struct.Struct(">BBHI")  # the previous frame's end octet, then a frame head
+
+
+def deliver_parts(exchange: str, routing_key: str, properties: Properties | bytes, body: bytes) -> tuple[bytes, bytes]:
+    """What every delivery of one message repeats: the method's exchange and routing
+    key, and the content header's payload (class, weight, body size, properties)."""
+    raw = properties if isinstance(properties, bytes) else encode_properties(properties)
+    return shortstr(exchange) + shortstr(routing_key), CONTENT_HEAD.pack(60, 0, len(body)) + raw
+
+
+def encode_deliver_parts(
+    channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool, parts: tuple[bytes, bytes],
+    body: bytes, frame_max: int,
+) -> bytes:  # fmt: skip
+    """``encode_deliver``'s frames from ``deliver_parts`` and the consumer tag as a
+    shortstr, in one join: a delivery is the hottest thing the broker writes."""
+    route, header = parts
+    size = len(body)
+    if size > frame_max - 8 or len(header) + 8 > frame_max:  # a split body, or the error
+        method = b"".join((_DELIVER, consumer_tag, TAG_BITS.pack(delivery_tag, redelivered), route))
+        return _content(channel, method, header[CONTENT_HEAD.size :], body, frame_max)
+    method_size = 4 + len(consumer_tag) + 9 + len(route)
+    if not size:
+        return b"".join((_METHOD_HEAD.pack(1, channel, method_size, 60, 60), consumer_tag,
+                         TAG_BITS.pack(delivery_tag, redelivered), route,
+                         _NEXT_FRAME.pack(0xCE, 2, channel, len(header)), header, _END))
+    return b"".join((_METHOD_HEAD.pack(1, channel, method_size, 60, 60), consumer_tag,
+                     TAG_BITS.pack(delivery_tag, redelivered), route,
+                     _NEXT_FRAME.pack(0xCE, 2, channel, len(header)), header,
+                     _NEXT_FRAME.pack(0xCE, 3, channel, size), body, _END))
+
+
 def encode_get_ok(
     channel: int, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str, message_count: int,
     properties: Properties | bytes, body: bytes, frame_max: int,
