@@ -22,7 +22,7 @@ from twisted.internet.task import LoopingCall
 
 from .errors import DataDirLocked, InvalidConfig, TopicExists, UnknownTopic  # noqa: F401  (re-exported)
 from .log import AppendResult, LogManager, Record
-from .log.batch import now_ms
+from .log.batch import BatchInfo, now_ms
 from .log.topic_config import TopicConfig, validate_topic_name
 from .metrics import Metrics
 from .pressure import (
@@ -292,3 +292,17 @@ class Broker:
         d = self._log.partition(topic, partition).append(records)
         assert d is not None  # without a callback, append returns its Deferred
         return d
+
+    def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[BatchInfo]) -> int:
+        """Kafka-produced batches just appended at ``base``: route their records to the
+        AMQP queues bound to the exchange behind ``topic``, in every vhost that has
+        one (ARCHITECTURE.md section 4). Returns how many records reached a queue.
+        The append stands whatever happens here: a failure is logged, not raised."""
+        routed = 0
+        for vhost in self.vhosts.values():
+            try:
+                routed += vhost.route_appended(topic, partition, base, data, infos)
+            except Exception:
+                log.exception("routing records appended to %s/%d at %d in vhost %r failed",
+                              topic, partition, base, vhost.name)
+        return routed

@@ -469,6 +469,15 @@ class Router:
             return queues
         return self._walk(x, routing_key, headers)
 
+    def routes_topic(self, topic: str) -> bool:
+        """Whether a record appended to ``topic`` can reach a queue: an exchange is
+        behind it and has a binding or an alternate exchange."""
+        name = self._by_topic.get(topic)
+        if name is None:
+            return False
+        x = self._exchanges[name]
+        return bool(x.bindings) or x.alternate is not None
+
     def route_log(self, topic: str, key: str = "",
                   headers: Mapping[str, Any] | None = None) -> frozenset[str]:
         """The queues a record appended to ``topic`` (by a Kafka producer) goes to."""

@@ -30,6 +30,8 @@ from typing import Any, Protocol
 from .deadletter import amqp_headers, dead_letter_message
 from .definitions import DefinitionStore, decode_table
 from .errors import LogbusError
+from .envelope_pb2 import Envelope
+from .log import batch as B
 from .log.manager import LogManager
 from .message import Message
 from .msgstore import MessageStore, log_batch_reader
@@ -50,6 +52,8 @@ from .router import (
 from .state import StateStore
 
 log = logging.getLogger(__name__)
+_AMQP = Envelope.AMQP
+_TRANSACTIONAL = 0x10  # RecordBatch attributes bit: written by a transactional producer
 
 
 class Consumer(Protocol):
@@ -258,6 +262,38 @@ class VHost:
         p.append([record], callback=on_durable if on_durable is not None else _ignore)
         if not queues:
             return Published(False, False)
+        return Published(True, self._enqueue(queues, topic, p.index, offset, message))
+
+    def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[B.BatchInfo]) -> int:
+        """Records a Kafka producer appended to ``topic`` at ``base``: each goes to the
+        queues bound to the exchange behind the topic, with the record key as routing
+        key and the record headers as headers (ARCHITECTURE.md section 4). Returns how
+        many records reached a queue. A topic behind no exchange costs one lookup."""
+        if not self.router.routes_topic(topic):
+            return 0
+        routed = 0
+        pos, offset = 0, base
+        for info in infos:
+            if info.attributes & _TRANSACTIONAL:  # could still abort: not routed (docs/interop.md)
+                offset += info.last_offset_delta + 1
+                pos += info.size
+                continue
+            for r in B.decode(memoryview(data)[pos : pos + info.size]):
+                key = (r.key or b"").decode("utf-8", "replace")
+                headers = {k: v.decode("utf-8", "replace") if v is not None else None
+                           for k, v in r.headers} if r.headers else None
+                queues = self.router.route_log(topic, key, headers)
+                if queues:
+                    message = Message.from_record(B.Record(r.key, r.value, r.timestamp, r.headers))
+                    self._enqueue(queues, topic, partition, offset + r.offset - info.base_offset, message)
+                    routed += 1
+            offset += info.last_offset_delta + 1
+            pos += info.size
+        return routed
+
+    def _enqueue(self, queues: frozenset[str], topic: str, partition: int, offset: int, message: Message) -> bool:
+        """Give each of ``queues`` an entry for the record at ``offset``; True when a
+        queue refused it (x-overflow reject-publish)."""
         now = self.clock()
         env = message.envelope
         ttl = per_message_ttl(env.expiration) if env.expiration else None
@@ -269,7 +305,7 @@ class VHost:
         dropped: list[tuple[QueueState, Removed]] = []
         for name in queues:
             qs = self.queues[name]
-            entry, removed = qs.queue.publish(topic, p.index, offset, size, priority=priority,
+            entry, removed = qs.queue.publish(topic, partition, offset, size, priority=priority,
                                               expires_ms=expires, now_ms=now)
             if removed:
                 dropped += [(qs, r) for r in removed]
@@ -277,12 +313,24 @@ class VHost:
                 refused = True
             else:
                 refs += 1
-        self.messages.remember(topic, p.index, offset, message, size, refs)
+        self.messages.remember(topic, partition, offset, message, size, refs)
         for qs, r in dropped:
             self._removed(qs, r)
         for name in queues:
             self.dispatch(name)
-        return Published(True, refused)
+        return refused
+
+    def _message(self, entry: Entry) -> Message:
+        """The message an entry points at. One a Kafka producer appended is delivered as
+        published to the exchange behind its topic, with its key as routing key."""
+        message = self.messages.get(entry.topic, entry.partition, entry.offset)
+        env = message.envelope
+        if not env.exchange and env.protocol != _AMQP:
+            ex = self.router.exchange_for_topic(entry.topic)
+            if ex is not None:
+                env.exchange = ex.name
+                env.routing_key = (message.key or b"").decode("utf-8", "replace")
+        return message
 
     def _partition_for(self, topic: str, routing_key: str) -> int:
         n = len(self.log.topics[topic].partitions)
@@ -321,7 +369,7 @@ class VHost:
                 self._removed(qs, r)
             if entry is None:
                 return
-            message = self.messages.get(entry.topic, entry.partition, entry.offset)
+            message = self._message(entry)
             if consumer.no_ack:
                 q.ack(entry.seq)
                 self.messages.release(entry.topic, entry.partition, entry.offset)
@@ -345,7 +393,7 @@ class VHost:
             self._removed(qs, r)
         if entry is None:
             return None
-        message = self.messages.get(entry.topic, entry.partition, entry.offset)
+        message = self._message(entry)
         if no_ack:
             qs.queue.ack(entry.seq)
             self.messages.release(entry.topic, entry.partition, entry.offset)

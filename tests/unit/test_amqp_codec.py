@@ -499,3 +499,18 @@ def test_deep_and_wide_tables_are_bounded() -> None:
     with pytest.raises(AMQPConnectionError) as e:
         dec.feed(frame_bytes)
     assert (e.value.reply_code, e.value.class_id, e.value.method_id) == (501, 50, 10)
+
+
+def test_record_headers_become_amqp_headers() -> None:
+    """A Kafka record's headers, delivered over AMQP: text as long strings, other bytes
+    as byte arrays, a null value as void; the whole table encodes."""
+    from logbus.core.envelope_pb2 import Envelope
+    from logbus.core.message import Message
+    from logbus.gateway.amqp.mapping import properties_of
+
+    m = Message(b"k", b"v", None, [("text", b"eu"), ("raw", b"\xff\x00"), ("none", None)],
+                Envelope(protocol=Envelope.KAFKA))
+    props = properties_of(m)
+    assert props.headers == {"text": "eu", "raw": bytearray(b"\xff\x00"), "none": None}
+    raw = encode_properties(props)
+    assert fastpath.decode_properties(raw, 0, len(raw)).headers == props.headers

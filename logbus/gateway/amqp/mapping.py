@@ -61,14 +61,25 @@ def _user_headers(table: dict[str, Any]) -> list[tuple[str, bytes | None]]:
     return out
 
 
+def _header_value(v: bytes | None) -> str | bytearray | None:
+    """A record header's value as an AMQP field: text as a long string, other bytes as
+    a byte array ('x'), none as void."""
+    if v is None:
+        return None
+    try:
+        return v.decode()
+    except UnicodeDecodeError:
+        return bytearray(v)
+
+
 def properties_of(m: Message) -> Properties:
     """The basic properties to deliver ``m`` with (a message from any protocol)."""
     env = m.envelope
     headers: Any = None
     if env.amqp_headers:
         headers, _ = decode_table(env.amqp_headers, 0, len(env.amqp_headers))
-    elif m.headers and env.protocol != _AMQP:
-        headers = {k: (v if v is not None else None) for k, v in m.headers}
+    elif m.headers and env.protocol != _AMQP:  # record headers (Kafka, MQTT 5 user properties)
+        headers = {k: _header_value(v) for k, v in m.headers}
     return Properties(
         content_type=env.content_type or None,
         content_encoding=env.content_encoding or None,

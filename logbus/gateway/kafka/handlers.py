@@ -215,7 +215,11 @@ class KafkaHandlers:
         readable) with its first offset instead of being appended twice."""
         first = infos[0]
         if first.producer_id < 0:
-            return p.append_batches(data, infos)
+            base = p.next_offset
+            d = p.append_batches(data, infos)
+            if p.next_offset > base:
+                self.broker.route_appended(topic, p.index, base, data, infos)
+            return d
         registry = self.broker.producers
         states = registry.states(topic, p)
         count = sum(i.last_offset_delta + 1 for i in infos)
@@ -229,6 +233,7 @@ class KafkaHandlers:
         base = p.next_offset
         d = p.append_batches(data, infos)
         if p.next_offset > base:  # appended (offsets assigned): remember at once, store when durable
+            self.broker.route_appended(topic, p.index, base, data, infos)
             pid, end = first.producer_id, p.next_offset
             states.record(pid, first.producer_epoch, first.base_sequence, count, base)
             rec = registry.snapshot(topic, p, pid)
