@@ -4,8 +4,9 @@ vhost (its state goes, its log topics stay)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

@@ -4,7 +4,8 @@ persistence across a restart. AMQP behaviour is in test_amqp_access.py."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
