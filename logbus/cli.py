@@ -64,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--amqp-read-linger-ms", metavar="MS",
                        help="after a read of several AMQP frames, wait this long before reading"
                             " that connection again, to batch a pipelining client (default: 1; 0: off)")
+    serve.add_argument("--default-user", metavar="NAME",
+                       help="user created with vhost / on a fresh data directory (default: guest)")
+    serve.add_argument("--default-pass", metavar="PASSWORD",
+                       help="its password (default: guest; prefer LOGBUS_DEFAULT_PASS or the config file)")
+    serve.add_argument("--loopback-users", metavar="NAMES",
+                       help="users that may connect only from loopback, comma-separated, or none"
+                            " (default: guest)")
     serve.add_argument("--log-level", metavar="LEVEL",
                        help="debug | info | warning | error | critical")
     serve.add_argument("--ready-file", metavar="FILE", type=Path,
@@ -115,6 +122,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "memory_high_watermark": args.memory_high_watermark,
         "disk_free_limit": args.disk_free_limit,
         "amqp_read_linger_ms": args.amqp_read_linger_ms,
+        "default_user": args.default_user,
+        "default_pass": args.default_pass,
+        "loopback_users": args.loopback_users,
         "log_level": args.log_level,
     }
     try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -59,6 +59,11 @@ class Settings:
     # resource alarms (core/pressure.py): a fraction of RAM in (0, 1], or bytes above 1
     memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK
     disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT  # bytes free on the data dir's filesystem
+    # users (core/auth.py): the user created with vhost "/" on a fresh data directory, as
+    # RabbitMQ's default_user / default_pass; users that may connect only from loopback
+    default_user: str = "guest"
+    default_pass: str = field(default="guest", repr=False)
+    loopback_users: tuple[str, ...] = ("guest",)
     config_file: Path | None = None  # the TOML file these settings were read from, if any
 
     def listeners(self) -> dict[str, str]:
@@ -196,6 +201,37 @@ def _watermark(raw: Any) -> float:
     return check_watermark(raw)
 
 
+def _user_name(raw: Any) -> str:
+    value = _as_str(raw)
+    if "\x00" in value:
+        raise ValueError("must not contain NUL")
+    return value
+
+
+def _password(raw: Any) -> str:
+    """A password is taken as given: not stripped (spaces may belong to it)."""
+    if not isinstance(raw, str) or not raw:
+        raise ValueError("must be a non-empty string")
+    return raw
+
+
+def _user_list(raw: Any) -> tuple[str, ...]:
+    """A list of user names: a TOML array, or text with commas (``guest,admin``);
+    ``none`` (RabbitMQ's ``loopback_users = none``) or ``[]`` for no user."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.lower() == "none":
+            return ()
+        items: list[Any] = text.split(",")
+    elif isinstance(raw, list):
+        items = raw
+    else:
+        raise ValueError(f"must be a list of user names, not {raw!r}")  # noqa: TRY004 (a converter)
+    if not all(isinstance(i, str) for i in items):
+        raise ValueError(f"must be a list of user names, not {raw!r}")
+    return tuple(dict.fromkeys(_user_name(i) for i in items if i.strip()))
+
+
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "data_dir": _data_dir,
     "amqp": check_endpoint,
@@ -211,6 +247,9 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "amqp_read_linger_ms": lambda raw: _as_float(raw, 0.0, 100.0),
     "memory_high_watermark": _watermark,
     "disk_free_limit": lambda raw: _as_int(raw, 0, MAX_BYTES),
+    "default_user": _user_name,
+    "default_pass": _password,
+    "loopback_users": _user_list,
 }
 KEYS = tuple(_CONVERTERS)
 

@@ -184,6 +184,9 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         max_open_files=settings.max_open_files,
         memory_high_watermark=settings.memory_high_watermark,
         disk_free_limit=settings.disk_free_limit,
+        default_user=settings.default_user,
+        default_pass=settings.default_pass,
+        loopback_users=settings.loopback_users,
     )
     service = LogbusService(broker)
     for name, description in settings.listeners().items():

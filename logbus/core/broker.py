@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
 
-from .errors import DataDirLocked, InvalidConfig, TopicExists, UnknownTopic  # noqa: F401  (re-exported)
+from .errors import DataDirLocked, InvalidConfig, LogbusError, TopicExists, UnknownTopic  # noqa: F401  (re-exported)
 from .log import AppendResult, LogManager, Record
 from .log.batch import BatchInfo, now_ms
 from .log.topic_config import TopicConfig, validate_topic_name
@@ -31,7 +31,9 @@ from .pressure import (
     AlarmCollector,
     ResourceMonitor,
 )
-from .state import TOPIC_PREFIX, StateStore, topic_key
+from .auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
+from .router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, vhost_topic
+from .state import TOPIC_PREFIX, StateStore, topic_key, vhost_definitions_prefixes
 from .state_pb2 import TopicRecord
 from .groups import GroupCoordinator
 from .queue_store import QueueStore
@@ -91,6 +93,9 @@ class Broker:
         max_open_files: int = 1024,
         memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK,
         disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT,
+        default_user: str = "guest",
+        default_pass: str = "guest",
+        loopback_users: Sequence[str] = ("guest",),
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -109,7 +114,12 @@ class Broker:
         self.state: StateStore | None = None
         self.producers = ProducerRegistry(None)  # replaced at start, with the store
         self.groups = GroupCoordinator(reactor)  # consumer groups (the Kafka gateway's)
-        self.vhosts: dict[str, VHost] = {}  # the queue model (AMQP), opened at start
+        # Users, vhosts, permissions: made here so gateways can subscribe before start.
+        self.access = Access(loopback_users=loopback_users)
+        self.default_user, self.default_pass = default_user, default_pass
+        # The queue model (AMQP), one VHost per stored vhost, opened at start. Always THIS
+        # dict: connections look their vhost up in it, so it is changed in place.
+        self.vhosts: dict[str, VHost] = {}
         self._expiry: LoopingCall | None = None
         self.log: LogManager | None = None
         self._lock_fd: int | None = None
@@ -158,13 +168,69 @@ class Broker:
         )
 
     def _open_vhosts(self) -> None:
-        """The default vhost "/", with its durable exchanges, queues and bindings."""
-        assert self.log is not None
+        """Every stored vhost, with its durable exchanges, queues and bindings; on a fresh
+        data directory (RabbitMQ's first boot) vhost "/" and the default user first."""
+        assert self.log is not None and self.state is not None
         self.queue_store = QueueStore(self.state, self.reactor)
-        vhost = VHost("/", self.log, lambda topic: self.create_topic(topic), self.queue_store,
-                      clock=lambda: int(self.reactor.seconds() * 1000), store=self.state)
+        self.access.open(self.state)
+        self.access.seed(self.default_user, self.default_pass)
+        self.vhosts.clear()
+        for name in self.access.vhosts:
+            self._open_vhost(name)
+
+    def _open_vhost(self, name: str) -> VHost:
+        assert self.log is not None
+        vhost = VHost(name, self.log, lambda topic: self.create_topic(topic), self.queue_store,
+                      clock=lambda: int(self.reactor.seconds() * 1000), store=self.state,
+                      topic_owner=self._topic_owner)
         vhost.load()
-        self.vhosts = {"/": vhost}
+        self.vhosts[name] = vhost
+        return vhost
+
+    def _topic_owner(self, topic: str) -> str | None:
+        """Which exchange, in any vhost, ``topic`` backs (vhost "/" exchange names may hold
+        the ``@`` that other vhosts' topic names use)."""
+        for vhost in self.vhosts.values():
+            ex = vhost.router.exchange_for_topic(topic)
+            if ex is not None:
+                return f"exchange '{ex.name}' in vhost '{vhost.name}'"
+        return None
+
+    # -- vhosts ---------------------------------------------------------------------------
+
+    def create_vhost(self, name: str, description: str = "", tags: Any = None) -> bool:
+        """Create (and open) a vhost, or update its description and tags; True when new.
+        Refused (InvalidAccess) when its exchanges' log topics could not be named."""
+        check_name("vhost", name)
+        for topic in [vhost_topic(name, DEFAULT_EXCHANGE_TOPIC), *(vhost_topic(name, x) for x in PREDECLARED)]:
+            try:
+                validate_topic_name(topic)
+            except LogbusError as exc:
+                raise InvalidAccess(f"vhost name {name!r} cannot name its log topics ({topic!r}: {exc})") from None
+        new = self.access.put_vhost(name, description, tags)
+        if new and self.log is not None:
+            self._open_vhost(name)
+            log.info("created vhost %r", name)
+        return new
+
+    def delete_vhost(self, name: str) -> None:
+        """Delete a vhost: its connections are closed (gateways hear of it first), then its
+        exchanges, queues, bindings, queue entries and permissions are deleted from the
+        state store in one batch. Its log topics stay, with their data."""
+        self.access.vhost(name)  # UnknownVHost
+        self.access.announce(AccessChange("vhost_deleted", name))
+        self.vhosts.pop(name, None)
+        assert self.state is not None
+        self.queue_store.commit()  # what closing connections wrote, before it is deleted
+        with self.state.batch(sync=True) as b:
+            for cf, prefix in vhost_definitions_prefixes(name):
+                for key, _ in self.state.scan_prefix(cf, prefix):
+                    b.delete(cf, key)
+            self.access.forget_vhost(name, b)
+        log.info("deleted vhost %r (its log topics are kept)", name)
+
+    def list_vhosts(self) -> list[VHostInfo]:
+        return [self.access.vhosts[n] for n in sorted(self.access.vhosts)]
 
     def _expire(self) -> None:
         for vhost in self.vhosts.values():
@@ -177,7 +243,7 @@ class Broker:
                 call.stop()
         if self.vhosts:
             self.queue_store.commit()
-            self.vhosts = {}
+            self.vhosts.clear()
         self._close_all()
         return succeed(None)
 

@@ -36,7 +36,12 @@ return what they removed (``Removed``), for a store to apply in one batch.
 **Log topics** (ARCHITECTURE section 4). Each exchange is backed by one log topic
 (``ExchangeDef.topic``, default its own name; the default exchange's is
 ``DEFAULT_EXCHANGE_TOPIC``) and a topic backs at most one exchange, so a record a Kafka
-producer appends to a topic routes through that exchange: ``route_log()``.
+producer appends to a topic routes through that exchange: ``route_log()``. That is in
+vhost ``/``. In any other vhost V the topic is ``vhost_topic(V, t)``: V percent-encoded
+(``urllib.parse.quote(V, safe="")``), ``@``, then the topic ``t`` the exchange would have
+in ``/``; so exchange ``x`` of vhost ``a/b`` is backed by topic ``a%2Fb@x``, and the
+same names in two vhosts never share a topic. A new exchange whose topic would not be a
+valid topic name (over 249 bytes, ``/`` in the name, ...) is refused with 406.
 
 Not here: policies, exchange plugins and ``x-`` types, stripping CR/LF from names.
 """
@@ -46,8 +51,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple, Protocol
+from urllib.parse import quote
 
-from .errors import LogbusError
+from .errors import InvalidTopicName, LogbusError
+from .log.topic_config import validate_topic_name
 from .topic_trie import TopicTrie, ref_count, split_words, unref_count
 
 DIRECT, FANOUT, TOPIC, HEADERS = "direct", "fanout", "topic", "headers"
@@ -57,6 +64,8 @@ DestKind = Literal["queue", "exchange"]
 
 DEFAULT_EXCHANGE: Final = ""
 DEFAULT_EXCHANGE_TOPIC: Final = "__amqp_default"
+DEFAULT_VHOST: Final = "/"
+VHOST_SEPARATOR: Final = "@"  # in topic names: quote(vhost) + "@" + topic in vhost "/"
 PREDECLARED: Final = {"amq.direct": DIRECT, "amq.fanout": FANOUT, "amq.topic": TOPIC,
                       "amq.headers": HEADERS, "amq.match": HEADERS}
 RESERVED_PREFIX: Final = "amq."
@@ -103,6 +112,15 @@ class ResourceLocked(RouterError):
 
 class CommandInvalid(RouterError):
     code, reply_code, reply_name, hard = "command_invalid", 503, "COMMAND_INVALID", True
+
+
+def vhost_topic(vhost: str, topic: str) -> str:
+    """The log topic behind an exchange of ``vhost`` that would be backed by ``topic`` in
+    vhost ``/``: ``topic`` itself in ``/``, else ``quote(vhost, safe="") + "@" + topic``.
+    ``quote`` leaves no ``@`` (nor ``/``) in the vhost part, so the first ``@`` ends it."""
+    if vhost == DEFAULT_VHOST:
+        return topic
+    return quote(vhost, safe="") + VHOST_SEPARATOR + topic
 
 
 def freeze(value: Any) -> Any:
@@ -334,9 +352,10 @@ class Router:
         self._queues: set[str] = set()
         self._inbound: dict[Destination, dict[Binding, None]] = {}
         self._by_topic: dict[str, str] = {}
-        self._add(ExchangeDef(DEFAULT_EXCHANGE, DIRECT, durable=True, topic=DEFAULT_EXCHANGE_TOPIC))
+        self._add(ExchangeDef(DEFAULT_EXCHANGE, DIRECT, durable=True,
+                              topic=vhost_topic(vhost, DEFAULT_EXCHANGE_TOPIC)))
         for name, kind in PREDECLARED.items():
-            self._add(ExchangeDef(name, kind, durable=True))
+            self._add(ExchangeDef(name, kind, durable=True, topic=self._topic_of(name)))
         self._default = self._exchanges[DEFAULT_EXCHANGE].matcher
 
     def add_queue(self, name: str) -> None:
@@ -368,6 +387,8 @@ class Router:
         if kind not in _MATCHERS:
             raise CommandInvalid(f"unknown exchange type '{kind}'")
         self._refuse_default(name)
+        if topic is None:
+            topic = self._topic_of(name)
         wanted = ExchangeDef(name, kind, durable, auto_delete, internal,
                              freeze_arguments(arguments), topic)
         found = self._exchanges.get(name)
@@ -384,8 +405,22 @@ class Router:
         if owner is not None:
             raise PreconditionFailed(f"log topic '{wanted.log_topic}' already backs "
                                      f"{self._rs(EXCHANGE, owner)}")
+        try:
+            validate_topic_name(wanted.log_topic)
+        except InvalidTopicName as exc:
+            raise PreconditionFailed(f"{self._rs(EXCHANGE, name)} cannot be backed by log topic "
+                                     f"'{wanted.log_topic}': {exc}") from None
         self._add(wanted)
         return wanted
+
+    def topic_for(self, name: str) -> str:
+        """The log topic a new exchange ``name`` declared here gets."""
+        topic = self._topic_of(name)
+        return name if topic is None else topic
+
+    def _topic_of(self, name: str) -> str | None:
+        """``ExchangeDef.topic`` for exchange ``name`` (None in vhost "/": its own name)."""
+        return None if self.vhost == DEFAULT_VHOST else vhost_topic(self.vhost, name)
 
     def delete(self, name: str, *, if_unused: bool = False) -> Removed:
         """``exchange.delete``; deleting an exchange that does not exist succeeds."""
@@ -405,6 +440,9 @@ class Router:
         if x is None:
             raise NotFound(f"no {self._rs(EXCHANGE, name)}")
         return x.definition
+
+    def has_exchange(self, name: str) -> bool:
+        return name in self._exchanges
 
     def exchanges(self) -> list[ExchangeDef]:
         return [x.definition for x in self._exchanges.values()]

@@ -10,8 +10,7 @@ Column families and key layout
 =============  ==================================  ==============================
 column family  key                                 value
 =============  ==================================  ==============================
-metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``; later also
-                                                   exchanges, queues, bindings, users
+metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``
                ``b"producer_ids\0"``               uint64 big-endian: the first
                                                    producer id not yet reserved
                ``b"exchange\0" + vhost + b"\0"``   ``ExchangeRecord``
@@ -22,6 +21,13 @@ metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``; later also
                ``+ source + b"\0" + kind + b"\0"``  first 8 bytes of SHA-1 over
                ``+ destination + b"\0" + key``      the frozen arguments)
                ``+ b"\0" + digest``
+               ``b"user\0" + name + b"\0"``       ``UserRecord`` (core/auth.py)
+               ``b"vhost\0" + name + b"\0"``      ``VHostRecord``
+               ``b"permission\0" + vhost``        ``PermissionRecord`` (vhost
+               ``+ b"\0" + user + b"\0"``          first: deleting a vhost is
+                                                   one prefix scan)
+               ``b"auth_seeded\0"``                empty: the default vhost and
+                                                   user were created (first boot)
 offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
                ``+ topic + b"\0" + partition``     (consumer-group commits;
                (partition: uint32 big-endian)      see ``group_offset_key``)
@@ -111,7 +117,7 @@ __all__ = [
 M = TypeVar("M", bound=ProtoMessage)
 
 COLUMN_FAMILIES: tuple[str, ...] = (
-    "metadata",  # topics; later exchanges, queues, bindings, users
+    "metadata",  # topics, exchanges, queues, bindings, users, vhosts, permissions
     "offsets",  # consumer-group committed offsets
     "queues",  # queue pointer indexes and ack state
     "timers",  # leases and timers
@@ -431,3 +437,32 @@ def binding_key(vhost: str, source: str, kind: str, destination: str, routing_ke
 def definitions_prefix(prefix: bytes, vhost: str) -> bytes:
     """One vhost's records of a kind (``EXCHANGE_PREFIX``, ``QUEUE_PREFIX``, ...)."""
     return prefix + _text(vhost)
+
+
+def vhost_definitions_prefixes(vhost: str) -> list[tuple[str, bytes]]:
+    """``(column family, prefix)`` of every record that belongs to one vhost: its
+    exchanges, queues, bindings and permissions (metadata) and its queue entries
+    (queues). Deleting a vhost deletes every key under these prefixes."""
+    return [("metadata", definitions_prefix(p, vhost))
+            for p in (EXCHANGE_PREFIX, QUEUE_PREFIX, BINDING_PREFIX, PERMISSION_PREFIX)] + [
+        ("queues", QUEUE_ENTRY_PREFIX + _text(vhost))]
+
+
+# -- metadata CF: users, vhosts, permissions (logbus.core.auth) -----------------------------
+
+USER_PREFIX = b"user\x00"
+VHOST_PREFIX = b"vhost\x00"
+PERMISSION_PREFIX = b"permission\x00"
+AUTH_SEEDED_KEY = b"auth_seeded\x00"
+
+
+def user_key(name: str) -> bytes:
+    return USER_PREFIX + _text(name)
+
+
+def vhost_key(name: str) -> bytes:
+    return VHOST_PREFIX + _text(name)
+
+
+def permission_key(vhost: str, user: str) -> bytes:
+    return PERMISSION_PREFIX + _text(vhost) + _text(user)

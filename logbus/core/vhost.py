@@ -97,8 +97,10 @@ class Published:
 class VHost:
     def __init__(self, name: str, log: LogManager, create_topic: Callable[[str], Any],
                  queue_store: QueueStore, *, clock: Callable[[], int],
-                 store: StateStore | None = None, message_memory: int = 256 << 20) -> None:
+                 store: StateStore | None = None, message_memory: int = 256 << 20,
+                 topic_owner: Callable[[str], str | None] | None = None) -> None:
         self.name = name
+        self.topic_owner = topic_owner  # "exchange 'x' in vhost 'v'" backed by a topic, across vhosts
         self.defs = DefinitionStore(store, name)
         self.log = log
         self._create_topic = create_topic
@@ -127,6 +129,11 @@ class VHost:
                          internal: bool = False, arguments: Mapping[str, Any] | None = None,
                          passive: bool = False) -> None:
         new = self._find_exchange(name) is None
+        if new and not passive and self.topic_owner is not None:
+            topic = self.router.topic_for(name)
+            owner = self.topic_owner(topic)
+            if owner is not None:
+                raise PreconditionFailed(f"log topic '{topic}' already backs {owner}")
         ex = self.router.declare(name, kind, durable=durable, auto_delete=auto_delete, internal=internal,
                                  arguments=arguments, passive=passive)
         self._ensure_topic(ex.log_topic)

@@ -297,3 +297,38 @@ def test_every_key_is_a_serve_flag() -> None:
         args += [f"--{key.replace('_', '-')}", "x"]
     parsed = vars(build_parser().parse_args(args))
     assert all(parsed[key] == "x" for key in KEYS)
+
+
+def test_default_user_and_loopback_users_are_rabbitmqs() -> None:
+    s = Settings()
+    assert (s.default_user, s.default_pass, s.loopback_users) == ("guest", "guest", ("guest",))
+    assert "default_pass" not in repr(s)  # the password is not shown
+
+
+def test_users_from_file_env_and_flags(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, 'default_user = "admin"\ndefault_pass = " spaced "\n'
+                                'loopback_users = ["admin", "ops"]\n')
+    s = load_settings({"config": str(path)}, environ={})
+    assert (s.default_user, s.default_pass, s.loopback_users) == ("admin", " spaced ", ("admin", "ops"))
+    s = load_settings({}, environ={"LOGBUS_LOOPBACK_USERS": "guest, ops ,", "LOGBUS_DEFAULT_PASS": "x"})
+    assert (s.loopback_users, s.default_pass) == (("guest", "ops"), "x")
+    for nobody in ("none", " None ", []):
+        assert load_settings({"loopback_users": nobody}, environ={}).loopback_users == ()
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        ({"default_user": " "}, "must not be empty"),
+        ({"default_user": "a\x00b"}, "must not contain NUL"),
+        ({"default_pass": ""}, "must be a non-empty string"),
+        ({"default_pass": 5}, "must be a non-empty string"),
+        ({"loopback_users": 5}, "must be a list of user names"),
+        ({"loopback_users": ["a", 1]}, "must be a list of user names"),
+    ],
+)
+def test_invalid_user_settings(flags: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(flags, environ={})
+    assert str(info.value).startswith(f"{next(iter(flags))}: ")
+    assert fragment in str(info.value)

@@ -441,8 +441,9 @@ def test_reader_stops_at_a_torn_tail_where_recovery_does(
 
 
 def test_state_store_layout(tmp_path: Path) -> None:
-    """RocksDB: the column families and the metadata CF's topic key and TopicRecord,
-    read with rocksdict (raw mode) and a wire-format decode, not with logbus."""
+    """RocksDB: the column families and the metadata CF's topic key and TopicRecord (and
+    the first boot's user and vhost keys), read with rocksdict (raw mode) and a wire-format
+    decode, not with logbus."""
     from twisted.internet.task import Clock
 
     from logbus.core.broker import Broker
@@ -466,8 +467,12 @@ def test_state_store_layout(tmp_path: Path) -> None:
     db = Rdict(path, Options(raw_mode=True), column_families={n: Options(raw_mode=True) for n in cfs})
     try:
         meta = db.get_column_family("metadata")
-        items = list(meta.items())
+        everything = list(meta.items())
+        items = [(k, v) for k, v in everything if k.startswith(b"topic\x00")]
         assert [k for k, _ in items] == [b"topic\x00" + ESCAPED.encode() + b"\x00"]
+        # first boot: vhost "/", the default user and its permissions, and the marker
+        assert sorted(k for k, _ in everything if not k.startswith(b"topic\x00")) == [
+            b"auth_seeded\x00", b"permission\x00/\x00guest\x00", b"user\x00guest\x00", b"vhost\x00/\x00"]
         fields = r_protobuf_fields(items[0][1])
         rec: dict[int, Any] = {}
         config = {}

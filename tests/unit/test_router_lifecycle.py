@@ -38,10 +38,10 @@ def test_predeclared_exchanges() -> None:
     assert all(d.durable for d in r.exchanges())
     assert r.declare("amq.topic", TOPIC, durable=True) == ExchangeDef("amq.topic", TOPIC, durable=True)
     raises(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg 'type' for exchange "
-           "'amq.direct' in vhost 'v': received 'fanout' but current is 'direct'",
+           "'amq.direct' in vhost '/': received 'fanout' but current is 'direct'",
            r.declare, "amq.direct", FANOUT, durable=True)
     err = raises(AccessRefused, "ACCESS_REFUSED - deletion of system exchange 'amq.fanout' in "
-                 "vhost 'v' not allowed", r.delete, "amq.fanout")
+                 "vhost '/' not allowed", r.delete, "amq.fanout")
     assert err.reply_code == 403
     raises(AccessRefused, "ACCESS_REFUSED - exchange name 'amq.mine' contains reserved prefix "
            "'amq.*'", r.declare, "amq.mine", DIRECT)
@@ -55,7 +55,7 @@ def test_declare_is_idempotent_and_passive_declare_finds() -> None:
                             (("alternate-exchange", "ae"), ("other", (1,))))
     assert r.declare("x", TOPIC, durable=True, arguments={"alternate-exchange": "ae"}) == d
     assert r.declare("x", passive=True) == d
-    err = raises(NotFound, "NOT_FOUND - no exchange 'y' in vhost 'v'", r.declare, "y", passive=True)
+    err = raises(NotFound, "NOT_FOUND - no exchange 'y' in vhost '/'", r.declare, "y", passive=True)
     assert err.reply_code == 404 and err.code == "not_found" and isinstance(err, LogbusError)
 
 
@@ -75,7 +75,7 @@ def test_redeclare_with_other_properties_fails(change: dict[str, Any], arg: str,
                              "arguments": {"alternate-exchange": "ae"}}
     r.declare("x", **props)
     err = raises(PreconditionFailed, f"PRECONDITION_FAILED - inequivalent arg '{arg}' for "
-                 f"exchange 'x' in vhost 'v': received {received} but current is {current}",
+                 f"exchange 'x' in vhost '/': received {received} but current is {current}",
                  r.declare, "x", **(props | change))
     assert err.reply_code == 406 and not err.hard
     assert r.declare("x", **props, topic="x").kind == DIRECT
@@ -87,19 +87,19 @@ def test_declare_errors() -> None:
                  r.declare, "x", "x-weird")
     assert err.reply_code == 503 and err.hard
     raises(PreconditionFailed, "PRECONDITION_FAILED - invalid type 'int' for arg "
-           "'alternate-exchange' in exchange 'x' in vhost 'v'",
+           "'alternate-exchange' in exchange 'x' in vhost '/'",
            r.declare, "x", DIRECT, arguments={"alternate-exchange": 7})
-    raises(NotFound, "NOT_FOUND - no exchange 'x' in vhost 'v'", r.exchange, "x")
+    raises(NotFound, "NOT_FOUND - no exchange 'x' in vhost '/'", r.exchange, "x")
 
 
 def test_bind_errors() -> None:
     r = router("q")
     r.declare("x", DIRECT)
-    raises(NotFound, "NOT_FOUND - no exchange 'nope' in vhost 'v'", r.bind, "nope", "q")
-    raises(NotFound, "NOT_FOUND - no queue 'nope' in vhost 'v'", r.bind, "x", "nope")
-    raises(NotFound, "NOT_FOUND - no exchange 'nope' in vhost 'v'",
+    raises(NotFound, "NOT_FOUND - no exchange 'nope' in vhost '/'", r.bind, "nope", "q")
+    raises(NotFound, "NOT_FOUND - no queue 'nope' in vhost '/'", r.bind, "x", "nope")
+    raises(NotFound, "NOT_FOUND - no exchange 'nope' in vhost '/'",
            r.bind, "x", "nope", kind=EXCHANGE)
-    raises(NotFound, "NOT_FOUND - no exchange 'nope' in vhost 'v'", r.bind, "nope", "nope")
+    raises(NotFound, "NOT_FOUND - no exchange 'nope' in vhost '/'", r.bind, "nope", "nope")
     assert r.bindings() == []
 
 
@@ -114,7 +114,7 @@ def test_unbinding_what_is_not_there_is_no_error() -> None:
 
 
 def test_route_to_a_missing_exchange() -> None:
-    err = raises(NotFound, "NOT_FOUND - no exchange 'x' in vhost 'v'", router().route, "x", "k")
+    err = raises(NotFound, "NOT_FOUND - no exchange 'x' in vhost '/'", router().route, "x", "k")
     assert err.reply_code == 404
 
 
@@ -124,7 +124,7 @@ def test_delete_if_unused_and_delete_removes_bindings_both_ways() -> None:
     r.declare("x", FANOUT)
     r.bind("up", "x", kind=EXCHANGE)
     r.bind("x", "q")
-    raises(PreconditionFailed, "PRECONDITION_FAILED - exchange 'x' in vhost 'v' in use",
+    raises(PreconditionFailed, "PRECONDITION_FAILED - exchange 'x' in vhost '/' in use",
            r.delete, "x", if_unused=True)
     removed = r.delete("x")
     assert set(removed.bindings) == {Binding("up", "x", EXCHANGE), Binding("x", "q")}
@@ -143,7 +143,7 @@ def test_auto_delete_exchange_goes_with_its_last_binding() -> None:
     assert r.unbind("ad", "q1", "a").exchanges == ()
     removed = r.unbind("ad", "q2", "b")
     assert removed.exchanges == (ExchangeDef("ad", DIRECT, auto_delete=True),)
-    raises(NotFound, "NOT_FOUND - no exchange 'ad' in vhost 'v'", r.exchange, "ad")
+    raises(NotFound, "NOT_FOUND - no exchange 'ad' in vhost '/'", r.exchange, "ad")
     r.declare("ad2", DIRECT, auto_delete=True)
     assert r.exchange("ad2").auto_delete  # never bound: stays
     r.declare("up", FANOUT)
@@ -169,7 +169,7 @@ def test_deleting_a_queue_removes_its_bindings_and_may_cascade() -> None:
     assert not r.has_queue("q")
     assert r.route("other", "k") == {"keep"}
     assert {"other"} <= {d.name for d in r.exchanges()} and r.exchange_for_topic("top") is None
-    raises(NotFound, "NOT_FOUND - no queue 'q' in vhost 'v'", r.bind, "other", "q")
+    raises(NotFound, "NOT_FOUND - no queue 'q' in vhost '/'", r.bind, "other", "q")
     assert r.delete_queue("q") == Removed()
 
 
@@ -195,7 +195,7 @@ def test_exchanges_are_backed_by_log_topics() -> None:
     assert r.exchange_for_topic("audit") is None
     assert r.exchange_for_topic("amq.topic") == r.exchange("amq.topic")
     raises(PreconditionFailed, "PRECONDITION_FAILED - log topic 'orders' already backs "
-           "exchange 'orders' in vhost 'v'", r.declare, "other", DIRECT, topic="orders")
+           "exchange 'orders' in vhost '/'", r.declare, "other", DIRECT, topic="orders")
     r.bind("orders", "q1", "eu.#")
     r.bind("audit", "q2")
     assert r.route_log("orders", "eu.de", {}) == {"q1"}

@@ -11,6 +11,13 @@ In tx mode publishes and settlements wait for ``tx.commit``.
 Errors in the vhost (``core.router.RouterError``: 404, 403, 405, 406) close the channel
 with that reply code; the connection (connection.py) sends the Channel.Close and
 discards what arrives on the channel until Close-Ok.
+
+Permissions (``core.auth``) are checked as RabbitMQ does, before the operation: configure
+on the exchange or queue declared or deleted, write on the destination and read on the
+source of a binding, write on the exchange of basic.publish, read on the queue of
+basic.get / consume and queue.purge; a denial is 403 ACCESS_REFUSED. The publish check
+is cached per exchange (``writable``) while ``access.version`` stays what it was, so a
+publish costs one comparison and one set lookup, never a regular expression.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pamqp import base
 from pamqp import commands as C
 
+from ...core.auth import Kind, Perm
 from ...core.queue import UnknownEntry
 from ...core.router import RouterError
 from ...core.vhost import Delivery, VHost
@@ -141,7 +149,9 @@ class Channel:
     def __init__(self, conn: Connection, number: int) -> None:
         self.conn = conn
         self.number = number
-        self.vhost: VHost = conn.vhost
+        vhost = conn.vhost
+        assert vhost is not None, "channels are opened after connection.open"
+        self.vhost: VHost = vhost
         self.active = True  # channel.flow
         self.closing = False  # we sent Channel.Close; waiting for Close-Ok
         self.prefetch = 0  # per consumer (basic.qos global=false)
@@ -154,6 +164,9 @@ class Channel:
         self.confirms = Confirms(self)
         self.tx: list[Callable[[], None]] | None = None  # pending operations in tx mode
         self.queues_touched: set[str] = set()
+        self.access = conn.access
+        self.writable: set[str] = set()  # exchanges basic.publish was allowed to write to...
+        self.writable_version = -1  # ...as of this access.version (another: check again)
 
     # -- dispatch of methods ------------------------------------------------------------
 
@@ -173,25 +186,66 @@ class Channel:
     def _reply(self, m: base.Frame) -> None:
         self.conn.send_method(self.number, m)
 
+    def _permit(self, perm: Perm, kind: Kind, name: str) -> None:
+        """AccessRefused (403, closes the channel) unless the user may do ``perm`` on the
+        resource; the default exchange is ``amq.default`` here, as in RabbitMQ."""
+        self.access.check(self.conn.user, self.vhost.name, perm, kind, name)
+
+    def _check_write(self, exchange: str) -> None:
+        """basic.publish's permission check, remembered in ``writable`` until the
+        permissions change."""
+        if self.writable_version != self.access.version:
+            self.writable.clear()
+            self.writable_version = self.access.version
+        try:
+            self._permit("write", "exchange", exchange)
+        except RouterError as e:
+            raise AMQPChannelError(e.reply_code, e.reply_text.split(" - ", 1)[-1], channel=self.number,
+                                   class_id=60, method_id=40) from None
+        self.writable.add(exchange)
+
+    def _permit_new_exchange(self, m: C.Exchange.Declare) -> None:
+        """exchange.declare: configure on it; when new with an alternate exchange, also
+        read on it and write on the alternate (RabbitMQ's order)."""
+        if m.passive or m.exchange == "":
+            return  # passive: no check; the default exchange: refused by the router
+        self._permit("configure", "exchange", m.exchange)
+        ae = (m.arguments or {}).get("alternate-exchange")
+        if isinstance(ae, str) and not self.vhost.router.has_exchange(m.exchange):
+            self._permit("read", "exchange", m.exchange)
+            self._permit("write", "exchange", ae)
+
+    def _permit_binding(self, source: str, destination: str, kind: Kind) -> None:
+        """queue.bind / exchange.bind and their unbinds: write on the destination, read on
+        the source (a default exchange end is refused by the router after the write check)."""
+        self._permit("write", kind, destination)
+        if source != "" and not (kind == "exchange" and destination == ""):
+            self._permit("read", "exchange", source)
+
     # -- exchange ---------------------------------------------------------------------------
 
     def _exchange_declare(self, m: C.Exchange.Declare) -> None:
+        self._permit_new_exchange(m)
         self.vhost.declare_exchange(m.exchange, m.exchange_type, durable=m.durable, auto_delete=m.auto_delete,
                                     internal=m.internal, arguments=m.arguments, passive=m.passive)
         if not m.nowait:
             self._reply(C.Exchange.DeclareOk())
 
     def _exchange_delete(self, m: C.Exchange.Delete) -> None:
+        if m.exchange and not m.exchange.startswith("amq."):  # those: refused by the router first
+            self._permit("configure", "exchange", m.exchange)
         self.vhost.delete_exchange(m.exchange, if_unused=m.if_unused)
         if not m.nowait:
             self._reply(C.Exchange.DeleteOk())
 
     def _exchange_bind(self, m: C.Exchange.Bind) -> None:
+        self._permit_binding(m.source, m.destination, "exchange")
         self.vhost.bind(m.source, m.destination, m.routing_key, m.arguments, kind="exchange")
         if not m.nowait:
             self._reply(C.Exchange.BindOk())
 
     def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
+        self._permit_binding(m.source, m.destination, "exchange")
         self.vhost.unbind(m.source, m.destination, m.routing_key, m.arguments, kind="exchange")
         if not m.nowait:
             self._reply(C.Exchange.UnbindOk())
@@ -204,6 +258,12 @@ class Channel:
             raise AMQPChannelError(ACCESS_REFUSED, f"queue name '{m.queue}' contains reserved prefix 'amq.*'",
                                    channel=self.number, class_id=50, method_id=10)
         existed = name in self.vhost.queues
+        if not m.passive:
+            self._permit("configure", "queue", name)
+            dlx = (m.arguments or {}).get("x-dead-letter-exchange")
+            if isinstance(dlx, str) and not existed:
+                self._permit("read", "queue", name)
+                self._permit("write", "exchange", dlx)
         qs = self.vhost.declare_queue(name, durable=m.durable, exclusive=self.conn if m.exclusive else None,
                                       auto_delete=m.auto_delete, arguments=m.arguments, passive=m.passive)
         if qs.exclusive is not None and not existed:
@@ -212,22 +272,26 @@ class Channel:
             self._reply(C.Queue.DeclareOk(name, qs.queue.message_count, len(qs.consumers)))
 
     def _queue_bind(self, m: C.Queue.Bind) -> None:
+        self._permit_binding(m.exchange, m.queue, "queue")
         self.vhost.queue(m.queue)  # NOT_FOUND first, as RabbitMQ
         self.vhost.bind(m.exchange, m.queue, m.routing_key, m.arguments)
         if not m.nowait:
             self._reply(C.Queue.BindOk())
 
     def _queue_unbind(self, m: C.Queue.Unbind) -> None:
+        self._permit_binding(m.exchange, m.queue, "queue")
         self.vhost.unbind(m.exchange, m.queue, m.routing_key, m.arguments)
         self._reply(C.Queue.UnbindOk())
 
     def _queue_purge(self, m: C.Queue.Purge) -> None:
+        self._permit("read", "queue", m.queue)
         self._owned(m.queue, 50, 30)
         n = self.vhost.purge_queue(m.queue)
         if not m.nowait:
             self._reply(C.Queue.PurgeOk(n))
 
     def _queue_delete(self, m: C.Queue.Delete) -> None:
+        self._permit("configure", "queue", m.queue)
         if m.queue not in self.vhost.queues:
             if not m.nowait:
                 self._reply(C.Queue.DeleteOk(0))  # RabbitMQ: deleting a missing queue succeeds
@@ -255,6 +319,7 @@ class Channel:
             self.vhost.dispatch(q)
 
     def _basic_consume(self, m: C.Basic.Consume) -> None:
+        self._permit("read", "queue", m.queue)
         self._owned(m.queue, 60, 20)
         qs = self.vhost.queue(m.queue)
         tag = m.consumer_tag or _name("amq.ctag-")
@@ -306,6 +371,7 @@ class Channel:
                                    "declaration.", channel=self.number, class_id=class_id, method_id=method_id)
 
     def _basic_get(self, m: C.Basic.Get) -> None:
+        self._permit("read", "queue", m.queue)
         self._owned(m.queue, 60, 70)
         d = self.vhost.get(m.queue, self, m.no_ack)
         if d is None:
@@ -320,6 +386,8 @@ class Channel:
                                      d.remaining, _props(d), d.message.value or b"", self.conn.frame_max))
 
     def publish(self, p: Publish) -> None:
+        if self.writable_version != self.access.version or p.exchange not in self.writable:
+            self._check_write(p.exchange)  # 403 unless the user may write to the exchange
         if self.tx is not None:
             self.tx.append(lambda: self._publish(p, None))
             return

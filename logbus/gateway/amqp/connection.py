@@ -2,9 +2,11 @@
 ``send`` callable), a ``close`` callable to drop the socket.
 
 Theory of operation. The handshake is the spec's: protocol header, Start / Start-Ok
-(PLAIN or AMQPLAIN against the configured users; ``guest`` only from loopback, as
-RabbitMQ), Tune / Tune-Ok (frame_max and channel_max at most ours, heartbeat
-negotiated), Open (the vhost). Then channels (channel.py) carry the work.
+(PLAIN or AMQPLAIN against the users of ``core.auth.Access``; ``loopback_users`` only
+from loopback, as RabbitMQ), Tune / Tune-Ok (frame_max and channel_max at most ours,
+heartbeat negotiated), Open (a vhost that exists and the user has permissions in, else
+530 NOT_ALLOWED). Then channels (channel.py) carry the work, checking permissions.
+Deleting the user or the vhost closes the connection (``force_close``: 320).
 
 Errors follow AMQP: a channel exception sends Channel.Close and discards everything on
 that channel until Close-Ok; a connection exception sends Connection.Close, ignores
@@ -30,6 +32,7 @@ from pamqp import base
 from pamqp import commands as C
 from pamqp import decode as pdecode
 
+from ...core.auth import Access
 from ...core.pressure import RESOURCES
 from ...core.tick import tick_of
 from ...core.vhost import VHost
@@ -72,12 +75,12 @@ def blocked_reason(alarms: frozenset[str]) -> str | None:
 
 
 class Connection:
-    def __init__(self, vhosts: Mapping[str, VHost], users: Mapping[str, str], *, send: Callable[[bytes], None],
+    def __init__(self, vhosts: Mapping[str, VHost], access: Access, *, send: Callable[[bytes], None],
                  close: Callable[[], None], reading: Callable[[bool], None], reactor: Any,
                  peer_is_loopback: bool, peer: str = "",
                  heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX) -> None:
-        self.vhosts = vhosts
-        self.users = users
+        self.vhosts = vhosts  # the broker's own dict: vhosts created later are found
+        self.access = access
         self._send = send
         self._close = close
         self._reading = reading  # False: stop reading from the socket, True: read again
@@ -101,7 +104,7 @@ class Connection:
         self.blocked = False  # not read because of a resource alarm
         self._alarm: str | None = None  # the broker's blocked reason, None: no alarm
         self.user = ""
-        self.vhost: VHost = next(iter(vhosts.values()))
+        self.vhost: VHost | None = None  # set by connection.open
         self.open = True
         self._timers: list[Any] = []
         self._received = self._sent = 0.0
@@ -122,7 +125,7 @@ class Connection:
         self._paused = False
         for ch in list(self.channels.values()):
             for q in {c.queue for c in ch.consumers.values()}:
-                self.vhost.dispatch(q)
+                ch.vhost.dispatch(q)
 
     def send(self, data: bytes) -> None:
         if self.open:
@@ -260,6 +263,9 @@ class Connection:
             vhost = self.vhosts.get(m.virtual_host)
             if vhost is None:
                 raise AMQPConnectionError(NOT_ALLOWED, f"vhost {m.virtual_host} not found", class_id=10, method_id=40)
+            if self.access.permission(self.user, vhost.name) is None:
+                raise AMQPConnectionError(NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user "
+                                          f"'{self.user}'", class_id=10, method_id=40)
             self.vhost = vhost
             self.state = "running"
             self.send_method(0, C.Connection.OpenOk())
@@ -293,11 +299,12 @@ class Connection:
                 user = None
         else:
             raise AMQPConnectionError(ACCESS_REFUSED, f"unsupported authentication mechanism {m.mechanism!r}")
-        if user is None or self.users.get(user) != password:
+        if user is None or password is None or self.access.authenticate(user, password) is None:
+            log.info("amqp connection %s: login refused for user %r", self.peer, user)
             raise AMQPConnectionError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
                                       f"{m.mechanism}. For details see the broker logfile.")
-        if user == "guest" and not self.peer_is_loopback:
-            raise AMQPConnectionError(ACCESS_REFUSED, "user 'guest' can only connect via localhost")
+        if self.access.loopback_only(user) and not self.peer_is_loopback:
+            raise AMQPConnectionError(ACCESS_REFUSED, f"user '{user}' can only connect via localhost")
         self.user = user
 
     # -- heartbeats ----------------------------------------------------------------------------------
@@ -380,6 +387,12 @@ class Connection:
             self._fail(AMQPConnectionError(CONNECTION_FORCED, "broker forced connection closure with reason "
                                            "'shutdown'"))
 
+    def force_close(self, reason: str) -> None:
+        """Close with 320 CONNECTION_FORCED and ``reason`` (its user or vhost is being
+        deleted); leases and exclusive queues are released at once."""
+        if self.open and self.state not in ("closing", "closed"):
+            self._fail(AMQPConnectionError(CONNECTION_FORCED, reason))
+
     def _drop(self, reason: str) -> None:
         if not self.open:
             return
@@ -402,8 +415,9 @@ class Connection:
     def _release_all(self) -> None:
         for number in list(self.channels):
             self._end_channel(number)
+        vhost = self.vhost
         for q in list(self.exclusive_queues):
-            if q in self.vhost.queues:
-                self.vhost.delete_queue(q)
+            if vhost is not None and q in vhost.queues:
+                vhost.delete_queue(q)
         self.exclusive_queues.clear()
 

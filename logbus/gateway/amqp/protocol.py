@@ -6,7 +6,9 @@ drains; consumers with acks are bounded by their prefetch anyway.
 
 The other direction is the broker's: the factory follows the resource alarms
 (core/pressure.py) and hands them to every connection, which may ask its transport to
-stop reading (the transport's own ``pauseProducing``) until they clear.
+stop reading (the transport's own ``pauseProducing``) until they clear. It also hears
+when a user or a vhost is deleted (core/auth.py) and closes the connections of that
+user, or to that vhost, with 320 CONNECTION_FORCED, as RabbitMQ does.
 
 **Read linger** (decision 0008). A read that held several publishes or acks comes from a
 client that pipelines (publishes in a confirm window, acks under a prefetch): it is
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, cast
 
 from twisted.internet import tcp
@@ -29,12 +31,12 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
+from ...core.auth import AccessChange
 from ...core.broker import Broker
 from .connection import Connection, blocked_reason
 
 log = logging.getLogger(__name__)
 
-DEFAULT_USERS = {"guest": "guest"}
 LINGER_MIN_MESSAGES = 2  # a read with at least this many publishes or acks is pipelined
 LINGER_MAX_BYTES = 32768  # a read this large was not a trickle: read on at once
 
@@ -87,7 +89,7 @@ class AmqpProtocol(Protocol):
             t.setTcpNoDelay(True)
         peer = t.getPeer()
         host = getattr(peer, "host", "")
-        self.conn = Connection(self.factory.broker.vhosts, self.factory.users, send=direct_writer(t),
+        self.conn = Connection(self.factory.broker.vhosts, self.factory.broker.access, send=direct_writer(t),
                                close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
                                peer_is_loopback=_loopback(host), peer=f"{host}:{getattr(peer, 'port', '')}")
         t.registerProducer(self, True)
@@ -144,16 +146,15 @@ class AmqpProtocol(Protocol):
 
 
 class AmqpFactory(Factory):
-    def __init__(self, broker: Broker, reactor: Any, users: Mapping[str, str] | None = None, *,
-                 read_linger: float = 0.0) -> None:
+    def __init__(self, broker: Broker, reactor: Any, *, read_linger: float = 0.0) -> None:
         self.broker = broker
         self.reactor = reactor
         self.read_linger = read_linger  # seconds; 0: never
         self.lingers = broker.metrics.amqp_read_lingers
-        self.users = dict(users or DEFAULT_USERS)
         self.connections: set[AmqpProtocol] = set()
         self.alarm = blocked_reason(broker.pressure.alarms)  # Connection.Blocked's reason
         broker.pressure.subscribe(self._alarms_changed)
+        broker.access.subscribe(self._access_changed)
 
     def buildProtocol(self, addr: Any) -> AmqpProtocol:
         return AmqpProtocol(self)
@@ -163,6 +164,18 @@ class AmqpFactory(Factory):
         for p in list(self.connections):
             if p.conn is not None:
                 p.conn.resource_alarm(self.alarm)
+
+    def _access_changed(self, change: AccessChange) -> None:
+        """A user or vhost is about to be deleted: close its connections (320), which
+        releases their leases and exclusive queues before the vhost's state goes."""
+        for p in list(self.connections):
+            conn = p.conn
+            if conn is None:
+                continue
+            if change.kind == "user_deleted" and conn.user == change.name:
+                conn.force_close(f"user '{change.name}' is deleted")
+            elif change.kind == "vhost_deleted" and conn.vhost is not None and conn.vhost.name == change.name:
+                conn.force_close(f"vhost '{change.name}' is deleted")
 
     def close_connections(self, grace: float = 2.0) -> Deferred[None]:
         """The broker is stopping: Connection.Close 320 CONNECTION_FORCED to every

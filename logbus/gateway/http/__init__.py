@@ -1,4 +1,5 @@
-"""HTTP gateway: health, Prometheus metrics and the topic admin REST API (twisted.web).
+"""HTTP gateway: health, Prometheus metrics, the topic admin REST API and the users /
+vhosts / permissions management API (twisted.web).
 
     site.py       build_site(broker, reactor): the resource tree and the Site to listen with
     request.py    the Request class: body size limit (checked before the body is read), JSON body
@@ -7,6 +8,11 @@
     health.py     GET /healthz
     metrics.py    GET /metrics
     topics.py     /api/topics and /api/topics/<name>
+    limits.py     /api/limits
+    auth.py       HTTP Basic authentication of administrators for the management resources
+    users.py      /api/users and /api/users/<name>
+    vhosts.py     /api/vhosts and /api/vhosts/<name>
+    permissions.py  /api/permissions and /api/permissions/<vhost>/<user>
     client.py     AdminClient: the same API from the outside (urllib, no Twisted), for the CLI
 
 Importing this package does not import Twisted, so the CLI can use client.py cheaply.

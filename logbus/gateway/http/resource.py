@@ -41,6 +41,7 @@ class ApiResource(resource.Resource):
                     f" (allowed: {allowed})",
                     (("Allow", allowed),),
                 )
+            self.authorize(request)
             response = handler(request)
         except HttpError as exc:
             response = exc.response()
@@ -50,6 +51,10 @@ class ApiResource(resource.Resource):
             log.exception("%s %r failed", method, request.uri)
             response = Response.error(500, "internal_error", "internal error (see the broker log)")
         return _write(request, response, head)
+
+    def authorize(self, request: server.Request) -> None:
+        """Raise HttpError (401, 403) unless the request may be handled; open by default
+        (the management resources require an administrator: auth.AdminResource)."""
 
     def allowed_methods(self) -> list[str]:
         allowed = [m for m in METHODS if hasattr(self, f"handle_{m}")]

@@ -20,6 +20,10 @@ STATUS_BY_CODE: dict[str, int] = {
     "record_too_large": 413,
     "offset_out_of_range": 416,
     "storage_error": 503,
+    "unknown_user": 404,
+    "unknown_vhost": 404,
+    "unknown_permission": 404,
+    "bad_request": 400,
 }
 
 

@@ -4,6 +4,9 @@
     /metrics                 metrics.Metrics
     /api/topics[/<name>]     topics.Topics, topics.Topic
     /api/limits              limits.Limits (resource alarm limits, at run time)
+    /api/users[/<name>]      users.Users, users.UserResource        } administrators only
+    /api/vhosts[/<name>]     vhosts.VHosts, vhosts.VHostResource    } (HTTP Basic,
+    /api/permissions[/<vhost>/<user>]  permissions.*                } auth.py)
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from twisted.web import http, server
 from .health import Health
 from .limits import Limits
 from .metrics import Metrics
+from .permissions import Permissions
 from .request import LimitedRequest
 from .resource import Directory
 from .topics import Topics
+from .users import Users
+from .vhosts import VHosts
 
 if TYPE_CHECKING:
     from ...core.broker import Broker
@@ -43,6 +49,9 @@ def build_resource(broker: Broker) -> Directory:
     root.putChild(b"api", api)
     api.putChild(b"topics", Topics(broker))
     api.putChild(b"limits", Limits(broker))
+    api.putChild(b"users", Users(broker))
+    api.putChild(b"vhosts", VHosts(broker))
+    api.putChild(b"permissions", Permissions(broker))
     return root
 
 

@@ -1,0 +1,466 @@
+"""Users, virtual hosts and permissions: who may connect, to which vhost, and do what.
+
+RabbitMQ's model (https://www.rabbitmq.com/docs/access-control), kept in the state
+store's ``metadata`` column family (key layout in core/state.py, values in state.proto):
+
+- A **user** has a password hash in RabbitMQ's format, so a hash exported from RabbitMQ
+  definitions works here unchanged: ``base64(salt + H(salt + utf8(password)))`` with a
+  4-byte random salt and H the algorithm named by ``hashing_algorithm`` (SHA-256 by
+  default, as ``rabbit_password_hashing_sha256``). An empty hash means the user cannot
+  log in with a password. Tags (``administrator``, ...) say what the HTTP management
+  API lets the user do.
+- A **vhost** is a name (plus a description and tags); its exchanges, queues and
+  bindings are the definitions stored under that name (core/definitions.py).
+- A **permission** is per (user, vhost): three regular expressions, configure, write
+  and read, searched (not anchored, as Erlang's ``re:run``) in a resource's name. An
+  empty expression matches nothing, as RabbitMQ reads ``""`` as ``"^$"``. The default
+  exchange is named ``amq.default`` for these checks. A user without a permission in
+  a vhost may not connect to it.
+
+On first boot (no ``auth_seeded`` marker in the store) ``seed()`` creates vhost ``/``
+and the default user with the ``administrator`` tag and full permissions on ``/``,
+as RabbitMQ does. After that the records are the truth: deleting every user does not
+bring the default one back.
+
+Theory of operation. Everything is held in memory (dicts) and written through to the
+store, one ``WriteBatch`` per logical change. ``version`` goes up on every change, so a
+gateway can cache decisions (the AMQP channel caches the write decision per exchange
+for basic.publish) and drop the cache when the version it saw is not the current one.
+Deleting a user or a vhost is announced to subscribers first (``subscribe``), so
+gateways close the connections concerned before the records go.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Self
+
+from .errors import LogbusError
+from .router import DEFAULT_VHOST, AccessRefused
+from .state import (
+    AUTH_SEEDED_KEY,
+    PERMISSION_PREFIX,
+    USER_PREFIX,
+    VHOST_PREFIX,
+    StateBatch,
+    StateStore,
+    permission_key,
+    user_key,
+    vhost_key,
+)
+from .state_pb2 import PermissionRecord, UserRecord, VHostRecord
+
+log = logging.getLogger(__name__)
+
+CF_METADATA = "metadata"
+SHA256: Final = "rabbit_password_hashing_sha256"
+SHA512: Final = "rabbit_password_hashing_sha512"
+MD5: Final = "rabbit_password_hashing_md5"  # RabbitMQ before 3.6: verified, never produced
+HASHING_ALGORITHMS: Final = {SHA256: hashlib.sha256, SHA512: hashlib.sha512, MD5: hashlib.md5}
+SALT_BYTES: Final = 4
+ADMINISTRATOR: Final = "administrator"
+DEFAULT_EXCHANGE_RESOURCE: Final = "amq.default"
+DEFAULT_VHOST_DESCRIPTION: Final = "Default virtual host"
+FULL_ACCESS: Final = ".*"
+
+Perm = Literal["configure", "write", "read"]
+Kind = Literal["exchange", "queue"]
+
+
+class UnknownUser(LogbusError):
+    code = "unknown_user"
+
+
+class UnknownVHost(LogbusError):
+    code = "unknown_vhost"
+
+
+class UnknownPermission(LogbusError):
+    code = "unknown_permission"
+
+
+class InvalidAccess(LogbusError):
+    """A user, vhost or permission that cannot be stored as given (bad name, bad hash,
+    bad regular expression, ...)."""
+
+    code = "bad_request"
+
+
+# -- password hashes ------------------------------------------------------------------------
+
+
+def hash_password(password: str, algorithm: str = SHA256, *, salt: bytes | None = None) -> str:
+    """RabbitMQ's salted hash of ``password``: base64(salt + H(salt + utf8(password)))."""
+    h = _hash_function(algorithm)
+    salt = os.urandom(SALT_BYTES) if salt is None else salt
+    if len(salt) != SALT_BYTES:
+        raise ValueError(f"the salt is {SALT_BYTES} bytes, not {len(salt)}")
+    return base64.b64encode(salt + h(salt + password.encode("utf-8")).digest()).decode("ascii")
+
+
+def check_password(password: str, password_hash: str, algorithm: str = SHA256) -> bool:
+    """Does ``password`` match the stored hash? Constant time in the digest compare;
+    an empty or malformed hash matches nothing."""
+    h = HASHING_ALGORITHMS.get(algorithm)
+    if h is None or not password_hash:
+        return False
+    try:
+        raw = base64.b64decode(password_hash, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    salt, digest = raw[:SALT_BYTES], raw[SALT_BYTES:]
+    if len(salt) != SALT_BYTES:
+        return False
+    return hmac.compare_digest(digest, h(salt + password.encode("utf-8")).digest())
+
+
+def check_password_hash(password_hash: str, algorithm: str) -> None:
+    """InvalidAccess unless ``password_hash`` can be a hash of ``algorithm`` ("" is: no
+    password)."""
+    h = _hash_function(algorithm)
+    if not password_hash:
+        return
+    try:
+        raw = base64.b64decode(password_hash, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidAccess("password_hash is not base64") from None
+    want = SALT_BYTES + h().digest_size
+    if len(raw) != want:
+        raise InvalidAccess(f"password_hash decodes to {len(raw)} bytes; {algorithm} hashes are {want} "
+                            f"({SALT_BYTES} of salt, then the digest)")
+
+
+def _hash_function(algorithm: str) -> Callable[..., hashlib._Hash]:
+    h = HASHING_ALGORITHMS.get(algorithm)
+    if h is None:
+        raise InvalidAccess(f"unknown hashing_algorithm {algorithm!r} (known: {', '.join(HASHING_ALGORITHMS)})")
+    return h
+
+
+# -- the records ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    name: str
+    password_hash: str = ""
+    hashing_algorithm: str = SHA256
+    tags: tuple[str, ...] = ()
+
+    @property
+    def is_administrator(self) -> bool:
+        return ADMINISTRATOR in self.tags
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "password_hash": self.password_hash,
+                "hashing_algorithm": self.hashing_algorithm, "tags": list(self.tags), "limits": {}}
+
+
+@dataclass(frozen=True, slots=True)
+class VHostInfo:
+    name: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "description": self.description, "tags": list(self.tags),
+                "metadata": {"description": self.description, "tags": list(self.tags)}}
+
+
+def compile_permission(pattern: str, perm: str) -> re.Pattern[str]:
+    """A permission's regular expression, compiled once; RabbitMQ reads "" as "^$"."""
+    if not isinstance(pattern, str):
+        raise InvalidAccess(f"{perm} must be a string (a regular expression), not {pattern!r}")
+    try:
+        return re.compile(pattern or "^$")
+    except re.error as exc:
+        raise InvalidAccess(f"{perm} is not a valid regular expression: {pattern!r} ({exc})") from None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Permission:
+    """configure / write / read expressions of one user in one vhost, compiled."""
+
+    user: str
+    vhost: str
+    configure: str
+    write: str
+    read: str
+    _compiled: dict[str, re.Pattern[str]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_compiled", {p: compile_permission(getattr(self, p), p)
+                                               for p in ("configure", "write", "read")})
+
+    def allows(self, perm: Perm, name: str) -> bool:
+        return self._compiled[perm].search(name) is not None
+
+    def to_json(self) -> dict[str, str]:
+        return {"user": self.user, "vhost": self.vhost, "configure": self.configure,
+                "write": self.write, "read": self.read}
+
+
+def refused(user: str, vhost: str, kind: Kind, name: str) -> AccessRefused:
+    return AccessRefused(f"access to {kind} '{name}' in vhost '{vhost}' refused for user '{user}'")
+
+
+@dataclass(frozen=True, slots=True)
+class AccessChange:
+    """What subscribers hear: a user or a vhost is about to be deleted."""
+
+    kind: Literal["user_deleted", "vhost_deleted"]
+    name: str
+
+
+def check_name(what: str, name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidAccess(f"{what} name must be a non-empty string")
+    if "\x00" in name:
+        raise InvalidAccess(f"{what} name may not contain NUL")
+    return name
+
+
+def parse_tags(tags: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Tags as RabbitMQ takes them: a comma-separated string or a list; blanks dropped."""
+    if tags is None:
+        return ()
+    items = tags.split(",") if isinstance(tags, str) else list(tags)
+    if not all(isinstance(t, str) for t in items):
+        raise InvalidAccess(f"tags must be a string or a list of strings, not {tags!r}")
+    return tuple(dict.fromkeys(t.strip() for t in items if t.strip()))
+
+
+# -- the registry -----------------------------------------------------------------------------
+
+
+class Access:
+    """Users, vhosts and permissions of one broker. ``store`` None: memory only."""
+
+    def __init__(self, store: StateStore | None = None, *, loopback_users: Sequence[str] = ("guest",)) -> None:
+        self.store = store
+        self.loopback_users = frozenset(loopback_users)
+        self.users: dict[str, User] = {}
+        self.vhosts: dict[str, VHostInfo] = {}
+        self.permissions: dict[tuple[str, str], Permission] = {}  # (user, vhost)
+        self.version = 0
+        self._listeners: list[Callable[[AccessChange], None]] = []
+
+    def subscribe(self, listener: Callable[[AccessChange], None]) -> None:
+        self._listeners.append(listener)
+
+    def announce(self, change: AccessChange) -> None:
+        for listener in list(self._listeners):
+            listener(change)
+
+    # -- loading --------------------------------------------------------------------------
+
+    def open(self, store: StateStore) -> None:
+        """Read every record from ``store`` (the broker calls this at start)."""
+        self.store = store
+        self.users = {r.name: User(r.name, r.password_hash, r.hashing_algorithm or SHA256, tuple(r.tags))
+                      for r in self._scan(USER_PREFIX, UserRecord)}
+        self.vhosts = {r.name: VHostInfo(r.name, r.description, tuple(r.tags))
+                       for r in self._scan(VHOST_PREFIX, VHostRecord)}
+        self.permissions = {}
+        for r in self._scan(PERMISSION_PREFIX, PermissionRecord):
+            try:
+                self.permissions[(r.user, r.vhost)] = Permission(r.user, r.vhost, r.configure, r.write, r.read)
+            except InvalidAccess as exc:  # stored by a Python with another re syntax, say
+                log.error("permission of user %r in vhost %r ignored: %s", r.user, r.vhost, exc)
+        self.version += 1
+
+    def _scan(self, prefix: bytes, kind: Any) -> list[Any]:
+        assert self.store is not None
+        return [kind.FromString(v) for _, v in self.store.scan_prefix(CF_METADATA, prefix)]
+
+    def seed(self, user: str, password: str) -> bool:
+        """First boot: vhost "/", ``user`` (administrator) with full permissions on it.
+        Returns False when the store was seeded before (nothing is changed then)."""
+        if self.store is not None and self.store.get(CF_METADATA, AUTH_SEEDED_KEY) is not None:
+            return False
+        check_name("user", user)
+        vhost = VHostInfo(DEFAULT_VHOST, DEFAULT_VHOST_DESCRIPTION)
+        u = User(user, hash_password(password), SHA256, (ADMINISTRATOR,))
+        perm = Permission(user, DEFAULT_VHOST, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
+        with self._write() as b:
+            _put_vhost(b, vhost)
+            _put_user(b, u)
+            _put_permission(b, perm)
+            b.put(CF_METADATA, AUTH_SEEDED_KEY, b"")
+        self.vhosts[vhost.name] = vhost
+        self.users[u.name] = u
+        self.permissions[(user, DEFAULT_VHOST)] = perm
+        self.version += 1
+        log.info("first boot: created vhost %r and user %r (administrator)", DEFAULT_VHOST, user)
+        return True
+
+    # -- questions ---------------------------------------------------------------------------
+
+    def authenticate(self, name: str, password: str) -> User | None:
+        user = self.users.get(name)
+        if user is None:
+            check_password(password, _DUMMY_HASH)  # as long as for a known name
+            return None
+        return user if check_password(password, user.password_hash, user.hashing_algorithm) else None
+
+    def loopback_only(self, name: str) -> bool:
+        """May ``name`` connect only from a loopback address (``loopback_users``)?"""
+        return name in self.loopback_users
+
+    def permission(self, user: str, vhost: str) -> Permission | None:
+        return self.permissions.get((user, vhost))
+
+    def check(self, user: str, vhost: str, perm: Perm, kind: Kind, name: str) -> None:
+        """AccessRefused (403) unless ``user`` may ``perm`` the resource in ``vhost``."""
+        if kind == "exchange" and name == "":
+            name = DEFAULT_EXCHANGE_RESOURCE
+        p = self.permissions.get((user, vhost))
+        if p is None or not p.allows(perm, name):
+            raise refused(user, vhost, kind, name)
+
+    def user(self, name: str) -> User:
+        u = self.users.get(name)
+        if u is None:
+            raise UnknownUser(f"no user '{name}'")
+        return u
+
+    def vhost(self, name: str) -> VHostInfo:
+        v = self.vhosts.get(name)
+        if v is None:
+            raise UnknownVHost(f"no vhost '{name}'")
+        return v
+
+    def get_permission(self, vhost: str, user: str) -> Permission:
+        p = self.permissions.get((user, vhost))
+        if p is None:
+            raise UnknownPermission(f"no permissions for user '{user}' in vhost '{vhost}'")
+        return p
+
+    # -- changes ---------------------------------------------------------------------------------
+
+    def put_user(self, name: str, *, password: str | None = None, password_hash: str | None = None,
+                 hashing_algorithm: str = SHA256, tags: str | Iterable[str] | None = None) -> bool:
+        """Create or replace a user (RabbitMQ's PUT /api/users/{name}): with ``password``
+        hashed here, or a ready ``password_hash``; with neither the user has no password.
+        Returns True when the user is new."""
+        check_name("user", name)
+        if password is not None and password_hash is not None:
+            raise InvalidAccess("give password or password_hash, not both")
+        if password is not None:
+            if not isinstance(password, str):
+                raise InvalidAccess("password must be a string")
+            stored, algorithm = hash_password(password), SHA256
+        else:
+            stored, algorithm = password_hash or "", hashing_algorithm
+            if not isinstance(stored, str):
+                raise InvalidAccess("password_hash must be a string")
+            check_password_hash(stored, algorithm)
+        user = User(name, stored, algorithm, parse_tags(tags))
+        new = name not in self.users
+        with self._write() as b:
+            _put_user(b, user)
+        self.users[name] = user
+        self.version += 1
+        return new
+
+    def delete_user(self, name: str) -> None:
+        """Delete a user and its permissions; subscribers hear of it first."""
+        self.user(name)
+        self.announce(AccessChange("user_deleted", name))
+        gone = [key for key in self.permissions if key[0] == name]
+        with self._write() as b:
+            b.delete(CF_METADATA, user_key(name))
+            for user, vhost in gone:
+                b.delete(CF_METADATA, permission_key(vhost, user))
+        del self.users[name]
+        for key in gone:
+            del self.permissions[key]
+        self.version += 1
+
+    def put_vhost(self, name: str, description: str = "", tags: str | Iterable[str] | None = None) -> bool:
+        """Create or update a vhost's record; True when it is new. The broker opens it."""
+        check_name("vhost", name)
+        if not isinstance(description, str):
+            raise InvalidAccess("description must be a string")
+        vhost = VHostInfo(name, description, parse_tags(tags))
+        new = name not in self.vhosts
+        with self._write() as b:
+            _put_vhost(b, vhost)
+        self.vhosts[name] = vhost
+        self.version += 1
+        return new
+
+    def forget_vhost(self, name: str, batch: StateBatch | None) -> None:
+        """Delete a vhost's record (in ``batch``, with whatever else the broker deletes
+        for it: its permissions are under its prefixes) and forget it and its permissions.
+        The broker announces the deletion first."""
+        if batch is not None:
+            batch.delete(CF_METADATA, vhost_key(name))
+        self.vhosts.pop(name, None)
+        for key in [k for k in self.permissions if k[1] == name]:
+            del self.permissions[key]
+        self.version += 1
+
+    def set_permission(self, user: str, vhost: str, configure: str, write: str, read: str) -> bool:
+        """Set (or replace) what ``user`` may do in ``vhost``; True when it is new."""
+        self.user(user)
+        self.vhost(vhost)
+        perm = Permission(user, vhost, configure, write, read)  # InvalidAccess for a bad regex
+        new = (user, vhost) not in self.permissions
+        with self._write() as b:
+            _put_permission(b, perm)
+        self.permissions[(user, vhost)] = perm
+        self.version += 1
+        return new
+
+    def clear_permission(self, user: str, vhost: str) -> None:
+        self.get_permission(vhost, user)
+        with self._write() as b:
+            b.delete(CF_METADATA, permission_key(vhost, user))
+        del self.permissions[(user, vhost)]
+        self.version += 1
+
+    def _write(self) -> StateBatch | _NoStore:
+        """One synced WriteBatch; memory is changed after it committed."""
+        return _NoStore() if self.store is None else self.store.batch(sync=True)
+
+
+class _NoStore:
+    """The batch of an Access without a store: writes nothing."""
+
+    def put(self, cf: str, key: bytes, value: object) -> None:
+        pass
+
+    def delete(self, cf: str, key: bytes) -> None:
+        pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _put_user(b: StateBatch | _NoStore, u: User) -> None:
+    b.put(CF_METADATA, user_key(u.name), UserRecord(name=u.name, password_hash=u.password_hash,
+                                                    hashing_algorithm=u.hashing_algorithm, tags=list(u.tags)))
+
+
+def _put_vhost(b: StateBatch | _NoStore, v: VHostInfo) -> None:
+    b.put(CF_METADATA, vhost_key(v.name), VHostRecord(name=v.name, description=v.description, tags=list(v.tags)))
+
+
+def _put_permission(b: StateBatch | _NoStore, p: Permission) -> None:
+    b.put(CF_METADATA, permission_key(p.vhost, p.user),
+          PermissionRecord(user=p.user, vhost=p.vhost, configure=p.configure, write=p.write, read=p.read))
+
+
+_DUMMY_HASH = hash_password("", salt=b"\x00" * SALT_BYTES)

@@ -1,0 +1,67 @@
+"""Virtual hosts, as RabbitMQ's management API has them (administrators only: auth.py).
+
+    GET    /api/vhosts          200 [{"name", "description", "tags", "metadata"}, ...]
+    GET    /api/vhosts/<name>   200 one of them | 404
+    PUT    /api/vhosts/<name>   201 created | 204 updated (description and tags)
+                                body (optional) {"description": "orders", "tags": "prod,eu"}
+    DELETE /api/vhosts/<name>   204 | 404
+
+``<name>`` is URL-encoded: ``/api/vhosts/%2F`` is vhost ``/``. Deleting a vhost closes its
+AMQP connections (320 CONNECTION_FORCED), deletes its exchanges, queues, bindings,
+queued messages and permissions; the log topics behind its exchanges keep their data.
+A new vhost has no permissions: PUT /api/permissions/<vhost>/<user> before connecting.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twisted.web import resource, server
+
+from .auth import AdminResource, path_name
+from .request import json_object, read_json
+from .responses import HttpError, Response
+
+if TYPE_CHECKING:
+    from ...core.broker import Broker
+
+FIELDS = ("name", "description", "tags")
+
+
+class VHosts(AdminResource):
+    def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
+        if path == b"":
+            return self  # /api/vhosts/
+        return VHostResource(self.broker, path)
+
+    def handle_GET(self, request: server.Request) -> Response:
+        return Response.json(200, [v.to_json() for v in self.broker.list_vhosts()])
+
+
+class VHostResource(AdminResource):
+    isLeaf = True
+
+    def __init__(self, broker: Broker, raw_name: bytes) -> None:
+        super().__init__(broker)
+        self.raw_name = raw_name
+
+    def handle_GET(self, request: server.Request) -> Response:
+        return Response.json(200, self.broker.access.vhost(path_name(self.raw_name, "vhost")).to_json())
+
+    def handle_PUT(self, request: server.Request) -> Response:
+        name = path_name(self.raw_name, "vhost")
+        raw = request.content.getvalue() if request.content is not None else b""
+        body = parse_vhost(read_json(request) if raw.strip() else {}, name)
+        created = self.broker.create_vhost(name, **body)
+        return Response.empty(201 if created else 204)
+
+    def handle_DELETE(self, request: server.Request) -> Response:
+        self.broker.delete_vhost(path_name(self.raw_name, "vhost"))
+        return Response.empty(204)
+
+
+def parse_vhost(body: Any, name: str) -> dict[str, Any]:
+    body = json_object(body, FIELDS)
+    if "name" in body and body["name"] != name:
+        raise HttpError(400, "bad_request", f"name {body['name']!r} in the body is not {name!r} of the path")
+    return {"description": body.get("description", ""), "tags": body.get("tags")}

@@ -1,0 +1,176 @@
+"""Users, vhosts and permissions through the broker on a temp dir: RabbitMQ's first boot,
+round trips across restarts, vhosts opened into the broker's own dict, and deleting a
+vhost (its state goes, its log topics stay)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from logbus.core.auth import AccessChange, InvalidAccess, UnknownVHost
+from logbus.core.broker import Broker
+from logbus.core.log import TopicConfig
+from logbus.core.message import Envelope, Message
+from logbus.core.state import queue_entries_prefix
+from tests.loop import LoopReactor
+
+
+class Brokers:
+    """Start, stop and restart brokers on one data directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.loop = LoopReactor()
+        self.current: Broker | None = None
+
+    def start(self, **kw: Any) -> Broker:
+        kw.setdefault("topic_defaults", TopicConfig(flush="none"))
+        b = Broker(self.path, reactor=self.loop, **kw)
+        b.start()
+        self.current = b
+        return b
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.current.stop()
+            self.current = None
+        while self.loop.run_once():
+            pass
+
+    def restart(self, **kw: Any) -> Broker:
+        self.stop()
+        return self.start(**kw)
+
+
+@pytest.fixture
+def brokers(tmp_path: Path) -> Iterator[Brokers]:
+    b = Brokers(tmp_path)
+    yield b
+    b.stop()
+
+
+def msg(body: bytes) -> Message:
+    return Message(None, body, None, [], Envelope())
+
+
+def test_first_boot_creates_vhost_and_default_user_once(brokers: Brokers) -> None:
+    b = brokers.start(default_user="admin", default_pass="s3cret")
+    access = b.access
+    assert list(access.vhosts) == ["/"] and list(b.vhosts) == ["/"]
+    assert access.vhosts["/"].description == "Default virtual host"
+    admin = access.authenticate("admin", "s3cret")
+    assert admin is not None and admin.tags == ("administrator",)
+    assert access.authenticate("guest", "guest") is None  # not created: another default user
+    assert access.get_permission("/", "admin").to_json() == {
+        "user": "admin", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}
+    access.delete_user("admin")
+    b = brokers.restart()  # default guest/guest now: the data directory was seeded before
+    assert b.access.users == {} and list(b.vhosts) == ["/"]
+
+
+def test_users_vhosts_and_permissions_survive_a_restart(brokers: Brokers) -> None:
+    b = brokers.start()
+    b.access.put_user("alice", password="pw", tags="monitoring,management")
+    b.access.put_user("bob", password_hash="fOC0HhN9jd35fgdugCrUmtJEDBykNKlPSAkkQrMfQfuWjx2w")
+    vhosts = b.vhosts
+    assert b.create_vhost("prod", "production", ["eu"])
+    assert not b.create_vhost("prod", "still production")  # updated, not new
+    assert b.vhosts is vhosts and set(vhosts) == {"/", "prod"}  # the same dict, mutated
+    b.access.set_permission("alice", "prod", "^a", "^b", "^c")
+    b.access.set_permission("bob", "/", "", "", ".*")
+    b = brokers.restart()
+    access = b.access
+    assert access.authenticate("alice", "pw") is not None
+    assert access.user("alice").tags == ("monitoring", "management")
+    assert access.authenticate("bob", "secret") is not None
+    assert access.vhost("prod").description == "still production" and access.vhost("prod").tags == ()
+    assert set(b.vhosts) == {"/", "prod"} and b.vhosts["prod"].name == "prod"
+    assert sorted(access.permissions) == [("alice", "prod"), ("bob", "/"), ("guest", "/")]
+    assert access.get_permission("prod", "alice").read == "^c"
+    access.clear_permission("bob", "/")
+    access.delete_user("alice")
+    b = brokers.restart()
+    assert sorted(b.access.permissions) == [("guest", "/")]
+    assert sorted(b.access.users) == ["bob", "guest"]
+
+
+def test_each_vhost_has_its_own_definitions_and_topics(brokers: Brokers) -> None:
+    b = brokers.start()
+    b.create_vhost("a/b")
+    root, other = b.vhosts["/"], b.vhosts["a/b"]
+    for v in (root, other):
+        v.declare_exchange("orders", "fanout", durable=True)
+        v.declare_queue("q", durable=True)
+        v.bind("orders", "q")
+    root.publish("orders", "", msg(b"root"))
+    other.publish("orders", "", msg(b"other"))
+    other.publish("", "q", msg(b"direct"))
+    assert {"orders", "a%2Fb@orders", "a%2Fb@__amqp_default"} <= set(b._log.topics)
+    assert root.queue("q").queue.message_count == 1 and other.queue("q").queue.message_count == 2
+    b = brokers.restart()
+    assert b.vhosts["a/b"].router.exchange("orders").log_topic == "a%2Fb@orders"
+    assert b.vhosts["/"].router.exchange("orders").log_topic == "orders"
+    assert b.vhosts["a/b"].queue("q").queue.message_count == 2
+    assert b.vhosts["/"].queue("q").queue.message_count == 1
+
+
+def test_deleting_a_vhost_removes_its_state_but_keeps_its_topics(brokers: Brokers) -> None:
+    b = brokers.start()
+    b.create_vhost("gone")
+    b.access.put_user("u", password="pw")
+    b.access.set_permission("u", "gone", ".*", ".*", ".*")
+    v = b.vhosts["gone"]
+    v.declare_exchange("x", "fanout", durable=True)
+    v.declare_queue("q", durable=True)
+    v.bind("x", "q")
+    v.publish("x", "", msg(b"kept in the log"))
+    heard: list[tuple[AccessChange, bool]] = []
+    b.access.subscribe(lambda change: heard.append((change, "gone" in b.vhosts)))
+    vhosts = b.vhosts
+    b.delete_vhost("gone")
+    assert heard == [(AccessChange("vhost_deleted", "gone"), True)]  # told before it went
+    assert b.vhosts is vhosts and list(vhosts) == ["/"]
+    assert "gone" not in b.access.vhosts and b.access.permission("u", "gone") is None
+    assert b.state is not None
+    assert list(b.state.scan_prefix("queues", queue_entries_prefix("gone", "q"))) == []
+    for prefix in (b"exchange\x00gone\x00", b"queue\x00gone\x00", b"binding\x00gone\x00",
+                   b"permission\x00gone\x00", b"vhost\x00gone\x00"):
+        assert list(b.state.scan_prefix("metadata", prefix)) == [], prefix
+    assert "gone@x" in b._log.topics  # the data stays
+    with pytest.raises(UnknownVHost):
+        b.delete_vhost("gone")
+    b = brokers.restart()
+    assert list(b.vhosts) == ["/"] and "gone@x" in b._log.topics
+    assert b.describe_topic("gone@x").partitions[0].log_end_offset == 1
+    b.create_vhost("gone")  # again: empty, no permissions, the old topic is reused
+    v = b.vhosts["gone"]
+    assert "q" not in v.queues and not v.router.has_exchange("x")
+    v.declare_exchange("x", "fanout")
+    assert b.access.permission("u", "gone") is None
+
+
+def test_a_vhost_whose_topics_cannot_be_named_is_refused(brokers: Brokers) -> None:
+    b = brokers.start()
+    with pytest.raises(InvalidAccess, match="cannot name its log topics"):
+        b.create_vhost("v" * 240)
+    with pytest.raises(InvalidAccess):
+        b.create_vhost("")
+    assert list(b.vhosts) == ["/"] and list(b.access.vhosts) == ["/"]
+
+
+def test_a_topic_backs_one_exchange_across_vhosts(brokers: Brokers) -> None:
+    """Vhost "/" accepts '@' in exchange names (RabbitMQ does), so its exchange "a@x"
+    and exchange "x" of vhost "a" would share topic "a@x": the second is refused."""
+    from logbus.core.router import PreconditionFailed
+
+    b = brokers.start()
+    b.create_vhost("a")
+    b.vhosts["a"].declare_exchange("x", "direct")
+    with pytest.raises(PreconditionFailed, match="log topic 'a@x' already backs exchange 'x' in vhost 'a'"):
+        b.vhosts["/"].declare_exchange("a@x", "direct")
+    b.vhosts["/"].declare_exchange("a@y", "direct")
+    with pytest.raises(PreconditionFailed, match="already backs exchange 'a@y' in vhost '/'"):
+        b.vhosts["a"].declare_exchange("y", "direct")
