@@ -53,7 +53,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple, Protocol
 from urllib.parse import quote
 
-from .errors import InvalidTopicName, LogbusError
+from .amqp_errors import (  # first defined here, so importable from here still
+    AccessRefused,
+    CommandInvalid,
+    NotFound,
+    PreconditionFailed,
+    ResourceLocked,  # noqa: F401
+    RouterError,  # noqa: F401
+)
+from .errors import InvalidTopicName
 from .log.topic_config import validate_topic_name
 from .topic_trie import TopicTrie, ref_count, split_words, unref_count
 
@@ -79,39 +87,6 @@ _Targets = tuple[frozenset[str], frozenset[str]]  # (queues, exchanges)
 EMPTY: Final[frozenset[str]] = frozenset()
 NO_TARGETS: Final[_Targets] = (EMPTY, EMPTY)
 _MISSING: Final = object()
-
-
-class RouterError(LogbusError):
-    """An AMQP exception: ``reply_code`` and RabbitMQ's ``reply_text``; a ``hard`` one
-    closes the connection, the others the channel."""
-
-    reply_code = 541
-    reply_name = "INTERNAL_ERROR"
-    hard = False
-
-    def __init__(self, text: str) -> None:
-        self.reply_text = f"{self.reply_name} - {text}"
-        super().__init__(self.reply_text)
-
-
-class NotFound(RouterError):
-    code, reply_code, reply_name = "not_found", 404, "NOT_FOUND"
-
-
-class AccessRefused(RouterError):
-    code, reply_code, reply_name = "access_refused", 403, "ACCESS_REFUSED"
-
-
-class PreconditionFailed(RouterError):
-    code, reply_code, reply_name = "precondition_failed", 406, "PRECONDITION_FAILED"
-
-
-class ResourceLocked(RouterError):
-    code, reply_code, reply_name = "resource_locked", 405, "RESOURCE_LOCKED"
-
-
-class CommandInvalid(RouterError):
-    code, reply_code, reply_name, hard = "command_invalid", 503, "COMMAND_INVALID", True
 
 
 def vhost_topic(vhost: str, topic: str) -> str:
