@@ -20,8 +20,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK_ANY_PORT = "tcp:0:interface=127.0.0.1"
@@ -252,3 +253,16 @@ class ServerFactory:
     def cleanup(self) -> None:
         for server in reversed(self.servers):
             server.cleanup()
+
+
+def module_server(tmp_path_factory: Any, name: str, **kwargs: Any) -> Iterator[LogbusServer]:
+    """The body of a module-scoped fixture: one server for the module, stopped after it.
+
+        @pytest.fixture(scope="module")
+        def server(tmp_path_factory): yield from module_server(tmp_path_factory, "cli")
+    """
+    factory = ServerFactory(tmp_path_factory.mktemp(name))
+    try:
+        yield factory.start(**kwargs)
+    finally:
+        factory.cleanup()

@@ -24,16 +24,12 @@ from aiormq.exceptions import (
 
 from tests.integration.amqp_target import run, unique
 from tests.integration.mgmt import Mgmt, q
-from tests.serverproc import LogbusServer, ServerFactory
+from tests.serverproc import LogbusServer, module_server
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
-    factory = ServerFactory(tmp_path_factory.mktemp("amqp-access"))
-    try:
-        yield factory.start()
-    finally:
-        factory.cleanup()
+    yield from module_server(tmp_path_factory, "amqp-access")
 
 
 @pytest.fixture(scope="module")

@@ -8,16 +8,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.serverproc import LogbusServer, ServerFactory, run_logbus
+from tests.serverproc import LogbusServer, module_server, run_logbus
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
-    factory = ServerFactory(tmp_path_factory.mktemp("cli"))
-    try:
-        yield factory.start()
-    finally:
-        factory.cleanup()
+    yield from module_server(tmp_path_factory, "cli")
 
 
 def topic(server: LogbusServer, *args: str) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.mgmt import Mgmt, Reply, q
-from tests.serverproc import LogbusServer, ServerFactory
+from tests.serverproc import LogbusServer, module_server
 
 RABBITMQ_HASH = "fOC0HhN9jd35fgdugCrUmtJEDBykNKlPSAkkQrMfQfuWjx2w"  # "secret", from RabbitMQ 3.10.8
 MANAGEMENT = ["/api/users", "/api/users/guest", "/api/vhosts", "/api/vhosts/%2F", "/api/permissions",
@@ -19,11 +19,7 @@ MANAGEMENT = ["/api/users", "/api/users/guest", "/api/vhosts", "/api/vhosts/%2F"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
-    factory = ServerFactory(tmp_path_factory.mktemp("http-access"))
-    try:
-        yield factory.start()
-    finally:
-        factory.cleanup()
+    yield from module_server(tmp_path_factory, "http-access")
 
 
 @pytest.fixture(scope="module")

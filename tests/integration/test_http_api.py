@@ -10,29 +10,15 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.serverproc import LogbusServer, ServerFactory
+from tests.integration.mgmt import Mgmt, Reply
+from tests.serverproc import LogbusServer, module_server
 
 MIB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
-    factory = ServerFactory(tmp_path_factory.mktemp("http-api"))
-    try:
-        yield factory.start(args=["--default-partitions", "2"])
-    finally:
-        factory.cleanup()
-
-
-class Reply:
-    def __init__(self, status: int, headers: http.client.HTTPMessage, body: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self.body = body
-
-    def json(self) -> Any:
-        assert self.headers["Content-Type"] == "application/json", self.headers
-        return json.loads(self.body)
+    yield from module_server(tmp_path_factory, "http-api", args=["--default-partitions", "2"])
 
 
 def call(
@@ -44,15 +30,7 @@ def call(
     raw: bytes | None = None,
     headers: dict[str, str] | None = None,
 ) -> Reply:
-    host, port = server.host_port("http")
-    conn = http.client.HTTPConnection(host, port, timeout=10)
-    try:
-        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers=headers or {})
-        response = conn.getresponse()
-        return Reply(response.status, response.headers, response.read())
-    finally:
-        conn.close()
+    return Mgmt(server, auth=None).call(method, path, body, raw=raw, headers=headers)
 
 
 def assert_error(reply: Reply, status: int, code: str) -> str:
