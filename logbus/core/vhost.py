@@ -48,6 +48,7 @@ from .router import (
     Removed as Unbound,
     ResourceLocked,
     Router,
+    RouterError,
 )
 from .state import StateStore
 
@@ -92,6 +93,14 @@ class QueueState:
 class Published:
     routed: bool  # reached at least one queue (basic.return when mandatory and not)
     refused: bool  # a queue refused it (x-overflow reject-publish): nack the publish
+
+
+@dataclass(slots=True)
+class PublishedMany:
+    done: int  # items published: all of them unless ``error``
+    unrouted: list[int]  # indexes of items that reached no queue
+    refused: list[int]  # indexes of items a queue refused (x-overflow reject-publish)
+    error: RouterError | None  # why item ``done`` was not published
 
 
 class VHost:
@@ -271,6 +280,79 @@ class VHost:
             return Published(False, False)
         return Published(True, self._enqueue(queues, topic, p.index, offset, message))
 
+    def publish_many(self, items: list[tuple[str, str, Message, Mapping[str, Any] | None]],
+                     on_durable: Callable[[int, int, Any], object] | None = None) -> PublishedMany:
+        """``publish`` for consecutive publishes of one client read, as (exchange, routing
+        key, message, headers): each (exchange, routing key) without headers is routed
+        once, a run of messages bound for one partition is appended with one call, and
+        each queue is dispatched once, at the end. ``on_durable(first, last, result)``
+        fires per append for the items ``first..last``. Stops at the first item whose
+        exchange is missing: the items before it are published and ``error`` holds it."""
+        router = self.router
+        routes: dict[tuple[str, str], tuple[str, int, frozenset[str]]] = {}
+        error: RouterError | None = None
+        unrouted: list[int] = []
+        refused: list[int] = []
+        touched: set[str] = set()
+        run: list[Any] = []  # records bound for one partition, appended together
+        run_msgs: list[tuple[int, frozenset[str], Message]] = []
+        run_at: tuple[str, int] | None = None
+        run_first = 0
+        now = self.clock()
+        done = 0
+        for i, (exchange, routing_key, message, headers) in enumerate(items):
+            hit = None if headers else routes.get((exchange, routing_key))
+            if hit is None:
+                try:
+                    ex = router.exchange(exchange)
+                    queues = router.route(exchange, routing_key, headers)
+                except RouterError as e:
+                    error = e
+                    break
+                topic = ex.log_topic
+                if topic not in self.log.topics:
+                    self._ensure_topic(topic)
+                hit = (topic, self._partition_for(topic, routing_key), queues)
+                if not headers:
+                    routes[(exchange, routing_key)] = hit
+            at = hit[0], hit[1]
+            if at != run_at:
+                if run:
+                    self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched)
+                    run, run_msgs = [], []
+                run_at, run_first = at, i
+            run.append(message.to_record())
+            queues = hit[2]
+            if queues:
+                run_msgs.append((i, queues, message))
+            else:
+                unrouted.append(i)
+            done = i + 1
+        if run:
+            self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched)
+        for name in touched:
+            self.dispatch(name)
+        return PublishedMany(done, unrouted, refused, error)
+
+    def _append_run(self, at: Any, first: int, records: list[Any],
+                    msgs: list[tuple[int, frozenset[str], Message]], now: int,
+                    on_durable: Callable[[int, int, Any], object] | None,
+                    refused: list[int], touched: set[str]) -> None:
+        """Append ``records`` (items ``first``... of a publish_many) to one partition and
+        give the routed ones (``msgs``) their queue entries."""
+        topic, partition = at
+        p = self.log.partition(topic, partition)
+        base = p.next_offset
+        if on_durable is None:
+            p.append(records, callback=_ignore)
+        else:
+            last = first + len(records) - 1
+            p.append(records, callback=lambda result: on_durable(first, last, result))
+        for i, queues, message in msgs:
+            if self._enqueue(queues, topic, partition, base + i - first, message, now, dispatch=False):
+                refused.append(i)
+            touched |= queues
+
     def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[B.BatchInfo]) -> int:
         """Records a Kafka producer appended to ``topic`` at ``base``: each goes to the
         queues bound to the exchange behind the topic, with the record key as routing
@@ -298,10 +380,13 @@ class VHost:
             pos += info.size
         return routed
 
-    def _enqueue(self, queues: frozenset[str], topic: str, partition: int, offset: int, message: Message) -> bool:
+    def _enqueue(self, queues: frozenset[str], topic: str, partition: int, offset: int, message: Message,
+                 now: int | None = None, dispatch: bool = True) -> bool:
         """Give each of ``queues`` an entry for the record at ``offset``; True when a
-        queue refused it (x-overflow reject-publish)."""
-        now = self.clock()
+        queue refused it (x-overflow reject-publish). ``dispatch`` False: the caller
+        dispatches the queues."""
+        if now is None:
+            now = self.clock()
         env = message.envelope
         ttl = per_message_ttl(env.expiration) if env.expiration else None
         expires = now + ttl if ttl is not None else 0
@@ -323,8 +408,9 @@ class VHost:
         self.messages.remember(topic, partition, offset, message, size, refs)
         for qs, r in dropped:
             self._removed(qs, r)
-        for name in queues:
-            self.dispatch(name)
+        if dispatch:
+            for name in queues:
+                self.dispatch(name)
         return refused
 
     def _message(self, entry: Entry) -> Message:

@@ -174,11 +174,28 @@ class Connection:
         if not self._started and self.decoder.greeted:
             self._started = True
             self.send_method(0, C.Connection.Start(0, 9, SERVER_PROPERTIES, "PLAIN AMQPLAIN", "en_US"))
-        for ev in events:
+        i, n = 0, len(events)
+        while i < n:
             if not self.open or self.state == "closed":
                 return
+            ev = events[i]
+            i += 1
             try:
-                self._event(ev)
+                if type(ev) is Publish and i < n and type(events[i]) is Publish and events[i].channel == ev.channel:
+                    j = i + 1  # a run of publishes on one channel: handled together
+                    while j < n and type(events[j]) is Publish and events[j].channel == ev.channel:
+                        j += 1
+                    run, i = events[i - 1 : j], j
+                    ch = self.channels.get(ev.channel)
+                    if ch is None or self.state != "running" or ev.channel in self.closing_channels:
+                        for p in run:  # as one at a time: the errors, or nothing
+                            self._event(p)
+                        continue
+                    self.published = True
+                    self._streamed += len(run)
+                    ch.publish_many(run)
+                else:
+                    self._event(ev)
             except AMQPChannelError as e:
                 self._close_channel(e)
             except AMQPConnectionError as e:
