@@ -52,9 +52,14 @@ class Message:
     # What every AMQP delivery of this message repeats, encoded on the first one
     # (gateway/amqp/fastpath.py ``deliver_parts``); never stored.
     amqp_wire: tuple[bytes, bytes] | None = field(default=None, compare=False, repr=False)
+    # What ``to_record`` would make of ``headers`` and ``envelope``, when the publisher
+    # already has it (messages with equal properties share one); never stored.
+    record_headers: list[tuple[str, bytes | None]] | None = field(default=None, compare=False, repr=False)
 
     def to_record(self) -> Record:
         """The record to append: user headers, then the envelope header if non-empty."""
+        if self.record_headers is not None:
+            return _new_tuple(Record, (self.key, self.value, self.timestamp, self.record_headers))
         headers = self.headers
         for name, _ in headers:
             if name == ENVELOPE_HEADER:

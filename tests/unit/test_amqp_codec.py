@@ -514,3 +514,40 @@ def test_record_headers_become_amqp_headers() -> None:
     assert props.headers == {"text": "eu", "raw": bytearray(b"\xff\x00"), "none": None}
     raw = encode_properties(props)
     assert fastpath.decode_properties(raw, 0, len(raw)).headers == props.headers
+
+
+@given(st.lists(st.tuples(st.sampled_from(["", "ex"]), st.sampled_from(["a", "b"]),
+                          st.sampled_from([None, "text/plain"]), st.sampled_from([None, 1, 2]),
+                          st.sampled_from([None, {"h": "v"}, {"h": bytearray(b"\x00\xff"), "n": 7}])), max_size=8))
+def test_to_message_shares_nothing_that_differs(publishes: list[tuple[Any, ...]]) -> None:
+    """Messages with equal properties share one envelope (mapping._ENVELOPES); each
+    record and envelope is still exactly what an uncached conversion makes."""
+    from logbus.core.message import Message
+    from logbus.gateway.amqp import mapping
+
+    for i, (exchange, key, content_type, mode, headers) in enumerate(publishes):
+        props = Properties(content_type=content_type, delivery_mode=mode, headers=headers)
+        raw = encode_properties(props)
+        p = Publish(1, exchange, key, False, False, fastpath.decode_properties(raw, 0, len(raw)), raw, b"%d" % i)
+        m = mapping.to_message(p)
+        env, user = mapping._envelope(p)
+        fresh = Message(key.encode(), b"%d" % i, None, user, env)
+        assert m.envelope == env
+        assert m.to_record() == fresh.to_record()
+
+
+def test_reserved_header_name_stays_in_amqp_headers() -> None:
+    """An AMQP header named like the envelope's record header is not copied to the
+    record's headers (it would be read back as the envelope), only kept for AMQP."""
+    from logbus.core.message import ENVELOPE_HEADER, Message
+    from logbus.gateway.amqp.mapping import to_message
+
+    props = Properties(headers={ENVELOPE_HEADER: "mine", "other": "x"})
+    raw = encode_properties(props)
+    m = to_message(Publish(1, "", "q", False, False, props, raw, b"body"))
+    record = m.to_record()
+    assert [h for h, _ in record.headers] == ["other", ENVELOPE_HEADER]
+    back = Message.from_record(record)
+    assert back.headers == [("other", b"x")]
+    assert fastpath.decode_table(back.envelope.amqp_headers, 0, len(back.envelope.amqp_headers))[0] == {
+        ENVELOPE_HEADER: "mine", "other": "x"}

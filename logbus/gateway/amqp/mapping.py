@@ -3,21 +3,46 @@
 A published message becomes a record whose key is the routing key and whose value is
 the body; its basic properties go into the envelope (the headers table raw, as sent,
 so it comes back byte for byte). Headers with text or bytes values are also copied to
-the record's user headers, so a Kafka consumer or Spark sees them as ordinary headers.
+the record's user headers, so a Kafka consumer or Spark sees them as ordinary headers;
+except one named ``logbus.envelope``, the envelope's own record header, which only AMQP
+consumers see.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...core.message import Envelope, Message
+from ...core.message import ENVELOPE_HEADER, Envelope, Message
 from .events import Publish
 from .fastpath import Properties, decode_table, encode_table
 
 _AMQP = Envelope.AMQP
 
 
+# (exchange, routing key, raw properties) -> (envelope, user headers, record headers) of
+# recent publishes: a stream of messages with equal properties builds and serializes
+# one envelope, not one each. The envelope is then shared by those messages: nothing
+# may change a message's envelope in place (dead-lettering copies it).
+_ENVELOPES: dict[tuple[str, str, bytes], tuple[Envelope, list[tuple[str, bytes | None]],
+                                              list[tuple[str, bytes | None]]]] = {}
+_ENVELOPES_MAX = 1024
+
+
 def to_message(p: Publish) -> Message:
+    key = (p.exchange, p.routing_key, p.raw_properties)
+    hit = _ENVELOPES.get(key)
+    if hit is None:
+        env, user = _envelope(p)
+        data = env.SerializeToString()
+        if len(_ENVELOPES) >= _ENVELOPES_MAX:
+            _ENVELOPES.clear()
+        hit = _ENVELOPES[key] = env, user, [*user, (ENVELOPE_HEADER, data)]
+    env, user, record_headers = hit
+    return Message(p.routing_key.encode(), p.body, None, user, env, p.raw_properties,
+                   record_headers=record_headers)
+
+
+def _envelope(p: Publish) -> tuple[Envelope, list[tuple[str, bytes | None]]]:
     props = p.properties
     env = Envelope(protocol=_AMQP, exchange=p.exchange, routing_key=p.routing_key)
     if props.content_type is not None:
@@ -48,12 +73,14 @@ def to_message(p: Publish) -> Message:
         env.user_id = props.user_id
     if props.app_id is not None:
         env.app_id = props.app_id
-    return Message(p.routing_key.encode(), p.body, None, user, env, p.raw_properties)
+    return env, user
 
 
 def _user_headers(table: dict[str, Any]) -> list[tuple[str, bytes | None]]:
     out: list[tuple[str, bytes | None]] = []
     for k, v in table.items():
+        if k == ENVELOPE_HEADER:
+            continue  # the reserved record header: kept in the AMQP headers only
         if isinstance(v, str):
             out.append((k, v.encode()))
         elif isinstance(v, (bytes, bytearray)):
