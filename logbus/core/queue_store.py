@@ -45,8 +45,16 @@ CF_QUEUES = "queues"
 _ENTRY = struct.Struct(">IqIBqI")  # partition, offset, size, priority, expires_ms, deliveries; then topic
 
 
+_TOPIC_BYTES: dict[str, bytes] = {}
+
+
 def pack_entry(e: Entry) -> bytes:
-    return _ENTRY.pack(e.partition, e.offset, e.size, e.priority, e.expires_ms, e.deliveries) + e.topic.encode()
+    topic = _TOPIC_BYTES.get(e.topic)
+    if topic is None:
+        if len(_TOPIC_BYTES) > 4096:
+            _TOPIC_BYTES.clear()
+        topic = _TOPIC_BYTES[e.topic] = e.topic.encode()
+    return _ENTRY.pack(e.partition, e.offset, e.size, e.priority, e.expires_ms, e.deliveries) + topic
 
 
 def unpack_entry(seq: int, raw: bytes) -> Entry:
@@ -132,10 +140,8 @@ class QueueStore:
         if self.store is None or not (puts or deletes):
             return
         with self.store.batch() as b:
-            for key in deletes:
-                b.delete(CF_QUEUES, key)
-            for key, value in puts.items():
-                b.put(CF_QUEUES, key, value)
+            b.delete_many(CF_QUEUES, deletes)
+            b.put_many(CF_QUEUES, puts.items())
 
 
 class QueueStoreJournal:
@@ -149,8 +155,13 @@ class QueueStoreJournal:
         self._mark_key = mark_key  # None: exact (rewrite the entry per delivery)
         self._mark = mark
 
-    def added(self, entry: Entry) -> None:
-        self._qs._put(self._prefix + _SEQ_PACK(entry.seq), pack_entry(entry), True)
+    def added(self, entry: Entry) -> None:  # _put, inlined: once per message and queue
+        qs = self._qs
+        key = self._prefix + _SEQ_PACK(entry.seq)
+        qs._new.add(key)
+        qs._puts[key] = pack_entry(entry)
+        if not qs._scheduled:
+            qs._schedule()
 
     def delivered(self, entry: Entry) -> None:
         if self._mark_key is None:
