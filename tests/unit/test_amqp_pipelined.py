@@ -242,3 +242,45 @@ def test_write_denied_mid_run(env: Env) -> None:
     assert told["closed"] == (403, 60, 40)
     assert (env.bodies(names["a"]), env.bodies(names["b"])) == ([b"m0"], [b"m1"])
     c.close()
+
+
+def deliveries_and_close(methods: list[tuple[int, Any]]) -> list[Any]:
+    return [(m.delivery_tag, m.redelivered) if isinstance(m, C.Basic.Deliver) else
+            ("closed", m.reply_code, m.method_id) for _, m in methods
+            if isinstance(m, (C.Basic.Deliver, C.Channel.Close))]
+
+
+def consume_then_ack(env: Env, acks: list[tuple[int, bool]], together: bool) -> tuple[Any, ...]:
+    """20 messages, a consumer with prefetch 5 on channel 1, then ``acks`` as (tag, multiple)."""
+    names = setup_topology(env)
+    c = Client(env.broker, env.loop)
+    c.feed(b"".join(publish_frames(2, names["ex"], "a", b"m%d" % i) for i in range(20)))
+    c.feed(frame.marshal(C.Basic.Qos(prefetch_count=5), 1),
+           frame.marshal(C.Basic.Consume(queue=names["a"], consumer_tag="c"), 1))
+    c.methods()
+    frames = [frame.marshal(C.Basic.Ack(delivery_tag=tag, multiple=multiple), 1) for tag, multiple in acks]
+    if together:
+        c.feed(b"".join(frames))
+    else:
+        c.feed(*frames)
+    seen = deliveries_and_close(c.methods())
+    q = env.vhost.queues[names["a"]].queue
+    state = (q.ready_count, len(q.leases), sorted(q.entries))
+    c.close()
+    return seen, state
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans()) | st.just((99, False)), min_size=1, max_size=10))
+def test_acks_in_one_read_equal_one_read_each(env: Env, acks: list[tuple[int, bool]]) -> None:
+    """The acks a client can send in one read: tags delivered before it (1 to 5), 0 with
+    multiple (all outstanding), and an unknown tag. One read at a time would also take
+    a tag delivered while the read is handled (as 99 with multiple would); no client
+    can mean one, as it has not seen it."""
+    assert consume_then_ack(env, acks, together=True) == consume_then_ack(env, acks, together=False)
+
+
+def test_acks_in_one_read_deliver_the_next_ones(env: Env) -> None:
+    seen, (ready, leased, _) = consume_then_ack(env, [(1, False), (2, False), (4, True)], together=True)
+    assert seen == [(t, False) for t in range(6, 10)]
+    assert (ready, leased) == (11, 5)

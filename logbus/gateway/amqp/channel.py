@@ -509,6 +509,30 @@ class Channel:
             return
         self._settle(self._take(tags), ack, requeue)
 
+    def ack_many(self, acks: list[Ack]) -> None:
+        """Consecutive basic.ack of one read on this channel: as ``settle`` each, in order,
+        with the queues dispatched once at the end. An unknown tag closes the channel
+        after the acks before it were settled."""
+        if self.tx is not None:
+            for a in acks:
+                self.settle(a)
+            return
+        taken: list[tuple[int, tuple[str, int, ChannelConsumer | None]]] = []
+        unacked = self.unacked
+        try:
+            for a in acks:
+                tag = a.delivery_tag
+                if not a.multiple and tag in unacked:
+                    taken.append((tag, unacked.pop(tag)))
+                elif a.multiple and not tag and taken:  # "all outstanding": with what the acks before deliver
+                    settle, taken = taken, []
+                    self._settle(settle, True, False)
+                    taken = self._take(self._tags(tag, True, "ack"))
+                else:
+                    taken += self._take(self._tags(tag, a.multiple, "ack"))
+        finally:
+            self._settle(taken, True, False)
+
     def _take(self, tags: list[int]) -> list[tuple[int, tuple[str, int, ChannelConsumer | None]]]:
         unacked = self.unacked
         return [(t, unacked.pop(t)) for t in tags if t in unacked]

@@ -181,19 +181,23 @@ class Connection:
             ev = events[i]
             i += 1
             try:
-                if type(ev) is Publish and i < n and type(events[i]) is Publish and events[i].channel == ev.channel:
-                    j = i + 1  # a run of publishes on one channel: handled together
-                    while j < n and type(events[j]) is Publish and events[j].channel == ev.channel:
+                t = type(ev)
+                if (t is Publish or t is Ack) and i < n and type(events[i]) is t and events[i].channel == ev.channel:
+                    j = i + 1  # a run of publishes, or of acks, on one channel: handled together
+                    while j < n and type(events[j]) is t and events[j].channel == ev.channel:
                         j += 1
                     run, i = events[i - 1 : j], j
                     ch = self.channels.get(ev.channel)
                     if ch is None or self.state != "running" or ev.channel in self.closing_channels:
-                        for p in run:  # as one at a time: the errors, or nothing
-                            self._event(p)
+                        for e in run:  # as one at a time: the errors, or nothing
+                            self._event(e)
                         continue
-                    self.published = True
                     self._streamed += len(run)
-                    ch.publish_many(run)
+                    if t is Publish:
+                        self.published = True
+                        ch.publish_many(run)
+                    else:
+                        ch.ack_many(run)
                 else:
                     self._event(ev)
             except AMQPChannelError as e:
