@@ -148,7 +148,7 @@ class Broker:
             self._close_all()
             raise
         self._open_vhosts()
-        self._housekeeping = LoopingCall(self.log.housekeeping)
+        self._housekeeping = LoopingCall(self.housekeeping)
         self._housekeeping.clock = self.reactor
         self._housekeeping.start(HOUSEKEEPING_SECONDS, now=False)
         self._expiry = LoopingCall(self._expire)
@@ -231,6 +231,22 @@ class Broker:
 
     def list_vhosts(self) -> list[VHostInfo]:
         return [self.access.vhosts[n] for n in sorted(self.access.vhosts)]
+
+    def housekeeping(self, now_ms: int | None = None) -> int:
+        """The log's segment rolling and retention, guarded: a segment any queue entry
+        points into is kept, however old (a queue's message is never lost to retention).
+        The queues are scanned only when some segment is due, once per pass."""
+        floors: dict[tuple[str, int], int] | None = None
+
+        def keep_from(topic: str, partition: int) -> int | None:
+            nonlocal floors
+            if floors is None:
+                floors = {}
+                for vhost in self.vhosts.values():
+                    vhost.queue_floors(floors)
+            return floors.get((topic, partition))
+
+        return self._log.housekeeping(now_ms, keep_from)
 
     def _expire(self) -> None:
         for vhost in self.vhosts.values():

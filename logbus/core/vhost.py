@@ -35,7 +35,7 @@ from .log import batch as B
 from .log.manager import LogManager
 from .message import Message
 from .msgstore import MessageStore, log_batch_reader
-from .queue import Entry, Queue, Removed
+from .queue import MAXLEN, REJECT_PUBLISH_DLX, REJECTED, Entry, Queue, Removed
 from .queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
 from .queue_store import QueueStore
 from .router import (
@@ -264,11 +264,16 @@ class VHost:
 
     def publish(self, exchange: str, routing_key: str, message: Message, *,
                 headers: Mapping[str, Any] | None = None,
-                on_durable: Callable[[Any], object] | None = None) -> Published:
+                on_durable: Callable[[Any], object] | None = None,
+                dead_lettered: str | None = None) -> Published:
         """Route, append once, enqueue; ``on_durable(result_or_exception)`` fires when
-        the append is durable. Raises NotFound / AccessRefused for a bad exchange."""
+        the append is durable. Raises NotFound / AccessRefused for a bad exchange.
+        ``dead_lettered``: the reason a dead-lettered copy is published for; queues it
+        would cycle back into are left out (``dead_letter_cycles``)."""
         ex = self.router.exchange(exchange)  # NotFound
         queues = self.router.route(exchange, routing_key, headers)
+        if dead_lettered is not None and queues and headers:
+            queues = queues - dead_letter_cycles(queues, headers.get("x-death"))
         topic = ex.log_topic
         if topic not in self.log.topics:  # the default exchange's, on first use
             self._ensure_topic(topic)
@@ -393,7 +398,7 @@ class VHost:
         priority = env.priority if env.HasField("priority") else 0
         size = len(message.value or b"")
         refs = 0
-        refused = False
+        refused: list[QueueState] = []
         dropped: list[tuple[QueueState, Removed]] = []
         for name in queues:
             qs = self.queues[name]
@@ -402,16 +407,19 @@ class VHost:
             if removed:
                 dropped += [(qs, r) for r in removed]
             if entry is None:
-                refused = True
+                refused.append(qs)
             else:
                 refs += 1
         self.messages.remember(topic, partition, offset, message, size, refs)
         for qs, r in dropped:
             self._removed(qs, r)
+        for qs in refused:  # x-overflow reject-publish-dlx: refused, and dead-lettered
+            if qs.queue.limits.overflow == REJECT_PUBLISH_DLX and qs.args.dead_letter_exchange is not None:
+                self._dead_letter(qs, message, MAXLEN)
         if dispatch:
             for name in queues:
                 self.dispatch(name)
-        return refused
+        return bool(refused)
 
     def _message(self, entry: Entry) -> Message:
         """The message an entry points at. One a Kafka producer appended is delivered as
@@ -424,6 +432,16 @@ class VHost:
                 env.exchange = ex.name
                 env.routing_key = (message.key or b"").decode("utf-8", "replace")
         return message
+
+    def queue_floors(self, floors: dict[tuple[str, int], int]) -> None:
+        """Lower ``floors[(topic, partition)]`` to the lowest offset an entry of any of
+        this vhost's queues points at there (retention keeps those segments)."""
+        for qs in self.queues.values():
+            for e in qs.queue.entries.values():
+                key = (e.topic, e.partition)
+                low = floors.get(key)
+                if low is None or e.offset < low:
+                    floors[key] = e.offset
 
     def _partition_for(self, topic: str, routing_key: str) -> int:
         n = len(self.log.topics[topic].partitions)
@@ -533,16 +551,40 @@ class VHost:
 
     def _removed(self, qs: QueueState, r: Removed) -> None:
         e = r.entry
-        dlx = qs.args.dead_letter_exchange
-        if dlx is not None and r.reason:
+        if qs.args.dead_letter_exchange is not None and r.reason:
             try:
-                original = self.messages.get(e.topic, e.partition, e.offset)
-                copy = dead_letter_message(original, qs.name, r.reason, self.clock(), dlx,
-                                           qs.args.dead_letter_routing_key)
-                self.publish(dlx, copy.envelope.routing_key, copy, headers=amqp_headers(copy.envelope))
-            except (LogbusError, KeyError) as exc:
-                log.info("dead-lettering from %r to %r failed: %s", qs.name, dlx, exc)
+                self._dead_letter(qs, self.messages.get(e.topic, e.partition, e.offset), r.reason)
+            except KeyError as exc:
+                log.info("dead-lettering from %r failed: %s", qs.name, exc)
         self.messages.release(e.topic, e.partition, e.offset)
+
+    def _dead_letter(self, qs: QueueState, original: Message, reason: str) -> None:
+        """Publish the dead-lettered copy of ``original`` to the queue's dead-letter exchange."""
+        dlx = qs.args.dead_letter_exchange
+        assert dlx is not None
+        try:
+            copy = dead_letter_message(original, qs.name, reason, self.clock(), dlx, qs.args.dead_letter_routing_key)
+            self.publish(dlx, copy.envelope.routing_key, copy, headers=amqp_headers(copy.envelope),
+                         dead_lettered=reason)
+        except LogbusError as exc:
+            log.info("dead-lettering from %r to %r failed: %s", qs.name, dlx, exc)
+
+
+def dead_letter_cycles(queues: frozenset[str], deaths: Any) -> frozenset[str]:
+    """The queues a dead-lettered message must not reach, as RabbitMQ decides: those it
+    died in before with no rejection since (a cycle of expiries or overflows would go
+    round forever). ``deaths``: its x-death array, newest first, this death included."""
+    if not isinstance(deaths, list):
+        return frozenset()
+    cycles = set()
+    for queue in queues:
+        for d in deaths:
+            if not isinstance(d, dict) or d.get("reason") == REJECTED:
+                break  # a rejection (a consumer's decision) on the way: not a cycle
+            if d.get("queue") == queue:
+                cycles.add(queue)
+                break
+    return frozenset(cycles)
 
 
 def _ignore(_: Any) -> None:

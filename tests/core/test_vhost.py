@@ -152,6 +152,63 @@ def test_dead_letter_with_x_death_and_overflow(env: Env) -> None:
     assert v.publish("", "capped", msg(b"b")).refused
 
 
+def test_reject_publish_dlx_refuses_and_dead_letters(env: Env) -> None:
+    v = env.v
+    v.declare_exchange("dlx", "fanout")
+    v.declare_queue("dead")
+    v.router.bind("dlx", "dead")
+    v.declare_queue("capped", arguments={"x-max-length": 1, "x-overflow": "reject-publish-dlx",
+                                         "x-dead-letter-exchange": "dlx"})
+    assert not v.publish("", "capped", msg(b"a", exchange="", routing_key="capped")).refused
+    assert v.publish("", "capped", msg(b"b", exchange="", routing_key="capped")).refused
+    assert v.queue("capped").queue.message_count == 1
+    c = Consumer("c", "ch", no_ack=True)
+    v.consume("dead", c)
+    assert [d.message.value for d in c.got] == [b"b"]
+    death = amqp_headers(c.got[0].message.envelope)["x-death"][0]
+    assert (death["reason"], death["queue"], death["count"]) == ("maxlen", "capped", 1)
+
+
+def test_dead_letter_cycles_are_dropped_unless_rejected(env: Env) -> None:
+    """RabbitMQ's rule: a message dead-lettered back into a queue it died in, with no
+    rejection on the way, is dropped there; a rejection makes it a consumer's choice."""
+    v = env.v
+    # expiry into itself through the default exchange (no dead-letter routing key)
+    v.declare_queue("loop", arguments={"x-dead-letter-exchange": "", "x-message-ttl": 1000})
+    v.publish("", "loop", msg(b"x", exchange="", routing_key="loop"))
+    env.now += 2000
+    v.expire()
+    assert v.queue("loop").queue.message_count == 0
+    # a longer cycle: a -> b -> a, both by expiry; b's other binding still gets it
+    v.declare_exchange("to_b", "fanout")
+    v.declare_exchange("to_a", "fanout")
+    v.declare_queue("a", arguments={"x-dead-letter-exchange": "to_b", "x-message-ttl": 1000})
+    v.declare_queue("b", arguments={"x-dead-letter-exchange": "to_a", "x-message-ttl": 1000})
+    v.declare_queue("audit")
+    v.router.bind("to_b", "b")
+    v.router.bind("to_a", "a")
+    v.router.bind("to_a", "audit")
+    v.publish("", "a", msg(b"y", exchange="", routing_key="a"))
+    env.now += 2000
+    v.expire()  # a -> b
+    assert v.queue("b").queue.message_count == 1
+    env.now += 2000
+    v.expire()  # b -> a would cycle: dropped there; audit was not in the cycle
+    assert (v.queue("a").queue.message_count, v.queue("audit").queue.message_count) == (0, 1)
+    # rejected into itself: delivered again, each time
+    v.declare_queue("retry", arguments={"x-dead-letter-exchange": ""})
+    v.publish("", "retry", msg(b"z", exchange="", routing_key="retry", protocol=Envelope.AMQP))
+    c = Consumer("c", "ch", prefetch=1)
+    v.consume("retry", c)
+    for _ in range(3):
+        v.reject("retry", c.got[-1].entry.seq, requeue=False)
+        c.unacked -= 1
+        v.dispatch("retry")
+    assert len(c.got) == 4
+    death = amqp_headers(c.got[-1].message.envelope)["x-death"][0]
+    assert (death["reason"], death["queue"], death["count"]) == ("rejected", "retry", 3)
+
+
 def test_declare_rules(env: Env) -> None:
     v = env.v
     v.declare_queue("q", durable=True, arguments={"x-max-length": 5})

@@ -128,7 +128,7 @@ class RawAmqp:
     # -- the handshake --------------------------------------------------------------
 
     def handshake(self, *, frame_max: int = 0, user: str = "guest", password: str = "guest",
-                  vhost: str = "/", open_connection: bool = True) -> None:
+                  vhost: str = "/", open_connection: bool = True, channel_max: int = 0) -> None:
         self.send(PROTOCOL_HEADER)
         self.start = self.expect(0, commands.Connection.Start)
         self.send_method(0, commands.Connection.StartOk(
@@ -141,7 +141,7 @@ class RawAmqp:
         server_max = self.tune.frame_max
         self.frame_max = min(frame_max or server_max, server_max) if server_max else frame_max
         self.send_method(0, commands.Connection.TuneOk(
-            channel_max=self.tune.channel_max, frame_max=self.frame_max, heartbeat=0))
+            channel_max=channel_max or self.tune.channel_max, frame_max=self.frame_max, heartbeat=0))
         self.send_method(0, commands.Connection.Open(virtual_host=vhost))
 
     def open(self, **kwargs: Any) -> None:
@@ -322,6 +322,19 @@ def test_second_channel_open(raw: Any) -> None:
     close = conn.expect_connection_close(504)
     assert close.reply_text == "CHANNEL_ERROR - second 'channel.open' seen", describe(close)
     assert (close.class_id, close.method_id) == (20, 10)
+
+
+def test_channels_past_negotiated_channel_max(raw: Any) -> None:
+    """RabbitMQ counts channel_max: any channel number opens while fewer channels than
+    that are open (the spec reads it as the highest number); one more is 530."""
+    conn = raw()
+    conn.open(channel_max=2)
+    conn.open_channel(2)
+    conn.open_channel(3)
+    conn.send_method(1, commands.Channel.Open())
+    close = conn.expect_connection_close(530)
+    assert close.reply_text == ("NOT_ALLOWED - number of channels opened (2) has reached the "
+                                "negotiated channel_max (2)"), describe(close)
 
 
 def test_content_header_without_publish(raw: Any) -> None:

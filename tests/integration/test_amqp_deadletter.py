@@ -1,9 +1,9 @@
 """Dead-lettering with aio-pika, checked field by field against what RabbitMQ 3.10 writes:
 reject/nack without requeue, queue TTL and per-message expiration, x-max-length
-overflow (drop-head, reject-publish), x-dead-letter-routing-key or the original keys,
-and the x-death header: one entry per (queue, reason), newest first, whose count grows
-on each death while its exchange and routing-keys stay those of the first; the
-x-first-death-* headers."""
+overflow (drop-head, reject-publish, reject-publish-dlx), x-dead-letter-routing-key or
+the original keys, cycles of expiries dropped, and the x-death header: one entry per
+(queue, reason), newest first, whose count grows on each death while its exchange and
+routing-keys stay those of the first; the x-first-death-* headers."""
 
 from __future__ import annotations
 
@@ -221,6 +221,54 @@ def test_max_length_reject_publish_nacks(amqp_broker: AmqpBroker) -> None:
             # not dead-lettered (that is reject-publish-dlx)
             await asyncio.sleep(0.2)
             assert await sink.get(fail=False) is None
+            await q.delete(if_unused=False, if_empty=False)
+            await sink.delete(if_unused=False, if_empty=False)
+
+    run(body())
+
+
+def test_max_length_reject_publish_dlx_nacks_and_dead_letters(amqp_broker: AmqpBroker) -> None:
+    async def body() -> None:
+        async with await connect(amqp_broker) as connection:
+            channel = await connection.channel(publisher_confirms=True)
+            dlx, sink = await dead_letter_sink(channel)
+            q = await channel.declare_queue(unique("rejectdlx"), arguments={
+                "x-max-length": 2, "x-overflow": "reject-publish-dlx", "x-dead-letter-exchange": dlx})
+            await publish_confirmed(channel.default_exchange, q.name, [b"a", b"b"])
+            with pytest.raises(DeliveryError):  # basic.nack for the third, as for reject-publish
+                await channel.default_exchange.publish(aio_pika.Message(b"c"), q.name, timeout=10)
+            dead = await get_one(sink)  # and it is dead-lettered
+            assert (dead.body, dead.routing_key) == (b"c", q.name)
+            assert death(dead) == [{"count": 1, "reason": "maxlen", "queue": q.name, "exchange": "",
+                                    "routing-keys": [q.name]}]
+            assert await drain_bodies(q) == [b"a", b"b"]
+            await q.delete(if_unused=False, if_empty=False)
+            await sink.delete(if_unused=False, if_empty=False)
+
+    run(body())
+
+
+def test_dead_letter_cycle_of_expiries_is_dropped(amqp_broker: AmqpBroker) -> None:
+    """A queue whose expired messages go to an exchange that routes back to it, and to a
+    sink: the copy that would re-enter the queue is dropped (no rejection in the cycle),
+    so the sink gets one copy, not one per TTL period forever."""
+
+    async def body() -> None:
+        async with await connect(amqp_broker) as connection:
+            channel = await connection.channel()
+            back = await channel.declare_exchange(unique("back"), ExchangeType.FANOUT, auto_delete=True)
+            q = await channel.declare_queue(unique("cycling"), arguments={
+                "x-message-ttl": 30, "x-dead-letter-exchange": back.name})
+            sink = await channel.declare_queue(unique("sink"))
+            await q.bind(back)
+            await sink.bind(back)
+            await publish_confirmed(channel.default_exchange, q.name, [b"round"])
+            first = await get_one(sink)
+            assert death(first) == [{"count": 1, "reason": "expired", "queue": q.name, "exchange": "",
+                                     "routing-keys": [q.name]}]
+            await asyncio.sleep(0.5)  # ~16 TTL periods: a cycle would have sent more
+            assert await sink.get(fail=False) is None
+            assert (await channel.declare_queue(q.name, passive=True)).declaration_result.message_count == 0
             await q.delete(if_unused=False, if_empty=False)
             await sink.delete(if_unused=False, if_empty=False)
 

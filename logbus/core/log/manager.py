@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import time
+from functools import partial
 from typing import Any, Callable
 
 from ..errors import TopicExists, UnknownPartition, UnknownTopic
@@ -180,13 +181,16 @@ class LogManager:
     # -- housekeeping -----------------------------------------------------------------
 
     def housekeeping(self, now_ms: int | None = None, keep_from: Callable[[str, int], int | None] | None = None) -> int:
-        """Roll segments past segment.ms and apply retention; returns segments deleted."""
+        """Roll segments past segment.ms and apply retention; returns segments deleted.
+        ``keep_from(topic, partition)``: the lowest offset still needed there (None: none);
+        asked only for a partition with a segment due for deletion."""
         now = B.now_ms() if now_ms is None else now_ms
         deleted = 0
         for topic in list(self.topics.values()):
             for p in topic.partitions:
                 p.maybe_roll(now)
-                deleted += p.apply_retention(now, keep_from(topic.name, p.index) if keep_from else None)
+                guard = None if keep_from is None else partial(keep_from, topic.name, p.index)
+                deleted += p.apply_retention(now, guard)
         return deleted
 
     def close(self) -> None:

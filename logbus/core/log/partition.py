@@ -492,20 +492,23 @@ class Partition:
             return True
         return False
 
-    def apply_retention(self, now_ms: int, keep_from: int | None = None) -> int:
+    def apply_retention(self, now_ms: int, keep_from: int | Callable[[], int | None] | None = None) -> int:
         """Delete whole segments past retention.ms / retention.bytes; never one holding
-        an offset >= ``keep_from`` (a queue's unacknowledged pointer). Returns how many."""
+        an offset >= ``keep_from`` (a queue's unacknowledged pointer), which may be a
+        function, asked only once a segment is due. Returns how many."""
         cfg = self.config
         deleted = 0
         total = self.size_bytes
         while len(self.segments) > 1:
             seg = self.segments[0]
             nxt = self.segments[1]
-            if keep_from is not None and nxt.base_offset > keep_from:
-                break
             expired = cfg.retention_ms > 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
             too_big = cfg.retention_bytes > 0 and total - seg.size >= cfg.retention_bytes
             if not (expired or too_big):
+                break
+            if callable(keep_from):
+                keep_from = keep_from()
+            if keep_from is not None and nxt.base_offset > keep_from:
                 break
             if not self._delete_segment(seg):
                 break

@@ -234,8 +234,9 @@ class Connection:
             if ch is not None:
                 raise AMQPConnectionError(CHANNEL_ERROR, "second 'channel.open' seen",
                                           channel=channel, class_id=20, method_id=10)
-            if channel > self.channel_max:
-                raise AMQPConnectionError(CHANNEL_ERROR, f"channel {channel} above channel_max {self.channel_max}")
+            if self.channel_max and len(self.channels) >= self.channel_max:  # RabbitMQ counts them
+                raise AMQPConnectionError(NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has "
+                                          f"reached the negotiated channel_max ({self.channel_max})")
             self.channels[channel] = Channel(self, channel)
             self.send_method(channel, C.Channel.OpenOk())
             return
