@@ -230,7 +230,7 @@ def envelope_columns(env: Envelope) -> tuple[str | None, str | None, list[tuple[
             text = value.hex()
         elif isinstance(value, bool):
             text = "true" if value else "false"
-        elif field.label == field.LABEL_REPEATED:
+        elif isinstance(value, (list, tuple)) or hasattr(value, "append"):  # repeated
             text = " ".join(str(v) for v in value)
         else:
             text = str(value)
