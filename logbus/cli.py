@@ -13,8 +13,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .config import LISTENERS, ConfigError, load_settings
 from .gateway.http.client import DEFAULT_SERVER, AdminClient, AdminError

@@ -27,14 +27,22 @@ record) the fast one is tested against.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from aiokafka import codec
 
 from ..core.envelope_pb2 import Envelope
-from .logfiles import ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, COMPRESSION_MASK, HEADER_SIZE, Batch, LogReadError
+from .logfiles import (
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    Batch,
+    LogReadError,
+)
 from .schema import ARROW, HEADERS_TYPE, PROPERTIES_TYPE
 
 ENVELOPE_HEADER = b"logbus.envelope"

@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 import struct
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 from urllib.parse import unquote_to_bytes
 
 from crc32c import crc32c

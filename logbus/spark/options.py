@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .logfiles import DataDir, DataLoss, PartitionFiles
 
@@ -66,7 +67,7 @@ class Options:
     pushdown: bool
 
     @classmethod
-    def parse(cls, raw: Mapping[str, str], streaming: bool) -> "Options":
+    def parse(cls, raw: Mapping[str, str], streaming: bool) -> Options:
         o = {str(k).lower(): str(v) for k, v in raw.items()}
         for key in o:
             if key.startswith("kafka."):

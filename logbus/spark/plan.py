@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -153,6 +154,9 @@ def read_range(
             lo = start
 
 
+_PC_OPS = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
+
+
 def _apply(rb: pa.RecordBatch, filters: Sequence[RowFilter]) -> pa.RecordBatch:
     """Apply filters the source told Spark it handles. Timestamp values are epoch ms."""
     if not filters or not rb.num_rows:
@@ -167,11 +171,9 @@ def _apply(rb: pa.RecordBatch, filters: Sequence[RowFilter]) -> pa.RecordBatch:
             value = f.value * 1000 if f.op != "in" else [v * 1000 for v in f.value]
         else:
             value = f.value
-        m = {
-            "=": lambda: pc.equal(col, value), "<": lambda: pc.less(col, value),
-            "<=": lambda: pc.less_equal(col, value), ">": lambda: pc.greater(col, value),
-            ">=": lambda: pc.greater_equal(col, value),
-            "in": lambda: pc.is_in(col, value_set=pa.array(value, col.type)),
-        }[f.op]()
+        if f.op == "in":
+            m = pc.is_in(col, value_set=pa.array(value, col.type))
+        else:
+            m = _PC_OPS[f.op](col, value)
         mask = m if mask is None else pc.and_(mask, m)
     return rb if mask is None else rb.filter(mask)

@@ -21,7 +21,8 @@ those are decoded (column pruning by hand; Spark's Python sources have no API fo
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (

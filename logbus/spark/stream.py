@@ -27,7 +27,8 @@ queries through Spark's own wrapper, as one batch up to the ends at start).
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 

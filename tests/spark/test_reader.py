@@ -159,7 +159,7 @@ def test_the_end_is_the_last_complete_valid_batch(log_writer: LogWriter) -> None
 
 
 def test_index_seek_and_time_lookup_over_segments(log_writer: LogWriter) -> None:
-    log_writer.topic("t", **{"segment_bytes": 4096, "index_interval_bytes": 256})
+    log_writer.topic("t", segment_bytes=4096, index_interval_bytes=256)
     for i in range(100):
         log_writer.append("t", 0, [Record(b"k%d" % i, b"x" * 100, 1_000 + 10 * i)])
     log_writer.close()

@@ -14,7 +14,7 @@ from logbus.core.message import Message
 from logbus.spark import schema as S
 from tests.spark.conftest import LogWriter, env
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     w = LogWriter(tmp_path_factory.mktemp("batch") / "data")
     w.topic("orders", partitions=2)
     w.topic("orders-eu")
-    w.topic("audit", **{"segment_bytes": 2048, "retention_bytes": 4096})
+    w.topic("audit", segment_bytes=2048, retention_bytes=4096)
     for p in (0, 1):
         for b in range(3):
             w.append("orders", p, [
