@@ -15,13 +15,14 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(PY) debian-tools
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,spark]'
 	touch $@ $(VENV)/.installed
 
-# Debian tools the integration tests drive (kcat: a librdkafka command-line client).
-DEBIAN_TOOLS := kcat
+# Debian tools the tests drive, as command:package (kcat: a librdkafka command-line client;
+# java: the runtime local Spark needs for tests/spark).
+DEBIAN_TOOLS := kcat:kcat java:openjdk-17-jre-headless
 debian-tools:
-	@missing=""; for t in $(DEBIAN_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	@missing=""; for tp in $(DEBIAN_TOOLS); do command -v $${tp%%:*} >/dev/null || missing="$$missing $${tp#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -4,6 +4,7 @@ gateway/http/client.py.
     logbus serve [--config F] [--data-dir DIR] [--amqp EP] [--mqtt EP] [--kafka EP] [--http EP] ...
     logbus topic create NAME [--partitions N] [--config k=v ...]
     logbus topic list | describe NAME | delete NAME        [--server URL] [--json]
+    logbus export parquet --topic T --out DIR [--data-dir DIR] [--include-headers]
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .config import LISTENERS, ConfigError, load_settings
 from .gateway.http.client import DEFAULT_SERVER, AdminClient, AdminError
@@ -103,6 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
     delete = topic_commands.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name")
     delete.set_defaults(command=cmd_topic_delete)
+
+    export = commands.add_parser("export", help="export a topic's records from the log files")
+    export_commands = export.add_subparsers(title="formats", metavar="FORMAT", required=True)
+    parquet = export_commands.add_parser("parquet", help="one Parquet file per partition", description=(
+        "Read the topic's segment files directly (no broker needed, safe beside a running one)"
+        " and write <DIR>/<topic>-<partition>.parquet with the columns of the Spark `logbus`"
+        " source, up to the last complete batch. Needs pyarrow (pip install 'logbus[spark]')."))
+    parquet.add_argument("--topic", required=True, help="topic to export")
+    parquet.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    parquet.add_argument("--data-dir", metavar="DIR", default="./data", help="data directory (default ./data)")
+    parquet.add_argument("--include-headers", action="store_true", help="add the headers column")
+    parquet.set_defaults(command=cmd_export_parquet)
     return parser
 
 
@@ -209,6 +223,26 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 def _client(args: argparse.Namespace) -> AdminClient:
     return AdminClient(args.server)
+
+
+# --- export -----------------------------------------------------------------------------------
+
+
+def cmd_export_parquet(args: argparse.Namespace) -> int:
+    try:
+        from .spark.export import export_parquet
+        from .spark.logfiles import LogReadError
+    except ImportError as exc:
+        print(f"{PROG}: export needs the spark extra (pip install 'logbus[spark]'): {exc}", file=sys.stderr)
+        return 1
+    try:
+        files = export_parquet(args.data_dir, args.topic, args.out, include_headers=args.include_headers)
+    except LogReadError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    for f in files:
+        print(f"{f.path}: {f.records} records (offsets {f.first_offset}..{f.end_offset})")
+    return 0
 
 
 # --- output -----------------------------------------------------------------------------------

@@ -1,0 +1,392 @@
+"""A read-only view of a logbus data directory, for readers outside the broker (Spark).
+
+Theory of operation. Everything here follows docs/format.md and nothing else: it lists
+topics from the ``log/`` tree, partitions from their directories and segments from
+their file names; it never writes, locks, renames or truncates a file, and it never
+imports the broker (``logbus.core.log`` builds on Twisted; this module must not).
+A broker may be appending while we read, and retention may delete old segments:
+
+- **The readable end** of a partition is the end of the longest prefix of complete,
+  CRC-valid batches whose offsets continue (format.md section 5), found by walking the
+  newest segment from a trusted ``.index`` entry (or from position 0: the active
+  segment's index lives in the broker's memory). A batch being written fails the
+  length or CRC check and is simply not there yet, so a reader never blocks a writer
+  and never sees a torn record. Bytes still only in the page cache cannot be told
+  from durable ones (format.md section 11): the end is "complete and CRC-valid".
+- **Sealed segments** never change; the ``.index`` is a hint, checked before use
+  (section 8): the floor entry must point at a batch with the expected base offset.
+- **Retention** may delete a segment at any moment: a missing file is reported as
+  ``DataLoss`` to the caller, who decides (``failOnDataLoss``).
+
+``PartitionFiles.chunks(lo, hi)`` yields the bytes of the batches holding offsets
+``[lo, hi)``, CRC-checked, a few MiB at a time, for ``decode.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import unquote_to_bytes
+
+from crc32c import crc32c
+
+HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2 header, format.md 4.1
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12
+CRC_START = 21
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_CONTROL = 0x20
+COMPRESSION_MASK = 0x07
+OFFSET_ENTRY = struct.Struct(">II")
+TIME_ENTRY = struct.Struct(">qI")
+WALK_CHUNK = 64 * 1024
+READ_CHUNK = 8 * 1024 * 1024  # bytes of batches handed to the decoder at once
+
+
+class LogReadError(Exception):
+    """The data directory cannot be read as asked (missing topic, corrupt batch)."""
+
+
+class DataLoss(LogReadError):
+    """Offsets that were asked for are gone (retention deleted their segment)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One batch's header fields that readers need; ``position`` is in ``data``."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset_delta: int
+    attributes: int
+    first_timestamp: int
+    max_timestamp: int
+    records_count: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+
+def parse(buf: bytes | memoryview, pos: int, end: int, check_crc: bool = True) -> Batch | None:
+    """The complete, valid batch at ``pos`` of ``buf`` (ending by ``end``), else None."""
+    if end - pos < HEADER_SIZE:
+        return None
+    (base, length, _epoch, magic, crc, attrs, lod, first_ts, max_ts, _pid, _pe, _seq, count) = (
+        HEADER.unpack_from(buf, pos)
+    )
+    size = length + LOG_OVERHEAD
+    if magic != 2 or size < HEADER_SIZE or lod < 0 or count < 0 or pos + size > end:
+        return None
+    if check_crc and crc32c(memoryview(buf)[pos + CRC_START : pos + size]) != crc:
+        return None
+    return Batch(pos, size, base, lod, attrs, first_ts, max_ts, count)
+
+
+def topic_dir_name(dirname: str) -> str:
+    """Directory name -> topic name (format.md section 2)."""
+    return unquote_to_bytes(dirname).decode("utf-8")
+
+
+def _quote(name: str) -> str:
+    from urllib.parse import quote
+
+    d = quote(name, safe="")
+    return "%2E" + d[1:] if d.startswith(".") else d
+
+
+class DataDir:
+    """The ``log/`` tree of one data directory."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        root = os.path.join(self.path, "log")
+        self.root = root if os.path.isdir(root) else self.path  # also accept <data>/log itself
+        if not os.path.isdir(self.root):
+            raise LogReadError(f"{self.path!r} is not a logbus data directory (no log/ in it)")
+
+    def topics(self) -> list[str]:
+        """Topic names found in the tree (may include an orphan of a crashed delete)."""
+        names = []
+        for entry in os.listdir(self.root):
+            if entry.startswith("."):
+                continue
+            if os.path.isdir(os.path.join(self.root, entry)):
+                names.append(topic_dir_name(entry))
+        return sorted(names)
+
+    def partitions(self, topic: str) -> list[int]:
+        tdir = os.path.join(self.root, _quote(topic))
+        try:
+            entries = os.listdir(tdir)
+        except FileNotFoundError:
+            return []
+        return sorted(int(e) for e in entries if e.isdigit() and os.path.isdir(os.path.join(tdir, e)))
+
+    def partition(self, topic: str, index: int) -> PartitionFiles:
+        return PartitionFiles(os.path.join(self.root, _quote(topic), str(index)), topic, index)
+
+
+class PartitionFiles:
+    """The segment files of one partition, read without any lock."""
+
+    def __init__(self, directory: str, topic: str = "", index: int = 0) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.index = index
+        # streaming: where the last end() scan stopped (segment base, position, offset)
+        self._end_hint: tuple[int, int, int] | None = None
+
+    def __repr__(self) -> str:
+        return f"<PartitionFiles {self.topic}/{self.index}>"
+
+    def _path(self, base: int, ext: str) -> str:
+        return os.path.join(self.directory, f"{base:020d}{ext}")
+
+    def segments(self) -> list[int]:
+        """Base offsets of the segments present, oldest first."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        return sorted(int(n[:20]) for n in names if len(n) == 24 and n.endswith(".log") and n[:20].isdigit())
+
+    def start(self) -> int:
+        """The log start offset: the oldest segment's base offset (0 if none)."""
+        bases = self.segments()
+        return bases[0] if bases else 0
+
+    def end(self) -> int:
+        """The readable end offset: the next offset after the last complete, CRC-valid
+        batch of the newest segment (its base offset if it has none)."""
+        bases = self.segments()
+        if not bases:
+            return 0
+        base = bases[-1]
+        pos, expected = 0, base
+        hint = self._end_hint
+        if hint is not None and hint[0] == base:
+            pos, expected = hint[1], hint[2]
+        else:
+            pos, expected = self._floor(base, None)
+        try:
+            with open(self._path(base, ".log"), "rb") as f:
+                fd = f.fileno()
+                size = os.fstat(fd).st_size
+                while pos < size:
+                    buf = os.pread(fd, min(READ_CHUNK, size - pos), pos)
+                    at = 0
+                    while True:
+                        b = parse(buf, at, len(buf))
+                        if b is None or b.base_offset != expected:
+                            break
+                        expected = b.next_offset
+                        at += b.size
+                    if at == 0:
+                        if len(buf) >= LOG_OVERHEAD and pos + _declared(buf) <= size and _declared(buf) > len(buf):
+                            buf = os.pread(fd, _declared(buf), pos)  # one batch larger than a chunk
+                            b = parse(buf, 0, len(buf))
+                            if b is not None and b.base_offset == expected:
+                                expected, pos = b.next_offset, pos + b.size
+                                continue
+                        break
+                    pos += at
+        except FileNotFoundError:
+            return self.end() if self.segments() != bases else base
+        self._end_hint = (base, pos, expected)
+        return expected
+
+    def _floor(self, base: int, offset: int | None) -> tuple[int, int]:
+        """(position, base offset) of a batch at or before ``offset`` (None: the last
+        index entry) in segment ``base``, from its ``.index`` when that checks out."""
+        entries = _read_index(self._path(base, ".index"))
+        if not entries:
+            return 0, base
+        rel = None if offset is None else offset - base
+        try:
+            with open(self._path(base, ".log"), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if entries[0] != (0, 0):
+                    return 0, base
+                i = len(entries) if rel is None else bisect_right(entries, (rel, 1 << 40))
+                while i > 1:
+                    r, p = entries[i - 1]
+                    if p < size:
+                        head = os.pread(f.fileno(), HEADER_SIZE, p)
+                        b = parse(head, 0, len(head), check_crc=False)
+                        if b is not None and b.base_offset == base + r:
+                            return p, base + r
+                    i -= 1
+        except FileNotFoundError:
+            pass
+        return 0, base
+
+    def locate(self, offset: int, bases: list[int] | None = None) -> tuple[int, int, int] | None:
+        """(segment base, position, batch base offset) of the batch holding ``offset``,
+        walking headers from the floor index entry; None if it is not in the files."""
+        bases = self.segments() if bases is None else bases
+        i = bisect_right(bases, offset) - 1
+        if i < 0:
+            return None
+        base = bases[i]
+        pos, expected = self._floor(base, offset)
+        try:
+            with open(self._path(base, ".log"), "rb") as f:
+                fd = f.fileno()
+                size = os.fstat(fd).st_size
+                buf, buf_at = b"", pos
+                while pos + HEADER_SIZE <= size:
+                    rel = pos - buf_at
+                    if rel + HEADER_SIZE > len(buf):
+                        buf, buf_at, rel = os.pread(fd, WALK_CHUNK, pos), pos, 0
+                    b = parse(buf, rel, rel + size - pos, check_crc=False)  # header only
+                    if b is None:
+                        return None
+                    if b.base_offset != expected:
+                        return None
+                    if b.next_offset > offset:
+                        return base, pos, b.base_offset
+                    pos += b.size
+                    expected = b.next_offset
+        except FileNotFoundError:
+            return None
+        return None
+
+    def offset_for_time(self, timestamp: int, end: int) -> int | None:
+        """The first offset below ``end`` whose record timestamp is >= ``timestamp``,
+        or None if there is none (format.md section 7)."""
+        from .decode import record_timestamps
+
+        bases = self.segments()
+        for i, base in enumerate(bases):
+            if base >= end:
+                break
+            sealed = i + 1 < len(bases)
+            tindex = _read_time_index(self._path(base, ".timeindex")) if sealed else []
+            if sealed and tindex and tindex[-1][0] < timestamp:
+                continue
+            lo = base
+            for t, r in tindex:
+                if t < timestamp:
+                    lo = base + r
+            nxt = bases[i + 1] if sealed else end
+            try:
+                for data, batches in self.chunks(lo, min(nxt, end), bases=bases[i : i + 2]):
+                    for b in batches:
+                        if b.max_timestamp < timestamp or b.attributes & ATTR_CONTROL:
+                            continue
+                        for off, ts in record_timestamps(data, b):
+                            if ts >= timestamp and off < end:
+                                return off
+            except DataLoss:
+                continue
+        return None
+
+    def chunks(self, lo: int, hi: int, bases: list[int] | None = None) -> Iterator[tuple[bytes, list[Batch]]]:
+        """(bytes, batches in them) for every batch holding an offset in ``[lo, hi)``,
+        CRC-checked, in offset order, about READ_CHUNK bytes at a time. Raises DataLoss
+        when a segment holding part of the range is gone, LogReadError when a batch
+        below ``hi`` is damaged."""
+        if lo >= hi:
+            return
+        bases = self.segments() if bases is None else bases
+        if not bases or lo < bases[0]:
+            first = bases[0] if bases else None
+            raise DataLoss(f"{self.topic}/{self.index}: offset {lo} is before the log start {first}")
+        found = self.locate(lo, bases)
+        if found is None:
+            if not os.path.exists(self._path(bases[bisect_right(bases, lo) - 1], ".log")):
+                raise DataLoss(f"{self.topic}/{self.index}: the segment holding offset {lo} was deleted")
+            raise LogReadError(f"{self.topic}/{self.index}: offset {lo} is not in the log (end reached)")
+        base, pos, expected = found
+        i = bases.index(base)
+        while expected < hi:
+            path = self._path(base, ".log")
+            try:
+                f = open(path, "rb")
+            except FileNotFoundError:
+                raise DataLoss(f"{self.topic}/{self.index}: segment {base} was deleted while reading") from None
+            with f:
+                fd = f.fileno()
+                size = os.fstat(fd).st_size
+                while pos < size and expected < hi:
+                    buf = os.pread(fd, min(READ_CHUNK, size - pos), pos)
+                    at, found_batches = 0, []
+                    while at < len(buf):
+                        b = parse(buf, at, len(buf))
+                        if b is None or b.base_offset != expected:
+                            break
+                        found_batches.append(b)
+                        expected = b.next_offset
+                        at += b.size
+                        if expected >= hi:
+                            break
+                    if not found_batches:
+                        need = _declared(buf) if len(buf) >= LOG_OVERHEAD else 0
+                        if need > len(buf) and pos + need <= size:
+                            buf = os.pread(fd, need, pos)  # one batch larger than a chunk
+                            b = parse(buf, 0, len(buf))
+                            if b is not None and b.base_offset == expected:
+                                expected = b.next_offset
+                                pos += b.size
+                                yield buf, [b]
+                                continue
+                        raise LogReadError(
+                            f"{self.topic}/{self.index}: no valid batch with offset {expected} at"
+                            f" byte {pos} of {path} (damaged, or truncated by recovery)"
+                        )
+                    yield buf, found_batches
+                    pos += at
+            if expected >= hi:
+                return
+            i += 1
+            if i >= len(bases):
+                bases = self.segments()
+                if bases and bases[-1] > base:
+                    i = bisect_right(bases, base)
+                else:
+                    raise LogReadError(f"{self.topic}/{self.index}: log ends at {expected}, before {hi}")
+            base, pos = bases[i], 0
+            if base != expected:
+                raise LogReadError(
+                    f"{self.topic}/{self.index}: segment {base} does not continue at offset {expected}"
+                )
+
+
+def _declared(buf: bytes) -> int:
+    return int(struct.unpack_from(">i", buf, 8)[0]) + LOG_OVERHEAD
+
+
+def _read_index(path: str) -> list[tuple[int, int]]:
+    """Checked ``.index`` entries (format.md section 8), [] if absent or inconsistent."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    if len(data) % OFFSET_ENTRY.size:
+        return []
+    entries = list(OFFSET_ENTRY.iter_unpack(data))
+    for a, b in zip(entries, entries[1:]):
+        if b[0] <= a[0] or b[1] <= a[1]:
+            return []
+    return entries
+
+
+def _read_time_index(path: str) -> list[tuple[int, int]]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    if len(data) % TIME_ENTRY.size:
+        return []
+    entries = list(TIME_ENTRY.iter_unpack(data))
+    for a, b in zip(entries, entries[1:]):
+        if b[0] < a[0] or b[1] < a[1]:
+            return []
+    return entries
