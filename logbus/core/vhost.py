@@ -270,14 +270,10 @@ class VHost:
         the append is durable. Raises NotFound / AccessRefused for a bad exchange.
         ``dead_lettered``: the reason a dead-lettered copy is published for; queues it
         would cycle back into are left out (``dead_letter_cycles``)."""
-        ex = self.router.exchange(exchange)  # NotFound
-        queues = self.router.route(exchange, routing_key, headers)
+        topic, partition, queues = self._target(exchange, routing_key, headers)
         if dead_lettered is not None and queues and headers:
             queues = queues - dead_letter_cycles(queues, headers.get("x-death"))
-        topic = ex.log_topic
-        if topic not in self.log.topics:  # the default exchange's, on first use
-            self._ensure_topic(topic)
-        p = self.log.partition(topic, self._partition_for(topic, routing_key))
+        p = self.log.partition(topic, partition)
         record = message.to_record()
         offset = p.next_offset
         p.append([record], callback=on_durable if on_durable is not None else _ignore)
@@ -293,7 +289,6 @@ class VHost:
         each queue is dispatched once, at the end. ``on_durable(first, last, result)``
         fires per append for the items ``first..last``. Stops at the first item whose
         exchange is missing: the items before it are published and ``error`` holds it."""
-        router = self.router
         routes: dict[tuple[str, str], tuple[str, int, frozenset[str]]] = {}
         error: RouterError | None = None
         unrouted: list[int] = []
@@ -309,15 +304,10 @@ class VHost:
             hit = None if headers else routes.get((exchange, routing_key))
             if hit is None:
                 try:
-                    ex = router.exchange(exchange)
-                    queues = router.route(exchange, routing_key, headers)
+                    hit = self._target(exchange, routing_key, headers)
                 except RouterError as e:
                     error = e
                     break
-                topic = ex.log_topic
-                if topic not in self.log.topics:
-                    self._ensure_topic(topic)
-                hit = (topic, self._partition_for(topic, routing_key), queues)
                 if not headers:
                     routes[(exchange, routing_key)] = hit
             at = hit[0], hit[1]
@@ -338,6 +328,17 @@ class VHost:
         for name in touched:
             self.dispatch(name)
         return PublishedMany(done, unrouted, refused, error)
+
+    def _target(self, exchange: str, routing_key: str,
+                headers: Mapping[str, Any] | None) -> tuple[str, int, frozenset[str]]:
+        """Where a publish goes: the log topic and partition behind ``exchange`` (the
+        topic created on first use) and the queues it routes to. Raises NotFound."""
+        ex = self.router.exchange(exchange)
+        queues = self.router.route(exchange, routing_key, headers)
+        topic = ex.log_topic
+        if topic not in self.log.topics:  # the default exchange's, on first use
+            self._ensure_topic(topic)
+        return topic, self._partition_for(topic, routing_key), queues
 
     def _append_run(self, at: Any, first: int, records: list[Any],
                     msgs: list[tuple[int, frozenset[str], Message]], now: int,
