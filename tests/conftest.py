@@ -16,7 +16,7 @@ server shared by a module, use ``ServerFactory`` in a module-scoped fixture the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator
 
 import pytest
 from hypothesis import settings
@@ -27,6 +27,18 @@ from tests.serverproc import LogbusServer, ServerFactory
 # example on a loaded 2-core CI machine is not a failure.
 settings.register_profile("logbus", deadline=None)
 settings.load_profile("logbus")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A failed test's report carries the log of every server still running for it (its
+    own and its module's): a flaky failure is diagnosed from the CI output, not re-run."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for factory in ServerFactory.live:
+            for server in factory.servers:
+                report.sections.append((f"logbus serve log: {server.workdir}", server.log_tail()))
 
 
 @pytest.fixture

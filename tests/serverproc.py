@@ -126,6 +126,10 @@ class LogbusServer:
         except FileNotFoundError:
             return ""
 
+    def log_tail(self, max_chars: int = 30_000) -> str:
+        text = self.log_text()
+        return text if len(text) <= max_chars else "[...]\n" + text[-max_chars:]
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> LogbusServer:
@@ -226,11 +230,16 @@ class LogbusServer:
 
 
 class ServerFactory:
-    """Starts servers in fresh directories under ``base_dir``; cleanup() stops them all."""
+    """Starts servers in fresh directories under ``base_dir``; cleanup() stops them all.
+    ``ServerFactory.live`` holds the factories not yet cleaned up, so a failed test's
+    report can carry the logs of the servers it talked to (tests/conftest.py)."""
+
+    live: list[ServerFactory] = []
 
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir
         self.servers: list[LogbusServer] = []
+        ServerFactory.live.append(self)
 
     def start(
         self,
@@ -253,6 +262,8 @@ class ServerFactory:
     def cleanup(self) -> None:
         for server in reversed(self.servers):
             server.cleanup()
+        if self in ServerFactory.live:
+            ServerFactory.live.remove(self)
 
 
 def module_server(tmp_path_factory: Any, name: str, **kwargs: Any) -> Iterator[LogbusServer]:

@@ -365,7 +365,8 @@ def streams(draw: st.DrawFn) -> tuple[int, bytes, list[Any]]:
             cut = sorted(set(draw(st.lists(st.integers(0, len(body)), max_size=3))) | {0, len(body)})
             chunks = [c for a, b in itertools.pairwise(cut) for c in split(body[a:b], frame_max - 8)]
             frames += [marshal(pbody.ContentBody(c), ch) for c in chunks]
-            event = Publish(ch, ex, rk, m, False, props, pp.marshal(), body)
+            raw = pp.marshal()
+            event = Publish(ch, ex, rk, m, False, props, raw, body, raw)  # no message-id, timestamp: shape is raw
             q += [(f, None) for f in frames[:-1]] + [(frames[-1], event)]
         elif kind in ("ack", "nack", "reject"):
             tag, a, b = draw(TAGS), draw(st.booleans()), draw(st.booleans())
@@ -516,24 +517,62 @@ def test_record_headers_become_amqp_headers() -> None:
     assert fastpath.decode_properties(raw, 0, len(raw)).headers == props.headers
 
 
+IDS = st.sampled_from([None, "", "id-1", "0f9c2d"]) | st.text(max_size=40)
+STAMPS = st.sampled_from([None, 0, 1_700_000_000]) | st.integers(0, 2**64 - 1)
+
+
 @given(st.lists(st.tuples(st.sampled_from(["", "ex"]), st.sampled_from(["a", "b"]),
                           st.sampled_from([None, "text/plain"]), st.sampled_from([None, 1, 2]),
-                          st.sampled_from([None, {"h": "v"}, {"h": bytearray(b"\x00\xff"), "n": 7}])), max_size=8))
+                          st.sampled_from([None, {}, {"h": "v"}, {"h": bytearray(b"\x00\xff"), "n": 7}]),
+                          IDS, STAMPS, st.sampled_from([None, "app"])), max_size=8))
 def test_to_message_shares_nothing_that_differs(publishes: list[tuple[Any, ...]]) -> None:
-    """Messages with equal properties share one envelope (mapping._ENVELOPES); each
-    record and envelope is still exactly what an uncached conversion makes."""
+    """Messages whose properties differ at most in message-id and timestamp share one
+    envelope template (mapping._ENVELOPES); each record and envelope is still exactly
+    what an uncached conversion makes, byte for byte."""
     from logbus.core.message import Message
     from logbus.gateway.amqp import mapping
 
-    for i, (exchange, key, content_type, mode, headers) in enumerate(publishes):
-        props = Properties(content_type=content_type, delivery_mode=mode, headers=headers)
+    for i, (exchange, key, content_type, mode, headers, message_id, stamp, app) in enumerate(publishes):
+        props = Properties(content_type=content_type, delivery_mode=mode, headers=headers, message_id=message_id,
+                           timestamp=stamp, app_id=app)
         raw = encode_properties(props)
-        p = Publish(1, exchange, key, False, False, fastpath.decode_properties(raw, 0, len(raw)), raw, b"%d" % i)
+        decoded, raw2, shape = fastpath.properties_of(raw, 0, len(raw))
+        assert raw2 == raw
+        p = Publish(1, exchange, key, False, False, decoded, raw, b"%d" % i, shape)
         m = mapping.to_message(p)
-        env, user = mapping._envelope(p)
+        env, user = mapping._envelope(exchange, key, fastpath.decode_properties(raw, 0, len(raw)))
         fresh = Message(key.encode(), b"%d" % i, None, user, env)
         assert m.envelope == env
         assert m.to_record() == fresh.to_record()
+        assert m.record_headers is not None and m.record_headers[-1][1] == env.SerializeToString()
+
+
+@given(st.lists(st.builds(Properties, content_type=st.none() | TEXT, headers=st.none() | st.just({}) | st.dictionaries(
+    st.text(max_size=5), st.integers(-1000, 10**12) | TEXT, max_size=3), delivery_mode=st.none() | st.integers(0, 255),
+    correlation_id=st.none() | TEXT, expiration=st.none() | TEXT, message_id=IDS, timestamp=STAMPS,
+    message_type=st.none() | TEXT, app_id=st.none() | TEXT), max_size=10))
+def test_properties_of_equals_the_decoder(sets: list[Properties]) -> None:
+    """properties_of's caches (by raw bytes, by shape) give what a fresh decode gives,
+    and a shape is the bytes without the message-id and timestamp values."""
+    fastpath._SEEN.clear()
+    fastpath._SHAPES.clear()
+    for props in sets + sets:  # the second time round, from the caches
+        raw = encode_properties(props)
+        got, raw2, shape = fastpath.properties_of(raw, 0, len(raw))
+        assert got == fastpath.decode_properties(raw, 0, len(raw)) and raw2 == raw
+        without = encode_properties(props._replace(message_id=None, timestamp=None))
+        flags = int.from_bytes(raw[:2], "big")
+        assert int.from_bytes(shape[:2], "big") == flags  # the flags stay: a shape knows what it left out
+        assert shape[2:] == without[2:]
+
+
+def test_properties_of_reports_bad_message_id_from_a_cached_shape() -> None:
+    """A message-id that is not UTF-8 is refused even when its shape is cached."""
+    good = encode_properties(Properties(delivery_mode=2, message_id="abcd"))
+    fastpath.properties_of(good, 0, len(good))
+    bad = good.replace(b"abcd", b"ab\xff\xfe")
+    with pytest.raises(fastpath.MalformedFrame):
+        fastpath.properties_of(bad, 0, len(bad))
 
 
 def test_reserved_header_name_stays_in_amqp_headers() -> None:

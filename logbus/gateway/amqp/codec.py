@@ -130,14 +130,14 @@ def encode_method(channel: int, method: base.Frame) -> bytes:
 class _Content:
     """A content-bearing method waiting for its header and body on one channel."""
 
-    __slots__ = ("discard", "fields", "index", "parts", "properties", "raw", "remaining", "size")
+    __slots__ = ("discard", "fields", "index", "parts", "properties", "raw", "remaining", "shape", "size")
 
     def __init__(self, index: int, fields: PublishFields | base.Frame) -> None:
         self.index = index
         self.fields = fields
         self.size = self.remaining = 0
         self.properties: Properties | None = None  # None until the header is in
-        self.raw = EMPTY_PROPERTIES_RAW
+        self.raw = self.shape = EMPTY_PROPERTIES_RAW
         self.parts: list[bytes | memoryview] = []
         self.discard = False
 
@@ -333,7 +333,7 @@ class Decoder:
         if weight:
             raise self._unexpected(channel, "weighted content header")
         try:
-            content.properties, content.raw = properties_of(buf, p + 12, end)
+            content.properties, content.raw, content.shape = properties_of(buf, p + 12, end)
         except MalformedFrame as e:
             raise AMQPConnectionError(FRAME_ERROR, str(e), class_id=60, method_id=index & 0xFFFF) from None
         content.size = content.remaining = size
@@ -412,9 +412,9 @@ class Decoder:
         return end + 1
 
     def _fast_publish(self, channel: int, fields: PublishFields, buf: bytes, p: int, end: int, body: bytes) -> None:
-        props, raw = properties_of(buf, p, end)
+        props, raw, shape = properties_of(buf, p, end)
         exchange, routing_key, mandatory, immediate = fields
-        self._events.append(Publish(channel, exchange, routing_key, mandatory, immediate, props, raw, body))
+        self._events.append(Publish(channel, exchange, routing_key, mandatory, immediate, props, raw, body, shape))
 
     # basic.ack/nack/reject: delivery-tag:u64 bits:u8 and nothing else
 
@@ -447,7 +447,8 @@ class Decoder:
         fields = content.fields
         if isinstance(fields, tuple):  # the fields of a basic.publish
             exchange, routing_key, mandatory, immediate = fields
-            self._events.append(Publish(channel, exchange, routing_key, mandatory, immediate, props, content.raw, body))
+            self._events.append(Publish(channel, exchange, routing_key, mandatory, immediate, props, content.raw, body,
+                                        content.shape))
         else:
             self._events.append(ContentReceived(channel, fields, props, content.raw, body))
 

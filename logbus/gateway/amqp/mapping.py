@@ -10,7 +10,7 @@ consumers see.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...core.message import ENVELOPE_HEADER, Envelope, Message
 from .events import Publish
@@ -19,32 +19,93 @@ from .fastpath import Properties, decode_table, encode_table
 _AMQP = Envelope.AMQP
 
 
-# (exchange, routing key, raw properties) -> (envelope, user headers, record headers) of
-# recent publishes: a stream of messages with equal properties builds and serializes
-# one envelope, not one each. The envelope is then shared by those messages: nothing
-# may change a message's envelope in place (dead-lettering copies it).
-_ENVELOPES: dict[tuple[str, str, bytes], tuple[Envelope, list[tuple[str, bytes | None]],
-                                              list[tuple[str, bytes | None]]]] = {}
+# (exchange, routing key, property shape) -> what the envelopes of recent publishes
+# share: a stream of messages whose properties differ at most in message-id and
+# timestamp (fastpath.properties_of) builds one Envelope, not one each. Each message then
+# gets its envelope bytes by splicing its own message-id and timestamp fields into the
+# shared ones (protobuf's encoding is its fields in number order), and parses them
+# (about a microsecond) for its Envelope. A message without either shares the Envelope
+# itself: nothing may change a message's envelope in place (dead-lettering copies it).
+class _Shared(NamedTuple):
+    envelope: Envelope  # without message-id and timestamp
+    user: list[tuple[str, bytes | None]]  # the record's user headers
+    record_headers: list[tuple[str, bytes | None]]  # user headers + the envelope's
+    below: bytes  # the envelope's fields numbered below message_id's, encoded
+    between: bytes  # those between message_id and amqp_timestamp
+    above: bytes  # those above amqp_timestamp
+
+
+_ENVELOPES: dict[tuple[str, str, bytes], _Shared] = {}
 _ENVELOPES_MAX = 1024
+_MESSAGE_ID = Envelope.DESCRIPTOR.fields_by_name["message_id"].number
+_TIMESTAMP = Envelope.DESCRIPTOR.fields_by_name["amqp_timestamp"].number
+_parse_envelope = Envelope.FromString
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_MESSAGE_ID_TAG = _varint(_MESSAGE_ID << 3 | 2)  # a length-delimited field
+_TIMESTAMP_TAG = _varint(_TIMESTAMP << 3)  # a varint field
 
 
 def to_message(p: Publish) -> Message:
-    key = (p.exchange, p.routing_key, p.raw_properties)
+    shape = p.shape
+    props = p.properties
+    if shape is None or len(shape) == len(p.raw_properties):
+        identity, shape = False, p.raw_properties
+    else:
+        identity = True
+    key = (p.exchange, p.routing_key, shape)
     hit = _ENVELOPES.get(key)
     if hit is None:
-        env, user = _envelope(p)
-        data = env.SerializeToString()
         if len(_ENVELOPES) >= _ENVELOPES_MAX:
             _ENVELOPES.clear()
-        hit = _ENVELOPES[key] = env, user, [*user, (ENVELOPE_HEADER, data)]
-    env, user, record_headers = hit
-    return Message(p.routing_key.encode(), p.body, None, user, env, p.raw_properties,
-                   record_headers=record_headers)
+        hit = _ENVELOPES[key] = _share(p, props._replace(message_id=None, timestamp=None) if identity else props)
+    if not identity:
+        return Message(p.routing_key.encode(), p.body, None, hit.user, hit.envelope, p.raw_properties,
+                       record_headers=hit.record_headers)
+    data = hit.below
+    if props.message_id:
+        raw = props.message_id.encode()
+        data += _MESSAGE_ID_TAG + _varint(len(raw)) + raw
+    data += hit.between
+    if props.timestamp is not None:
+        data += _TIMESTAMP_TAG + _varint(props.timestamp)
+    data += hit.above
+    user = hit.user
+    return Message(p.routing_key.encode(), p.body, None, user, _parse_envelope(data), p.raw_properties,
+                   record_headers=[*user, (ENVELOPE_HEADER, data)])
 
 
-def _envelope(p: Publish) -> tuple[Envelope, list[tuple[str, bytes | None]]]:
-    props = p.properties
-    env = Envelope(protocol=_AMQP, exchange=p.exchange, routing_key=p.routing_key)
+def _share(p: Publish, props: Properties) -> _Shared:
+    env, user = _envelope(p.exchange, p.routing_key, props)
+    data = env.SerializeToString()
+    part = Envelope()
+    part.CopyFrom(env)
+    for f in Envelope.DESCRIPTOR.fields:
+        if f.number > _MESSAGE_ID:
+            part.ClearField(f.name)
+    below = part.SerializeToString()
+    part.CopyFrom(env)
+    for f in Envelope.DESCRIPTOR.fields:
+        if f.number < _TIMESTAMP:
+            part.ClearField(f.name)
+    above = part.SerializeToString()
+    # encoded in field-number order, so the whole is below + between + above
+    assert data.startswith(below) and data.endswith(above), "protobuf encodes fields in number order"
+    between = data[len(below) : len(data) - len(above)]
+    return _Shared(env, user, [*user, (ENVELOPE_HEADER, data)], below, between, above)
+
+
+def _envelope(exchange: str, routing_key: str, props: Properties) -> tuple[Envelope, list[tuple[str, bytes | None]]]:
+    env = Envelope(protocol=_AMQP, exchange=exchange, routing_key=routing_key)
     if props.content_type is not None:
         env.content_type = props.content_type
     if props.content_encoding is not None:

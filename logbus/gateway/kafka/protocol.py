@@ -5,6 +5,7 @@ closes only this connection, with the reason logged, when the peer breaks the pr
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, cast
 
 from twisted.internet.defer import Deferred, maybeDeferred
@@ -27,6 +28,7 @@ from .handlers import KafkaHandlers
 log = logging.getLogger(__name__)
 
 API_VERSIONS = 18
+SLOW_ANSWER = 10.0  # seconds: a request closed unanswered after this is logged as a warning
 READ_SIZE = 1 << 20  # bytes per recv: a produce request of ~1 MiB in one read, not 16
 
 
@@ -35,7 +37,7 @@ class KafkaProtocol(Protocol):
         self.handlers = handlers
         self._advertised = advertised
         self.decoder = FrameDecoder(max_frame)
-        self._queue: list[list[Any]] = []  # [bytes | None] slots, answered in order
+        self._queue: list[list[Any]] = []  # [data, done, request, received at] slots, answered in order
         self._closing = False
 
     def connectionMade(self) -> None:
@@ -72,7 +74,7 @@ class KafkaProtocol(Protocol):
                 return self._abort(str(e))
             except KafkaProtocolError as e:
                 return self._abort(str(e))
-            slot: list[Any] = [None, False]  # [bytes, done]
+            slot: list[Any] = [None, False, req, time.monotonic()]
             self._queue.append(slot)
             d: Deferred[Any] = maybeDeferred(self.handlers.handle, req, self.advertised)
             # errback after callback: a response that fails to encode also ends in _failed
@@ -80,7 +82,7 @@ class KafkaProtocol(Protocol):
             d.addErrback(self._failed, req, slot)
 
     def _enqueue_ready(self, data: bytes) -> None:
-        self._queue.append([data, True])
+        self._queue.append([data, True, None, 0.0])
         self._flush()
 
     def _answered(self, response: Any, req: Any, slot: list[Any]) -> None:
@@ -109,6 +111,14 @@ class KafkaProtocol(Protocol):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closing = True
         self.output.close()
+        if self._queue:  # a long poll, or a client that gave up waiting: say on what
+            now = time.monotonic()
+            slots = [s for s in self._queue if s[2] is not None]
+            waiting = [f"{s[2].body.name} v{s[2].api_version} ({'ready' if s[1] else 'pending'}"
+                       f" {now - s[3]:.1f} s)" for s in slots]
+            level = logging.WARNING if any(now - s[3] > SLOW_ANSWER for s in slots) else logging.DEBUG
+            log.log(level, "kafka connection from %s closed with %d requests not yet answered: %s",
+                    self._t.getPeer(), len(self._queue), ", ".join(waiting[:10]))
 
     def _abort(self, reason: str) -> None:
         peer = self._t.getPeer()
