@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK_ANY_PORT = "tcp:0:interface=127.0.0.1"
@@ -234,7 +234,7 @@ class ServerFactory:
     ``ServerFactory.live`` holds the factories not yet cleaned up, so a failed test's
     report can carry the logs of the servers it talked to (tests/conftest.py)."""
 
-    live: list[ServerFactory] = []
+    live: ClassVar[list[ServerFactory]] = []
 
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir
