@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pamqp import body as pbody
 from pamqp import commands, decode, frame, header, heartbeat
 
-from logbus.gateway.amqp import fastpath
+from logbus.gateway.amqp import fastpath, shapes
 from logbus.gateway.amqp.codec import (
     HEARTBEAT_FRAME,
     PROTOCOL_HEADER,
@@ -473,7 +473,7 @@ near_valid = st.one_of(
 @settings(max_examples=500)
 @given(near_valid)
 def test_fast_decoders_raise_only_malformed_frame(data: bytes) -> None:
-    decoders = [fastpath.decode_table, fastpath.decode_properties, fastpath.decode_publish, fastpath.properties_of]
+    decoders = [fastpath.decode_table, fastpath.decode_properties, fastpath.decode_publish, shapes.properties_of]
     decoders += [lambda b, p, e, cls=cls: fastpath.decode_method_fields(cls.__new__(cls), b, p, e) for cls in TABLE_METHODS]
     for decoder in decoders:
         try:
@@ -536,7 +536,7 @@ def test_to_message_shares_nothing_that_differs(publishes: list[tuple[Any, ...]]
         props = Properties(content_type=content_type, delivery_mode=mode, headers=headers, message_id=message_id,
                            timestamp=stamp, app_id=app)
         raw = encode_properties(props)
-        decoded, raw2, shape = fastpath.properties_of(raw, 0, len(raw))
+        decoded, raw2, shape = shapes.properties_of(raw, 0, len(raw))
         assert raw2 == raw
         p = Publish(1, exchange, key, False, False, decoded, raw, b"%d" % i, shape)
         m = mapping.to_message(p)
@@ -554,11 +554,11 @@ def test_to_message_shares_nothing_that_differs(publishes: list[tuple[Any, ...]]
 def test_properties_of_equals_the_decoder(sets: list[Properties]) -> None:
     """properties_of's caches (by raw bytes, by shape) give what a fresh decode gives,
     and a shape is the bytes without the message-id and timestamp values."""
-    fastpath._SEEN.clear()
-    fastpath._SHAPES.clear()
+    shapes._SEEN.clear()
+    shapes._SHAPES.clear()
     for props in sets + sets:  # the second time round, from the caches
         raw = encode_properties(props)
-        got, raw2, shape = fastpath.properties_of(raw, 0, len(raw))
+        got, raw2, shape = shapes.properties_of(raw, 0, len(raw))
         assert got == fastpath.decode_properties(raw, 0, len(raw)) and raw2 == raw
         without = encode_properties(props._replace(message_id=None, timestamp=None))
         flags = int.from_bytes(raw[:2], "big")
@@ -569,10 +569,10 @@ def test_properties_of_equals_the_decoder(sets: list[Properties]) -> None:
 def test_properties_of_reports_bad_message_id_from_a_cached_shape() -> None:
     """A message-id that is not UTF-8 is refused even when its shape is cached."""
     good = encode_properties(Properties(delivery_mode=2, message_id="abcd"))
-    fastpath.properties_of(good, 0, len(good))
+    shapes.properties_of(good, 0, len(good))
     bad = good.replace(b"abcd", b"ab\xff\xfe")
     with pytest.raises(fastpath.MalformedFrame):
-        fastpath.properties_of(bad, 0, len(bad))
+        shapes.properties_of(bad, 0, len(bad))
 
 
 def test_reserved_header_name_stays_in_amqp_headers() -> None:

@@ -95,8 +95,8 @@ from .fastpath import (
     encode_nack,
     encode_properties,
     encode_return,
-    properties_of,
 )
+from .shapes import properties_of
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE", "EMPTY_PROPERTIES", "FRAME_MIN_SIZE", "HEARTBEAT_FRAME", "PROTOCOL_HEADER",

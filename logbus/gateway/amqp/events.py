@@ -31,7 +31,7 @@ class Publish(NamedTuple):
     properties: Properties
     raw_properties: bytes  # flags and property values as received, for delivering unchanged
     body: bytes
-    # raw_properties without the message-id and timestamp values (fastpath.properties_of);
+    # raw_properties without the message-id and timestamp values (shapes.properties_of);
     # None: not known, the message is taken as it is
     shape: bytes | None = None
 

@@ -21,7 +21,7 @@ _AMQP = Envelope.AMQP
 
 # (exchange, routing key, property shape) -> what the envelopes of recent publishes
 # share: a stream of messages whose properties differ at most in message-id and
-# timestamp (fastpath.properties_of) builds one Envelope, not one each. Each message then
+# timestamp (shapes.properties_of) builds one Envelope, not one each. Each message then
 # gets its envelope bytes by splicing its own message-id and timestamp fields into the
 # shared ones (protobuf's encoding is its fields in number order), and parses them
 # (about a microsecond) for its Envelope. A message without either shares the Envelope
