@@ -10,6 +10,7 @@ consumers see.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ...core.message import ENVELOPE_HEADER, Envelope, Message
@@ -40,6 +41,16 @@ _ENVELOPES_MAX = 1024
 _MESSAGE_ID = Envelope.DESCRIPTOR.fields_by_name["message_id"].number
 _TIMESTAMP = Envelope.DESCRIPTOR.fields_by_name["amqp_timestamp"].number
 _parse_envelope = Envelope.FromString
+
+
+def _encoded(env: Envelope, keep: Callable[[int], bool]) -> bytes:
+    """``env`` encoded with only the fields whose number ``keep`` accepts."""
+    part = Envelope()
+    part.CopyFrom(env)
+    for f in Envelope.DESCRIPTOR.fields:
+        if not keep(f.number):
+            part.ClearField(f.name)
+    return part.SerializeToString()
 
 
 def _varint(n: int) -> bytes:
@@ -87,17 +98,8 @@ def to_message(p: Publish) -> Message:
 def _share(p: Publish, props: Properties) -> _Shared:
     env, user = _envelope(p.exchange, p.routing_key, props)
     data = env.SerializeToString()
-    part = Envelope()
-    part.CopyFrom(env)
-    for f in Envelope.DESCRIPTOR.fields:
-        if f.number > _MESSAGE_ID:
-            part.ClearField(f.name)
-    below = part.SerializeToString()
-    part.CopyFrom(env)
-    for f in Envelope.DESCRIPTOR.fields:
-        if f.number < _TIMESTAMP:
-            part.ClearField(f.name)
-    above = part.SerializeToString()
+    below = _encoded(env, lambda number: number < _MESSAGE_ID)
+    above = _encoded(env, lambda number: number > _TIMESTAMP)
     # encoded in field-number order, so the whole is below + between + above
     assert data.startswith(below) and data.endswith(above), "protobuf encodes fields in number order"
     between = data[len(below) : len(data) - len(above)]
