@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--amqp-read-linger-ms", metavar="MS",
                        help="after a read of several AMQP frames, wait this long before reading"
                             " that connection again, to batch a pipelining client (default: 1; 0: off)")
+    serve.add_argument("--amqp-read-linger-max-ms", metavar="MS",
+                       help="the longest that wait grows to while the client goes on sending"
+                            " during it (default: 8; at most a power of two times the shortest)")
     serve.add_argument("--default-user", metavar="NAME",
                        help="user created with vhost / on a fresh data directory (default: guest)")
     serve.add_argument("--default-pass", metavar="PASSWORD",
@@ -136,6 +139,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "memory_high_watermark": args.memory_high_watermark,
         "disk_free_limit": args.disk_free_limit,
         "amqp_read_linger_ms": args.amqp_read_linger_ms,
+        "amqp_read_linger_max_ms": args.amqp_read_linger_max_ms,
         "default_user": args.default_user,
         "default_pass": args.default_pass,
         "loopback_users": args.loopback_users,

@@ -67,7 +67,8 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
 def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.amqp.protocol import AmqpFactory
 
-    return AmqpFactory(broker, reactor, read_linger=settings.amqp_read_linger_ms / 1000)
+    return AmqpFactory(broker, reactor, read_linger=settings.amqp_read_linger_ms / 1000,
+                       read_linger_max=settings.amqp_read_linger_max_ms / 1000)
 
 
 # THE gateway table: listener name -> builder of the protocol factory that serves it.

@@ -30,3 +30,8 @@ class Metrics:
             "Pauses in reading a pipelining AMQP connection, to read more at once (read linger)",
             registry=r,
         )
+        self.amqp_read_linger_seconds = Counter(
+            "logbus_amqp_read_linger_seconds",
+            "Seconds those pauses lasted, together (divided by the pauses: the mean linger)",
+            registry=r,
+        )

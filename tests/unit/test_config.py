@@ -287,6 +287,10 @@ def test_amqp_read_linger() -> None:
                           ("soon", "must be a number"), (True, "must be a number")):
         with pytest.raises(ConfigError, match=fragment):
             load_settings({"amqp_read_linger_ms": bad}, environ={})
+    assert Settings().amqp_read_linger_max_ms == 8.0
+    assert load_settings({}, environ={"LOGBUS_AMQP_READ_LINGER_MAX_MS": "1"}).amqp_read_linger_max_ms == 1.0
+    with pytest.raises(ConfigError, match="between 0 and 1000"):
+        load_settings({"amqp_read_linger_max_ms": "1001"}, environ={})
 
 
 def test_every_key_is_a_serve_flag() -> None:

@@ -16,7 +16,10 @@ not waiting for a reply to go on sending. After such a read the socket is left a
 for ``read_linger`` seconds, so the next read takes what arrived meanwhile in one go:
 one wake-up, one log write, one fdatasync and one RocksDB commit for many messages,
 instead of one each per few. A read with one (a client waiting for each confirm,
-an RPC) never lingers, so it costs such a client no latency.
+an RPC) never lingers, so it costs such a client no latency. How long to linger is
+chosen per connection by linger.py, between ``read_linger`` and ``read_linger_max``:
+longer while the client goes on sending during the pause, the shortest when it only
+waits for us (a small confirm window or prefetch).
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ from twisted.python.failure import Failure
 from ...core.auth import AccessChange
 from ...core.broker import Broker
 from .connection import Connection, blocked_reason
+from .linger import LingerTuner
 
 log = logging.getLogger(__name__)
 
 LINGER_MIN_MESSAGES = 2  # a read with at least this many publishes or acks is pipelined
-LINGER_MAX_BYTES = 32768  # a read this large was not a trickle: read on at once
+LINGER_MAX_BYTES = 65536  # a read this large filled Twisted's read buffer: read on at once
 
 
 def _loopback(host: str) -> bool:
@@ -82,6 +86,7 @@ class AmqpProtocol(Protocol):
         self.conn: Connection | None = None
         self._lingering = False  # reading paused for the read linger
         self._blocked = False  # reading paused for a resource alarm
+        self._tuner = factory.tuner()
 
     def connectionMade(self) -> None:
         t: Any = cast(Any, self.transport)
@@ -105,10 +110,14 @@ class AmqpProtocol(Protocol):
             log.exception("amqp connection failed")
             cast(Any, self.transport).abortConnection()
             return
-        linger = self.factory.read_linger
-        if linger and streamed >= LINGER_MIN_MESSAGES and len(data) < LINGER_MAX_BYTES and not self._lingering:
+        tuner = self._tuner
+        if tuner is not None and streamed >= LINGER_MIN_MESSAGES and len(data) < LINGER_MAX_BYTES \
+                and not self._lingering:
+            tuner.lingered(streamed)  # what the last pause brought; may change the next
+            linger = tuner.linger
             self._lingering = True
             self.factory.lingers.inc()
+            self.factory.linger_seconds.inc(linger)
             cast(Any, self.transport).pauseProducing()
             self.factory.reactor.callLater(linger, self._linger_over)
 
@@ -146,11 +155,14 @@ class AmqpProtocol(Protocol):
 
 
 class AmqpFactory(Factory):
-    def __init__(self, broker: Broker, reactor: Any, *, read_linger: float = 0.0) -> None:
+    def __init__(self, broker: Broker, reactor: Any, *, read_linger: float = 0.0,
+                 read_linger_max: float = 0.0) -> None:
         self.broker = broker
         self.reactor = reactor
-        self.read_linger = read_linger  # seconds; 0: never
+        self.read_linger = read_linger  # seconds, the shortest pause; 0: never
+        self.read_linger_max = read_linger_max  # seconds, the longest (at most: a power of two times the shortest)
         self.lingers = broker.metrics.amqp_read_lingers
+        self.linger_seconds = broker.metrics.amqp_read_linger_seconds
         self.connections: set[AmqpProtocol] = set()
         self.alarm = blocked_reason(broker.pressure.alarms)  # Connection.Blocked's reason
         broker.pressure.subscribe(self._alarms_changed)
@@ -158,6 +170,12 @@ class AmqpFactory(Factory):
 
     def buildProtocol(self, addr: Any) -> AmqpProtocol:
         return AmqpProtocol(self)
+
+    def tuner(self) -> LingerTuner | None:
+        """A new connection's read linger, or None when lingering is off."""
+        if not self.read_linger:
+            return None
+        return LingerTuner(self.read_linger, self.read_linger_max)
 
     def _alarms_changed(self, alarms: frozenset[str]) -> None:
         self.alarm = blocked_reason(alarms)
