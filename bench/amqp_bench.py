@@ -28,6 +28,7 @@ at once.
     python bench/amqp_bench.py --target rabbitmq   # a private node (bench/rabbitmq.py)
     python bench/amqp_bench.py --target logbus     # `logbus serve` with an AMQP listener
     python bench/amqp_bench.py --target both       # rabbitmq, then logbus, and ratios
+    python bench/amqp_bench.py --target both --rounds 4   # both up, interleaved, medians
 
 This file is the command line and the orchestration (brokers, workloads in turn, JSON);
 bench/amqp_workloads.py has the workloads, bench/amqp_client.py the measuring, the AMQP
@@ -42,6 +43,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -241,6 +243,50 @@ def bench_rabbitmq(args: argparse.Namespace) -> dict[str, Any]:
         raise BenchError(f"rabbitmq: {exc}") from None
 
 
+def bench_interleaved(args: argparse.Namespace) -> dict[str, Any]:
+    """--target both --rounds N: both brokers up at once; each round runs every group of
+    workloads (publish+consume, fanout, latency) on one broker and then on the other,
+    the order swapped each round, so a slow phase of the machine falls on both."""
+    groups = [[w for w in unit if w in args.workloads]
+              for unit in (["publish", "consume"], ["fanout"], ["latency"])]
+    groups = [g for g in groups if g]
+    workdir = tempfile.mkdtemp(prefix="logbus-abench-", dir=args.dir)
+    proc = None
+    rounds: list[dict[str, Any]] = []
+    try:
+        with RabbitMQ(args.dir, args.start_timeout) as rmq:
+            proc, address = start_logbus(workdir, args.start_timeout)
+            brokers = {"rabbitmq": (rmq.url, rmq.pid), "logbus": (f"amqp://guest:guest@{address}/", proc.pid)}
+            for r in range(args.rounds):
+                order = ["rabbitmq", "logbus"] if r % 2 == 0 else ["logbus", "rabbitmq"]
+                got: dict[str, dict[str, Any]] = {"rabbitmq": {}, "logbus": {}}
+                for group in groups:
+                    for label in order:
+                        url, pid = brokers[label]
+                        sub = argparse.Namespace(**{**vars(args), "workloads": group,
+                                                    "idle_seconds": args.idle_seconds if r == 0 else 0})
+                        got[label].update(uvloop.run(run_workloads(url, pid, sub, f"{label} round {r + 1}")))
+                rounds.append({"order": order, **got, "ratios_logbus_over_rabbitmq": ratios(got["logbus"], got["rabbitmq"])})
+    except RabbitMQError as exc:
+        raise BenchError(f"rabbitmq: {exc}") from None
+    finally:
+        if proc is not None:
+            stop_logbus(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return {"rounds": rounds, "median_ratios_logbus_over_rabbitmq": median_ratios(rounds)}
+
+
+def median_ratios(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per figure, the median over the rounds of each round's logbus / rabbitmq."""
+    out: dict[str, dict[str, float | None]] = {}
+    for name, keys in RATIO_KEYS.items():
+        per = [r["ratios_logbus_over_rabbitmq"].get(name) for r in rounds]
+        if all(p is not None for p in per) and per:
+            figures = {k: [p[k] for p in per] for k in keys}
+            out[name] = {k: (None if None in v else statistics.median(v)) for k, v in figures.items()}
+    return out
+
+
 def bench_logbus(args: argparse.Namespace) -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix="logbus-abench-", dir=args.dir)
     proc = None
@@ -306,6 +352,9 @@ def main() -> None:
                     help="seconds a broker started here may take to accept connections")
     ap.add_argument("--idle-seconds", type=float, default=2.0,
                     help="broker CPU measured idle before the workloads")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --target both: both brokers up at once, each workload run on "
+                         "one and then the other, this many times, the order swapped each round")
     ap.add_argument("--dir", default=None, help="parent of the brokers' temp dirs")
     ap.add_argument("--note", default="", help="free text kept in the JSON (machine state...)")
     args = ap.parse_args()
@@ -317,6 +366,8 @@ def main() -> None:
         ap.error("give --target, or --url and --broker-pid")
     if args.target is not None and (args.url or args.broker_pid):
         ap.error("--url and --broker-pid are for a broker started elsewhere, not with --target")
+    if args.rounds < 1 or (args.rounds > 1 and args.target != "both"):
+        ap.error("--rounds N > 1 needs --target both")
     if args.size < LATENCY_HEAD.size and "latency" in args.workloads:
         ap.error(f"--size must be at least {LATENCY_HEAD.size} for the latency workload")
     signal.signal(signal.SIGTERM, exit_on_sigterm)
@@ -333,12 +384,15 @@ def main() -> None:
         else:
             if args.target == "both":
                 check_logbus(args)
-            if args.target in ("rabbitmq", "both"):
-                out["rabbitmq"] = bench_rabbitmq(args)
-            if args.target in ("logbus", "both"):
-                out["logbus"] = bench_logbus(args)
-            if args.target == "both":
-                out["ratios_logbus_over_rabbitmq"] = ratios(out["logbus"], out["rabbitmq"])
+            if args.rounds > 1:
+                out.update(bench_interleaved(args))
+            else:
+                if args.target in ("rabbitmq", "both"):
+                    out["rabbitmq"] = bench_rabbitmq(args)
+                if args.target in ("logbus", "both"):
+                    out["logbus"] = bench_logbus(args)
+                if args.target == "both":
+                    out["ratios_logbus_over_rabbitmq"] = ratios(out["logbus"], out["rabbitmq"])
     except BenchError as exc:
         raise SystemExit(f"amqp_bench: {exc}") from None
     print(json.dumps(out, indent=2))
