@@ -382,11 +382,11 @@ def main() -> None:
         if args.target is None:
             out["external"] = uvloop.run(run_workloads(args.url, args.broker_pid, args, "broker"))
         else:
-            if args.target == "both":
-                check_logbus(args)
             if args.rounds > 1:
                 out.update(bench_interleaved(args))
             else:
+                if args.target == "both":
+                    check_logbus(args)  # fail before a long RabbitMQ run, not after it
                 if args.target in ("rabbitmq", "both"):
                     out["rabbitmq"] = bench_rabbitmq(args)
                 if args.target in ("logbus", "both"):
