@@ -15,9 +15,9 @@ Byte-string columns are never copied record by record: they are built as Arrow
 
 The envelope header (``logbus.envelope``, the last header when present) is turned into
 ``properties``, ``tag`` and ``protocol``; records of one producer tend to repeat the same
-envelope bytes, so each distinct envelope is parsed once per chunk and the columns are
-built by ``take``; parsed envelopes are kept across chunks. Compressed batches are decompressed (aiokafka's codecs) and parsed
-the same way. ``reference_rows`` is the slow, obvious decoder (aiokafka, record by
+envelope bytes, so each distinct envelope is parsed once per process (``_Envelopes``)
+and the columns are built by ``take``. Compressed batches are decompressed (aiokafka's
+codecs) and parsed the same way. ``reference_rows`` is the slow, obvious decoder (aiokafka, record by
 record) the fast one is tested against.
 """
 
@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from aiokafka import codec
 
 from ..core.envelope_pb2 import Envelope
 from .logfiles import (
@@ -40,12 +39,22 @@ from .logfiles import (
     LogReadError,
 )
 from . import kernel
-from .kernel import H_KEY_LEN, H_KEY_START, H_VALUE_LEN, H_VALUE_START, KEY_LEN, KEY_START, VALUE_LEN, VALUE_START
+from .kernel import (
+    ENV_LEN,
+    ENV_START,
+    H_KEY_LEN,
+    H_KEY_START,
+    H_VALUE_LEN,
+    H_VALUE_START,
+    KEY_LEN,
+    KEY_START,
+    VALUE_LEN,
+    VALUE_START,
+)
 from .schema import ARROW, HEADERS_TYPE, PROPERTIES_TYPE
 
 ENVELOPE_HEADER = b"logbus.envelope"
 _ENV = np.frombuffer(ENVELOPE_HEADER, np.uint8)
-_DECOMPRESS = {1: codec.gzip_decode, 2: codec.snappy_decode, 3: codec.lz4_decode, 4: codec.zstd_decode}
 _PROTOCOLS = {v.number: v.name for v in Envelope.Protocol.DESCRIPTOR.values if v.number}
 
 
@@ -94,17 +103,50 @@ def _parse_envelope(data: bytes) -> tuple[str | None, str | None, list[tuple[str
         return None
 
 
-_PARSED: dict[bytes, Any] = {}  # envelope bytes -> _parse_envelope's answer, across chunks
-_PARSED_MAX = 100_000
+class _Envelopes:
+    """Every distinct envelope this process has decoded, parsed once: envelope bytes ->
+    a row of the ``protocol``, ``tag`` and ``properties`` columns (row 0: no envelope).
+    Records of one producer repeat the same few envelopes, so chunks after the first
+    find theirs here, and the columns are one ``take`` from arrays built once."""
+
+    MAX = 100_000
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.slots: dict[bytes, int] = {}  # 0: not an envelope (stays a user header)
+        self.rows: list[tuple[str | None, str | None, list[tuple[str, str]]]] = [(None, None, [])]
+        self.arrays: tuple[pa.Array, pa.Array, pa.Array] | None = None
+
+    def lookup(self, distinct: list[bytes]) -> np.ndarray:
+        """The row of each of ``distinct`` envelope values, 0 when it does not parse."""
+        if len(self.rows) + len(distinct) > self.MAX:
+            self.clear()
+        out = np.zeros(len(distinct), np.int64)
+        for i, data in enumerate(distinct):
+            slot = self.slots.get(data)
+            if slot is None:
+                parsed = _parse_envelope(data)
+                slot = 0
+                if parsed is not None:
+                    slot = len(self.rows)
+                    self.rows.append(parsed)
+                    self.arrays = None
+                self.slots[data] = slot
+            out[i] = slot
+        return out
+
+    def columns(self) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """(protocol, tag, properties) arrays with one entry per row."""
+        if self.arrays is None:
+            rows = self.rows
+            self.arrays = (pa.array([r[0] for r in rows], pa.string()), pa.array([r[1] for r in rows], pa.string()),
+                           pa.array([r[2] for r in rows], PROPERTIES_TYPE))
+        return self.arrays
 
 
-def _parse_cached(data: bytes) -> tuple[str | None, str | None, list[tuple[str, str]]] | None:
-    parsed = _PARSED.get(data, _PARSED)
-    if parsed is _PARSED:
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
-        parsed = _PARSED[data] = _parse_envelope(data)
-    return parsed  # type: ignore[return-value]
+_ENVELOPES = _Envelopes()
 
 
 # -- the chunk decoder -------------------------------------------------------------------------
@@ -126,24 +168,17 @@ def decode_chunk(
         return None
     a = np.frombuffer(buf, np.uint8)
     info = np.array([(start, end, count, b.base_offset, b.first_timestamp, b.max_timestamp,
-                      b.attributes & ATTR_TIMESTAMP_TYPE, b.last_offset_delta) for start, end, count, b in blocks],
-                    np.int64).reshape(-1, 8)
-    where = f"a chunk of topic {topic!r} partition {partition} at offset {blocks[0][3].base_offset}"
-    status, at, f, hoff, hdr = kernel.scan(a, info[:, 0], info[:, 1], info[:, 2])
+                      1 if b.attributes & ATTR_TIMESTAMP_TYPE else 0, b.last_offset_delta)
+                     for start, end, count, b in blocks], np.int64).reshape(-1, kernel.B_FIELDS)
+    status, at, f, hoff, hpos = kernel.scan(a, info, _ENV)
     if status:
-        raise MalformedRecords(f"{kernel.MESSAGES[status]} (record {at} of {where})")
+        raise MalformedRecords(f"{kernel.MESSAGES[status]} (record {at} of a chunk of topic {topic!r} "
+                               f"partition {partition} at offset {blocks[0][3].base_offset})")
     n = f.shape[1]
-    per = np.repeat(np.arange(len(blocks)), info[:, 2])
-    od = f[kernel.OFFSET_DELTA]
-    offsets = info[per, 3] + od
-    # offsets rise, inside their batch's range: the reader seeks and slices by them
-    if (od < 0).any() or (od > info[per, 7]).any() or (n > 1 and (offsets[1:] <= offsets[:-1]).any()):
-        raise MalformedRecords(f"record offsets out of order or outside their batch ({where})")
+    offsets = f[kernel.OFFSET]
     i0, i1 = (int(x) for x in np.searchsorted(offsets, [lo, hi]))
     if i0 >= i1:
         return None
-    log_append = info[per, 6] != 0
-    ts = np.where(log_append, info[per, 5], info[per, 4] + f[kernel.TS_DELTA])
     want = set(names)
     cols: dict[str, pa.Array] = {}
     pabuf = pa.py_buffer(buf)
@@ -158,11 +193,11 @@ def decode_chunk(
     if "offset" in want:
         cols["offset"] = pa.array(offsets, pa.int64())
     if "timestamp" in want:
-        cols["timestamp"] = pa.array(ts * 1000, pa.int64()).view(ARROW["timestamp"])
+        cols["timestamp"] = pa.array(f[kernel.TIMESTAMP_US], pa.int64()).view(ARROW["timestamp"])
     if "timestampType" in want:
-        cols["timestampType"] = pa.array(log_append.astype(np.int32), pa.int32())
+        cols["timestampType"] = pa.array(f[kernel.TS_TYPE].astype(np.int32), pa.int32())
     if want & {"headers", "properties", "tag", "protocol"}:
-        cols.update(_header_columns(a, pabuf, hoff, hdr, want))
+        cols.update(_header_columns(a, pabuf, f, hoff, hpos, want))
     out = pa.RecordBatch.from_arrays([cols[c] for c in names], names=list(names))
     return out if (i0, i1) == (0, n) else out.slice(i0, i1 - i0)
 
@@ -173,59 +208,47 @@ def _blocks(data: bytes, batches: Sequence[Batch]) -> tuple[list[tuple[int, int,
     plain = [b for b in batches if not b.attributes & ATTR_CONTROL and b.records_count]
     if all(not b.attributes & COMPRESSION_MASK for b in plain):
         return [(b.position + HEADER_SIZE, b.position + b.size, b.records_count, b) for b in plain], data
+    from aiokafka import codec  # here: most logs hold no compressed batch
+
+    decompress = {1: codec.gzip_decode, 2: codec.snappy_decode, 3: codec.lz4_decode, 4: codec.zstd_decode}
     parts, blocks, at = [], [], 0
     for b in plain:
         raw = data[b.position + HEADER_SIZE : b.position + b.size]
         codec_id = b.attributes & COMPRESSION_MASK
         if codec_id:
-            if codec_id not in _DECOMPRESS:
+            if codec_id not in decompress:
                 raise MalformedRecords(f"unknown compression codec {codec_id}")
-            raw = _DECOMPRESS[codec_id](raw)
+            raw = decompress[codec_id](raw)
         parts.append(raw)
         blocks.append((at, at + len(raw), b.records_count, b))
         at += len(raw)
     return blocks, b"".join(parts)
 
 
-def _header_columns(a: np.ndarray, pabuf: pa.Buffer, hoff: np.ndarray, hdr: np.ndarray,
+def _header_columns(a: np.ndarray, pabuf: pa.Buffer, f: np.ndarray, hoff: np.ndarray, hpos: np.ndarray,
                     want: set[str]) -> dict[str, pa.Array]:
-    """headers, properties, tag and protocol from every record's headers (``hoff``: where
-    each record's start in ``hdr``, kernel.scan's header rows)."""
-    n = len(hoff) - 1
-    # the envelope: a last header named logbus.envelope with a value
-    rec = np.flatnonzero(hoff[1:] > hoff[:-1])
-    last = hoff[rec + 1] - 1
-    fit = (hdr[H_KEY_LEN, last] == len(ENVELOPE_HEADER)) & (hdr[H_VALUE_LEN, last] >= 0)
-    rec, last = rec[fit], last[fit]
+    """headers, properties, tag and protocol from kernel.scan's output."""
+    n = f.shape[1]
+    env_index = np.zeros(n, np.int64)  # row in _ENVELOPES.columns(); 0: no envelope
+    rec = np.flatnonzero(f[ENV_LEN] >= 0)  # a last header named logbus.envelope, with a value
     if rec.size:
-        named = (a[hdr[H_KEY_START, last][:, None] + np.arange(len(_ENV))] == _ENV).all(axis=1)
-        rec, last = rec[named], last[named]
-    env_index = np.zeros(n, np.int64)  # 0: no envelope
-    uniques: list[tuple[str | None, str | None, list[tuple[str, str]]]] = [(None, None, [])]
-    is_env = np.zeros(hdr.shape[1], bool)
-    if rec.size:
-        # each distinct envelope is looked up once: hash them in Arrow
-        encoded = _bytes_array(a, pabuf, hdr[H_VALUE_START, last], hdr[H_VALUE_LEN, last],
-                               pa.binary()).dictionary_encode()
-        slot = np.zeros(len(encoded.dictionary), np.int64)  # unique -> index in uniques, 0: bad
-        for i, data in enumerate(encoded.dictionary.to_pylist()):
-            parsed = _parse_cached(data)
-            if parsed is not None:
-                slot[i] = len(uniques)
-                uniques.append(parsed)
-        found = slot[encoded.indices.to_numpy(zero_copy_only=False)]
-        good = found > 0
-        is_env[last[good]] = True
-        env_index[rec[good]] = found[good]
+        # each distinct envelope once: hash them in Arrow
+        encoded = _bytes_array(a, pabuf, f[ENV_START, rec], f[ENV_LEN, rec], pa.binary()).dictionary_encode()
+        slots = _ENVELOPES.lookup(encoded.dictionary.to_pylist())
+        env_index[rec] = slots[encoded.indices.to_numpy(zero_copy_only=False)]
     cols: dict[str, pa.Array] = {}
     take = pa.array(env_index, pa.int64())
+    protocol, tag, properties = _ENVELOPES.columns()
     if "protocol" in want:
-        cols["protocol"] = pa.array([u[0] for u in uniques], pa.string()).take(take)
+        cols["protocol"] = protocol.take(take)
     if "tag" in want:
-        cols["tag"] = pa.array([u[1] for u in uniques], pa.string()).take(take)
+        cols["tag"] = tag.take(take)
     if "properties" in want:
-        cols["properties"] = pa.array([u[2] for u in uniques], PROPERTIES_TYPE).take(take)
+        cols["properties"] = properties.take(take)
     if "headers" in want:
+        hdr = kernel.headers(a, hpos, hoff)
+        is_env = np.zeros(hdr.shape[1], bool)
+        is_env[hoff[1:][env_index > 0] - 1] = True  # a parsed envelope is not a user header
         user = np.flatnonzero(~is_env)
         offs = np.zeros(n + 1, np.int32)
         np.cumsum(np.diff(hoff) - (env_index > 0), out=offs[1:])

@@ -11,8 +11,10 @@ Record boundaries form a chain (each record's length says where the next one sta
 so some loop must visit every record. In Python that loop alone cost ~0.3 us a record,
 and numpy cannot follow a chain (decision 0011 has the measurements), so it is written
 here once, compiled by numba to machine code: ``scan`` walks every record of a chunk
-once and returns its fields as arrays, checking every length against the bytes it
-covers, so a malformed record is reported rather than read past. ``views`` turns
+once and returns its fields as arrays (and where a ``logbus.envelope`` last header's
+value is), checking every length against the bytes it covers, so a malformed record is
+reported rather than read past. ``headers`` lists the headers of records ``scan``
+accepted, for the ``headers`` column. ``views`` turns
 (start, length) pairs into Arrow ``binary_view`` structs (16 bytes: the length, then the
 bytes themselves when at most 12, else a 4-byte prefix and the position), from which
 Arrow's C++ ``cast`` gathers a ``binary`` column.
@@ -37,18 +39,32 @@ MESSAGES = {
     6: "header key with a negative length",
     7: "record length does not match its fields",
     8: "records do not end where their batch ends",
+
+    9: "record offsets out of order or outside their batch",
 }
 
-# scan's output: rows of int64 with one entry per record
-TS_DELTA, OFFSET_DELTA, KEY_START, KEY_LEN, VALUE_START, VALUE_LEN, FIELDS = 0, 1, 2, 3, 4, 5, 6
-# and rows with one entry per header
-H_KEY_START, H_KEY_LEN, H_VALUE_START, H_VALUE_LEN, H_FIELDS = 0, 1, 2, 3, 4
+# scan's input: one row per block (a batch's records)
+B_START, B_END, B_COUNT, B_BASE_OFFSET, B_FIRST_TS, B_MAX_TS, B_LOG_APPEND, B_LAST_DELTA, B_FIELDS = range(9)
+# scan's output: rows of int64 with one entry per record (timestamps in microseconds;
+# the envelope: the value of a last header named as ``env``, -1 when there is none)
+OFFSET, TIMESTAMP_US, TS_TYPE, KEY_START, KEY_LEN, VALUE_START, VALUE_LEN, ENV_START, ENV_LEN, FIELDS = range(10)
+# headers' output: rows with one entry per header
+H_KEY_START, H_KEY_LEN, H_VALUE_START, H_VALUE_LEN, H_FIELDS = range(5)
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _varint(a: np.ndarray, p: int, limit: int) -> tuple[int, int]:
     """(zigzag value, position after it) of the varint at ``p``; position -1 when it is
-    longer than 10 bytes or reaches ``limit``."""
+    longer than 10 bytes or reaches ``limit``. One and two bytes take a short path."""
+    if p + 1 < limit:
+        b = a[p]
+        if b < 128:
+            v = int(b)
+            return (v >> 1) ^ -(v & 1), p + 1
+        c = a[p + 1]
+        if c < 128:
+            v = int(b & 127) | (int(c) << 7)
+            return (v >> 1) ^ -(v & 1), p + 2
     v = 0
     shift = 0
     for i in range(10):
@@ -63,103 +79,121 @@ def _varint(a: np.ndarray, p: int, limit: int) -> tuple[int, int]:
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _skip_headers(a: np.ndarray, q: int, count: int, end: int, out: np.ndarray, h: int) -> tuple[int, int]:
-    """Parse ``count`` headers at ``q`` (record end ``end``); when ``out`` has rows,
-    write them from row ``h``. Returns (position after them, status)."""
-    for _ in range(count):
-        kl, q = _varint(a, q, end)
-        if q < 0:
-            return q, 1
-        if kl < 0:
-            return q, 6
-        if out.shape[1]:
-            out[0, h] = q
-            out[1, h] = kl
-        q += kl
-        if q > end:
-            return q, 4
-        vl, q = _varint(a, q, end)
-        if q < 0:
-            return q, 1
-        if out.shape[1]:
-            out[2, h] = q
-            out[3, h] = vl
-        h += 1
-        if vl > 0:
-            q += vl
-        if q > end:
-            return q, 4
-    return q, 0
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def scan(a: np.ndarray, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> tuple:
-    """Every record of the blocks ``[starts[i], ends[i])`` holding ``counts[i]`` records
-    of ``a`` (uint8). Returns (status, index of the record at fault, fields: int64
-    (FIELDS, records), header offsets: int64 (records + 1), headers: int64 (H_FIELDS,
-    headers)). Lengths of -1 are nulls."""
+def scan(a: np.ndarray, blocks: np.ndarray, env: np.ndarray) -> tuple:
+    """Every record of ``blocks`` (int64 (blocks, B_FIELDS): the records of a batch at
+    ``[B_START, B_END)`` of ``a``, uint8). Returns (status, index of the record at
+    fault, fields: int64 (FIELDS, records), header offsets: int64 (records + 1), where
+    each record's headers start: int64 (records)). Lengths of -1 are nulls."""
     n = 0
-    for b in range(len(counts)):
-        n += counts[b]
+    for b in range(len(blocks)):
+        n += blocks[b, B_COUNT]
     fields = np.empty((FIELDS, n), np.int64)
     hoff = np.zeros(n + 1, np.int64)
     hpos = np.empty(n, np.int64)
-    none = np.empty((H_FIELDS, 0), np.int64)
+    el = len(env)
     r = 0
-    for b in range(len(counts)):
-        p = starts[b]
-        block_end = ends[b]
-        for _ in range(counts[b]):
+    last_offset = -(2**63)
+    for b in range(len(blocks)):
+        p = blocks[b, B_START]
+        block_end = blocks[b, B_END]
+        base = blocks[b, B_BASE_OFFSET]
+        log_append = blocks[b, B_LOG_APPEND]
+        for _ in range(blocks[b, B_COUNT]):
             if p >= block_end:
-                return 2, r, fields, hoff, none
+                return 2, r, fields, hoff, hpos
             length, q = _varint(a, p, block_end)
             if q < 0:
-                return 1, r, fields, hoff, none
+                return 1, r, fields, hoff, hpos
             end = q + length
             if end > block_end or length < 0:
-                return 2, r, fields, hoff, none
+                return 2, r, fields, hoff, hpos
             if length < 6:
-                return 3, r, fields, hoff, none
+                return 3, r, fields, hoff, hpos
             q += 1  # attributes
             ts, q = _varint(a, q, end)
             if q < 0:
-                return 1, r, fields, hoff, none
+                return 1, r, fields, hoff, hpos
             od, q = _varint(a, q, end)
             if q < 0:
-                return 1, r, fields, hoff, none
-            fields[0, r] = ts
-            fields[1, r] = od
+                return 1, r, fields, hoff, hpos
+            if od < 0 or od > blocks[b, B_LAST_DELTA] or base + od <= last_offset:
+                return 9, r, fields, hoff, hpos
+            last_offset = base + od
+            fields[OFFSET, r] = last_offset
+            fields[TIMESTAMP_US, r] = (blocks[b, B_MAX_TS] if log_append else blocks[b, B_FIRST_TS] + ts) * 1000
+            fields[TS_TYPE, r] = log_append
             for c in range(2):  # the key, then the value
                 ln, q = _varint(a, q, end)
                 if q < 0:
-                    return 1, r, fields, hoff, none
-                fields[2 + 2 * c, r] = q
-                fields[3 + 2 * c, r] = ln
+                    return 1, r, fields, hoff, hpos
+                fields[KEY_START + 2 * c, r] = q
+                fields[KEY_LEN + 2 * c, r] = ln
                 if ln > 0:
                     q += ln
-                if q > end:
-                    return 4, r, fields, hoff, none
+                    if q > end:
+                        return 4, r, fields, hoff, hpos
             hc, q = _varint(a, q, end)
             if q < 0:
-                return 1, r, fields, hoff, none
+                return 1, r, fields, hoff, hpos
             if hc < 0:
-                return 5, r, fields, hoff, none
+                return 5, r, fields, hoff, hpos
             hpos[r] = q
             hoff[r + 1] = hoff[r] + hc
-            q, status = _skip_headers(a, q, hc, end, none, 0)
-            if status:
-                return status, r, fields, hoff, none
+            fields[ENV_START, r] = -1
+            fields[ENV_LEN, r] = -1
+            for h in range(hc):
+                kl, q = _varint(a, q, end)
+                if q < 0:
+                    return 1, r, fields, hoff, hpos
+                if kl < 0:
+                    return 6, r, fields, hoff, hpos
+                ks = q
+                q += kl
+                if q > end:
+                    return 4, r, fields, hoff, hpos
+                vl, q = _varint(a, q, end)
+                if q < 0:
+                    return 1, r, fields, hoff, hpos
+                if h == hc - 1 and kl == el and vl >= 0:
+                    same = True
+                    for j in range(el):
+                        if a[ks + j] != env[j]:
+                            same = False
+                            break
+                    if same:
+                        fields[ENV_START, r] = q
+                        fields[ENV_LEN, r] = vl
+                if vl > 0:
+                    q += vl
+                    if q > end:
+                        return 4, r, fields, hoff, hpos
             if q != end:
-                return 7, r, fields, hoff, none
+                return 7, r, fields, hoff, hpos
             p = end
             r += 1
         if p != block_end:
-            return 8, r - 1, fields, hoff, none
-    headers = np.empty((H_FIELDS, hoff[n]), np.int64)
-    for i in range(n):
-        if hoff[i + 1] > hoff[i]:
-            _skip_headers(a, hpos[i], hoff[i + 1] - hoff[i], a.shape[0], headers, hoff[i])
-    return 0, 0, fields, hoff, headers
+            return 8, r - 1, fields, hoff, hpos
+    return 0, 0, fields, hoff, hpos
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def headers(a: np.ndarray, hpos: np.ndarray, hoff: np.ndarray) -> np.ndarray:
+    """Every header of records that ``scan`` accepted: int64 (H_FIELDS, headers)."""
+    out = np.empty((H_FIELDS, hoff[-1]), np.int64)
+    limit = len(a)
+    for r in range(len(hpos)):
+        q = hpos[r]
+        for h in range(hoff[r], hoff[r + 1]):
+            kl, q = _varint(a, q, limit)
+            out[H_KEY_START, h] = q
+            out[H_KEY_LEN, h] = kl
+            q += kl
+            vl, q = _varint(a, q, limit)
+            out[H_VALUE_START, h] = q
+            out[H_VALUE_LEN, h] = vl
+            if vl > 0:
+                q += vl
+    return out
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

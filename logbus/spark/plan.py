@@ -19,7 +19,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .decode import decode_chunk
 from .logfiles import DataDir, DataLoss
 
 log = logging.getLogger(__name__)
@@ -123,6 +122,8 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``r`` as Arrow batches with columns ``names``. ``earliest``: the
     range starts at whatever the log start is now (a partition new to a stream)."""
+    from .decode import decode_chunk  # here: planning (on the driver) never loads numba
+
     pf = DataDir(path).partition(r.topic, r.partition)
     lo = max(r.lo, pf.start()) if earliest else r.lo
     row_filters = [f for f in filters if f.column in ("offset", "timestamp")]
