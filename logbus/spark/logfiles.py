@@ -217,8 +217,7 @@ class PartitionFiles:
                     r, p = entries[i - 1]
                     if p < size:
                         head = os.pread(f.fileno(), HEADER_SIZE, p)
-                        b = parse(head, 0, len(head), check_crc=False)
-                        if b is not None and b.base_offset == base + r:
+                        if _header_base(head) == base + r:
                             return p, base + r
                     i -= 1
         except FileNotFoundError:
@@ -355,6 +354,17 @@ class PartitionFiles:
                 raise LogReadError(
                     f"{self.topic}/{self.index}: segment {base} does not continue at offset {expected}"
                 )
+
+
+def _header_base(head: bytes) -> int | None:
+    """The base offset of the batch whose header ``head`` is (the batch's bytes after it
+    unread, unchecked), None if it is not a v2 batch header."""
+    if len(head) < HEADER_SIZE:
+        return None
+    base, length, _epoch, magic, _crc, _attrs, lod, _f, _m, _pid, _pe, _seq, count = HEADER.unpack_from(head, 0)
+    if magic != 2 or length + LOG_OVERHEAD < HEADER_SIZE or lod < 0 or count < 0:
+        return None
+    return int(base)
 
 
 def _declared(buf: bytes) -> int:

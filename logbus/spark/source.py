@@ -152,6 +152,9 @@ _OPS = {
 }
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
 def translate_filter(f: Any) -> RowFilter | None:
     """A pyspark Filter on partition, offset or timestamp -> RowFilter; else None."""
     op = _OPS.get(type(f).__name__)
@@ -168,7 +171,8 @@ def translate_filter(f: Any) -> RowFilter | None:
                 return None
             if v.tzinfo is None:
                 v = v.astimezone()  # Spark hands naive local datetimes
-            conv.append(int(v.timestamp() * 1000) if v.microsecond % 1000 == 0 else None)
+            # exact integer milliseconds (a float product loses one for some values)
+            conv.append((v - _EPOCH) // dt.timedelta(milliseconds=1) if v.microsecond % 1000 == 0 else None)
         elif isinstance(v, int) and not isinstance(v, bool):
             conv.append(v)
         else:

@@ -3,6 +3,7 @@ log wrote, against the slow reference decoder, and against damaged tails."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -38,7 +39,7 @@ def rows_of(data_dir: Path, topic: str, partition: int, lo: int, hi: int) -> lis
 def as_reference(row: dict) -> dict:
     """A decoded row in reference_rows' shape."""
     r = dict(row)
-    r["timestamp_ms"] = int(r.pop("timestamp").timestamp() * 1000)
+    r["timestamp_ms"] = round(r.pop("timestamp").timestamp() * 1000)
     r["headers"] = [(h["key"], h["value"]) for h in r["headers"]]
     return r
 
@@ -62,7 +63,7 @@ def test_reader_sees_what_the_log_wrote(log_writer: LogWriter) -> None:
     assert [r["offset"] for r in rows] == [0, 1, 2, 3, 4]
     assert [(r["key"], r["value"]) for r in rows] == [
         (b"k1", b"v1"), (None, b"no key"), (b"k3", None), (b"", b""), (b"plain", b"kafka")]
-    assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == [1000, 2000, 3000, 4000, 5000]
+    assert [round(r["timestamp"].timestamp() * 1000) for r in rows] == [1000, 2000, 3000, 4000, 5000]
     assert {r["topic"] for r in rows} == {"t"} and {r["partition"] for r in rows} == {1}
     assert [r["timestampType"] for r in rows] == [0] * 5
     assert rows[0]["headers"] == [{"key": "a", "value": b"1"}, {"key": "b", "value": None}]
@@ -165,9 +166,15 @@ def test_index_seek_and_time_lookup_over_segments(log_writer: LogWriter) -> None
     log_writer.close()
     pf = DataDir(log_writer.data_dir).partition("t", 0)
     assert len(pf.segments()) > 3 and pf.end() == 100
+    floors: list[int] = []
     for off in (0, 1, 37, 64, 99):
         base, _, batch_base = pf.locate(off)
         assert batch_base == off and base <= off
+        # the walk starts at the sparse index's entry, not at the segment's first byte
+        pos, floor = pf._floor(base, off)
+        assert floor <= off and (pos > 0) == (floor > base)
+        floors.append(pos)
+    assert sum(pos > 0 for pos in floors) >= 2  # seeks landed mid-segment
     assert [r["key"] for r in rows_of(log_writer.data_dir, "t", 0, 37, 40)] == [b"k37", b"k38", b"k39"]
     assert pf.offset_for_time(1_000 + 10 * 55, 100) == 55
     assert pf.offset_for_time(1_000 + 10 * 55 - 5, 100) == 55
@@ -208,3 +215,15 @@ def test_spark_package_imports_neither_twisted_nor_the_broker() -> None:
                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_timestamp_filters_translate_to_exact_milliseconds() -> None:
+    """262.143 s * 1000 is 262142.99... as a float: the pushed-down bound must be 262143."""
+    from pyspark.sql.datasource import GreaterThanOrEqual, In
+
+    from logbus.spark.source import translate_filter
+
+    v = dt.datetime(1970, 1, 1, 0, 4, 22, 143000, tzinfo=dt.timezone.utc)
+    assert translate_filter(GreaterThanOrEqual(("timestamp",), v)).value == 262_143  # type: ignore[union-attr]
+    assert translate_filter(In(("timestamp",), (v, v + dt.timedelta(milliseconds=1)))).value == (262_143, 262_144)  # type: ignore[union-attr]
+    assert translate_filter(GreaterThanOrEqual(("timestamp",), v + dt.timedelta(microseconds=1))) is None
