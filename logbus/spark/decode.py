@@ -63,12 +63,14 @@ class MalformedRecords(LogReadError):
 
 
 def _bytes_array(a: np.ndarray, data: pa.Buffer, start: np.ndarray, length: np.ndarray,
-                 typ: pa.DataType) -> pa.Array:
-    """A ``typ`` (binary or string) array of the byte strings; a negative length is null."""
+                 typ: pa.DataType, views: np.ndarray | None = None) -> pa.Array:
+    """A ``typ`` (binary or string) array of the byte strings; a negative length is null.
+    ``views``: their Arrow views when already made (kernel.scan), else made here."""
     valid = length >= 0
     validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     view_type = pa.string_view() if typ == pa.string() else pa.binary_view()
-    views = kernel.views(a, start, length)
+    if views is None:
+        views = kernel.views(a, start, length)
     arr = pa.Array.from_buffers(view_type, len(start), [validity, pa.py_buffer(views), data])
     return arr.cast(typ)
 
@@ -170,7 +172,8 @@ def decode_chunk(
     info = np.array([(start, end, count, b.base_offset, b.first_timestamp, b.max_timestamp,
                       1 if b.attributes & ATTR_TIMESTAMP_TYPE else 0, b.last_offset_delta)
                      for start, end, count, b in blocks], np.int64).reshape(-1, kernel.B_FIELDS)
-    status, at, f, hoff, hpos = kernel.scan(a, info, _ENV)
+    want = set(names)
+    status, at, f, hoff, hpos, key_views, value_views = kernel.scan(a, info, _ENV, "key" in want, "value" in want)
     if status:
         raise MalformedRecords(f"{kernel.MESSAGES[status]} (record {at} of a chunk of topic {topic!r} "
                                f"partition {partition} at offset {blocks[0][3].base_offset})")
@@ -179,13 +182,12 @@ def decode_chunk(
     i0, i1 = (int(x) for x in np.searchsorted(offsets, [lo, hi]))
     if i0 >= i1:
         return None
-    want = set(names)
     cols: dict[str, pa.Array] = {}
     pabuf = pa.py_buffer(buf)
     if "key" in want:
-        cols["key"] = _bytes_array(a, pabuf, f[KEY_START], f[KEY_LEN], pa.binary())
+        cols["key"] = _bytes_array(a, pabuf, f[KEY_START], f[KEY_LEN], pa.binary(), key_views)
     if "value" in want:
-        cols["value"] = _bytes_array(a, pabuf, f[VALUE_START], f[VALUE_LEN], pa.binary())
+        cols["value"] = _bytes_array(a, pabuf, f[VALUE_START], f[VALUE_LEN], pa.binary(), value_views)
     if "topic" in want:
         cols["topic"] = pa.repeat(pa.scalar(topic, pa.string()), n)
     if "partition" in want:

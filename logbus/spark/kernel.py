@@ -79,14 +79,19 @@ def _varint(a: np.ndarray, p: int, limit: int) -> tuple[int, int]:
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def scan(a: np.ndarray, blocks: np.ndarray, env: np.ndarray) -> tuple:
+def scan(a: np.ndarray, blocks: np.ndarray, env: np.ndarray, key_views: bool, value_views: bool) -> tuple:
     """Every record of ``blocks`` (int64 (blocks, B_FIELDS): the records of a batch at
     ``[B_START, B_END)`` of ``a``, uint8). Returns (status, index of the record at
     fault, fields: int64 (FIELDS, records), header offsets: int64 (records + 1), where
-    each record's headers start: int64 (records)). Lengths of -1 are nulls."""
+    each record's headers start: int64 (records), the keys' and the values' Arrow views
+    (as ``views`` makes them; empty unless asked for)). Lengths of -1 are nulls."""
     n = 0
     for b in range(len(blocks)):
         n += blocks[b, B_COUNT]
+    kv = np.zeros((n if key_views else 0, 16), np.uint8)
+    vv = np.zeros((n if value_views else 0, 16), np.uint8)
+    kw = kv.view(np.int32)
+    vw = vv.view(np.int32)
     fields = np.empty((FIELDS, n), np.int64)
     hoff = np.zeros(n + 1, np.int64)
     hpos = np.empty(n, np.int64)
@@ -100,24 +105,24 @@ def scan(a: np.ndarray, blocks: np.ndarray, env: np.ndarray) -> tuple:
         log_append = blocks[b, B_LOG_APPEND]
         for _ in range(blocks[b, B_COUNT]):
             if p >= block_end:
-                return 2, r, fields, hoff, hpos
+                return 2, r, fields, hoff, hpos, kv, vv
             length, q = _varint(a, p, block_end)
             if q < 0:
-                return 1, r, fields, hoff, hpos
+                return 1, r, fields, hoff, hpos, kv, vv
             end = q + length
             if end > block_end or length < 0:
-                return 2, r, fields, hoff, hpos
+                return 2, r, fields, hoff, hpos, kv, vv
             if length < 6:
-                return 3, r, fields, hoff, hpos
+                return 3, r, fields, hoff, hpos, kv, vv
             q += 1  # attributes
             ts, q = _varint(a, q, end)
             if q < 0:
-                return 1, r, fields, hoff, hpos
+                return 1, r, fields, hoff, hpos, kv, vv
             od, q = _varint(a, q, end)
             if q < 0:
-                return 1, r, fields, hoff, hpos
+                return 1, r, fields, hoff, hpos, kv, vv
             if od < 0 or od > blocks[b, B_LAST_DELTA] or base + od <= last_offset:
-                return 9, r, fields, hoff, hpos
+                return 9, r, fields, hoff, hpos, kv, vv
             last_offset = base + od
             fields[OFFSET, r] = last_offset
             fields[TIMESTAMP_US, r] = (blocks[b, B_MAX_TS] if log_append else blocks[b, B_FIRST_TS] + ts) * 1000
@@ -125,18 +130,22 @@ def scan(a: np.ndarray, blocks: np.ndarray, env: np.ndarray) -> tuple:
             for c in range(2):  # the key, then the value
                 ln, q = _varint(a, q, end)
                 if q < 0:
-                    return 1, r, fields, hoff, hpos
+                    return 1, r, fields, hoff, hpos, kv, vv
                 fields[KEY_START + 2 * c, r] = q
                 fields[KEY_LEN + 2 * c, r] = ln
                 if ln > 0:
+                    if q + ln > end:
+                        return 4, r, fields, hoff, hpos, kv, vv
+                    if c == 0 and key_views:
+                        _view(a, kv, kw, r, q, ln)
+                    elif c == 1 and value_views:
+                        _view(a, vv, vw, r, q, ln)
                     q += ln
-                    if q > end:
-                        return 4, r, fields, hoff, hpos
             hc, q = _varint(a, q, end)
             if q < 0:
-                return 1, r, fields, hoff, hpos
+                return 1, r, fields, hoff, hpos, kv, vv
             if hc < 0:
-                return 5, r, fields, hoff, hpos
+                return 5, r, fields, hoff, hpos, kv, vv
             hpos[r] = q
             hoff[r + 1] = hoff[r] + hc
             fields[ENV_START, r] = -1
@@ -144,16 +153,16 @@ def scan(a: np.ndarray, blocks: np.ndarray, env: np.ndarray) -> tuple:
             for h in range(hc):
                 kl, q = _varint(a, q, end)
                 if q < 0:
-                    return 1, r, fields, hoff, hpos
+                    return 1, r, fields, hoff, hpos, kv, vv
                 if kl < 0:
-                    return 6, r, fields, hoff, hpos
+                    return 6, r, fields, hoff, hpos, kv, vv
                 ks = q
                 q += kl
                 if q > end:
-                    return 4, r, fields, hoff, hpos
+                    return 4, r, fields, hoff, hpos, kv, vv
                 vl, q = _varint(a, q, end)
                 if q < 0:
-                    return 1, r, fields, hoff, hpos
+                    return 1, r, fields, hoff, hpos, kv, vv
                 if h == hc - 1 and kl == el and vl >= 0:
                     same = True
                     for j in range(el):
@@ -166,14 +175,14 @@ def scan(a: np.ndarray, blocks: np.ndarray, env: np.ndarray) -> tuple:
                 if vl > 0:
                     q += vl
                     if q > end:
-                        return 4, r, fields, hoff, hpos
+                        return 4, r, fields, hoff, hpos, kv, vv
             if q != end:
-                return 7, r, fields, hoff, hpos
+                return 7, r, fields, hoff, hpos, kv, vv
             p = end
             r += 1
         if p != block_end:
-            return 8, r - 1, fields, hoff, hpos
-    return 0, 0, fields, hoff, hpos
+            return 8, r - 1, fields, hoff, hpos, kv, vv
+    return 0, 0, fields, hoff, hpos, kv, vv
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -196,6 +205,20 @@ def headers(a: np.ndarray, hpos: np.ndarray, hoff: np.ndarray) -> np.ndarray:
     return out
 
 
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _view(a: np.ndarray, out: np.ndarray, words: np.ndarray, i: int, s: int, ln: int) -> None:
+    """Row ``i`` of ``out`` (zeros; ``words``: it as int32): the view of ``ln`` > 0 bytes
+    of ``a`` at ``s``."""
+    words[i, 0] = ln
+    if ln <= 12:
+        for j in range(ln):
+            out[i, 4 + j] = a[s + j]
+    else:
+        for j in range(4):
+            out[i, 4 + j] = a[s + j]
+        words[i, 3] = s
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def views(a: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
     """Arrow binary-view structs (uint8, (len(start), 16)) for the byte strings of ``a``
@@ -204,16 +227,6 @@ def views(a: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
     out = np.zeros((n, 16), np.uint8)
     words = out.view(np.int32)
     for i in range(n):
-        ln = length[i]
-        if ln <= 0:
-            continue
-        s = start[i]
-        words[i, 0] = ln
-        if ln <= 12:
-            for j in range(ln):
-                out[i, 4 + j] = a[s + j]
-        else:
-            for j in range(4):
-                out[i, 4 + j] = a[s + j]
-            words[i, 3] = s
+        if length[i] > 0:
+            _view(a, out, words, i, start[i], length[i])
     return out
