@@ -168,6 +168,8 @@ def decode_chunk(
     blocks, buf = _blocks(data, batches)
     if not blocks:
         return None
+    if len(buf) >= 2**31:  # Arrow views hold int32 positions
+        raise MalformedRecords(f"{len(buf)} bytes of records in one chunk (decompressed): more than 2 GiB")
     a = np.frombuffer(buf, np.uint8)
     info = np.array([(start, end, count, b.base_offset, b.first_timestamp, b.max_timestamp,
                       1 if b.attributes & ATTR_TIMESTAMP_TYPE else 0, b.last_offset_delta)

@@ -14,10 +14,11 @@ here once, compiled by numba to machine code: ``scan`` walks every record of a c
 once and returns its fields as arrays (and where a ``logbus.envelope`` last header's
 value is), checking every length against the bytes it covers, so a malformed record is
 reported rather than read past. ``headers`` lists the headers of records ``scan``
-accepted, for the ``headers`` column. ``views`` turns
-(start, length) pairs into Arrow ``binary_view`` structs (16 bytes: the length, then the
-bytes themselves when at most 12, else a 4-byte prefix and the position), from which
-Arrow's C++ ``cast`` gathers a ``binary`` column.
+accepted, for the ``headers`` column. Byte strings become Arrow ``binary_view`` structs
+(16 bytes: the length, then the bytes themselves when at most 12, else a 4-byte prefix
+and the int32 position, so a chunk stays under 2 GiB), written by ``scan`` for keys and
+values and by ``views`` for other (start, length) pairs; Arrow's C++ ``cast`` gathers
+them into a ``binary`` column.
 
 The kernels never raise (numba exceptions would cross into Python as opaque errors):
 ``scan`` returns a status code, ``MESSAGES[status]`` its meaning. Compiled code is cached
@@ -29,7 +30,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-OK = 0
 MESSAGES = {
     1: "varint longer than 10 bytes, or past the end of its record",
     2: "record runs past the end of its batch",
@@ -39,7 +39,6 @@ MESSAGES = {
     6: "header key with a negative length",
     7: "record length does not match its fields",
     8: "records do not end where their batch ends",
-
     9: "record offsets out of order or outside their batch",
 }
 
