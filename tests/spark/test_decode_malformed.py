@@ -9,6 +9,7 @@ import struct
 import numpy as np
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from logbus.spark import kernel
 from logbus.spark import schema as S
 from logbus.spark.decode import MalformedRecords, decode_chunk
 from logbus.spark.logfiles import HEADER_SIZE, parse
-from tests.unit.format_reader import crc32c, r_batch_at, r_records
+from tests.unit.format_reader import r_batch_at, r_records
 
 ALL = S.columns(True)
 COUNT_AT = HEADER_SIZE - 4  # the batch header's last field: the record count
