@@ -74,17 +74,30 @@ class Batch:
 
 def parse(buf: bytes | memoryview, pos: int, end: int, check_crc: bool = True) -> Batch | None:
     """The complete, valid batch at ``pos`` of ``buf`` (ending by ``end``), else None."""
+    b = header(buf, pos, end)
+    if b is None or pos + b.size > end:
+        return None
+    if check_crc and crc32c(memoryview(buf)[pos + CRC_START : pos + b.size]) != _crc(buf, pos):
+        return None
+    return b
+
+
+def header(buf: bytes | memoryview, pos: int, end: int) -> Batch | None:
+    """The batch whose v2 header is at ``pos`` of ``buf`` (ending by ``end``), from the
+    header alone: its bytes after the header are neither needed nor checked."""
     if end - pos < HEADER_SIZE:
         return None
-    (base, length, _epoch, magic, crc, attrs, lod, first_ts, max_ts, _pid, _pe, _seq, count) = (
+    (base, length, _epoch, magic, _crc, attrs, lod, first_ts, max_ts, _pid, _pe, _seq, count) = (
         HEADER.unpack_from(buf, pos)
     )
     size = length + LOG_OVERHEAD
-    if magic != 2 or size < HEADER_SIZE or lod < 0 or count < 0 or pos + size > end:
-        return None
-    if check_crc and crc32c(memoryview(buf)[pos + CRC_START : pos + size]) != crc:
+    if magic != 2 or size < HEADER_SIZE or lod < 0 or count < 0:
         return None
     return Batch(pos, size, base, lod, attrs, first_ts, max_ts, count)
+
+
+def _crc(buf: bytes | memoryview, pos: int) -> int:
+    return int(struct.unpack_from(">I", buf, pos + CRC_START - 4)[0])
 
 
 def topic_dir_name(dirname: str) -> str:
@@ -216,8 +229,8 @@ class PartitionFiles:
                 while i > 1:
                     r, p = entries[i - 1]
                     if p < size:
-                        head = os.pread(f.fileno(), HEADER_SIZE, p)
-                        if _header_base(head) == base + r:
+                        head = header(os.pread(f.fileno(), HEADER_SIZE, p), 0, HEADER_SIZE)
+                        if head is not None and head.base_offset == base + r:
                             return p, base + r
                     i -= 1
         except FileNotFoundError:
@@ -354,17 +367,6 @@ class PartitionFiles:
                 raise LogReadError(
                     f"{self.topic}/{self.index}: segment {base} does not continue at offset {expected}"
                 )
-
-
-def _header_base(head: bytes) -> int | None:
-    """The base offset of the batch whose header ``head`` is (the batch's bytes after it
-    unread, unchecked), None if it is not a v2 batch header."""
-    if len(head) < HEADER_SIZE:
-        return None
-    base, length, _epoch, magic, _crc, _attrs, lod, _f, _m, _pid, _pe, _seq, count = HEADER.unpack_from(head, 0)
-    if magic != 2 or length + LOG_OVERHEAD < HEADER_SIZE or lod < 0 or count < 0:
-        return None
-    return int(base)
 
 
 def _declared(buf: bytes) -> int:
