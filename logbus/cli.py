@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--amqp-read-linger-max-ms", metavar="MS",
                        help="the longest that wait grows to while the client goes on sending"
                             " during it (default: 8; at most a power of two times the shortest)")
+    serve.add_argument("--amqp-max-message-size", metavar="BYTES",
+                       help="largest AMQP message body accepted; a larger publish closes its channel"
+                            " with 406 PRECONDITION_FAILED, as RabbitMQ (default: 134217728, 128 MiB;"
+                            " at most 536870912)")
     serve.add_argument("--default-user", metavar="NAME",
                        help="user created with vhost / on a fresh data directory (default: guest)")
     serve.add_argument("--default-pass", metavar="PASSWORD",
@@ -140,6 +144,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "disk_free_limit": args.disk_free_limit,
         "amqp_read_linger_ms": args.amqp_read_linger_ms,
         "amqp_read_linger_max_ms": args.amqp_read_linger_max_ms,
+        "amqp_max_message_size": args.amqp_max_message_size,
         "default_user": args.default_user,
         "default_pass": args.default_pass,
         "loopback_users": args.loopback_users,

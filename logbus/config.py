@@ -57,6 +57,7 @@ class Settings:
     kafka_auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
     amqp_read_linger_ms: float = 1.0  # pause after a pipelined read (gateway/amqp/protocol.py)
     amqp_read_linger_max_ms: float = 8.0  # the longest it grows to, for a client that goes on sending
+    amqp_max_message_size: int = 128 << 20  # largest AMQP body accepted (RabbitMQ's max_message_size)
     # resource alarms (core/pressure.py): a fraction of RAM in (0, 1], or bytes above 1
     memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK
     disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT  # bytes free on the data dir's filesystem
@@ -247,6 +248,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "kafka_auto_create_topics": _as_bool,
     "amqp_read_linger_ms": lambda raw: _as_float(raw, 0.0, 100.0),
     "amqp_read_linger_max_ms": lambda raw: _as_float(raw, 0.0, 1000.0),
+    "amqp_max_message_size": lambda raw: _as_int(raw, 1, 512 << 20),  # RabbitMQ's ceiling: 512 MiB
     "memory_high_watermark": _watermark,
     "disk_free_limit": lambda raw: _as_int(raw, 0, MAX_BYTES),
     "default_user": _user_name,

@@ -68,7 +68,8 @@ def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.amqp.protocol import AmqpFactory
 
     return AmqpFactory(broker, reactor, read_linger=settings.amqp_read_linger_ms / 1000,
-                       read_linger_max=settings.amqp_read_linger_max_ms / 1000)
+                       read_linger_max=settings.amqp_read_linger_max_ms / 1000,
+                       max_message_size=settings.amqp_max_message_size)
 
 
 # THE gateway table: listener name -> builder of the protocol factory that serves it.
@@ -188,6 +189,7 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         default_user=settings.default_user,
         default_pass=settings.default_pass,
         loopback_users=settings.loopback_users,
+        queue_max_message_bytes=settings.amqp_max_message_size,
     )
     service = LogbusService(broker)
     for name, description in settings.listeners().items():

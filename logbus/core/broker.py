@@ -43,6 +43,7 @@ from .txn import ProducerRegistry
 log = logging.getLogger(__name__)
 
 CF_METADATA = "metadata"
+EXCHANGE_TOPIC_SLACK = 1 << 20  # a record's envelope, headers and framing beside its body
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,7 @@ class Broker:
         default_user: str = "guest",
         default_pass: str = "guest",
         loopback_users: Sequence[str] = ("guest",),
+        queue_max_message_bytes: int = 128 << 20,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -106,6 +108,9 @@ class Broker:
         self.metrics = Metrics()
         self.topic_defaults = topic_defaults or TopicConfig()
         self.max_open_files = max_open_files
+        # the largest message a queue-model publish carries (the AMQP gateway's
+        # max_message_size): topics created for exchanges take batches that large
+        self.queue_max_message_bytes = queue_max_message_bytes
         # Made here, not at start, so gateways built before start can subscribe to it.
         self.pressure = ResourceMonitor(self.data_dir, memory_high_watermark=memory_high_watermark,
                                         disk_free_limit=disk_free_limit)
@@ -180,12 +185,18 @@ class Broker:
 
     def _open_vhost(self, name: str) -> VHost:
         assert self.log is not None
-        vhost = VHost(name, self.log, lambda topic: self.create_topic(topic), self.queue_store,
+        vhost = VHost(name, self.log, self._create_exchange_topic, self.queue_store,
                       clock=lambda: int(self.reactor.seconds() * 1000), store=self.state,
                       topic_owner=self._topic_owner)
         vhost.load()
         self.vhosts[name] = vhost
         return vhost
+
+    def _create_exchange_topic(self, topic: str) -> TopicInfo:
+        """The topic behind an exchange, created on first use: its max.message.bytes fits
+        the largest queue-model message with its envelope and record framing."""
+        largest = self.queue_max_message_bytes + EXCHANGE_TOPIC_SLACK
+        return self.create_topic(topic, {"max.message.bytes": max(largest, self.topic_defaults.max_message_bytes)})
 
     def _topic_owner(self, topic: str) -> str | None:
         """Which exchange, in any vhost, ``topic`` backs (vhost "/" exchange names may hold

@@ -189,10 +189,15 @@ class VHost:
 
     def declare_queue(self, name: str, *, durable: bool = False, exclusive: Any = None,
                       auto_delete: bool = False, arguments: Mapping[str, Any] | None = None,
-                      passive: bool = False, _restoring: bool = False) -> QueueState:
+                      passive: bool = False, declarer: Any = None, _restoring: bool = False) -> QueueState:
+        """``exclusive``: the owning connection of an exclusive queue, else None.
+        ``declarer``: the connection declaring; a passive declare by an exclusive queue's
+        owner succeeds whatever its exclusive bit (RabbitMQ's lax check), a non-passive
+        one must repeat it (the strict check)."""
         qs = self.queues.get(name)
         if qs is not None:
-            if qs.exclusive is not None and qs.exclusive is not exclusive:
+            owner = declarer if passive and declarer is not None else exclusive
+            if qs.exclusive is not None and qs.exclusive is not owner:
                 raise ResourceLocked(f"cannot obtain exclusive access to locked queue '{name}' in vhost '{self.name}'."
                                      " It could be originally declared on another connection or the exclusive"
                                      " property value does not match that of the original declaration.")
@@ -276,7 +281,13 @@ class VHost:
         p = self.log.partition(topic, partition)
         record = message.to_record()
         offset = p.next_offset
-        p.append([record], callback=on_durable if on_durable is not None else _ignore)
+        try:
+            p.append([record], callback=on_durable if on_durable is not None else _ignore)
+        except LogbusError as e:  # refused by the log: in no queue, and nacked
+            self._refused(topic, e)
+            if on_durable is not None:
+                on_durable(e)
+            return Published(bool(queues), True)
         if not queues:
             return Published(False, False)
         return Published(True, self._enqueue(queues, topic, p.index, offset, message))
@@ -345,19 +356,36 @@ class VHost:
                     on_durable: Callable[[int, int, Any], object] | None,
                     refused: list[int], touched: set[str]) -> None:
         """Append ``records`` (items ``first``... of a publish_many) to one partition and
-        give the routed ones (``msgs``) their queue entries."""
+        give the routed ones (``msgs``) their queue entries. When the log refuses the
+        run, each record is appended alone, so only those it refuses are refused."""
         topic, partition = at
         p = self.log.partition(topic, partition)
         base = p.next_offset
-        if on_durable is None:
-            p.append(records, callback=_ignore)
-        else:
-            last = first + len(records) - 1
-            p.append(records, callback=lambda result: on_durable(first, last, result))
+        last = first + len(records) - 1
+        try:
+            if on_durable is None:
+                p.append(records, callback=_ignore)
+            else:
+                p.append(records, callback=lambda result: on_durable(first, last, result))
+        except LogbusError as e:
+            if len(records) > 1:
+                routed = {m[0]: m for m in msgs}
+                for i, record in enumerate(records, first):
+                    self._append_run(at, i, [record], [routed[i]] if i in routed else [], now, on_durable,
+                                     refused, touched)
+                return
+            self._refused(topic, e)
+            refused.append(first)
+            if on_durable is not None:
+                on_durable(first, first, e)
+            return
         for i, queues, message in msgs:
             if self._enqueue(queues, topic, partition, base + i - first, message, now, dispatch=False):
                 refused.append(i)
             touched |= queues
+
+    def _refused(self, topic: str, error: LogbusError) -> None:
+        log.warning("a publish in vhost '%s' was refused by the log (topic '%s'): %s", self.name, topic, error)
 
     def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[B.BatchInfo]) -> int:
         """Records a Kafka producer appended to ``topic`` at ``base``: each goes to the

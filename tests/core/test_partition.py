@@ -7,7 +7,14 @@ from typing import Any, Callable
 
 import pytest
 
-from logbus.core.errors import OffsetOutOfRange, RecordTooLarge, TopicExists, UnknownPartition, UnknownTopic
+from logbus.core.errors import (
+    OffsetOutOfRange,
+    RecordTooLarge,
+    StorageError,
+    TopicExists,
+    UnknownPartition,
+    UnknownTopic,
+)
 from logbus.core.log import LogManager, Record
 from logbus.core.log import batch as B
 from tests.core.conftest import topic_config
@@ -372,3 +379,42 @@ def test_watchers_hear_when_records_become_readable(open_log: OpenLog, loop: Loo
     p.unwatch(cb)
     loop.wait(p.append([Record(None, b"b")]))
     assert seen[-1] == 1
+
+
+def test_an_append_past_the_tick_batch_gets_a_batch_of_its_own(open_log: OpenLog, loop: LoopReactor) -> None:
+    """MAX_TICK_BATCH is when a tick's appends are encoded, not a size limit: a record
+    larger than it is accepted up to max.message.bytes, in a batch of its own after the
+    records queued before it, and the records after it go on in the next batch."""
+    from logbus.core.log.partition import MAX_TICK_BATCH
+
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(max_message_bytes=4 * MAX_TICK_BATCH), create=True).partition(0)
+    big = b"B" * (2 * MAX_TICK_BATCH)
+    ds = [p.append([Record(None, b"a")]), p.append([Record(None, b"b")]), p.append([Record(None, big)]),
+          p.append([Record(None, b"c")])]
+    assert [loop.wait(d).base_offset for d in ds] == [0, 1, 2, 3]
+    infos = B.split_validate(p.read(0, 16 << 20).data, 16 << 20)
+    assert [(i.base_offset, i.records_count) for i in infos] == [(0, 2), (2, 1), (3, 1)]
+    assert [r.value for r in p.read_records(0, 16 << 20)] == [b"a", b"b", big, b"c"]
+
+
+def test_a_refused_append_with_a_callback_raises_and_keeps_nothing(open_log: OpenLog, loop: LoopReactor) -> None:
+    """The callback form refuses at once by raising (the caller must know before it
+    gives the record's offset to anyone): next_offset is unchanged, nothing is queued,
+    and a closed partition refuses the same way."""
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(max_message_bytes=300), create=True).partition(0)
+    results: list[Any] = []
+    p.append([Record(None, b"ok")], callback=results.append)
+    with pytest.raises(RecordTooLarge, match="max.message.bytes"):
+        p.append([Record(None, b"x" * 300)], callback=results.append)
+    assert p.next_offset == 1
+    p.append([Record(None, b"ok2")], callback=results.append)
+    while loop.run_once():
+        pass
+    assert [r.base_offset for r in results] == [0, 1]
+    assert [r.value for r in p.read_records(0)] == [b"ok", b"ok2"]
+    p.close()
+    with pytest.raises(StorageError, match="closed"):
+        p.append([Record(None, b"late")], callback=results.append)
+    assert p.next_offset == 2 and len(results) == 2

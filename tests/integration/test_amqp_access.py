@@ -12,9 +12,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import aio_pika
+import aiormq
 import pika  # type: ignore[import-untyped]
 import pika.exceptions  # type: ignore[import-untyped]
 import pytest
+from aiormq import spec
 from aiormq.exceptions import (
     ChannelAccessRefused,
     ConnectionClosed,
@@ -304,3 +306,37 @@ def test_aio_pika_denied_publish_is_403_and_the_connection_goes_on(server: Logbu
             await allowed.publish(aio_pika.Message(b"ok"), "", timeout=10)
 
     run(body())
+
+
+# -- connection.update-secret ----------------------------------------------------------------------
+
+
+def test_update_secret_is_answered_and_the_connection_goes_on(server: LogbusServer, mgmt: Mgmt) -> None:
+    """aiormq and pika refresh a token with connection.update-secret: RabbitMQ answers
+    update-secret-ok (its internal user store keeps the login's credentials) and the
+    connection and its channels go on."""
+    vhost, user = unique("secret"), unique("token-user")
+    setup(mgmt, vhost, user)
+
+    async def body() -> None:
+        connection = await aiormq.connect(url(server, user, "pw", vhost))
+        try:
+            channel = await connection.channel()
+            await channel.queue_declare("refreshed")
+            ok = await connection.update_secret("pw", reason="token refresh", timeout=10)
+            assert isinstance(ok, spec.Connection.UpdateSecretOk)
+            await channel.basic_publish(b"after", routing_key="refreshed")
+            got = await channel.basic_get("refreshed", no_ack=True)
+            assert got.body == b"after"
+        finally:
+            await connection.close()
+
+    run(body())
+
+    blocking = pika.BlockingConnection(params(server, user, "pw", vhost))
+    try:
+        blocking.update_secret("pw", "token refresh")
+        channel = blocking.channel()
+        assert channel.queue_declare("refreshed", passive=True).method.message_count == 0
+    finally:
+        blocking.close()

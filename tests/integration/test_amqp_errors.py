@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aio_pika
+import aiormq
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractConnection
 from aiormq.exceptions import (
@@ -170,5 +171,32 @@ def test_wrong_credentials_403(amqp_broker: AmqpBroker) -> None:
             assert str(err.value).startswith("ACCESS_REFUSED - "), err.value
         async with await connect(amqp_broker) as connection:
             await still_works(connection)
+
+    run(body())
+
+
+def test_the_owner_declares_its_exclusive_queue_passively_whatever_the_bit(amqp_broker: AmqpBroker) -> None:
+    """RabbitMQ's lax check for a passive declare: the owning connection may declare its
+    exclusive queue passively with the exclusive bit 0 or 1 (pika's blocking helpers do);
+    another connection gets 405, and a non-passive declare by the owner without the bit
+    is still 405 (the strict check)."""
+    async def body() -> None:
+        owner = await aiormq.connect(amqp_broker.url)
+        other = await aiormq.connect(amqp_broker.url)
+        try:
+            channel = await owner.channel()
+            name = unique("mine")
+            await channel.queue_declare(name, exclusive=True)
+            await channel.basic_publish(b"m", routing_key=name)
+            for bit in (False, True):
+                ok = await channel.queue_declare(name, passive=True, exclusive=bit)
+                assert (ok.queue, ok.message_count) == (name, 1), bit
+            with pytest.raises(ChannelLockedResource):
+                await (await other.channel()).queue_declare(name, passive=True)
+            with pytest.raises(ChannelLockedResource):
+                await channel.queue_declare(name, exclusive=False)
+        finally:
+            await owner.close()
+            await other.close()
 
     run(body())

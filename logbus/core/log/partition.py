@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 WRITE_BUFFER_MAX = 256 * 1024  # write at once past this many buffered bytes
 MAX_RELATIVE_OFFSET = 2**31 - 1  # offsets within a segment, as Kafka (int32 deltas)
-MAX_TICK_BATCH = 256 * 1024  # records queued in a tick are encoded at once past this
+MAX_TICK_BATCH = 256 * 1024  # records queued in a tick are encoded at once past this (not a size limit)
 RECORD_OVERHEAD = 12  # per-record framing in the size estimate (varints, attributes)
 INDEX_ON_CLOSE_MIN = 4 * 1024 * 1024  # active segments this large get index files at shutdown
 _Builder = DefaultRecordBatchBuilder
@@ -47,8 +47,7 @@ _tuple_new = tuple.__new__
 def _refuse(error: Exception, callback: Callable[[AppendResult | Exception], object] | None) -> Deferred[AppendResult] | None:
     if callback is None:
         return fail(error)
-    callback(error)
-    return None
+    raise error
 
 
 class AppendResult(NamedTuple):
@@ -124,7 +123,7 @@ class Partition:
         self._interval = config.flush_interval_ms / 1000.0
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
-        self._max_batch = min(config.max_message_bytes, MAX_TICK_BATCH)
+        self._max_message = config.max_message_bytes
 
     def __repr__(self) -> str:
         return f"<Partition {self.topic}/{self.index} [{self.log_start_offset}, {self.next_offset})>"
@@ -190,8 +189,11 @@ class Partition:
         """Append ``records``. Without ``callback``: returns a Deferred that fires when
         they are durable under the topic's flush policy (``none``: once in the page
         cache). With ``callback``: returns None and calls it then with the AppendResult,
-        or with the exception on failure (cheaper: no Deferred). Records appended to a
-        partition in one reactor tick are stored as one record batch.
+        or with the exception if the write fails (cheaper: no Deferred); records refused
+        at once (over max.message.bytes, none, a failed or closed partition) raise the
+        error instead, and nothing of them is kept. Records appended to a partition in
+        one reactor tick are stored as one record batch, up to MAX_TICK_BATCH bytes; an
+        append larger than that gets a batch of its own.
         The hot path: kept flat on purpose (measured by bench/log_append.py)."""
         if self._failed is not None:
             return _refuse(self._failed, callback)
@@ -207,11 +209,18 @@ class Partition:
                     est += len(k) + (len(v) if v else 0) + 2
             pend.append(r if ts is not None else (key, value, now, headers))
         n = len(pend) - start
-        if not n or est > self._max_batch:
+        if not n or est > self._max_message:
             del pend[start:]
             if not n:
                 return _refuse(ValueError("an append needs at least one record"), callback)
-            return _refuse(RecordTooLarge(f"{est} bytes of records exceed max.message.bytes"), callback)
+            return _refuse(RecordTooLarge(f"{est} bytes of records exceed max.message.bytes "
+                                          f"({self._max_message}) of topic '{self.topic}'"), callback)
+        if est > MAX_TICK_BATCH and start:  # a batch of its own, after what was queued
+            mine = pend[start:]
+            del pend[start:]
+            self._encode_pending()
+            self._pending = pend = mine
+            start = 0
         base = self.next_offset
         first = not start and not self._wbuf
         if not start:
@@ -226,7 +235,7 @@ class Partition:
             self._waiters.append((d, result))
         else:
             self._waiters.append((callback, result))
-        if self._pending_bytes >= self._max_batch or self._wbytes >= WRITE_BUFFER_MAX:
+        if self._pending_bytes >= MAX_TICK_BATCH or self._wbytes >= WRITE_BUFFER_MAX:
             self.drain()
         elif first:
             self._schedule(self)  # after queueing: the scheduler may drain at once
@@ -544,6 +553,8 @@ class Partition:
 
     def close(self) -> None:
         self.drain()
+        if self._failed is None:
+            self._failed = StorageError(f"partition {self.topic}/{self.index} is closed")
         for seg in self.segments:
             self.cache.discard(seg.log_path)
 

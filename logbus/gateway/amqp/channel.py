@@ -213,7 +213,8 @@ class Channel:
                 self._permit("read", "queue", name)
                 self._permit("write", "exchange", dlx)
         qs = self.vhost.declare_queue(name, durable=m.durable, exclusive=self.conn if m.exclusive else None,
-                                      auto_delete=m.auto_delete, arguments=m.arguments, passive=m.passive)
+                                      auto_delete=m.auto_delete, arguments=m.arguments, passive=m.passive,
+                                      declarer=self.conn)
         if qs.exclusive is not None and not existed:
             self.conn.exclusive_queues.add(name)
         if not m.nowait:

@@ -37,7 +37,7 @@ from ...core.pressure import RESOURCES
 from ...core.tick import tick_of
 from ...core.vhost import VHost
 from .channel import Channel
-from .codec import HEARTBEAT_FRAME, Decoder, encode_method
+from .codec import DEFAULT_MAX_MESSAGE_SIZE, HEARTBEAT_FRAME, Decoder, encode_method
 from .errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -78,7 +78,8 @@ class Connection:
     def __init__(self, vhosts: Mapping[str, VHost], access: Access, *, send: Callable[[bytes], None],
                  close: Callable[[], None], reading: Callable[[bool], None], reactor: Any,
                  peer_is_loopback: bool, peer: str = "",
-                 heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX) -> None:
+                 heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         self.vhosts = vhosts  # the broker's own dict: vhosts created later are found
         self.access = access
         self._send = send
@@ -87,7 +88,7 @@ class Connection:
         self.reactor = reactor
         self.peer_is_loopback = peer_is_loopback
         self.peer = peer
-        self.decoder = Decoder()
+        self.decoder = Decoder(max_message_size=max_message_size)
         self.server_heartbeat = heartbeat
         self.server_frame_max = frame_max
         self.frame_max = 4096
@@ -296,6 +297,11 @@ class Connection:
             self._drop("closed by the client")
         elif isinstance(m, C.Connection.CloseOk):
             self._drop("closed")
+        elif isinstance(m, C.Connection.UpdateSecret) and self.state == "running":
+            # RabbitMQ asks the auth backends whose state can expire; logbus's users, like
+            # RabbitMQ's internal ones, cannot: the login's credentials stand, the answer is ok
+            log.info("amqp connection %s: user '%s' updated secret, reason: %s", self.peer, self.user, m.reason)
+            self.send_method(0, C.Connection.UpdateSecretOk())
         elif isinstance(m, (C.Connection.Blocked, C.Connection.Unblocked)):
             return
         else:

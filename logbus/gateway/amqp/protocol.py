@@ -36,6 +36,7 @@ from twisted.python.failure import Failure
 
 from ...core.auth import AccessChange
 from ...core.broker import Broker
+from .codec import DEFAULT_MAX_MESSAGE_SIZE
 from .connection import Connection, blocked_reason
 from .linger import LingerTuner
 
@@ -96,7 +97,8 @@ class AmqpProtocol(Protocol):
         host = getattr(peer, "host", "")
         self.conn = Connection(self.factory.broker.vhosts, self.factory.broker.access, send=direct_writer(t),
                                close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
-                               peer_is_loopback=_loopback(host), peer=f"{host}:{getattr(peer, 'port', '')}")
+                               peer_is_loopback=_loopback(host), peer=f"{host}:{getattr(peer, 'port', '')}",
+                               max_message_size=self.factory.max_message_size)
         t.registerProducer(self, True)
         self.factory.connections.add(self)
         if self.factory.alarm is not None:
@@ -156,8 +158,9 @@ class AmqpProtocol(Protocol):
 
 class AmqpFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, *, read_linger: float = 0.0,
-                 read_linger_max: float = 0.0) -> None:
+                 read_linger_max: float = 0.0, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         self.broker = broker
+        self.max_message_size = max_message_size  # larger bodies: 406 PRECONDITION_FAILED
         self.reactor = reactor
         self.read_linger = read_linger  # seconds, the shortest pause; 0: never
         self.read_linger_max = read_linger_max  # seconds, the longest (at most: a power of two times the shortest)
