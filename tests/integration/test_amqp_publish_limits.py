@@ -183,3 +183,52 @@ def test_max_message_size_is_a_setting(logbus_server) -> None:  # type: ignore[n
             await connection.close()
 
     run(body())
+
+
+def test_accepted_and_refused_publishes_held_by_an_alarm(logbus_server) -> None:  # type: ignore[no-untyped-def]
+    """Publishes made while a disk alarm blocks the connection arrive together once it
+    clears (one read, one publish run): the refused ones are nacked, the accepted ones
+    acked and queued in order, with nothing else, before and after a restart."""
+    server = logbus_server(args=["--disk-free-limit", "1"])
+    _topic_with_max(server, "small-z", 2000)
+    mgmt = Mgmt(server, None)
+    bodies = [b"a", b"B" * 5000, b"b", b"C" * 5000, b"c"]
+
+    async def body() -> None:
+        connection = await aio_pika.connect(_amqp_url(server), timeout=10)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=True)
+            exchange = await channel.declare_exchange("small-z", aio_pika.ExchangeType.FANOUT)
+            queue = await channel.declare_queue("held", durable=True)
+            await queue.bind(exchange, "")
+            await exchange.publish(aio_pika.Message(b"first"), "", timeout=10)  # blocks need a publisher
+            reply = await asyncio.to_thread(mgmt.call, "PUT", "/api/limits", {"disk_free_limit": 2**60})
+            assert reply.status == 200, reply
+            amqp = connection.transport.connection  # type: ignore[union-attr]
+            while True:  # bounded by run()'s deadline
+                try:
+                    await asyncio.wait_for(amqp.ready(), 0.05)
+                except TimeoutError:
+                    break
+            pending = [asyncio.ensure_future(exchange.publish(aio_pika.Message(b), "", timeout=30))
+                       for b in bodies]
+            done, _ = await asyncio.wait(pending, timeout=0.5)
+            assert not done
+            reply = await asyncio.to_thread(mgmt.call, "PUT", "/api/limits", {"disk_free_limit": 1})
+            assert reply.status == 200, reply
+            results = await asyncio.gather(*pending, return_exceptions=True)
+            assert [type(r).__name__ for r in results] == ["Ack", "DeliveryError", "Ack", "DeliveryError", "Ack"]
+            assert [m.body for m in await drain(queue)] == [b"first", b"a", b"b", b"c"]
+            await exchange.publish(aio_pika.Message(b"last"), "", timeout=10)
+
+    run(body())
+    server.restart()
+
+    async def after() -> None:
+        connection = await aio_pika.connect(_amqp_url(server), timeout=10)
+        async with connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue("held", durable=True)
+            assert [m.body for m in await drain(queue)] == [b"last"]
+
+    run(after())
