@@ -63,7 +63,7 @@ from .amqp_errors import (  # first defined here, so importable from here still
 )
 from .errors import InvalidTopicName
 from .log.topic_config import validate_topic_name
-from .topic_trie import TopicTrie, ref_count, split_words, unref_count
+from .topic_trie import TopicTrie, ref_count, unref_count
 
 DIRECT, FANOUT, TOPIC, HEADERS = "direct", "fanout", "topic", "headers"
 QUEUE: Final = "queue"

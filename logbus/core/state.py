@@ -90,6 +90,7 @@ rocksdict pitfalls handled here (rocksdict 0.3.29):
 
 from __future__ import annotations
 
+import struct as _struct
 from pathlib import Path
 from types import TracebackType
 from typing import Iterable, Iterator, TypeVar
@@ -325,8 +326,6 @@ class StateBatch:
 
 
 # -- offsets CF: consumer-group committed offsets (logbus.core.groups) ---------------
-
-import struct as _struct  # here, beside the helpers that use it
 
 OFFSET_PREFIX = b"offset\x00"
 _PARTITION = _struct.Struct(">I")

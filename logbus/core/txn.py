@@ -90,8 +90,8 @@ class ProducerStates:
             return Verdict(FENCED)
         if epoch > st.epoch:
             return Verdict(APPEND if first_seq == 0 else OUT_OF_ORDER)
-        for f, l, base in st.recent:
-            if f == first_seq and l == last:
+        for first, final, base in st.recent:
+            if first == first_seq and final == last:
                 return Verdict(DUPLICATE, base)
         if first_seq == (st.last_seq + 1) % SEQUENCE_WRAP:
             return Verdict(APPEND)
@@ -119,7 +119,7 @@ class ProducerStates:
         st = self.producers[producer_id]
         return ProducerRecord(
             epoch=st.epoch, last_sequence=st.last_seq,
-            recent=[RecentBatch(first_sequence=f, last_sequence=l, base_offset=b) for f, l, b in st.recent],
+            recent=[RecentBatch(first_sequence=f, last_sequence=z, base_offset=b) for f, z, b in st.recent],
         )
 
     def load_record(self, producer_id: int, rec: ProducerRecord) -> None:
