@@ -389,7 +389,7 @@ class Broker:
     def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[BatchInfo]) -> int:
         """Kafka-produced batches just appended at ``base``: route their records to the
         AMQP queues bound to the exchange behind ``topic``, in every vhost that has
-        one (ARCHITECTURE.md section 4). Returns how many records reached a queue.
+        one (docs/architecture.md section 4). Returns how many records reached a queue.
         The append stands whatever happens here: a failure is logged, not raised."""
         routed = 0
         for vhost in self.vhosts.values():

@@ -1,6 +1,6 @@
 """The queue model over the log: a queue holds pointers to records, not records.
 
-Theory of operation (ARCHITECTURE.md section 5). Routing at publish time gives each
+Theory of operation (docs/architecture.md section 5.2). Routing at publish time gives each
 matching queue an ``Entry``: where the message is in the log (topic, partition,
 offset), its size, priority and expiry, and how often it was delivered. The queue
 numbers its entries with a per-queue sequence (``seq``), in publish order.

@@ -33,7 +33,7 @@ the answer once, however many paths reach it.
 binding *from* an ``auto_delete`` exchange deletes it, which may cascade. Mutations
 return what they removed (``Removed``), for a store to apply in one batch.
 
-**Log topics** (ARCHITECTURE section 4). Each exchange is backed by one log topic
+**Log topics** (docs/architecture.md section 4). Each exchange is backed by one log topic
 (``ExchangeDef.topic``, default its own name; the default exchange's is
 ``DEFAULT_EXCHANGE_TOPIC``) and a topic backs at most one exchange, so a record a Kafka
 producer appends to a topic routes through that exchange: ``route_log()``. That is in

@@ -1,6 +1,6 @@
 """One virtual host of the queue model: exchanges, queues, publishing and dispatch.
 
-Theory of operation (ARCHITECTURE.md sections 4 and 5). A publish routes once
+Theory of operation (docs/architecture.md sections 4 and 5). A publish routes once
 (``core/router.py``) and appends the message ONCE, to the log topic behind the
 exchange, whatever the number of queues it reaches; each queue gets an entry pointing
 at it (``core/queue.py``), and the message itself stays in memory until every one of
@@ -390,8 +390,8 @@ class VHost:
     def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[B.BatchInfo]) -> int:
         """Records a Kafka producer appended to ``topic`` at ``base``: each goes to the
         queues bound to the exchange behind the topic, with the record key as routing
-        key and the record headers as headers (ARCHITECTURE.md section 4). Returns how
-        many records reached a queue. A topic behind no exchange costs one lookup."""
+        key and the record headers as headers (docs/architecture.md section 4). Returns
+        how many records reached a queue. A topic behind no exchange costs one lookup."""
         if not self.router.routes_topic(topic):
             return 0
         routed = 0

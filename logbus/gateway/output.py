@@ -1,6 +1,7 @@
 """Ordered output of bytes and file ranges on a Twisted TCP transport, the file ranges
 sent with sendfile(2): stored batches go from the page cache to the socket without
-passing through Python (how a Kafka Fetch answer is sent, ARCHITECTURE.md section 6).
+passing through Python (how a Kafka Fetch answer is sent, docs/architecture.md
+section 6).
 
 Twisted has no sendfile, so this writes to the socket itself, and only while the
 transport's own buffer is empty (so bytes written through the transport and through

@@ -1,5 +1,5 @@
-"""Spark reads the log natively: the PySpark data source ``logbus`` (ARCHITECTURE.md
-section 7, docs/spark.md).
+"""Spark reads the log natively: the PySpark data source ``logbus``
+(docs/architecture.md section 7, docs/spark.md).
 
     from logbus.spark import register
     register(spark)                     # or install logbus: pyspark_logbus registers it

@@ -1,4 +1,4 @@
-"""Interop (ARCHITECTURE.md section 4): a Kafka topic behind an AMQP exchange is
+"""Interop (docs/architecture.md section 4): a Kafka topic behind an AMQP exchange is
 routable. Records a Kafka producer appends reach the AMQP queues bound to that
 exchange, with the record key as routing key and the record headers as headers; the
 AMQP consumer sees them as published to the exchange, before and after a restart.

@@ -1,4 +1,4 @@
-"""AMQP content <-> ``core.message.Message`` (ARCHITECTURE.md section 4).
+"""AMQP content <-> ``core.message.Message`` (docs/architecture.md section 4).
 
 A published message becomes a record whose key is the routing key and whose value is
 the body; its basic properties go into the envelope (the headers table raw, as sent,
