@@ -1,5 +1,5 @@
-"""The facade every gateway calls. In this first cut it owns the data directory (lock),
-the state store, the log and the metrics, and offers topic admin and publish.
+"""The facade every gateway calls. It owns the data directory (lock), the state store,
+the log, the vhosts of the queue model and the metrics, and offers topic admin and publish.
 
     broker = Broker(Path("data"), reactor=reactor)
     broker.start()                      # lock, open state, recover the log
