@@ -19,6 +19,15 @@ class Wire:
         self.sock = socket.create_connection((host, int(port)), timeout=10)
         self.correlation = 0
 
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Wire:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def call(self, request: Any, response_cls: Any, version: int) -> Any:
         self.correlation += 1
         request.API_VERSION = version

@@ -76,6 +76,22 @@ def test_create_twice_and_invalid(server: LogbusServer) -> None:
     assert bad.stderr.startswith("logbus: flush must be")
 
 
+def test_alter(server: LogbusServer) -> None:
+    assert topic(server, "create", "tunable", "--config", "flush=none").returncode == 0
+    altered = topic(server, "alter", "tunable", "--config", "retention.ms=3600000", "segment.ms=60000")
+    assert altered.returncode == 0, altered.stderr
+    assert altered.stdout == "altered topic tunable: retention.ms=3600000 segment.ms=60000\n"
+    config = json.loads(topic(server, "describe", "tunable", "--json").stdout)["config"]
+    assert config["retention.ms"] == 3600000 and config["segment.ms"] == 60000 and config["flush"] == "none"
+    bad = topic(server, "alter", "tunable", "--config", "retention.ms=soon")
+    assert bad.returncode == 1
+    assert bad.stderr == "logbus: retention.ms must be an integer, not 'soon'\n"
+    missing = topic(server, "alter", "no-such-topic", "--config", "retention.ms=1000")
+    assert missing.returncode == 1 and missing.stderr == "logbus: unknown topic 'no-such-topic'\n"
+    usage = topic(server, "alter", "tunable")
+    assert usage.returncode == 2 and "--config" in usage.stderr
+
+
 def test_bad_config_argument_is_a_usage_error(server: LogbusServer) -> None:
     result = topic(server, "create", "x", "--config", "novalue")
     assert result.returncode == 2

@@ -122,6 +122,41 @@ def test_invalid_create_is_400(server: LogbusServer, body: Any, code: str) -> No
     assert_error(call(server, "POST", "/api/topics", body), 400, code)
 
 
+def test_alter_topic_config(server: LogbusServer) -> None:
+    call(server, "POST", "/api/topics", {"name": "altered", "config": {"flush": "none", "retention.ms": 60000}})
+    reply = call(server, "PUT", "/api/topics/altered", {"config": {"retention.ms": "3600000", "segment.ms": 5000}})
+    assert reply.status == 200, reply.body
+    info = reply.json()
+    assert info["name"] == "altered"
+    assert info["config"]["retention.ms"] == 3600000 and info["config"]["segment.ms"] == 5000
+    assert info["config"]["flush"] == "none"  # settings not named are kept
+    assert call(server, "GET", "/api/topics/altered").json() == info
+    # null: back to the broker's default
+    reset = call(server, "PUT", "/api/topics/altered", {"config": {"flush": None}}).json()
+    assert reset["config"]["flush"] == "sync"
+
+
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ({"config": {"retention.ms": "soon"}}, "invalid_config"),
+        ({"config": {"no.such.key": 1}}, "invalid_config"),
+        ({"config": {"partitions": 5}}, "invalid_config"),
+        ({"config": ["flush"]}, "invalid_config"),
+        ({"name": "other"}, "bad_request"),
+        ({}, "bad_request"),
+    ],
+)
+def test_invalid_alter_is_400(server: LogbusServer, body: Any, code: str) -> None:
+    call(server, "POST", "/api/topics", {"name": "unaltered", "config": {"retention.ms": 60000}})
+    assert_error(call(server, "PUT", "/api/topics/unaltered", body), 400, code)
+    assert call(server, "GET", "/api/topics/unaltered").json()["config"]["retention.ms"] == 60000
+
+
+def test_alter_unknown_topic_is_404(server: LogbusServer) -> None:
+    assert_error(call(server, "PUT", "/api/topics/nope", {"config": {"retention.ms": 1000}}), 404, "unknown_topic")
+
+
 @pytest.mark.parametrize("raw", [b"{bad", b"", b"\xff\xfe", b'{"name": "t"'])
 def test_bad_json_is_400(server: LogbusServer, raw: bytes) -> None:
     headers = {"Content-Type": "application/json"}

@@ -59,6 +59,7 @@ from ...core.groups import (
 )
 from .codec import Request
 from .handlers import KafkaHandlers
+from .operations import GROUP_OPERATIONS, authorized
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,6 @@ INVALID_REQUEST = 42
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NO_OFFSET = -1
 NO_METADATA = ""  # what Kafka answers (and stores for a null) when there is none
-AUTHORIZED_OPERATIONS_OMITTED = None  # encoded as INT32_MIN: "not requested"
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 GROUP_TYPE = "classic"
 
@@ -290,13 +290,15 @@ class _GroupApi:
     def describe_groups(self, req: Request, advertised: tuple[str, int]) -> Any:
         D = DescribeGroupsResponse.DescribedGroup
         DM = D.DescribedGroupMember
+        asked = req.api_version >= 3 and req.body.include_authorized_operations
+        operations = authorized(GROUP_OPERATIONS, asked)
         out = []
         for group_id in req.body.groups:
             g = self.coord.describe(group_id)
             if g is None:  # Kafka describes an unknown group as Dead, without an error
                 out.append(D(error_code=NONE, error_message=None, group_id=group_id, group_state="Dead",
                              protocol_type="", protocol_data="", members=[],
-                             authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                             authorized_operations=operations))
                 continue
             members = [
                 DM(member_id=m.member_id, group_instance_id=None, client_id=m.client_id,
@@ -305,5 +307,5 @@ class _GroupApi:
             ]
             out.append(D(error_code=NONE, error_message=None, group_id=g.group_id, group_state=g.state,
                          protocol_type=g.protocol_type, protocol_data=g.protocol_name, members=members,
-                         authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                         authorized_operations=operations))
         return DescribeGroupsResponse(throttle_time_ms=0, groups=out)

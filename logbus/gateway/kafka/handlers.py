@@ -36,6 +36,7 @@ from ...core.message import ENVELOPE_HEADER
 from ...core.txn import APPEND, DUPLICATE, OUT_OF_ORDER
 from . import errors as K
 from .codec import Chunks, FetchPartition, Request, encode_fetch_response, frame_response
+from .operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,9 @@ class KafkaHandlers:
         else:
             names = [t.name for t in body.topics]
         allow_create = self.auto_create_topics and (req.api_version < 4 or body.allow_auto_topic_creation)
+        v8 = req.api_version >= 8
+        topic_ops = authorized(TOPIC_OPERATIONS, v8 and body.include_topic_authorized_operations)
+        cluster_ops = authorized(CLUSTER_OPERATIONS, v8 and body.include_cluster_authorized_operations)
         T = MetadataResponse.MetadataResponseTopic
         P = T.MetadataResponsePartition
         node = self.node_id
@@ -126,14 +130,16 @@ class KafkaHandlers:
                 topic = self._auto_create(name)
             if topic is None:
                 code = K.UNKNOWN_TOPIC_OR_PARTITION if name else K.INVALID_TOPIC_EXCEPTION
-                topics.append(T(error_code=code, name=name, is_internal=False, partitions=[]))
+                topics.append(T(error_code=code, name=name, is_internal=False, partitions=[],
+                                authorized_operations=topic_ops))
                 continue
             parts = [
                 P(error_code=K.NONE, partition_index=p.index, leader_id=node, leader_epoch=0,
                   replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
                 for p in topic.partitions
             ]
-            topics.append(T(error_code=K.NONE, name=name, is_internal=False, partitions=parts))
+            topics.append(T(error_code=K.NONE, name=name, is_internal=False, partitions=parts,
+                            authorized_operations=topic_ops))
         host, port = advertised
         return MetadataResponse(
             throttle_time_ms=0,
@@ -141,6 +147,7 @@ class KafkaHandlers:
             cluster_id="logbus",
             controller_id=self.node_id,
             topics=topics,
+            authorized_operations=cluster_ops,
         )
 
     def _auto_create(self, name: str) -> Any:
