@@ -30,8 +30,10 @@ class Code(enum.IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
+    FENCED_INSTANCE_ID = 82
 
     @property
     def retriable(self) -> bool:
@@ -88,6 +90,7 @@ class JoinGroup:
     protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), in preference order
     require_known_member_id: bool = True  # JoinGroup v4+
     client_host: str = ""
+    group_instance_id: str | None = None  # a static member (KIP-345), JoinGroup v5+
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ class JoinResult:
     protocol_name: str | None = None
     leader: str = ""
     members: tuple[tuple[str, bytes], ...] = ()  # the leader's copy: (member id, metadata)
+    instance_ids: tuple[tuple[str, str], ...] = ()  # the leader's copy: (member id, instance id) of static members
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,7 @@ class MemberDescription:
     client_host: str
     metadata: bytes
     assignment: bytes
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +163,7 @@ class Member:
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]
     assignment: bytes = b""
+    group_instance_id: str | None = None
     join_waiter: Deferred[JoinResult] | None = None
     sync_waiter: Deferred[SyncResult] | None = None
     expiry: Any = None  # IDelayedCall
@@ -178,11 +184,55 @@ class Group:
     protocol_name: str | None = None
     leader_id: str | None = None
     members: dict[str, Member] = field(default_factory=dict)  # insertion order: join order
+    static_members: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     pending: dict[str, Any] = field(default_factory=dict)  # MEMBER_ID_REQUIRED ids -> expiry
     pending_sync: set[str] = field(default_factory=set)
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
     join_timer: Any = None
     sync_timer: Any = None
+
+    def check_member(self, member_id: str, instance_id: str | None) -> Code:
+        """Kafka's validateCurrentMember: a static member's instance id must map to
+        ``member_id`` (else it was replaced: FENCED_INSTANCE_ID), and the member must exist."""
+        if instance_id is not None:
+            current = self.static_members.get(instance_id)
+            if current is None:
+                return Code.UNKNOWN_MEMBER_ID
+            return Code.NONE if current == member_id else Code.FENCED_INSTANCE_ID
+        return Code.NONE if member_id in self.members else Code.UNKNOWN_MEMBER_ID
+
+    def check_commit(self, generation_id: int, member_id: str, instance_id: str | None) -> Code:
+        """OffsetCommit's checks of the member and generation, as Kafka's (a commit with
+        generation < 0 and no member id is a "simple" one, allowed while nobody is a member)."""
+        if generation_id < 0 and member_id == UNKNOWN_MEMBER:
+            return Code.NONE if not self.members else Code.UNKNOWN_MEMBER_ID
+        if instance_id is not None and self.static_members.get(instance_id, member_id) != member_id:
+            return Code.FENCED_INSTANCE_ID
+        if self.state is GroupState.COMPLETING_REBALANCE and member_id in self.members:
+            return (Code.REBALANCE_IN_PROGRESS if generation_id == self.generation_id
+                    else Code.ILLEGAL_GENERATION)
+        if member_id not in self.members:
+            return Code.UNKNOWN_MEMBER_ID
+        if generation_id != self.generation_id:
+            return Code.ILLEGAL_GENERATION
+        return Code.NONE
+
+    def describe(self) -> GroupDescription:
+        """Members' metadata and assignments are given only while the group is Stable."""
+        stable = self.state is GroupState.STABLE
+        members = tuple(
+            MemberDescription(
+                m.member_id, m.client_id, m.client_host,
+                m.metadata_for(self.protocol_name) if stable else b"",
+                m.assignment if stable else b"",
+                m.group_instance_id,
+            )
+            for m in self.members.values()
+        )
+        return GroupDescription(
+            self.group_id, self.state.value, self.protocol_type or "",
+            (self.protocol_name or "") if stable else "", members,
+        )
 
     def all_joined(self) -> bool:
         return not self.pending and all(m.join_waiter is not None for m in self.members.values())

@@ -32,19 +32,24 @@ is a bug and raises ``IllegalTransition``)::
   sync and commit. When it fires (and the member is not waiting on a join or sync),
   the member is removed and the group rebalances. Heartbeats answer
   REBALANCE_IN_PROGRESS while the group is preparing a rebalance, so members rejoin.
+- **Static members** (KIP-345: JoinGroup v5+ with ``group.instance.id``) get their
+  member id at once. One that joins again without its member id (it restarted) takes
+  over its old place, assignment included, under a new member id; a Stable group whose
+  protocol stays is not rebalanced. The old member id is then FENCED_INSTANCE_ID in
+  every request that names the instance. LeaveGroup may name a static member by its
+  instance id alone.
 - **Offsets.** OffsetCommit is checked against the member and generation like Kafka
-  does (a commit with generation < 0 is a "simple" commit, allowed only while the
-  group has no members), and all offsets of one request are written in ONE RocksDB
-  WriteBatch (``offsets`` CF, keys from ``state.group_offset_key``), synced before the
-  answer; ``load()`` reads them back at start.
+  does (``Group.check_commit``), and all offsets of one request are written in ONE
+  RocksDB WriteBatch (core/group_offsets.py), synced before the answer; ``load()`` reads
+  them back at start. DeleteGroups deletes an Empty group with its offsets.
 
 Time comes from the injected ``clock`` (a reactor, or ``twisted.internet.task.Clock``
 in tests): ``clock.seconds()`` and ``clock.callLater()``. Every Deferred handed out is
 fired exactly once, so a Kafka connection's ordered responses never stall behind one.
 
-Differences from Apache Kafka: group.instance.id (static membership) is accepted and
-ignored; no initial rebalance delay; group membership is not persisted (after a restart
-groups hold only their offsets, and members rejoin); offsets do not expire.
+Differences from Apache Kafka: no initial rebalance delay; group membership is not
+persisted (after a restart groups hold only their offsets, and members rejoin, static
+ones included); offsets do not expire.
 """
 
 from __future__ import annotations
@@ -81,8 +86,8 @@ from .group_model import (  # noqa: F401  (the model is part of this module's AP
     TopicPartition,
 )
 from .log.batch import now_ms
-from .state import OFFSET_PREFIX, StateStore, group_offset_key, parse_group_offset_key
-from .state_pb2 import CommittedOffset as CommittedOffsetRecord
+from .group_offsets import delete_offsets, load_offsets, write_offsets
+from .state import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -122,18 +127,9 @@ class GroupCoordinator:
         if self.store is None:
             return 0
         n = 0
-        for key, value in self.store.scan_prefix(CF_OFFSETS, OFFSET_PREFIX):
-            try:
-                group_id, topic, partition = parse_group_offset_key(key)
-            except ValueError:
-                log.warning("ignoring malformed key %r in the offsets column family", key)
-                continue
-            rec = CommittedOffsetRecord.FromString(value)
+        for group_id, tp, om in load_offsets(self.store):
             group = self.groups.get(group_id) or self.groups.setdefault(group_id, Group(group_id))
-            group.offsets[(topic, partition)] = OffsetAndMetadata(
-                rec.offset, rec.metadata if rec.HasField("metadata") else None,
-                rec.leader_epoch, rec.commit_timestamp_ms,
-            )
+            group.offsets[tp] = om
             n += 1
         return n
 
@@ -154,17 +150,36 @@ class GroupCoordinator:
     def forget_topic(self, topic: str) -> int:
         """Drop every group's committed offsets of a deleted topic (as Kafka does),
         here and in the store; return how many."""
-        keys = []
+        gone: list[tuple[str, TopicPartition]] = []
         for group in list(self.groups.values()):
             for tp in [tp for tp in group.offsets if tp[0] == topic]:
                 del group.offsets[tp]
-                keys.append(group_offset_key(group.group_id, tp[0], tp[1]))
+                gone.append((group.group_id, tp))
             self._maybe_forget(group)
-        if self.store is not None and keys:
-            with self.store.batch(sync=self.sync_commits) as b:
-                for key in keys:
-                    b.delete(CF_OFFSETS, key)
-        return len(keys)
+        if self.store is not None:
+            delete_offsets(self.store, gone, sync=self.sync_commits)
+        return len(gone)
+
+    def delete_group(self, group_id: str) -> Code:
+        """DeleteGroups: an Empty group is deleted with its committed offsets (it is
+        Dead); one with members is NON_EMPTY_GROUP; an unknown one GROUP_ID_NOT_FOUND."""
+        if not _valid_group_id(group_id):
+            return Code.INVALID_GROUP_ID
+        group = self.groups.get(group_id)
+        if group is None:
+            return Code.GROUP_ID_NOT_FOUND
+        if group.members:
+            return Code.NON_EMPTY_GROUP
+        if self.store is not None:
+            delete_offsets(self.store, [(group_id, tp) for tp in group.offsets], sync=self.sync_commits)
+        for call in group.pending.values():
+            _cancel(call)
+        group.pending.clear()
+        group.offsets.clear()
+        self._transition(group, S.DEAD)
+        del self.groups[group_id]
+        log.info("group %s: deleted", group_id)
+        return Code.NONE
 
     # -- JoinGroup ---------------------------------------------------------------------
 
@@ -174,9 +189,13 @@ class GroupCoordinator:
         if not self.min_session_timeout_ms <= req.session_timeout_ms <= self.max_session_timeout_ms:
             return succeed(JoinResult(Code.INVALID_SESSION_TIMEOUT, req.member_id))
         group = self.groups.get(req.group_id)
-        known = group is not None and (req.member_id in group.members or req.member_id in group.pending)
-        if req.member_id != UNKNOWN_MEMBER and not known:
-            return succeed(JoinResult(Code.UNKNOWN_MEMBER_ID, req.member_id))
+        if req.member_id != UNKNOWN_MEMBER:
+            if group is None:
+                return succeed(JoinResult(Code.UNKNOWN_MEMBER_ID, req.member_id))
+            if req.member_id not in group.pending:
+                code = group.check_member(req.member_id, req.group_instance_id)
+                if code is not Code.NONE:
+                    return succeed(JoinResult(code, req.member_id))
         if group is None:
             group = self.groups[req.group_id] = Group(req.group_id)
         names = [name for name, _ in req.protocols]
@@ -189,6 +208,12 @@ class GroupCoordinator:
             self._maybe_forget(group)
             return succeed(JoinResult(Code.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
 
+        if req.member_id == UNKNOWN_MEMBER and req.group_instance_id is not None:
+            member_id = f"{req.group_instance_id}-{uuid.uuid4()}"
+            old_id = group.static_members.get(req.group_instance_id)
+            if old_id is not None:
+                return self._replace_static_member(group, old_id, member_id, req)
+            return self._add_member(group, member_id, req)
         if req.member_id == UNKNOWN_MEMBER:
             member_id = f"{req.client_id}-{uuid.uuid4()}"
             if req.require_known_member_id:
@@ -224,17 +249,52 @@ class GroupCoordinator:
         member = Member(
             member_id, req.client_id, req.client_host, req.session_timeout_ms,
             req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms,
-            req.protocol_type, req.protocols, join_waiter=d,
+            req.protocol_type, req.protocols, group_instance_id=req.group_instance_id, join_waiter=d,
         )
         if not group.members:
             group.protocol_type = req.protocol_type
         group.members[member_id] = member
+        if req.group_instance_id is not None:
+            group.static_members[req.group_instance_id] = member_id
         if group.leader_id is None:
             group.leader_id = member_id
         self._touch(group, member)
         if group.state is not S.PREPARING_REBALANCE:
             self._prepare_rebalance(group, f"member {member_id} joined")
         self._try_complete_join(group)
+        return d
+
+    def _replace_static_member(self, group: Group, old_id: str, new_id: str, req: JoinGroup) -> Deferred[JoinResult]:
+        """A static member joins again without its member id: it takes over the old
+        member's place (join order, leadership, assignment). In a Stable group whose
+        protocol stays, it is answered at once with the current generation and the leader
+        as it was (so a replaced leader does not assign again, as Kafka does)."""
+        member = group.members[old_id]
+        self._fire_join(member, JoinResult(Code.FENCED_INSTANCE_ID, old_id))
+        self._fire_sync(member, SyncResult(Code.FENCED_INSTANCE_ID))
+        leader_before = group.leader_id or ""
+        group.members = {(new_id if mid == old_id else mid): m for mid, m in group.members.items()}
+        member.member_id = new_id
+        assert req.group_instance_id is not None
+        group.static_members[req.group_instance_id] = new_id
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        if old_id in group.pending_sync:
+            group.pending_sync.discard(old_id)
+            group.pending_sync.add(new_id)
+        log.info("group %s: static member %s (instance %s) replaced by %s",
+                 group.group_id, old_id, req.group_instance_id, new_id)
+        d: Deferred[JoinResult] = Deferred()
+        self._update_member(group, member, req, d)
+        if group.state is S.STABLE and group.protocol_name == group.select_protocol():
+            self._fire_join(member, JoinResult(
+                Code.NONE, new_id, group.generation_id, group.protocol_type, group.protocol_name, leader_before,
+            ))
+        elif group.state is S.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+        else:
+            self._prepare_rebalance(group, f"static member {new_id} rejoined with other protocols")
+            self._try_complete_join(group)
         return d
 
     def _update_member(self, group: Group, member: Member, req: JoinGroup, d: Deferred[JoinResult]) -> None:
@@ -255,9 +315,12 @@ class GroupCoordinator:
         members = tuple(
             (m.member_id, m.metadata_for(group.protocol_name)) for m in group.members.values()
         ) if leader else ()
+        instance_ids = tuple(
+            (m.member_id, m.group_instance_id) for m in group.members.values() if m.group_instance_id is not None
+        ) if leader else ()
         return JoinResult(
             Code.NONE, member.member_id, group.generation_id, group.protocol_type,
-            group.protocol_name, group.leader_id or "", members,
+            group.protocol_name, group.leader_id or "", members, instance_ids,
         )
 
     def _expire_pending(self, group: Group, member_id: str) -> None:
@@ -330,11 +393,14 @@ class GroupCoordinator:
     def sync(
         self, group_id: str, generation_id: int, member_id: str,
         assignments: Mapping[str, bytes], protocol_type: str | None = None,
-        protocol_name: str | None = None,
+        protocol_name: str | None = None, instance_id: str | None = None,
     ) -> Deferred[SyncResult]:
         group = self.groups.get(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
             return succeed(SyncResult(Code.UNKNOWN_MEMBER_ID))
+        code = group.check_member(member_id, instance_id)
+        if code is not Code.NONE:
+            return succeed(SyncResult(code))
         if generation_id != group.generation_id:
             return succeed(SyncResult(Code.ILLEGAL_GENERATION))
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
@@ -383,10 +449,13 @@ class GroupCoordinator:
 
     # -- Heartbeat, LeaveGroup, session expiry ----------------------------------------
 
-    def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> Code:
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None = None) -> Code:
         group = self.groups.get(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
             return Code.UNKNOWN_MEMBER_ID
+        code = group.check_member(member_id, instance_id)
+        if code is not Code.NONE:
+            return code
         if generation_id != group.generation_id:
             return Code.ILLEGAL_GENERATION
         self._touch(group, group.members[member_id])
@@ -394,23 +463,28 @@ class GroupCoordinator:
             return Code.REBALANCE_IN_PROGRESS
         return Code.NONE
 
-    def leave(self, group_id: str, member_ids: Sequence[str]) -> list[Code]:
-        """One code per member id, in order."""
+    def leave(self, group_id: str, member_ids: Sequence[str],
+              instance_ids: Sequence[str | None] | None = None) -> list[Code]:
+        """One code per member, in order. LeaveGroup v3+ names members by member id and
+        group.instance.id; a static member may be named by its instance id alone."""
         group = self.groups.get(group_id)
         codes: list[Code] = []
-        for member_id in member_ids:
+        for member_id, instance_id in zip(member_ids, instance_ids or [None] * len(member_ids)):
             if group is None:
                 codes.append(Code.UNKNOWN_MEMBER_ID)
-            elif member_id in group.pending:
+                continue
+            if member_id == UNKNOWN_MEMBER and instance_id is not None:
+                member_id = group.static_members.get(instance_id, UNKNOWN_MEMBER)
+            if member_id in group.pending:
                 _cancel(group.pending.pop(member_id))
                 codes.append(Code.NONE)
                 self._try_complete_join(group)
-            elif member_id in group.members:
+                continue
+            code = group.check_member(member_id, instance_id)
+            if code is Code.NONE:
                 log.info("group %s: member %s left", group.group_id, member_id)
                 self._remove_and_rebalance(group, group.members[member_id], "left the group")
-                codes.append(Code.NONE)
-            else:
-                codes.append(Code.UNKNOWN_MEMBER_ID)
+            codes.append(code)
         if group is not None:
             self._maybe_forget(group)
         return codes
@@ -442,6 +516,8 @@ class GroupCoordinator:
 
     def _remove(self, group: Group, member: Member) -> None:
         del group.members[member.member_id]
+        if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member.member_id:
+            del group.static_members[member.group_instance_id]
         group.pending_sync.discard(member.member_id)
         member.expiry = _cancel(member.expiry)
         self._fire_join(member, JoinResult(Code.UNKNOWN_MEMBER_ID, member.member_id))
@@ -472,14 +548,17 @@ class GroupCoordinator:
 
     def commit_offsets(
         self, group_id: str, generation_id: int, member_id: str,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        offsets: Mapping[TopicPartition, OffsetAndMetadata], instance_id: str | None = None,
     ) -> tuple[Code, dict[TopicPartition, Code]]:
         """(the request's code, the per-partition codes). A request-level error applies
         to every partition (Kafka reports it per partition)."""
         if not _valid_group_id(group_id):
             return Code.INVALID_GROUP_ID, {}
         group = self.groups.get(group_id)
-        code = self._check_commit(group, generation_id, member_id)
+        if group is None:  # only a "simple" consumer (no group management) may commit
+            code = Code.NONE if generation_id < 0 else Code.ILLEGAL_GENERATION
+        else:
+            code = group.check_commit(generation_id, member_id, instance_id)
         if code is not Code.NONE:
             return code, {}
         if group is None:
@@ -497,15 +576,7 @@ class GroupCoordinator:
                 codes[tp] = Code.NONE
         if accepted and self.store is not None:
             try:
-                with self.store.batch(sync=self.sync_commits) as batch:
-                    for (topic, partition), om in accepted.items():
-                        rec = CommittedOffsetRecord(
-                            offset=om.offset, leader_epoch=om.leader_epoch,
-                            commit_timestamp_ms=om.commit_timestamp_ms,
-                        )
-                        if om.metadata is not None:
-                            rec.metadata = om.metadata
-                        batch.put(CF_OFFSETS, group_offset_key(group_id, topic, partition), rec)
+                write_offsets(self.store, group_id, accepted, sync=self.sync_commits)
             except Exception:
                 log.exception("group %s: storing %d committed offsets failed", group_id, len(accepted))
                 self._maybe_forget(group)
@@ -513,22 +584,6 @@ class GroupCoordinator:
         group.offsets.update(accepted)
         self._maybe_forget(group)  # a simple commit of nothing leaves no group behind
         return Code.NONE, codes
-
-    @staticmethod
-    def _check_commit(group: Group | None, generation_id: int, member_id: str) -> Code:
-        if group is None:
-            # no group: only a "simple" consumer (no group management) may commit
-            return Code.NONE if generation_id < 0 else Code.ILLEGAL_GENERATION
-        if generation_id < 0 and member_id == UNKNOWN_MEMBER:
-            return Code.NONE if not group.members else Code.UNKNOWN_MEMBER_ID
-        if group.state is S.COMPLETING_REBALANCE and member_id in group.members:
-            return (Code.REBALANCE_IN_PROGRESS if generation_id == group.generation_id
-                    else Code.ILLEGAL_GENERATION)
-        if member_id not in group.members:
-            return Code.UNKNOWN_MEMBER_ID
-        if generation_id != group.generation_id:
-            return Code.ILLEGAL_GENERATION
-        return Code.NONE
 
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None,
@@ -555,19 +610,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return None
-        stable = group.state is S.STABLE
-        members = tuple(
-            MemberDescription(
-                m.member_id, m.client_id, m.client_host,
-                m.metadata_for(group.protocol_name) if stable else b"",
-                m.assignment if stable else b"",
-            )
-            for m in group.members.values()
-        )
-        return GroupDescription(
-            group.group_id, group.state.value, group.protocol_type or "",
-            (group.protocol_name or "") if stable else "", members,
-        )
+        return group.describe()
 
 
 def _valid_group_id(group_id: str) -> bool:

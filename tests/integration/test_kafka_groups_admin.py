@@ -5,6 +5,7 @@ DescribeGroups/Metadata authorized operations (KIP-430), DeleteGroups, and
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -66,6 +67,14 @@ def produce(server: LogbusServer, topic: str, partitions: int, n: int) -> None:
         p.close()
 
 
+def create_topics(server: LogbusServer, topics: Any) -> None:
+    admin = admin_client(server)
+    try:
+        admin.create_topics(topics)
+    finally:
+        admin.close()
+
+
 def commit(server: LogbusServer, group: str, topic: str, offset: int) -> None:
     c = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], group_id=group, enable_auto_commit=False)
     try:
@@ -97,7 +106,7 @@ def poll_until_assigned(c: KafkaConsumer, timeout: float = 20.0) -> set[TopicPar
 def test_describe_groups_answers_authorized_operations(server: LogbusServer) -> None:
     """kafka-python always asks (include_authorized_operations=True) and decodes the
     bitfield into ACLOperation names: INT32_MIN there crashed it."""
-    admin_client(server).create_topics(["described"])
+    create_topics(server, ["described"])
     c = group_consumer(server, "described-group", "described")
     admin = admin_client(server)
     try:
@@ -163,7 +172,7 @@ def test_delete_groups(server: LogbusServer) -> None:
         poll_until_assigned(busy)
         result = admin.delete_groups(["idle", "busy", "never-seen"])
         assert result == {"idle": "OK", "busy": "NonEmptyGroupError", "never-seen": "GroupIdNotFoundError"}
-        assert admin.list_group_offsets("idle") == {}
+        assert admin.list_group_offsets("idle") == {"idle": {}}
         (idle,) = admin.describe_groups(["idle"]).values()
         assert idle["group_state"] == "Dead"
         assert "idle" not in {g[0] if isinstance(g, tuple) else g["group_id"] for g in admin.list_groups()}
@@ -184,7 +193,7 @@ def test_librdkafka_delete_groups(server: LogbusServer) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin_client(server).create_topics(["rd-deleting"])
+    create_topics(server, ["rd-deleting"])
     commit(server, "rd-idle", "rd-deleting", 1)
     a = AdminClient({"bootstrap.servers": server.addresses["kafka"]})
     a.delete_consumer_groups(["rd-idle"], request_timeout=10)["rd-idle"].result(timeout=10)
@@ -195,16 +204,45 @@ def test_librdkafka_delete_groups(server: LogbusServer) -> None:
 # -- static membership (KIP-345) --------------------------------------------------------------
 
 
-class Counting(ConsumerRebalanceListener):
-    def __init__(self) -> None:
-        self.revoked = 0
-        self.assigned = 0
+class StaticMember(ConsumerRebalanceListener):
+    """A static group member polled by its own thread (a rebalance needs every member to
+    poll), counting the rebalances it goes through."""
+
+    def __init__(self, server: LogbusServer, group: str, instance: str) -> None:
+        self.consumer = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], group_id=group,
+                                      enable_auto_commit=False, session_timeout_ms=10_000,
+                                      heartbeat_interval_ms=500, group_instance_id=instance)
+        self.consumer.subscribe(["static"], listener=self)
+        self.assigned: set[int] = set()
+        self.rebalances = 0
+        self.error: Exception | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=instance, daemon=True)
+        self._thread.start()
 
     def on_partitions_revoked(self, revoked: Any) -> None:
-        self.revoked += 1
+        self.rebalances += 1
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        self.assigned += 1
+        pass
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.consumer.poll(timeout_ms=100)
+                self.assigned = {tp.partition for tp in self.consumer.assignment()}
+        except Exception as e:  # noqa: BLE001  (reported by stop())
+            self.error = e
+
+    def stop(self) -> None:
+        """Stop polling and close: a static member sends no LeaveGroup."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=30)
+        assert not self._thread.is_alive(), "member did not stop"
+        self.consumer.close()
+        assert self.error is None, f"member failed: {self.error!r}"
 
 
 def test_static_member_rejoins_without_rebalancing_the_others(server: LogbusServer) -> None:
@@ -214,35 +252,22 @@ def test_static_member_rejoins_without_rebalancing_the_others(server: LogbusServ
     admin = admin_client(server)
     admin.create_topics({"static": {"num_partitions": 2}})
     group = "static-group"
-    b_listener = Counting()
-    a = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], group_id=group, enable_auto_commit=False,
-                      session_timeout_ms=10_000, heartbeat_interval_ms=500, group_instance_id="a")
-    a.subscribe(["static"])
-    b = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], group_id=group, enable_auto_commit=False,
-                      session_timeout_ms=10_000, heartbeat_interval_ms=500, group_instance_id="b")
-    b.subscribe(["static"], listener=b_listener)
+    a = StaticMember(server, group, "a")
+    b = StaticMember(server, group, "b")
     a2 = None
     try:
-        def balanced() -> bool:
-            a.poll(timeout_ms=100)
-            b.poll(timeout_ms=100)
-            return len(a.assignment()) == 1 and len(b.assignment()) == 1
-        wait_for(balanced, 30, "two static members with a partition each")
-        a_parts, b_parts = set(a.assignment()), set(b.assignment())
+        wait_for(lambda: len(a.assigned) == 1 and len(b.assigned) == 1, 30,
+                 "two static members with a partition each")
+        a_parts, b_parts = a.assigned, b.assigned
         (before,) = admin.describe_groups([group]).values()
         a_member = next(m["member_id"] for m in before["members"] if m["group_instance_id"] == "a")
-        rebalances = (b_listener.revoked, b_listener.assigned)
+        b_rebalances = b.rebalances
 
-        a.close()  # a static member: no LeaveGroup
-        a2 = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], group_id=group, enable_auto_commit=False,
-                           session_timeout_ms=10_000, heartbeat_interval_ms=500, group_instance_id="a")
-        a2.subscribe(["static"])
-        assert poll_until_assigned(a2) == a_parts
-        for _ in range(10):  # b heartbeats and polls: a rebalance would reach it now
-            b.poll(timeout_ms=100)
-            time.sleep(0.1)
-        assert set(b.assignment()) == b_parts
-        assert (b_listener.revoked, b_listener.assigned) == rebalances
+        a.stop()
+        a2 = StaticMember(server, group, "a")
+        wait_for(lambda: a2 is not None and a2.assigned == a_parts, 20, "the restarted member's partitions")
+        time.sleep(2)  # b heartbeats every 0.5 s: a rebalance would have reached it now
+        assert b.assigned == b_parts and b.rebalances == b_rebalances
 
         (after,) = admin.describe_groups([group]).values()
         assert after["group_state"] == "Stable"
@@ -250,9 +275,9 @@ def test_static_member_rejoins_without_rebalancing_the_others(server: LogbusServ
         new_member = next(m["member_id"] for m in after["members"] if m["group_instance_id"] == "a")
         assert new_member != a_member
     finally:
-        for c in (a2, b):
-            if c is not None:
-                c.close()
+        for m in (a, a2, b):
+            if m is not None:
+                m.stop()
         admin.close()
 
 

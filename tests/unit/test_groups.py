@@ -4,12 +4,13 @@ to kafka-python's encoders in memory, every registered version."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
@@ -343,12 +344,110 @@ def test_offset_keys_round_trip(group: str, topic: str, partition: int) -> None:
     assert parse_group_offset_key(group_offset_key(group, topic, partition)) == (group, topic, partition)
 
 
+# -- static membership (KIP-345) and DeleteGroups -------------------------------------------
+
+
+def static_req(instance: str, member_id: str = "", **kw: Any) -> JoinGroup:
+    return replace(join_req(member_id, client="c-" + instance, **kw), group_instance_id=instance)
+
+
+def stable_static_group(c: GroupCoordinator) -> tuple[str, str, int]:
+    """Static members a (leader) and b, Stable; returns (a's id, b's id, generation)."""
+    ra = value(c.join(static_req("a")))  # a static member gets its id at once
+    assert ra.error is Code.NONE and ra.member_id.startswith("a-")
+    assert ra.instance_ids == ((ra.member_id, "a"),)
+    value(c.sync(G, ra.generation_id, ra.member_id, {ra.member_id: b"a1"}, instance_id="a"))
+    join_b = c.join(static_req("b"))
+    assert not join_b.called  # a must rejoin first
+    assert c.heartbeat(G, ra.generation_id, ra.member_id, "a") is Code.REBALANCE_IN_PROGRESS
+    again = c.join(static_req("a", ra.member_id))
+    a, b = value(again), value(join_b)
+    assert a.generation_id == b.generation_id and dict(a.instance_ids) == {a.member_id: "a", b.member_id: "b"}
+    sync_b = c.sync(G, b.generation_id, b.member_id, {}, instance_id="b")
+    value(c.sync(G, a.generation_id, a.member_id, {a.member_id: b"pa", b.member_id: b"pb"}, instance_id="a"))
+    assert value(sync_b).assignment == b"pb"
+    return a.member_id, b.member_id, a.generation_id
+
+
+@pytest.mark.parametrize("restarted", ["a", "b"])
+def test_a_static_member_that_restarts_keeps_its_assignment_without_a_rebalance(restarted: str) -> None:
+    c, clock = make()
+    a, b, gen = stable_static_group(c)
+    old = a if restarted == "a" else b
+    r = value(c.join(static_req(restarted)))
+    assert r.error is Code.NONE and r.member_id not in (a, b) and r.generation_id == gen
+    assert r.leader == a and r.members == ()  # the leader as it was: nobody assigns again
+    assert c.groups[G].state is GroupState.STABLE and c.groups[G].static_members[restarted] == r.member_id
+    mine = b"pa" if restarted == "a" else b"pb"
+    assert value(c.sync(G, gen, r.member_id, {}, instance_id=restarted)).assignment == mine
+    other = b if restarted == "a" else a
+    assert c.heartbeat(G, gen, other, "b" if restarted == "a" else "a") is Code.NONE  # not rebalanced
+    # the old member id is fenced wherever the instance is named
+    assert c.heartbeat(G, gen, old, restarted) is Code.FENCED_INSTANCE_ID
+    assert value(c.sync(G, gen, old, {}, instance_id=restarted)).error is Code.FENCED_INSTANCE_ID
+    assert value(c.join(static_req(restarted, old))).error is Code.FENCED_INSTANCE_ID
+    assert c.commit_offsets(G, gen, old, {("t", 0): OffsetAndMetadata(1)}, restarted)[0] is Code.FENCED_INSTANCE_ID
+    assert c.leave(G, [old], [restarted]) == [Code.FENCED_INSTANCE_ID]
+    if restarted == "a":
+        assert c.groups[G].leader_id == r.member_id
+    # static members' sessions expire as dynamic members' do
+    clock.advance(SESSION_MS / 1000 + 1)
+    assert G not in c.groups  # no members and no offsets left: Dead
+
+
+def test_a_static_member_replaced_while_completing_a_rebalance_rebalances_the_group() -> None:
+    c, _ = make()
+    ra = value(c.join(static_req("a")))
+    join_b = c.join(static_req("b"))
+    value(c.join(static_req("a", ra.member_id)))
+    b = value(join_b)
+    assert c.groups[G].state is GroupState.COMPLETING_REBALANCE
+    pending_sync = c.sync(G, b.generation_id, b.member_id, {}, instance_id="b")
+    again = c.join(static_req("b"))  # b restarted before the leader's sync
+    assert value(pending_sync).error is Code.FENCED_INSTANCE_ID
+    assert c.groups[G].state is GroupState.PREPARING_REBALANCE and not again.called
+
+
+def test_leave_a_static_member_by_its_instance_id() -> None:
+    c, _ = make()
+    a, b, _ = stable_static_group(c)
+    assert c.leave(G, ["", ""], ["b", "nobody"]) == [Code.NONE, Code.UNKNOWN_MEMBER_ID]
+    assert list(c.groups[G].members) == [a] and c.groups[G].static_members == {"a": a}
+
+
+def test_delete_group() -> None:
+    c, _ = make()
+    assert c.delete_group("nope") is Code.GROUP_ID_NOT_FOUND
+    assert c.delete_group("") is Code.INVALID_GROUP_ID
+    ids, gen = stable_group(c, 1)
+    assert c.delete_group(G) is Code.NON_EMPTY_GROUP
+    c.commit_offsets(G, gen, ids[0], {("t", 0): OffsetAndMetadata(5)})
+    c.leave(G, ids)
+    assert c.groups[G].state is GroupState.EMPTY and c.fetch_offsets(G, None)
+    assert c.delete_group(G) is Code.NONE
+    assert G not in c.groups and c.fetch_offsets(G, None) == {}
+
+
+def test_deleted_group_offsets_are_gone_from_the_store(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    try:
+        c, _ = make(store)
+        c.commit_offsets(G, -1, "", {("t", 0): OffsetAndMetadata(3)})
+        c.commit_offsets("kept", -1, "", {("t", 0): OffsetAndMetadata(4)})
+        assert c.delete_group(G) is Code.NONE
+        again, _ = make(store)
+        assert again.load() == 1 and list(again.groups) == ["kept"]
+    finally:
+        store.close()
+
+
 # -- Hypothesis: clients doing anything in any order keep the invariants ----------------
 
 
 class Client:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, instance: str | None = None) -> None:
         self.name = name
+        self.instance = instance  # a static member (KIP-345)
         self.member_id = ""
         self.generation = -1
         self.members: tuple[tuple[str, bytes], ...] = ()
@@ -357,7 +456,8 @@ class Client:
 
 
 OPS = st.lists(
-    st.tuples(st.sampled_from(["act"] * 8 + ["join", "sync", "heartbeat", "leave", "advance", "commit"]),
+    st.tuples(st.sampled_from(["act"] * 8 + ["join", "sync", "heartbeat", "leave", "advance", "commit",
+                                             "restart", "restart", "delete"]),
               st.integers(0, 3), st.sampled_from([0.1, 1.0, 4.0, 11.0])),
     min_size=5, max_size=60,
 )
@@ -365,9 +465,11 @@ OPS = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(OPS)
+@example([("act", 2, 0.1)] * 8 + [("restart", 2, 0.1)] + [("act", 2, 0.1)] * 2)  # replaced while Stable
+@example([("act", 2, 0.1), ("act", 3, 0.1)] * 8 + [("restart", 3, 0.1)] + [("act", 3, 0.1), ("act", 2, 0.1)] * 4)
 def test_random_clients_keep_the_invariants(ops: list[tuple[str, int, float]]) -> None:
     c, clock = make()
-    clients = [Client(f"c{i}") for i in range(4)]
+    clients = [Client("c0"), Client("c1"), Client("c2", "s2"), Client("c3", "s3")]  # two static members
     history: list[tuple[GroupState, GroupState, int]] = []
     real_transition = c._transition
 
@@ -377,8 +479,12 @@ def test_random_clients_keep_the_invariants(ops: list[tuple[str, int, float]]) -
 
     c._transition = transition  # type: ignore[method-assign]
 
-    def on_join(result: JoinResult, cl: Client) -> JoinResult:
-        if result.error in (Code.NONE, Code.MEMBER_ID_REQUIRED):
+    def on_join(result: JoinResult, cl: Client, sent: str) -> JoinResult:
+        if cl.member_id != sent:  # answered after the client restarted: not for it any more
+            return result
+        if result.error is Code.FENCED_INSTANCE_ID:
+            cl.member_id, cl.generation = "", -1
+        elif result.error in (Code.NONE, Code.MEMBER_ID_REQUIRED):
             cl.member_id = result.member_id
         if result.error is Code.NONE:
             cl.generation, cl.members = result.generation_id, result.members
@@ -386,8 +492,12 @@ def test_random_clients_keep_the_invariants(ops: list[tuple[str, int, float]]) -
             cl.member_id, cl.generation = "", -1
         return result
 
-    def on_sync(result: SyncResult, cl: Client) -> SyncResult:
-        if result.error is Code.NONE:
+    def on_sync(result: SyncResult, cl: Client, sent: str) -> SyncResult:
+        if cl.member_id != sent:
+            return result
+        if result.error is Code.FENCED_INSTANCE_ID:
+            cl.member_id, cl.generation = "", -1
+        elif result.error is Code.NONE:
             cl.synced = cl.generation
         else:
             cl.generation = -1 if result.error is not Code.UNKNOWN_MEMBER_ID else cl.generation
@@ -403,22 +513,30 @@ def test_random_clients_keep_the_invariants(ops: list[tuple[str, int, float]]) -
                 op = "advance"
             elif cl.generation < 0 or cl.synced != cl.generation:
                 op = "join" if cl.generation < 0 else "sync"
-            elif c.heartbeat(G, cl.generation, cl.member_id) is not Code.NONE:
+            elif c.heartbeat(G, cl.generation, cl.member_id, cl.instance) is not Code.NONE:
                 op = "join"
             else:
                 op, dt = "advance", 0.1
         if op == "join":
-            d = c.join(join_req(cl.member_id, client=cl.name))
-            cl.deferreds.append(d.addCallback(on_join, cl))
+            req = replace(join_req(cl.member_id, client=cl.name), group_instance_id=cl.instance)
+            g = c.groups.get(G)
+            if not cl.member_id and g is not None and cl.instance in g.static_members:
+                event(f"static member replaced in {g.state.value}")
+            cl.deferreds.append(c.join(req).addCallback(on_join, cl, cl.member_id))
         elif op == "sync":
             plan = {m: b"a-" + m.encode() for m, _ in cl.members}
-            cl.deferreds.append(c.sync(G, cl.generation, cl.member_id, plan).addCallback(on_sync, cl))
+            d = c.sync(G, cl.generation, cl.member_id, plan, instance_id=cl.instance)
+            cl.deferreds.append(d.addCallback(on_sync, cl, cl.member_id))
         elif op == "heartbeat":
-            c.heartbeat(G, cl.generation, cl.member_id)
+            c.heartbeat(G, cl.generation, cl.member_id, cl.instance)
         elif op == "leave":
-            c.leave(G, [cl.member_id])
+            c.leave(G, [cl.member_id], [cl.instance])
         elif op == "commit":
-            c.commit_offsets(G, cl.generation, cl.member_id, {("t", i): OffsetAndMetadata(1)})
+            c.commit_offsets(G, cl.generation, cl.member_id, {("t", i): OffsetAndMetadata(1)}, cl.instance)
+        elif op == "restart":  # the client process restarts: it forgets its member id
+            cl.member_id, cl.generation, cl.synced, cl.members = "", -1, -1, ()
+        elif op == "delete":
+            assert c.delete_group(G) in (Code.NONE, Code.NON_EMPTY_GROUP, Code.GROUP_ID_NOT_FOUND)
         else:
             clock.advance(dt)
         group = c.groups.get(G)
@@ -426,6 +544,9 @@ def test_random_clients_keep_the_invariants(ops: list[tuple[str, int, float]]) -
             continue
         leaders = [m for m in group.members if m == group.leader_id]
         assert len(leaders) == (1 if group.members else 0)
+        assert group.static_members == {
+            m.group_instance_id: mid for mid, m in group.members.items() if m.group_instance_id is not None}
+        assert all(m.member_id == mid for mid, m in group.members.items())
         if group.state is GroupState.STABLE:
             assert all(m.assignment for m in group.members.values())
         if group.state in (GroupState.EMPTY, GroupState.DEAD):

@@ -1,5 +1,5 @@
 """Kafka the group coordinator: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
+LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 
 Each handler translates a decoded request into a call on ``core.groups.GroupCoordinator``
 (one per ``KafkaHandlers``, shared by every connection) and the result into the
@@ -11,14 +11,16 @@ Versions (what kafka-python 3.0.12 and aiokafka send fall inside each range):
 API              versions  notes
 ===============  ========  ==============================================================
 FindCoordinator  0-4       v4: batched ``coordinator_keys``
-JoinGroup        0-7       v4+: first join answered MEMBER_ID_REQUIRED with the new id
+JoinGroup        0-7       v4+: first join answered MEMBER_ID_REQUIRED with the new id;
+                           v5+: ``group_instance_id`` (static members, KIP-345)
 SyncGroup        0-5       v5: protocol type/name checked and returned
 Heartbeat        0-4
 LeaveGroup       0-4       v3+: a batch of members, one error per member
 OffsetCommit     2-8       (0-1 are gone from Kafka 4.0 and kafka-python)
 OffsetFetch      1-8       v2+: ``topics`` null = every committed partition; v8: groups
 ListGroups       0-4       v4: states filter
-DescribeGroups   0-5
+DescribeGroups   0-5       v3+: authorized operations when asked (operations.py)
+DeleteGroups     0-2       an Empty group and its committed offsets
 ===============  ========  ==============================================================
 """
 
@@ -28,6 +30,8 @@ import logging
 from typing import Any
 
 from kafka.protocol.admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ListGroupsRequest,
@@ -89,6 +93,7 @@ def install(handlers: KafkaHandlers) -> None:
     reg(OffsetFetchRequest, OffsetFetchResponse, 1, 8, api.offset_fetch)
     reg(ListGroupsRequest, ListGroupsResponse, 0, 4, api.list_groups)
     reg(DescribeGroupsRequest, DescribeGroupsResponse, 0, 5, api.describe_groups)
+    reg(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2, api.delete_groups)
 
 
 class _GroupApi:
@@ -134,10 +139,12 @@ class _GroupApi:
             protocol_type=body.protocol_type,
             protocols=tuple((p.name, bytes(p.metadata)) for p in body.protocols),
             require_known_member_id=v >= 4,
+            group_instance_id=body.group_instance_id if v >= 5 else None,
         )
         M = JoinGroupResponse.JoinGroupResponseMember
 
         def build(r: JoinResult) -> Any:
+            instances = dict(r.instance_ids)
             if r.error is not Code.NONE and r.error is not Code.MEMBER_ID_REQUIRED:
                 log.debug("JoinGroup %s by %s: %s", join.group_id, join.member_id, r.error.name)
             return JoinGroupResponse(
@@ -149,7 +156,8 @@ class _GroupApi:
                 leader=r.leader,
                 skip_assignment=False,
                 member_id=r.member_id,
-                members=[M(member_id=mid, group_instance_id=None, metadata=md) for mid, md in r.members],
+                members=[M(member_id=mid, group_instance_id=instances.get(mid), metadata=md)
+                         for mid, md in r.members],
             )
 
         return self.coord.join(join).addCallback(build)
@@ -161,6 +169,7 @@ class _GroupApi:
             body.group_id, body.generation_id, body.member_id, assignments,
             protocol_type=body.protocol_type if v >= 5 else None,
             protocol_name=body.protocol_name if v >= 5 else None,
+            instance_id=body.group_instance_id if v >= 3 else None,
         )
 
         def build(r: SyncResult) -> Any:
@@ -175,7 +184,8 @@ class _GroupApi:
 
     def heartbeat(self, req: Request, advertised: tuple[str, int]) -> Any:
         body = req.body
-        code = self.coord.heartbeat(body.group_id, body.generation_id, body.member_id)
+        instance = body.group_instance_id if req.api_version >= 3 else None
+        code = self.coord.heartbeat(body.group_id, body.generation_id, body.member_id, instance)
         return HeartbeatResponse(throttle_time_ms=0, error_code=int(code))
 
     def leave_group(self, req: Request, advertised: tuple[str, int]) -> Any:
@@ -184,7 +194,8 @@ class _GroupApi:
             (code,) = self.coord.leave(body.group_id, [body.member_id])
             return LeaveGroupResponse(throttle_time_ms=0, error_code=int(code))
         identities = list(body.members)
-        codes = self.coord.leave(body.group_id, [m.member_id for m in identities])
+        codes = self.coord.leave(body.group_id, [m.member_id for m in identities],
+                                 [m.group_instance_id for m in identities])
         R = LeaveGroupResponse.MemberResponse
         members = [
             R(member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=int(code))
@@ -211,7 +222,8 @@ class _GroupApi:
                         p.committed_leader_epoch,
                     )
         code, codes = self.coord.commit_offsets(
-            body.group_id, body.generation_id_or_member_epoch, body.member_id or "", offsets
+            body.group_id, body.generation_id_or_member_epoch, body.member_id or "", offsets,
+            body.group_instance_id if req.api_version >= 7 else None,
         )
         T = OffsetCommitResponse.OffsetCommitResponseTopic
         P = T.OffsetCommitResponsePartition
@@ -301,7 +313,7 @@ class _GroupApi:
                              authorized_operations=operations))
                 continue
             members = [
-                DM(member_id=m.member_id, group_instance_id=None, client_id=m.client_id,
+                DM(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
                    client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
                 for m in g.members
             ]
@@ -309,3 +321,8 @@ class _GroupApi:
                          protocol_type=g.protocol_type, protocol_data=g.protocol_name, members=members,
                          authorized_operations=operations))
         return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
+
+    def delete_groups(self, req: Request, advertised: tuple[str, int]) -> Any:
+        R = DeleteGroupsResponse.DeletableGroupResult
+        results = [R(group_id=g, error_code=int(self.coord.delete_group(g))) for g in req.body.groups_names]
+        return DeleteGroupsResponse(throttle_time_ms=0, results=results)
