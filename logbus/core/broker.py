@@ -20,7 +20,15 @@ from typing import Any, Mapping, Sequence
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
 
-from .errors import DataDirLocked, InvalidConfig, LogbusError, TopicExists, UnknownTopic  # noqa: F401  (re-exported)
+from .errors import (  # noqa: F401  (re-exported)
+    DataDirLocked,
+    InvalidConfig,
+    LogbusError,
+    OffsetOutOfRange,
+    TopicExists,
+    UnknownPartition,
+    UnknownTopic,
+)
 from .log import AppendResult, LogManager, Record
 from .log.batch import BatchInfo, now_ms
 from .log.topic_config import TopicConfig, validate_topic_name
@@ -148,7 +156,9 @@ class Broker:
             )
             for _, value in self.state.scan_prefix(CF_METADATA, TOPIC_PREFIX):
                 rec = TopicRecord.FromString(value)
-                self.log.open_topic(rec.name, self._config_of(rec))
+                topic = self.log.open_topic(rec.name, self._config_of(rec))
+                for p, start in zip(topic.partitions, rec.log_start_offsets):
+                    p.advance_start(start)
         except BaseException:
             self._close_all()
             raise
@@ -356,6 +366,78 @@ class Broker:
             raise
         log.info("topic %r now has %d partitions", name, partitions)
         return self.describe_topic(name)
+
+    def alter_topic(self, name: str, settings: Mapping[str, Any], *, validate_only: bool = False) -> TopicInfo:
+        """Change a topic's settings: each one named is set, or put back to the broker's
+        default when its value is None; the others stay. The partition count is not
+        changed here (``grow_topic``). The new settings are recorded first, then applied
+        to the live partitions; ``validate_only`` stops after the checks."""
+        lm = self._log
+        topic = lm.topic(name)
+        defaults = self.topic_defaults.to_mapping()
+        values: dict[str, Any] = {}
+        for key, value in settings.items():
+            if value is None:
+                if key not in defaults:
+                    raise InvalidConfig(f"unknown topic setting {key!r} (known: {', '.join(sorted(defaults))})")
+                value = defaults[key]
+            values[key] = value
+        config = TopicConfig.from_mapping(values, base=topic.config)
+        if config.partitions != len(topic.partitions):
+            raise InvalidConfig(f"topic {name!r} has {len(topic.partitions)} partitions: the count is changed "
+                                "by adding partitions (Kafka CreatePartitions), not by a setting")
+        if validate_only:
+            return TopicInfo(name, config.to_mapping(), self.describe_topic(name).partitions)
+        rec = self._topic_record(name)
+        rec.config.clear()
+        rec.config.update({k: str(v) for k, v in config.to_mapping().items() if k != "partitions"})
+        assert self.state is not None
+        self.state.put(CF_METADATA, topic_key(name), rec, sync=True)
+        lm.reconfigure(name, config)
+        log.info("topic %r settings changed: %s", name, ", ".join(f"{k}={v}" for k, v in sorted(values.items())))
+        return self.describe_topic(name)
+
+    def delete_records(self, topic: str, offsets: Mapping[int, int]) -> dict[int, int | LogbusError]:
+        """Kafka's DeleteRecords: move each partition's log start offset forward to the
+        given offset (-1: the high watermark). Per partition, the new log start offset or
+        the error (UnknownPartition; OffsetOutOfRange past the high watermark). The new
+        starts are recorded (one synced put) before readers see them; whole segments
+        below them are deleted by housekeeping."""
+        t = self._log.topic(topic)
+        results: dict[int, int | LogbusError] = {}
+        moves: dict[int, int] = {}
+        for index, offset in offsets.items():
+            if not 0 <= index < len(t.partitions):
+                results[index] = UnknownPartition(f"topic {topic!r} has no partition {index}")
+                continue
+            p = t.partitions[index]
+            hw = p.high_watermark
+            target = hw if offset == -1 else offset
+            if not 0 <= target <= hw:
+                results[index] = OffsetOutOfRange(f"offset {offset} is not in [0, {hw}] (the high watermark) "
+                                                  f"of {topic}/{index}")
+            elif target > p.log_start_offset:
+                moves[index] = target
+        if moves:
+            rec = self._topic_record(topic)
+            starts = list(rec.log_start_offsets) + [0] * (len(t.partitions) - len(rec.log_start_offsets))
+            for index, target in moves.items():
+                starts[index] = target
+            del rec.log_start_offsets[:]
+            rec.log_start_offsets.extend(starts)
+            assert self.state is not None
+            self.state.put(CF_METADATA, topic_key(topic), rec, sync=True)
+            for index, target in moves.items():
+                t.partitions[index].advance_start(target)
+                log.info("records of %s/%d below offset %d deleted", topic, index, target)
+        return {i: results[i] if i in results else t.partitions[i].log_start_offset for i in offsets}
+
+    def _topic_record(self, name: str) -> TopicRecord:
+        assert self.state is not None
+        rec = self.state.get_msg(CF_METADATA, topic_key(name), TopicRecord)
+        if rec is None:
+            raise UnknownTopic(f"topic {name!r} has no metadata record")
+        return rec
 
     def delete_topic(self, name: str) -> None:
         lm = self._log

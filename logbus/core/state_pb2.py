@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17logbus/core/state.proto\x12\x06logbus\"\xa3\x01\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\x12/\n\x06\x63onfig\x18\x03 \x03(\x0b\x32\x1f.logbus.TopicRecord.ConfigEntry\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"x\n\x0f\x43ommittedOffset\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x15\n\x08metadata\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x04 \x01(\x03\x42\x0b\n\t_metadata\"[\n\x0eProducerRecord\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x15\n\rlast_sequence\x18\x02 \x01(\x05\x12#\n\x06recent\x18\x03 \x03(\x0b\x32\x13.logbus.RecentBatch\"Q\n\x0bRecentBatch\x12\x16\n\x0e\x66irst_sequence\x18\x01 \x01(\x05\x12\x15\n\rlast_sequence\x18\x02 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x03\"%\n\x13ProducerSnapshotEnd\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"\x84\x01\n\x0e\x45xchangeRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x13\n\x0b\x61uto_delete\x18\x03 \x01(\x08\x12\x10\n\x08internal\x18\x04 \x01(\x08\x12\x11\n\targuments\x18\x05 \x01(\x0c\x12\x12\n\x05topic\x18\x06 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_topic\"C\n\x0bQueueRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x61uto_delete\x18\x02 \x01(\x08\x12\x11\n\targuments\x18\x03 \x01(\x0c\"v\n\rBindingRecord\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65stination\x18\x02 \x01(\t\x12\x18\n\x10\x64\x65stination_kind\x18\x03 \x01(\t\x12\x13\n\x0brouting_key\x18\x04 \x01(\t\x12\x11\n\targuments\x18\x05 \x01(\x0c\"Z\n\nUserRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rpassword_hash\x18\x02 \x01(\t\x12\x19\n\x11hashing_algorithm\x18\x03 \x01(\t\x12\x0c\n\x04tags\x18\x04 \x03(\t\">\n\x0bVHostRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\"_\n\x10PermissionRecord\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\r\n\x05vhost\x18\x02 \x01(\t\x12\x11\n\tconfigure\x18\x03 \x01(\t\x12\r\n\x05write\x18\x04 \x01(\t\x12\x0c\n\x04read\x18\x05 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17logbus/core/state.proto\x12\x06logbus\"\xbe\x01\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\x05\x12/\n\x06\x63onfig\x18\x03 \x03(\x0b\x32\x1f.logbus.TopicRecord.ConfigEntry\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\x12\x19\n\x11log_start_offsets\x18\x05 \x03(\x03\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"x\n\x0f\x43ommittedOffset\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x05\x12\x15\n\x08metadata\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x1b\n\x13\x63ommit_timestamp_ms\x18\x04 \x01(\x03\x42\x0b\n\t_metadata\"[\n\x0eProducerRecord\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x15\n\rlast_sequence\x18\x02 \x01(\x05\x12#\n\x06recent\x18\x03 \x03(\x0b\x32\x13.logbus.RecentBatch\"Q\n\x0bRecentBatch\x12\x16\n\x0e\x66irst_sequence\x18\x01 \x01(\x05\x12\x15\n\rlast_sequence\x18\x02 \x01(\x05\x12\x13\n\x0b\x62\x61se_offset\x18\x03 \x01(\x03\"%\n\x13ProducerSnapshotEnd\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"\x84\x01\n\x0e\x45xchangeRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x13\n\x0b\x61uto_delete\x18\x03 \x01(\x08\x12\x10\n\x08internal\x18\x04 \x01(\x08\x12\x11\n\targuments\x18\x05 \x01(\x0c\x12\x12\n\x05topic\x18\x06 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_topic\"C\n\x0bQueueRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x61uto_delete\x18\x02 \x01(\x08\x12\x11\n\targuments\x18\x03 \x01(\x0c\"v\n\rBindingRecord\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65stination\x18\x02 \x01(\t\x12\x18\n\x10\x64\x65stination_kind\x18\x03 \x01(\t\x12\x13\n\x0brouting_key\x18\x04 \x01(\t\x12\x11\n\targuments\x18\x05 \x01(\x0c\"Z\n\nUserRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rpassword_hash\x18\x02 \x01(\t\x12\x19\n\x11hashing_algorithm\x18\x03 \x01(\t\x12\x0c\n\x04tags\x18\x04 \x03(\t\">\n\x0bVHostRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\"_\n\x10PermissionRecord\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\r\n\x05vhost\x18\x02 \x01(\t\x12\x11\n\tconfigure\x18\x03 \x01(\t\x12\r\n\x05write\x18\x04 \x01(\t\x12\x0c\n\x04read\x18\x05 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,27 +34,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICRECORD_CONFIGENTRY']._loaded_options = None
   _globals['_TOPICRECORD_CONFIGENTRY']._serialized_options = b'8\001'
   _globals['_TOPICRECORD']._serialized_start=36
-  _globals['_TOPICRECORD']._serialized_end=199
-  _globals['_TOPICRECORD_CONFIGENTRY']._serialized_start=154
-  _globals['_TOPICRECORD_CONFIGENTRY']._serialized_end=199
-  _globals['_COMMITTEDOFFSET']._serialized_start=201
-  _globals['_COMMITTEDOFFSET']._serialized_end=321
-  _globals['_PRODUCERRECORD']._serialized_start=323
-  _globals['_PRODUCERRECORD']._serialized_end=414
-  _globals['_RECENTBATCH']._serialized_start=416
-  _globals['_RECENTBATCH']._serialized_end=497
-  _globals['_PRODUCERSNAPSHOTEND']._serialized_start=499
-  _globals['_PRODUCERSNAPSHOTEND']._serialized_end=536
-  _globals['_EXCHANGERECORD']._serialized_start=539
-  _globals['_EXCHANGERECORD']._serialized_end=671
-  _globals['_QUEUERECORD']._serialized_start=673
-  _globals['_QUEUERECORD']._serialized_end=740
-  _globals['_BINDINGRECORD']._serialized_start=742
-  _globals['_BINDINGRECORD']._serialized_end=860
-  _globals['_USERRECORD']._serialized_start=862
-  _globals['_USERRECORD']._serialized_end=952
-  _globals['_VHOSTRECORD']._serialized_start=954
-  _globals['_VHOSTRECORD']._serialized_end=1016
-  _globals['_PERMISSIONRECORD']._serialized_start=1018
-  _globals['_PERMISSIONRECORD']._serialized_end=1113
+  _globals['_TOPICRECORD']._serialized_end=226
+  _globals['_TOPICRECORD_CONFIGENTRY']._serialized_start=181
+  _globals['_TOPICRECORD_CONFIGENTRY']._serialized_end=226
+  _globals['_COMMITTEDOFFSET']._serialized_start=228
+  _globals['_COMMITTEDOFFSET']._serialized_end=348
+  _globals['_PRODUCERRECORD']._serialized_start=350
+  _globals['_PRODUCERRECORD']._serialized_end=441
+  _globals['_RECENTBATCH']._serialized_start=443
+  _globals['_RECENTBATCH']._serialized_end=524
+  _globals['_PRODUCERSNAPSHOTEND']._serialized_start=526
+  _globals['_PRODUCERSNAPSHOTEND']._serialized_end=563
+  _globals['_EXCHANGERECORD']._serialized_start=566
+  _globals['_EXCHANGERECORD']._serialized_end=698
+  _globals['_QUEUERECORD']._serialized_start=700
+  _globals['_QUEUERECORD']._serialized_end=767
+  _globals['_BINDINGRECORD']._serialized_start=769
+  _globals['_BINDINGRECORD']._serialized_end=887
+  _globals['_USERRECORD']._serialized_start=889
+  _globals['_USERRECORD']._serialized_end=979
+  _globals['_VHOSTRECORD']._serialized_start=981
+  _globals['_VHOSTRECORD']._serialized_end=1043
+  _globals['_PERMISSIONRECORD']._serialized_start=1045
+  _globals['_PERMISSIONRECORD']._serialized_end=1140
 # @@protoc_insertion_point(module_scope)

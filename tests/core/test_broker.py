@@ -8,6 +8,7 @@ import pytest
 
 from logbus.core.broker import Broker
 from logbus.core.errors import InvalidConfig, UnknownTopic
+from logbus.core.log import Record
 from tests.loop import LoopReactor
 
 
@@ -65,3 +66,86 @@ def test_retention_keeps_what_a_queue_points_into(tmp_path: Any) -> None:
     assert d is not None and d.message.value.startswith(b"m30") and d.entry.redelivered
     assert b.vhosts["/"].get("q", "me", no_ack=True) is None
     b.stop()
+
+
+def _fill(b: Broker, loop: LoopReactor, topic: str, n: int) -> None:
+    for i in range(n):
+        b.append(topic, 0, [Record(b"k", b"v%03d" % i + b"." * 100)])
+        while loop.run_once():
+            pass
+
+
+def test_delete_records_moves_the_start_and_retention_drops_whole_segments(tmp_path: Any) -> None:
+    from logbus.core.errors import OffsetOutOfRange, UnknownPartition
+
+    loop = LoopReactor()
+    b = Broker(tmp_path, reactor=loop)
+    b.start()
+    b.create_topic("t", {"segment.bytes": 1024, "flush": "none", "partitions": 2})
+    _fill(b, loop, "t", 40)
+    p = b.log.partition("t", 0)
+    segments = len(p.segments)
+    assert segments > 3
+    middle = p.segments[2].base_offset + 1  # inside the third segment
+    results = b.delete_records("t", {0: middle, 1: 5, 7: 1})
+    assert results[0] == middle and p.log_start_offset == middle
+    assert isinstance(results[1], OffsetOutOfRange)  # partition 1 is empty: 5 > its high watermark
+    assert isinstance(results[7], UnknownPartition)
+    assert b.delete_records("t", {0: 1}) == {0: middle}  # never back
+    with pytest.raises(OffsetOutOfRange):
+        p.read(middle - 1, 1 << 20)
+    assert p.read(middle - 1, 1, deleted=True).spans  # still on disk: a queue's pointer reads it
+    assert p.read_records(middle)[0].offset == middle
+    assert b.housekeeping() == 2  # the two segments wholly below the start
+    assert len(p.segments) == segments - 2 and p.log_start_offset == middle
+    b.stop()
+
+    b2 = Broker(tmp_path, reactor=loop)
+    b2.start()
+    p2 = b2.log.partition("t", 0)
+    assert p2.log_start_offset == middle and b2.describe_topic("t").partitions[0].log_start_offset == middle
+    assert b2.delete_records("t", {0: -1}) == {0: 40}  # -1: the high watermark
+    b2.stop()
+    b3 = Broker(tmp_path, reactor=loop)
+    b3.start()
+    assert b3.log.partition("t", 0).log_start_offset == 40
+    b3.stop()
+
+
+def test_alter_topic_is_recorded_applied_live_and_survives_restart(tmp_path: Any) -> None:
+    from logbus.core.errors import RecordTooLarge
+
+    loop = LoopReactor()
+    b = Broker(tmp_path, reactor=loop)
+    b.start()
+    b.create_topic("t", {"flush": "none", "retention.ms": 60000})
+    _fill(b, loop, "t", 3)
+    p = b.log.partition("t", 0)
+    assert p.high_watermark == 3
+    info = b.alter_topic("t", {"flush": "sync", "max.message.bytes": 100, "retention.ms": None})
+    assert info.config["flush"] == "sync" and info.config["retention.ms"] == b.topic_defaults.retention_ms
+    assert p.high_watermark == 3  # records readable under "none" stay readable under "sync"
+    assert p.config.max_message_bytes == 100
+    d = b.append("t", 0, [Record(b"k", b"x" * 500)])
+    failures: list[Any] = []
+    d.addErrback(failures.append)
+    while loop.run_once():
+        pass
+    assert failures and failures[0].check(RecordTooLarge)
+    with pytest.raises(InvalidConfig):
+        b.alter_topic("t", {"partitions": 3})
+    with pytest.raises(InvalidConfig):
+        b.alter_topic("t", {"retention.ms": "soon"})
+    with pytest.raises(InvalidConfig):
+        b.alter_topic("t", {"no.such": None})
+    with pytest.raises(UnknownTopic):
+        b.alter_topic("nope", {"flush": "none"})
+    assert b.alter_topic("t", {"segment.ms": 5000}, validate_only=True).config["segment.ms"] == 5000
+    assert p.config.segment_ms != 5000
+    b.stop()
+    b2 = Broker(tmp_path, reactor=loop)
+    b2.start()
+    config = b2.describe_topic("t").config
+    assert config["flush"] == "sync" and config["max.message.bytes"] == 100
+    assert b2.log.partition("t", 0).config.max_message_bytes == 100
+    b2.stop()

@@ -149,6 +149,14 @@ class LogManager:
         if handoff:
             self.flusher.submit(handoff, written)
 
+    def reconfigure(self, name: str, config: TopicConfig) -> Topic:
+        """New settings (same partition count) for an open topic's live partitions."""
+        topic = self.topic(name)
+        topic.config = config
+        for p in topic.partitions:
+            p.set_config(config)
+        return topic
+
     def topic(self, name: str) -> Topic:
         t = self.topics.get(name)
         if t is None:

@@ -115,9 +115,18 @@ class Partition:
         self.records_appended = 0
         self.bytes_appended = 0
         self._watchers: list[Callable[[], object]] = []
+        self._start = 0  # the log start DeleteRecords set (0: the first segment's base)
+        self._mode = config.flush_mode
         self.set_config(config)
 
     def set_config(self, config: TopicConfig) -> None:
+        """Apply (new) settings to the live partition. A new flush policy applies to
+        appends from now on: what is buffered is written under the old one first, and
+        records already readable stay readable (a move to ``sync`` does not hide records
+        written under ``none`` until they are synced)."""
+        if config.flush_mode != self._mode:
+            self.drain()
+            self.durable_offset = max(self.durable_offset, self.high_watermark)
         self.config = config
         self._mode = config.flush_mode
         self._interval = config.flush_interval_ms / 1000.0
@@ -130,7 +139,16 @@ class Partition:
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        """The first offset readers may read: the first segment's base, or where
+        ``advance_start`` (DeleteRecords) moved it, inside or past it."""
+        return max(self.segments[0].base_offset, self._start)
+
+    def advance_start(self, offset: int) -> int:
+        """Move the log start offset forward to ``offset`` (never back, never past the
+        log end); returns the new log start. The caller records it (the broker's state
+        store); whole segments below it are deleted by ``apply_retention``."""
+        self._start = max(self._start, min(offset, self.next_offset))
+        return self.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -404,12 +422,14 @@ class Partition:
 
     # -- reading -----------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, data: bool = True) -> ReadResult:
+    def read(self, offset: int, max_bytes: int, data: bool = True, *, deleted: bool = False) -> ReadResult:
         """Whole batches from the one holding ``offset`` on, below the high watermark and
         up to ``max_bytes`` (the first batch is returned even if larger, so a reader
         always makes progress). Offsets from the high watermark to the log end read as
-        empty; beyond the log end (or before its start) they are out of range."""
-        start, end = self.segments[0].base_offset, self.next_offset
+        empty; beyond the log end (or before its start) they are out of range.
+        ``deleted``: records below the log start that are still on disk may be read (a
+        queue's pointers: retention keeps their segments)."""
+        start, end = self.segments[0].base_offset if deleted else self.log_start_offset, self.next_offset
         if offset < start or offset > end:
             raise OffsetOutOfRange(
                 f"offset {offset} is outside [{start}, {end}] of {self.topic}/{self.index}"
@@ -448,7 +468,7 @@ class Partition:
             if remaining <= 0:
                 break
         payload = b"".join(self._pread(s) for s in spans) if data else b""
-        return ReadResult(first_offset, next_offset, spans, payload, start, end, hw)
+        return ReadResult(first_offset, next_offset, spans, payload, self.log_start_offset, end, hw)
 
     def _pread(self, span: FileSpan) -> bytes:
         fd = self.cache.get(span.path).fd
@@ -502,9 +522,10 @@ class Partition:
         return False
 
     def apply_retention(self, now_ms: int, keep_from: int | Callable[[], int | None] | None = None) -> int:
-        """Delete whole segments past retention.ms / retention.bytes; never one holding
-        an offset >= ``keep_from`` (a queue's unacknowledged pointer), which may be a
-        function, asked only once a segment is due. Returns how many."""
+        """Delete whole segments past retention.ms / retention.bytes or wholly below the
+        log start offset; never one holding an offset >= ``keep_from`` (a queue's
+        unacknowledged pointer), which may be a function, asked only once a segment is
+        due. Returns how many."""
         cfg = self.config
         deleted = 0
         total = self.size_bytes
@@ -513,7 +534,8 @@ class Partition:
             nxt = self.segments[1]
             expired = cfg.retention_ms > 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
             too_big = cfg.retention_bytes > 0 and total - seg.size >= cfg.retention_bytes
-            if not (expired or too_big):
+            below_start = nxt.base_offset <= self._start
+            if not (expired or too_big or below_start):
                 break
             if callable(keep_from):
                 keep_from = keep_from()
