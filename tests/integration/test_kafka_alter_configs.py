@@ -88,8 +88,9 @@ def test_incremental_alter_configs_errors(logbus_server: Any) -> None:
         req = IncrementalAlterConfigsRequest(validate_only=validate, resources=[
             R(resource_type=t, resource_name=n, configs=[E(name=k, config_operation=op, value=v) for k, op, v in cs])
             for t, n, cs in resources])
-        return [(r.resource_name, r.error_code) for r in Wire(server).call(req, IncrementalAlterConfigsResponse,
-                                                                            1).responses]
+        with Wire(server) as wire:
+            responses = wire.call(req, IncrementalAlterConfigsResponse, 1).responses
+        return [(r.resource_name, r.error_code) for r in responses]
 
     SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
     assert alter([
@@ -131,8 +132,8 @@ def test_alter_configs_replaces_the_set(logbus_server: Any) -> None:
         admin.close()
 
     from aiokafka.admin import AIOKafkaAdminClient
-    from aiokafka.admin import ConfigResource as AioCR
-    from aiokafka.admin import ConfigResourceType as AioType
+    from aiokafka.admin.config_resource import ConfigResource as AioCR
+    from aiokafka.admin.config_resource import ConfigResourceType as AioType
 
     async def alter() -> Any:
         a = AIOKafkaAdminClient(bootstrap_servers=server.addresses["kafka"])

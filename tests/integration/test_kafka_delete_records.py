@@ -13,6 +13,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from tests.integration.test_kafka_admin import admin_client, produce
+from tests.integration.test_kafka_groups_admin import create_topics
 from tests.kafka_wire import Wire
 from tests.serverproc import LogbusServer
 
@@ -36,7 +37,8 @@ def fetch_error(server: LogbusServer, tp: TopicPartition, offset: int) -> tuple[
                            partition=tp.partition, current_leader_epoch=-1, fetch_offset=offset,
                            log_start_offset=-1, partition_max_bytes=1 << 20)])],
                        forgotten_topics_data=[])
-    (topic,) = Wire(server).call(req, FetchResponse, 11).responses
+    with Wire(server) as wire:
+        (topic,) = wire.call(req, FetchResponse, 11).responses
     (p,) = topic.partitions
     return p.error_code, p.log_start_offset
 
@@ -94,7 +96,7 @@ def test_aiokafka_and_librdkafka_delete_records(logbus_server: Any) -> None:
     from confluent_kafka.admin import AdminClient
 
     server = logbus_server()
-    admin_client(server).create_topics(["aio-trim"])
+    create_topics(server, ["aio-trim"])
     produce(server, "aio-trim", 0, 6)
 
     async def delete(offset: int) -> Any:

@@ -25,6 +25,7 @@ from logbus.core.log import Record, TopicConfig
 from logbus.core.state import topic_key
 from logbus.core.state_pb2 import TopicRecord
 from logbus.gateway.kafka import admin
+from logbus.gateway.kafka import configs as kconfigs
 from logbus.gateway.kafka import errors as K
 from logbus.gateway.kafka.codec import encode_response, parse_request
 from logbus.gateway.kafka.handlers import KafkaHandlers
@@ -48,6 +49,7 @@ class Env:
         self.broker.start()
         self.handlers = KafkaHandlers(self.broker, self.loop)
         admin.install(self.handlers)
+        kconfigs.install(self.handlers)
 
     def stop(self) -> None:
         if self.broker is not None:
@@ -134,7 +136,7 @@ def test_create_topics_every_version(env: Env, version: int) -> None:
         assert (got["a"].num_partitions, got["a"].replication_factor) == (3, 1)
         configs = {c.name: c for c in got["a"].configs}
         assert configs["retention.ms"].value == "60000"
-        assert configs["retention.ms"].config_source == admin.SOURCE_DYNAMIC_TOPIC
+        assert configs["retention.ms"].config_source == kconfigs.SOURCE_DYNAMIC_TOPIC
         assert configs["cleanup.policy"].value == "delete"
 
 
@@ -331,17 +333,17 @@ def test_describe_configs_every_version(env: Env, version: int) -> None:
     assert entries["retention.ms"].value == "1234"
     assert entries["flush"].value == "sync"  # differs from the broker's default ("none")
     assert entries["segment.bytes"].value == str(TopicConfig().segment_bytes)
-    assert entries["cleanup.policy"].value == "delete" and entries["cleanup.policy"].read_only
+    assert entries["cleanup.policy"].value == "delete" and not entries["cleanup.policy"].read_only  # may be set to delete
     if version == 0:
         assert not entries["retention.ms"].is_default and entries["segment.bytes"].is_default
     else:
-        assert entries["retention.ms"].config_source == admin.SOURCE_DYNAMIC_TOPIC
-        assert entries["segment.bytes"].config_source == admin.SOURCE_DEFAULT
+        assert entries["retention.ms"].config_source == kconfigs.SOURCE_DYNAMIC_TOPIC
+        assert entries["segment.bytes"].config_source == kconfigs.SOURCE_DEFAULT
         assert [(s.name, s.value, s.source) for s in entries["flush"].synonyms] == [
-            ("flush", "sync", admin.SOURCE_DYNAMIC_TOPIC), ("flush", "none", admin.SOURCE_STATIC_BROKER),
-            ("flush", "sync", admin.SOURCE_DEFAULT)]
+            ("flush", "sync", kconfigs.SOURCE_DYNAMIC_TOPIC), ("flush", "none", kconfigs.SOURCE_STATIC_BROKER),
+            ("flush", "sync", kconfigs.SOURCE_DEFAULT)]
     if version >= 3:
-        assert entries["retention.ms"].config_type == admin.TYPE_LONG
+        assert entries["retention.ms"].config_type == kconfigs.TYPE_LONG
         assert entries["retention.ms"].documentation
     assert missing.error_code == K.UNKNOWN_TOPIC_OR_PARTITION and "nope" in missing.error_message
     assert broker.error_code == K.NONE
@@ -355,9 +357,9 @@ def test_describe_configs_broker_defaults(env: Env) -> None:
     resp = env.call(describe((4, "0", None), synonyms=False), 4)
     entries = {c.name: c for c in resp.results[0].configs}
     assert entries["auto.create.topics.enable"].value == "true"
-    assert entries["auto.create.topics.enable"].config_type == admin.TYPE_BOOLEAN
-    assert entries["num.partitions"].config_source == admin.SOURCE_STATIC_BROKER  # 2, not Kafka's 1
-    assert entries["log.retention.ms"].config_source == admin.SOURCE_DEFAULT
+    assert entries["auto.create.topics.enable"].config_type == kconfigs.TYPE_BOOLEAN
+    assert entries["num.partitions"].config_source == kconfigs.SOURCE_STATIC_BROKER  # 2, not Kafka's 1
+    assert entries["log.retention.ms"].config_source == kconfigs.SOURCE_DEFAULT
     assert all(c.read_only and c.synonyms == [] and c.documentation is None for c in entries.values())
 
 

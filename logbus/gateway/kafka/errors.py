@@ -3,7 +3,11 @@ onto them. Numbers from Apache Kafka's ``Errors`` enum."""
 
 from __future__ import annotations
 
+import logging
+
 from ...core import errors as E
+
+log = logging.getLogger(__name__)
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -12,6 +16,8 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 UNSUPPORTED_VERSION = 35
+TOPIC_ALREADY_EXISTS = 36
+INVALID_CONFIG = 40
 INVALID_REQUEST = 42
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
@@ -37,3 +43,27 @@ def code_for(error: BaseException) -> int:
     if isinstance(error, E.LogbusError):
         return _BY_CODE.get(error.code, UNKNOWN_SERVER_ERROR)
     return UNKNOWN_SERVER_ERROR
+
+
+class AdminError(Exception):
+    """One topic's or resource's failure in an admin request, with its Kafka error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def admin_result(e: BaseException) -> tuple[int, str]:
+    """(Kafka error code, message) for one topic's or resource's failure. A disk
+    failure (OSError) is KAFKA_STORAGE_ERROR."""
+    if isinstance(e, OSError):
+        log.error("kafka admin request failed on storage: %s", e)
+        return KAFKA_STORAGE_ERROR, f"storage error: {e}"
+    if isinstance(e, AdminError):
+        return e.code, e.message
+    if isinstance(e, E.TopicExists):
+        return TOPIC_ALREADY_EXISTS, str(e)
+    if isinstance(e, E.InvalidConfig):
+        return INVALID_CONFIG, str(e)
+    return code_for(e), str(e)

@@ -14,7 +14,7 @@ from twisted.python.failure import Failure
 
 from ...core.broker import Broker
 from ..output import FileOutput
-from . import admin, groups
+from . import admin, configs, groups, records_admin
 from .codec import (
     Chunks,
     FrameDecoder,
@@ -133,7 +133,7 @@ class KafkaFactory(Factory):
                  *, auto_create_topics: bool = True) -> None:
         self.advertised = advertised
         self.handlers = KafkaHandlers(broker, reactor, auto_create_topics=auto_create_topics)
-        for module in (groups, admin):
+        for module in (groups, admin, configs, records_admin):
             module.install(self.handlers)
         self.max_frame = max_frame
 
