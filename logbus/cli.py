@@ -3,6 +3,7 @@ gateway/http/client.py.
 
     logbus serve [--config F] [--data-dir DIR] [--amqp EP] [--mqtt EP] [--kafka EP] [--http EP] ...
     logbus topic create NAME [--partitions N] [--config k=v ...]
+    logbus topic alter NAME --config k=v ...
     logbus topic list | describe NAME | delete NAME        [--server URL] [--json]
     logbus export parquet --topic T --out DIR [--data-dir DIR] [--include-headers]
 """
@@ -108,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("name")
     describe.add_argument("--json", action="store_true", help="print the API's JSON")
     describe.set_defaults(command=cmd_topic_describe)
+
+    alter = topic_commands.add_parser("alter", parents=[common], help="change a topic's settings")
+    alter.add_argument("name")
+    alter.add_argument("--config", metavar="KEY=VALUE", nargs="+", action="extend", required=True,
+                       type=_key_value, help="topic setting to change, e.g. retention.ms=60000")
+    alter.set_defaults(command=cmd_topic_alter)
 
     delete = topic_commands.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name")
@@ -221,6 +228,13 @@ def cmd_topic_describe(args: argparse.Namespace) -> int:
                 for p in partitions
             ],
         ))
+    return 0
+
+
+def cmd_topic_alter(args: argparse.Namespace) -> int:
+    changes = dict(args.config)
+    _client(args).alter_topic(args.name, changes)
+    print(f"altered topic {args.name}: " + " ".join(f"{k}={v}" for k, v in changes.items()))
     return 0
 
 

@@ -181,8 +181,8 @@ def test_unknown_path_is_404_json(server: LogbusServer) -> None:
     [
         ("PUT", "/api/topics", "GET, HEAD, POST"),
         ("DELETE", "/api/topics", "GET, HEAD, POST"),
-        ("POST", "/api/topics/some", "GET, HEAD, DELETE"),
-        ("PATCH", "/api/topics/some", "GET, HEAD, DELETE"),
+        ("POST", "/api/topics/some", "GET, HEAD, PUT, DELETE"),
+        ("PATCH", "/api/topics/some", "GET, HEAD, PUT, DELETE"),
         ("POST", "/healthz", "GET, HEAD"),
         ("DELETE", "/metrics", "GET, HEAD"),
     ],

@@ -55,6 +55,9 @@ class AdminClient:
     def describe_topic(self, name: str) -> dict[str, Any]:
         return self._call("GET", "/api/topics/" + quote(name, safe=""))
 
+    def alter_topic(self, name: str, config: dict[str, Any]) -> dict[str, Any]:
+        return self._call("PUT", "/api/topics/" + quote(name, safe=""), {"config": config})
+
     def delete_topic(self, name: str) -> None:
         self._call("DELETE", "/api/topics/" + quote(name, safe=""))
 

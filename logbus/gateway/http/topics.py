@@ -4,11 +4,15 @@
     POST   /api/topics          201 TopicInfo
                                 body {"name": "t", "partitions": 3, "config": {"flush": "none"}}
     GET    /api/topics/<name>   200 TopicInfo | 404
+    PUT    /api/topics/<name>   200 TopicInfo | 400 | 404
+                                body {"config": {"retention.ms": 3600000, "flush": null}}
     DELETE /api/topics/<name>   204 | 404
 
 ``<name>`` is URL-encoded (one path segment). ``config`` takes the keys of
 TopicConfig.from_mapping ("flush", "retention.ms", ...); ``partitions`` may be given at the
-top level or in ``config``. Validation of names and settings is the broker's.
+top level or in ``config``. PUT changes the settings named in ``config`` on the live topic
+(null: back to the broker's default) and keeps the others; the partition count is not
+changed this way. Validation of names and settings is the broker's.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
     from ...core.broker import Broker
 
 CREATE_FIELDS = ("name", "partitions", "config")
+ALTER_FIELDS = ("config",)
 
 
 class Topics(ApiResource):
@@ -67,6 +72,11 @@ class Topic(ApiResource):
     def handle_GET(self, request: server.Request) -> Response:
         return Response.json(200, self.broker.describe_topic(self.name()).to_json())
 
+    def handle_PUT(self, request: server.Request) -> Response:
+        name = self.name()
+        settings = parse_alter(read_json(request))
+        return Response.json(200, self.broker.alter_topic(name, settings).to_json())
+
     def handle_DELETE(self, request: server.Request) -> Response:
         self.broker.delete_topic(self.name())
         return Response.empty(204)
@@ -96,3 +106,14 @@ def parse_create(body: Any) -> tuple[str, dict[str, Any]]:
             )
         settings["partitions"] = partitions
     return name, settings
+
+
+def parse_alter(body: Any) -> dict[str, Any]:
+    """The alter request body -> settings for Broker.alter_topic, or HttpError."""
+    body = json_object(body, ALTER_FIELDS)
+    if "config" not in body:
+        raise HttpError(400, "bad_request", "field 'config' is required")
+    config = body["config"]
+    if not isinstance(config, dict):
+        raise HttpError(400, "invalid_config", "'config' must be a JSON object")
+    return dict(config)
