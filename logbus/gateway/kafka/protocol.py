@@ -128,12 +128,16 @@ class KafkaProtocol(Protocol):
         self._t.loseConnection()
 
 
+# the modules whose install() registers more APIs beside handlers.py's own (docs/kafka.md lists them all)
+MODULES = (groups, admin, configs, records_admin)
+
+
 class KafkaFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None,
                  *, auto_create_topics: bool = True) -> None:
         self.advertised = advertised
         self.handlers = KafkaHandlers(broker, reactor, auto_create_topics=auto_create_topics)
-        for module in (groups, admin, configs, records_admin):
+        for module in MODULES:
             module.install(self.handlers)
         self.max_frame = max_frame
 
