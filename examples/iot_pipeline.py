@@ -66,7 +66,10 @@ def write_demo(data_dir: str, records: int, bootstrap: str) -> str:
 def append_locally(broker: Any, records: int) -> None:
     """Through the broker facade on the reactor, as `logbus serve` stores MQTT publishes;
     the lock is released when the broker stops."""
-    from twisted.internet import defer, reactor
+    from twisted.internet import defer
+    from twisted.internet import reactor as _reactor
+
+    reactor: Any = _reactor
 
     from logbus.core.envelope_pb2 import Envelope
     from logbus.core.message import Message
@@ -92,10 +95,10 @@ def append_locally(broker: Any, records: int) -> None:
             failure.append(sys.exc_info()[1])
         finally:
             yield broker.stop()
-            reactor.stop()  # type: ignore[attr-defined]
+            reactor.stop()
 
-    reactor.callWhenRunning(run)  # type: ignore[attr-defined]
-    reactor.run(installSignalHandlers=False)  # type: ignore[attr-defined]
+    reactor.callWhenRunning(run)
+    reactor.run(installSignalHandlers=False)
     if failure:
         raise failure[0]
 
