@@ -10,12 +10,18 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e .
+# An editable install whose .pth puts the repository root on sys.path (setuptools' compat
+# mode): PySpark finds data sources by listing the pyspark_* modules on sys.path
+# (pkgutil.iter_modules), which does not see the import hook of the default mode, so
+# pyspark_logbus would not be found outside the repository.
+EDITABLE := --config-settings editable_mode=compat -e
+
+$(VENV)/.installed: pyproject.toml Makefile | $(PY)
+	$(PY) -m pip install -q $(EDITABLE) .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(PY) debian-tools
-	$(PY) -m pip install -q -e '.[test,spark]'
+$(VENV)/.installed-test: pyproject.toml Makefile | $(PY) debian-tools
+	$(PY) -m pip install -q $(EDITABLE) '.[test,spark]'
 	touch $@ $(VENV)/.installed
 
 # Debian tools the tests drive, as command:package (kcat: a librdkafka command-line client;

@@ -11,43 +11,123 @@ mean humidity. A checkpoint makes restarts exactly-once.
     python examples/iot_pipeline.py --data-dir ./data --out ./aggregates
     python examples/iot_pipeline.py --data-dir ./data --out ./aggregates --demo 20000   # writes sample data first
     python examples/iot_pipeline.py ... --once      # process what is there, then stop (availableNow)
+
+``--demo`` writes its sample readings the way a user's devices would reach them: when a
+broker holds the data directory (``make run`` serves ``./data``), they are produced
+through that broker's Kafka listener (``--bootstrap``, ``make run``'s 127.0.0.1:9092),
+because only the process holding a data directory may write it; otherwise the example
+opens the directory itself as a broker would (taking its lock, recording the topic), so
+a broker started there later knows the topic.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import sys
+import zlib
+from collections.abc import Iterator
+from typing import Any
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+TOPIC = "telemetry"
+PARTITIONS = 2
 
 
-def write_demo(data_dir: str, records: int) -> None:
-    """Sample readings appended with the real log (as the broker would store them)."""
-    import json
-    import random
-    import zlib
+class DemoError(Exception):
+    """The sample data cannot be written; the message says why and what to do."""
 
-    from logbus.core.envelope_pb2 import Envelope
-    from logbus.core.log import LogManager, TopicConfig
-    from logbus.core.message import Message
-    from tests.loop import LoopReactor
 
-    loop = LoopReactor()
-    lm = LogManager(data_dir, loop)
-    fresh = not os.path.isdir(os.path.join(data_dir, "log", "telemetry"))
-    topic = lm.open_topic("telemetry", TopicConfig(partitions=2, flush="none"), create=fresh)
+def readings(records: int) -> Iterator[tuple[bytes, bytes, int]]:
+    """(device, JSON reading, timestamp ms): 20 devices, one reading every 50 ms."""
     rnd = random.Random(1)
     t0 = 1_700_000_000_000
     for i in range(records):
         dev = f"d-{rnd.randrange(20)}"
         body = json.dumps({"device": dev, "temp": round(rnd.gauss(21, 3), 2), "hum": round(rnd.uniform(30, 60), 1)})
-        msg = Message(dev.encode(), body.encode(), t0 + i * 50, [],
-                      Envelope(protocol=Envelope.MQTT, mqtt_topic=f"devices/{dev}/telemetry", tag="telemetry"))
-        topic.partition(zlib.crc32(dev.encode()) % 2).append([msg.to_record()])
-        if i % 1000 == 999:
-            lm.drain()
-    lm.close()
+        yield dev.encode(), body.encode(), t0 + i * 50
+
+
+def write_demo(data_dir: str, records: int, bootstrap: str) -> str:
+    """Append ``records`` sample readings to topic telemetry; returns how it was done."""
+    from logbus.core.broker import Broker, DataDirLocked
+
+    broker = Broker(data_dir)
+    try:
+        broker.start()  # the data directory's lock, as `logbus serve` takes it
+    except DataDirLocked as e:
+        produce_over_kafka(bootstrap, records, str(e))
+        return f"produced through the broker at {bootstrap}"
+    append_locally(broker, records)
+    return f"appended to {data_dir}"
+
+
+def append_locally(broker: Any, records: int) -> None:
+    """Through the broker facade on the reactor, as `logbus serve` stores MQTT publishes;
+    the lock is released when the broker stops."""
+    from twisted.internet import defer
+    from twisted.internet import reactor as _reactor
+
+    reactor: Any = _reactor
+
+    from logbus.core.envelope_pb2 import Envelope
+    from logbus.core.message import Message
+
+    failure: list[Any] = []
+
+    @defer.inlineCallbacks
+    def run() -> Any:
+        try:
+            if TOPIC not in {t.name for t in broker.list_topics()}:
+                broker.create_topic(TOPIC, {"partitions": PARTITIONS})
+            parts = len(broker.describe_topic(TOPIC).partitions)
+            chunk: dict[int, list[Any]] = {}
+            for i, (dev, body, ts) in enumerate(readings(records), 1):
+                msg = Message(dev, body, ts, [], Envelope(protocol=Envelope.MQTT, tag=TOPIC,
+                                                          mqtt_topic=f"devices/{dev.decode()}/telemetry"))
+                chunk.setdefault(zlib.crc32(dev) % parts, []).append(msg.to_record())
+                if i % 1000 == 0 or i == records:
+                    yield defer.gatherResults([broker.append(TOPIC, p, recs) for p, recs in chunk.items()],
+                                              consumeErrors=True)
+                    chunk = {}
+        except BaseException:
+            failure.append(sys.exc_info()[1])
+        finally:
+            yield broker.stop()
+            reactor.stop()
+
+    reactor.callWhenRunning(run)
+    reactor.run(installSignalHandlers=False)
+    if failure:
+        raise failure[0]
+
+
+def produce_over_kafka(bootstrap: str, records: int, locked: str) -> None:
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    except KafkaError as e:
+        raise DemoError(f"{locked}, and no broker answered Kafka requests at {bootstrap} ({e!r}). "
+                        "Give its Kafka address with --bootstrap, or stop it, or choose another --data-dir "
+                        "(nothing was written).") from None
+    try:
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
+    try:
+        parts = len(producer.partitions_for(TOPIC) or ()) or 1
+        for dev, body, ts in readings(records):
+            producer.send(TOPIC, value=body, key=dev, partition=zlib.crc32(dev) % parts, timestamp_ms=ts)
+        producer.flush(60)
+    finally:
+        producer.close(10)
 
 
 def build(spark, data_dir: str):  # type: ignore[no-untyped-def]
@@ -86,10 +166,16 @@ def main() -> None:
     ap.add_argument("--out", default="./aggregates")
     ap.add_argument("--checkpoint", help="default: <out>/_checkpoint")
     ap.add_argument("--demo", type=int, default=0, help="append this many sample readings first")
+    ap.add_argument("--bootstrap", default="127.0.0.1:9092",
+                    help="Kafka address of the broker holding --data-dir, for --demo (default: make run's)")
     ap.add_argument("--once", action="store_true", help="process what is in the log, then stop")
     args = ap.parse_args()
     if args.demo:
-        write_demo(args.data_dir, args.demo)
+        try:
+            how = write_demo(args.data_dir, args.demo, args.bootstrap)
+        except DemoError as e:
+            sys.exit(f"iot_pipeline: {e}")
+        print(f"iot_pipeline: {args.demo} sample readings {how}", flush=True)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

@@ -443,8 +443,10 @@ class Broker:
         lm = self._log
         lm.topic(name)  # UnknownTopic
         assert self.state is not None
-        self.state.delete(CF_METADATA, topic_key(name), sync=True)
+        # files first: a crash in between leaves the record of a topic with no files,
+        # which opens empty, never files without a record, which no create may delete
         lm.delete_topic(name)
+        self.state.delete(CF_METADATA, topic_key(name), sync=True)
         self.producers.forget_topic(name)
         self.groups.forget_topic(name)
         log.info("deleted topic %r", name)

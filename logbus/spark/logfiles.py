@@ -144,6 +144,31 @@ class DataDir:
         return PartitionFiles(os.path.join(self.root, _quote(topic), str(index)), topic, index)
 
 
+@dataclass(frozen=True, slots=True)
+class _EndHint:
+    """Where an ``end()`` scan of the active segment stopped: ``pos`` in segment ``base``,
+    where offset ``offset`` would start, after the batch at ``last`` (position, CRC).
+    The segment may have been replaced since (the topic deleted and created again, a
+    broker's recovery truncating a torn tail), so the hint is used only while that
+    batch is still there, byte for byte as far as its CRC tells."""
+
+    base: int
+    pos: int
+    offset: int
+    last: tuple[int, int] | None
+
+    def holds(self, fd: int, size: int) -> bool:
+        if self.last is None:
+            return self.pos == 0
+        position, crc = self.last
+        if self.pos > size:
+            return False
+        head = os.pread(fd, HEADER_SIZE, position)
+        b = header(head, 0, len(head))
+        return (b is not None and position + b.size == self.pos and b.next_offset == self.offset
+                and _crc(head, 0) == crc)
+
+
 class PartitionFiles:
     """The segment files of one partition, read without any lock."""
 
@@ -151,8 +176,8 @@ class PartitionFiles:
         self.directory = directory
         self.topic = topic
         self.index = index
-        # streaming: where the last end() scan stopped (segment base, position, offset)
-        self._end_hint: tuple[int, int, int] | None = None
+        # streaming: where the last end() scan stopped
+        self._end_hint: _EndHint | None = None
 
     def __repr__(self) -> str:
         return f"<PartitionFiles {self.topic}/{self.index}>"
@@ -180,16 +205,16 @@ class PartitionFiles:
         if not bases:
             return 0
         base = bases[-1]
-        pos, expected = 0, base
-        hint = self._end_hint
-        if hint is not None and hint[0] == base:
-            pos, expected = hint[1], hint[2]
-        else:
-            pos, expected = self._floor(base, None)
         try:
             with open(self._path(base, ".log"), "rb") as f:
                 fd = f.fileno()
                 size = os.fstat(fd).st_size
+                hint = self._end_hint
+                if hint is not None and hint.base == base and hint.holds(fd, size):
+                    pos, expected, last = hint.pos, hint.offset, hint.last
+                else:
+                    pos, expected = self._floor(base, None)
+                    last = None
                 while pos < size:
                     buf = os.pread(fd, min(READ_CHUNK, size - pos), pos)
                     at = 0
@@ -197,6 +222,7 @@ class PartitionFiles:
                         b = parse(buf, at, len(buf))
                         if b is None or b.base_offset != expected:
                             break
+                        last = (pos + at, _crc(buf, at))
                         expected = b.next_offset
                         at += b.size
                     if at == 0:
@@ -204,13 +230,14 @@ class PartitionFiles:
                             buf = os.pread(fd, _declared(buf), pos)  # one batch larger than a chunk
                             b = parse(buf, 0, len(buf))
                             if b is not None and b.base_offset == expected:
+                                last = (pos, _crc(buf, 0))
                                 expected, pos = b.next_offset, pos + b.size
                                 continue
                         break
                     pos += at
         except FileNotFoundError:
             return self.end() if self.segments() != bases else base
-        self._end_hint = (base, pos, expected)
+        self._end_hint = _EndHint(base, pos, expected, last)
         return expected
 
     def _floor(self, base: int, offset: int | None) -> tuple[int, int]:

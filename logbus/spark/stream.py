@@ -9,7 +9,11 @@ idempotent sink (Parquet with a checkpoint) every record lands once.
 - ``latestOffset(start, limit)``: every partition's readable end (the last complete,
   CRC-valid batch; ``PartitionFiles.end`` remembers where it stopped, so each trigger
   only scans the new bytes). Partitions that appeared since ``start`` (a subscription
-  pattern matching a new topic, a topic that grew) start at earliest. With
+  pattern matching a new topic, a topic that grew) start at earliest. A partition that
+  is gone, or whose end went back below ``start`` (its topic was deleted and created
+  again), is data loss (``failOnDataLoss``: fail, or drop it / read the new log from
+  its start); like Spark's Kafka source, a recreated topic that already holds as many
+  records as were read is not told apart from the old one. With
   ``maxOffsetsPerTrigger`` (Spark's ``ReadMaxRows``) the limit is shared among the
   partitions in proportion to their backlog, and at least one record is admitted when
   any is waiting, so a query always advances.
@@ -128,17 +132,20 @@ class LogbusStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc
         if start is None or limit is None or (ADMISSION_CONTROL and isinstance(limit, ReadAllAvailable)):
             return to_json(ends)
         begin = from_json(start)
-        firsts = {tp: begin.get(tp, self._pf(tp).start()) for tp in ends}
+        # a partition new to the stream, or whose end went back below ``start`` (its topic
+        # was recreated), is read from its log start; a partition that is gone is left
+        # out. ``partitions`` reports the last two as data loss.
+        firsts = {}
+        for tp, end in ends.items():
+            lo = begin.get(tp)
+            firsts[tp] = lo if lo is not None and lo <= end else self._pf(tp).start()
         backlog = {tp: max(0, ends[tp] - firsts[tp]) for tp in ends}
         if isinstance(limit, ReadMinRows) and sum(backlog.values()) < limit.min_rows:
             return start
         if not isinstance(limit, ReadMaxRows):
             return to_json(ends)
         grant = share_limit(backlog, limit.max_rows)
-        out = dict(begin)
-        for tp in ends:
-            out[tp] = firsts[tp] + grant[tp] if backlog[tp] else max(ends[tp], begin.get(tp, ends[tp]))
-        return to_json(out)
+        return to_json({tp: firsts[tp] + grant[tp] if backlog[tp] else ends[tp] for tp in ends})
 
     def getDefaultReadLimit(self) -> Any:
         if self.opts.max_offsets_per_trigger:
@@ -158,12 +165,12 @@ class LogbusStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc
             self._data_loss(f"partition {tp[0]}/{tp[1]} is gone (topic deleted?)")
         for tp, hi in sorted(finish.items()):
             lo = begin.get(tp)
+            if lo is not None and hi < lo:
+                self._data_loss(f"offsets of {tp[0]}/{tp[1]} went back from {lo} to {hi} (topic recreated?)")
+                lo = None  # read the new log from its start
             if lo is None:
                 lo = 0
                 new.add(tp)
-            elif hi < lo:
-                self._data_loss(f"offsets of {tp[0]}/{tp[1]} went back from {lo} to {hi} (topic recreated?)")
-                continue
             if hi > lo:
                 ranges.append(OffsetRange(tp[0], tp[1], lo, hi))
         parts = split(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)

@@ -148,4 +148,43 @@ def test_alter_topic_is_recorded_applied_live_and_survives_restart(tmp_path: Any
     config = b2.describe_topic("t").config
     assert config["flush"] == "sync" and config["max.message.bytes"] == 100
     assert b2.log.partition("t", 0).config.max_message_bytes == 100
+
+def _tree(directory: Any) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_creating_a_topic_never_deletes_files_it_did_not_create(tmp_path: Any) -> None:
+    """A topic directory that already holds files (another process wrote it) makes the
+    create fail, naming the directory; the files stay as they were, the topic unknown."""
+    from logbus.core.errors import TopicExists
+    from logbus.core.log import LogManager, Record, TopicConfig
+
+    loop = LoopReactor()
+    other = LogManager(tmp_path, loop)  # a writer that is not the broker, and no state record
+    other.open_topic("telemetry", TopicConfig(partitions=2, flush="none"), create=True)
+    loop.wait(other.partition("telemetry", 1).append([Record(b"d-1", b"21.5", 1000)] * 5))
+    other.close()
+    tdir = tmp_path / "log" / "telemetry"
+    before = _tree(tdir)
+    assert any(before.values())
+
+    b = Broker(tmp_path, reactor=loop)
+    b.start()
+    try:
+        assert "telemetry" not in b.log.topics
+        with pytest.raises(TopicExists, match=str(tdir)):
+            b.create_topic("telemetry", {"partitions": 1, "flush": "none"})
+        assert _tree(tdir) == before
+        with pytest.raises(UnknownTopic):
+            b.describe_topic("telemetry")
+        # the broker's own delete leaves nothing behind: the name can be used again
+        b.create_topic("orders", {"flush": "none"})
+        b.append("orders", 0, [Record(b"k", b"v", 1000)])
+        b.delete_topic("orders")
+        assert len(b.create_topic("orders", {"flush": "none", "partitions": 3}).partitions) == 3
+    finally:
+        b.stop()
+    b2 = Broker(tmp_path, reactor=loop)
+    b2.start()
+    assert "telemetry" not in b2.log.topics and _tree(tdir) == before
     b2.stop()

@@ -159,6 +159,27 @@ def test_the_end_is_the_last_complete_valid_batch(log_writer: LogWriter) -> None
     assert last > 0
 
 
+def test_a_remembered_end_is_not_trusted_after_the_partition_is_recreated(log_writer: LogWriter) -> None:
+    """A stream's reader remembers where its last end() scan stopped; a topic deleted
+    and created again has a new active segment of the same name, shorter or longer."""
+    log_writer.topic("t")
+    for i in range(4):
+        log_writer.append("t", 0, [Record(b"k", b"old", 1000)] * 10)
+    pf = DataDir(log_writer.data_dir).partition("t", 0)
+    assert pf.end() == 40
+    log_writer.lm.delete_topic("t")
+    log_writer.topic("t")
+    log_writer.append("t", 0, [Record(b"k", b"new", 1000)] * 3)
+    assert pf.end() == 3  # shorter than where the scan stopped
+    log_writer.lm.delete_topic("t")
+    log_writer.topic("t")
+    for i in range(3):
+        log_writer.append("t", 0, [Record(b"key", b"a longer value %d" % i, 1000)] * 7)
+    assert pf.end() == 21  # longer: the remembered position is inside another batch
+    log_writer.append("t", 0, [Record(b"k", b"more", 1000)] * 2)
+    assert pf.end() == 23
+
+
 def test_index_seek_and_time_lookup_over_segments(log_writer: LogWriter) -> None:
     log_writer.topic("t", segment_bytes=4096, index_interval_bytes=256)
     for i in range(100):

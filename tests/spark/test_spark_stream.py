@@ -135,3 +135,68 @@ def test_stream_picks_up_what_a_running_broker_appends(spark: Any, server: Any) 
     assert {r.key for r in rows} == {b"dev-1"}
     assert all([(h.key, h.value) for h in r.headers] == [("unit", b"C")] for r in rows)
     assert server.running()
+
+
+def recreate(w: LogWriter, topic: str, partitions: int) -> None:
+    """Delete ``topic`` and create it again, empty, with ``partitions`` partitions."""
+    w.lm.delete_topic(topic)
+    w.topic(topic, partitions=partitions)
+
+
+def memory_rows(spark: Any, table: str) -> list[tuple[int, int, bytes]]:
+    rows = spark.sql(f"select partition, offset, value from {table}").collect()
+    return sorted((r.partition, r.offset, bytes(r.value)) for r in rows)
+
+
+@pytest.mark.parametrize("partitions_after", [1, 2])
+def test_recreated_topic_under_max_offsets_per_trigger_fails_on_data_loss(
+    spark: Any, tmp_path: Path, partitions_after: int
+) -> None:
+    """Offsets that went back (and, with one partition after, a partition that is gone)
+    stop the query, with the limit as without it."""
+    w = LogWriter(tmp_path / "data")
+    w.topic("fleet", partitions=2)
+    for p in range(2):
+        w.append("fleet", p, [Record(None, b"old", 1)] * 25)
+    df = stream(spark, w.data_dir, subscribe="fleet", startingOffsets="earliest", maxOffsetsPerTrigger="1000")
+    table = f"recreated_strict_{partitions_after}"
+    q = df.writeStream.format("memory").queryName(table).start()
+    try:
+        q.processAllAvailable()
+        assert len(memory_rows(spark, table)) == 50
+        recreate(w, "fleet", partitions_after)
+        w.append("fleet", 0, [Record(None, b"new", 1)] * 10)
+        with pytest.raises(Exception, match="failOnDataLoss") as failed:
+            q.processAllAvailable()
+        assert "went back from 25 to" in str(failed.value) or "is gone" in str(failed.value)
+    finally:
+        q.stop()
+    assert len(memory_rows(spark, table)) == 50
+    w.close()
+
+
+def test_recreated_topic_without_fail_on_data_loss_goes_on_from_the_new_start(spark: Any, tmp_path: Path) -> None:
+    w = LogWriter(tmp_path / "data")
+    w.topic("fleet", partitions=2)
+    for p in range(2):
+        w.append("fleet", p, [Record(None, b"old", 1)] * 25)
+    df = stream(spark, w.data_dir, subscribe="fleet", startingOffsets="earliest", maxOffsetsPerTrigger="7",
+                failOnDataLoss="false")
+    q = df.writeStream.format("memory").queryName("recreated_lenient").start()
+    try:
+        q.processAllAvailable()
+        old = [(p, o, b"old") for p in range(2) for o in range(25)]
+        assert memory_rows(spark, "recreated_lenient") == old
+        recreate(w, "fleet", 1)
+        w.append("fleet", 0, [Record(None, b"new", 1)] * 10)
+        q.processAllAvailable()
+        assert memory_rows(spark, "recreated_lenient") == sorted(old + [(0, o, b"new") for o in range(10)])
+        assert json.loads(q.lastProgress["sources"][0]["endOffset"]) == {"fleet": {"0": 10}}  # partition 1 dropped
+        w.append("fleet", 0, [Record(None, b"newer", 1)] * 5)
+        q.processAllAvailable()
+        rows = memory_rows(spark, "recreated_lenient")
+    finally:
+        q.stop()
+    assert rows == sorted(old + [(0, o, b"new") for o in range(10)] + [(0, o, b"newer") for o in range(10, 15)])
+    assert all(p["numInputRows"] <= 7 for p in q.recentProgress)
+    w.close()

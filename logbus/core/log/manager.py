@@ -101,8 +101,8 @@ class LogManager:
             self._count()
             return existing
         tdir = os.path.join(self.root, topic_dirname(name))
-        if create and os.path.exists(tdir):
-            shutil.rmtree(tdir)  # left over from a crash between the two steps of a delete
+        if create:
+            _refuse_foreign_files(name, tdir)
         os.makedirs(tdir, exist_ok=True)
         topic = Topic(name, tdir, config, [])
         self._grow(topic, config)
@@ -222,6 +222,19 @@ class LogManager:
             f.write("clean\n")
         fsync_dir(self.root)
         self.cache.close_all()
+
+
+def _refuse_foreign_files(name: str, tdir: str) -> None:
+    """A topic being created must not find files in its directory: this broker did not
+    write them (another process did, or an operator copied them there), and they are
+    neither deleted nor taken for the new topic's. Empty directories are harmless."""
+    for dirpath, _dirs, files in os.walk(tdir):
+        if files:
+            raise TopicExists(
+                f"cannot create topic {name!r}: its directory {tdir} already holds files this broker did not "
+                f"create (such as {os.path.join(dirpath, sorted(files)[0])}); move that directory away, then "
+                "create the topic again"
+            )
 
 
 class _LogCollector:
