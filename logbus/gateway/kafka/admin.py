@@ -35,14 +35,13 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
-from ...core.broker import Broker
 from ...core.errors import LogbusError, UnknownTopic
 from ...core.log.topic_config import TopicConfig, validate_topic_name
 from . import errors as K
 from .codec import Request
 from .configs import topic_entries, topic_settings
 from .errors import INVALID_CONFIG, TOPIC_ALREADY_EXISTS, AdminError  # noqa: F401  (tests name them here)
-from .handlers import KafkaHandlers
+from .handlers import HandlerPart, KafkaHandlers
 
 log = logging.getLogger(__name__)
 
@@ -90,18 +89,7 @@ def _repeated(name: str) -> AdminError:
 # -- the handlers ----------------------------------------------------------------------------
 
 
-class KafkaAdmin:
-    def __init__(self, handlers: KafkaHandlers) -> None:
-        self.handlers = handlers
-
-    @property
-    def broker(self) -> Broker:
-        return self.handlers.broker
-
-    def _topics(self) -> dict[str, Any]:
-        lm = self.broker.log
-        assert lm is not None
-        return lm.topics
+class KafkaAdmin(HandlerPart):
 
     # -- CreateTopics -----------------------------------------------------------------
 

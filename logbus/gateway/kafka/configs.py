@@ -43,13 +43,12 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from ...core.broker import Broker
 from ...core.errors import LogbusError, UnknownTopic
 from ...core.log.topic_config import TopicConfig
 from . import errors as K
 from .codec import Request
 from .errors import AdminError
-from .handlers import KafkaHandlers
+from .handlers import HandlerPart, KafkaHandlers
 
 log = logging.getLogger(__name__)
 
@@ -230,18 +229,7 @@ def _no_repeats(items: Iterable[Any], key: Callable[[Any], str]) -> list[Any]:
 # -- the handlers ----------------------------------------------------------------------------
 
 
-class KafkaConfigs:
-    def __init__(self, handlers: KafkaHandlers) -> None:
-        self.handlers = handlers
-
-    @property
-    def broker(self) -> Broker:
-        return self.handlers.broker
-
-    def _topics(self) -> dict[str, Any]:
-        lm = self.broker.log
-        assert lm is not None
-        return lm.topics
+class KafkaConfigs(HandlerPart):
 
     # -- DescribeConfigs --------------------------------------------------------------
 

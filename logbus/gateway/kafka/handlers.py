@@ -382,3 +382,20 @@ class KafkaHandlers:
                                old_style_offsets=[off], timestamp=ts, offset=off, leader_epoch=0))
             topics.append(T(name=t.name, partitions=parts))
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+class HandlerPart:
+    """A group of API handlers kept in a module of its own (admin, configs): it reaches
+    the broker through the KafkaHandlers that install it."""
+
+    def __init__(self, handlers: KafkaHandlers) -> None:
+        self.handlers = handlers
+
+    @property
+    def broker(self) -> Broker:
+        return self.handlers.broker
+
+    def _topics(self) -> dict[str, Any]:
+        lm = self.broker.log
+        assert lm is not None
+        return lm.topics
