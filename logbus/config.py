@@ -61,7 +61,7 @@ class Settings:
     # resource alarms (core/pressure.py): a fraction of RAM in (0, 1], or bytes above 1
     memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK
     disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT  # bytes free on the data dir's filesystem
-    # users (core/auth.py): the user created with vhost "/" on a fresh data directory, as
+    # users (core/access/auth.py): the user created with vhost "/" on a fresh data directory, as
     # RabbitMQ's default_user / default_pass; users that may connect only from loopback
     default_user: str = "guest"
     default_pass: str = field(default="guest", repr=False)

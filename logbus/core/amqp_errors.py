@@ -1,7 +1,7 @@
-"""The AMQP exceptions the queue model raises (core/router.py, vhost.py, auth.py,
+"""The AMQP exceptions the queue model raises (core/routing/router.py, vhost.py, auth.py,
 queue_args.py): each carries RabbitMQ's reply code and text, and the gateway maps it to
 channel.close or connection.close (gateway/amqp/errors.py). Importable from
-``core.router`` too, where they were first defined."""
+``core.routing.router`` too, where they were first defined."""
 
 from __future__ import annotations
 

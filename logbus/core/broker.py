@@ -39,14 +39,14 @@ from .pressure import (
     AlarmCollector,
     ResourceMonitor,
 )
-from .auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
-from .router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, vhost_topic
+from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
+from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, vhost_topic
 from .state import TOPIC_PREFIX, StateStore, topic_key, vhost_definitions_prefixes
 from .state_pb2 import TopicRecord
-from .groups import GroupCoordinator
-from .queue_store import QueueStore
+from .streams.groups import GroupCoordinator
+from .queues.journal import QueueStore
 from .vhost import VHost
-from .txn import ProducerRegistry
+from .streams.producers import ProducerRegistry
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pamqp import decode, encode
 
-from .router import Binding, ExchangeDef
+from .routing.router import Binding, ExchangeDef
 from .state import (
     BINDING_PREFIX,
     EXCHANGE_PREFIX,

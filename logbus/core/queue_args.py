@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .queue import OVERFLOW_MODES, QueueLimits
-from .router import PreconditionFailed
+from .queues.queue import OVERFLOW_MODES, QueueLimits
+from .routing.router import PreconditionFailed
 
 MAX_PRIORITY = 255
 QUEUE_TYPES = ("classic", "quorum")

@@ -21,7 +21,7 @@ metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``
                ``+ source + b"\0" + kind + b"\0"``  first 8 bytes of SHA-1 over
                ``+ destination + b"\0" + key``      the frozen arguments)
                ``+ b"\0" + digest``
-               ``b"user\0" + name + b"\0"``       ``UserRecord`` (core/auth.py)
+               ``b"user\0" + name + b"\0"``       ``UserRecord`` (core/access/auth.py)
                ``b"vhost\0" + name + b"\0"``      ``VHostRecord``
                ``b"permission\0" + vhost``        ``PermissionRecord`` (vhost
                ``+ b"\0" + user + b"\0"``          first: deleting a vhost is
@@ -34,7 +34,7 @@ offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
 queues         ``b"qentry\0" + vhost + b"\0"``      fixed-width entry (see
                ``+ queue + b"\0" + seq``           ``queue_store.pack_entry``):
                (seq: uint64 big-endian)            one unsettled message of a
-                                                   queue (core/queue.py)
+                                                   queue (core/queues/queue.py)
                ``b"qdeliv\0" + vhost + b"\0"``      uint64 big-endian: the highest
                ``+ queue + b"\0"``                 seq delivered (queues whose
                                                    entries are not rewritten per
@@ -325,7 +325,7 @@ class StateBatch:
             self._store._commit(wb, self._sync)
 
 
-# -- offsets CF: consumer-group committed offsets (logbus.core.groups) ---------------
+# -- offsets CF: consumer-group committed offsets (logbus.core.streams.groups) ---------------
 
 OFFSET_PREFIX = b"offset\x00"
 _PARTITION = _struct.Struct(">I")
@@ -354,7 +354,7 @@ def parse_group_offset_key(key: bytes) -> tuple[str, str, int]:
     return parts[0].decode("utf-8"), parts[1].decode("utf-8"), partition
 
 
-# -- producers CF: idempotent producers' sequence state (logbus.core.txn) ------------
+# -- producers CF: idempotent producers' sequence state (logbus.core.streams.producers) ------------
 
 PRODUCER_PREFIX = b"producer\x00"
 PRODUCER_END_PREFIX = b"producer_end\x00"
@@ -398,7 +398,7 @@ def unpack_uint64(raw: bytes) -> int:
     return int(_PRODUCER_ID.unpack(raw)[0])
 
 
-# -- queues CF: queue entries (logbus.core.queue_store) ---------------------------------
+# -- queues CF: queue entries (logbus.core.queues.journal) ---------------------------------
 
 QUEUE_ENTRY_PREFIX = b"qentry\x00"
 _SEQ = _struct.Struct(">Q")
@@ -458,7 +458,7 @@ def vhost_definitions_prefixes(vhost: str) -> list[tuple[str, bytes]]:
         ("queues", QUEUE_ENTRY_PREFIX + _text(vhost))]
 
 
-# -- metadata CF: users, vhosts, permissions (logbus.core.auth) -----------------------------
+# -- metadata CF: users, vhosts, permissions (logbus.core.access.auth) -----------------------------
 
 USER_PREFIX = b"user\x00"
 VHOST_PREFIX = b"vhost\x00"

@@ -1,10 +1,10 @@
 """One virtual host of the queue model: exchanges, queues, publishing and dispatch.
 
 Theory of operation (docs/architecture.md sections 4 and 5). A publish routes once
-(``core/router.py``) and appends the message ONCE, to the log topic behind the
+(``core/routing/router.py``) and appends the message ONCE, to the log topic behind the
 exchange, whatever the number of queues it reaches; each queue gets an entry pointing
-at it (``core/queue.py``), and the message itself stays in memory until every one of
-those queues settled it (``core/msgstore.py``). The publisher's confirm fires when the
+at it (``core/queues/queue.py``), and the message itself stays in memory until every one of
+those queues settled it (``core/queues/msgstore.py``). The publisher's confirm fires when the
 append is durable under the topic's flush policy.
 
 Consumers are registered per queue. After anything that can make a delivery possible
@@ -34,11 +34,11 @@ from .envelope_pb2 import Envelope
 from .log import batch as B
 from .log.manager import LogManager
 from .message import Message
-from .msgstore import MessageStore, log_batch_reader
-from .queue import MAXLEN, REJECT_PUBLISH_DLX, REJECTED, Entry, Queue, Removed
+from .queues.msgstore import MessageStore, log_batch_reader
+from .queues.queue import MAXLEN, REJECT_PUBLISH_DLX, REJECTED, Entry, Queue, Removed
 from .queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
-from .queue_store import QueueStore
-from .router import (
+from .queues.journal import QueueStore
+from .routing.router import (
     QUEUE,
     Binding,
     DestKind,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from logbus.core.auth import AccessChange, InvalidAccess, UnknownVHost
+from logbus.core.access.auth import AccessChange, InvalidAccess, UnknownVHost
 from logbus.core.broker import Broker
 from logbus.core.log import TopicConfig
 from logbus.core.message import Envelope, Message
@@ -164,7 +164,7 @@ def test_a_vhost_whose_topics_cannot_be_named_is_refused(brokers: Brokers) -> No
 def test_a_topic_backs_one_exchange_across_vhosts(brokers: Brokers) -> None:
     """Vhost "/" accepts '@' in exchange names (RabbitMQ does), so its exchange "a@x"
     and exchange "x" of vhost "a" would share topic "a@x": the second is refused."""
-    from logbus.core.router import PreconditionFailed
+    from logbus.core.routing.router import PreconditionFailed
 
     b = brokers.start()
     b.create_vhost("a")

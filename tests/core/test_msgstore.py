@@ -1,4 +1,4 @@
-"""core/msgstore.py: messages kept in memory from publish until every queue settled
+"""core/queues/msgstore.py: messages kept in memory from publish until every queue settled
 them (bounded), and read back from the log, a batch decoded once, after that."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Callable
 
 from logbus.core.log import LogManager
 from logbus.core.message import Envelope, Message
-from logbus.core.msgstore import MessageStore, log_batch_reader
+from logbus.core.queues.msgstore import MessageStore, log_batch_reader
 from tests.core.conftest import topic_config
 from tests.loop import LoopReactor
 

@@ -13,7 +13,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from logbus.core.log import LogManager
 from logbus.core.log import batch as B
 from logbus.core.state import StateStore
-from logbus.core.txn import APPEND, DUPLICATE, OUT_OF_ORDER, ProducerRegistry
+from logbus.core.streams.producers import APPEND, DUPLICATE, OUT_OF_ORDER, ProducerRegistry
 from tests.core.conftest import topic_config
 from tests.loop import LoopReactor
 

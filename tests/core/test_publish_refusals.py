@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from logbus.core.log import LogManager, TopicConfig
 from logbus.core.message import Envelope, Message
-from logbus.core.queue_store import QueueStore
-from logbus.core.router import NotFound
+from logbus.core.queues.journal import QueueStore
+from logbus.core.routing.router import NotFound
 from logbus.core.state import StateStore
 from logbus.core.vhost import VHost
 from tests.loop import LoopReactor

@@ -1,4 +1,4 @@
-"""The queue model (core/queue.py) and its journal in RocksDB (core/queue_store.py),
+"""The queue model (core/queues/queue.py) and its journal in RocksDB (core/queues/journal.py),
 against a plain in-memory model, under random publish / take / ack / nack / requeue /
 release / expire / restart. A restart commits the journal, closes RocksDB, reopens it
 and restores a fresh Queue from what is stored."""
@@ -15,7 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from logbus.core.queue import (
+from logbus.core.queues.queue import (
     DELIVERY_LIMIT,
     DROP_HEAD,
     EXPIRED,
@@ -26,7 +26,7 @@ from logbus.core.queue import (
     QueueLimits,
     UnknownEntry,
 )
-from logbus.core.queue_store import QueueStore
+from logbus.core.queues.journal import QueueStore
 from logbus.core.state import StateStore
 
 OWNERS = ("a", "b")

@@ -14,8 +14,8 @@ import pytest
 from logbus.core.deadletter import amqp_headers
 from logbus.core.log import LogManager, TopicConfig
 from logbus.core.message import Envelope, Message
-from logbus.core.queue_store import QueueStore
-from logbus.core.router import NotFound, PreconditionFailed, ResourceLocked
+from logbus.core.queues.journal import QueueStore
+from logbus.core.routing.router import NotFound, PreconditionFailed, ResourceLocked
 from logbus.core.state import StateStore
 from logbus.core.vhost import Delivery, VHost
 from tests.loop import LoopReactor

@@ -1,4 +1,4 @@
-"""core/auth.py without a store: RabbitMQ's password hashes (known vectors), permission
+"""core/access/auth.py without a store: RabbitMQ's password hashes (known vectors), permission
 matching with RabbitMQ's semantics, and the in-memory registry."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from logbus.core.auth import (
+from logbus.core.access.auth import (
     MD5,
     SHA256,
     SHA512,
@@ -24,7 +24,7 @@ from logbus.core.auth import (
     hash_password,
     parse_tags,
 )
-from logbus.core.router import AccessRefused
+from logbus.core.routing.router import AccessRefused
 
 # RabbitMQ's passwords guide computes this one step by step: salt 908D C60A, password
 # "test12", SHA-256. We compute it with the documented algorithm and get its answer.

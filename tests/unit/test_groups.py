@@ -1,4 +1,4 @@
-"""The group coordinator (logbus.core.groups) driven by a fake clock, no sockets; the
+"""The group coordinator (logbus.core.streams.groups) driven by a fake clock, no sockets; the
 committed-offset keys (logbus.core.state); and the Kafka gateway's group APIs joined
 to kafka-python's encoders in memory, every registered version."""
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from logbus.core.groups import (
+from logbus.core.streams.groups import (
     TRANSITIONS,
     Code,
     GroupCoordinator,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from logbus.core.queue import REJECT_PUBLISH, QueueLimits
+from logbus.core.queues.queue import REJECT_PUBLISH, QueueLimits
 from logbus.core.queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
-from logbus.core.router import PreconditionFailed
+from logbus.core.routing.router import PreconditionFailed
 
 
 def test_every_argument() -> None:

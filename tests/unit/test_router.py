@@ -1,4 +1,4 @@
-"""Exchanges and bindings (logbus.core.router) with RabbitMQ's semantics: each exchange
+"""Exchanges and bindings (logbus.core.routing.router) with RabbitMQ's semantics: each exchange
 type against examples and, for topic and headers, against slow obvious reference
 matchers; exchange-to-exchange graphs against a fixpoint reachability model; every
 AMQP error with its reply code and text."""
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logbus.core.router import (
+from logbus.core.routing.router import (
     DEFAULT_EXCHANGE_TOPIC,
     DIRECT,
     EXCHANGE,

@@ -1,4 +1,4 @@
-"""Exchange lifecycle (logbus.core.router) with RabbitMQ's semantics: predeclared
+"""Exchange lifecycle (logbus.core.routing.router) with RabbitMQ's semantics: predeclared
 exchanges, declare and redeclare, bind errors, delete and auto-delete cascades, and the
 log topics behind exchanges. Routing itself is in test_router.py."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from logbus.core.errors import LogbusError
-from logbus.core.router import (
+from logbus.core.routing.router import (
     DEFAULT_EXCHANGE_TOPIC,
     DIRECT,
     EXCHANGE,

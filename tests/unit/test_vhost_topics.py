@@ -1,4 +1,4 @@
-"""The log topics behind exchanges of vhosts other than "/" (core/router.py): quote(vhost)
+"""The log topics behind exchanges of vhosts other than "/" (core/routing/router.py): quote(vhost)
 + "@" + the topic the exchange would have in "/", and a clear 406 for a name that cannot
 be a topic. Vhost "/" is unchanged: exchange X is topic X (test_router_lifecycle.py)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from logbus.core.log.topic_config import MAX_TOPIC_NAME, validate_topic_name
-from logbus.core.router import (
+from logbus.core.routing.router import (
     DEFAULT_EXCHANGE_TOPIC,
     PREDECLARED,
     PreconditionFailed,

@@ -8,11 +8,11 @@ whole channel. In confirm mode every publish gets a sequence number and is acked
 its record is durable (nacked when a queue refuses it under x-overflow reject-publish).
 In tx mode publishes and settlements wait for ``tx.commit``.
 
-Errors in the vhost (``core.router.RouterError``: 404, 403, 405, 406) close the channel
+Errors in the vhost (``core.routing.router.RouterError``: 404, 403, 405, 406) close the channel
 with that reply code; the connection (connection.py) sends the Channel.Close and
 discards what arrives on the channel until Close-Ok.
 
-Permissions (``core.auth``) are checked as RabbitMQ does, before the operation: configure
+Permissions (``core.access.auth``) are checked as RabbitMQ does, before the operation: configure
 on the exchange or queue declared or deleted, write on the destination and read on the
 source of a binding, write on the exchange of basic.publish, read on the queue of
 basic.get / consume and queue.purge; a denial is 403 ACCESS_REFUSED. The publish check
@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from pamqp import base
 from pamqp import commands as C
 
-from ...core.auth import Kind, Perm
-from ...core.queue import UnknownEntry
-from ...core.router import RouterError
+from ...core.access.auth import Kind, Perm
+from ...core.queues.queue import UnknownEntry
+from ...core.routing.router import RouterError
 from ...core.vhost import Delivery, VHost
 from .errors import (
     ACCESS_REFUSED,

@@ -2,7 +2,7 @@
 ``send`` callable), a ``close`` callable to drop the socket.
 
 Theory of operation. The handshake is the spec's: protocol header, Start / Start-Ok
-(PLAIN or AMQPLAIN against the users of ``core.auth.Access``; ``loopback_users`` only
+(PLAIN or AMQPLAIN against the users of ``core.access.auth.Access``; ``loopback_users`` only
 from loopback, as RabbitMQ), Tune / Tune-Ok (frame_max and channel_max at most ours,
 heartbeat negotiated), Open (a vhost that exists and the user has permissions in, else
 530 NOT_ALLOWED). Then channels (channel.py) carry the work, checking permissions.
@@ -32,7 +32,7 @@ from pamqp import base
 from pamqp import commands as C
 from pamqp import decode as pdecode
 
-from ...core.auth import Access
+from ...core.access.auth import Access
 from ...core.pressure import RESOURCES
 from ...core.tick import tick_of
 from ...core.vhost import VHost

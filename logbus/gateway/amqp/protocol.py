@@ -7,7 +7,7 @@ drains; consumers with acks are bounded by their prefetch anyway.
 The other direction is the broker's: the factory follows the resource alarms
 (core/pressure.py) and hands them to every connection, which may ask its transport to
 stop reading (the transport's own ``pauseProducing``) until they clear. It also hears
-when a user or a vhost is deleted (core/auth.py) and closes the connections of that
+when a user or a vhost is deleted (core/access/auth.py) and closes the connections of that
 user, or to that vhost, with 320 CONNECTION_FORCED, as RabbitMQ does.
 
 **Read linger** (decision 0008). A read that held several publishes or acks comes from a
@@ -34,7 +34,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from ...core.auth import AccessChange
+from ...core.access.auth import AccessChange
 from ...core.broker import Broker
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
 from .connection import Connection, blocked_reason

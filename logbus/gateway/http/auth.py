@@ -22,7 +22,7 @@ from .resource import ApiResource
 from .responses import HttpError
 
 if TYPE_CHECKING:
-    from ...core.auth import Access, User
+    from ...core.access.auth import Access, User
     from ...core.broker import Broker
 
 REALM = 'Basic realm="logbus"'

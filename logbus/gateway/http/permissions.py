@@ -7,7 +7,7 @@
     DELETE /api/permissions/<vhost>/<user>   204 | 404
 
 Names are URL-encoded (``%2F`` is vhost ``/``). The three values are regular expressions
-searched in resource names (RabbitMQ's semantics, core/auth.py); one that does not
+searched in resource names (RabbitMQ's semantics, core/access/auth.py); one that does not
 compile is 400, an unknown user or vhost 404. A change applies to open AMQP channels
 from their next operation.
 """

@@ -1,7 +1,7 @@
 """Kafka the group coordinator: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 
-Each handler translates a decoded request into a call on ``core.groups.GroupCoordinator``
+Each handler translates a decoded request into a call on ``core.streams.groups.GroupCoordinator``
 (one per ``KafkaHandlers``, shared by every connection) and the result into the
 response of the request's version. This broker is the coordinator of every group.
 
@@ -53,7 +53,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from ...core.groups import (
+from ...core.streams.groups import (
     Code,
     GroupCoordinator,
     JoinGroup,
@@ -76,7 +76,7 @@ KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 GROUP_TYPE = "classic"
 
 def coordinator(handlers: KafkaHandlers) -> GroupCoordinator:
-    """The broker's group coordinator (core/groups.py)."""
+    """The broker's group coordinator (core/streams/groups.py)."""
     return handlers.broker.groups
 
 

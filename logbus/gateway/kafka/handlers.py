@@ -33,7 +33,7 @@ from ...core.errors import LogbusError, OffsetOutOfRange, UnknownTopic
 from ...core.log import AppendResult, Partition
 from ...core.log import batch as B
 from ...core.message import ENVELOPE_HEADER
-from ...core.txn import APPEND, DUPLICATE, OUT_OF_ORDER
+from ...core.streams.producers import APPEND, DUPLICATE, OUT_OF_ORDER
 from . import errors as K
 from .codec import Chunks, FetchPartition, Request, encode_fetch_response, frame_response
 from .operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized

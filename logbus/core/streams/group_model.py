@@ -1,4 +1,4 @@
-"""The data of the group coordinator (core/groups.py): error codes, group states and
+"""The data of the group coordinator (core/streams/groups.py): error codes, group states and
 their allowed transitions, the typed requests and results it takes and returns, and the
 member and group records it keeps. No behaviour beyond small queries on a group."""
 

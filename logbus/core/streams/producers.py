@@ -34,13 +34,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
-from .log.batch import BatchInfo
-from .state import PRODUCER_IDS_KEY, pack_uint64, unpack_uint64, producer_end_key, producer_end_prefix, producer_id_of_key, producer_key, producers_prefix
-from .state_pb2 import ProducerRecord, ProducerSnapshotEnd, RecentBatch
+from ..log.batch import BatchInfo
+from ..state import PRODUCER_IDS_KEY, pack_uint64, unpack_uint64, producer_end_key, producer_end_prefix, producer_id_of_key, producer_key, producers_prefix
+from ..state_pb2 import ProducerRecord, ProducerSnapshotEnd, RecentBatch
 
 if TYPE_CHECKING:
-    from .log.partition import Partition
-    from .state import StateStore
+    from ..log.partition import Partition
+    from ..state import StateStore
 
 log = logging.getLogger(__name__)
 CF_PRODUCERS = "producers"

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from logbus.core.log.batch import BatchInfo
-from logbus.core.txn import APPEND, DUPLICATE, FENCED, OUT_OF_ORDER, ProducerStates
+from logbus.core.streams.producers import APPEND, DUPLICATE, FENCED, OUT_OF_ORDER, ProducerStates
 
 steps = st.lists(
     st.one_of(

@@ -43,9 +43,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Self
 
-from .errors import LogbusError
-from .router import DEFAULT_VHOST, AccessRefused
-from .state import (
+from ..errors import LogbusError
+from ..routing.router import DEFAULT_VHOST, AccessRefused
+from ..state import (
     AUTH_SEEDED_KEY,
     PERMISSION_PREFIX,
     USER_PREFIX,
@@ -56,7 +56,7 @@ from .state import (
     user_key,
     vhost_key,
 )
-from .state_pb2 import PermissionRecord, UserRecord, VHostRecord
+from ..state_pb2 import PermissionRecord, UserRecord, VHostRecord
 
 log = logging.getLogger(__name__)
 

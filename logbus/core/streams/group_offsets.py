@@ -1,6 +1,6 @@
 """Committed offsets in the state store: the ``offsets`` column family, one
 ``CommittedOffset`` record per (group, topic, partition), keys from
-``state.group_offset_key``. The group coordinator (core/groups.py) keeps them in memory
+``state.group_offset_key``. The group coordinator (core/streams/groups.py) keeps them in memory
 and calls these to read them at start and to write each change as ONE WriteBatch.
 
 Committed offsets are not a ``__consumer_offsets`` topic as in Apache Kafka: they are
@@ -13,8 +13,8 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 
 from .group_model import CF_OFFSETS, OffsetAndMetadata, TopicPartition
-from .state import OFFSET_PREFIX, StateStore, group_offset_key, parse_group_offset_key
-from .state_pb2 import CommittedOffset as CommittedOffsetRecord
+from ..state import OFFSET_PREFIX, StateStore, group_offset_key, parse_group_offset_key
+from ..state_pb2 import CommittedOffset as CommittedOffsetRecord
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ is a bug and raises ``IllegalTransition``)::
   instance id alone.
 - **Offsets.** OffsetCommit is checked against the member and generation like Kafka
   does (``Group.check_commit``), and all offsets of one request are written in ONE
-  RocksDB WriteBatch (core/group_offsets.py), synced before the answer; ``load()`` reads
+  RocksDB WriteBatch (core/streams/group_offsets.py), synced before the answer; ``load()`` reads
   them back at start. DeleteGroups deletes an Empty group with its offsets.
 
 Time comes from the injected ``clock`` (a reactor, or ``twisted.internet.task.Clock``
@@ -85,9 +85,9 @@ from .group_model import (  # noqa: F401  (the model is part of this module's AP
     SyncResult,
     TopicPartition,
 )
-from .log.batch import now_ms
+from ..log.batch import now_ms
 from .group_offsets import delete_offsets, load_offsets, write_offsets
-from .state import StateStore
+from ..state import StateStore
 
 log = logging.getLogger(__name__)
 

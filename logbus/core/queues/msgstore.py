@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable
 
-from .log import batch as B
-from .log.batch import Record
-from .log.manager import LogManager
-from .message import Message
+from ..log import batch as B
+from ..log.batch import Record
+from ..log.manager import LogManager
+from ..message import Message
 
 Key = tuple[str, int, int]  # topic, partition, offset
 

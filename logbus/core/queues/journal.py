@@ -31,7 +31,7 @@ import struct
 from typing import Any
 
 from .queue import Entry
-from .state import (
+from ..state import (
     StateStore,
     queue_delivered_key,
     queue_entries_prefix,
@@ -39,7 +39,7 @@ from .state import (
     queue_entry_seq,
     unpack_uint64,
 )
-from .tick import tick_of
+from ..tick import tick_of
 
 CF_QUEUES = "queues"
 _ENTRY = struct.Struct(">IqIBqI")  # partition, offset, size, priority, expires_ms, deliveries; then topic

@@ -14,7 +14,7 @@ bindings) makes deleting a queue or exchange cost only its own bindings.
 - ``direct``/``fanout``: routing key (fanout: always ``""``) -> destinations, each
   key's answer built on first use after a change. The default exchange ``""`` is a
   direct matcher holding one implicit binding per queue, by the queue's name.
-- ``topic``: a ``TopicTrie`` (core/topic_trie.py) over dot-separated words. Answers
+- ``topic``: a ``TopicTrie`` (core/routing/topic_trie.py) over dot-separated words. Answers
   are cached per routing key (bounded, oldest out first); any change to the exchange's
   bindings drops the cache.
 - ``headers``: each binding precompiles its ``x-match`` mode and the arguments that
@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple, Protocol
 from urllib.parse import quote
 
-from .amqp_errors import (  # first defined here, so importable from here still
+from ..amqp_errors import (  # first defined here, so importable from here still
     AccessRefused,
     CommandInvalid,
     NotFound,
@@ -61,8 +61,8 @@ from .amqp_errors import (  # first defined here, so importable from here still
     ResourceLocked,  # noqa: F401
     RouterError,  # noqa: F401
 )
-from .errors import InvalidTopicName
-from .log.topic_config import validate_topic_name
+from ..errors import InvalidTopicName
+from ..log.topic_config import validate_topic_name
 from .topic_trie import TopicTrie, ref_count, unref_count
 
 DIRECT, FANOUT, TOPIC, HEADERS = "direct", "fanout", "topic", "headers"
