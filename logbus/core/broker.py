@@ -45,6 +45,8 @@ from .state import TOPIC_PREFIX, StateStore, topic_key, vhost_definitions_prefix
 from .state_pb2 import TopicRecord
 from .streams.groups import GroupCoordinator
 from .queues.journal import QueueStore
+from .queues.timers import Timers
+from .state_pb2 import TimerRecord
 from .vhost import VHost
 from .streams.producers import ProducerRegistry
 
@@ -187,17 +189,29 @@ class Broker:
         data directory (RabbitMQ's first boot) vhost "/" and the default user first."""
         assert self.log is not None and self.state is not None
         self.queue_store = QueueStore(self.state, self.reactor)
+        self.timers = Timers(self.queue_store, self.state, self._clock, self.reactor)
         self.access.open(self.state)
         self.access.seed(self.default_user, self.default_pass)
         self.vhosts.clear()
         for name in self.access.vhosts:
             self._open_vhost(name)
+        self.timers.arm(self._timers_due)
+
+    def _clock(self) -> int:
+        return int(self.reactor.seconds() * 1000)
+
+    def _timers_due(self, due: list[tuple[int, TimerRecord]]) -> None:
+        """Timers that are due: retries go back to their queues."""
+        for _, rec in due:
+            if rec.kind == TimerRecord.RETRY:
+                vhost = self.vhosts.get(rec.vhost)
+                if vhost is not None:
+                    vhost.service.retry_due(rec)
 
     def _open_vhost(self, name: str) -> VHost:
         assert self.log is not None
         vhost = VHost(name, self.log, self._create_exchange_topic, self.queue_store,
-                      clock=lambda: int(self.reactor.seconds() * 1000), store=self.state,
-                      topic_owner=self._topic_owner)
+                      clock=self._clock, store=self.state, topic_owner=self._topic_owner, timers=self.timers)
         vhost.load()
         self.vhosts[name] = vhost
         return vhost
@@ -279,6 +293,7 @@ class Broker:
             if call is not None and call.running:
                 call.stop()
         if self.vhosts:
+            self.timers.disarm()
             self.queue_store.commit()
             self.vhosts.clear()
         self._close_all()

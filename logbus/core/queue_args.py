@@ -1,10 +1,16 @@
 """Queue arguments (``x-...`` in queue.declare), checked as RabbitMQ checks them.
 
-``parse_queue_arguments`` turns a declare's arguments into ``QueueArgs``: the limits the
-queue model enforces (``queue.QueueLimits``) plus what the broker does around it
-(dead-lettering, x-expires, single active consumer). A value of the wrong type or out of
-range is PRECONDITION_FAILED with RabbitMQ's wording; unknown ``x-`` arguments are kept
-and ignored, as RabbitMQ does.
+``parse_queue_arguments`` turns a declare's arguments into ``QueueArgs``, and
+``QueueArgs.settings()`` into the queue service's neutral ``QueueSettings``: limits,
+retry policy, dead-letter target, auto-expiry, single active consumer. A value of the
+wrong type or out of range is PRECONDITION_FAILED with RabbitMQ's wording; unknown
+``x-`` arguments are kept and ignored, as RabbitMQ does.
+
+Beside RabbitMQ's arguments, ``x-retry-backoff`` (a string: ``"1s 5s 30s"``, levels;
+``"exponential:1s:2:5m"``; ``"immediate"``) makes a nack with requeue, or a lapsed
+invisible time, wait before the message is offered again (``logbus.retry``). Without
+it a requeue is immediate, as in RabbitMQ. ``x-delivery-limit`` N dead-letters a
+message given back after N + 1 deliveries, as RabbitMQ's quorum queues do.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..retry.policy import IMMEDIATE, InvalidRetryPolicy, RetryPolicy, parse_backoff
 from .queues.queue import OVERFLOW_MODES, QueueLimits
+from .queues.service import DeadLetterTarget, QueueSettings
 from .routing.router import PreconditionFailed
 
 MAX_PRIORITY = 255
@@ -28,6 +36,17 @@ class QueueArgs:
     expires_ms: int | None = None  # x-expires: delete after this long unused
     single_active_consumer: bool = False
     queue_type: str = "classic"
+    delivery_limit: int | None = None  # x-delivery-limit
+    retry: RetryPolicy = IMMEDIATE  # x-retry-backoff, without the delivery limit
+
+    def settings(self) -> QueueSettings:
+        retry = self.retry
+        if self.delivery_limit is not None:
+            retry = RetryPolicy(retry.levels_ms, retry.initial_ms, retry.multiplier, retry.max_delay_ms,
+                                max_deliveries=self.delivery_limit + 1)
+        dead_letter = (None if self.dead_letter_exchange is None
+                       else DeadLetterTarget(self.dead_letter_exchange, self.dead_letter_routing_key))
+        return QueueSettings(self.limits, retry, dead_letter, self.expires_ms, self.single_active_consumer)
 
 
 def _is_int(value: Any) -> bool:
@@ -84,11 +103,18 @@ def parse_queue_arguments(queue: str, vhost: str, arguments: Mapping[str, Any] |
         max_length=integer("x-max-length", 0),
         max_length_bytes=integer("x-max-length-bytes", 0),
         overflow=overflow,
-        delivery_limit=integer("x-delivery-limit", 0),
         max_priority=integer("x-max-priority", 0, MAX_PRIORITY) or 0,
         message_ttl_ms=integer("x-message-ttl", 0),
     )
-    return QueueArgs(limits, dlx, dlrk, integer("x-expires", 1), sac, queue_type)
+    retry = IMMEDIATE
+    backoff = string("x-retry-backoff")
+    if backoff is not None:
+        try:
+            retry = parse_backoff(backoff)
+        except InvalidRetryPolicy as e:
+            raise invalid("x-retry-backoff", str(e)) from None
+    return QueueArgs(limits, dlx, dlrk, integer("x-expires", 1), sac, queue_type,
+                     integer("x-delivery-limit", 0), retry)
 
 
 def per_message_ttl(expiration: str | None) -> int | None:

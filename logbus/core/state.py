@@ -28,6 +28,8 @@ metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``
                                                    one prefix scan)
                ``b"auth_seeded\0"``                empty: the default vhost and
                                                    user were created (first boot)
+               ``b"timer_ids\0"``                  uint64 big-endian: the first
+                                                   timer id not yet reserved
 offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
                ``+ topic + b"\0" + partition``     (consumer-group commits;
                (partition: uint32 big-endian)      see ``group_offset_key``)
@@ -39,7 +41,10 @@ queues         ``b"qentry\0" + vhost + b"\0"``      fixed-width entry (see
                ``+ queue + b"\0"``                 seq delivered (queues whose
                                                    entries are not rewritten per
                                                    delivery; see queue_store)
-timers         (later) kind, due ms, unique id     lease or timer
+timers         ``b"timer\0" + due ms + id``        ``TimerRecord``: a retry or a
+               (uint64, uint64 big-endian; the     delayed message due then
+               id unique for ever: reserved in     (core/queues/timers.py)
+               blocks, ``TIMER_IDS_KEY``)
 sessions       (later) client id / retained topic  MQTT session, retained message
 producers      ``b"producer\0" + topic + b"\0"``   ``ProducerRecord`` (idempotent
                ``+ partition + producer id``        producer's sequences; see
@@ -217,10 +222,16 @@ class StateStore:
         exhausted or dropped; after ``close()`` it raises ``DbClosedError``."""
         return self._scan(self._cf(cf), prefix)
 
-    def _scan(self, rdict: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    def scan_range(self, cf: str, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` with ``start <= key < end``, in key order (as
+        ``scan_prefix``)."""
+        return self._scan(self._cf(cf), start, end)
+
+    def _scan(self, rdict: Rdict, prefix: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         # rocksdict's iterator points into the upper-bound bytes that ReadOptions
         # holds: both must outlive the iterator, so they live in this frame.
-        end = _prefix_end(prefix)
+        if end is None:
+            end = _prefix_end(prefix)
         read_opts = ReadOptions()
         if end is not None:
             read_opts.set_iterate_upper_bound(end)
@@ -423,6 +434,25 @@ QUEUE_DELIVERED_PREFIX = b"qdeliv\x00"
 def queue_delivered_key(vhost: str, queue: str) -> bytes:
     """queues CF: the delivered mark of one queue (``queue_store``)."""
     return QUEUE_DELIVERED_PREFIX + _text(vhost) + _text(queue)
+
+
+# -- timers CF: retries and delayed messages by due time (logbus.core.queues.timers) --------
+
+TIMER_PREFIX = b"timer\x00"
+TIMER_IDS_KEY = b"timer_ids\x00"  # metadata CF: uint64, first timer id not reserved
+_TIMER = _struct.Struct(">QQ")
+TIMER_KEY_SIZE = len(TIMER_PREFIX) + _TIMER.size
+
+
+def timer_key(due_ms: int, timer_id: int) -> bytes:
+    """timers CF: the key of one timer; byte order is due-time order (rule 3)."""
+    return TIMER_PREFIX + _TIMER.pack(due_ms, timer_id)
+
+
+def timer_key_fields(key: bytes) -> tuple[int, int]:
+    """``(due_ms, timer_id)`` of a timer key."""
+    due, tid = _TIMER.unpack_from(key, len(TIMER_PREFIX))
+    return int(due), int(tid)
 
 
 # -- metadata CF: AMQP definitions (logbus.core.definitions) -----------------------------

@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from .deadletter import amqp_headers, dead_letter_message
 from .definitions import DefinitionStore, decode_table
@@ -35,9 +35,11 @@ from .log import batch as B
 from .log.manager import LogManager
 from .message import Message
 from .queues.msgstore import MessageStore, log_batch_reader
-from .queues.queue import MAXLEN, REJECT_PUBLISH_DLX, REJECTED, Entry, Queue, Removed
-from .queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
+from .queues.queue import REJECTED, Entry, Outcome, Receipt
+from .queue_args import parse_queue_arguments, per_message_ttl
 from .queues.journal import QueueStore
+from .queues.service import Consumer, Delivery, QueueService, QueueState
+from .queues.timers import Timers
 from .routing.router import (
     QUEUE,
     Binding,
@@ -55,38 +57,6 @@ from .state import StateStore
 log = logging.getLogger(__name__)
 _AMQP = Envelope.AMQP
 _TRANSACTIONAL = 0x10  # RecordBatch attributes bit: written by a transactional producer
-
-
-class Consumer(Protocol):
-    tag: str
-    owner: Any  # the lease owner: the channel
-    no_ack: bool
-
-    def has_credit(self) -> bool: ...
-    def deliver(self, delivery: Delivery) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    queue: str
-    entry: Entry
-    message: Message
-    remaining: int = 0  # ready messages left (basic.get-ok message_count)
-
-
-@dataclass
-class QueueState:
-    name: str
-    durable: bool
-    exclusive: Any  # the owning connection, or None
-    auto_delete: bool
-    arguments: dict[str, Any]
-    args: QueueArgs
-    queue: Queue
-    consumers: list[Consumer] = field(default_factory=list)
-    next_consumer: int = 0
-    had_consumer: bool = False
-    used_ms: int = 0  # last declare, get or consumer change (x-expires counts from here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +77,8 @@ class VHost:
     def __init__(self, name: str, log: LogManager, create_topic: Callable[[str], Any],
                  queue_store: QueueStore, *, clock: Callable[[], int],
                  store: StateStore | None = None, message_memory: int = 256 << 20,
-                 topic_owner: Callable[[str], str | None] | None = None) -> None:
+                 topic_owner: Callable[[str], str | None] | None = None,
+                 timers: Timers | None = None) -> None:
         self.name = name
         self.topic_owner = topic_owner  # "exchange 'x' in vhost 'v'" backed by a topic, across vhosts
         self.defs = DefinitionStore(store, name)
@@ -116,8 +87,12 @@ class VHost:
         self.queue_store = queue_store
         self.clock = clock  # epoch milliseconds
         self.router = Router(name)
-        self.queues: dict[str, QueueState] = {}
         self.messages = MessageStore(log_batch_reader(log), max_bytes=message_memory)
+        if timers is None:
+            timers = Timers(queue_store, store, clock)
+        self.service = QueueService(name, queue_store, timers, self.messages, clock=clock,
+                                    dead_letter=self._dead_letter, message_for=self._message)
+        self.queues: dict[str, QueueState] = self.service.queues
 
     # -- exchanges -----------------------------------------------------------------------
 
@@ -207,17 +182,9 @@ class VHost:
             return qs
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
-        args = parse_queue_arguments(name, self.name, arguments)
-        # exact delivery counts where they are read: the delivery limit; and with
-        # priorities, entries are not handed out in seq order (queue_store)
-        exact = args.limits.delivery_limit is not None or args.limits.max_priority > 0
-        journal = self.queue_store.journal(self.name, name, exact=exact) if durable else None
-        queue = Queue(name, args.limits, journal) if journal is not None else Queue(name, args.limits)
-        if durable:
-            queue.restore(*self.queue_store.load(self.name, name))
-        qs = QueueState(name, durable, exclusive, auto_delete, dict(arguments or {}), args, queue,
-                        used_ms=self.clock())
-        self.queues[name] = qs
+        settings = parse_queue_arguments(name, self.name, arguments).settings()
+        qs = self.service.create(name, settings, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
+                                 declared=dict(arguments or {}))
         self.router.add_queue(name)
         if durable and exclusive is None and not _restoring:
             self.defs.save_queue(name, auto_delete, arguments)
@@ -231,16 +198,14 @@ class VHost:
         if qs.auto_delete != auto_delete:
             raise PreconditionFailed(f"inequivalent arg 'auto_delete' {where}: received "
                                      f"'{str(auto_delete).lower()}' but current is '{str(qs.auto_delete).lower()}'")
-        for key in sorted(set(arguments) | set(qs.arguments)):
-            if key.startswith("x-") and arguments.get(key) != qs.arguments.get(key):
+        declared = qs.declared or {}
+        for key in sorted(set(arguments) | set(declared)):
+            if key.startswith("x-") and arguments.get(key) != declared.get(key):
                 raise PreconditionFailed(f"inequivalent arg '{key}' {where}: received {arguments.get(key)!r} "
-                                         f"but current is {qs.arguments.get(key)!r}")
+                                         f"but current is {declared.get(key)!r}")
 
     def queue(self, name: str) -> QueueState:
-        qs = self.queues.get(name)
-        if qs is None:
-            raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
-        return qs
+        return self.service.state(name)
 
     def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:
         qs = self.queue(name)
@@ -248,22 +213,12 @@ class VHost:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' in use")
         if if_empty and qs.queue.message_count:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
-        count = qs.queue.message_count
-        for entry in list(qs.queue.entries.values()):
-            self.messages.release(entry.topic, entry.partition, entry.offset)
-        del self.queues[name]
+        count = self.service.delete(name)
         self._forget(self.router.delete_queue(name), (name,) if qs.durable else ())
-        if qs.durable:
-            self.queue_store.drop(self.name, name)
         return count
 
     def purge_queue(self, name: str) -> int:
-        qs = self.queue(name)
-        ready = [e for e in qs.queue.entries.values() if e.seq not in qs.queue.leases]
-        n = qs.queue.purge()
-        for e in ready:
-            self.messages.release(e.topic, e.partition, e.offset)
-        return n
+        return self.service.purge(name)
 
     # -- publish -------------------------------------------------------------------------
 
@@ -417,38 +372,14 @@ class VHost:
     def _enqueue(self, queues: frozenset[str], topic: str, partition: int, offset: int, message: Message,
                  now: int | None = None, dispatch: bool = True) -> bool:
         """Give each of ``queues`` an entry for the record at ``offset``; True when a
-        queue refused it (x-overflow reject-publish). ``dispatch`` False: the caller
+        queue refused it (overflow reject-publish). ``dispatch`` False: the caller
         dispatches the queues."""
         if now is None:
             now = self.clock()
         env = message.envelope
         ttl = per_message_ttl(env.expiration) if env.expiration else None
-        expires = now + ttl if ttl is not None else 0
-        priority = env.priority if env.HasField("priority") else 0
-        size = len(message.value or b"")
-        refs = 0
-        refused: list[QueueState] = []
-        dropped: list[tuple[QueueState, Removed]] = []
-        for name in queues:
-            qs = self.queues[name]
-            entry, removed = qs.queue.publish(topic, partition, offset, size, priority=priority,
-                                              expires_ms=expires, now_ms=now)
-            if removed:
-                dropped += [(qs, r) for r in removed]
-            if entry is None:
-                refused.append(qs)
-            else:
-                refs += 1
-        self.messages.remember(topic, partition, offset, message, size, refs)
-        for qs, r in dropped:
-            self._removed(qs, r)
-        for qs in refused:  # x-overflow reject-publish-dlx: refused, and dead-lettered
-            if qs.queue.limits.overflow == REJECT_PUBLISH_DLX and qs.args.dead_letter_exchange is not None:
-                self._dead_letter(qs, message, MAXLEN)
-        if dispatch:
-            for name in queues:
-                self.dispatch(name)
-        return bool(refused)
+        return self.service.enqueue(queues, topic, partition, offset, message, now, dispatch,
+                                    now + ttl if ttl is not None else 0)
 
     def _message(self, entry: Entry) -> Message:
         """The message an entry points at. One a Kafka producer appended is delivered as
@@ -465,12 +396,7 @@ class VHost:
     def queue_floors(self, floors: dict[tuple[str, int], int]) -> None:
         """Lower ``floors[(topic, partition)]`` to the lowest offset an entry of any of
         this vhost's queues points at there (retention keeps those segments)."""
-        for qs in self.queues.values():
-            for e in qs.queue.entries.values():
-                key = (e.topic, e.partition)
-                low = floors.get(key)
-                if low is None or e.offset < low:
-                    floors[key] = e.offset
+        self.service.floors(floors)
 
     def _partition_for(self, topic: str, routing_key: str) -> int:
         n = len(self.log.topics[topic].partitions)
@@ -479,120 +405,54 @@ class VHost:
     # -- consumers -----------------------------------------------------------------------
 
     def consume(self, queue: str, consumer: Consumer) -> None:
-        qs = self.queue(queue)
-        qs.consumers.append(consumer)  # with single active consumer, only the first is fed
-        qs.had_consumer = True
-        qs.used_ms = self.clock()
-        self.dispatch(queue)
+        self.service.consume(queue, consumer)
 
     def cancel(self, queue: str, consumer: Consumer) -> None:
-        qs = self.queues.get(queue)
-        if qs is None or consumer not in qs.consumers:
-            return
-        qs.consumers.remove(consumer)
-        qs.used_ms = self.clock()
-        if qs.auto_delete and qs.had_consumer and not qs.consumers:
+        qs = self.service.cancel(queue, consumer)
+        if qs is not None and qs.auto_delete and qs.had_consumer and not qs.consumers:
             self.delete_queue(queue)
 
     def dispatch(self, queue: str) -> None:
-        qs = self.queues.get(queue)
-        if qs is None or not qs.consumers:
-            return
-        q = qs.queue
-        consumers = qs.consumers[:1] if qs.args.single_active_consumer else qs.consumers
-        while q.ready_count:
-            consumer = self._next_consumer(qs, consumers)
-            if consumer is None:
-                return
-            entry, removed = q.take(consumer.owner, self.clock())
-            for r in removed:
-                self._removed(qs, r)
-            if entry is None:
-                return
-            message = self._message(entry)
-            if consumer.no_ack:
-                q.ack(entry.seq)
-                self.messages.release(entry.topic, entry.partition, entry.offset)
-            consumer.deliver(Delivery(queue, entry, message))
-
-    def _next_consumer(self, qs: QueueState, consumers: list[Consumer]) -> Consumer | None:
-        n = len(consumers)
-        for i in range(n):
-            c = consumers[(qs.next_consumer + i) % n]
-            if c.has_credit():
-                qs.next_consumer = (qs.next_consumer + i + 1) % n
-                return c
-        return None
+        self.service.dispatch(queue)
 
     def get(self, queue: str, owner: Any, no_ack: bool) -> Delivery | None:
         """basic.get: one message, leased to ``owner`` unless ``no_ack``."""
-        qs = self.queue(queue)
-        qs.used_ms = self.clock()
-        entry, removed = qs.queue.take(owner, self.clock())
-        for r in removed:
-            self._removed(qs, r)
-        if entry is None:
-            return None
-        message = self._message(entry)
-        if no_ack:
-            qs.queue.ack(entry.seq)
-            self.messages.release(entry.topic, entry.partition, entry.offset)
-        return Delivery(queue, entry, message, qs.queue.message_count)
+        got = self.service.take(queue, owner, 1, no_ack=no_ack)
+        return got[0] if got else None
 
     # -- settling ----------------------------------------------------------------------------
 
-    def ack(self, queue: str, seq: int) -> None:
-        qs = self.queues.get(queue)
-        if qs is None:
-            return  # the queue was deleted meanwhile: nothing to settle
-        entry = qs.queue.ack(seq)
-        self.messages.release(entry.topic, entry.partition, entry.offset)
+    def ack(self, queue: str, receipt: Receipt) -> None:
+        self.service.ack(queue, receipt)
 
-    def reject(self, queue: str, seq: int, requeue: bool) -> None:
-        qs = self.queues.get(queue)
-        if qs is None:
-            return
-        removed = qs.queue.reject(seq, requeue)
-        if removed is not None:
-            self._removed(qs, removed)
-        self.dispatch(queue)
+    def reject(self, queue: str, receipt: Receipt, requeue: bool) -> None:
+        self.service.settle(queue, receipt, Outcome.REQUEUE if requeue else Outcome.DEAD_LETTER)
 
     def release(self, queue: str, owner: Any) -> None:
         """Requeue every lease of ``owner`` (its channel closed or recovered)."""
-        qs = self.queues.get(queue)
-        if qs is None:
-            return
-        for r in qs.queue.release(owner):
-            self._removed(qs, r)
-        self.dispatch(queue)
+        self.service.release(queue, owner)
 
     def expire(self) -> None:
-        """Drop (or dead-letter) expired heads of every queue, and delete queues unused
-        for their x-expires; the broker calls this every 100 ms."""
+        """Drop (or dead-letter) expired heads of every queue, give back leases past their
+        deadline, and delete queues unused for their x-expires; the broker calls this
+        every 100 ms."""
         now = self.clock()
+        self.service.tick(now)
         for qs in list(self.queues.values()):
-            for r in qs.queue.expire(now):
-                self._removed(qs, r)
-            ttl = qs.args.expires_ms
+            ttl = qs.settings.expires_ms
             if ttl is not None and not qs.consumers and now - qs.used_ms >= ttl:
                 log.info("queue %r unused for %d ms (x-expires): deleted", qs.name, ttl)
                 self.delete_queue(qs.name)
 
-    def _removed(self, qs: QueueState, r: Removed) -> None:
-        e = r.entry
-        if qs.args.dead_letter_exchange is not None and r.reason:
-            try:
-                self._dead_letter(qs, self.messages.get(e.topic, e.partition, e.offset), r.reason)
-            except KeyError as exc:
-                log.info("dead-lettering from %r failed: %s", qs.name, exc)
-        self.messages.release(e.topic, e.partition, e.offset)
-
     def _dead_letter(self, qs: QueueState, original: Message, reason: str) -> None:
         """Publish the dead-lettered copy of ``original`` to the queue's dead-letter exchange."""
-        dlx = qs.args.dead_letter_exchange
-        assert dlx is not None
+        target = qs.settings.dead_letter
+        assert target is not None
+        dlx = target.exchange
+        if dlx is None:
+            return
         try:
-            copy = dead_letter_message(original, qs.name, reason, self.clock(), dlx, qs.args.dead_letter_routing_key)
+            copy = dead_letter_message(original, qs.name, reason, self.clock(), dlx, target.routing_key)
             self.publish(dlx, copy.envelope.routing_key, copy, headers=amqp_headers(copy.envelope),
                          dead_lettered=reason)
         except LogbusError as exc:

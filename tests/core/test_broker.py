@@ -53,7 +53,7 @@ def test_retention_keeps_what_a_queue_points_into(tmp_path: Any) -> None:
     taken = [v.get("q", "me", no_ack=False) for _ in range(60)]
     for d in taken:
         if d is not None and d.entry.offset != 30:
-            v.ack("q", d.entry.seq)
+            v.ack("q", d.receipt)
     assert b.housekeeping(later) > 0
     assert p.log_start_offset <= 30
     assert b.housekeeping(later) == 0  # still guarded

@@ -1,7 +1,8 @@
-"""The queue model (core/queues/queue.py) and its journal in RocksDB (core/queues/journal.py),
+"""One queue (core/queues/queue.py) and its journal in RocksDB (core/queues/journal.py),
 against a plain in-memory model, under random publish / take / ack / nack / requeue /
-release / expire / restart. A restart commits the journal, closes RocksDB, reopens it
-and restores a fresh Queue from what is stored."""
+release / expire / restart, with limits, priorities and TTLs (the queue service's
+leases, lapses, retries and timers: test_queue_service.py). A restart commits the
+journal, closes RocksDB, reopens it and restores a fresh Queue from what is stored."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from logbus.core.queues.journal import QueueStore
 from logbus.core.queues.queue import (
     DELIVERY_LIMIT,
     DROP_HEAD,
@@ -22,12 +24,15 @@ from logbus.core.queues.queue import (
     MAXLEN,
     REJECT_PUBLISH,
     REJECTED,
+    Outcome,
     Queue,
     QueueLimits,
-    UnknownEntry,
+    Receipt,
+    StaleReceipt,
+    receipt,
 )
-from logbus.core.queues.journal import QueueStore
 from logbus.core.state import StateStore
+from logbus.retry.policy import RetryPolicy
 
 OWNERS = ("a", "b")
 
@@ -39,6 +44,7 @@ class M:
     size: int
     deliveries: int = 0
     owner: str | None = None  # leased to
+    receipt: Receipt | None = None  # of the current lease
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -50,14 +56,15 @@ class QueueMachine(RuleBasedStateMachine):
     )
     def setup(self, max_length: int | None, overflow: str, delivery_limit: int | None, max_priority: int) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="logbus-queue-"))
-        self.limits = QueueLimits(max_length=max_length, overflow=overflow, delivery_limit=delivery_limit,
-                                  max_priority=max_priority)
+        self.limits = QueueLimits(max_length=max_length, overflow=overflow, max_priority=max_priority)
+        self.delivery_limit = delivery_limit
+        self.retry = RetryPolicy(max_deliveries=None if delivery_limit is None else delivery_limit + 1)
         self.store = StateStore(self.dir / "state")
         self.qs = QueueStore(self.store)
         # exact: the journal rewrites an entry per delivery; else it keeps a delivered mark
-        self.exact = delivery_limit is not None or max_priority > 0
+        self.exact = max_priority > 0
         self.mark = -1  # the highest seq ever taken
-        self.q = Queue("q", self.limits, self.qs.journal("/", "q", exact=self.exact))
+        self.q = Queue("q", self.limits, self.qs.journal("/", "q", exact=self.exact), self.retry)
         self.model: dict[int, M] = {}
         self.next_seq = 0
         self.now = 1000
@@ -116,6 +123,7 @@ class QueueMachine(RuleBasedStateMachine):
             m.owner = owner
             self.mark = max(self.mark, seq)
             assert entry is not None and entry.seq == seq and entry.deliveries == m.deliveries
+            m.receipt = receipt(entry)
             break
         else:
             assert entry is None
@@ -128,18 +136,22 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def ack(self, data: st.DataObject) -> None:
         seq = data.draw(st.sampled_from(self._leased()))
-        assert self.q.ack(seq).seq == seq
+        r = self.model[seq].receipt
+        assert r is not None
+        settled = self.q.settle(r, Outcome.ACK)
+        assert settled is not None and (settled.entry.seq, getattr(settled, "reason", None)) == (seq, "")
         del self.model[seq]
-        with pytest.raises(UnknownEntry):
-            self.q.ack(seq)  # twice: unknown
+        with pytest.raises(StaleReceipt):
+            self.q.settle(r, Outcome.ACK)  # twice: stale
 
     @precondition(lambda self: any(m.owner for m in self.model.values()))
     @rule(data=st.data(), requeue=st.booleans())
     def nack(self, data: st.DataObject, requeue: bool) -> None:
         seq = data.draw(st.sampled_from(self._leased()))
-        removed = self.q.reject(seq, requeue)
         m = self.model[seq]
-        limit = self.limits.delivery_limit
+        assert m.receipt is not None
+        removed = self.q.settle(m.receipt, Outcome.REQUEUE if requeue else Outcome.DEAD_LETTER)
+        limit = self.delivery_limit
         if not requeue:
             assert removed is not None and (removed.entry.seq, removed.reason) == (seq, REJECTED)
             self._model_remove(seq, REJECTED)
@@ -152,9 +164,11 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(owner=st.sampled_from(OWNERS))
     def release(self, owner: str) -> None:
-        removed = self.q.release(owner)
+        out = self.q.release(owner)
+        removed = out.removed
+        assert not out.scheduled  # an immediate retry policy never waits
         expect = []
-        limit = self.limits.delivery_limit
+        limit = self.delivery_limit
         for seq in self._leased():
             m = self.model[seq]
             if m.owner != owner:
@@ -197,15 +211,15 @@ class QueueMachine(RuleBasedStateMachine):
         self.store.close()
         self.store = StateStore(self.dir / "state")
         self.qs = QueueStore(self.store)
-        self.q = Queue("q", self.limits, self.qs.journal("/", "q", exact=self.exact))
-        self.q.restore(*self.qs.load("/", "q"))
+        self.q = Queue("q", self.limits, self.qs.journal("/", "q", exact=self.exact), self.retry)
+        self.q.restore(*self.qs.load("/", "q", exact=self.exact))
         for seq, m in self.model.items():
-            m.owner = None  # every lease is gone: back to ready, redelivered if delivered
+            m.owner = None  # every lease (none has a deadline) is gone: back to ready, redelivered
+            m.receipt = None
             if not self.exact:
                 assert m.deliveries > 0 or seq > self.mark  # taken in seq order: below the mark means taken
-                m.deliveries = min(m.deliveries, 1)  # the mark keeps "delivered", not how often
-        # seqs name unsettled entries only; without exact counts, numbering goes on above the mark
-        self.next_seq = max(max(self.model, default=-1), -1 if self.exact else self.mark) + 1
+        # numbering goes on above every unsettled entry and every seq ever delivered
+        self.next_seq = max(max(self.model, default=-1), self.mark) + 1
 
     # -- invariants ------------------------------------------------------------------------
 
@@ -227,12 +241,12 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def journal_holds_the_unsettled(self) -> None:
         self.qs.commit()
-        entries, _ = self.qs.load("/", "q")
-        stored = {e.seq: e for e in entries}
+        entries, _ = self.qs.load("/", "q", exact=self.exact)
+        stored = {e.seq: (e, deadline) for e, deadline in entries}
         assert set(stored) == set(self.model)
-        for seq, e in stored.items():
-            m = self.model[seq]
-            assert e.deliveries == (m.deliveries if self.exact else min(m.deliveries, 1))
+        for seq, (e, deadline) in stored.items():
+            assert e.deliveries == self.model[seq].deliveries  # exact in both journal modes
+            assert deadline == 0
 
 
 QueueMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

@@ -96,7 +96,7 @@ def test_fanout_appends_once_and_every_queue_gets_it(env: Env) -> None:
     c = Consumer("c1", owner="ch1")
     v.consume("a", c)
     assert [d.message.value for d in c.got] == [b"hello"]
-    v.ack("a", c.got[0].entry.seq)
+    v.ack("a", c.got[0].receipt)
     assert v.messages.live_bytes == 5  # b and c still hold it
     v.purge_queue("b")
     v.delete_queue("c")
@@ -116,7 +116,7 @@ def test_round_robin_with_prefetch_and_requeue_in_place(env: Env) -> None:
     v.consume("work", c2)
     assert [d.message.value for d in c1.got] == [b"0", b"1"]  # c1 first took its prefetch
     assert [d.message.value for d in c2.got] == [b"2", b"3"]
-    v.reject("work", c1.got[0].entry.seq, requeue=True)  # back in its old place
+    v.reject("work", c1.got[0].receipt, requeue=True)  # back in its old place
     c1.unacked -= 1
     v.dispatch("work")
     assert [d.message.value for d in c1.got][-1] == b"0" and c1.got[-1].entry.redelivered
@@ -201,7 +201,7 @@ def test_dead_letter_cycles_are_dropped_unless_rejected(env: Env) -> None:
     c = Consumer("c", "ch", prefetch=1)
     v.consume("retry", c)
     for _ in range(3):
-        v.reject("retry", c.got[-1].entry.seq, requeue=False)
+        v.reject("retry", c.got[-1].receipt, requeue=False)
         c.unacked -= 1
         v.dispatch("retry")
     assert len(c.got) == 4
@@ -232,8 +232,8 @@ def test_durable_queue_survives_restart_acked_never_return(env: Env) -> None:
     env.loop.run_once()
     c = Consumer("c", "ch", prefetch=4)
     v.consume("jobs", c)
-    v.ack("jobs", c.got[0].entry.seq)
-    v.ack("jobs", c.got[2].entry.seq)
+    v.ack("jobs", c.got[0].receipt)
+    v.ack("jobs", c.got[2].receipt)
     env.restart()
     env.v.load()
     c2 = Consumer("c", "ch", prefetch=10)
@@ -261,7 +261,7 @@ def test_durable_definitions_survive_restart_transient_ones_do_not(env: Env) -> 
     v = env.v
     v.load()
     assert sorted(n for n in v.queues) == ["all", "unrouted"]
-    assert v.queue("all").args.limits.max_length == 10
+    assert v.queue("all").settings.limits.max_length == 10
     assert sorted(x.name for x in v.router.exchanges() if not x.name.startswith("amq.")) == ["", "events", "lost"]
     assert [(b.source, b.destination, b.routing_key) for b in v.router.bindings()] == [
         ("events", "all", "#"), ("lost", "unrouted", "")]

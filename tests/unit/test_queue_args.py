@@ -6,7 +6,9 @@ import pytest
 
 from logbus.core.queues.queue import REJECT_PUBLISH, QueueLimits
 from logbus.core.queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
+from logbus.core.queues.service import DeadLetterTarget
 from logbus.core.routing.router import PreconditionFailed
+from logbus.retry.policy import RetryPolicy
 
 
 def test_every_argument() -> None:
@@ -15,8 +17,21 @@ def test_every_argument() -> None:
         "x-max-priority": 9, "x-message-ttl": 0, "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dead",
         "x-expires": 60_000, "x-single-active-consumer": True, "x-queue-type": "quorum", "x-queue-mode": "lazy",
     })
-    assert got == QueueArgs(QueueLimits(10, 1000, REJECT_PUBLISH, 3, 9, 0), "dlx", "dead", 60_000, True, "quorum")
+    assert got == QueueArgs(QueueLimits(10, 1000, REJECT_PUBLISH, 9, 0), "dlx", "dead", 60_000, True, "quorum", 3)
     assert parse_queue_arguments("q", "/", None) == QueueArgs()
+    settings = got.settings()
+    assert settings.retry == RetryPolicy(max_deliveries=4)  # given back after 3 + 1 deliveries: dead-lettered
+    assert settings.dead_letter == DeadLetterTarget("dlx", "dead")
+    assert (settings.expires_ms, settings.single_active_consumer) == (60_000, True)
+
+
+def test_retry_backoff_argument() -> None:
+    got = parse_queue_arguments("q", "/", {"x-retry-backoff": "1s 5s 1m", "x-delivery-limit": 5}).settings()
+    assert got.retry == RetryPolicy(levels_ms=(1000, 5000, 60_000), max_deliveries=6)
+    assert [got.retry.delay_ms(n) for n in (1, 2, 3, 4)] == [1000, 5000, 60_000, 60_000]
+    exp = parse_queue_arguments("q", "/", {"x-retry-backoff": "exponential:100ms:3:1s"}).settings().retry
+    assert [exp.delay_ms(n) for n in (1, 2, 3, 4)] == [100, 300, 900, 1000]
+    assert parse_queue_arguments("q", "/", {"x-retry-backoff": "immediate"}).settings().retry.immediate
 
 
 @pytest.mark.parametrize("args, text", [
@@ -28,6 +43,9 @@ def test_every_argument() -> None:
     ({"x-overflow": "sometimes"}, "invalid arg 'x-overflow'"),
     ({"x-queue-type": "stream"}, "invalid arg 'x-queue-type'"),
     ({"x-dead-letter-routing-key": "k"}, "should be specified together with x-dead-letter-exchange"),
+    ({"x-retry-backoff": "soon"}, "invalid arg 'x-retry-backoff' for queue 'q' in vhost '/': 'soon' is not a duration"),
+    ({"x-retry-backoff": "41d"}, "invalid arg 'x-retry-backoff'"),
+    ({"x-retry-backoff": 5}, "{unacceptable_type,int}"),
 ])
 def test_invalid_arguments_are_precondition_failed(args: dict, text: str) -> None:
     with pytest.raises(PreconditionFailed) as info:

@@ -1,28 +1,33 @@
 """Queue entries in RocksDB (CF ``queues``): what a queue must find again after a restart.
 
 One record per unsettled entry, key ``state.queue_entry_key(vhost, queue, seq)``,
-value a fixed-width struct (``pack_entry``). Publishing puts the record, settling
-deletes it. After a restart the records left are exactly the unsettled entries
-(``Queue.restore``).
+value a fixed-width struct (``pack_entry``): where the message is, its size, priority,
+expiry, delivery count and the deadline of its lease (0: none). Publishing puts the
+record, settling deletes it. After a restart the records left are exactly the unsettled
+entries (``Queue.restore``): those leased with a deadline (an invisible time) stay
+leased until it, the others are ready.
 
-Deliveries are kept in one of two ways (``journal(..., exact=...)``):
+The delivery count survives a restart in both ways a queue is kept
+(``journal(..., exact=...)``):
 
-- **exact** (a queue with x-delivery-limit or x-max-priority): a delivery rewrites the
-  entry's record with its delivery count, so the limit counts across restarts.
-- otherwise a **delivered mark**, one record per queue (``state.queue_delivered_key``):
-  the highest seq ever delivered, written at most once per tick. At a restart every
-  entry at or below the mark comes back redelivered (delivery count 1), and numbering
-  goes on above it (``QueueStore.load``). Such a queue hands entries out in seq order
-  (requeued ones go back to their old place), so an entry below the mark was delivered;
-  the count past 1 is not kept, as nothing reads it. This saves a put per delivery:
-  a put, a delete and a RocksDB write for every message consumed became a delete.
+- **exact** (a queue with priorities): every delivery rewrites the entry's record.
+- otherwise the **delivered mark**, one record per queue (``state.queue_delivered_key``):
+  the highest seq ever delivered, written at most once per tick. Such a queue hands
+  entries out in seq order (requeued ones go back to their old place), so an entry
+  at or below the mark whose record says "never delivered" was delivered once
+  (``QueueStore.load``). Every other change of the count is written to the record: a
+  lease with a deadline, a redelivery (count 2 and up), a requeue. The common case, a
+  message delivered once and acked, costs a put and a delete, not a put, a rewrite and
+  a delete.
 
-Writes are collected in one ``StateBatch`` and committed once per reactor tick, before
+Writes are collected and committed as one ``StateBatch`` once per reactor tick, before
 the log's flusher can fire a publisher confirm for the same tick (a sync flush takes at
 least one fdatasync), and without a WAL sync: a process crash (kill -9) keeps what
 was written; a power loss may lose the last ticks of queue changes, as RabbitMQ's queue
 index may. A put followed by a delete of the same key within one tick cancels out
-before it reaches RocksDB.
+before it reaches RocksDB. Timers (CF ``timers``, ``timers.py``) are written through the
+same batch, so an entry given back with a backoff leaves the queue and becomes a timer
+in one atomic write.
 """
 
 from __future__ import annotations
@@ -42,24 +47,37 @@ from ..state import (
 from ..tick import tick_of
 
 CF_QUEUES = "queues"
-_ENTRY = struct.Struct(">IqIBqI")  # partition, offset, size, priority, expires_ms, deliveries; then topic
+CF_TIMERS = "timers"
+# partition, offset, size, priority, expires_ms, deliveries; then the topic
+_ENTRY_V0 = struct.Struct(">IqIBqI")
+# a version byte (0x81: a partition's first byte is below 0x80), the fields of
+# _ENTRY_V0, then the lease deadline; then the topic
+_ENTRY_V1_TAG = 0x81
+_ENTRY = struct.Struct(">BIqIBqIq")
 
 
 _TOPIC_BYTES: dict[str, bytes] = {}
 
 
-def pack_entry(e: Entry) -> bytes:
+def pack_entry(e: Entry, deadline_ms: int = 0) -> bytes:
     topic = _TOPIC_BYTES.get(e.topic)
     if topic is None:
         if len(_TOPIC_BYTES) > 4096:
             _TOPIC_BYTES.clear()
         topic = _TOPIC_BYTES[e.topic] = e.topic.encode()
-    return _ENTRY.pack(e.partition, e.offset, e.size, e.priority, e.expires_ms, e.deliveries) + topic
+    return _ENTRY.pack(_ENTRY_V1_TAG, e.partition, e.offset, e.size, e.priority, e.expires_ms, e.deliveries,
+                       deadline_ms) + topic
 
 
-def unpack_entry(seq: int, raw: bytes) -> Entry:
-    partition, offset, size, priority, expires_ms, deliveries = _ENTRY.unpack_from(raw)
-    return Entry(seq, raw[_ENTRY.size :].decode(), partition, offset, size, priority, expires_ms, deliveries)
+def unpack_entry(seq: int, raw: bytes) -> tuple[Entry, int]:
+    """An entry record: the entry and its lease deadline (0: none)."""
+    if raw[0] == _ENTRY_V1_TAG:
+        _, partition, offset, size, priority, expires_ms, deliveries, deadline = _ENTRY.unpack_from(raw)
+        topic = raw[_ENTRY.size :].decode()
+    else:
+        partition, offset, size, priority, expires_ms, deliveries = _ENTRY_V0.unpack_from(raw)
+        deadline, topic = 0, raw[_ENTRY_V0.size :].decode()
+    return Entry(seq, topic, partition, offset, size, priority, expires_ms, deliveries), deadline
 
 
 class QueueStore:
@@ -72,34 +90,40 @@ class QueueStore:
         self._puts: dict[bytes, bytes] = {}
         self._deletes: set[bytes] = set()
         self._new: set[bytes] = set()  # keys first put since the last commit
+        self._timer_puts: dict[bytes, bytes] = {}  # CF timers, committed with the rest
+        self._timer_deletes: set[bytes] = set()
         self._scheduled = False
 
     def journal(self, vhost: str, queue: str, *, exact: bool = True) -> QueueStoreJournal:
-        """``exact``: rewrite an entry per delivery; else keep the queue's delivered mark."""
-        mark = None if exact else queue_delivered_key(vhost, queue)
-        return QueueStoreJournal(self, queue_entries_prefix(vhost, queue), mark, self.delivered_mark(vhost, queue))
+        """``exact``: rewrite an entry per delivery; else only what the delivered mark
+        cannot tell (both keep the mark)."""
+        return QueueStoreJournal(self, queue_entries_prefix(vhost, queue), queue_delivered_key(vhost, queue),
+                                 self.delivered_mark(vhost, queue), exact)
 
     def delivered_mark(self, vhost: str, queue: str) -> int:
-        """The highest seq delivered from a queue kept with a delivered mark; -1: none."""
+        """The highest seq ever delivered from a queue; -1: none."""
         if self.store is None:
             return -1
         key = queue_delivered_key(vhost, queue)
         raw = self._puts.get(key) or self.store.get(CF_QUEUES, key)
         return -1 if raw is None else unpack_uint64(raw)
 
-    def load(self, vhost: str, queue: str) -> tuple[list[Entry], int]:
-        """The unsettled entries of a queue (those at or below its delivered mark as
-        delivered once) and the seq numbering must go on from."""
+    def load(self, vhost: str, queue: str, *, exact: bool = False) -> tuple[list[tuple[Entry, int]], int]:
+        """The unsettled entries of a queue with their lease deadlines and the seq
+        numbering must go on from: above every seq ever delivered, so a receipt
+        (seq, delivery) is never issued twice. Not ``exact``: entries at or below the
+        delivered mark were delivered at least once."""
         if self.store is None:
             return [], 0
         self.commit()
         entries = [unpack_entry(queue_entry_seq(k), v)
                    for k, v in self.store.scan_prefix(CF_QUEUES, queue_entries_prefix(vhost, queue))]
         mark = self.delivered_mark(vhost, queue)
-        for e in entries:
-            if e.seq <= mark and not e.deliveries:
-                e.deliveries = 1
-        return entries, max(mark + 1, max((e.seq + 1 for e in entries), default=0))
+        if not exact:
+            for e, _ in entries:
+                if e.seq <= mark and not e.deliveries:
+                    e.deliveries = 1
+        return entries, max(mark + 1, max((e.seq + 1 for e, _ in entries), default=0))
 
     def drop(self, vhost: str, queue: str) -> None:
         """Delete every record of a deleted queue."""
@@ -133,27 +157,50 @@ class QueueStore:
             self._scheduled = True
             self._tick.later(self.commit)
 
+    def put_timer(self, key: bytes, value: bytes) -> None:
+        """A timer record (CF timers), written with this tick's queue changes."""
+        self._timer_puts[key] = value
+        self._schedule()
+
+    def delete_timer(self, key: bytes) -> None:
+        if self._timer_puts.pop(key, None) is None:
+            self._timer_deletes.add(key)
+        self._schedule()
+
+    @property
+    def pending(self) -> bool:
+        """Changes not yet committed."""
+        return bool(self._puts or self._deletes or self._timer_puts or self._timer_deletes)
+
     def commit(self) -> None:
         self._scheduled = False
+        if not self.pending:
+            return
         puts, deletes = self._puts, self._deletes
+        timer_puts, timer_deletes = self._timer_puts, self._timer_deletes
         self._puts, self._deletes, self._new = {}, set(), set()
-        if self.store is None or not (puts or deletes):
+        self._timer_puts, self._timer_deletes = {}, set()
+        if self.store is None:
             return
         with self.store.batch() as b:
             b.delete_many(CF_QUEUES, deletes)
             b.put_many(CF_QUEUES, puts.items())
+            if timer_puts or timer_deletes:
+                b.delete_many(CF_TIMERS, timer_deletes)
+                b.put_many(CF_TIMERS, timer_puts.items())
 
 
 class QueueStoreJournal:
     """``queue.QueueJournal`` for one queue."""
 
-    __slots__ = ("_qs", "_prefix", "_mark_key", "_mark")
+    __slots__ = ("_qs", "_prefix", "_mark_key", "_mark", "_exact")
 
-    def __init__(self, qs: QueueStore, prefix: bytes, mark_key: bytes | None, mark: int) -> None:
+    def __init__(self, qs: QueueStore, prefix: bytes, mark_key: bytes, mark: int, exact: bool) -> None:
         self._qs = qs
         self._prefix = prefix
-        self._mark_key = mark_key  # None: exact (rewrite the entry per delivery)
+        self._mark_key = mark_key
         self._mark = mark
+        self._exact = exact  # rewrite the entry per delivery
 
     def added(self, entry: Entry) -> None:  # _put, inlined: once per message and queue
         qs = self._qs
@@ -163,12 +210,15 @@ class QueueStoreJournal:
         if not qs._scheduled:
             qs._schedule()
 
-    def delivered(self, entry: Entry) -> None:
-        if self._mark_key is None:
-            self._qs._put(self._prefix + _SEQ_PACK(entry.seq), pack_entry(entry), False)
-        elif entry.seq > self._mark:
+    def delivered(self, entry: Entry, deadline_ms: int) -> None:
+        if self._exact or deadline_ms or entry.deliveries > 1:
+            self._qs._put(self._prefix + _SEQ_PACK(entry.seq), pack_entry(entry, deadline_ms), False)
+        if entry.seq > self._mark:
             self._mark = entry.seq
             self._qs._put(self._mark_key, _SEQ_PACK(entry.seq), False)
+
+    def unleased(self, entry: Entry) -> None:
+        self._qs._put(self._prefix + _SEQ_PACK(entry.seq), pack_entry(entry), False)
 
     def settled(self, seq: int) -> None:
         self._qs._delete(self._prefix + _SEQ_PACK(seq))

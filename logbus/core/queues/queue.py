@@ -1,6 +1,6 @@
-"""The queue model over the log: a queue holds pointers to records, not records.
+"""One queue of the queue service: pointers to records, leases with receipts, the ack index.
 
-Theory of operation (docs/architecture.md section 5.2). Routing at publish time gives each
+Theory of operation (docs/architecture.md section 5). Routing at publish time gives each
 matching queue an ``Entry``: where the message is in the log (topic, partition,
 offset), its size, priority and expiry, and how often it was delivered. The queue
 numbers its entries with a per-queue sequence (``seq``), in publish order.
@@ -8,41 +8,55 @@ numbers its entries with a per-queue sequence (``seq``), in publish order.
 A seq names an entry while it is unsettled: after a restart numbering goes on from the
 highest unsettled one, so the seqs of entries settled before may come again.
 
-An entry is in exactly one of three states:
+An entry is in exactly one of these states:
 
 - **ready**: waiting for a consumer. Ready entries are taken highest priority first,
   then lowest ``seq`` first, so a requeued message goes back to its old place (as in
   RabbitMQ). Per priority there is a heap of seqs.
-- **leased**: handed to a consumer (``take``), not yet settled. A lease names its
-  owner (an AMQP channel, a pop receipt, ...) and may carry a deadline (for pop's
-  invisible time). ``release(owner)`` (a channel closing) requeues all of an owner's
-  leases in seq order, as redelivered.
-- **settled**: acked, rejected, expired, dropped by overflow or past the delivery
-  limit; gone from ``entries``. The **ack index** is kept as its complement: a seq is
-  settled when it is below ``next_seq`` and not in ``entries``, and the floor is the
-  smallest unsettled seq. A floor plus a set of settled seqs above it would hold every
-  seq settled after one stuck message, so memory would grow with traffic;
-  the complement holds only what is unsettled (docs/decisions/0006). The journal
-  mirrors it: an entry's record is deleted when it is settled.
+- **leased**: handed to a consumer (``take``), not yet settled. A lease names its owner
+  (an AMQP channel, a pop group member, ...) and the delivery it was made for, and may
+  carry a deadline (an invisible time). The consumer holds a ``Receipt``: the seq and the
+  delivery count of that lease. ``settle`` refuses a receipt that does not name the
+  current lease (``StaleReceipt``), so a receipt whose lease lapsed never settles the
+  message once it is leased again. ``lapse(now)`` gives back every lease past its
+  deadline, ``release(owner)`` (a channel closing) every lease of an owner.
+- **scheduled**: given back with a backoff (``RETRY``, or a lapse under a retry policy
+  that waits). The entry leaves the queue (``Scheduled`` is returned); the queue service
+  keeps it as a timer (``timers.py``), written in the same state batch as the entry's
+  deletion, and when it is due ``readd`` puts it back, ready, under a new seq, its
+  delivery count kept.
+- **settled**: acked, dead-lettered, expired, dropped by overflow; gone from ``entries``.
+  The **ack index** is kept as its complement: a seq is settled when it is below
+  ``next_seq`` and not in ``entries``, and the floor is the smallest unsettled seq. A
+  floor plus a set of settled seqs above it would hold every seq settled after one stuck
+  message, so memory would grow with traffic; the complement holds only what is
+  unsettled (docs/decisions/0006). The journal mirrors it: an entry's record is deleted
+  when it is settled.
+
+How a given-back message comes back is the queue's ``RetryPolicy`` (``logbus.retry``):
+immediate (ready at once, in its old place: AMQP's requeue) or after a backoff
+(scheduled); past ``max_deliveries`` it is removed for dead-lettering instead.
 
 Counts (ready, leased, ready bytes) are kept as entries move, so queue depth is known
-without scanning. Removed entries that should be dead-lettered are returned to the
-caller with a reason (``Removed``); the broker publishes them to the dead-letter
-exchange. Nothing here does I/O: ``journal`` (``queue_store.QueueJournal``) is told of
-every change to persist it.
+without scanning. Removed entries are returned to the caller with a reason
+(``Removed``); the queue service dead-letters them. Nothing here does I/O: ``journal``
+(``journal.QueueJournal``) is told of every change to persist it.
 
-Expiry (x-message-ttl, per-message expiration) is checked at the head, as RabbitMQ
-does: when an entry would be taken, and by ``expire(now)`` (the broker calls it when
-the head's deadline passes). An expired entry behind an unexpired head waits.
+Expiry (a queue's message TTL, a message's expires-at) is checked at the head, as
+RabbitMQ does: when an entry would be taken, and by ``expire(now)``. An expired entry
+behind an unexpired head waits.
 """
 
 from __future__ import annotations
 
+import enum
 import heapq
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-# reasons, as RabbitMQ names them in x-death
+from ...retry.policy import IMMEDIATE, RetryPolicy
+
+# why an entry left without an ack (the dead-letter reason)
 EXPIRED = "expired"
 MAXLEN = "maxlen"
 REJECTED = "rejected"
@@ -52,6 +66,15 @@ DROP_HEAD = "drop-head"
 REJECT_PUBLISH = "reject-publish"
 REJECT_PUBLISH_DLX = "reject-publish-dlx"
 OVERFLOW_MODES = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
+
+
+class Outcome(enum.Enum):
+    """How a consumer settles a leased message."""
+
+    ACK = "ack"  # done: settled
+    REQUEUE = "requeue"  # back to ready at once, in its old place
+    RETRY = "retry"  # again later, after the queue's backoff
+    DEAD_LETTER = "dead-letter"  # removed, to the dead-letter target (reason "rejected")
 
 
 @dataclass(slots=True)
@@ -71,28 +94,66 @@ class Entry:
 
 
 @dataclass(frozen=True, slots=True)
+class Receipt:
+    """Names one lease: the entry and the delivery it was leased for."""
+
+    seq: int
+    delivery: int
+
+
+def receipt(entry: Entry) -> Receipt:
+    """The receipt of the lease ``take`` just made of ``entry``."""
+    return Receipt(entry.seq, entry.deliveries)
+
+
+@dataclass(frozen=True, slots=True)
 class Removed:
-    """An entry that left the queue without an ack, and why (for dead-lettering)."""
+    """An entry that left the queue: acked (``reason`` "") or to be dead-lettered."""
 
     entry: Entry
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
+class Scheduled:
+    """An entry given back with a backoff: out of the queue until ``due_ms``."""
+
+    entry: Entry
+    due_ms: int
+
+
+@dataclass(slots=True)
+class Returned:
+    """What giving leases back did: entries ready again, scheduled, or removed."""
+
+    requeued: int = 0
+    scheduled: list[Scheduled] = field(default_factory=list)
+    removed: list[Removed] = field(default_factory=list)
+
+    def add(self, result: Removed | Scheduled | None) -> None:
+        if result is None:
+            self.requeued += 1
+        elif isinstance(result, Scheduled):
+            self.scheduled.append(result)
+        else:
+            self.removed.append(result)
+
+
+@dataclass(frozen=True, slots=True)
 class QueueLimits:
-    max_length: int | None = None  # x-max-length: ready messages
-    max_length_bytes: int | None = None  # x-max-length-bytes: ready bytes
-    overflow: str = DROP_HEAD  # x-overflow
-    delivery_limit: int | None = None  # x-delivery-limit: deliveries before dead-lettering
-    max_priority: int = 0  # x-max-priority (0: priorities ignored)
-    message_ttl_ms: int | None = None  # x-message-ttl
+    max_length: int | None = None  # ready messages
+    max_length_bytes: int | None = None  # ready bytes
+    overflow: str = DROP_HEAD
+    max_priority: int = 0  # 0: priorities ignored
+    message_ttl_ms: int | None = None
 
 
 class QueueJournal(Protocol):
     """Told of every change that must survive a restart."""
 
     def added(self, entry: Entry) -> None: ...
-    def delivered(self, entry: Entry) -> None: ...
+    def delivered(self, entry: Entry, deadline_ms: int) -> None: ...
+    def unleased(self, entry: Entry) -> None: ...
     def settled(self, seq: int) -> None: ...
 
 
@@ -100,7 +161,10 @@ class NullJournal:
     def added(self, entry: Entry) -> None:
         pass
 
-    def delivered(self, entry: Entry) -> None:
+    def delivered(self, entry: Entry, deadline_ms: int) -> None:
+        pass
+
+    def unleased(self, entry: Entry) -> None:
         pass
 
     def settled(self, seq: int) -> None:
@@ -110,11 +174,15 @@ class NullJournal:
 @dataclass(slots=True)
 class Lease:
     owner: Any
+    delivery: int  # the entry's delivery count when leased: the receipt names it
     deadline_ms: int = 0  # 0: until settled or released
 
 
-class UnknownEntry(KeyError):
-    """A seq that is not leased (never delivered, or already settled)."""
+RESTORED = "restored"  # the owner of leases with a deadline brought back by a restart
+
+
+class StaleReceipt(LookupError):
+    """A receipt that names no current lease (never leased, settled, lapsed, leased again)."""
 
 
 @dataclass
@@ -122,12 +190,14 @@ class Queue:
     name: str
     limits: QueueLimits = field(default_factory=QueueLimits)
     journal: QueueJournal = field(default_factory=NullJournal)
+    retry: RetryPolicy = IMMEDIATE
 
     def __post_init__(self) -> None:
         self.entries: dict[int, Entry] = {}  # every unsettled entry, ready or leased
         self.leases: dict[int, Lease] = {}
         self._ready: dict[int, list[int]] = {}  # priority -> heap of ready seqs
         self._priorities: list[int] = []  # priorities with a heap, highest first
+        self._deadlines: list[tuple[int, int, int]] = []  # heap of (deadline, seq, delivery); lazy
         self.next_seq = 0
         self.ready_count = 0
         self.ready_bytes = 0
@@ -151,12 +221,17 @@ class Queue:
         """The smallest unsettled seq (``next_seq`` when everything is settled)."""
         return min(self.entries, default=self.next_seq)
 
+    @property
+    def next_deadline(self) -> int:
+        """The earliest lease deadline (0: none). May be a lease since settled."""
+        return self._deadlines[0][0] if self._deadlines else 0
+
     # -- publish -------------------------------------------------------------------------
 
     def publish(self, topic: str, partition: int, offset: int, size: int, *, priority: int = 0,
                 expires_ms: int = 0, now_ms: int = 0) -> tuple[Entry | None, list[Removed]]:
         """Add a message. Returns (the entry, or None when the queue refused it under
-        x-overflow reject-publish; entries pushed out from the head by drop-head)."""
+        overflow reject-publish; entries pushed out from the head by drop-head)."""
         lim = self.limits
         if lim.message_ttl_ms is not None:
             ttl_end = now_ms + lim.message_ttl_ms
@@ -180,6 +255,18 @@ class Queue:
         self.journal.added(entry)
         return entry, removed
 
+    def readd(self, entry: Entry) -> Entry:
+        """A scheduled entry that is due: ready again under a new seq, its delivery count
+        kept. Limits are not applied again: the queue accepted it before."""
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        back = Entry(seq, entry.topic, entry.partition, entry.offset, entry.size,
+                     min(entry.priority, self.limits.max_priority), entry.expires_ms, entry.deliveries)
+        self.entries[seq] = back
+        self._push_ready(back)
+        self.journal.added(back)
+        return back
+
     def _full(self, count: int, size: int) -> bool:
         lim = self.limits
         return ((lim.max_length is not None and self.ready_count + count > lim.max_length)
@@ -188,8 +275,9 @@ class Queue:
     # -- delivery ------------------------------------------------------------------------
 
     def take(self, owner: Any, now_ms: int = 0, deadline_ms: int = 0) -> tuple[Entry | None, list[Removed]]:
-        """The next ready entry, leased to ``owner``; expired heads met on the way are
-        removed and returned for dead-lettering."""
+        """The next ready entry, leased to ``owner`` (until ``deadline_ms`` if not 0);
+        expired heads met on the way are removed and returned for dead-lettering. The
+        lease's receipt is ``receipt(entry)``."""
         removed: list[Removed] = []
         while True:
             entry = self._pop_ready()
@@ -199,44 +287,77 @@ class Queue:
                 removed.append(self._settle(entry, EXPIRED))
                 continue
             entry.deliveries += 1
-            self.leases[entry.seq] = Lease(owner, deadline_ms)
-            self.journal.delivered(entry)
+            self.leases[entry.seq] = Lease(owner, entry.deliveries, deadline_ms)
+            if deadline_ms:
+                heapq.heappush(self._deadlines, (deadline_ms, entry.seq, entry.deliveries))
+            self.journal.delivered(entry, deadline_ms)
             return entry, removed
 
-    def ack(self, seq: int) -> Entry:
-        if seq not in self.leases:
-            raise UnknownEntry(seq)
-        del self.leases[seq]
-        return self._settle(self.entries[seq], None).entry
+    def lease(self, r: Receipt) -> Lease:
+        """The lease ``r`` names; StaleReceipt when it names none."""
+        lease = self.leases.get(r.seq)
+        if lease is None or lease.delivery != r.delivery:
+            raise StaleReceipt(f"receipt {r.seq}.{r.delivery} of queue '{self.name}' names no current lease")
+        return lease
 
-    def reject(self, seq: int, requeue: bool) -> Removed | None:
-        """nack/reject: back to its place (redelivered), or removed for dead-lettering.
-        Past x-delivery-limit a requeue also removes it."""
-        if seq not in self.leases:
-            raise UnknownEntry(seq)
-        del self.leases[seq]
-        entry = self.entries[seq]
-        if not requeue:
+    def settle(self, r: Receipt, outcome: Outcome, now_ms: int = 0) -> Removed | Scheduled | None:
+        """Settle the lease ``r`` names. Returns what became of the entry: Removed (acked,
+        reason ""; or to dead-letter), Scheduled (retry later) or None (ready again)."""
+        self.lease(r)
+        del self.leases[r.seq]
+        entry = self.entries[r.seq]
+        if outcome is Outcome.ACK:
+            return self._settle(entry, "")
+        if outcome is Outcome.DEAD_LETTER:
             return self._settle(entry, REJECTED)
-        return self._requeue(entry)
+        return self._give_back(entry, outcome is Outcome.RETRY, now_ms)
 
-    def _requeue(self, entry: Entry) -> Removed | None:
-        limit = self.limits.delivery_limit
-        if limit is not None and entry.deliveries > limit:
+    def change_invisible(self, r: Receipt, deadline_ms: int) -> None:
+        """Move the deadline of the lease ``r`` names (later or sooner; 0: none)."""
+        lease = self.lease(r)
+        lease.deadline_ms = deadline_ms
+        if deadline_ms:
+            heapq.heappush(self._deadlines, (deadline_ms, r.seq, r.delivery))
+            self.journal.delivered(self.entries[r.seq], deadline_ms)
+        else:
+            self.journal.unleased(self.entries[r.seq])
+
+    def _give_back(self, entry: Entry, backoff: bool, now_ms: int) -> Removed | Scheduled | None:
+        """A lease ended without an ack: dead-letter past the delivery limit, else
+        scheduled after the retry policy's backoff (``backoff``), else ready again."""
+        policy = self.retry
+        if policy.exhausted(entry.deliveries):
             return self._settle(entry, DELIVERY_LIMIT)
+        delay = policy.delay_ms(entry.deliveries) if backoff else 0
+        if delay > 0:  # the caller keeps it as a timer, written with this settle
+            del self.entries[entry.seq]
+            self.journal.settled(entry.seq)
+            return Scheduled(entry, now_ms + delay)
         self._push_ready(entry)
+        self.journal.unleased(entry)
         return None
 
-    def release(self, owner: Any) -> list[Removed]:
+    def lapse(self, now_ms: int) -> Returned:
+        """Give back every lease whose deadline passed (a retry: backoff applies)."""
+        out = Returned()
+        dl = self._deadlines
+        while dl and dl[0][0] <= now_ms:
+            deadline, seq, delivery = heapq.heappop(dl)
+            lease = self.leases.get(seq)
+            if lease is None or lease.delivery != delivery or lease.deadline_ms != deadline:
+                continue  # settled, leased again or its deadline moved since
+            del self.leases[seq]
+            out.add(self._give_back(self.entries[seq], True, now_ms))
+        return out
+
+    def release(self, owner: Any, now_ms: int = 0) -> Returned:
         """Requeue every lease of ``owner`` (its channel closed), in seq order."""
         mine = sorted(seq for seq, lease in self.leases.items() if lease.owner is owner)
-        removed = []
+        out = Returned()
         for seq in mine:
             del self.leases[seq]
-            r = self._requeue(self.entries[seq])
-            if r is not None:
-                removed.append(r)
-        return removed
+            out.add(self._give_back(self.entries[seq], False, now_ms))
+        return out
 
     # -- housekeeping ----------------------------------------------------------------------
 
@@ -266,14 +387,20 @@ class Queue:
 
     # -- restart ---------------------------------------------------------------------------
 
-    def restore(self, entries: list[Entry], next_seq: int = 0) -> None:
-        """Load the unsettled entries a journal kept (any order): all become ready;
-        those delivered before come back as redelivered. Numbering goes on above them,
-        and from ``next_seq`` if that is higher."""
+    def restore(self, entries: list[tuple[Entry, int]], next_seq: int = 0) -> None:
+        """Load the unsettled entries a journal kept, each with its lease deadline (any
+        order). Those leased with a deadline come back leased to ``RESTORED`` until it,
+        so their receipts still settle them; the others become ready, redelivered if
+        delivered before. Numbering goes on above them, and from ``next_seq`` if that is
+        higher."""
         assert not self.entries, "restore into an empty queue"
-        for e in sorted(entries, key=lambda e: e.seq):
+        for e, deadline in sorted(entries, key=lambda item: item[0].seq):
             self.entries[e.seq] = e
-            self._push_ready(e)
+            if deadline and e.deliveries:
+                self.leases[e.seq] = Lease(RESTORED, e.deliveries, deadline)
+                heapq.heappush(self._deadlines, (deadline, e.seq, e.deliveries))
+            else:
+                self._push_ready(e)
             self.next_seq = e.seq + 1
         self.next_seq = max(self.next_seq, next_seq)
 

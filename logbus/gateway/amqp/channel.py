@@ -31,7 +31,7 @@ from pamqp import base
 from pamqp import commands as C
 
 from ...core.access.auth import Kind, Perm
-from ...core.queues.queue import UnknownEntry
+from ...core.queues.queue import Receipt, StaleReceipt
 from ...core.routing.router import RouterError
 from ...core.vhost import Delivery, VHost
 from .errors import (
@@ -105,7 +105,7 @@ class Channel:
         self.prefetch = 0  # per consumer (basic.qos global=false)
         self.global_prefetch = 0
         self.consumers: dict[str, ChannelConsumer] = {}
-        self.unacked: OrderedDict[int, tuple[str, int, ChannelConsumer | None]] = OrderedDict()  # tag -> (queue, seq, c)
+        self.unacked: OrderedDict[int, tuple[str, Receipt, ChannelConsumer | None]] = OrderedDict()  # tag -> (queue, receipt, c)
         self.next_tag = 1
         self.confirm = False
         self.publish_seq = 0
@@ -300,7 +300,7 @@ class Channel:
         tag = self.next_tag
         self.next_tag = tag + 1
         if not c.no_ack:
-            self.unacked[tag] = (d.queue, d.entry.seq, c)
+            self.unacked[tag] = (d.queue, d.receipt, c)
             c.unacked += 1
         m = d.message
         parts = m.amqp_wire
@@ -329,7 +329,7 @@ class Channel:
         tag = self.next_tag
         self.next_tag = tag + 1
         if not m.no_ack:
-            self.unacked[tag] = (d.queue, d.entry.seq, None)
+            self.unacked[tag] = (d.queue, d.receipt, None)
         env = d.message.envelope
         self.conn.send(encode_get_ok(self.number, tag, d.entry.deliveries > 1, env.exchange, env.routing_key,
                                      d.remaining, _props(d), d.message.value or b"", self.conn.frame_max))
@@ -455,7 +455,7 @@ class Channel:
             for a in acks:
                 self.settle(a)
             return
-        taken: list[tuple[int, tuple[str, int, ChannelConsumer | None]]] = []
+        taken: list[tuple[int, tuple[str, Receipt, ChannelConsumer | None]]] = []
         unacked = self.unacked
         try:
             for a in acks:
@@ -471,22 +471,22 @@ class Channel:
         finally:
             self._settle(taken, True, False)
 
-    def _take(self, tags: list[int]) -> list[tuple[int, tuple[str, int, ChannelConsumer | None]]]:
+    def _take(self, tags: list[int]) -> list[tuple[int, tuple[str, Receipt, ChannelConsumer | None]]]:
         unacked = self.unacked
         return [(t, unacked.pop(t)) for t in tags if t in unacked]
 
-    def _settle(self, taken: list[tuple[int, tuple[str, int, ChannelConsumer | None]]], ack: bool,
+    def _settle(self, taken: list[tuple[int, tuple[str, Receipt, ChannelConsumer | None]]], ack: bool,
                 requeue: bool) -> None:
         touched = set()
-        for _, (queue, seq, c) in taken:
+        for _, (queue, receipt, c) in taken:
             if c is not None:
                 c.unacked -= 1
             try:
                 if ack:
-                    self.vhost.ack(queue, seq)
+                    self.vhost.ack(queue, receipt)
                 else:
-                    self.vhost.reject(queue, seq, requeue)
-            except UnknownEntry:
+                    self.vhost.reject(queue, receipt, requeue)
+            except StaleReceipt:
                 pass  # the queue was purged or deleted meanwhile
             touched.add(queue)
         for q in touched:

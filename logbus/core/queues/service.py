@@ -1,0 +1,399 @@
+"""The queue service of one vhost: queues that know no protocol, and their consumers.
+
+Theory of operation (docs/architecture.md section 5). Every front-end is a client of
+this one service: AMQP channels, pop groups, MQTT sessions. A queue (``queue.Queue``)
+holds entries that point into the log; this module adds what surrounds it:
+
+- **settings** (``QueueSettings``): limits and overflow, message TTL, priorities, a
+  retry policy (``logbus.retry``), a dead-letter target, auto-expiry, single active
+  consumer. Each gateway translates its own declaration (AMQP ``x-`` arguments, a pop
+  group's defaults) into these.
+- **enqueue**: a record just appended gets an entry in each queue it was routed to;
+  the message stays in memory (``msgstore``) until every one of them settled it.
+- **push** (``consume``): after anything that can make a delivery possible,
+  ``dispatch(queue)`` hands ready entries round-robin to the consumers with credit.
+- **pull and pop** (``take``): up to n messages leased to an owner, with an invisible
+  time or none; each ``Delivery`` carries the lease's ``Receipt``.
+- **settle** (``settle(queue, receipt, outcome)``): ack, requeue, retry-later or
+  dead-letter; a receipt that names no current lease raises ``StaleReceipt`` and
+  changes nothing. ``change_invisible`` moves a lease's deadline.
+- **time**: ``tick(now)`` drops expired heads and gives back leases past their
+  deadline; entries given back with a backoff become timers (``timers.py``) and come
+  back through ``retry_due``.
+- **dead letters**: an entry removed with a reason (rejected, expired, overflow, past
+  the delivery limit) goes to the queue's dead-letter target through the
+  ``dead_letter`` callback the owner of the service supplies (the vhost publishes to an
+  exchange or appends to a topic); without a target it is dropped.
+
+Nothing here touches a socket or knows a protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ...retry.policy import IMMEDIATE, RetryPolicy
+from ..amqp_errors import NotFound
+from ..message import Message
+from ..state_pb2 import TimerRecord
+from .journal import QueueStore
+from .msgstore import MessageStore
+from .queue import (
+    MAXLEN,
+    REJECT_PUBLISH_DLX,
+    Entry,
+    Outcome,
+    Queue,
+    QueueLimits,
+    Receipt,
+    Removed,
+    Returned,
+    Scheduled,
+    receipt,
+)
+from .timers import Timers
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterTarget:
+    """Where a queue's dead letters go: published to an exchange (with the message's own
+    routing key unless ``routing_key``), or appended to a topic."""
+
+    exchange: str | None = None
+    routing_key: str | None = None
+    topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    limits: QueueLimits = QueueLimits()
+    retry: RetryPolicy = IMMEDIATE
+    dead_letter: DeadLetterTarget | None = None
+    expires_ms: int | None = None  # deleted after this long unused
+    single_active_consumer: bool = False
+
+
+class Consumer(Protocol):
+    tag: str
+    owner: Any  # the lease owner: a channel, a session
+    no_ack: bool
+
+    def has_credit(self) -> bool: ...
+    def deliver(self, delivery: Delivery) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    queue: str
+    entry: Entry
+    message: Message
+    receipt: Receipt
+    remaining: int = 0  # ready messages left (AMQP basic.get-ok message_count)
+
+
+@dataclass
+class QueueState:
+    name: str
+    settings: QueueSettings
+    queue: Queue
+    durable: bool = False
+    exclusive: Any = None  # the owning connection, or None
+    auto_delete: bool = False
+    declared: Any = None  # the gateway's declaration, for its equivalence checks
+    consumers: list[Consumer] = field(default_factory=list)
+    next_consumer: int = 0
+    had_consumer: bool = False
+    used_ms: int = 0  # last declare, get or consumer change (auto-expiry counts from here)
+
+
+DeadLetter = Callable[[QueueState, Message, str], None]
+
+
+class QueueService:
+    def __init__(self, vhost: str, queue_store: QueueStore, timers: Timers, messages: MessageStore, *,
+                 clock: Callable[[], int], dead_letter: DeadLetter | None = None,
+                 message_for: Callable[[Entry], Message] | None = None) -> None:
+        self.vhost = vhost
+        self.queue_store = queue_store
+        self.timers = timers
+        self.messages = messages
+        self.clock = clock  # epoch milliseconds
+        self._dead_letter = dead_letter
+        self._message_for = message_for  # how an entry's message is delivered (default: as stored)
+        self.queues: dict[str, QueueState] = {}
+
+    # -- queues --------------------------------------------------------------------------
+
+    def create(self, name: str, settings: QueueSettings, *, durable: bool = False, exclusive: Any = None,
+               auto_delete: bool = False, declared: Any = None) -> QueueState:
+        """A new queue; a durable one gets back the entries its journal kept."""
+        if name in self.queues:
+            raise ValueError(f"queue {name!r} exists")
+        # exact delivery counts per delivery where entries are not handed out in seq order
+        exact = settings.limits.max_priority > 0
+        if durable:
+            queue = Queue(name, settings.limits, self.queue_store.journal(self.vhost, name, exact=exact),
+                          settings.retry)
+            queue.restore(*self.queue_store.load(self.vhost, name, exact=exact))
+        else:
+            queue = Queue(name, settings.limits, retry=settings.retry)
+        qs = QueueState(name, settings, queue, durable, exclusive, auto_delete, declared, used_ms=self.clock())
+        self.queues[name] = qs
+        return qs
+
+    def state(self, name: str) -> QueueState:
+        qs = self.queues.get(name)
+        if qs is None:
+            raise NotFound(f"no queue '{name}' in vhost '{self.vhost}'")
+        return qs
+
+    def delete(self, name: str) -> int:
+        """Forget a queue and its entries; returns how many were ready."""
+        qs = self.state(name)
+        count = qs.queue.message_count
+        for entry in list(qs.queue.entries.values()):
+            self.messages.release(entry.topic, entry.partition, entry.offset)
+        del self.queues[name]
+        if qs.durable:
+            self.queue_store.drop(self.vhost, name)
+        return count
+
+    def purge(self, name: str) -> int:
+        qs = self.state(name)
+        ready = [e for e in qs.queue.entries.values() if e.seq not in qs.queue.leases]
+        n = qs.queue.purge()
+        for e in ready:
+            self.messages.release(e.topic, e.partition, e.offset)
+        return n
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    def enqueue(self, names: Iterable[str], topic: str, partition: int, offset: int, message: Message,
+                now: int | None = None, dispatch: bool = True, expires_ms: int = 0) -> bool:
+        """Give each queue of ``names`` an entry for the record at ``offset``; True when a
+        queue refused it (overflow reject-publish). ``dispatch`` False: the caller
+        dispatches the queues. ``expires_ms``: the message's own expiry (0: none)."""
+        if now is None:
+            now = self.clock()
+        env = message.envelope
+        priority = env.priority if env.HasField("priority") else 0
+        size = len(message.value or b"")
+        refs = 0
+        refused: list[QueueState] = []
+        dropped: list[tuple[QueueState, Removed]] = []
+        queues = self.queues
+        for name in names:
+            qs = queues[name]
+            entry, removed = qs.queue.publish(topic, partition, offset, size, priority=priority,
+                                              expires_ms=expires_ms, now_ms=now)
+            if removed:
+                dropped += [(qs, r) for r in removed]
+            if entry is None:
+                refused.append(qs)
+            else:
+                refs += 1
+        self.messages.remember(topic, partition, offset, message, size, refs)
+        for qs, r in dropped:
+            self._removed(qs, r)
+        for qs in refused:  # overflow reject-publish-dlx: refused, and dead-lettered
+            dl = qs.settings.dead_letter
+            if qs.queue.limits.overflow == REJECT_PUBLISH_DLX and dl is not None and self._dead_letter is not None:
+                self._dead_letter(qs, message, MAXLEN)
+        if dispatch:
+            for name in names:
+                self.dispatch(name)
+        return bool(refused)
+
+    def message(self, entry: Entry) -> Message:
+        if self._message_for is not None:
+            return self._message_for(entry)
+        return self.messages.get(entry.topic, entry.partition, entry.offset)
+
+    # -- push ------------------------------------------------------------------------------
+
+    def consume(self, name: str, consumer: Consumer) -> None:
+        qs = self.state(name)
+        qs.consumers.append(consumer)  # with single active consumer, only the first is fed
+        qs.had_consumer = True
+        qs.used_ms = self.clock()
+        self.dispatch(name)
+
+    def cancel(self, name: str, consumer: Consumer) -> QueueState | None:
+        """Remove a consumer; returns the queue's state (None: no such queue or consumer)."""
+        qs = self.queues.get(name)
+        if qs is None or consumer not in qs.consumers:
+            return None
+        qs.consumers.remove(consumer)
+        qs.used_ms = self.clock()
+        return qs
+
+    def dispatch(self, name: str) -> None:
+        qs = self.queues.get(name)
+        if qs is None or not qs.consumers:
+            return
+        q = qs.queue
+        consumers = qs.consumers[:1] if qs.settings.single_active_consumer else qs.consumers
+        while q.ready_count:
+            consumer = self._next_consumer(qs, consumers)
+            if consumer is None:
+                return
+            entry, removed = q.take(consumer.owner, self.clock())
+            for rm in removed:
+                self._removed(qs, rm)
+            if entry is None:
+                return
+            message = self.message(entry)
+            r = receipt(entry)
+            if consumer.no_ack:
+                q.settle(r, Outcome.ACK)
+                self.messages.release(entry.topic, entry.partition, entry.offset)
+            consumer.deliver(Delivery(name, entry, message, r))
+
+    def _next_consumer(self, qs: QueueState, consumers: list[Consumer]) -> Consumer | None:
+        n = len(consumers)
+        for i in range(n):
+            c = consumers[(qs.next_consumer + i) % n]
+            if c.has_credit():
+                qs.next_consumer = (qs.next_consumer + i + 1) % n
+                return c
+        return None
+
+    # -- pull and pop -------------------------------------------------------------------------
+
+    def take(self, name: str, owner: Any, n: int = 1, *, invisible_ms: int = 0,
+             no_ack: bool = False) -> list[Delivery]:
+        """Up to ``n`` ready messages, leased to ``owner`` (for ``invisible_ms`` if not 0:
+        then they are given back unless settled or extended), or settled at once with
+        ``no_ack``. The last delivery's ``remaining`` counts the ready messages left."""
+        qs = self.state(name)
+        now = self.clock()
+        qs.used_ms = now
+        q = qs.queue
+        deadline = now + invisible_ms if invisible_ms else 0
+        out: list[Delivery] = []
+        for _ in range(n):
+            entry, removed = q.take(owner, now, deadline)
+            for rm in removed:
+                self._removed(qs, rm)
+            if entry is None:
+                break
+            r = receipt(entry)
+            message = self.message(entry)
+            if no_ack:
+                q.settle(r, Outcome.ACK)
+                self.messages.release(entry.topic, entry.partition, entry.offset)
+            out.append(Delivery(name, entry, message, r))
+        if out:
+            last = out[-1]
+            out[-1] = Delivery(last.queue, last.entry, last.message, last.receipt, q.message_count)
+        return out
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def settle(self, name: str, r: Receipt, outcome: Outcome) -> None:
+        """Settle the lease ``r`` names (StaleReceipt: none, and nothing changes; a queue
+        deleted meanwhile: nothing to settle)."""
+        qs = self.queues.get(name)
+        if qs is None:
+            return
+        result = qs.queue.settle(r, outcome, self.clock())
+        if isinstance(result, Removed):
+            self._removed(qs, result)
+        elif isinstance(result, Scheduled):
+            self._schedule(qs, result)
+        if result is None or (isinstance(result, Removed) and outcome is not Outcome.ACK):
+            self.dispatch(name)
+
+    def ack(self, name: str, r: Receipt) -> None:
+        """``settle(name, r, ACK)`` without the dispatch an ack never needs."""
+        qs = self.queues.get(name)
+        if qs is None:
+            return
+        result = qs.queue.settle(r, Outcome.ACK)
+        assert isinstance(result, Removed)
+        e = result.entry
+        self.messages.release(e.topic, e.partition, e.offset)
+
+    def change_invisible(self, name: str, r: Receipt, invisible_ms: int) -> None:
+        """The lease ``r`` names ends ``invisible_ms`` from now (0: never by itself)."""
+        qs = self.state(name)
+        qs.queue.change_invisible(r, self.clock() + invisible_ms if invisible_ms else 0)
+
+    def release(self, name: str, owner: Any) -> None:
+        """Requeue every lease of ``owner`` (its channel closed or recovered)."""
+        qs = self.queues.get(name)
+        if qs is None:
+            return
+        self._returned(qs, qs.queue.release(owner, self.clock()))
+        self.dispatch(name)
+
+    def _returned(self, qs: QueueState, out: Returned) -> None:
+        for r in out.removed:
+            self._removed(qs, r)
+        for s in out.scheduled:
+            self._schedule(qs, s)
+
+    # -- time --------------------------------------------------------------------------------
+
+    def tick(self, now: int | None = None) -> None:
+        """Drop (or dead-letter) expired heads and give back leases past their deadline."""
+        if now is None:
+            now = self.clock()
+        for qs in list(self.queues.values()):
+            q = qs.queue
+            for r in q.expire(now):
+                self._removed(qs, r)
+            deadline = q.next_deadline
+            if deadline and deadline <= now:
+                out = q.lapse(now)
+                self._returned(qs, out)
+                if out.requeued or out.removed:
+                    self.dispatch(qs.name)
+
+    def _schedule(self, qs: QueueState, s: Scheduled) -> None:
+        """An entry given back with a backoff: a RETRY timer until it is due. The message
+        leaves memory meanwhile (read back from the log when it is delivered again)."""
+        e = s.entry
+        self.messages.release(e.topic, e.partition, e.offset)
+        self.timers.add(s.due_ms, TimerRecord(
+            kind=TimerRecord.RETRY, vhost=self.vhost, queue=qs.name, topic=e.topic, partition=e.partition,
+            offset=e.offset, size=e.size, priority=e.priority, expires_ms=e.expires_ms, deliveries=e.deliveries))
+
+    def retry_due(self, rec: TimerRecord) -> bool:
+        """A RETRY timer that is due: the entry goes back to its queue, ready (False: the
+        queue is gone, and the message with it)."""
+        qs = self.queues.get(rec.queue)
+        if qs is None:
+            return False
+        qs.queue.readd(Entry(0, rec.topic, rec.partition, rec.offset, rec.size, rec.priority, rec.expires_ms,
+                             rec.deliveries))
+        self.dispatch(qs.name)
+        return True
+
+    # -- dead letters --------------------------------------------------------------------------
+
+    def _removed(self, qs: QueueState, r: Removed) -> None:
+        e = r.entry
+        if r.reason and qs.settings.dead_letter is not None and self._dead_letter is not None:
+            try:
+                self._dead_letter(qs, self.messages.get(e.topic, e.partition, e.offset), r.reason)
+            except KeyError as exc:
+                log.info("dead-lettering from %r failed: %s", qs.name, exc)
+        self.messages.release(e.topic, e.partition, e.offset)
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def floors(self, floors: dict[tuple[str, int], int]) -> None:
+        """Lower ``floors[(topic, partition)]`` to the lowest offset an entry of any queue
+        points at there (retention keeps those segments)."""
+        for qs in self.queues.values():
+            for e in qs.queue.entries.values():
+                key = (e.topic, e.partition)
+                low = floors.get(key)
+                if low is None or e.offset < low:
+                    floors[key] = e.offset
