@@ -215,8 +215,9 @@ class VHostRefused:
 
 def parse_credentials(mechanism: str, response: str | bytes | None) -> tuple[str, str] | None:
     """(user, password) from Start-Ok's response for PLAIN (``\\0user\\0password``) or
-    AMQPLAIN (a field table without its length), or None when it does not parse."""
-    raw = response.encode("latin-1") if isinstance(response, str) else bytes(response or b"")
+    AMQPLAIN (a field table without its length), or None when it does not parse. pamqp
+    gives a longstr that is valid UTF-8 as text: encoded back, it is the bytes received."""
+    raw = response.encode() if isinstance(response, str) else bytes(response or b"")
     if mechanism == "PLAIN":
         parts = raw.split(b"\x00")
         if len(parts) == 3:
