@@ -1,5 +1,5 @@
 """The AMQP handshake's login and vhost checks, sans I/O: client frames fed to a
-``Connection`` over a real broker (temp dir), the server's frames read back. Here a peer
+``Session`` over a real broker (temp dir), the server's frames read back. Here a peer
 can claim to be remote, which a loopback integration test cannot: ``loopback_users``."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pamqp import encode, frame
 
 from logbus.core.broker import Broker
 from logbus.core.log import TopicConfig
-from logbus.gateway.amqp.connection import Connection
+from logbus.gateway.amqp.session import Session
 from tests.loop import LoopReactor
 
 HEADER = b"AMQP\x00\x00\x09\x01"
@@ -31,8 +31,8 @@ class Env:
               mechanism: str = "PLAIN", before_open: Any = None) -> Any:
         """The handshake; the server's last method: Connection.OpenOk or Connection.Close."""
         out: list[bytes] = []
-        conn = Connection(self.broker.vhosts, self.broker.access, send=out.append, close=lambda: None,
-                          reading=lambda on: None, reactor=self.loop, peer_is_loopback=loopback, peer="test")
+        conn = Session(self.broker.vhosts, self.broker.access, send=out.append, close=lambda: None,
+                       reading=lambda on: None, reactor=self.loop, peer_is_loopback=loopback, peer="test")
         if mechanism == "PLAIN":
             response = f"\0{user}\0{password}"
         else:  # AMQPLAIN: a field table without its length prefix

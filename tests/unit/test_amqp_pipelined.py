@@ -20,7 +20,7 @@ from pamqp import commands as C
 
 from logbus.core.broker import Broker
 from logbus.core.log import TopicConfig
-from logbus.gateway.amqp.connection import Connection
+from logbus.gateway.amqp.session import Session
 from tests.loop import LoopReactor
 
 HEADER = b"AMQP\x00\x00\x09\x01"
@@ -33,8 +33,8 @@ class Client:
     def __init__(self, broker: Broker, loop: LoopReactor, user: str = "guest", password: str = "guest") -> None:
         self.loop = loop
         self.out: list[bytes] = []
-        self.conn = Connection(broker.vhosts, broker.access, send=self.out.append, close=lambda: None,
-                               reading=lambda on: None, reactor=loop, peer_is_loopback=True, peer="test")
+        self.conn = Session(broker.vhosts, broker.access, send=self.out.append, close=lambda: None,
+                            reading=lambda on: None, reactor=loop, peer_is_loopback=True, peer="test")
         self.feed(HEADER, frame.marshal(C.Connection.StartOk({}, "PLAIN", f"\0{user}\0{password}"), 0),
                   frame.marshal(C.Connection.TuneOk(2047, 131072, 0), 0),
                   frame.marshal(C.Connection.Open("/"), 0))

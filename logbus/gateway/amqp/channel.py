@@ -9,7 +9,7 @@ its record is durable (nacked when a queue refuses it under x-overflow reject-pu
 In tx mode publishes and settlements wait for ``tx.commit``.
 
 Errors in the vhost (``core.routing.router.RouterError``: 404, 403, 405, 406) close the channel
-with that reply code; the connection (connection.py) sends the Channel.Close and
+with that reply code; the connection (connection.py, through session.py) sends the Channel.Close and
 discards what arrives on the channel until Close-Ok.
 
 Permissions (``core.access.auth``) are checked as RabbitMQ does, before the operation: configure
@@ -47,8 +47,10 @@ from .confirms import Confirms
 from .events import Ack, Nack, Publish, Reject
 from .fastpath import (
     deliver_parts,
+    encode_ack,
     encode_deliver_parts,
     encode_get_ok,
+    encode_nack,
     encode_properties,
     encode_return,
     shortstr,
@@ -56,7 +58,7 @@ from .fastpath import (
 from .mapping import properties_of, to_message
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from .session import Session
 
 
 def _name(prefix: str) -> str:
@@ -94,7 +96,7 @@ class ChannelConsumer:
 
 
 class Channel:
-    def __init__(self, conn: Connection, number: int) -> None:
+    def __init__(self, conn: Session, number: int) -> None:
         self.conn = conn
         self.number = number
         vhost = conn.vhost
@@ -109,7 +111,8 @@ class Channel:
         self.next_tag = 1
         self.confirm = False
         self.publish_seq = 0
-        self.confirms = Confirms(self)
+        self.confirms = Confirms()
+        self.confirms_due = False  # a flush of the confirms is scheduled for this tick
         self.tx: list[Callable[[], None]] | None = None  # pending operations in tx mode
         self.queues_touched: set[str] = set()
         self.access = conn.access
@@ -378,9 +381,9 @@ class Channel:
             def on_durable(first: int, last: int, result: Any) -> None:
                 if isinstance(result, Exception):
                     for seq in range(seq0 + first, seq0 + last + 1):
-                        confirms.failed(seq)
-                else:
-                    confirms.ok_range(seq0 + first, seq0 + last)
+                        self.confirm_failed(seq)
+                elif confirms.ok_range(seq0 + first, seq0 + last) and not self.confirms_due:
+                    self._confirms_due()
 
         out = self.vhost.publish_many([(p.exchange, p.routing_key, to_message(p), p.properties.headers)
                                        for p in run], on_durable)
@@ -391,7 +394,7 @@ class Channel:
                                              p.raw_properties, p.body, self.conn.frame_max))
         if out.refused and self.confirm:
             for i in out.refused:
-                self.confirms.failed(seq0 + i)
+                self.confirm_failed(seq0 + i)
         if out.error is not None:
             e = out.error
             if self.confirm:
@@ -405,9 +408,9 @@ class Channel:
 
         def durable(result: Any) -> None:
             if isinstance(result, Exception):
-                confirms.failed(seq or 0)
-            else:
-                confirms.ok(seq or 0)
+                self.confirm_failed(seq or 0)
+            elif confirms.ok(seq or 0) and not self.confirms_due:
+                self._confirms_due()
 
         try:
             out = self.vhost.publish(p.exchange, p.routing_key, message, headers=p.properties.headers,
@@ -419,7 +422,26 @@ class Channel:
             self.conn.send(encode_return(self.number, NO_ROUTE, "NO_ROUTE", p.exchange, p.routing_key,
                                          p.raw_properties, p.body, self.conn.frame_max))
         if out.refused and seq:
-            confirms.failed(seq)
+            self.confirm_failed(seq)
+
+    def confirm_failed(self, seq: int) -> None:
+        """Publish ``seq`` was refused: nack it now (once)."""
+        if self.confirms.failed(seq):
+            if not self.closing and self.conn.open:
+                self.conn.send(encode_nack(self.number, seq))
+            if not self.confirms_due:
+                self._confirms_due()
+
+    def _confirms_due(self) -> None:
+        self.confirms_due = True
+        self.conn.tick.later(self._flush_confirms)
+
+    def _flush_confirms(self) -> None:
+        """The end of the tick: the one ack that covers what settled during it."""
+        self.confirms_due = False
+        ack = self.confirms.flush()
+        if ack is not None and not self.closing and self.conn.open:
+            self.conn.send(encode_ack(self.number, ack[0], ack[1]))
 
     # -- settling ----------------------------------------------------------------------------------
 

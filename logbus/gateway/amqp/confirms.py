@@ -1,62 +1,59 @@
-"""Publisher confirms of one AMQP channel (confirm.select): which publishes are durable,
-told to the client as few acks as possible."""
+"""Publisher confirms of one AMQP channel (confirm.select), as a pure tracker: which
+publishes are settled, and what to tell the client, in as few acks as possible.
+
+The channel (channel.py) numbers its publishes from 1 and reports each once it is
+durable (``ok``, ``ok_range``) or refused (``failed``). A refusal is told at once, and
+only once, as a nack of that number: ``failed`` returns True when the channel must send
+it. Acks are coalesced: when ``ok``/``ok_range``/``failed`` return True, the channel
+calls ``flush`` once at the end of its reactor tick, which returns the one ack to send,
+``(n, multiple)``: ``multiple`` up to ``n``, the highest number below which every
+publish is settled and the last of them that was not nacked. A publish settled past a
+gap (an earlier one not yet durable) waits for the gap to close.
+
+No I/O, no channel: the tracker holds numbers only; on the hot path ``ok_range`` of the
+next numbers to settle is O(1).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .fastpath import encode_ack, encode_nack
-
-if TYPE_CHECKING:
-    from .channel import Channel
-
 
 class Confirms:
-    """Publisher confirms of one channel. Acks are collected per reactor tick and sent
-    as ONE ack, ``multiple`` up to the highest sequence number below which everything
-    is settled (durable, or nacked); a nack goes out at once and only once."""
+    __slots__ = ("upto", "sent", "last_ok", "settled", "nacked")
 
-    __slots__ = ("ch", "upto", "sent", "last_ok", "settled", "nacked", "scheduled")
-
-    def __init__(self, ch: Channel) -> None:
-        self.ch = ch
+    def __init__(self) -> None:
         self.upto = 0  # everything <= upto is settled (durable or nacked)
         self.sent = 0  # everything <= sent was acked or nacked to the client
         self.last_ok = 0  # the highest seq <= upto settled as durable
         self.settled: set[int] = set()  # settled seqs above upto
-        self.nacked: set[int] = set()
-        self.scheduled = False
+        self.nacked: set[int] = set()  # nacked seqs above upto (also in settled)
 
-    def ok(self, seq: int) -> None:
+    def ok(self, seq: int) -> bool:
+        """``seq`` is durable; True when a flush is due."""
         if seq > self.upto and seq not in self.nacked:
             self.settled.add(seq)
-            self._schedule()
+            return True
+        return False
 
-    def ok_range(self, first: int, last: int) -> None:
+    def ok_range(self, first: int, last: int) -> bool:
         """``ok`` for ``first..last``; O(1) when they are the next to settle."""
         if first == self.upto + 1 and not self.settled:
             self.upto = self.last_ok = last
-            self._schedule()
-        else:
-            for seq in range(first, last + 1):
-                self.ok(seq)
+            return True
+        due = False
+        for seq in range(first, last + 1):
+            due = self.ok(seq) or due
+        return due
 
-    def failed(self, seq: int) -> None:
+    def failed(self, seq: int) -> bool:
+        """``seq`` was refused; True when it is to be nacked now (and a flush is due)."""
         if seq > self.upto and seq not in self.nacked:
             self.nacked.add(seq)
             self.settled.add(seq)
-            ch = self.ch
-            if not ch.closing and ch.conn.open:
-                ch.conn.send(encode_nack(ch.number, seq))
-            self._schedule()
+            return True
+        return False
 
-    def _schedule(self) -> None:
-        if not self.scheduled:
-            self.scheduled = True
-            self.ch.conn.tick.later(self.flush)
-
-    def flush(self) -> None:
-        self.scheduled = False
+    def flush(self) -> tuple[int, bool] | None:
+        """The ack to send now, ``(seq, multiple)``, or None."""
         upto, settled, nacked = self.upto, self.settled, self.nacked
         while upto + 1 in settled:
             upto += 1
@@ -67,7 +64,7 @@ class Confirms:
                 self.last_ok = upto
         first = self.sent + 1
         self.upto = self.sent = upto
-        last_acked = self.last_ok
-        ch = self.ch
-        if last_acked >= first and not ch.closing and ch.conn.open:
-            ch.conn.send(encode_ack(ch.number, last_acked, last_acked > first))
+        last_ok = self.last_ok
+        if last_ok >= first:
+            return last_ok, last_ok > first
+        return None

@@ -1,42 +1,67 @@
-"""One AMQP 0-9-1 connection, sans I/O: bytes in (``data_received``), bytes out (the
-``send`` callable), a ``close`` callable to drop the socket.
+"""One AMQP 0-9-1 connection as a sans-I/O state machine: bytes in, typed requests out.
 
-Theory of operation. The handshake is the spec's: protocol header, Start / Start-Ok
-(PLAIN or AMQPLAIN against the users of ``core.access.auth.Access``; ``loopback_users`` only
-from loopback, as RabbitMQ), Tune / Tune-Ok (frame_max and channel_max at most ours,
-heartbeat negotiated), Open (a vhost that exists and the user has permissions in, else
-530 NOT_ALLOWED). Then channels (channel.py) carry the work, checking permissions.
-Deleting the user or the vhost closes the connection (``force_close``: 320).
+Theory of operation. ``receive_data(data)`` only decodes (codec.Decoder) and buffers the
+events. ``next_request()`` then hands out, one at a time, what the shell must do next,
+and None when nothing is left until more bytes, an answer or a timer:
+
+- a frozen request below: ``SendBytes``, ``Authenticate``, ``OpenVHost``, ``OpenChannel``,
+  ``CloseChannel``, ``ReleaseAll``, ``ScheduleHeartbeat``, ``SetReading``, ``CloseTransport``;
+- or a channel's input, for the shell's Channel (channel.py): the decoder's own event
+  (``Publish``, ``Ack``, ``Nack``, ``Reject``, ``MethodReceived``), or a list of the
+  consecutive ``Publish`` or ``Ack`` of one read on one channel, handled as a run
+  (decision 0009). On this, the hot path, nothing is wrapped or copied.
+
+A question (``Authenticate``, ``OpenVHost``) is answered before the next call:
+``authenticated(user)`` / ``auth_failed(AuthFailure)``, ``vhost_opened(name)`` /
+``vhost_refused(VHostFailure)``. Errors met while carrying out a channel's input come back
+through ``channel_error`` / ``connection_error``; a heartbeat timer through
+``heartbeat_due``; the broker's resource alarms through ``resource_alarm``. Nothing here
+holds a socket, a timer, the broker, a vhost or the user store.
+
+The handshake is ``TRANSITIONS``: (state, input class) -> (handler, next state), where
+the inputs are the Connection methods a client sends on channel 0 and the shell's
+answers. A client method the table lacks is 503 COMMAND_INVALID (``unexpected <method> in
+state <state>``), except in CLOSING, where everything but Close and Close-Ok is dropped,
+as the spec says. An answer the table lacks is the shell's bug (``LocalProtocolError``)::
+
+    START --start-ok--> AUTHENTICATING --authenticated--> TUNE --tune-ok--> OPEN
+      --open--> OPENING --vhost_opened--> RUNNING
+    auth_failed: 403, vhost_refused: 530, bad tune-ok: 530; any error: CLOSING
+    close (any state): Close-Ok, CLOSED;  close-ok: CLOSED
+
+Tune: frame_max at most ours and at least 4096, channel_max at most ours (0: ours),
+heartbeat as the client says. In RUNNING, channel numbers are tracked here: Channel.Open
+of an open channel is 504, one past channel_max open channels is 530 (RabbitMQ counts
+them), anything on a channel not open is 504 ``expected 'channel.open'``.
 
 Errors follow AMQP: a channel exception sends Channel.Close and discards everything on
-that channel until Close-Ok; a connection exception sends Connection.Close, ignores
-everything but Close-Ok, and drops the socket after a grace period. A bad protocol
-header gets our header back and the socket closed.
+that channel until Close-Ok; a connection exception sends Connection.Close, drops the
+rest of the read, ignores everything but Close-Ok, and closes the socket after a grace
+period. A bad protocol header gets our header back and the socket closed.
 
-Heartbeats: we send one whenever nothing was sent for half the interval, and drop the
-connection when nothing arrived for two intervals (RabbitMQ's rule).
+Heartbeats: the shell calls ``heartbeat_due`` every half interval; we send one when
+nothing was sent for half the interval, and drop the connection when nothing arrived for
+two (RabbitMQ's rule), unless we are the ones not reading (a resource alarm).
 
-Resource alarms (core/pressure.py): while the broker is low on memory or disk, a
-connection that has published is not read, and is told so with Connection.Blocked, then
-Unblocked, if it has RabbitMQ's ``connection.blocked`` capability. Missing heartbeats
-are not held against it meanwhile: we are the ones not reading them.
+Resource alarms: a connection that has published is blocked (not read) while any is set,
+and told so with Connection.Blocked, then Unblocked, if it has RabbitMQ's
+``connection.blocked`` capability.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
-from collections.abc import Callable, Mapping
+import struct
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pamqp import base
 from pamqp import commands as C
 from pamqp import decode as pdecode
 
-from ...core.access.auth import Access
-from ...core.pressure import RESOURCES
-from ...core.tick import tick_of
-from ...core.vhost import VHost
-from .channel import Channel
 from .codec import DEFAULT_MAX_MESSAGE_SIZE, HEARTBEAT_FRAME, Decoder, encode_method
 from .errors import (
     ACCESS_REFUSED,
@@ -48,15 +73,18 @@ from .errors import (
     AMQPConnectionError,
     AMQPError,
     BadProtocolHeader,
+    LocalProtocolError,
 )
 from .events import Ack, ChannelFailed, ContentReceived, Heartbeat, MethodReceived, Nack, Publish, Reject
 
 log = logging.getLogger(__name__)
 
 FRAME_MAX = 131072  # RabbitMQ's default
+FRAME_MIN = 4096
 CHANNEL_MAX = 2047
 HEARTBEAT = 60
 CLOSE_GRACE = 5.0  # seconds to wait for Close-Ok before dropping the socket
+MECHANISMS = ("PLAIN", "AMQPLAIN")
 SERVER_PROPERTIES: dict[str, Any] = {
     "product": "logbus", "platform": "Python", "version": "0.1.0",
     "capabilities": {
@@ -65,156 +93,262 @@ SERVER_PROPERTIES: dict[str, Any] = {
         "authentication_failure_close": True,
     },
 }  # fmt: skip
-BLOCKED_REASONS = {"memory": "low on memory", "disk": "low on disk"}  # RabbitMQ's texts
 
 
-def blocked_reason(alarms: frozenset[str]) -> str | None:
-    """Connection.Blocked's reason for the active alarms ("low on memory & low on disk",
-    as RabbitMQ joins them), or None when there are none."""
-    return " & ".join(BLOCKED_REASONS[name] for name in RESOURCES if name in alarms) or None
+class State(enum.Enum):
+    START = "start"  # Start sent (once the protocol header arrived), waiting for Start-Ok
+    AUTHENTICATING = "authenticating"  # Authenticate asked
+    TUNE = "tune"  # Tune sent, waiting for Tune-Ok
+    OPEN = "open"  # tuned, waiting for Connection.Open
+    OPENING = "opening"  # OpenVHost asked
+    RUNNING = "running"
+    CLOSING = "closing"  # we sent Connection.Close: waiting for Close-Ok
+    CLOSED = "closed"
+
+
+# -- requests: what the shell carries out ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SendBytes:
+    """Write these bytes, in order with everything else this connection sends."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticate:
+    """Check the credentials; answer ``authenticated`` or ``auth_failed``."""
+
+    mechanism: str
+    user: str
+    password: str
+
+
+@dataclass(frozen=True, slots=True)
+class OpenVHost:
+    """Open vhost ``name`` for ``user``; answer ``vhost_opened`` or ``vhost_refused``."""
+
+    name: str
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
+class OpenChannel:
+    """Channel ``number`` was opened: make its Channel."""
+
+    number: int
+
+
+@dataclass(frozen=True, slots=True)
+class CloseChannel:
+    """Channel ``number`` ended: cancel its consumers, requeue what it holds."""
+
+    number: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseAll:
+    """The connection is ending: close every channel, delete its exclusive queues."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleHeartbeat:
+    """Call ``heartbeat_due`` every ``interval / 2`` seconds until the connection is closed."""
+
+    interval: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetReading:
+    """Read from the socket again (True), or stop reading (False: a resource alarm)."""
+
+    on: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CloseTransport:
+    """Close the socket once what was sent is written: now (``grace`` 0), or after
+    ``grace`` seconds unless asked again sooner (waiting for the client's Close-Ok)."""
+
+    reason: str
+    grace: float = 0.0
+
+
+Request = (SendBytes | Authenticate | OpenVHost | OpenChannel | CloseChannel | ReleaseAll | ScheduleHeartbeat
+           | SetReading | CloseTransport)
+ChannelInput = Publish | Ack | Nack | Reject | MethodReceived | list[Publish] | list[Ack]
+
+
+# -- answers: the shell's results, inputs of the table -----------------------------------------
+
+
+class AuthFailure(enum.Enum):
+    REFUSED = "refused"  # unknown user, wrong password, or a user without one
+    LOOPBACK_ONLY = "loopback_only"  # a loopback_users user connecting from elsewhere
+
+
+class VHostFailure(enum.Enum):
+    NOT_FOUND = "not_found"
+    ACCESS_REFUSED = "access_refused"  # the user has no permissions in it
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticated:
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuthFailed:
+    reason: AuthFailure
+
+
+@dataclass(frozen=True, slots=True)
+class VHostOpened:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class VHostRefused:
+    reason: VHostFailure
+
+
+def parse_credentials(mechanism: str, response: str | bytes | None) -> tuple[str, str] | None:
+    """(user, password) from Start-Ok's response for PLAIN (``\\0user\\0password``) or
+    AMQPLAIN (a field table without its length), or None when it does not parse. pamqp
+    gives a longstr that is valid UTF-8 as text: encoded back, it is the bytes received."""
+    raw = response.encode() if isinstance(response, str) else bytes(response or b"")
+    if mechanism == "PLAIN":
+        parts = raw.split(b"\x00")
+        if len(parts) == 3:
+            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
+        return None
+    try:
+        _, table = pdecode.field_table(struct.pack(">I", len(raw)) + raw)
+    except Exception:
+        return None
+    return str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
 
 
 class Connection:
-    def __init__(self, vhosts: Mapping[str, VHost], access: Access, *, send: Callable[[bytes], None],
-                 close: Callable[[], None], reading: Callable[[bool], None], reactor: Any,
-                 peer_is_loopback: bool, peer: str = "",
-                 heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX,
+    """The state machine of one connection; see the module's docstring."""
+
+    def __init__(self, *, peer: str = "", heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
-        self.vhosts = vhosts  # the broker's own dict: vhosts created later are found
-        self.access = access
-        self._send = send
-        self._close = close
-        self._reading = reading  # False: stop reading from the socket, True: read again
-        self.reactor = reactor
-        self.peer_is_loopback = peer_is_loopback
-        self.peer = peer
+        self.peer = peer  # for log lines
         self.decoder = Decoder(max_message_size=max_message_size)
         self.server_heartbeat = heartbeat
         self.server_frame_max = frame_max
-        self.frame_max = 4096
+        self.state = State.START
+        self.frame_max = FRAME_MIN
         self.channel_max = CHANNEL_MAX
         self.heartbeat = 0
-        self.state = "start"  # start -> tune -> open -> running -> closing -> closed
-        self.channels: dict[int, Channel] = {}
-        self.closing_channels: set[int] = set()
-        self.exclusive_queues: set[str] = set()
-        self.cancel_notify = False
-        self.blocked_notify = False  # the client has the connection.blocked capability
-        self.published = False  # a basic.publish was handled: resource alarms block us
-        self._streamed = 0  # publishes and settlements in the bytes being handled
-        self.blocked = False  # not read because of a resource alarm
-        self._alarm: str | None = None  # the broker's blocked reason, None: no alarm
+        self.mechanism = ""
         self.user = ""
-        self.vhost: VHost | None = None  # set by connection.open
-        self.open = True
-        self._timers: list[Any] = []
-        self._received = self._sent = 0.0
-        self._paused = False
+        self.vhost = ""  # set once the vhost is open
+        self.cancel_notify = False  # the client has the consumer_cancel_notify capability
+        self.blocked_notify = False  # ... and connection.blocked
+        self.channels: set[int] = set()  # open channel numbers
+        self.closing_channels: set[int] = set()  # we sent Channel.Close: waiting for Close-Ok
+        self.published = False  # a basic.publish was handed out: resource alarms block us
+        self.blocked = False  # not read because of a resource alarm
+        self.streamed = 0  # publishes and settlements handed out since the last receive_data
+        self._alarm: str | None = None  # the broker's blocked reason, None: no alarm
         self._started = False  # Connection.Start sent
-        self._out: list[bytes] = []  # frames of this turn, written at its end as one send
-        self.tick = tick_of(reactor)
+        self._pending: deque[Any] = deque()  # requests not yet handed out
+        self._events: list[Any] = []  # decoded, not yet handled
+        self._next = 0  # index of the next event to handle
+        self._decoder_error: AMQPConnectionError | None = None  # once the events before it are handled
+        self._check_alarm = False  # at the end of the read: block a first publisher under an alarm
+        self._asked: Authenticate | OpenVHost | None = None  # a question not yet answered
+        self._last_asked: Authenticate | OpenVHost | None = None  # what an answer answers
 
-    # -- I/O glue ---------------------------------------------------------------------------
+    # -- inputs: bytes ------------------------------------------------------------------------
 
-    def writable(self) -> bool:
-        return not self._paused
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        for ch in list(self.channels.values()):
-            for q in {c.queue for c in ch.consumers.values()}:
-                ch.vhost.dispatch(q)
-
-    def send(self, data: bytes) -> None:
-        if self.open:
-            out = self._out
-            if not out:
-                self.tick.later(self.flush)
-            out.append(data)
-
-    def flush(self) -> None:
-        """Write this turn's frames (Tick calls it at the end of the turn)."""
-        out = self._out
-        if out:
-            self._out = []
-            self._sent = self.reactor.seconds()
-            self._send(out[0] if len(out) == 1 else b"".join(out))
-
-    def send_method(self, channel: int, method: base.Frame) -> None:
-        self.send(encode_method(channel, method))
-
-    # -- bytes in ------------------------------------------------------------------------------
-
-    def data_received(self, data: bytes) -> int:
-        """Handle the bytes; returns how many publishes, acks, nacks and rejects they
-        completed, so the shell can tell a pipelining client from one waiting for each
-        reply."""
-        if not self.open:
-            return 0
-        self._received = self.reactor.seconds()
+    def receive_data(self, data: bytes) -> None:
+        """Decode ``data``; ``next_request`` hands out what it asks for."""
+        if self.state is State.CLOSED:
+            return
+        self.streamed = 0
         try:
             events = self.decoder.feed(data)
         except BadProtocolHeader as e:
-            self.send(e.reply)
+            self._send(e.reply)
             self._drop(f"bad protocol header {e.received!r}")
-            return 0
+            return
         except AMQPConnectionError as e:
-            self._events(e.events)
-            self._fail(e, wait_close_ok=False)  # the decoder is dead: no Close-Ok can be read
-            return 0
-        self._streamed = 0
-        self._events(events)
-        if self._alarm is not None and self.published:
-            self._block(self._alarm)  # the first publish under an alarm: read no further
-        return self._streamed
-
-    def _events(self, events: list[Any]) -> None:
+            events = e.events
+            self._decoder_error = e  # the decoder is dead: no Close-Ok can be read
         if not self._started and self.decoder.greeted:
             self._started = True
-            self.send_method(0, C.Connection.Start(0, 9, SERVER_PROPERTIES, "PLAIN AMQPLAIN", "en_US"))
-        i, n = 0, len(events)
-        while i < n:
-            if not self.open or self.state == "closed":
-                return
+            self._send_method(C.Connection.Start(0, 9, SERVER_PROPERTIES, " ".join(MECHANISMS), "en_US"))
+        if events:
+            if self._next < len(self._events):
+                events = self._events[self._next:] + events
+            self._events, self._next = events, 0
+        self._check_alarm = True
+
+    def next_request(self) -> Request | ChannelInput | None:
+        """The next thing to do, or None until more bytes, an answer or a timer."""
+        pending = self._pending
+        if pending:
+            return pending.popleft()  # type: ignore[no-any-return]
+        if self._asked is not None:
+            raise LocalProtocolError(f"{type(self._asked).__name__} is not answered yet")
+        events = self._events
+        n = len(events)
+        while self._next < n:
+            if self.state is State.CLOSED:
+                break
+            i = self._next
             ev = events[i]
-            i += 1
+            t = type(ev)
+            self._next = i + 1
             try:
-                t = type(ev)
-                if (t is Publish or t is Ack) and i < n and type(events[i]) is t and events[i].channel == ev.channel:
-                    j = i + 1  # a run of publishes, or of acks, on one channel: handled together
+                if ((t is Publish or t is Ack) and i + 1 < n and type(events[i + 1]) is t
+                        and events[i + 1].channel == ev.channel and self.state is State.RUNNING
+                        and ev.channel in self.channels and ev.channel not in self.closing_channels):
+                    j = i + 2  # a run of publishes, or of acks, on one channel: handled together
                     while j < n and type(events[j]) is t and events[j].channel == ev.channel:
                         j += 1
-                    run, i = events[i - 1 : j], j
-                    ch = self.channels.get(ev.channel)
-                    if ch is None or self.state != "running" or ev.channel in self.closing_channels:
-                        for e in run:  # as one at a time: the errors, or nothing
-                            self._event(e)
-                        continue
-                    self._streamed += len(run)
+                    self._next = j
+                    self.streamed += j - i
                     if t is Publish:
                         self.published = True
-                        ch.publish_many(run)
-                    else:
-                        ch.ack_many(run)
-                else:
-                    self._event(ev)
+                    return events[i:j]  # type: ignore[no-any-return]
+                out = self._event(ev)
             except AMQPChannelError as e:
-                self._close_channel(e)
+                self.channel_error(e)
+                out = None
             except AMQPConnectionError as e:
-                self._fail(e)
-                return
+                self.connection_error(e)
+                out = None
+            if out is not None:
+                return out
+            if pending:
+                return pending.popleft()  # type: ignore[no-any-return]
+            if self._asked is not None:
+                return None
+        if n:
+            self._events, self._next = [], 0
+        if self._decoder_error is not None:
+            error, self._decoder_error = self._decoder_error, None
+            self._fail(error, wait_close_ok=False)
+        elif self._check_alarm:
+            self._check_alarm = False
+            if self._alarm is not None and self.published:
+                self._block(self._alarm)  # the first publish under an alarm: read no further
+        return pending.popleft() if pending else None  # type: ignore[no-any-return]
 
-    def _event(self, ev: Any) -> None:
+    def _event(self, ev: Any) -> ChannelInput | None:
         t = type(ev)
         if t is Heartbeat:
-            return
-        if self.state == "closing":
-            if t is MethodReceived and isinstance(ev.method, (C.Connection.CloseOk, C.Connection.Close)):
-                self._drop("closed")
-            return
+            return None
+        state = self.state
+        if state is State.CLOSING:
+            if t is MethodReceived:
+                self._input(ev.method)  # Close, Close-Ok; the rest is dropped
+            return None
         if t is ChannelFailed:
             raise ev.error
         channel = ev.channel
@@ -222,144 +356,101 @@ class Connection:
             if t is MethodReceived and isinstance(ev.method, (C.Channel.CloseOk, C.Channel.Close)):
                 self.closing_channels.discard(channel)
                 if isinstance(ev.method, C.Channel.Close):
-                    self.send_method(channel, C.Channel.CloseOk())
-            return
+                    self._send_method(C.Channel.CloseOk(), channel)
+            return None
         if channel == 0:
             if t is not MethodReceived:
                 raise AMQPConnectionError(COMMAND_INVALID, "content on channel 0")
-            return self._connection_method(ev.method)
-        if self.state != "running":
+            self._input(ev.method)
+            return None
+        if state is not State.RUNNING:
             raise AMQPConnectionError(COMMAND_INVALID, f"channel {channel} used before connection.open")
-        ch = self.channels.get(channel)
         if t is MethodReceived and isinstance(ev.method, C.Channel.Open):
-            if ch is not None:
+            if channel in self.channels:
                 raise AMQPConnectionError(CHANNEL_ERROR, "second 'channel.open' seen",
                                           channel=channel, class_id=20, method_id=10)
             if self.channel_max and len(self.channels) >= self.channel_max:  # RabbitMQ counts them
                 raise AMQPConnectionError(NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) has "
                                           f"reached the negotiated channel_max ({self.channel_max})")
-            self.channels[channel] = Channel(self, channel)
-            self.send_method(channel, C.Channel.OpenOk())
-            return
-        if ch is None:
+            self.channels.add(channel)
+            self._pending.append(OpenChannel(channel))
+            self._send_method(C.Channel.OpenOk(), channel)
+            return None
+        if channel not in self.channels:
             index = ev.method.index if t is MethodReceived else (0x003C0028 if t is Publish else 0)
             raise AMQPConnectionError(CHANNEL_ERROR, "expected 'channel.open'", channel=channel,
                                       class_id=index >> 16, method_id=index & 0xFFFF)
         if t is Publish:
             self.published = True
-            self._streamed += 1
-            ch.publish(ev)
-        elif t is Ack or t is Nack or t is Reject:
-            self._streamed += 1
-            ch.settle(ev)
-        elif t is MethodReceived:
+            self.streamed += 1
+            return ev  # type: ignore[no-any-return]
+        if t is Ack or t is Nack or t is Reject:
+            self.streamed += 1
+            return ev  # type: ignore[no-any-return]
+        if t is MethodReceived:
             m = ev.method
             if isinstance(m, C.Channel.Close):
                 self._end_channel(channel)
-                self.send_method(channel, C.Channel.CloseOk())
-            elif isinstance(m, C.Channel.CloseOk):
+                self._send_method(C.Channel.CloseOk(), channel)
+                return None
+            if isinstance(m, C.Channel.CloseOk):
                 self._end_channel(channel)
-            else:
-                ch.method(m)
-        elif t is ContentReceived:
+                return None
+            return ev  # type: ignore[no-any-return]
+        if t is ContentReceived:
             raise AMQPConnectionError(COMMAND_INVALID, f"{ev.method.name} is sent by servers, not clients",
                                       channel=channel)
+        raise LocalProtocolError(f"unknown event {ev!r}")
 
-    # -- the handshake -------------------------------------------------------------------------
+    # -- inputs: answers ------------------------------------------------------------------------
 
-    def _connection_method(self, m: base.Frame) -> None:
-        if isinstance(m, C.Connection.StartOk) and self.state == "start":
-            self._authenticate(m)
-            self.state = "tune"
-            self.send_method(0, C.Connection.Tune(CHANNEL_MAX, self.server_frame_max, self.server_heartbeat))
-        elif isinstance(m, C.Connection.TuneOk) and self.state == "tune":
-            frame_max = m.frame_max or self.server_frame_max
-            if frame_max < 4096 or frame_max > self.server_frame_max:
-                raise AMQPConnectionError(NOT_ALLOWED, f"frame_max={frame_max} outside 4096..{self.server_frame_max}")
-            self.frame_max = frame_max
-            self.decoder.frame_max = frame_max
-            self.channel_max = min(m.channel_max or CHANNEL_MAX, CHANNEL_MAX)
-            self.heartbeat = m.heartbeat
-            self.state = "open"
-            self._start_heartbeats()
-        elif isinstance(m, C.Connection.Open) and self.state == "open":
-            vhost = self.vhosts.get(m.virtual_host)
-            if vhost is None:
-                raise AMQPConnectionError(NOT_ALLOWED, f"vhost {m.virtual_host} not found", class_id=10, method_id=40)
-            if self.access.permission(self.user, vhost.name) is None:
-                raise AMQPConnectionError(NOT_ALLOWED, f"access to vhost '{vhost.name}' refused for user "
-                                          f"'{self.user}'", class_id=10, method_id=40)
-            self.vhost = vhost
-            self.state = "running"
-            self.send_method(0, C.Connection.OpenOk())
-        elif isinstance(m, C.Connection.Close):
-            self.send_method(0, C.Connection.CloseOk())
-            self._drop("closed by the client")
-        elif isinstance(m, C.Connection.CloseOk):
-            self._drop("closed")
-        elif isinstance(m, C.Connection.UpdateSecret) and self.state == "running":
-            # RabbitMQ asks the auth backends whose state can expire; logbus's users, like
-            # RabbitMQ's internal ones, cannot: the login's credentials stand, the answer is ok
-            log.info("amqp connection %s: user '%s' updated secret, reason: %s", self.peer, self.user, m.reason)
-            self.send_method(0, C.Connection.UpdateSecretOk())
-        elif isinstance(m, (C.Connection.Blocked, C.Connection.Unblocked)):
+    def authenticated(self, user: str) -> None:
+        self._answer(Authenticated(user))
+
+    def auth_failed(self, reason: AuthFailure) -> None:
+        self._answer(AuthFailed(reason))
+
+    def vhost_opened(self, name: str) -> None:
+        self._answer(VHostOpened(name))
+
+    def vhost_refused(self, reason: VHostFailure) -> None:
+        self._answer(VHostRefused(reason))
+
+    def _answer(self, answer: Any) -> None:
+        self._asked = None
+        try:
+            self._input(answer)
+        except AMQPConnectionError as e:
+            self._fail(e)
+
+    # -- inputs: what the shell met, timers, the broker ------------------------------------------
+
+    def channel_error(self, e: AMQPChannelError) -> None:
+        """A channel exception: Channel.Close on ``e.channel``, drop what follows on it
+        until Close-Ok; the connection goes on."""
+        log.info("amqp channel %d of %s closed: %s", e.channel, self.peer, e.reply_text)
+        self._end_channel(e.channel)
+        self.closing_channels.add(e.channel)
+        self._send(e.close_frame())
+
+    def connection_error(self, e: AMQPConnectionError) -> None:
+        """A connection exception: Connection.Close, the rest of this read is dropped."""
+        self._events, self._next = [], 0
+        self._fail(e)
+
+    def heartbeat_due(self, silent: float, idle: float) -> None:
+        """The heartbeat timer: nothing was received for ``silent`` seconds, nothing sent
+        for ``idle``."""
+        if self.state is State.CLOSED or not self.heartbeat:
             return
-        else:
-            raise AMQPConnectionError(COMMAND_INVALID, f"unexpected {m.name} in state {self.state}")
-
-    def _authenticate(self, m: C.Connection.StartOk) -> None:
-        caps: Any = (m.client_properties or {}).get("capabilities")
-        self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
-        self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
-        user = password = None
-        response = m.response.encode("latin-1") if isinstance(m.response, str) else bytes(m.response or b"")
-        if m.mechanism == "PLAIN":
-            parts = response.split(b"\x00")
-            if len(parts) == 3:
-                user, password = parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-        elif m.mechanism == "AMQPLAIN":
-            try:
-                import struct
-
-                _, table = pdecode.field_table(struct.pack(">I", len(response)) + response)
-                user, password = str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
-            except Exception:
-                user = None
-        else:
-            raise AMQPConnectionError(ACCESS_REFUSED, f"unsupported authentication mechanism {m.mechanism!r}")
-        if user is None or password is None or self.access.authenticate(user, password) is None:
-            log.info("amqp connection %s: login refused for user %r", self.peer, user)
-            raise AMQPConnectionError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
-                                      f"{m.mechanism}. For details see the broker logfile.")
-        if self.access.loopback_only(user) and not self.peer_is_loopback:
-            raise AMQPConnectionError(ACCESS_REFUSED, f"user '{user}' can only connect via localhost")
-        self.user = user
-
-    # -- heartbeats ----------------------------------------------------------------------------------
-
-    def _start_heartbeats(self) -> None:
-        if not self.heartbeat:
-            return
-        self._received = self._sent = self.reactor.seconds()
-        self._timers.append(self.reactor.callLater(self.heartbeat / 2, self._beat))
-
-    def _beat(self) -> None:
-        self._timers = [t for t in self._timers if t.active()]
-        if not self.open:
-            return
-        now = self.reactor.seconds()
-        if not self.blocked and now - self._received > 2 * self.heartbeat:
+        if not self.blocked and silent > 2 * self.heartbeat:
             log.info("amqp connection %s: missed heartbeats, closing", self.peer)
             self._drop("missed heartbeats")
-            return
-        if now - self._sent >= self.heartbeat / 2:
-            self.send(HEARTBEAT_FRAME)
-        self._timers.append(self.reactor.callLater(self.heartbeat / 2, self._beat))
-
-    # -- resource alarms -----------------------------------------------------------------------------
+        elif idle >= self.heartbeat / 2:
+            self._send(HEARTBEAT_FRAME)
 
     def resource_alarm(self, reason: str | None) -> None:
-        """The broker's alarms changed: ``reason`` (see blocked_reason) while any is set,
+        """The broker's alarms changed: Connection.Blocked's ``reason`` while any is set,
         None once all have cleared. Only a connection that has published is blocked; one
         that only consumes goes on, so consumers can drain what fills memory or disk."""
         self._alarm = reason
@@ -367,85 +458,187 @@ class Connection:
             self._block(reason)
         elif reason is None and self.blocked:
             self.blocked = False
-            self._received = self.reactor.seconds()  # the silence while blocked was ours
             if self.blocked_notify:
-                self.send_method(0, C.Connection.Unblocked())
-            self._reading(True)
-
-    def _block(self, reason: str) -> None:
-        if self.blocked or not self.open or self.state != "running":
-            return
-        self.blocked = True
-        if self.blocked_notify:
-            self.send_method(0, C.Connection.Blocked(reason))
-        self._reading(False)
-
-    # -- closing -----------------------------------------------------------------------------------
-
-    def _close_channel(self, e: AMQPChannelError) -> None:
-        log.info("amqp channel %d of %s closed: %s", e.channel, self.peer, e.reply_text)
-        self._end_channel(e.channel)
-        self.closing_channels.add(e.channel)
-        self.send(e.close_frame())
-
-    def _end_channel(self, number: int) -> None:
-        ch = self.channels.pop(number, None)
-        if ch is not None:
-            ch.closing = True
-            ch.close()
-
-    def _fail(self, e: AMQPError, wait_close_ok: bool = True) -> None:
-        log.warning("closing amqp connection from %s: %s", self.peer, e.reply_text)
-        if self.state in ("closing", "closed"):
-            return
-        self._release_all()
-        self.send(e.close_frame())
-        self.state = "closing"
-        if self.blocked:  # read again, or the Close-Ok never arrives
-            self.blocked = False
-            self._reading(True)
-        if wait_close_ok:
-            self._timers.append(self.reactor.callLater(CLOSE_GRACE, self._drop, "no close-ok"))
-        else:
-            self._drop(e.reply_text)  # the transport still writes the Close first
+                self._send_method(C.Connection.Unblocked())
+            self._pending.append(SetReading(True))
 
     def shutdown(self) -> None:
         """The broker is stopping: CONNECTION_FORCED, as RabbitMQ."""
-        if self.open and self.state == "running":
+        if self.state is State.RUNNING:
             self._fail(AMQPConnectionError(CONNECTION_FORCED, "broker forced connection closure with reason "
                                            "'shutdown'"))
 
     def force_close(self, reason: str) -> None:
-        """Close with 320 CONNECTION_FORCED and ``reason`` (its user or vhost is being
-        deleted); leases and exclusive queues are released at once."""
-        if self.open and self.state not in ("closing", "closed"):
+        """Close with 320 CONNECTION_FORCED and ``reason`` (its user or vhost is being deleted)."""
+        if self.state not in (State.CLOSING, State.CLOSED):
             self._fail(AMQPConnectionError(CONNECTION_FORCED, reason))
 
-    def _drop(self, reason: str) -> None:
-        if not self.open:
-            return
-        self._release_all()
-        self.flush()  # a Close frame, say: the transport writes it before closing
-        self.open = False
-        self.state = "closed"
-        self._close()
-
     def connection_lost(self) -> None:
-        self._release_all()
-        self._out.clear()
-        self.open = False
-        self.state = "closed"
-        for t in self._timers:
-            if t.active():
-                t.cancel()
-        self._timers.clear()
+        """The socket is gone."""
+        self.state = State.CLOSED
+        self._events, self._next = [], 0
+        self._pending.clear()
+        self._asked = None
+        self.channels.clear()
+        self.closing_channels.clear()
+
+    # -- the handshake ------------------------------------------------------------------------------
+
+    def _input(self, value: Any) -> None:
+        entry = TRANSITIONS.get((self.state, type(value)))
+        if entry is None:
+            if not isinstance(value, base.Frame):
+                raise LocalProtocolError(f"{type(value).__name__} in state {self.state.value}")
+            if self.state is State.CLOSING:
+                return
+            raise AMQPConnectionError(COMMAND_INVALID, f"unexpected {value.name} in state {self.state.value}")
+        handler, next_state = entry
+        handler(self, value)
+        if self.state is not State.CLOSED:
+            self.state = next_state
+
+    def _start_ok(self, m: C.Connection.StartOk) -> None:
+        caps: Any = (m.client_properties or {}).get("capabilities")
+        self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
+        self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
+        if m.mechanism not in MECHANISMS:
+            raise AMQPConnectionError(ACCESS_REFUSED, f"unsupported authentication mechanism {m.mechanism!r}")
+        self.mechanism = m.mechanism
+        credentials = parse_credentials(m.mechanism, m.response)
+        if credentials is None:
+            log.info("amqp connection %s: login refused, malformed %s response", self.peer, m.mechanism)
+            raise self._refused()
+        self._ask(Authenticate(m.mechanism, *credentials))
+
+    def _refused(self) -> AMQPConnectionError:
+        return AMQPConnectionError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
+                                   f"{self.mechanism}. For details see the broker logfile.")
+
+    def _authenticated(self, a: Authenticated) -> None:
+        self.user = a.user
+        self._send_method(C.Connection.Tune(CHANNEL_MAX, self.server_frame_max, self.server_heartbeat))
+
+    def _auth_failed(self, a: AuthFailed) -> None:
+        if a.reason is AuthFailure.LOOPBACK_ONLY:
+            asked = self._last_asked
+            user = asked.user if isinstance(asked, Authenticate) else ""
+            raise AMQPConnectionError(ACCESS_REFUSED, f"user '{user}' can only connect via localhost")
+        raise self._refused()
+
+    def _tune_ok(self, m: C.Connection.TuneOk) -> None:
+        frame_max = m.frame_max or self.server_frame_max
+        if frame_max < FRAME_MIN or frame_max > self.server_frame_max:
+            raise AMQPConnectionError(NOT_ALLOWED, f"frame_max={frame_max} outside {FRAME_MIN}.."
+                                      f"{self.server_frame_max}")
+        self.frame_max = frame_max
+        self.decoder.frame_max = frame_max
+        self.channel_max = min(m.channel_max or CHANNEL_MAX, CHANNEL_MAX)
+        self.heartbeat = m.heartbeat
+        if m.heartbeat:
+            self._pending.append(ScheduleHeartbeat(m.heartbeat))
+
+    def _open(self, m: C.Connection.Open) -> None:
+        self._ask(OpenVHost(m.virtual_host, self.user))
+
+    def _vhost_opened(self, a: VHostOpened) -> None:
+        self.vhost = a.name
+        self._send_method(C.Connection.OpenOk())
+
+    def _vhost_refused(self, a: VHostRefused) -> None:
+        asked = self._last_asked
+        name = asked.name if isinstance(asked, OpenVHost) else ""
+        if a.reason is VHostFailure.NOT_FOUND:
+            raise AMQPConnectionError(NOT_ALLOWED, f"vhost {name} not found", class_id=10, method_id=40)
+        raise AMQPConnectionError(NOT_ALLOWED, f"access to vhost '{name}' refused for user '{self.user}'",
+                                  class_id=10, method_id=40)
+
+    def _update_secret(self, m: C.Connection.UpdateSecret) -> None:
+        # RabbitMQ asks the auth backends whose state can expire; logbus's users, like
+        # RabbitMQ's internal ones, cannot: the login's credentials stand, the answer is ok
+        log.info("amqp connection %s: user '%s' updated secret, reason: %s", self.peer, self.user, m.reason)
+        self._send_method(C.Connection.UpdateSecretOk())
+
+    def _close(self, m: C.Connection.Close) -> None:
+        self._send_method(C.Connection.CloseOk())
+        self._drop("closed by the client")
+
+    def _close_ok(self, m: C.Connection.CloseOk | C.Connection.Close) -> None:
+        self._drop("closed")
+
+    def _ignore(self, m: base.Frame) -> None:
+        pass
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def _ask(self, question: Authenticate | OpenVHost) -> None:
+        self._asked = self._last_asked = question
+        self._pending.append(question)
+
+    def _send(self, data: bytes) -> None:
+        self._pending.append(SendBytes(data))
+
+    def _send_method(self, method: base.Frame, channel: int = 0) -> None:
+        self._pending.append(SendBytes(encode_method(channel, method)))
+
+    def _end_channel(self, number: int) -> None:
+        if number in self.channels:
+            self.channels.discard(number)
+            self._pending.append(CloseChannel(number))
+
+    def _block(self, reason: str) -> None:
+        if self.blocked or self.state is not State.RUNNING:
+            return
+        self.blocked = True
+        if self.blocked_notify:
+            self._send_method(C.Connection.Blocked(reason))
+        self._pending.append(SetReading(False))
 
     def _release_all(self) -> None:
-        for number in list(self.channels):
-            self._end_channel(number)
-        vhost = self.vhost
-        for q in list(self.exclusive_queues):
-            if vhost is not None and q in vhost.queues:
-                vhost.delete_queue(q)
-        self.exclusive_queues.clear()
+        self.channels.clear()
+        self._pending.append(ReleaseAll())
 
+    def _fail(self, e: AMQPError, wait_close_ok: bool = True) -> None:
+        log.warning("closing amqp connection from %s: %s", self.peer, e.reply_text)
+        if self.state in (State.CLOSING, State.CLOSED):
+            return
+        self._release_all()
+        self._send(e.close_frame())
+        self.state = State.CLOSING
+        self._asked = None
+        if self.blocked:  # read again, or the Close-Ok never arrives
+            self.blocked = False
+            self._pending.append(SetReading(True))
+        if wait_close_ok:
+            self._pending.append(CloseTransport("no close-ok", CLOSE_GRACE))
+        else:
+            self._drop(e.reply_text)  # the transport still writes the Close first
+
+    def _drop(self, reason: str) -> None:
+        if self.state is State.CLOSED:
+            return
+        self._release_all()
+        self.state = State.CLOSED
+        self._asked = None
+        self._events, self._next = [], 0
+        self._pending.append(CloseTransport(reason))
+
+
+Handler = Callable[[Connection, Any], None]
+_HANDSHAKE = (State.START, State.TUNE, State.OPEN, State.RUNNING)
+TRANSITIONS: dict[tuple[State, type], tuple[Handler, State]] = {
+    (State.START, C.Connection.StartOk): (Connection._start_ok, State.AUTHENTICATING),
+    (State.AUTHENTICATING, Authenticated): (Connection._authenticated, State.TUNE),
+    (State.AUTHENTICATING, AuthFailed): (Connection._auth_failed, State.CLOSING),
+    (State.TUNE, C.Connection.TuneOk): (Connection._tune_ok, State.OPEN),
+    (State.OPEN, C.Connection.Open): (Connection._open, State.OPENING),
+    (State.OPENING, VHostOpened): (Connection._vhost_opened, State.RUNNING),
+    (State.OPENING, VHostRefused): (Connection._vhost_refused, State.CLOSING),
+    (State.RUNNING, C.Connection.UpdateSecret): (Connection._update_secret, State.RUNNING),
+    (State.CLOSING, C.Connection.Close): (Connection._close_ok, State.CLOSED),
+    (State.CLOSING, C.Connection.CloseOk): (Connection._close_ok, State.CLOSED),
+    **{(s, C.Connection.Close): (Connection._close, State.CLOSED) for s in _HANDSHAKE},
+    **{(s, C.Connection.CloseOk): (Connection._close_ok, State.CLOSED) for s in _HANDSHAKE},
+    # a client has no business sending these; RabbitMQ ignores them
+    **{(s, C.Connection.Blocked): (Connection._ignore, s) for s in _HANDSHAKE},
+    **{(s, C.Connection.Unblocked): (Connection._ignore, s) for s in _HANDSHAKE},
+}

@@ -1,4 +1,5 @@
-"""The thin Twisted shell around connection.py: moves bytes, reports back-pressure.
+"""The thin Twisted shell around session.py (which carries out the requests of
+connection.py's state machine): moves bytes, reports back-pressure.
 
 The transport's push-producer callbacks tell the connection when the socket's buffer
 is full (``pauseProducing``), so consumers without acks stop being fed until it
@@ -37,7 +38,7 @@ from twisted.python.failure import Failure
 from ...core.access.auth import AccessChange
 from ...core.broker import Broker
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
-from .connection import Connection, blocked_reason
+from .session import Session, blocked_reason
 from .linger import LingerTuner
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def direct_writer(t: Any) -> Callable[[bytes], None]:
 class AmqpProtocol(Protocol):
     def __init__(self, factory: AmqpFactory) -> None:
         self.factory = factory
-        self.conn: Connection | None = None
+        self.conn: Session | None = None
         self._lingering = False  # reading paused for the read linger
         self._blocked = False  # reading paused for a resource alarm
         self._tuner = factory.tuner()
@@ -95,10 +96,10 @@ class AmqpProtocol(Protocol):
             t.setTcpNoDelay(True)
         peer = t.getPeer()
         host = getattr(peer, "host", "")
-        self.conn = Connection(self.factory.broker.vhosts, self.factory.broker.access, send=direct_writer(t),
-                               close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
-                               peer_is_loopback=_loopback(host), peer=f"{host}:{getattr(peer, 'port', '')}",
-                               max_message_size=self.factory.max_message_size)
+        self.conn = Session(self.factory.broker.vhosts, self.factory.broker.access, send=direct_writer(t),
+                            close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
+                            peer_is_loopback=_loopback(host), peer=f"{host}:{getattr(peer, 'port', '')}",
+                            max_message_size=self.factory.max_message_size)
         t.registerProducer(self, True)
         self.factory.connections.add(self)
         if self.factory.alarm is not None:

@@ -1,0 +1,288 @@
+"""The broker side of one AMQP connection: carries out the requests of the sans-I/O
+state machine (connection.py) and holds its channels (channel.py).
+
+``data_received`` feeds the machine and then drains it (``_run``): each request is
+carried out against the broker (the user store of ``core.access.auth``, the vhosts, the
+reactor's timers) or the transport callables (``send``, ``close``, ``reading``), and a
+question's answer goes straight back to the machine. A channel's input goes to its
+Channel; a channel or connection exception that the Channel raises goes back to the
+machine, which decides what the client is told.
+
+Output is gathered per reactor turn (``core.tick``) and written at its end as one send,
+in the order it was produced. The transport's back-pressure (``pause_writing``,
+``resume_writing``) stops feeding consumers without acks until the socket drains.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pamqp import base
+
+from ...core.access.auth import Access
+from ...core.pressure import RESOURCES
+from ...core.tick import tick_of
+from ...core.vhost import VHost
+from .channel import Channel
+from .codec import DEFAULT_MAX_MESSAGE_SIZE, encode_method
+from .connection import (
+    FRAME_MAX,
+    HEARTBEAT,
+    Authenticate,
+    AuthFailure,
+    CloseChannel,
+    CloseTransport,
+    Connection,
+    OpenChannel,
+    OpenVHost,
+    ReleaseAll,
+    ScheduleHeartbeat,
+    SendBytes,
+    SetReading,
+    State,
+    VHostFailure,
+)
+from .errors import AMQPChannelError, AMQPConnectionError
+from .events import Ack, MethodReceived, Nack, Publish, Reject
+
+log = logging.getLogger(__name__)
+
+BLOCKED_REASONS = {"memory": "low on memory", "disk": "low on disk"}  # RabbitMQ's texts
+
+
+def blocked_reason(alarms: frozenset[str]) -> str | None:
+    """Connection.Blocked's reason for the active alarms ("low on memory & low on disk",
+    as RabbitMQ joins them), or None when there are none."""
+    return " & ".join(BLOCKED_REASONS[name] for name in RESOURCES if name in alarms) or None
+
+
+class Session:
+    def __init__(self, vhosts: Mapping[str, VHost], access: Access, *, send: Callable[[bytes], None],
+                 close: Callable[[], None], reading: Callable[[bool], None], reactor: Any,
+                 peer_is_loopback: bool, peer: str = "",
+                 heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX,
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+        self.machine = Connection(peer=peer, heartbeat=heartbeat, frame_max=frame_max,
+                                  max_message_size=max_message_size)
+        self.vhosts = vhosts  # the broker's own dict: vhosts created later are found
+        self.access = access
+        self._send = send
+        self._close = close
+        self._reading = reading  # False: stop reading from the socket, True: read again
+        self.reactor = reactor
+        self.peer_is_loopback = peer_is_loopback
+        self.peer = peer
+        self.user = ""
+        self.vhost: VHost | None = None  # set by connection.open
+        self.frame_max = self.machine.frame_max  # the negotiated one once the vhost is open
+        self.channels: dict[int, Channel] = {}
+        self.exclusive_queues: set[str] = set()
+        self.open = True  # False once the socket is closed or lost
+        self._timers: list[Any] = []
+        self._received = self._sent = 0.0
+        self._paused = False
+        self._out: list[bytes] = []  # frames of this turn, written at its end as one send
+        self.tick = tick_of(reactor)
+        self._carry_out: dict[type, Callable[[Any], None]] = {
+            SendBytes: self._send_bytes, Authenticate: self._authenticate, OpenVHost: self._open_vhost,
+            OpenChannel: self._open_channel, CloseChannel: self._close_channel, ReleaseAll: self._release_all,
+            ScheduleHeartbeat: self._schedule_heartbeat, SetReading: self._set_reading,
+            CloseTransport: self._close_transport,
+        }  # fmt: skip
+
+    @property
+    def cancel_notify(self) -> bool:
+        return self.machine.cancel_notify
+
+    @property
+    def state(self) -> State:
+        return self.machine.state
+
+    # -- I/O glue ---------------------------------------------------------------------------
+
+    def writable(self) -> bool:
+        return not self._paused
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        for ch in list(self.channels.values()):
+            for q in {c.queue for c in ch.consumers.values()}:
+                ch.vhost.dispatch(q)
+
+    def send(self, data: bytes) -> None:
+        if self.open:
+            out = self._out
+            if not out:
+                self.tick.later(self.flush)
+            out.append(data)
+
+    def flush(self) -> None:
+        """Write this turn's frames (Tick calls it at the end of the turn)."""
+        out = self._out
+        if out:
+            self._out = []
+            self._sent = self.reactor.seconds()
+            self._send(out[0] if len(out) == 1 else b"".join(out))
+
+    def send_method(self, channel: int, method: base.Frame) -> None:
+        self.send(encode_method(channel, method))
+
+    # -- bytes in ------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> int:
+        """Handle the bytes; returns how many publishes, acks, nacks and rejects they
+        completed, so the shell can tell a pipelining client from one waiting for each
+        reply."""
+        if not self.open:
+            return 0
+        self._received = self.reactor.seconds()
+        machine = self.machine
+        machine.receive_data(data)
+        self._run()
+        return machine.streamed
+
+    def _run(self) -> None:
+        """Carry out what the machine asks for until it asks for nothing."""
+        machine = self.machine
+        next_request = machine.next_request
+        channels = self.channels
+        carry_out = self._carry_out
+        while True:
+            r = next_request()
+            if r is None:
+                return
+            t = type(r)
+            try:
+                if t is list:
+                    run: Any = r
+                    if type(run[0]) is Publish:
+                        channels[run[0].channel].publish_many(run)
+                    else:
+                        channels[run[0].channel].ack_many(run)
+                elif t is Publish:
+                    channels[r.channel].publish(r)  # type: ignore[union-attr,arg-type]
+                elif t is Ack or t is Nack or t is Reject:
+                    channels[r.channel].settle(r)  # type: ignore[union-attr,arg-type]
+                elif t is MethodReceived:
+                    channels[r.channel].method(r.method)  # type: ignore[union-attr]
+                else:
+                    carry_out[t](r)
+            except AMQPChannelError as e:
+                machine.channel_error(e)
+            except AMQPConnectionError as e:
+                machine.connection_error(e)
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def _send_bytes(self, r: SendBytes) -> None:
+        self.send(r.data)
+
+    def _authenticate(self, r: Authenticate) -> None:
+        if self.access.authenticate(r.user, r.password) is None:
+            log.info("amqp connection %s: login refused for user %r", self.peer, r.user)
+            self.machine.auth_failed(AuthFailure.REFUSED)
+        elif self.access.loopback_only(r.user) and not self.peer_is_loopback:
+            self.machine.auth_failed(AuthFailure.LOOPBACK_ONLY)
+        else:
+            self.user = r.user
+            self.machine.authenticated(r.user)
+
+    def _open_vhost(self, r: OpenVHost) -> None:
+        vhost = self.vhosts.get(r.name)
+        if vhost is None:
+            self.machine.vhost_refused(VHostFailure.NOT_FOUND)
+        elif self.access.permission(r.user, vhost.name) is None:
+            self.machine.vhost_refused(VHostFailure.ACCESS_REFUSED)
+        else:
+            self.vhost = vhost
+            self.frame_max = self.machine.frame_max
+            self.machine.vhost_opened(vhost.name)
+
+    def _open_channel(self, r: OpenChannel) -> None:
+        self.channels[r.number] = Channel(self, r.number)
+
+    def _close_channel(self, r: CloseChannel) -> None:
+        ch = self.channels.pop(r.number, None)
+        if ch is not None:
+            ch.closing = True
+            ch.close()
+
+    def _release_all(self, r: ReleaseAll | None = None) -> None:
+        for number in list(self.channels):
+            self._close_channel(CloseChannel(number))
+        vhost = self.vhost
+        for q in list(self.exclusive_queues):
+            if vhost is not None and q in vhost.queues:
+                vhost.delete_queue(q)
+        self.exclusive_queues.clear()
+
+    def _set_reading(self, r: SetReading) -> None:
+        if r.on:
+            self._received = self.reactor.seconds()  # the silence while we did not read was ours
+        self._reading(r.on)
+
+    def _close_transport(self, r: CloseTransport) -> None:
+        if r.grace:
+            self._timers.append(self.reactor.callLater(r.grace, self._drop))
+        else:
+            self._drop()
+
+    def _drop(self) -> None:
+        if not self.open:
+            return
+        self._release_all()
+        self.flush()  # a Close frame, say: the transport writes it before closing
+        self.open = False
+        self.machine.connection_lost()
+        self._close()
+
+    # -- heartbeats ----------------------------------------------------------------------------------
+
+    def _schedule_heartbeat(self, r: ScheduleHeartbeat) -> None:
+        self._received = self._sent = self.reactor.seconds()
+        self._timers.append(self.reactor.callLater(r.interval / 2, self._beat, r.interval / 2))
+
+    def _beat(self, every: float) -> None:
+        self._timers = [t for t in self._timers if t.active()]
+        if not self.open:
+            return
+        now = self.reactor.seconds()
+        self.machine.heartbeat_due(silent=now - self._received, idle=now - self._sent)
+        self._run()
+        if self.open:
+            self._timers.append(self.reactor.callLater(every, self._beat, every))
+
+    # -- the broker's side ---------------------------------------------------------------------------
+
+    def resource_alarm(self, reason: str | None) -> None:
+        """The broker's alarms changed (see ``Connection.resource_alarm``)."""
+        self.machine.resource_alarm(reason)
+        self._run()
+
+    def shutdown(self) -> None:
+        """The broker is stopping: CONNECTION_FORCED, as RabbitMQ."""
+        if self.open:
+            self.machine.shutdown()
+            self._run()
+
+    def force_close(self, reason: str) -> None:
+        """Close with 320 CONNECTION_FORCED and ``reason`` (its user or vhost is being
+        deleted); leases and exclusive queues are released at once."""
+        if self.open:
+            self.machine.force_close(reason)
+            self._run()
+
+    def connection_lost(self) -> None:
+        self._release_all()
+        self._out.clear()
+        self.open = False
+        self.machine.connection_lost()
+        for t in self._timers:
+            if t.active():
+                t.cancel()
+        self._timers.clear()
