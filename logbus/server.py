@@ -26,13 +26,13 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
 from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IAddress, IListeningPort, IProtocolFactory
+from twisted.internet.interfaces import IAddress, IProtocolFactory
 from twisted.python.failure import Failure
 
 from .config import LISTENERS, Settings
@@ -44,12 +44,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GatewayBuilder = Callable[["Broker", Settings, Any], IProtocolFactory]
+# IProtocolFactory(factory) is the factory itself (it provides the interface), typed as the
+# interface: mypy does not see zope's @implementer.
 
 
 def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.http.site import build_site
 
-    return build_site(broker, reactor)
+    return IProtocolFactory(build_site(broker, reactor))
 
 
 def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
@@ -60,16 +62,17 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
     if settings.kafka_advertised:
         host, _, port = settings.kafka_advertised.rpartition(":")
         advertised = (host, int(port))
-    return KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME, advertised,
-                        auto_create_topics=settings.kafka_auto_create_topics)
+    return IProtocolFactory(KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME, advertised,
+                                         auto_create_topics=settings.kafka_auto_create_topics))
 
 
 def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.amqp.protocol import AmqpFactory
 
-    return AmqpFactory(broker, reactor, read_linger=settings.amqp_read_linger_ms / 1000,
-                       read_linger_max=settings.amqp_read_linger_max_ms / 1000,
-                       max_message_size=settings.amqp_max_message_size)
+    return IProtocolFactory(AmqpFactory(broker, reactor,
+                                        read_linger=settings.amqp_read_linger_ms / 1000,
+                                        read_linger_max=settings.amqp_read_linger_max_ms / 1000,
+                                        max_message_size=settings.amqp_max_message_size))
 
 
 # THE gateway table: listener name -> builder of the protocol factory that serves it.
@@ -84,7 +87,8 @@ assert set(GATEWAYS) == set(LISTENERS), "every listener in config.LISTENERS need
 
 
 class BrokerService(Service):
-    name = "broker"
+    # twisted declares Service.name = None (IService: a str or None)
+    name: str = "broker"  # type: ignore[assignment]
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -100,23 +104,34 @@ class BrokerService(Service):
         return defer.maybeDeferred(self.broker.stop)
 
 
+class ListeningPort(Protocol):
+    """What a listener uses of the IListeningPort its endpoint gives: zope interfaces'
+    methods are opaque to mypy without the mypy-zope plugin."""
+
+    def getHost(self) -> IAddress: ...
+    def stopListening(self) -> defer.Deferred[None] | None: ...
+
+
 class ListenerService(Service):
     """Listens on one endpoint with one factory; ``when_listening()`` gives the port."""
+
+    # twisted declares Service.name = None (IService: a str or None)
+    name: str  # type: ignore[assignment]
 
     def __init__(self, name: str, description: str, endpoint: Any, factory: IProtocolFactory):
         self.name = name
         self.description = description
         self.endpoint = endpoint
         self.factory = factory
-        self.port: IListeningPort | None = None
+        self.port: ListeningPort | None = None
         self._failure: Failure | None = None
-        self._waiting: list[defer.Deferred[IListeningPort]] = []
+        self._waiting: list[defer.Deferred[ListeningPort]] = []
 
     def startService(self) -> None:
         super().startService()
         self.endpoint.listen(self.factory).addCallbacks(self._listening, self._failed)
 
-    def _listening(self, port: IListeningPort) -> None:
+    def _listening(self, port: ListeningPort) -> None:
         self.port = port
         waiting, self._waiting = self._waiting, []
         for d in waiting:
@@ -128,12 +143,12 @@ class ListenerService(Service):
         for d in waiting:
             d.errback(failure)
 
-    def when_listening(self) -> defer.Deferred[IListeningPort]:
+    def when_listening(self) -> defer.Deferred[ListeningPort]:
         if self.port is not None:
             return defer.succeed(self.port)
         if self._failure is not None:
             return defer.fail(self._failure)
-        d: defer.Deferred[IListeningPort] = defer.Deferred()
+        d: defer.Deferred[ListeningPort] = defer.Deferred()
         self._waiting.append(d)
         return d
 
@@ -142,11 +157,16 @@ class ListenerService(Service):
         port, self.port = self.port, None
         if port is None:
             return defer.succeed(None)
-        d = defer.maybeDeferred(port.stopListening)
+        d = defer.maybeDeferred(_stop_listening, port)
         close = getattr(self.factory, "close_connections", None)  # tell clients why they go
         if close is not None:
             d.addCallback(lambda _: close())
         return d
+
+
+def _stop_listening(port: ListeningPort) -> defer.Deferred[None]:
+    stopped = port.stopListening()
+    return stopped if stopped is not None else defer.succeed(None)
 
 
 class LogbusService(MultiService):
@@ -283,7 +303,7 @@ def tune_gc() -> None:
 
 def setup_logging(level: str) -> None:
     """Everything to stderr, one line per record; Twisted's own log is bridged into it."""
-    from twisted.logger import STDLibLogObserver, globalLogBeginner
+    from twisted.logger import ILogObserver, STDLibLogObserver, globalLogBeginner
 
     logging.basicConfig(
         stream=sys.stderr,
@@ -294,7 +314,7 @@ def setup_logging(level: str) -> None:
     # Twisted's info lines ("Site starting on ...") repeat ours; keep its warnings and errors.
     if level != "debug":
         logging.getLogger("twisted").setLevel(logging.WARNING)
-    globalLogBeginner.beginLoggingTo([STDLibLogObserver()], redirectStandardIO=False)
+    globalLogBeginner.beginLoggingTo([ILogObserver(STDLibLogObserver())], redirectStandardIO=False)
 
 
 def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int:

@@ -6,7 +6,7 @@ the user must exist, give its password, be allowed from where it connects
     403                                               a valid user without the tag
 
 ``AdminResource`` is an ApiResource that asks for this before any handler runs. The other
-endpoints (/api/topics, /api/limits, /metrics, /healthz) stay open, as they were.
+endpoints (/api/topics, /api/limits, /metrics, /healthz) ask for no authentication.
 """
 
 from __future__ import annotations

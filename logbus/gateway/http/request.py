@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from functools import partial
+from typing import Any, Protocol, cast
 
 from twisted.web import server
 
@@ -21,13 +22,29 @@ MAX_BODY = 1024 * 1024
 LINGER_SECONDS = 10.0
 
 
+class _Transport(Protocol):
+    """What a 413 uses of the connection's transport (ITCPTransport's half-close where the
+    transport has it). twisted.web types it as ITransport, a zope interface whose methods
+    mypy cannot call without the mypy-zope plugin."""
+
+    connected: int
+
+    def write(self, data: bytes) -> None: ...
+    def loseConnection(self) -> None: ...
+    def loseWriteConnection(self) -> None: ...
+    def abortConnection(self) -> None: ...
+
+
 class LimitedRequest(server.Request):
     _rejected = False
     _received = 0
+    _body: io.BytesIO
 
     def gotLength(self, length: int | None) -> None:
         # The body is at most MAX_BODY, so memory is the right place for it (never a temp file).
-        self.content = io.BytesIO()
+        self._body = io.BytesIO()
+        # twisted.web declares `content = None` (documented as the body's binary file).
+        self.content = self._body  # type: ignore[assignment]
         if length is not None and length > MAX_BODY:
             self._reject()
 
@@ -38,7 +55,7 @@ class LimitedRequest(server.Request):
         if self._received > MAX_BODY:
             self._reject()
             return
-        self.content.write(data)
+        self._body.write(data)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
         if self._rejected:
@@ -59,13 +76,14 @@ class LimitedRequest(server.Request):
             f"Connection: close\r\n\r\n"
         ).encode()
         channel = self.channel
-        transport = channel.transport
+        transport = cast(_Transport, channel.transport)
         channel.dataReceived = _discard  # type: ignore[method-assign]
         channel.setTimeout(None)
         transport.write(head + response.body)
-        if hasattr(transport, "loseWriteConnection"):
+        if hasattr(transport, "loseWriteConnection"):  # not every transport can half-close
             transport.loseWriteConnection()
-            channel.site.reactor.callLater(LINGER_SECONDS, _abort, transport)
+            # the channel's callLater is its site's reactor.callLater (HTTPFactory.buildProtocol)
+            channel.callLater(LINGER_SECONDS, partial(_abort, transport))
         else:
             transport.loseConnection()
 
@@ -74,14 +92,20 @@ def _discard(data: bytes) -> None:
     pass
 
 
-def _abort(transport: Any) -> None:
+def _abort(transport: _Transport) -> None:
     if transport.connected:
         transport.abortConnection()
 
 
+def request_body(request: server.Request) -> bytes:
+    """The whole request body: a LimitedRequest holds it in memory."""
+    content: io.BytesIO | None = request.content  # twisted.web declares it None
+    return content.getvalue() if content is not None else b""
+
+
 def read_json(request: server.Request) -> Any:
     """The request body parsed as JSON, or HttpError 400."""
-    raw = request.content.getvalue() if request.content is not None else b""
+    raw = request_body(request)
     if not raw.strip():
         raise HttpError(400, "bad_json", "request body must be a JSON document")
     try:

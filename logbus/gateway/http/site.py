@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from twisted.web import http, server
+from twisted.web import http, resource, server
 
 from .health import Health
 from .limits import Limits
@@ -36,23 +36,32 @@ class ApiSite(server.Site):
     requestFactory = LimitedRequest
     noisy = False  # no "Starting factory" lines; server.py logs the bound address
 
-    def log(self, request: server.Request) -> None:
+    def log(self, request: http.Request) -> None:
         if access_log.isEnabledFor(logging.DEBUG):
             access_log.debug("%s", http.combinedLogFormatter(self._logDateTime, request))
 
 
 def build_resource(broker: Broker) -> Directory:
-    root = Directory()
-    root.putChild(b"healthz", Health())
-    root.putChild(b"metrics", Metrics(broker.metrics.registry))
-    api = Directory()
-    root.putChild(b"api", api)
-    api.putChild(b"topics", Topics(broker))
-    api.putChild(b"limits", Limits(broker))
-    api.putChild(b"users", Users(broker))
-    api.putChild(b"vhosts", VHosts(broker))
-    api.putChild(b"permissions", Permissions(broker))
-    return root
+    api = _directory({
+        b"topics": Topics(broker),
+        b"limits": Limits(broker),
+        b"users": Users(broker),
+        b"vhosts": VHosts(broker),
+        b"permissions": Permissions(broker),
+    })
+    return _directory({
+        b"healthz": Health(),
+        b"metrics": Metrics(broker.metrics.registry),
+        b"api": api,
+    })
+
+
+def _directory(children: dict[bytes, resource.Resource]) -> Directory:
+    directory = Directory()
+    for name, child in children.items():
+        # IResource(child) is child itself (it provides IResource), typed as putChild wants it.
+        directory.putChild(name, resource.IResource(child))
+    return directory
 
 
 def build_site(broker: Broker, reactor: Any = None) -> ApiSite:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.web import resource, server
 
 from .auth import AdminResource, path_name
-from .request import json_object, read_json
+from .request import json_object, read_json, request_body
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class VHostResource(AdminResource):
 
     def handle_PUT(self, request: server.Request) -> Response:
         name = path_name(self.raw_name, "vhost")
-        raw = request.content.getvalue() if request.content is not None else b""
+        raw = request_body(request)
         body = parse_vhost(read_json(request) if raw.strip() else {}, name)
         created = self.broker.create_vhost(name, **body)
         return Response.empty(201 if created else 204)

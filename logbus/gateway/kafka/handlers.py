@@ -1,10 +1,11 @@
 """Kafka request handlers over the broker: each takes a decoded request and returns the
 response object (or a Deferred of it). No sockets here; protocol.py moves the bytes.
 
-First cut (issue 3 in progress): ApiVersions, Metadata, Produce, Fetch, ListOffsets,
-enough for a producer and a consumer with assigned partitions; groups.py and admin.py
-register more. A Fetch that must wait for ``min_bytes`` is woken when a partition it
-asked for gets new readable records (Partition.watch).
+KafkaHandlers answers ApiVersions, Metadata, Produce, Fetch, ListOffsets and
+InitProducerId; the install() of groups.py, admin.py, configs.py and records_admin.py
+registers more (``KafkaHandlers.register``; docs/kafka.md lists them all). A Fetch that
+must wait for ``min_bytes`` is woken when a partition it asked for gets new readable
+records (Partition.watch).
 """
 
 from __future__ import annotations
