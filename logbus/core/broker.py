@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -44,9 +45,13 @@ from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, vhost_topic
 from .state import TOPIC_PREFIX, StateStore, topic_key, vhost_definitions_prefixes
 from .state_pb2 import TopicRecord
 from .streams.groups import GroupCoordinator
+from .message import Message
 from .queues.journal import QueueStore
+from .queues.msgstore import MessageStore, log_batch_reader
+from .queues.pop import PopGroups, check_delay
 from .queues.timers import Timers
 from .state_pb2 import TimerRecord
+from .log import batch as B
 from .vhost import VHost
 from .streams.producers import ProducerRegistry
 
@@ -193,6 +198,10 @@ class Broker:
         self.access.open(self.state)
         self.access.seed(self.default_user, self.default_pass)
         self.vhosts.clear()
+        self.messages = MessageStore(log_batch_reader(self.log))  # records read back for delays
+        self.pop = PopGroups(self.state, self.queue_store, self.timers, MessageStore(log_batch_reader(self.log)),
+                             clock=self._clock, dead_letter=self._append_dead_letter)
+        self.pop.load()
         for name in self.access.vhosts:
             self._open_vhost(name)
         self.timers.arm(self._timers_due)
@@ -201,17 +210,47 @@ class Broker:
         return int(self.reactor.seconds() * 1000)
 
     def _timers_due(self, due: list[tuple[int, TimerRecord]]) -> None:
-        """Timers that are due: retries go back to their queues."""
+        """Timers that are due: retries go back to their queues, delayed messages are
+        routed as their publish would have routed them."""
         for _, rec in due:
             if rec.kind == TimerRecord.RETRY:
-                vhost = self.vhosts.get(rec.vhost)
-                if vhost is not None:
-                    vhost.service.retry_due(rec)
+                service = self.pop.service if rec.vhost == "" else getattr(self.vhosts.get(rec.vhost), "service", None)
+                if service is not None:
+                    service.retry_due(rec)
+                continue
+            try:
+                message = self.messages.get(rec.topic, rec.partition, rec.offset)
+            except (KeyError, LogbusError) as exc:
+                log.warning("a delayed message at %s/%d offset %d is gone: %s", rec.topic, rec.partition, rec.offset,
+                            exc)
+                continue
+            vhost = self.vhosts.get(rec.vhost) if rec.vhost else None
+            if vhost is not None:
+                vhost.route_delayed(rec.exchange, rec.routing_key, rec.topic, rec.partition, rec.offset, message)
+                self.pop.appended(rec.topic, rec.partition, rec.offset, message)
+            else:
+                self._feed(rec.topic, rec.partition, rec.offset, message)
+
+    def delay(self, topic: str, partition: int, offset: int, due_ms: int, *, vhost: str = "", exchange: str = "",
+              routing_key: str = "") -> None:
+        """Route the record at ``offset`` when ``due_ms`` comes, not now: through
+        ``exchange`` of ``vhost`` (an AMQP publish), else as any record appended to
+        ``topic`` (to the queues bound to the exchange behind it, in every vhost, and to
+        the pop groups reading it)."""
+        self.timers.add(due_ms, TimerRecord(kind=TimerRecord.DELAY, vhost=vhost, exchange=exchange,
+                                            routing_key=routing_key, topic=topic, partition=partition,
+                                            offset=offset))
+
+    def _hook(self, vhost: VHost) -> None:
+        vhost.watches = self.pop.watches
+        vhost.appended = self.pop.appended
+        vhost.delay = self.delay
 
     def _open_vhost(self, name: str) -> VHost:
         assert self.log is not None
         vhost = VHost(name, self.log, self._create_exchange_topic, self.queue_store,
                       clock=self._clock, store=self.state, topic_owner=self._topic_owner, timers=self.timers)
+        self._hook(vhost)
         vhost.load()
         self.vhosts[name] = vhost
         return vhost
@@ -486,15 +525,115 @@ class Broker:
         return d
 
     def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[BatchInfo]) -> int:
-        """Kafka-produced batches just appended at ``base``: route their records to the
-        AMQP queues bound to the exchange behind ``topic``, in every vhost that has
-        one (docs/architecture.md section 4). Returns how many records reached a queue.
-        The append stands whatever happens here: a failure is logged, not raised."""
+        """Kafka-produced batches just appended at ``base``: each record goes to the AMQP
+        queues bound to the exchange behind ``topic``, in every vhost that has one
+        (docs/architecture.md section 4), and to the pop groups reading ``topic``; a
+        record with a deliver-at header (``logbus.deliver_at``, epoch ms, or
+        ``logbus.delay_ms``) gets there when due. Returns how many records reached a
+        queue now. Transactional batches are not routed (docs/interop.md). The append
+        stands whatever happens here: a failure is logged, not raised."""
+        vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
+        pop = self.pop.watches(topic)
+        if not vhosts and not pop:
+            return 0
         routed = 0
-        for vhost in self.vhosts.values():
-            try:
-                routed += vhost.route_appended(topic, partition, base, data, infos)
-            except Exception:
-                log.exception("routing records appended to %s/%d at %d in vhost %r failed",
-                              topic, partition, base, vhost.name)
+        now = self._clock()
+        for offset, message in decode_appended(base, data, infos):
+            due = deliver_at(message, now)
+            if due:
+                self.delay(topic, partition, offset, due)
+                continue
+            routed += self._feed(topic, partition, offset, message, vhosts)
         return routed
+
+    def _feed(self, topic: str, partition: int, offset: int, message: Message,
+              vhosts: list[VHost] | None = None) -> int:
+        """A record of ``topic``, visible now, to the queues that read the topic: those
+        bound to the exchange behind it in every vhost, and the pop groups. 1 if it
+        reached an AMQP queue."""
+        if vhosts is None:
+            vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
+        routed = 0
+        for vhost in vhosts:
+            try:
+                routed |= vhost.route_record(topic, partition, offset, message)
+            except Exception:
+                log.exception("routing the record at %s/%d offset %d in vhost %r failed",
+                              topic, partition, offset, vhost.name)
+        self.pop.appended(topic, partition, offset, message)
+        return routed
+
+    # -- publish (HTTP) and pop ------------------------------------------------------------
+
+    def publish(self, topic: str, messages: Sequence[Message], *, partition: int | None = None) -> Deferred[list[int]]:
+        """Append ``messages`` to ``topic`` (one partition: ``partition``, else chosen by
+        the first message's key) and hand them to the queues that read the topic (at
+        their deliver-at time if in the future). Fires with their offsets once durable
+        per the topic's flush policy."""
+        t = self._log.topic(topic)
+        n = len(t.partitions)
+        if partition is None:
+            key = messages[0].key if messages else None
+            partition = 0 if n == 1 or not key else zlib.crc32(key) % n
+        if not 0 <= partition < n:
+            raise UnknownPartition(f"topic {topic!r} has no partition {partition}")
+        now = self._clock()
+        for m in messages:
+            if m.envelope.deliver_at_ms:
+                check_delay(max(0, m.envelope.deliver_at_ms - now))
+        p = t.partitions[partition]
+        base = p.next_offset
+        d = p.append([m.to_record() for m in messages])
+        assert d is not None
+        for i, m in enumerate(messages):
+            due = m.envelope.deliver_at_ms
+            if due > now:
+                self.delay(topic, partition, base + i, due)
+            else:
+                self._feed(topic, partition, base + i, m)
+        return d.addCallback(lambda _: list(range(base, base + len(messages))))
+
+    def _append_dead_letter(self, topic: str, message: Message) -> None:
+        """A dead-lettered copy to ``topic`` (a pop group's ``%DLQ%<group>``), created on
+        first use with the broker's defaults."""
+        lm = self._log
+        if topic not in lm.topics:
+            self.create_topic(topic, {"partitions": 1})
+        try:
+            self.publish(topic, [message], partition=0).addErrback(
+                lambda f: log.warning("dead letter to %r failed: %s", topic, f.value))
+        except LogbusError as e:
+            log.warning("dead letter to %r refused: %s", topic, e)
+
+
+def decode_appended(base: int, data: bytes, infos: list[BatchInfo]) -> list[tuple[int, Message]]:
+    """The records of batches appended at ``base`` as (offset, Message); transactional
+    batches left out."""
+    out = []
+    pos, offset = 0, base
+    for info in infos:
+        if not info.attributes & B.ATTR_TRANSACTIONAL:
+            for r in B.decode(memoryview(data)[pos : pos + info.size]):
+                message = Message.from_record(B.Record(r.key, r.value, r.timestamp, r.headers))
+                out.append((offset + r.offset - info.base_offset, message))
+        offset += info.last_offset_delta + 1
+        pos += info.size
+    return out
+
+
+DELIVER_AT_HEADER = "logbus.deliver_at"  # epoch ms, decimal text
+DELAY_HEADER = "logbus.delay_ms"  # ms from the append, decimal text
+
+
+def deliver_at(message: Message, now: int) -> int:
+    """When a record appended now should reach queues (0: at once): its envelope's
+    deliver-at time, or a Kafka producer's ``logbus.deliver_at`` / ``logbus.delay_ms``
+    header. A malformed or out-of-range header is ignored (the record is delivered)."""
+    due = message.envelope.deliver_at_ms
+    if not due and message.headers:
+        for name, value in message.headers:
+            if name in (DELIVER_AT_HEADER, DELAY_HEADER) and value is not None and value.isdigit():
+                due = int(value) if name == DELIVER_AT_HEADER else now + int(value)
+                if not 0 <= due - now <= 40 * 86_400_000:
+                    return 0
+    return due if due > now else 0

@@ -54,3 +54,14 @@ class StorageError(LogbusError):
 
     code = "storage_error"
     retriable = True
+
+
+class InvalidRequest(LogbusError):
+    """A request's arguments are out of range or malformed (a bad receipt handle, a
+    negative invisible time, a delay past 40 days)."""
+
+    code = "invalid_request"
+
+
+class UnknownGroup(LogbusError):
+    code = "unknown_group"

@@ -30,6 +30,8 @@ metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``
                                                    user were created (first boot)
                ``b"timer_ids\0"``                  uint64 big-endian: the first
                                                    timer id not yet reserved
+               ``b"popgroup\0" + group + b"\0"``   ``PopGroupRecord``: a pop group
+               ``+ topic + b"\0"``                 reading a topic
 offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
                ``+ topic + b"\0" + partition``     (consumer-group commits;
                (partition: uint32 big-endian)      see ``group_offset_key``)
@@ -453,6 +455,15 @@ def timer_key_fields(key: bytes) -> tuple[int, int]:
     """``(due_ms, timer_id)`` of a timer key."""
     due, tid = _TIMER.unpack_from(key, len(TIMER_PREFIX))
     return int(due), int(tid)
+
+
+# -- metadata CF: pop groups (logbus.core.queues.pop) -------------------------------------
+
+POP_GROUP_PREFIX = b"popgroup\x00"
+
+
+def pop_group_key(group: str, topic: str) -> bytes:
+    return POP_GROUP_PREFIX + _text(group) + _text(topic)
 
 
 # -- metadata CF: AMQP definitions (logbus.core.definitions) -----------------------------

@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import logging
 import zlib
+from functools import partial
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..retry.policy import MAX_DELAY_MS
 from .deadletter import amqp_headers, dead_letter_message
 from .definitions import DefinitionStore, decode_table
 from .errors import LogbusError
 from .envelope_pb2 import Envelope
-from .log import batch as B
 from .log.manager import LogManager
 from .message import Message
 from .queues.msgstore import MessageStore, log_batch_reader
@@ -56,7 +57,6 @@ from .state import StateStore
 
 log = logging.getLogger(__name__)
 _AMQP = Envelope.AMQP
-_TRANSACTIONAL = 0x10  # RecordBatch attributes bit: written by a transactional producer
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +93,11 @@ class VHost:
         self.service = QueueService(name, queue_store, timers, self.messages, clock=clock,
                                     dead_letter=self._dead_letter, message_for=self._message)
         self.queues: dict[str, QueueState] = self.service.queues
+        # told of every record this vhost appends (pop groups read topics whatever
+        # appended to them): ``watches(topic)`` first, then ``appended(...)``
+        self.watches: Callable[[str], bool] = _never
+        self.appended: Callable[[str, int, int, Message], None] = _ignore_appended
+        self.delay: Callable[..., None] = _no_delay  # route a record when due (the broker's timers)
 
     # -- exchanges -----------------------------------------------------------------------
 
@@ -230,6 +235,9 @@ class VHost:
         the append is durable. Raises NotFound / AccessRefused for a bad exchange.
         ``dead_lettered``: the reason a dead-lettered copy is published for; queues it
         would cycle back into are left out (``dead_letter_cycles``)."""
+        delay = x_delay(headers) if headers else 0
+        if delay and self.router.exchange(exchange).delayed:
+            return self._publish_delayed(exchange, routing_key, message, delay, on_durable)
         topic, partition, queues = self._target(exchange, routing_key, headers)
         if dead_lettered is not None and queues and headers:
             queues = queues - dead_letter_cycles(queues, headers.get("x-death"))
@@ -243,9 +251,44 @@ class VHost:
             if on_durable is not None:
                 on_durable(e)
             return Published(bool(queues), True)
+        if self.watches(topic):
+            self.appended(topic, p.index, offset, message)
         if not queues:
             return Published(False, False)
         return Published(True, self._enqueue(queues, topic, p.index, offset, message))
+
+    def _publish_delayed(self, exchange: str, routing_key: str, message: Message, delay: int,
+                         on_durable: Callable[[Any], object] | None) -> Published:
+        """A publish to a delayed-message exchange with ``x-delay``: appended now, routed
+        (through the exchange, as it is then) when due. Like RabbitMQ's plugin it counts
+        as routed (no basic.return for mandatory)."""
+        ex = self.router.exchange(exchange)
+        topic = ex.log_topic
+        self._ensure_topic(topic)
+        p = self.log.partition(topic, self._partition_for(topic, routing_key))
+        offset = p.next_offset
+        try:
+            p.append([message.to_record()], callback=on_durable if on_durable is not None else _ignore)
+        except LogbusError as e:
+            self._refused(topic, e)
+            if on_durable is not None:
+                on_durable(e)
+            return Published(True, True)
+        self.delay(topic, p.index, offset, self.clock() + min(delay, MAX_DELAY_MS), vhost=self.name,
+                   exchange=exchange, routing_key=routing_key)
+        return Published(True, False)
+
+    def route_delayed(self, exchange: str, routing_key: str, topic: str, partition: int, offset: int,
+                      message: Message) -> None:
+        """A delayed publish that is due: routed through ``exchange`` as it is now (gone:
+        dropped, as RabbitMQ's plugin drops it)."""
+        try:
+            queues = self.router.route(exchange, routing_key, amqp_headers(message.envelope))
+        except RouterError as e:
+            log.info("a delayed message for exchange %r in vhost %r was dropped: %s", exchange, self.name, e)
+            return
+        if queues:
+            self._enqueue(queues, topic, partition, offset, message)
 
     def publish_many(self, items: list[tuple[str, str, Message, Mapping[str, Any] | None]],
                      on_durable: Callable[[int, int, Any], object] | None = None) -> PublishedMany:
@@ -267,6 +310,17 @@ class VHost:
         now = self.clock()
         done = 0
         for i, (exchange, routing_key, message, headers) in enumerate(items):
+            if headers and "x-delay" in headers and self.router.has_exchange(exchange) \
+                    and self.router.exchange(exchange).delayed:
+                if run:  # what came before goes first
+                    self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched, items)
+                    run, run_msgs, run_at = [], [], None
+                out = self.publish(exchange, routing_key, message, headers=headers,
+                                   on_durable=None if on_durable is None else partial(_one, on_durable, i))
+                if out.refused:
+                    refused.append(i)
+                done = i + 1
+                continue
             hit = None if headers else routes.get((exchange, routing_key))
             if hit is None:
                 try:
@@ -279,7 +333,7 @@ class VHost:
             at = hit[0], hit[1]
             if at != run_at:
                 if run:
-                    self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched)
+                    self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched, items)
                     run, run_msgs = [], []
                 run_at, run_first = at, i
             run.append(message.to_record())
@@ -290,7 +344,7 @@ class VHost:
                 unrouted.append(i)
             done = i + 1
         if run:
-            self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched)
+            self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched, items)
         for name in touched:
             self.dispatch(name)
         return PublishedMany(done, unrouted, refused, error)
@@ -309,7 +363,7 @@ class VHost:
     def _append_run(self, at: Any, first: int, records: list[Any],
                     msgs: list[tuple[int, frozenset[str], Message]], now: int,
                     on_durable: Callable[[int, int, Any], object] | None,
-                    refused: list[int], touched: set[str]) -> None:
+                    refused: list[int], touched: set[str], items: list[Any]) -> None:
         """Append ``records`` (items ``first``... of a publish_many) to one partition and
         give the routed ones (``msgs``) their queue entries. When the log refuses the
         run, each record is appended alone, so only those it refuses are refused."""
@@ -327,7 +381,7 @@ class VHost:
                 routed = {m[0]: m for m in msgs}
                 for i, record in enumerate(records, first):
                     self._append_run(at, i, [record], [routed[i]] if i in routed else [], now, on_durable,
-                                     refused, touched)
+                                     refused, touched, items)
                 return
             self._refused(topic, e)
             refused.append(first)
@@ -338,36 +392,31 @@ class VHost:
             if self._enqueue(queues, topic, partition, base + i - first, message, now, dispatch=False):
                 refused.append(i)
             touched |= queues
+        if self.watches(topic):
+            for i in range(first, last + 1):
+                self.appended(topic, partition, base + i - first, items[i][2])
 
     def _refused(self, topic: str, error: LogbusError) -> None:
         log.warning("a publish in vhost '%s' was refused by the log (topic '%s'): %s", self.name, topic, error)
 
-    def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[B.BatchInfo]) -> int:
-        """Records a Kafka producer appended to ``topic`` at ``base``: each goes to the
+    def routes_topic(self, topic: str) -> bool:
+        """Whether records appended to ``topic`` outside this vhost's publishes (Kafka,
+        HTTP) can reach one of its queues: it backs an exchange here."""
+        return self.router.routes_topic(topic)
+
+    def route_record(self, topic: str, partition: int, offset: int, message: Message) -> bool:
+        """A record appended to ``topic`` by a Kafka producer or over HTTP goes to the
         queues bound to the exchange behind the topic, with the record key as routing
-        key and the record headers as headers (docs/architecture.md section 4). Returns
-        how many records reached a queue. A topic behind no exchange costs one lookup."""
-        if not self.router.routes_topic(topic):
-            return 0
-        routed = 0
-        pos, offset = 0, base
-        for info in infos:
-            if info.attributes & _TRANSACTIONAL:  # could still abort: not routed (docs/interop.md)
-                offset += info.last_offset_delta + 1
-                pos += info.size
-                continue
-            for r in B.decode(memoryview(data)[pos : pos + info.size]):
-                key = (r.key or b"").decode("utf-8", "replace")
-                headers = {k: v.decode("utf-8", "replace") if v is not None else None
-                           for k, v in r.headers} if r.headers else None
-                queues = self.router.route_log(topic, key, headers)
-                if queues:
-                    message = Message.from_record(B.Record(r.key, r.value, r.timestamp, r.headers))
-                    self._enqueue(queues, topic, partition, offset + r.offset - info.base_offset, message)
-                    routed += 1
-            offset += info.last_offset_delta + 1
-            pos += info.size
-        return routed
+        key and the record headers as headers (docs/architecture.md section 4). True
+        when it reached a queue."""
+        key = (message.key or b"").decode("utf-8", "replace")
+        headers = {k: v.decode("utf-8", "replace") if v is not None else None
+                   for k, v in message.headers} if message.headers else None
+        queues = self.router.route_log(topic, key, headers)
+        if not queues:
+            return False
+        self._enqueue(queues, topic, partition, offset, message)
+        return True
 
     def _enqueue(self, queues: frozenset[str], topic: str, partition: int, offset: int, message: Message,
                  now: int | None = None, dispatch: bool = True) -> bool:
@@ -444,7 +493,7 @@ class VHost:
                 log.info("queue %r unused for %d ms (x-expires): deleted", qs.name, ttl)
                 self.delete_queue(qs.name)
 
-    def _dead_letter(self, qs: QueueState, original: Message, reason: str) -> None:
+    def _dead_letter(self, qs: QueueState, original: Message, reason: str, entry: Entry | None = None) -> None:
         """Publish the dead-lettered copy of ``original`` to the queue's dead-letter exchange."""
         target = qs.settings.dead_letter
         assert target is not None
@@ -477,4 +526,32 @@ def dead_letter_cycles(queues: frozenset[str], deaths: Any) -> frozenset[str]:
 
 
 def _ignore(_: Any) -> None:
+    pass
+
+
+def _one(on_durable: Callable[[int, int, Any], object], i: int, result: Any) -> None:
+    on_durable(i, i, result)
+
+
+def x_delay(headers: Mapping[str, Any]) -> int:
+    """RabbitMQ's ``x-delay`` header in ms (0: none; a negative delay is none)."""
+    value = headers.get("x-delay")
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, (bytes, str)):
+        text = value.decode() if isinstance(value, bytes) else value
+        value = int(text) if text.lstrip("-").isdigit() else 0
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def _no_delay(topic: str, partition: int, offset: int, due_ms: int, *, vhost: str = "", exchange: str = "",
+              routing_key: str = "") -> None:
+    raise RuntimeError("this vhost has no timer index")
+
+
+def _never(_: str) -> bool:
+    return False
+
+
+def _ignore_appended(topic: str, partition: int, offset: int, message: Message) -> None:
     pass

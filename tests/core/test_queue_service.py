@@ -38,6 +38,7 @@ from logbus.core.queues.journal import QueueStore
 from logbus.core.queues.msgstore import MessageStore
 from logbus.core.queues.queue import (
     DELIVERY_LIMIT,
+    Entry,
     REJECTED,
     Lease,
     RESTORED,
@@ -100,7 +101,8 @@ class ServiceMachine(RuleBasedStateMachine):
     def _read_batch(self, topic: str, partition: int, offset: int) -> list[tuple[int, Record]]:
         return [(offset, self.records[offset])]
 
-    def _dead_letter(self, qs: QueueState, message: Message, reason: str) -> None:
+    def _dead_letter(self, qs: QueueState, message: Message, reason: str, entry: Entry | None) -> None:
+        assert entry is not None and entry.offset == int(message.value or b"-1")
         self.dead.append((int(message.value or b"-1"), reason))
 
     def teardown(self) -> None:

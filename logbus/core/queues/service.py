@@ -111,7 +111,7 @@ class QueueState:
     used_ms: int = 0  # last declare, get or consumer change (auto-expiry counts from here)
 
 
-DeadLetter = Callable[[QueueState, Message, str], None]
+DeadLetter = Callable[[QueueState, Message, str, Entry | None], None]  # the entry: None when refused
 
 
 class QueueService:
@@ -203,7 +203,7 @@ class QueueService:
         for qs in refused:  # overflow reject-publish-dlx: refused, and dead-lettered
             dl = qs.settings.dead_letter
             if qs.queue.limits.overflow == REJECT_PUBLISH_DLX and dl is not None and self._dead_letter is not None:
-                self._dead_letter(qs, message, MAXLEN)
+                self._dead_letter(qs, message, MAXLEN, None)
         if dispatch:
             for name in names:
                 self.dispatch(name)
@@ -381,7 +381,7 @@ class QueueService:
         e = r.entry
         if r.reason and qs.settings.dead_letter is not None and self._dead_letter is not None:
             try:
-                self._dead_letter(qs, self.messages.get(e.topic, e.partition, e.offset), r.reason)
+                self._dead_letter(qs, self.messages.get(e.topic, e.partition, e.offset), r.reason, e)
             except KeyError as exc:
                 log.info("dead-lettering from %r failed: %s", qs.name, exc)
         self.messages.release(e.topic, e.partition, e.offset)

@@ -81,6 +81,8 @@ ALTERNATE_EXCHANGE: Final = "alternate-exchange"
 X_MATCH: Final = "x-match"
 X_MATCH_MODES: Final = ("all", "any", "all-with-x", "any-with-x")
 TOPIC_CACHE_SIZE: Final = 4096
+DELAYED_MESSAGE: Final = "x-delayed-message"  # RabbitMQ's delayed-message exchange type
+DELAYED_TYPE: Final = "x-delayed-type"  # ... and the type it routes as
 
 Arguments = tuple[tuple[str, Any], ...]
 _Targets = tuple[frozenset[str], frozenset[str]]  # (queues, exchanges)
@@ -133,6 +135,18 @@ class ExchangeDef:
     def alternate(self) -> str | None:
         ae = _lookup(self.arguments, ALTERNATE_EXCHANGE)
         return ae if isinstance(ae, str) else None
+
+    @property
+    def delayed(self) -> bool:
+        """A delayed-message exchange: a publish with a delay is routed when it is due."""
+        return self.kind == DELAYED_MESSAGE
+
+    @property
+    def routing_kind(self) -> str:
+        """How it routes: its own type, or a delayed-message exchange's ``x-delayed-type``."""
+        if self.kind == DELAYED_MESSAGE:
+            return str(_lookup(self.arguments, DELAYED_TYPE))
+        return self.kind
 
 
 class Destination(NamedTuple):
@@ -359,8 +373,14 @@ class Router:
         if passive:
             self._refuse_default(name)
             return self.exchange(name)
-        if kind not in _MATCHERS:
+        if kind not in _MATCHERS and kind != DELAYED_MESSAGE:
             raise CommandInvalid(f"unknown exchange type '{kind}'")
+        if kind == DELAYED_MESSAGE:
+            delayed_type = _lookup(freeze_arguments(arguments), DELAYED_TYPE)
+            if isinstance(delayed_type, bytes):
+                delayed_type = delayed_type.decode("utf-8", "replace")
+            if delayed_type not in _MATCHERS:
+                raise PreconditionFailed(f"Invalid argument, '{DELAYED_TYPE}' must be an existing exchange type")
         self._refuse_default(name)
         if topic is None:
             topic = self._topic_of(name)
@@ -550,7 +570,7 @@ class Router:
                     f"received {_show(received)} but current is {_show(current)}")
 
     def _add(self, definition: ExchangeDef) -> None:
-        kind = definition.kind
+        kind = definition.routing_kind
         matcher = _Topic(self.topic_cache_size) if kind == TOPIC else _MATCHERS[kind]()
         self._exchanges[definition.name] = _Exchange(definition, matcher, definition.alternate)
         self._by_topic[definition.log_topic] = definition.name

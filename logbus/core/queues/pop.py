@@ -1,0 +1,232 @@
+"""Pop consumption: consumer groups that receive messages from a topic with an invisible
+time (RocketMQ 5's SimpleConsumer model), on the queue service.
+
+Theory of operation. A pop group ``G`` reading topic ``T`` is one queue of the queue
+service (vhost ``""``, which no user vhost can be; queue ``G + "\\x1f" + T``: neither a
+group nor a topic name holds a control character). Every record appended to ``T`` after
+the group was created, by any protocol, gets an entry in it (``appended``); a record
+with a deliver-at time gets it when due. The members of the group share the queue:
+``receive`` leases up to N messages for an invisible time and returns a receipt handle
+per message; ``ack`` settles it, ``change_invisible`` moves its deadline (later or
+sooner), and a lease left to lapse gives the message back with RocketMQ's backoff
+(``retry.policy.POP_DEFAULT``: 1s 5s 10s 30s 1m ... 2h). Two groups on one topic are two
+queues: each gets every message.
+
+After ``max_deliveries`` (16) a message is dead-lettered: a copy is appended to the
+topic ``%DLQ%<group>``, an ordinary topic that Kafka consumers, Spark, AMQP (through an
+exchange of that name) and pop itself read, with the original topic, partition, offset,
+reason and delivery count in its envelope (``Envelope.dead_letter``).
+
+A receipt handle is ``"<seq>.<delivery>.<partition>.<offset>"``: the lease's receipt
+(``queue.Receipt``) and where the message is, checked against the entry, so a handle
+that names no current lease is refused (``StaleReceipt``) and settles nothing.
+
+Groups are recorded in the state store (metadata CF, ``state.pop_group_key``) and come
+back, with their entries, after a restart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ...retry.policy import MAX_DELAY_MS, POP_DEFAULT
+from ..errors import InvalidRequest, UnknownGroup
+from ..log.topic_config import validate_topic_name
+from ..message import Message
+from ..state import POP_GROUP_PREFIX, StateStore, pop_group_key
+from ..state_pb2 import PopGroupRecord
+from .journal import QueueStore
+from .msgstore import MessageStore
+from .queue import Entry, Outcome, Receipt, StaleReceipt
+from .service import DeadLetterTarget, Delivery, QueueService, QueueSettings, QueueState
+from .timers import Timers
+
+CF_METADATA = "metadata"
+POP_VHOST = ""  # the queue service namespace of pop groups: no user vhost is named ""
+DLQ_PREFIX = "%DLQ%"
+MAX_INVISIBLE_MS = 12 * 3600 * 1000  # RocketMQ's longest invisible time
+MAX_RECEIVE = 1024  # messages per receive
+_SEP = "\x1f"
+_GROUP_RE = re.compile(r"^[^\x00-\x1f/\\%]+$")
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+def check_group(group: str) -> str:
+    if not isinstance(group, str) or not group or not _GROUP_RE.match(group):
+        raise InvalidRequest(f"pop group name {group!r} must be non-empty, without '/', '\\\\', '%' "
+                             "or control characters")
+    validate_topic_name(dlq_topic(group))  # its dead-letter topic must be nameable
+    return group
+
+
+def check_invisible(ms: Any) -> int:
+    if not isinstance(ms, int) or isinstance(ms, bool) or not 1 <= ms <= MAX_INVISIBLE_MS:
+        raise InvalidRequest(f"invisible time must be an integer from 1 to {MAX_INVISIBLE_MS} ms, not {ms!r}")
+    return ms
+
+
+def format_handle(d: Delivery) -> str:
+    e = d.entry
+    return f"{d.receipt.seq}.{d.receipt.delivery}.{e.partition}.{e.offset}"
+
+
+def parse_handle(handle: Any) -> tuple[Receipt, int, int]:
+    """(receipt, partition, offset) of a receipt handle; InvalidRequest if malformed."""
+    parts = handle.split(".") if isinstance(handle, str) else []
+    if len(parts) != 4 or not all(p.isdigit() and len(p) <= 20 for p in parts):
+        raise InvalidRequest(f"malformed receipt handle {handle!r}")
+    seq, delivery, partition, offset = (int(p) for p in parts)
+    return Receipt(seq, delivery), partition, offset
+
+
+@dataclass(frozen=True, slots=True)
+class Popped:
+    """One received message."""
+
+    handle: str
+    topic: str
+    partition: int
+    offset: int
+    deliveries: int
+    message: Message
+
+
+class PopGroups:
+    def __init__(self, store: StateStore | None, queue_store: QueueStore, timers: Timers, messages: MessageStore, *,
+                 clock: Callable[[], int], dead_letter: Callable[[str, Message], None]) -> None:
+        """``dead_letter(topic, message)``: append a dead-lettered copy to ``topic``
+        (created if missing)."""
+        self._store = store
+        self._append_dead = dead_letter
+        self.clock = clock
+        self.service = QueueService(POP_VHOST, queue_store, timers, messages, clock=clock,
+                                    dead_letter=self._dead_letter)
+        self.by_topic: dict[str, list[str]] = {}  # topic -> its groups' queue names
+
+    @staticmethod
+    def queue_name(group: str, topic: str) -> str:
+        return group + _SEP + topic
+
+    def load(self) -> None:
+        """Open every recorded group (its entries come back from the journal)."""
+        if self._store is None:
+            return
+        for _, raw in self._store.scan_prefix(CF_METADATA, POP_GROUP_PREFIX):
+            rec = PopGroupRecord.FromString(raw)
+            self._open(rec.group, rec.topic)
+
+    def _open(self, group: str, topic: str) -> QueueState:
+        settings = QueueSettings(retry=POP_DEFAULT, dead_letter=DeadLetterTarget(topic=dlq_topic(group)))
+        name = self.queue_name(group, topic)
+        qs = self.service.create(name, settings, durable=True)
+        self.by_topic.setdefault(topic, []).append(name)
+        return qs
+
+    def ensure(self, group: str, topic: str) -> QueueState:
+        """The group's queue on ``topic``, created (and recorded) on first use: it gets
+        the records appended from then on."""
+        name = self.queue_name(group, topic)
+        qs = self.service.queues.get(name)
+        if qs is not None:
+            return qs
+        check_group(group)
+        if self._store is not None:
+            self._store.put(CF_METADATA, pop_group_key(group, topic),
+                            PopGroupRecord(group=group, topic=topic, created_ms=self.clock()), sync=True)
+        return self._open(group, topic)
+
+    def groups(self) -> list[tuple[str, str, QueueState]]:
+        """(group, topic, state) of every pop group."""
+        out = []
+        for name, qs in sorted(self.service.queues.items()):
+            group, _, topic = name.partition(_SEP)
+            out.append((group, topic, qs))
+        return out
+
+    def delete(self, group: str, topic: str) -> None:
+        name = self.queue_name(group, topic)
+        if name not in self.service.queues:
+            raise UnknownGroup(f"no pop group {group!r} on topic {topic!r}")
+        self.service.delete(name)
+        names = self.by_topic.get(topic, [])
+        if name in names:
+            names.remove(name)
+        if self._store is not None:
+            self._store.delete(CF_METADATA, pop_group_key(group, topic), sync=True)
+
+    # -- feeding -------------------------------------------------------------------------
+
+    def watches(self, topic: str) -> bool:
+        return bool(self.by_topic.get(topic))
+
+    def appended(self, topic: str, partition: int, offset: int, message: Message, expires_ms: int = 0) -> None:
+        """A record appended to ``topic`` (now visible): every group on it gets an entry."""
+        names = self.by_topic.get(topic)
+        if names:
+            self.service.enqueue(names, topic, partition, offset, message, expires_ms=expires_ms)
+
+    # -- consuming -----------------------------------------------------------------------
+
+    def _state(self, group: str, topic: str) -> QueueState:
+        qs = self.service.queues.get(self.queue_name(group, topic))
+        if qs is None:
+            raise UnknownGroup(f"no pop group {group!r} on topic {topic!r}")
+        return qs
+
+    def receive(self, group: str, topic: str, member: str, n: int, invisible_ms: int) -> list[Popped]:
+        """Up to ``n`` messages, each invisible to the group for ``invisible_ms`` unless
+        acked or changed (the group is created on first use)."""
+        check_invisible(invisible_ms)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_RECEIVE:
+            raise InvalidRequest(f"a receive takes 1 to {MAX_RECEIVE} messages, not {n!r}")
+        qs = self.ensure(group, topic)
+        got = self.service.take(qs.name, member, n, invisible_ms=invisible_ms)
+        return [Popped(format_handle(d), d.entry.topic, d.entry.partition, d.entry.offset, d.entry.deliveries,
+                       d.message) for d in got]
+
+    def _receipt(self, qs: QueueState, handle: Any) -> Receipt:
+        r, partition, offset = parse_handle(handle)
+        entry = qs.queue.entries.get(r.seq)
+        if entry is None or entry.partition != partition or entry.offset != offset:
+            raise StaleReceipt(f"receipt handle {handle!r} names no current lease")
+        return r
+
+    def ack(self, group: str, topic: str, handle: Any) -> None:
+        qs = self._state(group, topic)
+        self.service.settle(qs.name, self._receipt(qs, handle), Outcome.ACK)
+
+    def nack(self, group: str, topic: str, handle: Any) -> None:
+        """Give the message back now: it comes again after the group's backoff."""
+        qs = self._state(group, topic)
+        self.service.settle(qs.name, self._receipt(qs, handle), Outcome.RETRY)
+
+    def change_invisible(self, group: str, topic: str, handle: Any, invisible_ms: int) -> None:
+        check_invisible(invisible_ms)
+        qs = self._state(group, topic)
+        self.service.change_invisible(qs.name, self._receipt(qs, handle), invisible_ms)
+
+    # -- dead letters ----------------------------------------------------------------------
+
+    def _dead_letter(self, qs: QueueState, original: Message, reason: str, entry: Entry | None) -> None:
+        group, _, _ = qs.name.partition(_SEP)
+        env = type(original.envelope)()
+        env.CopyFrom(original.envelope)
+        dl = env.dead_letter
+        dl.reason, dl.queue, dl.time_ms = reason, group, self.clock()
+        if entry is not None:
+            dl.topic, dl.partition, dl.offset, dl.delivery_count = (entry.topic, entry.partition, entry.offset,
+                                                                    entry.deliveries)
+        env.delivery_count = entry.deliveries if entry is not None else 0
+        copy = Message(original.key, original.value, None, list(original.headers), env)
+        self._append_dead(dlq_topic(group), copy)
+
+
+def check_delay(ms: Any) -> int:
+    if not isinstance(ms, int) or isinstance(ms, bool) or not 0 <= ms <= MAX_DELAY_MS:
+        raise InvalidRequest(f"a delay must be an integer from 0 to {MAX_DELAY_MS} ms (40 days), not {ms!r}")
+    return ms
