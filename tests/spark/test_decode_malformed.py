@@ -13,15 +13,14 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logbus.core.log.format import CRC_AT, CRC_START, HEADER_SIZE, validate
 from logbus.spark import kernel
 from logbus.spark import schema as S
 from logbus.spark.decode import MalformedRecords, decode_chunk
-from logbus.spark.logfiles import HEADER_SIZE, parse
 from tests.unit.format_reader import r_batch_at, r_records
 
 ALL = S.columns(True)
 COUNT_AT = HEADER_SIZE - 4  # the batch header's last field: the record count
-CRC_AT, CRC_FROM = 17, 21
 
 
 def batch(records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]]) -> bytes:
@@ -33,13 +32,12 @@ def batch(records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes 
 
 def with_crc(data: bytearray) -> bytes:
     """The batch with its CRC made right again: damage that only the records show."""
-    struct.pack_into(">I", data, CRC_AT, crc32c(bytes(data[CRC_FROM:])))
+    struct.pack_into(">I", data, CRC_AT, crc32c(bytes(data[CRC_START:])))
     return bytes(data)
 
 
 def decode(data: bytes) -> object:
-    b = parse(data, 0, len(data))
-    assert b is not None
+    b = validate(data, 0, len(data))
     return decode_chunk(data, [b], 0, 2**62, "t", 0, ALL)
 
 
