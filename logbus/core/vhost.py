@@ -32,6 +32,7 @@ from .definitions import DefinitionStore, decode_table
 from .errors import LogbusError
 from .envelope_pb2 import Envelope
 from .log import batch as B
+from .log.format import ATTR_TRANSACTIONAL as _TRANSACTIONAL
 from .log.manager import LogManager
 from .message import Message
 from .queues.msgstore import MessageStore, log_batch_reader
@@ -54,7 +55,6 @@ from .state import StateStore
 
 log = logging.getLogger(__name__)
 _AMQP = Envelope.AMQP
-_TRANSACTIONAL = 0x10  # RecordBatch attributes bit: written by a transactional producer
 
 
 class Consumer(Protocol):
