@@ -51,8 +51,10 @@ class DataLoss(LogReadError):
 def header(buf: bytes, pos: int, end: int) -> BatchInfo | None:
     """The batch whose v2 header is at ``pos`` of ``buf`` (ending by ``end``), from the
     header alone: its bytes after the header are neither needed nor checked."""
+    if end - pos < HEADER_SIZE:
+        return None
     try:
-        return F.parse_header(buf, pos, end)
+        return F.parse_header(buf, pos)
     except InvalidBatch:
         return None
 

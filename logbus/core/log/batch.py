@@ -68,14 +68,6 @@ def build(records: Sequence[Record], base_offset: int, timestamp_ms: int | None 
 max_timestamp = F.max_timestamp
 
 
-def parse_header(buf: Buffer, pos: int = 0) -> BatchInfo:
-    """Header fields of the batch at ``pos`` (no CRC check)."""
-    try:
-        return F.parse_header(buf, pos, len(buf))
-    except F.InvalidBatch as e:
-        raise CorruptBatch(str(e)) from None
-
-
 peek_size = F.declared_size
 
 

@@ -178,11 +178,10 @@ class BatchInfo(NamedTuple):
         return self.base_offset + self.last_offset_delta + 1
 
 
-def parse_header(buf: Buffer, pos: int, end: int) -> BatchInfo:
-    """The header of the batch at ``pos`` (``buf`` ends by ``end``); its other bytes are
-    neither needed nor checked. InvalidBatch when the header is cut off or invalid."""
-    if end - pos < HEADER_SIZE:
-        raise InvalidBatch(f"truncated record batch: {end - pos} bytes, header needs {HEADER_SIZE}")
+def parse_header(buf: Buffer, pos: int = 0) -> BatchInfo:
+    """The header of the batch at ``pos``; the batch's other bytes are neither needed nor
+    checked. The caller ensures that HEADER_SIZE bytes are there. InvalidBatch when the
+    header is invalid."""
     (base, length, _epoch, magic, _crc, attrs, lod, first_ts, max_ts, pid, pepoch, bseq, count) = (
         HEADER.unpack_from(buf, pos)
     )
@@ -197,7 +196,9 @@ def parse_header(buf: Buffer, pos: int, end: int) -> BatchInfo:
 
 def validate(buf: Buffer, pos: int, end: int) -> BatchInfo:
     """The batch at ``pos``, whole before ``end`` and CRC-checked; else InvalidBatch."""
-    info = parse_header(buf, pos, end)
+    if end - pos < HEADER_SIZE:
+        raise InvalidBatch(f"truncated record batch: {end - pos} bytes, header needs {HEADER_SIZE}")
+    info = parse_header(buf, pos)
     size = info.size
     if pos + size > end:
         raise InvalidBatch(f"truncated record batch: declares {size} bytes, {end - pos} present")

@@ -217,7 +217,7 @@ class Segment:
                 if len(buf) < HEADER_SIZE:
                     return
             try:
-                info = parse_header(buf, rel, len(buf))
+                info = parse_header(buf, rel)
             except InvalidBatch:
                 return
             if position + info.size > end:
