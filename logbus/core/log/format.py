@@ -2,7 +2,8 @@
 
 It imports neither Twisted nor aiokafka (only the standard library and ``crc32c``), so
 readers outside the broker (``logbus.spark``) import it alone. docs/format.md is the
-same description in prose; ``tests/unit/format_reader.py`` checks the two agree.
+same description in prose; ``tests/unit/test_format_doc.py`` checks the two agree
+with a reader written from that page alone (``tests/unit/format_reader.py``).
 
 Names::
 
@@ -118,8 +119,8 @@ def segment_name(base_offset: int) -> str:
 
 def segment_base(filename: str) -> int | None:
     """The base offset of a segment's ``.log`` file name, None for any other name."""
-    if len(filename) == _SEGMENT_LOG_NAME and filename.endswith(LOG_SUFFIX) and filename[:20].isdigit():
-        return int(filename[:20])
+    if len(filename) == _SEGMENT_LOG_NAME and filename.endswith(LOG_SUFFIX) and filename[:_SEGMENT_DIGITS].isdigit():
+        return int(filename[:_SEGMENT_DIGITS])
     return None
 
 
