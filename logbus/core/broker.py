@@ -32,6 +32,7 @@ from .errors import (  # noqa: F401  (re-exported)
 )
 from .log import AppendResult, LogManager, Record
 from .log.batch import BatchInfo, now_ms
+from .log.format import ATTR_TRANSACTIONAL
 from .log.topic_config import TopicConfig, validate_topic_name
 from .metrics import Metrics
 from .pressure import (
@@ -612,7 +613,7 @@ def decode_appended(base: int, data: bytes, infos: list[BatchInfo]) -> list[tupl
     out = []
     pos, offset = 0, base
     for info in infos:
-        if not info.attributes & B.ATTR_TRANSACTIONAL:
+        if not info.attributes & ATTR_TRANSACTIONAL:
             for r in B.decode(memoryview(data)[pos : pos + info.size]):
                 message = Message.from_record(B.Record(r.key, r.value, r.timestamp, r.headers))
                 out.append((offset + r.offset - info.base_offset, message))

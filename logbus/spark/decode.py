@@ -30,14 +30,18 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.envelope_pb2 import Envelope
-from .logfiles import (
+from ..core.log.format import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
     COMPRESSION_MASK,
     HEADER_SIZE,
-    Batch,
-    LogReadError,
+    BatchInfo,
 )
+from .logfiles import LogReadError
 from . import kernel
 from .kernel import (
     ENV_LEN,
@@ -156,7 +160,7 @@ _ENVELOPES = _Envelopes()
 
 def decode_chunk(
     data: bytes,
-    batches: Sequence[Batch],
+    batches: Sequence[BatchInfo],
     lo: int,
     hi: int,
     topic: str,
@@ -206,7 +210,7 @@ def decode_chunk(
     return out if (i0, i1) == (0, n) else out.slice(i0, i1 - i0)
 
 
-def _blocks(data: bytes, batches: Sequence[Batch]) -> tuple[list[tuple[int, int, int, Batch]], bytes]:
+def _blocks(data: bytes, batches: Sequence[BatchInfo]) -> tuple[list[tuple[int, int, int, BatchInfo]], bytes]:
     """(records start, records end, count, batch) of each data batch, in ``buf``: ``data``
     itself, or, when some batch is compressed, the record blocks decompressed and joined."""
     plain = [b for b in batches if not b.attributes & ATTR_CONTROL and b.records_count]
@@ -214,7 +218,8 @@ def _blocks(data: bytes, batches: Sequence[Batch]) -> tuple[list[tuple[int, int,
         return [(b.position + HEADER_SIZE, b.position + b.size, b.records_count, b) for b in plain], data
     from aiokafka import codec  # here: most logs hold no compressed batch
 
-    decompress = {1: codec.gzip_decode, 2: codec.snappy_decode, 3: codec.lz4_decode, 4: codec.zstd_decode}
+    decompress = {CODEC_GZIP: codec.gzip_decode, CODEC_SNAPPY: codec.snappy_decode, CODEC_LZ4: codec.lz4_decode,
+                  CODEC_ZSTD: codec.zstd_decode}
     parts, blocks, at = [], [], 0
     for b in plain:
         raw = data[b.position + HEADER_SIZE : b.position + b.size]
@@ -270,7 +275,7 @@ def _header_columns(a: np.ndarray, pabuf: pa.Buffer, f: np.ndarray, hoff: np.nda
 # -- the reference decoder and helpers --------------------------------------------------------
 
 
-def reference_rows(data: bytes, batches: Sequence[Batch], topic: str, partition: int) -> Iterator[dict[str, Any]]:
+def reference_rows(data: bytes, batches: Sequence[BatchInfo], topic: str, partition: int) -> Iterator[dict[str, Any]]:
     """Every data record as a dict of the schema's columns (timestamps in ms), decoded
     record by record with aiokafka: slow and obvious, the oracle for ``decode_chunk``."""
     from aiokafka.record.default_records import DefaultRecordBatch
@@ -303,7 +308,7 @@ def reference_rows(data: bytes, batches: Sequence[Batch], topic: str, partition:
             }
 
 
-def record_timestamps(data: bytes, b: Batch) -> Iterator[tuple[int, int]]:
+def record_timestamps(data: bytes, b: BatchInfo) -> Iterator[tuple[int, int]]:
     """(offset, timestamp ms) of each record of batch ``b``."""
     from aiokafka.record.default_records import DefaultRecordBatch
 

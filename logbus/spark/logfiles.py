@@ -2,8 +2,9 @@
 
 Theory of operation. Everything here follows docs/format.md and nothing else: it lists
 topics from the ``log/`` tree, partitions from their directories and segments from
-their file names; it never writes, locks, renames or truncates a file, and it never
-imports the broker (``logbus.core.log`` builds on Twisted; this module must not).
+their file names; it never writes, locks, renames or truncates a file. The byte layout,
+the names and the valid-prefix rule come from ``logbus.core.log.format``, the one part of
+the broker it imports (that module loads neither Twisted nor aiokafka).
 A broker may be appending while we read, and retention may delete old segments:
 
 - **The readable end** of a partition is the end of the longest prefix of complete,
@@ -25,25 +26,18 @@ A broker may be appending while we read, and retention may delete old segments:
 from __future__ import annotations
 
 import os
-import struct
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import unquote_to_bytes
 
-from crc32c import crc32c
+from ..core.log import format as F
+from ..core.log.format import HEADER_SIZE, LOG_OVERHEAD, BatchInfo, InvalidBatch
 
-HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2 header, format.md 4.1
-HEADER_SIZE = 61
-LOG_OVERHEAD = 12
-CRC_START = 21
-ATTR_TIMESTAMP_TYPE = 0x08
-ATTR_CONTROL = 0x20
-COMPRESSION_MASK = 0x07
-OFFSET_ENTRY = struct.Struct(">II")
-TIME_ENTRY = struct.Struct(">qI")
 WALK_CHUNK = 64 * 1024
 READ_CHUNK = 8 * 1024 * 1024  # bytes of batches handed to the decoder at once
+_scan = F.scan_valid
+_crc = F.stored_crc
+_declared = F.declared_size
 
 
 class LogReadError(Exception):
@@ -54,62 +48,15 @@ class DataLoss(LogReadError):
     """Offsets that were asked for are gone (retention deleted their segment)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """One batch's header fields that readers need; ``position`` is in ``data``."""
-
-    position: int
-    size: int
-    base_offset: int
-    last_offset_delta: int
-    attributes: int
-    first_timestamp: int
-    max_timestamp: int
-    records_count: int
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta + 1
-
-
-def parse(buf: bytes | memoryview, pos: int, end: int, check_crc: bool = True) -> Batch | None:
-    """The complete, valid batch at ``pos`` of ``buf`` (ending by ``end``), else None."""
-    b = header(buf, pos, end)
-    if b is None or pos + b.size > end:
-        return None
-    if check_crc and crc32c(memoryview(buf)[pos + CRC_START : pos + b.size]) != _crc(buf, pos):
-        return None
-    return b
-
-
-def header(buf: bytes | memoryview, pos: int, end: int) -> Batch | None:
+def header(buf: bytes, pos: int, end: int) -> BatchInfo | None:
     """The batch whose v2 header is at ``pos`` of ``buf`` (ending by ``end``), from the
     header alone: its bytes after the header are neither needed nor checked."""
     if end - pos < HEADER_SIZE:
         return None
-    (base, length, _epoch, magic, _crc, attrs, lod, first_ts, max_ts, _pid, _pe, _seq, count) = (
-        HEADER.unpack_from(buf, pos)
-    )
-    size = length + LOG_OVERHEAD
-    if magic != 2 or size < HEADER_SIZE or lod < 0 or count < 0:
+    try:
+        return F.parse_header(buf, pos)
+    except InvalidBatch:
         return None
-    return Batch(pos, size, base, lod, attrs, first_ts, max_ts, count)
-
-
-def _crc(buf: bytes | memoryview, pos: int) -> int:
-    return int(struct.unpack_from(">I", buf, pos + CRC_START - 4)[0])
-
-
-def topic_dir_name(dirname: str) -> str:
-    """Directory name -> topic name (format.md section 2)."""
-    return unquote_to_bytes(dirname).decode("utf-8")
-
-
-def _quote(name: str) -> str:
-    from urllib.parse import quote
-
-    d = quote(name, safe="")
-    return "%2E" + d[1:] if d.startswith(".") else d
 
 
 class DataDir:
@@ -117,7 +64,7 @@ class DataDir:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        root = os.path.join(self.path, "log")
+        root = os.path.join(self.path, F.LOG_DIR)
         self.root = root if os.path.isdir(root) else self.path  # also accept <data>/log itself
         if not os.path.isdir(self.root):
             raise LogReadError(f"{self.path!r} is not a logbus data directory (no log/ in it)")
@@ -129,19 +76,25 @@ class DataDir:
             if entry.startswith("."):
                 continue
             if os.path.isdir(os.path.join(self.root, entry)):
-                names.append(topic_dir_name(entry))
+                names.append(F.topic_name(entry))
         return sorted(names)
 
     def partitions(self, topic: str) -> list[int]:
-        tdir = os.path.join(self.root, _quote(topic))
+        tdir = os.path.join(self.root, F.topic_dirname(topic))
         try:
             entries = os.listdir(tdir)
         except FileNotFoundError:
             return []
-        return sorted(int(e) for e in entries if e.isdigit() and os.path.isdir(os.path.join(tdir, e)))
+        found = []
+        for e in entries:
+            index = F.partition_index(e)
+            if index is not None and os.path.isdir(os.path.join(tdir, e)):
+                found.append(index)
+        return sorted(found)
 
     def partition(self, topic: str, index: int) -> PartitionFiles:
-        return PartitionFiles(os.path.join(self.root, _quote(topic), str(index)), topic, index)
+        path = os.path.join(self.root, F.topic_dirname(topic), F.partition_dirname(index))
+        return PartitionFiles(path, topic, index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +136,7 @@ class PartitionFiles:
         return f"<PartitionFiles {self.topic}/{self.index}>"
 
     def _path(self, base: int, ext: str) -> str:
-        return os.path.join(self.directory, f"{base:020d}{ext}")
+        return os.path.join(self.directory, F.segment_name(base) + ext)
 
     def segments(self) -> list[int]:
         """Base offsets of the segments present, oldest first."""
@@ -191,7 +144,8 @@ class PartitionFiles:
             names = os.listdir(self.directory)
         except FileNotFoundError:
             return []
-        return sorted(int(n[:20]) for n in names if len(n) == 24 and n.endswith(".log") and n[:20].isdigit())
+        bases = [F.segment_base(n) for n in names]
+        return sorted(b for b in bases if b is not None)
 
     def start(self) -> int:
         """The log start offset: the oldest segment's base offset (0 if none)."""
@@ -206,7 +160,7 @@ class PartitionFiles:
             return 0
         base = bases[-1]
         try:
-            with open(self._path(base, ".log"), "rb") as f:
+            with open(self._path(base, F.LOG_SUFFIX), "rb") as f:
                 fd = f.fileno()
                 size = os.fstat(fd).st_size
                 hint = self._end_hint
@@ -217,23 +171,17 @@ class PartitionFiles:
                     last = None
                 while pos < size:
                     buf = os.pread(fd, min(READ_CHUNK, size - pos), pos)
-                    at = 0
-                    while True:
-                        b = parse(buf, at, len(buf))
-                        if b is None or b.base_offset != expected:
+                    batches, at, _ = _scan(buf, 0, len(buf), expected)
+                    if not batches:
+                        need = _declared(buf) if len(buf) >= LOG_OVERHEAD else 0
+                        if need > len(buf) and pos + need <= size:
+                            buf = os.pread(fd, need, pos)  # one batch larger than a chunk
+                            batches, at, _ = _scan(buf, 0, len(buf), expected)
+                        if not batches:
                             break
-                        last = (pos + at, _crc(buf, at))
-                        expected = b.next_offset
-                        at += b.size
-                    if at == 0:
-                        if len(buf) >= LOG_OVERHEAD and pos + _declared(buf) <= size and _declared(buf) > len(buf):
-                            buf = os.pread(fd, _declared(buf), pos)  # one batch larger than a chunk
-                            b = parse(buf, 0, len(buf))
-                            if b is not None and b.base_offset == expected:
-                                last = (pos, _crc(buf, 0))
-                                expected, pos = b.next_offset, pos + b.size
-                                continue
-                        break
+                    b = batches[-1]
+                    last = (pos + b.position, _crc(buf, b.position))
+                    expected = b.next_offset
                     pos += at
         except FileNotFoundError:
             return self.end() if self.segments() != bases else base
@@ -243,12 +191,12 @@ class PartitionFiles:
     def _floor(self, base: int, offset: int | None) -> tuple[int, int]:
         """(position, base offset) of a batch at or before ``offset`` (None: the last
         index entry) in segment ``base``, from its ``.index`` when that checks out."""
-        entries = _read_index(self._path(base, ".index"))
+        entries = _read_index(self._path(base, F.INDEX_SUFFIX))
         if not entries:
             return 0, base
         rel = None if offset is None else offset - base
         try:
-            with open(self._path(base, ".log"), "rb") as f:
+            with open(self._path(base, F.LOG_SUFFIX), "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if entries[0] != (0, 0):
                     return 0, base
@@ -274,7 +222,7 @@ class PartitionFiles:
         base = bases[i]
         pos, expected = self._floor(base, offset)
         try:
-            with open(self._path(base, ".log"), "rb") as f:
+            with open(self._path(base, F.LOG_SUFFIX), "rb") as f:
                 fd = f.fileno()
                 size = os.fstat(fd).st_size
                 buf, buf_at = b"", pos
@@ -282,10 +230,8 @@ class PartitionFiles:
                     rel = pos - buf_at
                     if rel + HEADER_SIZE > len(buf):
                         buf, buf_at, rel = os.pread(fd, WALK_CHUNK, pos), pos, 0
-                    b = parse(buf, rel, rel + size - pos, check_crc=False)  # header only
-                    if b is None:
-                        return None
-                    if b.base_offset != expected:
+                    b = header(buf, rel, rel + size - pos)
+                    if b is None or pos + b.size > size or b.base_offset != expected:
                         return None
                     if b.next_offset > offset:
                         return base, pos, b.base_offset
@@ -305,7 +251,7 @@ class PartitionFiles:
             if base >= end:
                 break
             sealed = i + 1 < len(bases)
-            tindex = _read_time_index(self._path(base, ".timeindex")) if sealed else []
+            tindex = _read_time_index(self._path(base, F.TIMEINDEX_SUFFIX)) if sealed else []
             if sealed and tindex and tindex[-1][0] < timestamp:
                 continue
             lo = base
@@ -316,7 +262,7 @@ class PartitionFiles:
             try:
                 for data, batches in self.chunks(lo, min(nxt, end), bases=bases[i : i + 2]):
                     for b in batches:
-                        if b.max_timestamp < timestamp or b.attributes & ATTR_CONTROL:
+                        if b.max_timestamp < timestamp or b.attributes & F.ATTR_CONTROL:
                             continue
                         for off, ts in record_timestamps(data, b):
                             if ts >= timestamp and off < end:
@@ -325,7 +271,7 @@ class PartitionFiles:
                 continue
         return None
 
-    def chunks(self, lo: int, hi: int, bases: list[int] | None = None) -> Iterator[tuple[bytes, list[Batch]]]:
+    def chunks(self, lo: int, hi: int, bases: list[int] | None = None) -> Iterator[tuple[bytes, list[BatchInfo]]]:
         """(bytes, batches in them) for every batch holding an offset in ``[lo, hi)``,
         CRC-checked, in offset order, about READ_CHUNK bytes at a time. Raises DataLoss
         when a segment holding part of the range is gone, LogReadError when a batch
@@ -338,13 +284,13 @@ class PartitionFiles:
             raise DataLoss(f"{self.topic}/{self.index}: offset {lo} is before the log start {first}")
         found = self.locate(lo, bases)
         if found is None:
-            if not os.path.exists(self._path(bases[bisect_right(bases, lo) - 1], ".log")):
+            if not os.path.exists(self._path(bases[bisect_right(bases, lo) - 1], F.LOG_SUFFIX)):
                 raise DataLoss(f"{self.topic}/{self.index}: the segment holding offset {lo} was deleted")
             raise LogReadError(f"{self.topic}/{self.index}: offset {lo} is not in the log (end reached)")
         base, pos, expected = found
         i = bases.index(base)
         while expected < hi:
-            path = self._path(base, ".log")
+            path = self._path(base, F.LOG_SUFFIX)
             try:
                 f = open(path, "rb")
             except FileNotFoundError:
@@ -354,31 +300,19 @@ class PartitionFiles:
                 size = os.fstat(fd).st_size
                 while pos < size and expected < hi:
                     buf = os.pread(fd, min(READ_CHUNK, size - pos), pos)
-                    at, found_batches = 0, []
-                    while at < len(buf):
-                        b = parse(buf, at, len(buf))
-                        if b is None or b.base_offset != expected:
-                            break
-                        found_batches.append(b)
-                        expected = b.next_offset
-                        at += b.size
-                        if expected >= hi:
-                            break
-                    if not found_batches:
+                    batches, at, _ = _scan(buf, 0, len(buf), expected, hi)
+                    if not batches:
                         need = _declared(buf) if len(buf) >= LOG_OVERHEAD else 0
                         if need > len(buf) and pos + need <= size:
                             buf = os.pread(fd, need, pos)  # one batch larger than a chunk
-                            b = parse(buf, 0, len(buf))
-                            if b is not None and b.base_offset == expected:
-                                expected = b.next_offset
-                                pos += b.size
-                                yield buf, [b]
-                                continue
-                        raise LogReadError(
-                            f"{self.topic}/{self.index}: no valid batch with offset {expected} at"
-                            f" byte {pos} of {path} (damaged, or truncated by recovery)"
-                        )
-                    yield buf, found_batches
+                            batches, at, _ = _scan(buf, 0, len(buf), expected)
+                        if not batches:
+                            raise LogReadError(
+                                f"{self.topic}/{self.index}: no valid batch with offset {expected} at"
+                                f" byte {pos} of {path} (damaged, or truncated by recovery)"
+                            )
+                    expected = batches[-1].next_offset
+                    yield buf, batches
                     pos += at
             if expected >= hi:
                 return
@@ -396,10 +330,6 @@ class PartitionFiles:
                 )
 
 
-def _declared(buf: bytes) -> int:
-    return int(struct.unpack_from(">i", buf, 8)[0]) + LOG_OVERHEAD
-
-
 def _read_index(path: str) -> list[tuple[int, int]]:
     """Checked ``.index`` entries (format.md section 8), [] if absent or inconsistent."""
     try:
@@ -407,9 +337,9 @@ def _read_index(path: str) -> list[tuple[int, int]]:
             data = f.read()
     except FileNotFoundError:
         return []
-    if len(data) % OFFSET_ENTRY.size:
+    if len(data) % F.OFFSET_ENTRY.size:
         return []
-    entries = list(OFFSET_ENTRY.iter_unpack(data))
+    entries = list(F.OFFSET_ENTRY.iter_unpack(data))
     for a, b in zip(entries, entries[1:]):
         if b[0] <= a[0] or b[1] <= a[1]:
             return []
@@ -422,9 +352,9 @@ def _read_time_index(path: str) -> list[tuple[int, int]]:
             data = f.read()
     except FileNotFoundError:
         return []
-    if len(data) % TIME_ENTRY.size:
+    if len(data) % F.TIME_ENTRY.size:
         return []
-    entries = list(TIME_ENTRY.iter_unpack(data))
+    entries = list(F.TIME_ENTRY.iter_unpack(data))
     for a, b in zip(entries, entries[1:]):
         if b[0] < a[0] or b[1] < a[1]:
             return []

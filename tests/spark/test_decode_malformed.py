@@ -13,15 +13,13 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logbus.core.log.format import CRC_AT, CRC_START, HEADER_SIZE, RECORDS_COUNT_AT, validate
 from logbus.spark import kernel
 from logbus.spark import schema as S
 from logbus.spark.decode import MalformedRecords, decode_chunk
-from logbus.spark.logfiles import HEADER_SIZE, parse
 from tests.unit.format_reader import r_batch_at, r_records
 
 ALL = S.columns(True)
-COUNT_AT = HEADER_SIZE - 4  # the batch header's last field: the record count
-CRC_AT, CRC_FROM = 17, 21
 
 
 def batch(records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]]) -> bytes:
@@ -33,13 +31,12 @@ def batch(records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes 
 
 def with_crc(data: bytearray) -> bytes:
     """The batch with its CRC made right again: damage that only the records show."""
-    struct.pack_into(">I", data, CRC_AT, crc32c(bytes(data[CRC_FROM:])))
+    struct.pack_into(">I", data, CRC_AT, crc32c(bytes(data[CRC_START:])))
     return bytes(data)
 
 
 def decode(data: bytes) -> object:
-    b = parse(data, 0, len(data))
-    assert b is not None
+    b = validate(data, 0, len(data))
     return decode_chunk(data, [b], 0, 2**62, "t", 0, ALL)
 
 
@@ -79,7 +76,7 @@ def test_damaged_records_are_refused_or_read_whole(recs: list, edits: list[tuple
 @pytest.mark.parametrize("count, message", [(3, "past the end of its batch"), (1, "do not end where their batch ends")])
 def test_a_record_count_that_lies(count: int, message: str) -> None:
     data = bytearray(batch([(b"k", b"v", [])] * 2))
-    struct.pack_into(">i", data, COUNT_AT, count)
+    struct.pack_into(">i", data, RECORDS_COUNT_AT, count)
     with pytest.raises(MalformedRecords, match=message):
         decode(with_crc(data))
 

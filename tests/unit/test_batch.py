@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from logbus.core.errors import CorruptBatch, RecordTooLarge
 from logbus.core.log import batch as B
+from logbus.core.log import format as F
 from logbus.core.log.batch import Record
 
 records_st = st.lists(
@@ -28,12 +29,12 @@ records_st = st.lists(
 
 def test_header_layout_golden() -> None:
     buf = B.build([Record(b"k", b"value", 1_700_000_000_000)], base_offset=42)
-    base, length, epoch, magic, crc, attrs, lod, first_ts, max_ts, pid, pepoch, bseq, count = B.HEADER.unpack_from(buf)
+    base, length, epoch, magic, crc, attrs, lod, first_ts, max_ts, pid, pepoch, bseq, count = F.HEADER.unpack_from(buf)
     assert (base, magic, lod, first_ts, max_ts, pid, pepoch, bseq, count) == (
         42, 2, 0, 1_700_000_000_000, 1_700_000_000_000, -1, -1, -1, 1
     )
     assert length + 12 == len(buf) and attrs == 0 and epoch == -1
-    assert B.HEADER_SIZE == 61
+    assert F.HEADER_SIZE == 61
 
 
 @given(records_st, st.integers(0, 2**40))

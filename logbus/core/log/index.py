@@ -1,15 +1,14 @@
-"""Sparse indexes kept beside each segment: the only module that packs index bytes.
+"""Sparse indexes kept beside each segment, in memory and as ``.index``/``.timeindex``
+bytes (entry layout: ``format.OFFSET_ENTRY`` and ``format.TIME_ENTRY``).
 
-``{base:020d}.index``: entries of 8 bytes, big-endian ``(relative_offset: uint32,
-position: uint32)``: the batch whose base offset is ``base + relative_offset`` starts at
-byte ``position`` of the ``.log`` file. One entry per ~``index.interval.bytes`` of log
-(the first batch of a segment is always indexed). Offsets and positions strictly increase.
+``.index``: the batch whose base offset is ``base + relative_offset`` starts at byte
+``position`` of the ``.log`` file. One entry per ~``index.interval.bytes`` of log (the
+first batch of a segment is always indexed). Offsets and positions strictly increase.
 
-``{base:020d}.timeindex``: entries of 12 bytes, big-endian ``(timestamp: int64,
-relative_offset: uint32)``: ``timestamp`` is the largest record timestamp in the segment
-up to and including the batch at ``base + relative_offset``. Added with offset entries
-when the largest timestamp grew, and once more when the segment is sealed, so the last
-entry of a sealed segment holds its largest timestamp. Timestamps never decrease.
+``.timeindex``: ``timestamp`` is the largest record timestamp in the segment up to and
+including the batch at ``base + relative_offset``. Added with offset entries when the
+largest timestamp grew, and once more when the segment is sealed, so the last entry of
+a sealed segment holds its largest timestamp. Timestamps never decrease.
 
 Both are derived data: the active segment keeps its entries in memory and writes them
 at seal and at clean shutdown; recovery rebuilds any index that is missing or damaged.
@@ -19,12 +18,10 @@ A reader must treat the index as a hint and walk batch headers from the floor en
 from __future__ import annotations
 
 import os
-import struct
 from array import array
 from bisect import bisect_left, bisect_right
 
-OFFSET_ENTRY = struct.Struct(">II")
-TIME_ENTRY = struct.Struct(">qI")
+from .format import OFFSET_ENTRY, TIME_ENTRY, TMP_SUFFIX
 
 
 class IndexDamaged(Exception):
@@ -124,7 +121,7 @@ class TimeIndex:
 
 def write_file(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` (write to a temp name, then rename)."""
-    tmp = path + ".tmp"
+    tmp = path + TMP_SUFFIX
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)

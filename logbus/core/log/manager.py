@@ -1,11 +1,6 @@
-"""The log of one broker: every topic's partitions under ``<data>/log/``.
+"""The log of one broker: every topic's partitions under ``<data>/log/``, the
+clean-shutdown marker and the trash of deleted topics (names: ``format.py``).
 
-    <data>/log/.clean_shutdown           present only between a clean stop and the next start
-    <data>/log/<topic dir>/<partition>/  one directory per partition (see docs/format.md)
-
-Topic directory names are the topic name with every byte outside ``[A-Za-z0-9_.~-]``
-written as ``%XX`` and a leading ``.`` as ``%2E`` (so any topic name maps to one safe,
-reversible directory name that never collides with the log's own dot-names).
 Which topics exist, and with what settings, is recorded by the caller (the broker's
 state store); the manager opens what it is told to and recovers it.
 """
@@ -25,14 +20,12 @@ from ..tick import tick_of
 from . import batch as B
 from .filecache import FileCache
 from .flusher import Flusher, syncfs
+from .format import CLEAN_MARKER, LOG_DIR, TRASH, partition_dirname, topic_dirname
 from .partition import Partition, fsync_dir
 from .recovery import RecoveryReport, recover_partition
-from .topic_config import TopicConfig, topic_dirname, validate_topic_name
+from .topic_config import TopicConfig, validate_topic_name
 
 log = logging.getLogger(__name__)
-
-CLEAN_MARKER = ".clean_shutdown"
-TRASH = ".trash"
 
 
 class Topic:
@@ -59,7 +52,7 @@ class LogManager:
         inline_flush: bool = True,
     ) -> None:
         """``inline_flush``: let small syncs run on the reactor thread (flusher.py)."""
-        self.root = os.path.join(os.fspath(data_dir), "log")
+        self.root = os.path.join(os.fspath(data_dir), LOG_DIR)
         self.fresh = not os.path.isdir(self.root)
         os.makedirs(self.root, exist_ok=True)
         self.metrics = metrics or Metrics()
@@ -118,7 +111,7 @@ class LogManager:
         for p in topic.partitions:
             p.set_config(config)
         for i in range(len(topic.partitions), config.partitions):
-            pdir = os.path.join(topic.directory, str(i))
+            pdir = os.path.join(topic.directory, partition_dirname(i))
             segments, report = recover_partition(pdir, self.cache, config.index_interval_bytes, self.clean_start, now)
             if config.flush_mode != "none":
                 fsync_dir(pdir)  # the first segment's directory entry must survive power loss

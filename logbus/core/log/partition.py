@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time
 from bisect import bisect_right
 from typing import Callable, Iterator, NamedTuple, Sequence
@@ -23,6 +22,7 @@ from twisted.internet.defer import Deferred, fail
 
 from ..errors import OffsetOutOfRange, RecordTooLarge, StorageError
 from . import batch as B
+from . import format as F
 from .filecache import FileCache, Handle
 from .flusher import Flusher, Waiter, fire_waiters
 from .segment import Segment
@@ -38,8 +38,8 @@ INDEX_ON_CLOSE_MIN = 4 * 1024 * 1024  # active segments this large get index fil
 _Builder = DefaultRecordBatchBuilder
 _MAX_BATCH = 2**31 - 1
 _pack_base = B.set_base_offset
-_BASE = struct.Struct(">q")  # a batch's base offset, its first 8 bytes
-_max_ts = B.max_timestamp
+_BASE = F.INT64  # a batch's base offset, its first 8 bytes
+_max_ts = F.max_timestamp
 _time = time.time
 _tuple_new = tuple.__new__
 

@@ -24,9 +24,9 @@ import mmap
 import os
 from dataclasses import dataclass, field
 
-from ..errors import CorruptBatch
-from . import batch as B
+from . import format as F
 from .filecache import FileCache
+from .format import BatchInfo
 from .index import IndexDamaged
 from .segment import Segment
 
@@ -46,43 +46,29 @@ class RecoveryReport:
         return bool(self.truncated_bytes or self.removed_segments or self.rebuilt_indexes)
 
 
-def scan_valid(path: str, base_offset: int, start: int = 0) -> tuple[list[tuple[int, B.BatchInfo]], int, str]:
+def scan_valid(path: str, base_offset: int, start: int = 0) -> tuple[list[tuple[int, BatchInfo]], int, str]:
     """CRC-check batches of ``path`` from ``start``: (batches, valid end, why it stopped)."""
     size = os.path.getsize(path)
     if size <= start:
         return [], start, ""
-    found: list[tuple[int, B.BatchInfo]] = []
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        pos, expected = start, base_offset
-        reason = ""
-        while pos < size:
-            try:
-                info = B.validate(m, pos, size)
-            except CorruptBatch as e:
-                reason = str(e)
-                break
-            if expected is not None and info.base_offset != expected:
-                reason = f"batch base offset {info.base_offset}, expected {expected}"
-                break
-            found.append((pos, info))
-            expected = info.next_offset
-            pos += info.size
-    return found, pos, reason
+        found, pos, reason = F.scan_valid(m, start, size, base_offset)
+    return [(info.position, info) for info in found], pos, reason
 
 
 def list_segments(directory: str) -> list[int]:
     bases = []
     for name in os.listdir(directory):
-        stem, ext = os.path.splitext(name)
-        if ext == ".log" and len(stem) == 20 and stem.isdigit():
-            bases.append(int(stem))
-        elif ext in (".tmp", ".deleted"):
+        base = F.segment_base(name)
+        if base is not None:
+            bases.append(base)
+        elif os.path.splitext(name)[1] in (F.TMP_SUFFIX, F.DELETED_SUFFIX):
             os.unlink(os.path.join(directory, name))
     bases.sort()
-    known = {f"{b:020d}" for b in bases}
+    known = {F.segment_name(b) for b in bases}
     for name in os.listdir(directory):
         stem, ext = os.path.splitext(name)
-        if ext in (".index", ".timeindex") and stem not in known:
+        if ext in (F.INDEX_SUFFIX, F.TIMEINDEX_SUFFIX) and stem not in known:
             os.unlink(os.path.join(directory, name))
     return bases
 

@@ -14,19 +14,15 @@ import logging
 import os
 from typing import Iterator
 
-from ..errors import CorruptBatch
-from . import batch as B
+from . import format as F
 from .filecache import FileCache, Handle
+from .format import HEADER_SIZE, BatchInfo, InvalidBatch, parse_header, segment_name
 from .index import IndexDamaged, OffsetIndex, TimeIndex, read_file, write_file
 
 log = logging.getLogger(__name__)
 
 WALK_CHUNK = 64 * 1024
 MAX_IOVECS = 512  # below IOV_MAX (1024); more buffers are joined first
-
-
-def segment_name(base_offset: int) -> str:
-    return f"{base_offset:020d}"
 
 
 class Segment:
@@ -50,9 +46,9 @@ class Segment:
     def __init__(self, directory: str, base_offset: int, cache: FileCache, index_interval: int) -> None:
         name = os.path.join(directory, segment_name(base_offset))
         self.base_offset = base_offset
-        self.log_path = name + ".log"
-        self.index_path = name + ".index"
-        self.time_path = name + ".timeindex"
+        self.log_path = name + F.LOG_SUFFIX
+        self.index_path = name + F.INDEX_SUFFIX
+        self.time_path = name + F.TIMEINDEX_SUFFIX
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -183,7 +179,7 @@ class Segment:
             self._final_time_entry()
             self.write_indexes()
 
-    def rebuild_from(self, batches: list[tuple[int, B.BatchInfo]]) -> None:
+    def rebuild_from(self, batches: list[tuple[int, BatchInfo]]) -> None:
         """Recreate the in-memory indexes from (position, header) of every batch."""
         self._index, self._tindex = OffsetIndex(), TimeIndex()
         self._since_index = 0
@@ -191,7 +187,7 @@ class Segment:
         for pos, info in batches:
             self._index_batch(pos, info.base_offset, info.max_timestamp, info.size)
 
-    def extend_from(self, batches: list[tuple[int, B.BatchInfo]]) -> None:
+    def extend_from(self, batches: list[tuple[int, BatchInfo]]) -> None:
         """Continue loaded indexes with batches walked from the last index entry on
         (the first of which is that entry's batch), as appends would have."""
         idx = self.index
@@ -208,28 +204,28 @@ class Segment:
     def pread(self, position: int, size: int) -> bytes:
         return os.pread(self._cache.get(self.log_path).fd, size, position)
 
-    def walk(self, position: int, end: int | None = None) -> Iterator[tuple[int, B.BatchInfo]]:
+    def walk(self, position: int, end: int | None = None) -> Iterator[tuple[int, BatchInfo]]:
         """(position, header) of each batch from ``position`` to ``end`` (default: size)."""
         end = self.size if end is None else end
         buf = b""
         buf_start = position
-        while position + B.HEADER_SIZE <= end:
+        while position + HEADER_SIZE <= end:
             rel = position - buf_start
-            if rel + B.HEADER_SIZE > len(buf):
+            if rel + HEADER_SIZE > len(buf):
                 buf = self.pread(position, min(WALK_CHUNK, end - position))
                 buf_start, rel = position, 0
-                if len(buf) < B.HEADER_SIZE:
+                if len(buf) < HEADER_SIZE:
                     return
             try:
-                info = B.parse_header(buf, rel)
-            except CorruptBatch:
+                info = parse_header(buf, rel)
+            except InvalidBatch:
                 return
             if position + info.size > end:
                 return
             yield position, info
             position += info.size
 
-    def position_of(self, offset: int) -> tuple[int, B.BatchInfo] | None:
+    def position_of(self, offset: int) -> tuple[int, BatchInfo] | None:
         """Position and header of the batch holding ``offset``, or None if it is past the end."""
         if offset >= self.next_offset:
             return None

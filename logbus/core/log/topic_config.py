@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
-from urllib.parse import quote
 
 from ..errors import InvalidConfig, InvalidTopicName
+from .format import topic_dirname
 
 MAX_TOPIC_NAME = 249
 MAX_DIRNAME = 255  # the file system's limit for one name
@@ -110,14 +110,6 @@ class TopicConfig:
 
     def to_mapping(self) -> dict[str, Any]:
         return {_FIELD_TO_KEY[f.name]: getattr(self, f.name) for f in fields(self)}
-
-
-def topic_dirname(name: str) -> str:
-    """Topic name -> directory name: UTF-8 bytes outside ``[A-Za-z0-9_.~-]`` as %XX,
-    and a leading ``.`` as %2E, so no topic directory can be one of the log's own
-    dot-names (``.trash``, ``.clean_shutdown``)."""
-    d = quote(name, safe="")
-    return "%2E" + d[1:] if d.startswith(".") else d
 
 
 def validate_topic_name(name: str) -> str:

@@ -1,0 +1,251 @@
+"""The log's on-disk format: the one module that knows its byte layout and its names.
+
+It imports neither Twisted nor aiokafka (only the standard library and ``crc32c``), so
+readers outside the broker (``logbus.spark``) import it alone. docs/format.md is the
+same description in prose; ``tests/unit/test_format_doc.py`` checks the two agree
+with a reader written from that page alone (``tests/unit/format_reader.py``).
+
+Names::
+
+    <data>/log/                              LOG_DIR
+      .clean_shutdown                        CLEAN_MARKER
+      .trash/                                TRASH
+      <topic dir>/                           topic_dirname(name)
+        <partition>/                         partition_dirname(index): "0", "1", ...
+          {base:020d}.log                    segment_name(base) + LOG_SUFFIX
+          {base:020d}.index                  + INDEX_SUFFIX
+          {base:020d}.timeindex              + TIMEINDEX_SUFFIX
+
+A topic directory is the topic name's UTF-8 bytes with every byte outside
+``[A-Za-z0-9_.~-]`` written as ``%XX`` (uppercase hex) and a leading ``.`` as ``%2E``, so
+no topic directory starts with ``.`` (the log's own entries do). Index files are
+written to ``<name>.tmp`` and renamed; recovery removes ``*.tmp`` and ``*.deleted``.
+
+A ``.log`` file is whole Kafka RecordBatch v2 batches back to back, no file header, no
+padding. Batch header (HEADER, 61 bytes, all integers big-endian)::
+
+    offset size field
+    0      8    base_offset           int64   first offset in the batch (rewritten on append)
+    8      4    batch_length          int32   bytes after this field (total = batch_length + 12)
+    12     4    partition_leader_epoch int32  (not covered by the CRC)
+    16     1    magic                 int8    always 2
+    17     4    crc                   uint32  CRC-32C of bytes 21..end
+    21     2    attributes            int16   bits 0-2 compression (0 none, 1 gzip, 2 snappy,
+                                              3 lz4, 4 zstd), 3 timestamp type, 4 transactional,
+                                              5 control
+    23     4    last_offset_delta     int32   last offset = base_offset + last_offset_delta
+    27     8    first_timestamp       int64   epoch ms
+    35     8    max_timestamp         int64   epoch ms
+    43     8    producer_id           int64
+    51     2    producer_epoch        int16
+    53     4    base_sequence         int32
+    57     4    records_count         int32
+    61     ...  records (compressed as a whole when attributes say so)
+
+``.index`` entry (OFFSET_ENTRY, 8 bytes): ``(relative_offset: uint32, position: uint32)``,
+the batch whose base offset is ``segment base + relative_offset`` starts at byte
+``position`` of the ``.log``. ``.timeindex`` entry (TIME_ENTRY, 12 bytes):
+``(timestamp: int64, relative_offset: uint32)``, every record up to and including the
+batch at ``segment base + relative_offset`` has a timestamp at or below ``timestamp``.
+Which batches get entries is ``segment.py``'s rule; checking loaded entries is
+``index.py``'s.
+
+A valid batch has a whole header, magic 2, ``batch_length >= 49``, non-negative
+``last_offset_delta`` and ``records_count``, all its bytes present and a matching
+CRC-32C. The readable log is the longest prefix of valid batches whose base offsets
+continue (each ``base_offset + last_offset_delta + 1`` of the one before):
+``scan_valid`` walks it and stops at the first batch that breaks a rule, which is where
+recovery cuts a torn tail and where a reader stops.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from typing import NamedTuple
+from urllib.parse import quote, unquote_to_bytes
+
+from crc32c import crc32c as calc_crc32c  # SSE4.2: ~13x aiokafka's table CRC here
+
+# -- the batch header ----------------------------------------------------------------
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # base_offset + batch_length: bytes not counted by batch_length
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
+MAGIC = 2
+INT64 = struct.Struct(">q")  # base_offset (at 0), first and max timestamps
+INT32 = struct.Struct(">i")  # batch_length (at BATCH_LENGTH_AT), records_count
+UINT32 = struct.Struct(">I")  # crc (at CRC_AT)
+BATCH_LENGTH_AT = 8
+CRC_AT = 17
+CRC_START = 21  # the CRC covers bytes CRC_START .. end of batch
+MAX_TIMESTAMP_AT = 35
+RECORDS_COUNT_AT = 57
+
+# -- attributes ----------------------------------------------------------------------
+
+COMPRESSION_MASK = 0x07
+CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = range(5)
+MAX_CODEC = CODEC_ZSTD
+ATTR_TIMESTAMP_TYPE = 0x08  # set: LogAppendTime (every record has max_timestamp)
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+MIN_RECORD_SIZE = 7  # length, attributes, timestamp delta, offset delta, key, value, header count
+
+# -- index entries -------------------------------------------------------------------
+
+OFFSET_ENTRY = struct.Struct(">II")  # relative_offset, position
+TIME_ENTRY = struct.Struct(">qI")  # timestamp, relative_offset
+
+# -- names ---------------------------------------------------------------------------
+
+LOG_DIR = "log"
+CLEAN_MARKER = ".clean_shutdown"
+TRASH = ".trash"
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+TMP_SUFFIX = ".tmp"
+DELETED_SUFFIX = ".deleted"
+_SEGMENT_DIGITS = 20
+_SEGMENT_LOG_NAME = _SEGMENT_DIGITS + len(LOG_SUFFIX)
+
+
+def segment_name(base_offset: int) -> str:
+    """A segment's file name without its suffix: the base offset as 20 digits."""
+    return f"{base_offset:020d}"
+
+
+def segment_base(filename: str) -> int | None:
+    """The base offset of a segment's ``.log`` file name, None for any other name."""
+    if len(filename) == _SEGMENT_LOG_NAME and filename.endswith(LOG_SUFFIX) and filename[:_SEGMENT_DIGITS].isdigit():
+        return int(filename[:_SEGMENT_DIGITS])
+    return None
+
+
+def topic_dirname(name: str) -> str:
+    """Topic name -> directory name: UTF-8 bytes outside ``[A-Za-z0-9_.~-]`` as %XX,
+    and a leading ``.`` as %2E, so no topic directory can be one of the log's own
+    dot-names (``.trash``, ``.clean_shutdown``)."""
+    d = quote(name, safe="")
+    return "%2E" + d[1:] if d.startswith(".") else d
+
+
+def topic_name(dirname: str) -> str:
+    """Directory name -> topic name (the inverse of ``topic_dirname``)."""
+    return unquote_to_bytes(dirname).decode("utf-8")
+
+
+def partition_dirname(index: int) -> str:
+    return str(index)
+
+
+def partition_index(dirname: str) -> int | None:
+    """The partition a directory name stands for, None when it is not one."""
+    return int(dirname) if dirname.isdigit() else None
+
+
+# -- reading batches -----------------------------------------------------------------
+
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+
+class InvalidBatch(Exception):
+    """The bytes at a position are not a whole, valid batch; the message says why."""
+
+
+class BatchInfo(NamedTuple):
+    """A batch's header fields, and where it starts in the buffer it was read from."""
+
+    base_offset: int
+    size: int  # total bytes on disk, header included
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    attributes: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    position: int = 0
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+
+def parse_header(buf: Buffer, pos: int = 0) -> BatchInfo:
+    """The header of the batch at ``pos``; the batch's other bytes are neither needed nor
+    checked. The caller ensures that HEADER_SIZE bytes are there. InvalidBatch when the
+    header is invalid."""
+    (base, length, _epoch, magic, _crc, attrs, lod, first_ts, max_ts, pid, pepoch, bseq, count) = (
+        HEADER.unpack_from(buf, pos)
+    )
+    if magic != MAGIC:
+        raise InvalidBatch(f"record batch magic is {magic}, only magic 2 is supported")
+    if length < MIN_BATCH_LENGTH:
+        raise InvalidBatch(f"record batch length {length} is shorter than its header")
+    if lod < 0 or count < 0:
+        raise InvalidBatch(f"record batch has negative last_offset_delta {lod} or count {count}")
+    return BatchInfo(base, length + LOG_OVERHEAD, lod, first_ts, max_ts, attrs, pid, pepoch, bseq, count, pos)
+
+
+def validate(buf: Buffer, pos: int, end: int) -> BatchInfo:
+    """The batch at ``pos``, whole before ``end`` and CRC-checked; else InvalidBatch."""
+    if end - pos < HEADER_SIZE:
+        raise InvalidBatch(f"truncated record batch: {end - pos} bytes, header needs {HEADER_SIZE}")
+    info = parse_header(buf, pos)
+    size = info.size
+    if pos + size > end:
+        raise InvalidBatch(f"truncated record batch: declares {size} bytes, {end - pos} present")
+    stored = UINT32.unpack_from(buf, pos + CRC_AT)[0]
+    view = memoryview(buf)[pos + CRC_START : pos + size]
+    try:
+        actual = calc_crc32c(view)
+    finally:
+        view.release()
+    if stored != actual:
+        raise InvalidBatch(f"record batch CRC mismatch: stored {stored:#010x}, computed {actual:#010x}")
+    return info
+
+
+def scan_valid(
+    buf: Buffer, pos: int, end: int, expected: int | None, stop: int | None = None
+) -> tuple[list[BatchInfo], int, str]:
+    """The valid prefix of ``buf[pos:end]``: (its batches, where it ends, why it ended).
+    Each batch's base offset must be ``expected`` (None: the first may have any), then
+    continue from the one before. The reason is "" when the scan reached ``end`` or,
+    with ``stop``, a batch whose next offset is at or past ``stop``."""
+    found: list[BatchInfo] = []
+    append = found.append
+    while pos < end:
+        try:
+            info = validate(buf, pos, end)
+        except InvalidBatch as e:
+            return found, pos, str(e)
+        if expected is not None and info.base_offset != expected:
+            return found, pos, f"batch base offset {info.base_offset}, expected {expected}"
+        append(info)
+        pos += info.size
+        expected = info.base_offset + info.last_offset_delta + 1
+        if stop is not None and expected >= stop:
+            break
+    return found, pos, ""
+
+
+def declared_size(buf: Buffer, pos: int = 0) -> int:
+    """Total size of the batch at ``pos`` from its length field (needs 12 bytes)."""
+    return int(INT32.unpack_from(buf, pos + BATCH_LENGTH_AT)[0]) + LOG_OVERHEAD
+
+
+def stored_crc(buf: Buffer, pos: int) -> int:
+    return int(UINT32.unpack_from(buf, pos + CRC_AT)[0])
+
+
+def max_timestamp(buf: Buffer, pos: int = 0) -> int:
+    return int(INT64.unpack_from(buf, pos + MAX_TIMESTAMP_AT)[0])
