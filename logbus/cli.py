@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest AMQP message body accepted; a larger publish closes its channel"
                             " with 406 PRECONDITION_FAILED, as RabbitMQ (default: 134217728, 128 MiB;"
                             " at most 536870912)")
+    serve.add_argument("--pop-retry-backoff", metavar="DELAYS",
+                       help="how long a pop group's message given back (nacked, or left to lapse) waits"
+                            " before it comes again, per retry: levels such as '1s 5s 10s' or"
+                            " 'exponential:1s:2:10m' (default: RocketMQ's 1s 5s 10s 30s 1m 2m ... 2h)")
+    serve.add_argument("--pop-max-deliveries", metavar="N",
+                       help="deliveries after which a pop group's message goes to %%DLQ%%<group> (default: 16)")
     serve.add_argument("--default-user", metavar="NAME",
                        help="user created with vhost / on a fresh data directory (default: guest)")
     serve.add_argument("--default-pass", metavar="PASSWORD",
@@ -152,6 +158,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "amqp_read_linger_ms": args.amqp_read_linger_ms,
         "amqp_read_linger_max_ms": args.amqp_read_linger_max_ms,
         "amqp_max_message_size": args.amqp_max_message_size,
+        "pop_retry_backoff": args.pop_retry_backoff,
+        "pop_max_deliveries": args.pop_max_deliveries,
         "default_user": args.default_user,
         "default_pass": args.default_pass,
         "loopback_users": args.loopback_users,

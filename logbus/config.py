@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .core.errors import InvalidConfig
+from .retry.policy import InvalidRetryPolicy, parse_backoff
 from .core.log.topic_config import TopicConfig, parse_flush
 from .core.pressure import (
     DEFAULT_DISK_FREE_LIMIT,
@@ -58,6 +59,10 @@ class Settings:
     amqp_read_linger_ms: float = 1.0  # pause after a pipelined read (gateway/amqp/protocol.py)
     amqp_read_linger_max_ms: float = 8.0  # the longest it grows to, for a client that goes on sending
     amqp_max_message_size: int = 128 << 20  # largest AMQP body accepted (RabbitMQ's max_message_size)
+    # pop groups (core/queues/pop.py): the wait before a given-back message comes again, and
+    # the deliveries after which it goes to %DLQ%<group> (retry/policy.py parse_backoff)
+    pop_retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    pop_max_deliveries: int = 16
     # resource alarms (core/pressure.py): a fraction of RAM in (0, 1], or bytes above 1
     memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK
     disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT  # bytes free on the data dir's filesystem
@@ -234,6 +239,16 @@ def _user_list(raw: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_user_name(i) for i in items if i.strip()))
 
 
+def _backoff(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise InvalidConfig(f"a backoff is a string such as '1s 5s 30s', not {raw!r}")
+    try:
+        parse_backoff(raw)
+    except InvalidRetryPolicy as e:
+        raise InvalidConfig(str(e)) from None
+    return raw
+
+
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "data_dir": _data_dir,
     "amqp": check_endpoint,
@@ -249,6 +264,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "amqp_read_linger_ms": lambda raw: _as_float(raw, 0.0, 100.0),
     "amqp_read_linger_max_ms": lambda raw: _as_float(raw, 0.0, 1000.0),
     "amqp_max_message_size": lambda raw: _as_int(raw, 1, 512 << 20),  # RabbitMQ's ceiling: 512 MiB
+    "pop_retry_backoff": _backoff,
+    "pop_max_deliveries": lambda raw: _as_int(raw, 1, 1000),
     "memory_high_watermark": _watermark,
     "disk_free_limit": lambda raw: _as_int(raw, 0, MAX_BYTES),
     "default_user": _user_name,

@@ -35,6 +35,7 @@ from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IAddress, IProtocolFactory
 from twisted.python.failure import Failure
 
+from .retry.policy import pop_retry_policy
 from .config import LISTENERS, Settings
 from .core.errors import LogbusError
 
@@ -210,6 +211,7 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         default_pass=settings.default_pass,
         loopback_users=settings.loopback_users,
         queue_max_message_bytes=settings.amqp_max_message_size,
+        pop_retry=pop_retry_policy(settings.pop_retry_backoff, settings.pop_max_deliveries),
     )
     service = LogbusService(broker)
     for name, description in settings.listeners().items():

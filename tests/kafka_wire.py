@@ -54,3 +54,23 @@ class Wire:
         ])
         r = self.call(req, ProduceResponse, 8).responses[0].partition_responses[0]
         return r.error_code, r.base_offset
+
+    def fetch(self, topic: str, partition: int = 0, offset: int = 0) -> list[Any]:
+        """The records of ``topic``/``partition`` from ``offset`` (one Fetch v4; the names
+        Kafka clients refuse to send, such as ``%DLQ%<group>``, go on the wire as they are)."""
+        from aiokafka.record.memory_records import MemoryRecords
+        from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+        T = FetchRequest.FetchTopic
+        req = FetchRequest(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                           topics=[T(topic=topic, partitions=[T.FetchPartition(
+                               partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])])
+        part = self.call(req, FetchResponse, 4).responses[0].partitions[0]
+        assert part.error_code == 0, part
+        records = []
+        batches = MemoryRecords(bytes(part.records or b""))
+        while batches.has_next():
+            batch = batches.next_batch()
+            assert batch is not None
+            records.extend(batch)
+        return records

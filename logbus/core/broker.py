@@ -46,10 +46,11 @@ from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, vhost_topic
 from .state import TOPIC_PREFIX, StateStore, topic_key, vhost_definitions_prefixes
 from .state_pb2 import TopicRecord
 from .streams.groups import GroupCoordinator
+from ..retry.policy import POP_DEFAULT, RetryPolicy
 from .message import Message
 from .queues.journal import QueueStore
 from .queues.msgstore import MessageStore, log_batch_reader
-from .queues.pop import PopGroups, check_delay
+from .queues.pop import Popped, PopGroups, check_delay
 from .queues.timers import Timers
 from .state_pb2 import TimerRecord
 from .log import batch as B
@@ -114,6 +115,7 @@ class Broker:
         default_pass: str = "guest",
         loopback_users: Sequence[str] = ("guest",),
         queue_max_message_bytes: int = 128 << 20,
+        pop_retry: RetryPolicy = POP_DEFAULT,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -127,6 +129,7 @@ class Broker:
         # the largest message a queue-model publish carries (the AMQP gateway's
         # max_message_size): topics created for exchanges take batches that large
         self.queue_max_message_bytes = queue_max_message_bytes
+        self.pop_retry = pop_retry  # pop groups' backoff and delivery limit
         # Made here, not at start, so gateways built before start can subscribe to it.
         self.pressure = ResourceMonitor(self.data_dir, memory_high_watermark=memory_high_watermark,
                                         disk_free_limit=disk_free_limit)
@@ -201,7 +204,7 @@ class Broker:
         self.vhosts.clear()
         self.messages = MessageStore(log_batch_reader(self.log))  # records read back for delays
         self.pop = PopGroups(self.state, self.queue_store, self.timers, MessageStore(log_batch_reader(self.log)),
-                             clock=self._clock, dead_letter=self._append_dead_letter)
+                             clock=self._clock, dead_letter=self._append_dead_letter, retry=self.pop_retry)
         self.pop.load()
         for name in self.access.vhosts:
             self._open_vhost(name)
@@ -326,6 +329,7 @@ class Broker:
     def _expire(self) -> None:
         for vhost in self.vhosts.values():
             vhost.expire()
+        self.pop.service.tick()
 
     def stop(self) -> Deferred[None]:
         """Flush everything, mark the shutdown clean and release the data directory."""
@@ -593,6 +597,26 @@ class Broker:
             else:
                 self._feed(topic, partition, base + i, m)
         return d.addCallback(lambda _: list(range(base, base + len(messages))))
+
+    def pop_receive(self, group: str, topic: str, member: str, n: int, invisible_ms: int) -> list[Popped]:
+        """Pop: up to ``n`` messages of ``topic`` for ``group``, invisible to the group's
+        other members for ``invisible_ms`` unless acked or changed. The group is created
+        on first use and gets what is appended from then on."""
+        self._log.topic(topic)  # UnknownTopic
+        return self.pop.receive(group, topic, member, n, invisible_ms)
+
+    def pop_ack(self, group: str, topic: str, handle: str) -> None:
+        self.pop.ack(group, topic, handle)
+
+    def pop_nack(self, group: str, topic: str, handle: str) -> None:
+        self.pop.nack(group, topic, handle)
+
+    def pop_change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> None:
+        self.pop.change_invisible(group, topic, handle, invisible_ms)
+
+    def pop_groups(self) -> list[dict[str, Any]]:
+        return [{"group": g, "topic": t, "ready": qs.queue.message_count, "invisible": qs.queue.unacked_count}
+                for g, t, qs in self.pop.groups()]
 
     def _append_dead_letter(self, topic: str, message: Message) -> None:
         """A dead-lettered copy to ``topic`` (a pop group's ``%DLQ%<group>``), created on

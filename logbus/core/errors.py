@@ -65,3 +65,10 @@ class InvalidRequest(LogbusError):
 
 class UnknownGroup(LogbusError):
     code = "unknown_group"
+
+
+class StaleReceipt(LogbusError):
+    """A receipt (handle) that names no current lease: never issued, settled, lapsed, or
+    the message was leased again since. It settles nothing."""
+
+    code = "stale_receipt"

@@ -475,7 +475,9 @@ class VHost:
         self.service.ack(queue, receipt)
 
     def reject(self, queue: str, receipt: Receipt, requeue: bool) -> None:
-        self.service.settle(queue, receipt, Outcome.REQUEUE if requeue else Outcome.DEAD_LETTER)
+        """nack/reject: with requeue, again at once in its old place, or after the queue's
+        x-retry-backoff; without, dead-lettered."""
+        self.service.settle(queue, receipt, Outcome.RETRY if requeue else Outcome.DEAD_LETTER)
 
     def release(self, queue: str, owner: Any) -> None:
         """Requeue every lease of ``owner`` (its channel closed or recovered)."""

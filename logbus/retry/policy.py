@@ -115,3 +115,9 @@ def parse_duration_ms(text: str) -> int:
     if t.isdigit():
         return int(t)
     raise InvalidRetryPolicy(f"{text!r} is not a duration (e.g. 500ms, 5s, 2m, 1h)")
+
+
+def pop_retry_policy(backoff: str, max_deliveries: int) -> RetryPolicy:
+    """A pop group's policy from the broker's settings."""
+    p = parse_backoff(backoff)
+    return RetryPolicy(p.levels_ms, p.initial_ms, p.multiplier, p.max_delay_ms, max_deliveries)

@@ -29,6 +29,7 @@ class Consumer:
     no_ack: bool = False
     got: list[Delivery] = field(default_factory=list)
     unacked: int = 0
+    invisible_ms: int = 0
 
     def has_credit(self) -> bool:
         return self.no_ack or not self.prefetch or self.unacked < self.prefetch

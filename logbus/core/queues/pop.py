@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...retry.policy import MAX_DELAY_MS, POP_DEFAULT
+from ...retry.policy import MAX_DELAY_MS, POP_DEFAULT, RetryPolicy
 from ..errors import InvalidRequest, UnknownGroup
 from ..log.topic_config import validate_topic_name
 from ..message import Message
@@ -98,11 +98,13 @@ class Popped:
 
 class PopGroups:
     def __init__(self, store: StateStore | None, queue_store: QueueStore, timers: Timers, messages: MessageStore, *,
-                 clock: Callable[[], int], dead_letter: Callable[[str, Message], None]) -> None:
+                 clock: Callable[[], int], dead_letter: Callable[[str, Message], None],
+                 retry: RetryPolicy = POP_DEFAULT) -> None:
         """``dead_letter(topic, message)``: append a dead-lettered copy to ``topic``
         (created if missing)."""
         self._store = store
         self._append_dead = dead_letter
+        self.retry = retry
         self.clock = clock
         self.service = QueueService(POP_VHOST, queue_store, timers, messages, clock=clock,
                                     dead_letter=self._dead_letter)
@@ -121,7 +123,7 @@ class PopGroups:
             self._open(rec.group, rec.topic)
 
     def _open(self, group: str, topic: str) -> QueueState:
-        settings = QueueSettings(retry=POP_DEFAULT, dead_letter=DeadLetterTarget(topic=dlq_topic(group)))
+        settings = QueueSettings(retry=self.retry, dead_letter=DeadLetterTarget(topic=dlq_topic(group)))
         name = self.queue_name(group, topic)
         qs = self.service.create(name, settings, durable=True)
         self.by_topic.setdefault(topic, []).append(name)

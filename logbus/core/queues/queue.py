@@ -55,6 +55,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...retry.policy import IMMEDIATE, RetryPolicy
+from ..errors import StaleReceipt
+
+__all__ = ["StaleReceipt"]  # raised here, re-exported for the queue's callers
 
 # why an entry left without an ack (the dead-letter reason)
 EXPIRED = "expired"
@@ -179,10 +182,6 @@ class Lease:
 
 
 RESTORED = "restored"  # the owner of leases with a deadline brought back by a restart
-
-
-class StaleReceipt(LookupError):
-    """A receipt that names no current lease (never leased, settled, lapsed, leased again)."""
 
 
 @dataclass

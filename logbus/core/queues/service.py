@@ -82,6 +82,7 @@ class Consumer(Protocol):
     tag: str
     owner: Any  # the lease owner: a channel, a session
     no_ack: bool
+    invisible_ms: int  # a lease's invisible time (0: until settled or released)
 
     def has_credit(self) -> bool: ...
     def deliver(self, delivery: Delivery) -> None: ...
@@ -242,7 +243,9 @@ class QueueService:
             consumer = self._next_consumer(qs, consumers)
             if consumer is None:
                 return
-            entry, removed = q.take(consumer.owner, self.clock())
+            now = self.clock()
+            inv = consumer.invisible_ms
+            entry, removed = q.take(consumer.owner, now, now + inv if inv else 0)
             for rm in removed:
                 self._removed(qs, rm)
             if entry is None:

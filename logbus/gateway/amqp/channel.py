@@ -31,6 +31,7 @@ from pamqp import base
 from pamqp import commands as C
 
 from ...core.access.auth import Kind, Perm
+from ...core.queues.pop import MAX_INVISIBLE_MS
 from ...core.queues.queue import Receipt, StaleReceipt
 from ...core.routing.router import RouterError
 from ...core.vhost import Delivery, VHost
@@ -61,6 +62,9 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+X_INVISIBLE_TIME = "x-invisible-time"  # consumer argument: ms before an unacked delivery goes back
+
+
 def _name(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
@@ -68,10 +72,10 @@ def _name(prefix: str) -> str:
 class ChannelConsumer:
     """``core.vhost.Consumer`` for one basic.consume."""
 
-    __slots__ = ("tag", "tag_raw", "owner", "no_ack", "queue", "prefetch", "unacked", "exclusive")
+    __slots__ = ("tag", "tag_raw", "owner", "no_ack", "queue", "prefetch", "unacked", "exclusive", "invisible_ms")
 
     def __init__(self, tag: str, channel: Channel, queue: str, no_ack: bool, prefetch: int,
-                 exclusive: bool = False) -> None:
+                 exclusive: bool = False, invisible_ms: int = 0) -> None:
         self.tag = tag
         self.tag_raw = shortstr(tag)  # as basic.deliver carries it
         self.exclusive = exclusive
@@ -80,6 +84,7 @@ class ChannelConsumer:
         self.no_ack = no_ack
         self.prefetch = prefetch
         self.unacked = 0
+        self.invisible_ms = invisible_ms  # x-invisible-time: an unacked delivery lapses after it
 
     def has_credit(self) -> bool:
         ch: Channel = self.owner
@@ -281,7 +286,12 @@ class Channel:
         if m.exclusive and qs.consumers or any(getattr(c, "exclusive", False) for c in qs.consumers):
             raise AMQPChannelError(ACCESS_REFUSED, f"queue '{m.queue}' in vhost '{self.vhost.name}' in exclusive use",
                                    channel=self.number, class_id=60, method_id=20)
-        c = ChannelConsumer(tag, self, m.queue, m.no_ack, self.prefetch, m.exclusive)
+        invisible = (m.arguments or {}).get(X_INVISIBLE_TIME, 0)
+        if isinstance(invisible, bool) or not isinstance(invisible, int) or not 0 <= invisible <= MAX_INVISIBLE_MS:
+            raise AMQPChannelError(406, f"invalid arg '{X_INVISIBLE_TIME}' for consumer on queue '{m.queue}' in "
+                                   f"vhost '{self.vhost.name}': must be an integer from 0 to {MAX_INVISIBLE_MS} ms",
+                                   channel=self.number, class_id=60, method_id=20)
+        c = ChannelConsumer(tag, self, m.queue, m.no_ack, self.prefetch, m.exclusive, 0 if m.no_ack else invisible)
         self.consumers[tag] = c
         if not m.nowait:
             self._reply(C.Basic.ConsumeOk(tag))

@@ -10,8 +10,10 @@ other exception is a bug: logged with its traceback, answered 500.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Union
 
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 from twisted.web import resource, server
 
 from ...core.errors import LogbusError
@@ -21,11 +23,11 @@ log = logging.getLogger(__name__)
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
-Handler = Callable[[server.Request], Response]
+Handler = Callable[[server.Request], Union[Response, "Deferred[Response]"]]
 
 
 class ApiResource(resource.Resource):
-    def render(self, request: server.Request) -> bytes:
+    def render(self, request: server.Request) -> bytes | int:
         method = request.method.decode("latin-1").upper()
         head = method == "HEAD"
         try:
@@ -42,14 +44,14 @@ class ApiResource(resource.Resource):
                     (("Allow", allowed),),
                 )
             self.authorize(request)
-            response = handler(request)
-        except HttpError as exc:
-            response = exc.response()
-        except LogbusError as exc:
-            response = Response.error(status_for(exc.code), exc.code, str(exc))
-        except Exception:
-            log.exception("%s %r failed", method, request.uri)
-            response = Response.error(500, "internal_error", "internal error (see the broker log)")
+            result = handler(request)
+            if isinstance(result, Deferred):  # answered when it fires
+                result.addErrback(_error_response, method, request)
+                result.addCallback(_finish, request, head)
+                return server.NOT_DONE_YET  # the request is finished by _finish
+            response = result
+        except Exception as exc:
+            response = _error_response(Failure(exc), method, request)
         return _write(request, response, head)
 
     def authorize(self, request: server.Request) -> None:
@@ -78,6 +80,25 @@ class NotFound(ApiResource):
 
     def render(self, request: server.Request) -> bytes:
         return _write(request, not_found(request).response(), request.method == b"HEAD")
+
+
+def _error_response(failure: Failure, method: str, request: server.Request) -> Response:
+    exc = failure.value
+    if isinstance(exc, HttpError):
+        return exc.response()
+    if isinstance(exc, LogbusError):
+        return Response.error(status_for(exc.code), exc.code, str(exc))
+    log.error("%s %r failed: %s", method, request.uri, failure.getTraceback())
+    return Response.error(500, "internal_error", "internal error (see the broker log)")
+
+
+def _finish(response: Response, request: server.Request, head: bool) -> None:
+    if request.finished or request.channel is None:  # the client went away
+        return
+    body = _write(request, response, head)
+    if body:
+        request.write(body)
+    request.finish()
 
 
 def not_found(request: server.Request) -> HttpError:

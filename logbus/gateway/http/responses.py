@@ -24,6 +24,9 @@ STATUS_BY_CODE: dict[str, int] = {
     "unknown_vhost": 404,
     "unknown_permission": 404,
     "bad_request": 400,
+    "invalid_request": 400,
+    "unknown_group": 404,
+    "stale_receipt": 409,
 }
 
 

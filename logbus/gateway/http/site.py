@@ -20,6 +20,7 @@ from .health import Health
 from .limits import Limits
 from .metrics import Metrics
 from .permissions import Permissions
+from .pop import Pop
 from .request import LimitedRequest
 from .resource import Directory
 from .topics import Topics
@@ -48,6 +49,7 @@ def build_resource(broker: Broker) -> Directory:
         b"users": Users(broker),
         b"vhosts": VHosts(broker),
         b"permissions": Permissions(broker),
+        b"pop": Pop(broker),
     })
     return _directory({
         b"healthz": Health(),

@@ -7,6 +7,16 @@
     PUT    /api/topics/<name>   200 TopicInfo | 400 | 404
                                 body {"config": {"retention.ms": 3600000, "flush": null}}
     DELETE /api/topics/<name>   204 | 404
+    POST   /api/topics/<name>/messages   200 {"partition": p, "offsets": [...]} once durable
+                                body {"messages": [{"key": "k", "value": "v", "headers": {"h": "x"},
+                                      "delay_ms": 5000}], "partition": 0}
+
+A published message takes ``key`` and ``value`` as UTF-8 text (or ``key_base64`` /
+``value_base64``), ``headers`` as a JSON object of strings, and ``delay_ms`` or
+``deliver_at`` (epoch ms) to reach queues and pop groups later (any delay up to 40
+days; Kafka consumers see the record at once). Without ``partition`` the first
+message's key picks it. The answer comes once the append is durable under the topic's
+flush policy.
 
 ``<name>`` is URL-encoded (one path segment). ``config`` takes the keys of
 TopicConfig.from_mapping ("flush", "retention.ms", ...); ``partitions`` may be given at the
@@ -17,10 +27,19 @@ changed this way. Validation of names and settings is the broker's.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import time
+import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from twisted.internet.defer import Deferred
 from twisted.web import resource, server
+
+from ...core.envelope_pb2 import Envelope
+from ...core.message import Message
+from ...core.queues.pop import check_delay
 
 from .request import json_object, read_json
 from .resource import ApiResource
@@ -41,6 +60,9 @@ class Topics(ApiResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/topics/
+        if request.postpath == [b"messages"]:
+            request.postpath = []
+            return TopicMessages(self.broker, path)
         return Topic(self.broker, path)
 
     def handle_GET(self, request: server.Request) -> Response:
@@ -80,6 +102,68 @@ class Topic(ApiResource):
     def handle_DELETE(self, request: server.Request) -> Response:
         self.broker.delete_topic(self.name())
         return Response.empty(204)
+
+
+class TopicMessages(Topic):
+    """POST /api/topics/<name>/messages: publish."""
+
+    handle_GET = handle_PUT = handle_DELETE = None  # type: ignore[assignment]
+
+    def handle_POST(self, request: server.Request) -> Deferred[Response]:
+        name = self.name()
+        body = json_object(read_json(request), ("messages", "partition"))
+        raw = body.get("messages")
+        if not isinstance(raw, list) or not raw or len(raw) > MAX_PUBLISH:
+            raise HttpError(400, "bad_request", f"\"messages\" must be a list of 1 to {MAX_PUBLISH} messages")
+        partition = body.get("partition")
+        if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)):
+            raise HttpError(400, "bad_request", "\"partition\" must be an integer")
+        now = int(time.time() * 1000)
+        messages = [parse_message(m, now) for m in raw]
+        t = self.broker.describe_topic(name)
+        if partition is None:
+            key = messages[0].key
+            partition = 0 if len(t.partitions) == 1 or not key else zlib.crc32(key) % len(t.partitions)
+        d = self.broker.publish(name, messages, partition=partition)
+        return d.addCallback(lambda offsets: Response.json(200, {"partition": partition, "offsets": offsets}))
+
+
+MAX_PUBLISH = 1000
+MESSAGE_FIELDS = ("key", "value", "key_base64", "value_base64", "headers", "delay_ms", "deliver_at")
+
+
+def _bytes(m: dict[str, Any], name: str) -> bytes | None:
+    if name + "_base64" in m:
+        try:
+            return base64.b64decode(m[name + "_base64"], validate=True)
+        except (TypeError, ValueError, binascii.Error):
+            raise HttpError(400, "bad_request", f"{name}_base64 is not base64") from None
+    value = m.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise HttpError(400, "bad_request", f"{name} must be a string (or {name}_base64)")
+    return value.encode()
+
+
+def parse_message(raw: Any, now_ms: int) -> Message:
+    m = json_object(raw, MESSAGE_FIELDS)
+    headers = m.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(v, str) or v is None for v in headers.values()):
+        raise HttpError(400, "bad_request", "headers must be a JSON object of strings")
+    message = Message(_bytes(m, "key"), _bytes(m, "value"), None,
+                      [(k, None if v is None else v.encode()) for k, v in headers.items()])
+    message.envelope.protocol = Envelope.HTTP
+    if "delay_ms" in m and "deliver_at" in m:
+        raise HttpError(400, "invalid_request", "give delay_ms or deliver_at, not both")
+    if "delay_ms" in m:
+        message.envelope.deliver_at_ms = now_ms + check_delay(m["delay_ms"])
+    elif "deliver_at" in m:
+        at = m["deliver_at"]
+        if not isinstance(at, int) or isinstance(at, bool):
+            raise HttpError(400, "invalid_request", "deliver_at must be an integer (epoch ms)")
+        message.envelope.deliver_at_ms = now_ms + check_delay(max(0, at - now_ms))
+    return message
 
 
 def parse_create(body: Any) -> tuple[str, dict[str, Any]]:

@@ -1,0 +1,148 @@
+"""Pop consumption over HTTP (RocketMQ 5's SimpleConsumer model; docs/consumption.md).
+
+    GET  /api/pop                                   200 [{"group", "topic", "ready", "invisible"}, ...]
+    POST /api/pop/<group>/<topic>/receive           200 {"messages": [...]}
+         body {"max": 32, "invisible_ms": 30000, "member": "worker-1"}
+    POST /api/pop/<group>/<topic>/ack               200 {"acked": n, "failed": [...]}
+         body {"handles": ["<handle>", ...]}        (or {"handle": "<handle>"}: 204)
+    POST /api/pop/<group>/<topic>/nack              as ack: the messages come back after the backoff
+    POST /api/pop/<group>/<topic>/invisible         204
+         body {"handle": "<handle>", "invisible_ms": 60000}
+
+A received message is ``{"handle", "topic", "partition", "offset", "deliveries", "key",
+"value", "headers", "timestamp"}``; key and value are UTF-8 text when they decode,
+else base64 under ``key_base64`` / ``value_base64``. A handle that names no current
+lease is 409 ``stale_receipt``, a malformed one or an invisible time out of range 400
+``invalid_request``, an unknown topic or group 404.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any
+
+from twisted.web import resource, server
+
+from ...core.errors import LogbusError
+from ...core.message import Message
+from .request import json_object, read_json
+from .resource import ApiResource, NotFound
+from .responses import HttpError, Response, status_for
+
+if TYPE_CHECKING:
+    from ...core.broker import Broker
+
+DEFAULT_INVISIBLE_MS = 30_000
+
+
+def _segment(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HttpError(400, "invalid_request", f"{what} {raw!r} is not UTF-8") from None
+
+
+def encode_bytes(out: dict[str, Any], name: str, value: bytes | None) -> None:
+    """``value`` as UTF-8 text under ``name``, else base64 under ``name_base64``."""
+    if value is None:
+        out[name] = None
+        return
+    try:
+        out[name] = value.decode("utf-8")
+    except UnicodeDecodeError:
+        out[name + "_base64"] = base64.b64encode(value).decode()
+
+
+def message_json(m: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    encode_bytes(out, "key", m.key)
+    encode_bytes(out, "value", m.value)
+    out["headers"] = {k: (v.decode("utf-8", "replace") if v is not None else None) for k, v in m.headers}
+    out["timestamp"] = m.timestamp
+    return out
+
+
+class Pop(ApiResource):
+    def __init__(self, broker: Broker) -> None:
+        super().__init__()
+        self.broker = broker
+
+    def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
+        if path == b"":
+            return self
+        postpath = request.postpath or []
+        if len(postpath) != 2:
+            return NotFound()
+        topic, action = postpath
+        request.postpath = []
+        handler = _ACTIONS.get(action)
+        if handler is None:
+            return NotFound()
+        return PopAction(self.broker, _segment(path, "group"), _segment(topic, "topic"), handler)
+
+    def handle_GET(self, request: server.Request) -> Response:
+        return Response.json(200, self.broker.pop_groups())
+
+
+class PopAction(ApiResource):
+    isLeaf = True
+
+    def __init__(self, broker: Broker, group: str, topic: str, action: Any) -> None:
+        super().__init__()
+        self.broker, self.group, self.topic, self.action = broker, group, topic, action
+
+    def handle_POST(self, request: server.Request) -> Response:
+        response: Response = self.action(self, read_json(request))
+        return response
+
+
+def _receive(a: PopAction, body: Any) -> Response:
+    b = json_object(body, ("max", "invisible_ms", "member"))
+    n = b.get("max", 1)
+    invisible = b.get("invisible_ms", DEFAULT_INVISIBLE_MS)
+    member = b.get("member", "")
+    if not isinstance(member, str):
+        raise HttpError(400, "invalid_request", "member must be a string")
+    got = a.broker.pop_receive(a.group, a.topic, member, n, invisible)
+    return Response.json(200, {"messages": [
+        {"handle": p.handle, "topic": p.topic, "partition": p.partition, "offset": p.offset,
+         "deliveries": p.deliveries, **message_json(p.message)} for p in got]})
+
+
+def _settle_all(a: PopAction, body: Any, settle: Any) -> Response:
+    b = json_object(body, ("handle", "handles"))
+    if "handle" in b:  # one handle: its own status
+        settle(a.group, a.topic, b["handle"])
+        return Response.empty(204)
+    handles = b.get("handles")
+    if not isinstance(handles, list):
+        raise HttpError(400, "invalid_request", "give \"handle\" or a list \"handles\"")
+    done, failed = 0, []
+    for h in handles:
+        try:
+            settle(a.group, a.topic, h)
+            done += 1
+        except LogbusError as e:
+            if status_for(e.code) == 404:
+                raise
+            failed.append({"handle": h, "error": e.code, "message": str(e)})
+    return Response.json(200, {"acked": done, "failed": failed})
+
+
+def _ack(a: PopAction, body: Any) -> Response:
+    return _settle_all(a, body, a.broker.pop_ack)
+
+
+def _nack(a: PopAction, body: Any) -> Response:
+    return _settle_all(a, body, a.broker.pop_nack)
+
+
+def _invisible(a: PopAction, body: Any) -> Response:
+    b = json_object(body, ("handle", "invisible_ms"))
+    if "handle" not in b or "invisible_ms" not in b:
+        raise HttpError(400, "invalid_request", "give \"handle\" and \"invisible_ms\"")
+    a.broker.pop_change_invisible(a.group, a.topic, b["handle"], b["invisible_ms"])
+    return Response.empty(204)
+
+
+_ACTIONS = {b"receive": _receive, b"ack": _ack, b"nack": _nack, b"invisible": _invisible}
