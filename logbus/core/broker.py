@@ -311,8 +311,9 @@ class Broker:
         return [self.access.vhosts[n] for n in sorted(self.access.vhosts)]
 
     def housekeeping(self, now_ms: int | None = None) -> int:
-        """The log's segment rolling and retention, guarded: a segment any queue entry
-        points into is kept, however old (a queue's message is never lost to retention).
+        """The log's segment rolling and retention, guarded: a segment any queue entry or
+        pending timer (a delayed message, a retry) points into is kept, however old (a
+        queue's message is never lost to retention).
         The queues are scanned only when some segment is due, once per pass."""
         floors: dict[tuple[str, int], int] | None = None
 
@@ -322,6 +323,8 @@ class Broker:
                 floors = {}
                 for vhost in self.vhosts.values():
                     vhost.queue_floors(floors)
+                self.pop.service.floors(floors)
+                self.timers.floors(floors)  # delayed messages and retries wait in the log too
             return floors.get((topic, partition))
 
         return self._log.housekeeping(now_ms, keep_from)

@@ -108,6 +108,17 @@ class Timers:
         else:
             self._qs.delete_timer(key)
 
+    def floors(self, floors: dict[tuple[str, int], int]) -> None:
+        """Lower ``floors[(topic, partition)]`` to the lowest offset a pending timer points
+        at (retention keeps those segments). A scan of every timer: housekeeping calls it
+        only when some segment is due for deletion."""
+        for _, value in self._scan(None):
+            rec = TimerRecord.FromString(value)
+            key = (rec.topic, rec.partition)
+            low = floors.get(key)
+            if low is None or rec.offset < low:
+                floors[key] = rec.offset
+
     def earliest(self) -> int | None:
         """The due time of the earliest stored timer (None: no timers)."""
         for key, _ in self._scan(None):
