@@ -72,3 +72,34 @@ class StaleReceipt(LogbusError):
     the message was leased again since. It settles nothing."""
 
     code = "stale_receipt"
+
+
+class Refused(LogbusError):
+    """The broker's model refused a request: an unknown name, settings that do not match
+    what exists, a resource another connection holds, a permission. ``str(e)`` is the
+    explanation; each gateway maps ``code`` to its own error (AMQP reply codes in
+    gateway/amqp/errors.py, HTTP statuses in gateway/http/responses.py)."""
+
+    code = "refused"
+
+
+class NotFound(Refused):
+    code = "not_found"
+
+
+class AccessRefused(Refused):
+    code = "access_refused"
+
+
+class PreconditionFailed(Refused):
+    code = "precondition_failed"
+
+
+class ResourceLocked(Refused):
+    code = "resource_locked"
+
+
+class Unsupported(Refused):
+    """A kind of thing the broker does not have (an unknown exchange type)."""
+
+    code = "unsupported"

@@ -51,7 +51,7 @@ from .routing.router import (
     Removed as Unbound,
     ResourceLocked,
     Router,
-    RouterError,
+    Refused,
 )
 from .state import StateStore
 
@@ -70,7 +70,7 @@ class PublishedMany:
     done: int  # items published: all of them unless ``error``
     unrouted: list[int]  # indexes of items that reached no queue
     refused: list[int]  # indexes of items a queue refused (x-overflow reject-publish)
-    error: RouterError | None  # why item ``done`` was not published
+    error: Refused | None  # why item ``done`` was not published
 
 
 class VHost:
@@ -284,7 +284,7 @@ class VHost:
         dropped, as RabbitMQ's plugin drops it)."""
         try:
             queues = self.router.route(exchange, routing_key, amqp_headers(message.envelope))
-        except RouterError as e:
+        except Refused as e:
             log.info("a delayed message for exchange %r in vhost %r was dropped: %s", exchange, self.name, e)
             return
         if queues:
@@ -299,7 +299,7 @@ class VHost:
         fires per append for the items ``first..last``. Stops at the first item whose
         exchange is missing: the items before it are published and ``error`` holds it."""
         routes: dict[tuple[str, str], tuple[str, int, frozenset[str]]] = {}
-        error: RouterError | None = None
+        error: Refused | None = None
         unrouted: list[int] = []
         refused: list[int] = []
         touched: set[str] = set()
@@ -325,7 +325,7 @@ class VHost:
             if hit is None:
                 try:
                     hit = self._target(exchange, routing_key, headers)
-                except RouterError as e:
+                except Refused as e:
                     error = e
                     break
                 if not headers:

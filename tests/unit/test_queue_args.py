@@ -50,7 +50,7 @@ def test_retry_backoff_argument() -> None:
 def test_invalid_arguments_are_precondition_failed(args: dict, text: str) -> None:
     with pytest.raises(PreconditionFailed) as info:
         parse_queue_arguments("q", "/", args)
-    assert info.value.reply_code == 406 and text in info.value.reply_text
+    assert info.value.code == "precondition_failed" and text in str(info.value)
 
 
 def test_per_message_expiration() -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...retry.policy import IMMEDIATE, RetryPolicy
-from ..amqp_errors import NotFound
+from ..errors import NotFound
 from ..message import Message
 from ..state_pb2 import TimerRecord
 from .journal import QueueStore

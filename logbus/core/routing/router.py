@@ -53,13 +53,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple, Protocol
 from urllib.parse import quote
 
-from ..amqp_errors import (  # first defined here, so importable from here still
+from ..errors import (  # noqa: F401  (re-exported)
     AccessRefused,
-    CommandInvalid,
+    Unsupported,
     NotFound,
     PreconditionFailed,
     ResourceLocked,  # noqa: F401
-    RouterError,  # noqa: F401
+    Refused,  # noqa: F401
 )
 from ..errors import InvalidTopicName
 from ..log.topic_config import validate_topic_name
@@ -374,7 +374,7 @@ class Router:
             self._refuse_default(name)
             return self.exchange(name)
         if kind not in _MATCHERS and kind != DELAYED_MESSAGE:
-            raise CommandInvalid(f"unknown exchange type '{kind}'")
+            raise Unsupported(f"unknown exchange type '{kind}'")
         if kind == DELAYED_MESSAGE:
             delayed_type = _lookup(freeze_arguments(arguments), DELAYED_TYPE)
             if isinstance(delayed_type, bytes):

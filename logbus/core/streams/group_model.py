@@ -15,25 +15,27 @@ from twisted.internet.defer import Deferred
 CF_OFFSETS = "offsets"
 
 
-class Code(enum.IntEnum):
-    """Results, numbered as Apache Kafka's ``Errors`` (the group protocol is Kafka's)."""
+class Code(enum.Enum):
+    """Results of the group coordinator. The group protocol is Kafka's, so the names are
+    Kafka's ``Errors``; the Kafka gateway maps them to Kafka's error numbers
+    (gateway/kafka/errors.py ``GROUP_ERROR_CODES``)."""
 
-    NONE = 0
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    OFFSET_METADATA_TOO_LARGE = 12
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    REBALANCE_IN_PROGRESS = 27
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    MEMBER_ID_REQUIRED = 79
-    FENCED_INSTANCE_ID = 82
+    NONE = "none"
+    UNKNOWN_TOPIC_OR_PARTITION = "unknown_topic_or_partition"
+    OFFSET_METADATA_TOO_LARGE = "offset_metadata_too_large"
+    COORDINATOR_LOAD_IN_PROGRESS = "coordinator_load_in_progress"
+    COORDINATOR_NOT_AVAILABLE = "coordinator_not_available"
+    NOT_COORDINATOR = "not_coordinator"
+    ILLEGAL_GENERATION = "illegal_generation"
+    INCONSISTENT_GROUP_PROTOCOL = "inconsistent_group_protocol"
+    INVALID_GROUP_ID = "invalid_group_id"
+    UNKNOWN_MEMBER_ID = "unknown_member_id"
+    INVALID_SESSION_TIMEOUT = "invalid_session_timeout"
+    REBALANCE_IN_PROGRESS = "rebalance_in_progress"
+    NON_EMPTY_GROUP = "non_empty_group"
+    GROUP_ID_NOT_FOUND = "group_id_not_found"
+    MEMBER_ID_REQUIRED = "member_id_required"
+    FENCED_INSTANCE_ID = "fenced_instance_id"
 
     @property
     def retriable(self) -> bool:

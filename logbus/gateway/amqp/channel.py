@@ -8,7 +8,7 @@ whole channel. In confirm mode every publish gets a sequence number and is acked
 its record is durable (nacked when a queue refuses it under x-overflow reject-publish).
 In tx mode publishes and settlements wait for ``tx.commit``.
 
-Errors in the vhost (``core.routing.router.RouterError``: 404, 403, 405, 406) close the channel
+Refusals of the broker's model (``core.errors.Refused``, as 404, 403, 405, 406) close the channel
 with that reply code; the connection (connection.py, through session.py) sends the Channel.Close and
 discards what arrives on the channel until Close-Ok.
 
@@ -33,10 +33,11 @@ from pamqp import commands as C
 from ...core.access.auth import Kind, Perm
 from ...core.queues.pop import MAX_INVISIBLE_MS
 from ...core.queues.queue import Receipt, StaleReceipt
-from ...core.routing.router import RouterError
+from ...core.errors import Refused
 from ...core.vhost import Delivery, VHost
 from .errors import (
     ACCESS_REFUSED,
+    refused,
     COMMAND_INVALID,
     NO_ROUTE,
     NOT_IMPLEMENTED,
@@ -135,8 +136,8 @@ class Channel:
             raise AMQPConnectionError(NOT_IMPLEMENTED, f"{m.name} is not implemented", channel=self.number)
         try:
             handler(self, m)
-        except RouterError as e:
-            raise AMQPChannelError(e.reply_code, e.reply_text.split(" - ", 1)[-1], channel=self.number,
+        except Refused as e:
+            raise refused(e, channel=self.number,
                                    class_id=m.index >> 16, method_id=m.index & 0xFFFF) from None
 
     def _reply(self, m: base.Frame) -> None:
@@ -155,8 +156,8 @@ class Channel:
             self.writable_version = self.access.version
         try:
             self._permit("write", "exchange", exchange)
-        except RouterError as e:
-            raise AMQPChannelError(e.reply_code, e.reply_text.split(" - ", 1)[-1], channel=self.number,
+        except Refused as e:
+            raise refused(e, channel=self.number,
                                    class_id=60, method_id=40) from None
         self.writable.add(exchange)
 
@@ -409,7 +410,7 @@ class Channel:
             e = out.error
             if self.confirm:
                 self.publish_seq = seq0 + out.done - 1  # the failed one and those after it were never numbered
-            raise AMQPChannelError(e.reply_code, e.reply_text.split(" - ", 1)[-1], channel=self.number,
+            raise refused(e, channel=self.number,
                                    class_id=60, method_id=40)
 
     def _publish(self, p: Publish, seq: int | None) -> None:
@@ -425,8 +426,8 @@ class Channel:
         try:
             out = self.vhost.publish(p.exchange, p.routing_key, message, headers=p.properties.headers,
                                      on_durable=durable if seq else None)
-        except RouterError as e:
-            raise AMQPChannelError(e.reply_code, e.reply_text.split(" - ", 1)[-1], channel=self.number,
+        except Refused as e:
+            raise refused(e, channel=self.number,
                                    class_id=60, method_id=40) from None
         if not out.routed and p.mandatory:
             self.conn.send(encode_return(self.number, NO_ROUTE, "NO_ROUTE", p.exchange, p.routing_key,

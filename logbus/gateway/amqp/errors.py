@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pamqp import base, commands, frame
 
+from ...core.errors import Refused
+
 if TYPE_CHECKING:
     from .events import Event
 
@@ -94,3 +96,19 @@ class MalformedFrame(Exception):
 class LocalProtocolError(ValueError):
     """The broker asked the codec for something AMQP cannot say (a shortstr over 255
     bytes, a content header larger than frame_max, ...): a bug on our side."""
+
+
+# the broker's refusals (core/errors.py) as RabbitMQ answers them
+REPLY_CODE_FOR: dict[str, int] = {
+    "not_found": NOT_FOUND,
+    "access_refused": ACCESS_REFUSED,
+    "precondition_failed": PRECONDITION_FAILED,
+    "resource_locked": RESOURCE_LOCKED,
+    "unsupported": COMMAND_INVALID,
+}
+
+
+def refused(e: Refused, *, channel: int, class_id: int = 0, method_id: int = 0) -> AMQPChannelError:
+    """The channel exception for a refusal of the broker's model (it closes the channel)."""
+    return AMQPChannelError(REPLY_CODE_FOR.get(e.code, INTERNAL_ERROR), str(e), channel=channel,
+                            class_id=class_id, method_id=method_id)

@@ -27,6 +27,11 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
     "unknown_group": 404,
     "stale_receipt": 409,
+    "not_found": 404,
+    "access_refused": 403,
+    "precondition_failed": 400,
+    "resource_locked": 409,
+    "unsupported": 400,
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from ...core import errors as E
+from ...core.streams.group_model import Code
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +68,29 @@ def admin_result(e: BaseException) -> tuple[int, str]:
     if isinstance(e, E.InvalidConfig):
         return INVALID_CONFIG, str(e)
     return code_for(e), str(e)
+
+
+# the group coordinator's results (core/streams/group_model.Code) as Kafka's error numbers
+GROUP_ERROR_CODES: dict[Code, int] = {
+    Code.NONE: 0,
+    Code.UNKNOWN_TOPIC_OR_PARTITION: 3,
+    Code.OFFSET_METADATA_TOO_LARGE: 12,
+    Code.COORDINATOR_LOAD_IN_PROGRESS: 14,
+    Code.COORDINATOR_NOT_AVAILABLE: 15,
+    Code.NOT_COORDINATOR: 16,
+    Code.ILLEGAL_GENERATION: 22,
+    Code.INCONSISTENT_GROUP_PROTOCOL: 23,
+    Code.INVALID_GROUP_ID: 24,
+    Code.UNKNOWN_MEMBER_ID: 25,
+    Code.INVALID_SESSION_TIMEOUT: 26,
+    Code.REBALANCE_IN_PROGRESS: 27,
+    Code.NON_EMPTY_GROUP: 68,
+    Code.GROUP_ID_NOT_FOUND: 69,
+    Code.MEMBER_ID_REQUIRED: 79,
+    Code.FENCED_INSTANCE_ID: 82,
+}
+assert set(GROUP_ERROR_CODES) == set(Code)
+
+
+def group_error(code: Code) -> int:
+    return GROUP_ERROR_CODES[code]

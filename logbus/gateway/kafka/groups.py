@@ -62,6 +62,7 @@ from ...core.streams.groups import (
     SyncResult,
 )
 from .codec import Request
+from .errors import group_error
 from .handlers import KafkaHandlers
 from .operations import GROUP_OPERATIONS, authorized
 
@@ -149,7 +150,7 @@ class _GroupApi:
                 log.debug("JoinGroup %s by %s: %s", join.group_id, join.member_id, r.error.name)
             return JoinGroupResponse(
                 throttle_time_ms=0,
-                error_code=int(r.error),
+                error_code=group_error(r.error),
                 generation_id=r.generation_id,
                 protocol_type=r.protocol_type,
                 protocol_name=r.protocol_name if r.protocol_name is not None or v >= 7 else "",
@@ -174,7 +175,7 @@ class _GroupApi:
 
         def build(r: SyncResult) -> Any:
             return SyncGroupResponse(
-                throttle_time_ms=0, error_code=int(r.error), protocol_type=r.protocol_type,
+                throttle_time_ms=0, error_code=group_error(r.error), protocol_type=r.protocol_type,
                 protocol_name=r.protocol_name, assignment=r.assignment,
             )
 
@@ -186,19 +187,19 @@ class _GroupApi:
         body = req.body
         instance = body.group_instance_id if req.api_version >= 3 else None
         code = self.coord.heartbeat(body.group_id, body.generation_id, body.member_id, instance)
-        return HeartbeatResponse(throttle_time_ms=0, error_code=int(code))
+        return HeartbeatResponse(throttle_time_ms=0, error_code=group_error(code))
 
     def leave_group(self, req: Request, advertised: tuple[str, int]) -> Any:
         body = req.body
         if req.api_version < 3:
             (code,) = self.coord.leave(body.group_id, [body.member_id])
-            return LeaveGroupResponse(throttle_time_ms=0, error_code=int(code))
+            return LeaveGroupResponse(throttle_time_ms=0, error_code=group_error(code))
         identities = list(body.members)
         codes = self.coord.leave(body.group_id, [m.member_id for m in identities],
                                  [m.group_instance_id for m in identities])
         R = LeaveGroupResponse.MemberResponse
         members = [
-            R(member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=int(code))
+            R(member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=group_error(code))
             for m, code in zip(identities, codes)
         ]
         return LeaveGroupResponse(throttle_time_ms=0, error_code=NONE, members=members)
@@ -235,9 +236,9 @@ class _GroupApi:
                 if tp not in offsets:
                     c = UNKNOWN_TOPIC_OR_PARTITION
                 elif code is not Code.NONE:
-                    c = int(code)
+                    c = group_error(code)
                 else:
-                    c = int(codes[tp])
+                    c = group_error(codes[tp])
                 parts.append(P(partition_index=p.partition_index, error_code=c))
             topics.append(T(name=t.name, partitions=parts))
         return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
@@ -324,5 +325,5 @@ class _GroupApi:
 
     def delete_groups(self, req: Request, advertised: tuple[str, int]) -> Any:
         R = DeleteGroupsResponse.DeletableGroupResult
-        results = [R(group_id=g, error_code=int(self.coord.delete_group(g))) for g in req.body.groups_names]
+        results = [R(group_id=g, error_code=group_error(self.coord.delete_group(g))) for g in req.body.groups_names]
         return DeleteGroupsResponse(throttle_time_ms=0, results=results)
