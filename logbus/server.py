@@ -199,6 +199,7 @@ class LogbusService(MultiService):
 
 def build_service(settings: Settings, reactor: Any) -> LogbusService:
     from .core.broker import Broker
+    from .gateway.amqp.model import VHost
 
     broker = Broker(
         settings.data_dir,
@@ -212,6 +213,7 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         loopback_users=settings.loopback_users,
         queue_max_message_bytes=settings.amqp_max_message_size,
         pop_retry=pop_retry_policy(settings.pop_retry_backoff, settings.pop_max_deliveries),
+        vhost_model=VHost,  # the AMQP room: vhosts as AMQP declares them
     )
     service = LogbusService(broker)
     for name, description in settings.listeners().items():

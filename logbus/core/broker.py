@@ -16,7 +16,7 @@ import os
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
@@ -42,7 +42,7 @@ from .pressure import (
     ResourceMonitor,
 )
 from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
-from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, vhost_topic
+from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, Router, vhost_topic
 from .state import TOPIC_PREFIX, StateStore, topic_key, vhost_definitions_prefixes
 from .state_pb2 import TopicRecord
 from .streams.groups import GroupCoordinator
@@ -51,13 +51,37 @@ from .message import Message
 from .queues.journal import QueueStore
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pop import Popped, PopGroups, check_delay
+from .queues.service import QueueService
 from .queues.timers import Timers
 from .state_pb2 import TimerRecord
 from .log import batch as B
-from .vhost import VHost
 from .streams.producers import ProducerRegistry
 
 log = logging.getLogger(__name__)
+
+
+class VHostModel(Protocol):
+    """One vhost's queue model as a protocol declares it (the AMQP gateway's
+    ``gateway/amqp/model/vhost.VHost``): its exchanges, queues and bindings over the
+    queue service. The broker opens one per stored vhost and routes to it."""
+
+    name: str
+    service: QueueService
+    router: Router
+    watches: Callable[[str], bool]
+    appended: Callable[[str, int, int, Message], None]
+    delay: Callable[..., None]
+
+    def load(self) -> None: ...
+    def routes_topic(self, topic: str) -> bool: ...
+    def route_record(self, topic: str, partition: int, offset: int, message: Message) -> bool: ...
+    def route_delayed(self, exchange: str, routing_key: str, topic: str, partition: int, offset: int,
+                      message: Message) -> None: ...
+    def expire(self) -> None: ...
+    def queue_floors(self, floors: dict[tuple[str, int], int]) -> None: ...
+
+
+VHostFactory = Callable[..., VHostModel]
 
 CF_METADATA = "metadata"
 EXCHANGE_TOPIC_SLACK = 1 << 20  # a record's envelope, headers and framing beside its body
@@ -116,6 +140,7 @@ class Broker:
         loopback_users: Sequence[str] = ("guest",),
         queue_max_message_bytes: int = 128 << 20,
         pop_retry: RetryPolicy = POP_DEFAULT,
+        vhost_model: VHostFactory | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -130,6 +155,8 @@ class Broker:
         # max_message_size): topics created for exchanges take batches that large
         self.queue_max_message_bytes = queue_max_message_bytes
         self.pop_retry = pop_retry  # pop groups' backoff and delivery limit
+        # how a vhost's queue model is made (the AMQP gateway's); None: no vhost is opened
+        self.vhost_model = vhost_model
         # Made here, not at start, so gateways built before start can subscribe to it.
         self.pressure = ResourceMonitor(self.data_dir, memory_high_watermark=memory_high_watermark,
                                         disk_free_limit=disk_free_limit)
@@ -143,7 +170,7 @@ class Broker:
         self.default_user, self.default_pass = default_user, default_pass
         # The queue model (AMQP), one VHost per stored vhost, opened at start. Always THIS
         # dict: connections look their vhost up in it, so it is changed in place.
-        self.vhosts: dict[str, VHost] = {}
+        self.vhosts: dict[str, VHostModel] = {}
         self._expiry: LoopingCall | None = None
         self.log: LogManager | None = None
         self._lock_fd: int | None = None
@@ -245,14 +272,16 @@ class Broker:
                                             routing_key=routing_key, topic=topic, partition=partition,
                                             offset=offset))
 
-    def _hook(self, vhost: VHost) -> None:
+    def _hook(self, vhost: VHostModel) -> None:
         vhost.watches = self.pop.watches
         vhost.appended = self.pop.appended
         vhost.delay = self.delay
 
-    def _open_vhost(self, name: str) -> VHost:
+    def _open_vhost(self, name: str) -> VHostModel | None:
         assert self.log is not None
-        vhost = VHost(name, self.log, self._create_exchange_topic, self.queue_store,
+        if self.vhost_model is None:
+            return None
+        vhost = self.vhost_model(name, self.log, self._create_exchange_topic, self.queue_store,
                       clock=self._clock, store=self.state, topic_owner=self._topic_owner, timers=self.timers)
         self._hook(vhost)
         vhost.load()
@@ -555,7 +584,7 @@ class Broker:
         return routed
 
     def _feed(self, topic: str, partition: int, offset: int, message: Message,
-              vhosts: list[VHost] | None = None) -> int:
+              vhosts: list[VHostModel] | None = None) -> int:
         """A record of ``topic``, visible now, to the queues that read the topic: those
         bound to the exchange behind it in every vhost, and the pop groups. 1 if it
         reached an AMQP queue."""

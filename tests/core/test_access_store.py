@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from logbus.gateway.amqp.model import VHost
 from logbus.core.access.auth import AccessChange, InvalidAccess, UnknownVHost
 from logbus.core.broker import Broker
 from logbus.core.log import TopicConfig
@@ -28,7 +29,7 @@ class Brokers:
 
     def start(self, **kw: Any) -> Broker:
         kw.setdefault("topic_defaults", TopicConfig(flush="none"))
-        b = Broker(self.path, reactor=self.loop, **kw)
+        b = Broker(self.path, reactor=self.loop, vhost_model=VHost, **kw)
         b.start()
         self.current = b
         return b

@@ -24,7 +24,7 @@ from logbus.core.message import Envelope, Message
 from logbus.core.queues.journal import QueueStore
 from logbus.core.routing.router import NotFound
 from logbus.core.state import StateStore
-from logbus.core.vhost import VHost
+from logbus.gateway.amqp.model.vhost import VHost
 from tests.loop import LoopReactor
 
 QUEUES = ("q0", "q1", "q2", "capped")

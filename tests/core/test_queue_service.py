@@ -1,7 +1,7 @@
 """The queue service (core/queues/service.py) with its journal and timer index on real
 RocksDB, against a plain model, under random publish / take with and without an
 invisible time / ack / requeue / retry / dead-letter / change-invisible-time / stale
-receipts / time passing (lapses, retries due) / restarts.
+receipts / delayed messages / time passing (lapses, retries and delays due) / restarts.
 
 The model: every message is ready, leased (owner, receipt, deadline) or scheduled (due
 time); ready ones are taken in order (a requeue keeps its place, a retry that is due
@@ -144,6 +144,17 @@ class ServiceMachine(RuleBasedStateMachine):
         self.model[offset] = M(self.next_order)
         self.next_order += 1
 
+    @rule(delay=st.integers(1, 80))
+    def publish_delayed(self, delay: int) -> None:
+        """A message with a deliver-at time: appended now, a DELAY timer until due (what
+        the broker writes), entered into the queue when due."""
+        offset = self.next_offset
+        self.next_offset += 1
+        self.records[offset] = Message(value=str(offset).encode()).to_record()
+        self.timers.add(self.now + delay, TimerRecord(kind=TimerRecord.DELAY, topic="t", partition=0, offset=offset))
+        self.model[offset] = M(-1, SCHEDULED, due=self.now + delay, scheduled_as=self.next_scheduled)
+        self.next_scheduled += 1
+
     @rule(owner=st.sampled_from(OWNERS), n=st.integers(1, 3), invisible=st.sampled_from([0, 0, 20, 100]))
     def take(self, owner: str, n: int, invisible: int) -> None:
         got = self.svc.take("q", owner, n, invisible_ms=invisible)
@@ -218,9 +229,12 @@ class ServiceMachine(RuleBasedStateMachine):
         for offset in sorted(lapsed, key=lambda o: (self.model[o].deadline, self.model[o].receipt.seq)):  # type: ignore[union-attr]
             self._give_back(offset, True)
         for key, _, rec in self.timers.due(self.now):
-            assert rec.kind == TimerRecord.RETRY
             self.timers.remove(key)
-            assert self.svc.retry_due(rec)
+            if rec.kind == TimerRecord.RETRY:
+                assert self.svc.retry_due(rec)
+            else:  # as the broker releases a delayed message to a pop group
+                message = Message.from_record(self.records[rec.offset])
+                self.svc.enqueue(["q"], rec.topic, rec.partition, rec.offset, message)
         due = [o for o in self._in(SCHEDULED) if self.model[o].due <= self.now]
         for offset in sorted(due, key=lambda o: (self.model[o].due, self.model[o].scheduled_as)):
             m = self.model[offset]

@@ -1,4 +1,4 @@
-"""The queue model wired together (core/vhost.py) on a temp dir: publish appends once
+"""The queue model wired together (gateway/amqp/model/vhost.py) on a temp dir: publish appends once
 and enqueues everywhere it routes, consumers with credit get entries round-robin, acks,
 requeues in place, dead-lettering with x-death, overflow refusal, and restart of a
 durable queue from RocksDB."""
@@ -11,13 +11,13 @@ from typing import Any, Iterator
 
 import pytest
 
-from logbus.core.deadletter import amqp_headers
+from logbus.gateway.amqp.model.deadletter import amqp_headers
 from logbus.core.log import LogManager, TopicConfig
 from logbus.core.message import Envelope, Message
 from logbus.core.queues.journal import QueueStore
 from logbus.core.routing.router import NotFound, PreconditionFailed, ResourceLocked
 from logbus.core.state import StateStore
-from logbus.core.vhost import Delivery, VHost
+from logbus.gateway.amqp.model.vhost import Delivery, VHost
 from tests.loop import LoopReactor
 
 

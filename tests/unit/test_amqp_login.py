@@ -13,6 +13,7 @@ import pytest
 from pamqp import commands as C
 from pamqp import encode, frame
 
+from logbus.gateway.amqp.model import VHost
 from logbus.core.broker import Broker
 from logbus.core.log import TopicConfig
 from logbus.gateway.amqp.session import Session
@@ -24,7 +25,7 @@ HEADER = b"AMQP\x00\x00\x09\x01"
 class Env:
     def __init__(self, tmp: Path, **broker_kw: Any) -> None:
         self.loop = LoopReactor()
-        self.broker = Broker(tmp, reactor=self.loop, topic_defaults=TopicConfig(flush="none"), **broker_kw)
+        self.broker = Broker(tmp, reactor=self.loop, vhost_model=VHost, topic_defaults=TopicConfig(flush="none"), **broker_kw)
         self.broker.start()
 
     def login(self, user: str, password: str, vhost: str = "/", *, loopback: bool = True,

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pamqp import body, frame, header
 from pamqp import commands as C
 
+from logbus.gateway.amqp.model import VHost
 from logbus.core.broker import Broker
 from logbus.core.log import TopicConfig
 from logbus.gateway.amqp.session import Session
@@ -100,7 +101,7 @@ def outcome(methods: list[tuple[int, Any]], roles: dict[str, str] | None = None)
 class Env:
     def __init__(self, tmp: Path) -> None:
         self.loop = LoopReactor()
-        self.broker = Broker(tmp, reactor=self.loop, topic_defaults=TopicConfig(flush="none"))
+        self.broker = Broker(tmp, reactor=self.loop, vhost_model=VHost, topic_defaults=TopicConfig(flush="none"))
         self.broker.start()
         self.vhost = self.broker.vhosts["/"]
 

@@ -1,11 +1,11 @@
-"""Queue arguments as RabbitMQ checks them (core/queue_args.py)."""
+"""Queue arguments as RabbitMQ checks them (gateway/amqp/model/queue_args.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from logbus.core.queues.queue import REJECT_PUBLISH, QueueLimits
-from logbus.core.queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
+from logbus.gateway.amqp.model.queue_args import QueueArgs, parse_queue_arguments, per_message_ttl
 from logbus.core.queues.service import DeadLetterTarget
 from logbus.core.routing.router import PreconditionFailed
 from logbus.retry.policy import RetryPolicy

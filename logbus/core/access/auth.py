@@ -10,7 +10,7 @@ store's ``metadata`` column family (key layout in core/state.py, values in state
   log in with a password. Tags (``administrator``, ...) say what the HTTP management
   API lets the user do.
 - A **vhost** is a name (plus a description and tags); its exchanges, queues and
-  bindings are the definitions stored under that name (core/definitions.py).
+  bindings are the definitions stored under that name (gateway/amqp/model/definitions.py).
 - A **permission** is per (user, vhost): three regular expressions, configure, write
   and read, searched (not anchored, as Erlang's ``re:run``) in a resource's name. An
   empty expression matches nothing, as RabbitMQ reads ``""`` as ``"^$"``. The default

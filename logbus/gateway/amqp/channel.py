@@ -2,7 +2,7 @@
 
 A channel numbers what it delivers (delivery tags, from 1) and remembers, per tag not
 yet settled, which queue entry it is; acks, nacks, rejects, recover and closing settle
-or requeue through the vhost (``core/vhost.py``). Prefetch is RabbitMQ's: ``basic.qos``
+or requeue through the vhost (``gateway/amqp/model/vhost.py``). Prefetch is RabbitMQ's: ``basic.qos``
 with ``global`` false limits each consumer started after it, with ``global`` true the
 whole channel. In confirm mode every publish gets a sequence number and is acked once
 its record is durable (nacked when a queue refuses it under x-overflow reject-publish).
@@ -34,7 +34,7 @@ from ...core.access.auth import Kind, Perm
 from ...core.queues.pop import MAX_INVISIBLE_MS
 from ...core.queues.queue import Receipt, StaleReceipt
 from ...core.errors import Refused
-from ...core.vhost import Delivery, VHost
+from .model.vhost import Delivery, VHost
 from .errors import (
     ACCESS_REFUSED,
     refused,

@@ -24,7 +24,7 @@ from pamqp import base
 from ...core.access.auth import Access
 from ...core.pressure import RESOURCES
 from ...core.tick import tick_of
-from ...core.vhost import VHost
+from .model.vhost import VHost
 from .channel import Channel
 from .codec import DEFAULT_MAX_MESSAGE_SIZE, encode_method
 from .connection import (

@@ -16,8 +16,8 @@ from typing import Any
 
 from pamqp import decode, encode
 
-from .routing.router import Binding, ExchangeDef
-from .state import (
+from ....core.routing.router import Binding, ExchangeDef
+from ....core.state import (
     BINDING_PREFIX,
     EXCHANGE_PREFIX,
     QUEUE_PREFIX,
@@ -27,7 +27,7 @@ from .state import (
     exchange_key,
     queue_key,
 )
-from .state_pb2 import BindingRecord, ExchangeRecord, QueueRecord
+from ....core.state_pb2 import BindingRecord, ExchangeRecord, QueueRecord
 
 CF_METADATA = "metadata"
 

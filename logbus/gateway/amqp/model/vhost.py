@@ -14,7 +14,7 @@ consumer without acks settles the entry as it is handed out.
 
 Entries that leave a queue without an ack (rejected, expired, dropped by overflow, past
 the delivery limit) go to the queue's dead-letter exchange when it has one, as a copy
-with ``x-death`` (``core/deadletter.py``) published like any message; else they are
+with ``x-death`` (``gateway/amqp/model/deadletter.py``) published like any message; else they are
 dropped. Nothing here touches a socket: the AMQP channel (and later MQTT, pop) calls
 these methods and implements ``Consumer``.
 """
@@ -28,20 +28,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..retry.policy import MAX_DELAY_MS
+from ....retry.policy import MAX_DELAY_MS
 from .deadletter import amqp_headers, dead_letter_message
 from .definitions import DefinitionStore, decode_table
-from .errors import LogbusError
-from .envelope_pb2 import Envelope
-from .log.manager import LogManager
-from .message import Message
-from .queues.msgstore import MessageStore, log_batch_reader
-from .queues.queue import REJECTED, Entry, Outcome, Receipt
+from ....core.errors import LogbusError
+from ....core.envelope_pb2 import Envelope
+from ....core.log.manager import LogManager
+from ....core.message import Message
+from ....core.queues.msgstore import MessageStore, log_batch_reader
+from ....core.queues.queue import REJECTED, Entry, Outcome, Receipt
 from .queue_args import parse_queue_arguments, per_message_ttl
-from .queues.journal import QueueStore
-from .queues.service import Consumer, Delivery, QueueService, QueueState
-from .queues.timers import Timers
-from .routing.router import (
+from ....core.queues.journal import QueueStore
+from ....core.queues.service import Consumer, Delivery, QueueService, QueueState
+from ....core.queues.timers import Timers
+from ....core.routing.router import (
     QUEUE,
     Binding,
     DestKind,
@@ -53,7 +53,7 @@ from .routing.router import (
     Router,
     Refused,
 )
-from .state import StateStore
+from ....core.state import StateStore
 
 log = logging.getLogger(__name__)
 _AMQP = Envelope.AMQP

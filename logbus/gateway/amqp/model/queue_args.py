@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..retry.policy import IMMEDIATE, InvalidRetryPolicy, RetryPolicy, parse_backoff
-from .queues.queue import OVERFLOW_MODES, QueueLimits
-from .queues.service import DeadLetterTarget, QueueSettings
-from .routing.router import PreconditionFailed
+from ....retry.policy import IMMEDIATE, InvalidRetryPolicy, RetryPolicy, parse_backoff
+from ....core.queues.queue import OVERFLOW_MODES, QueueLimits
+from ....core.queues.service import DeadLetterTarget, QueueSettings
+from ....core.routing.router import PreconditionFailed
 
 MAX_PRIORITY = 255
 QUEUE_TYPES = ("classic", "quorum")

@@ -18,7 +18,7 @@ from typing import Any
 
 from pamqp import decode, encode
 
-from .message import Envelope, Message
+from ....core.message import Envelope, Message
 
 
 def amqp_headers(envelope: Envelope) -> dict[str, Any]:
