@@ -27,6 +27,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_request": 400,
     "unknown_group": 404,
     "stale_receipt": 409,
+    "replay_in_progress": 409,
 }
 
 
