@@ -186,7 +186,8 @@ class DeadLetterReplay:
     def __init__(self, log: Callable[[], LogManager], groups: GroupCoordinator,
                  publish: Callable[[str, list[Message], int | None], Deferred[list[int]]],
                  is_pop_group: Callable[[str], bool]) -> None:
-        """``log()``: the broker's log (a new one after a restart). ``publish(topic, messages, partition)``: the broker's publish (append, feed the
+        """``log()``: the broker's log (a new one after a restart).
+        ``publish(topic, messages, partition)``: the broker's publish (append, feed the
         queues reading the topic; fires once durable). ``is_pop_group(group)``: whether a
         pop group of that name reads any topic."""
         self._log = log
