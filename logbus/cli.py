@@ -5,6 +5,11 @@ gateway/http/client.py.
     logbus topic create NAME [--partitions N] [--config k=v ...]
     logbus topic alter NAME --config k=v ...
     logbus topic list | describe NAME | delete NAME        [--server URL] [--json]
+    logbus pop receive GROUP TOPIC [--max N] [--invisible-ms MS] [--member NAME] [--json]
+    logbus pop ack | nack GROUP TOPIC HANDLE...
+    logbus pop invisible GROUP TOPIC HANDLE MS
+    logbus pop list [--json]
+    logbus dlq replay GROUP [--topic T] [--max N] [--json]
     logbus export parquet --topic T --out DIR [--data-dir DIR] [--include-headers]
 """
 
@@ -31,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return command(args)
     except AdminError as exc:  # one line, no traceback: unreachable server, unknown topic, ...
-        print(f"{PROG}: {exc.message}", file=sys.stderr)
+        print(f"{PROG}: {error_line(exc.code, exc.message)}", file=sys.stderr)
         return 1
 
 
@@ -125,6 +130,49 @@ def build_parser() -> argparse.ArgumentParser:
     delete = topic_commands.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name")
     delete.set_defaults(command=cmd_topic_delete)
+
+    pop = commands.add_parser("pop", help="receive and settle messages of pop groups (over the HTTP API)",
+                              description="Pop consumption (docs/consumption.md): a group's members receive"
+                              " messages with an invisible time and settle them by receipt handle.")
+    pop_commands = pop.add_subparsers(title="pop commands", metavar="COMMAND", required=True)
+    receive = pop_commands.add_parser("receive", parents=[common], help="receive messages", description=(
+        "Lease up to N messages of TOPIC to GROUP (created on first use: it gets what is appended"
+        " from then on), each invisible to the group's other members for MS unless acked."))
+    receive.add_argument("group")
+    receive.add_argument("topic")
+    receive.add_argument("--max", type=int, default=1, metavar="N", help="messages at most (default 1)")
+    receive.add_argument("--invisible-ms", type=int, metavar="MS", help="invisible time (default 30000)")
+    receive.add_argument("--member", metavar="NAME", help="the receiving member's name")
+    receive.add_argument("--json", action="store_true", help="print each message as a line of JSON")
+    receive.set_defaults(command=cmd_pop_receive)
+    for name, what in (("ack", "settle messages"), ("nack", "give messages back: they come again after the backoff")):
+        settle = pop_commands.add_parser(name, parents=[common], help=what)
+        settle.add_argument("group")
+        settle.add_argument("topic")
+        settle.add_argument("handles", nargs="+", metavar="HANDLE", help="receipt handle")
+        settle.set_defaults(command=cmd_pop_settle, action=name)
+    invisible = pop_commands.add_parser("invisible", parents=[common],
+                                        help="change a received message's invisible time, from now")
+    invisible.add_argument("group")
+    invisible.add_argument("topic")
+    invisible.add_argument("handle", metavar="HANDLE", help="receipt handle")
+    invisible.add_argument("ms", type=int, metavar="MS", help="new invisible time from now (ms)")
+    invisible.set_defaults(command=cmd_pop_invisible)
+    pop_list = pop_commands.add_parser("list", parents=[common], help="list pop groups")
+    pop_list.add_argument("--json", action="store_true", help="print the API's JSON")
+    pop_list.set_defaults(command=cmd_pop_list)
+
+    dlq = commands.add_parser("dlq", help="a pop group's dead letters (over the HTTP API)")
+    dlq_commands = dlq.add_subparsers(title="dlq commands", metavar="COMMAND", required=True)
+    replay = dlq_commands.add_parser("replay", parents=[common], help="publish dead letters again", description=(
+        "Publish the records of topic %%DLQ%%<GROUP> not replayed before to the topics they died in,"
+        " as new messages (a fresh delivery count) that the group, and every queue reading those"
+        " topics, gets again. Each record is replayed once."))
+    replay.add_argument("group")
+    replay.add_argument("--topic", metavar="T", help="only the dead letters that died in topic T")
+    replay.add_argument("--max", type=int, metavar="N", help="messages at most (default: all)")
+    replay.add_argument("--json", action="store_true", help="print the counts as JSON")
+    replay.set_defaults(command=cmd_dlq_replay)
 
     export = commands.add_parser("export", help="export a topic's records from the log files")
     export_commands = export.add_subparsers(title="formats", metavar="FORMAT", required=True)
@@ -254,6 +302,114 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 def _client(args: argparse.Namespace) -> AdminClient:
     return AdminClient(args.server)
+
+
+# --- pop --------------------------------------------------------------------------------------
+
+
+def cmd_pop_receive(args: argparse.Namespace) -> int:
+    messages = _client(args).pop_receive(args.group, args.topic, args.max, args.invisible_ms, args.member)
+    if args.json:
+        for m in messages:
+            print(json.dumps(m))
+    elif not messages:
+        print("no messages")
+    else:
+        print(table(["HANDLE", "PARTITION", "OFFSET", "DELIVERIES", "KEY", "VALUE"],
+                    [message_row(m) for m in messages]))
+    return 0
+
+
+def cmd_pop_settle(args: argparse.Namespace) -> int:
+    client = _client(args)
+    settle = client.pop_ack if args.action == "ack" else client.pop_nack
+    result = settle(args.group, args.topic, args.handles)
+    done, failed = result["acked"], result["failed"]
+    verb = "acked" if args.action == "ack" else "nacked"
+    total = len(args.handles)
+    print(f"{verb} {done} of {_plural(total, 'message')}" if failed else f"{verb} {_plural(done, 'message')}")
+    for f in failed:
+        print(f"{PROG}: {error_line(f['error'], f['message'])}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_pop_invisible(args: argparse.Namespace) -> int:
+    _client(args).pop_invisible(args.group, args.topic, args.handle, args.ms)
+    print(f"{args.handle} invisible for {_ms(args.ms)}")
+    return 0
+
+
+def cmd_pop_list(args: argparse.Namespace) -> int:
+    groups = _client(args).pop_groups()
+    if args.json:
+        print(json.dumps(groups, indent=2))
+    elif not groups:
+        print("no pop groups")
+    else:
+        print(table(["GROUP", "TOPIC", "READY", "INVISIBLE"],
+                    [[g["group"], g["topic"], str(g["ready"]), str(g["invisible"])] for g in groups]))
+    return 0
+
+
+def cmd_dlq_replay(args: argparse.Namespace) -> int:
+    if args.max is not None and args.max < 1:
+        print(f"{PROG}: --max must be at least 1", file=sys.stderr)
+        return 2
+    client = _client(args)
+    total: dict[str, Any] = {"group": args.group, "replayed": 0, "topics": {}, "skipped": 0}
+    while True:  # the server moves a bounded number per request and says whether more are left
+        left = None if args.max is None else args.max - total["replayed"]
+        got = client.dlq_replay(args.group, args.topic, left)
+        total["replayed"] += got["replayed"]
+        total["skipped"] += got["skipped"]
+        for t, n in got["topics"].items():
+            total["topics"][t] = total["topics"].get(t, 0) + n
+        if not got["more"] or not got["replayed"] or left == got["replayed"]:
+            break
+    print(json.dumps(total) if args.json else replay_summary(total))
+    return 0
+
+
+_HINTS = {"stale_receipt": "it was settled, its invisible time lapsed, or it was received again"}
+
+
+def error_line(code: str, message: str) -> str:
+    """The server's error message, with a hint for the codes that need one."""
+    hint = _HINTS.get(code)
+    return f"{message} ({hint})" if hint else message
+
+
+def message_row(m: dict[str, Any]) -> list[str]:
+    """A received message's table row: handle, partition, offset, deliveries, key, value."""
+    return [m["handle"], str(m["partition"]), str(m["offset"]), str(m["deliveries"]),
+            show_bytes(m, "key"), show_bytes(m, "value")]
+
+
+def show_bytes(m: dict[str, Any], name: str) -> str:
+    """A key or value of the API's JSON on one line: text with control characters escaped,
+    ``base64:...`` for bytes that are not UTF-8, ``-`` for none."""
+    if name + "_base64" in m:
+        return "base64:" + str(m[name + "_base64"])
+    value = m.get(name)
+    if value is None:
+        return "-"
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def replay_summary(result: dict[str, Any]) -> str:
+    """One line for ``logbus dlq replay``."""
+    dlq = "%DLQ%" + result["group"]
+    if result["replayed"]:
+        per_topic = ", ".join(f"{t}: {n}" for t, n in sorted(result["topics"].items()))
+        line = f"replayed {_plural(result['replayed'], 'message')} of {dlq} ({per_topic})"
+    else:
+        line = f"nothing to replay in {dlq}"
+    if result["skipped"]:
+        line += f"; {result['skipped']} skipped (no topic to publish them to; see the broker's log)"
+    return line
 
 
 # --- export -----------------------------------------------------------------------------------

@@ -662,6 +662,21 @@ class Broker:
         except LogbusError as e:
             log.warning("dead letter to %r refused: %s", topic, e)
 
+    def dlq_replay(self, group: str, topic: str | None = None, max: int | None = None) -> Deferred[dict[str, Any]]:
+        """Publish ``group``'s dead letters (topic ``%DLQ%<group>``) not yet replayed
+        again to the topics they died in (only ``topic`` if given; at most ``max``, else
+        ``queues.replay.MAX_REPLAY``), as new messages that every queue reading those
+        topics gets. Fires with the counts once they are durable and the group's replay
+        cursor is committed (core/queues/replay.py)."""
+        from .queues.replay import DeadLetterReplay
+
+        replay: DeadLetterReplay | None = getattr(self, "_dlq_replay", None)
+        if replay is None:
+            replay = self._dlq_replay = DeadLetterReplay(
+                lambda: self._log, self.groups, lambda t, ms, p: self.publish(t, ms, partition=p),
+                lambda g: any(name == g for name, _, _ in self.pop.groups()))
+        return replay.run(group, topic, max)
+
 
 def decode_appended(base: int, data: bytes, infos: list[BatchInfo]) -> list[tuple[int, Message]]:
     """The records of batches appended at ``base`` as (offset, Message); transactional

@@ -3,6 +3,9 @@
     client = AdminClient("http://127.0.0.1:8080")
     client.create_topic("orders", partitions=3, config={"flush": "none"})   # -> TopicInfo JSON
     client.list_topics(); client.describe_topic("orders"); client.delete_topic("orders")
+    client.pop_receive("billing", "orders", max=10, invisible_ms=30000)   # -> [message JSON]
+    client.pop_ack("billing", "orders", [handle]); client.pop_nack(...); client.pop_invisible(...)
+    client.pop_groups(); client.dlq_replay("billing", topic="orders")   # -> counts
 
 Failures raise AdminError: ``Unreachable`` when no logbus answers at the URL, otherwise
 the server's ``{"error": code, "message": text}`` with the HTTP status.
@@ -61,6 +64,37 @@ class AdminClient:
     def delete_topic(self, name: str) -> None:
         self._call("DELETE", "/api/topics/" + quote(name, safe=""))
 
+    def pop_receive(self, group: str, topic: str, max: int = 1, invisible_ms: int | None = None,
+                    member: str | None = None) -> list[dict[str, Any]]:
+        body: dict[str, Any] = {"max": max}
+        if invisible_ms is not None:
+            body["invisible_ms"] = invisible_ms
+        if member is not None:
+            body["member"] = member
+        messages: list[dict[str, Any]] = self._call("POST", _pop_path(group, topic, "receive"), body)["messages"]
+        return messages
+
+    def pop_ack(self, group: str, topic: str, handles: list[str]) -> dict[str, Any]:
+        """``{"acked": n, "failed": [{"handle", "error", "message"}, ...]}``."""
+        return self._call("POST", _pop_path(group, topic, "ack"), {"handles": handles})
+
+    def pop_nack(self, group: str, topic: str, handles: list[str]) -> dict[str, Any]:
+        return self._call("POST", _pop_path(group, topic, "nack"), {"handles": handles})
+
+    def pop_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> None:
+        self._call("POST", _pop_path(group, topic, "invisible"), {"handle": handle, "invisible_ms": invisible_ms})
+
+    def pop_groups(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/pop")
+
+    def dlq_replay(self, group: str, topic: str | None = None, max: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if topic is not None:
+            body["topic"] = topic
+        if max is not None:
+            body["max"] = max
+        return self._call("POST", "/api/pop/" + quote(group, safe="") + "/dlq/replay", body)
+
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         url = self.server + path
         data = None if body is None else json.dumps(body).encode()
@@ -88,6 +122,10 @@ class AdminClient:
             return json.loads(raw)
         except ValueError:
             raise AdminError(f"{url} did not answer JSON; is it a logbus server?") from None
+
+
+def _pop_path(group: str, topic: str, action: str) -> str:
+    return f"/api/pop/{quote(group, safe='')}/{quote(topic, safe='')}/{action}"
 
 
 def _error_from(status: int, raw: bytes, url: str) -> AdminError:

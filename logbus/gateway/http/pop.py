@@ -8,12 +8,16 @@
     POST /api/pop/<group>/<topic>/nack              as ack: the messages come back after the backoff
     POST /api/pop/<group>/<topic>/invisible         204
          body {"handle": "<handle>", "invisible_ms": 60000}
+    POST /api/pop/<group>/dlq/replay                200 {"group", "replayed", "topics": {t: n}, "skipped", "more"}
+         body {"topic": "orders", "max": 100}       (both optional, as the body; core/queues/replay.py)
 
 A received message is ``{"handle", "topic", "partition", "offset", "deliveries", "key",
 "value", "headers", "timestamp"}``; key and value are UTF-8 text when they decode,
 else base64 under ``key_base64`` / ``value_base64``. A handle that names no current
 lease is 409 ``stale_receipt``, a malformed one or an invisible time out of range 400
-``invalid_request``, an unknown topic or group 404.
+``invalid_request``, an unknown topic or group 404. A replay answers once the replayed
+messages are durable; while one of a group is in progress another is 409
+``replay_in_progress``.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any
 
+from twisted.internet.defer import Deferred
 from twisted.web import resource, server
 
 from ...core.errors import LogbusError
 from ...core.message import Message
-from .request import json_object, read_json
+from .request import json_object, read_json, request_body
 from .resource import ApiResource, NotFound
 from .responses import HttpError, Response, status_for
 
@@ -75,6 +80,8 @@ class Pop(ApiResource):
             return NotFound()
         topic, action = postpath
         request.postpath = []
+        if (topic, action) == (b"dlq", b"replay"):  # no topic action is named "replay"
+            return DlqReplay(self.broker, _segment(path, "group"))
         handler = _ACTIONS.get(action)
         if handler is None:
             return NotFound()
@@ -94,6 +101,23 @@ class PopAction(ApiResource):
     def handle_POST(self, request: server.Request) -> Response:
         response: Response = self.action(self, read_json(request))
         return response
+
+
+class DlqReplay(ApiResource):
+    isLeaf = True
+
+    def __init__(self, broker: Broker, group: str) -> None:
+        super().__init__()
+        self.broker, self.group = broker, group
+
+    def handle_POST(self, request: server.Request) -> Deferred[Response]:
+        body = read_json(request) if request_body(request).strip() else {}
+        b = json_object(body, ("topic", "max"))
+        topic = b.get("topic")
+        if topic is not None and not isinstance(topic, str):
+            raise HttpError(400, "invalid_request", "topic must be a string")
+        d = self.broker.dlq_replay(self.group, topic, b.get("max"))
+        return d.addCallback(lambda result: Response.json(200, result))
 
 
 def _receive(a: PopAction, body: Any) -> Response:

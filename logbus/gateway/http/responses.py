@@ -32,6 +32,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "precondition_failed": 400,
     "resource_locked": 409,
     "unsupported": 400,
+    "replay_in_progress": 409,
 }
 
 
