@@ -1,7 +1,7 @@
 """Pop consumption over HTTP against a real `logbus serve` (docs/consumption.md): members
 of one group share a topic's messages, a second group gets every message, an invisible
 time that lapses brings the message back with its delivery count, the last lapse puts it
-in ``%DLQ%<group>`` where a Kafka Fetch reads it, bad receipts and arguments
+in ``%DLQ%<group>`` where a Kafka consumer reads it (as ``logbus-dlq-<group>``), bad receipts and arguments
 are clear errors that settle nothing, and delayed messages reach pop groups when due.
 The server runs with a short pop backoff (``--pop-retry-backoff 50ms``) so sixteen
 lapses take seconds."""
@@ -13,10 +13,10 @@ import time
 from typing import Any, Iterator
 
 import pytest
+from kafka import KafkaConsumer, TopicPartition
 
 from logbus.core.envelope_pb2 import Envelope
 from tests.integration.mgmt import Mgmt, Reply
-from tests.kafka_wire import Wire
 from tests.serverproc import LogbusServer, module_server
 
 BACKOFF_MS = 50
@@ -131,11 +131,18 @@ def test_sixteen_lapses_land_it_in_the_dlq_topic_for_kafka(server: LogbusServer)
     time.sleep(0.2)
     assert receive(server, "proc", "flaky") == []  # dead-lettered after the 16th
     # Kafka clients refuse '%' in topic names before sending (kafka-python's
-    # ensure_valid_topic_name, as Apache Kafka's Topic.validate): the Kafka gateway serves
-    # the topic to a Fetch that names it, sent here on the wire as it is.
-    with Wire(server) as wire:
-        records = wire.fetch("%DLQ%proc")
-    assert records and records[0].value == b"poison"
+    # ensure_valid_topic_name): the Kafka gateway shows %DLQ%proc as logbus-dlq-proc
+    c = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], enable_auto_commit=False,
+                      consumer_timeout_ms=3000)
+    try:
+        assert "logbus-dlq-proc" in c.topics()
+        tp = TopicPartition("logbus-dlq-proc", 0)
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        records = list(c)
+    finally:
+        c.close()
+    assert [(r.topic, r.value) for r in records] == [("logbus-dlq-proc", b"poison")]
     envelope = dict(records[0].headers)["logbus.envelope"]
     dl = Envelope.FromString(envelope).dead_letter
     assert (dl.topic, dl.partition, dl.offset, dl.reason, dl.delivery_count, dl.queue) == (

@@ -159,7 +159,7 @@ def test_create_topics_errors(env: Env) -> None:
     ), 7)
     got = {r.name: (r.error_code, r.error_message) for r in resp.topics}
     assert got["exists"] == (admin.TOPIC_ALREADY_EXISTS, "Topic 'exists' already exists.")
-    assert got["bad/name"][0] == K.INVALID_TOPIC_EXCEPTION and "'/'" in got["bad/name"][1]
+    assert got["bad/name"][0] == K.INVALID_TOPIC_EXCEPTION and "illegal" in got["bad/name"][1]
     assert got["rf3"] == (admin.INVALID_REPLICATION_FACTOR, "Replication factor: 3 larger than available brokers: 1.")
     assert got["rf0"] == (admin.INVALID_REPLICATION_FACTOR,
                           "Replication factor must be larger than 0, or -1 to use the default value.")
@@ -404,3 +404,30 @@ def test_old_versions_against_aiokafka_structs(env: Env) -> None:
     assert resp.topic_error_codes == [("o", 0), ("zz", K.UNKNOWN_TOPIC_OR_PARTITION)]
     resp = aio_answer(env, aio.DeleteTopicsRequest_v1(["o"], 1000))
     assert resp.throttle_time_ms == 0 and resp.topic_error_codes == [("o", K.UNKNOWN_TOPIC_OR_PARTITION)]
+
+
+# -- topic names Kafka clients cannot use (gateway/kafka/names.py) ----------------------
+
+
+@pytest.mark.parametrize("version", [4, 7])
+def test_admin_requests_name_topics_by_their_kafka_names(env: Env, version: int) -> None:
+    resp = env.call(create_topics(create("logbus-dlq-g"), create("logbus-x-a_20b"), create("logbus-x-ab"),
+                                  create("%DLQ%g"), create("logbus-x-_2F")), version)
+    got = {r.name: (r.error_code, r.error_message) for r in resp.topics}
+    assert got["logbus-dlq-g"][0] == got["logbus-x-a_20b"][0] == K.NONE
+    assert sorted(env.lm.topics) == ["%DLQ%g", "a b"]
+    assert got["logbus-x-ab"][0] == K.INVALID_TOPIC_EXCEPTION and "names no logbus topic" in got["logbus-x-ab"][1]
+    assert got["%DLQ%g"][0] == K.INVALID_TOPIC_EXCEPTION and "illegal" in got["%DLQ%g"][1]
+    assert got["logbus-x-_2F"][0] == K.INVALID_TOPIC_EXCEPTION  # "/": no logbus topic may be named so
+    again = env.call(create_topics(create("logbus-dlq-g")), version).topics[0]
+    assert (again.name, again.error_code) == ("logbus-dlq-g", admin.TOPIC_ALREADY_EXISTS)
+    [described] = env.call(describe((2, "logbus-x-a_20b", ["retention.ms"])), 4).results
+    assert (described.error_code, described.resource_name) == (K.NONE, "logbus-x-a_20b")
+    resp = env.call(CreatePartitionsRequest(topics=[CP(name="logbus-dlq-g", count=3, assignments=None)],
+                                            timeout_ms=1, validate_only=False), 3)
+    assert [(r.name, r.error_code) for r in resp.results] == [("logbus-dlq-g", K.NONE)]
+    assert len(env.lm.topics["%DLQ%g"].partitions) == 3
+    deleted = env.call(DeleteTopicsRequest(topic_names=["logbus-x-a_20b", "a b"], timeout_ms=1), 4)
+    assert [(r.name, r.error_code) for r in deleted.responses] == [
+        ("logbus-x-a_20b", K.NONE), ("a b", K.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert sorted(env.lm.topics) == ["%DLQ%g"]

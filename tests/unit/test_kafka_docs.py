@@ -1,6 +1,7 @@
 """docs/kafka.md's table of APIs and versions is exactly what ApiVersions advertises:
 handlers.py's own table plus every module of ``protocol.MODULES``, names as kafka-python
-spells them. A new API or version range without its row in the doc fails here."""
+spells them. A new API or version range without its row in the doc fails here. Its table
+of topic names and their Kafka names is what gateway/kafka/names.py gives."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from logbus.gateway.kafka.handlers import KafkaHandlers
+from logbus.gateway.kafka.names import from_kafka, to_kafka
 from logbus.gateway.kafka.protocol import MODULES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "kafka.md"
@@ -48,3 +50,17 @@ def _diff(doc: dict[int, Any], api: dict[int, Any]) -> str:
     lines = [f"key {k}: doc {doc.get(k)} vs advertised {api.get(k)}"
              for k in sorted(set(doc) | set(api)) if doc.get(k) != api.get(k)]
     return "docs/kafka.md 'APIs and versions' is stale:\n" + "\n".join(lines)
+
+
+NAME_ROW = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \|")
+
+
+def test_doc_topic_names_are_what_names_py_gives() -> None:
+    text = DOC.read_text()
+    section = text[text.index("## Topic names"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = [m.groups() for m in map(NAME_ROW.match, section.splitlines()) if m]
+    assert len(rows) >= 5
+    for logbus_name, kafka_name in rows:
+        assert to_kafka(logbus_name) == kafka_name, logbus_name
+        assert from_kafka(kafka_name) == logbus_name, kafka_name

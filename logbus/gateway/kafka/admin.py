@@ -42,6 +42,7 @@ from .codec import Request
 from .configs import topic_entries, topic_settings
 from .errors import INVALID_CONFIG, TOPIC_ALREADY_EXISTS, AdminError  # noqa: F401  (tests name them here)
 from .handlers import HandlerPart, KafkaHandlers
+from .topic_fields import Unmapped
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,8 @@ class KafkaAdmin(HandlerPart):
     def _plan_topic(self, t: Any) -> TopicConfig:
         """The config topic ``t`` would be created with; AdminError or a core error if
         it cannot be."""
+        if isinstance(t.name, Unmapped):
+            raise AdminError(K.INVALID_TOPIC_EXCEPTION, t.name.reason)
         validate_topic_name(t.name)
         if t.name in self._topics():
             raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic {t.name!r} already exists.")

@@ -38,6 +38,7 @@ from ...core.streams.producers import APPEND, DUPLICATE, OUT_OF_ORDER
 from . import errors as K
 from .codec import Chunks, FetchPartition, Request, encode_fetch_response, frame_response
 from .operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
+from .topic_fields import Unmapped, outbound, rename_request, rename_response
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,12 @@ def reserved_header_in(data: bytes, infos: list[B.BatchInfo]) -> InvalidRecord |
         if any(k == ENVELOPE_HEADER for k, _ in record.headers):
             return InvalidRecord(f"record header {ENVELOPE_HEADER!r} is reserved for logbus")
     return None
+
+
+def _kafka_names(answer: Any) -> Any:
+    if answer is None or isinstance(answer, Chunks):  # Chunks: Fetch, named as encoded
+        return answer
+    return rename_response(answer)
 
 
 class KafkaHandlers:
@@ -89,8 +96,14 @@ class KafkaHandlers:
 
     def handle(self, req: Request, advertised: tuple[str, int]) -> Any:
         """The response to ``req`` (an object or a Deferred), or None when the request
-        expects no answer (Produce with acks=0)."""
-        return self._table[req.api_key][4](req, advertised)
+        expects no answer (Produce with acks=0). Handlers see logbus topic names: the
+        request's Kafka names are renamed before, the response's after
+        (topic_fields.py)."""
+        rename_request(req.body)
+        answer = self._table[req.api_key][4](req, advertised)
+        if isinstance(answer, Deferred):
+            return answer.addCallback(_kafka_names)
+        return _kafka_names(answer)
 
     # -- ApiVersions ------------------------------------------------------------------
 
@@ -127,10 +140,11 @@ class KafkaHandlers:
         topics = []
         for name in names:
             topic = lm.topics.get(name)
-            if topic is None and allow_create:
+            unmapped = isinstance(name, Unmapped)
+            if topic is None and allow_create and not unmapped:
                 topic = self._auto_create(name)
             if topic is None:
-                code = K.UNKNOWN_TOPIC_OR_PARTITION if name else K.INVALID_TOPIC_EXCEPTION
+                code = K.INVALID_TOPIC_EXCEPTION if unmapped or not name else K.UNKNOWN_TOPIC_OR_PARTITION
                 topics.append(T(error_code=code, name=name, is_internal=False, partitions=[],
                                 authorized_operations=topic_ops))
                 continue
@@ -171,7 +185,7 @@ class KafkaHandlers:
         slots: list[tuple[str, int]] = []
         for td in body.topic_data:
             topic = lm.topics.get(td.name)
-            if topic is None and self.auto_create_topics:
+            if topic is None and self.auto_create_topics and not isinstance(td.name, Unmapped):
                 topic = self._auto_create(td.name)
             for pd in td.partition_data:
                 slots.append((td.name, pd.index))
@@ -352,7 +366,7 @@ class KafkaHandlers:
                 remaining -= size
                 hw = p.high_watermark
                 parts.append(FetchPartition(fp.partition, K.NONE, hw, hw, p.log_start_offset, spans))
-            topics.append((ft.topic, parts))
+            topics.append((outbound(ft.topic) or ft.topic, parts))
         return encode_fetch_response(req.api_version, req.correlation_id, K.NONE, topics), total
 
     # -- ListOffsets ------------------------------------------------------------------
