@@ -16,7 +16,7 @@ import os
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Sequence
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
@@ -32,7 +32,6 @@ from .errors import (  # noqa: F401  (re-exported)
 )
 from .log import AppendResult, LogManager, Record
 from .log.batch import BatchInfo, now_ms
-from .log.format import ATTR_TRANSACTIONAL
 from .log.topic_config import TopicConfig, validate_topic_name
 from .metrics import Metrics
 from .pressure import (
@@ -42,7 +41,7 @@ from .pressure import (
     ResourceMonitor,
 )
 from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
-from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, Router, vhost_topic
+from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, vhost_topic
 from .state import TOPIC_PREFIX, StateStore, topic_key, vhost_definitions_prefixes
 from .state_pb2 import TopicRecord
 from .streams.groups import GroupCoordinator
@@ -51,37 +50,13 @@ from .message import Message
 from .queues.journal import QueueStore
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pop import Popped, PopGroups, check_delay
-from .queues.service import QueueService
+from .queues.replay import DeadLetterReplay
+from .queues.feed import Feed, VHostFactory, VHostModel
 from .queues.timers import Timers
-from .state_pb2 import TimerRecord
-from .log import batch as B
 from .streams.producers import ProducerRegistry
 
 log = logging.getLogger(__name__)
 
-
-class VHostModel(Protocol):
-    """One vhost's queue model as a protocol declares it (the AMQP gateway's
-    ``gateway/amqp/model/vhost.VHost``): its exchanges, queues and bindings over the
-    queue service. The broker opens one per stored vhost and routes to it."""
-
-    name: str
-    service: QueueService
-    router: Router
-    watches: Callable[[str], bool]
-    appended: Callable[[str, int, int, Message], None]
-    delay: Callable[..., None]
-
-    def load(self) -> None: ...
-    def routes_topic(self, topic: str) -> bool: ...
-    def route_record(self, topic: str, partition: int, offset: int, message: Message) -> bool: ...
-    def route_delayed(self, exchange: str, routing_key: str, topic: str, partition: int, offset: int,
-                      message: Message) -> None: ...
-    def expire(self) -> None: ...
-    def queue_floors(self, floors: dict[tuple[str, int], int]) -> None: ...
-
-
-VHostFactory = Callable[..., VHostModel]
 
 CF_METADATA = "metadata"
 EXCHANGE_TOPIC_SLACK = 1 << 20  # a record's envelope, headers and framing beside its body
@@ -165,6 +140,9 @@ class Broker:
         self.state: StateStore | None = None
         self.producers = ProducerRegistry(None)  # replaced at start, with the store
         self.groups = GroupCoordinator(reactor)  # consumer groups (the Kafka gateway's)
+        self._dlq_replay = DeadLetterReplay(
+            lambda: self._log, self.groups, lambda t, ms, p: self.publish(t, ms, partition=p),
+            lambda g: any(name == g for name, _, _ in self.pop.groups()))
         # Users, vhosts, permissions: made here so gateways can subscribe before start.
         self.access = Access(loopback_users=loopback_users)
         self.default_user, self.default_pass = default_user, default_pass
@@ -229,53 +207,30 @@ class Broker:
         self.access.open(self.state)
         self.access.seed(self.default_user, self.default_pass)
         self.vhosts.clear()
-        self.messages = MessageStore(log_batch_reader(self.log))  # records read back for delays
         self.pop = PopGroups(self.state, self.queue_store, self.timers, MessageStore(log_batch_reader(self.log)),
                              clock=self._clock, dead_letter=self._append_dead_letter, retry=self.pop_retry)
         self.pop.load()
+        self.feed = Feed(self.vhosts, self.pop, self.timers, MessageStore(log_batch_reader(self.log)), self._clock)
         for name in self.access.vhosts:
             self._open_vhost(name)
-        self.timers.arm(self._timers_due)
+        self.timers.arm(self.feed.timers_due)
 
     def _clock(self) -> int:
         return int(self.reactor.seconds() * 1000)
 
-    def _timers_due(self, due: list[tuple[int, TimerRecord]]) -> None:
-        """Timers that are due: retries go back to their queues, delayed messages are
-        routed as their publish would have routed them."""
-        for _, rec in due:
-            if rec.kind == TimerRecord.RETRY:
-                service = self.pop.service if rec.vhost == "" else getattr(self.vhosts.get(rec.vhost), "service", None)
-                if service is not None:
-                    service.retry_due(rec)
-                continue
-            try:
-                message = self.messages.get(rec.topic, rec.partition, rec.offset)
-            except (KeyError, LogbusError) as exc:
-                log.warning("a delayed message at %s/%d offset %d is gone: %s", rec.topic, rec.partition, rec.offset,
-                            exc)
-                continue
-            vhost = self.vhosts.get(rec.vhost) if rec.vhost else None
-            if vhost is not None:
-                vhost.route_delayed(rec.exchange, rec.routing_key, rec.topic, rec.partition, rec.offset, message)
-                self.pop.appended(rec.topic, rec.partition, rec.offset, message)
-            else:
-                self._feed(rec.topic, rec.partition, rec.offset, message)
-
-    def delay(self, topic: str, partition: int, offset: int, due_ms: int, *, vhost: str = "", exchange: str = "",
-              routing_key: str = "") -> None:
-        """Route the record at ``offset`` when ``due_ms`` comes, not now: through
-        ``exchange`` of ``vhost`` (an AMQP publish), else as any record appended to
-        ``topic`` (to the queues bound to the exchange behind it, in every vhost, and to
-        the pop groups reading it)."""
-        self.timers.add(due_ms, TimerRecord(kind=TimerRecord.DELAY, vhost=vhost, exchange=exchange,
-                                            routing_key=routing_key, topic=topic, partition=partition,
-                                            offset=offset))
-
     def _hook(self, vhost: VHostModel) -> None:
         vhost.watches = self.pop.watches
         vhost.appended = self.pop.appended
-        vhost.delay = self.delay
+        vhost.delay = self.feed.delay
+
+    def delay(self, topic: str, partition: int, offset: int, due_ms: int, **where: str) -> None:
+        """Route the record at ``offset`` when ``due_ms`` comes (``Feed.delay``)."""
+        self.feed.delay(topic, partition, offset, due_ms, **where)
+
+    def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[BatchInfo]) -> int:
+        """Kafka-produced batches just appended at ``base``, to the queues that read
+        ``topic`` (``Feed.route_appended``): the append stands whatever happens there."""
+        return self.feed.route_appended(topic, partition, base, data, infos)
 
     def _open_vhost(self, name: str) -> VHostModel | None:
         assert self.log is not None
@@ -561,45 +516,6 @@ class Broker:
         assert d is not None  # without a callback, append returns its Deferred
         return d
 
-    def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[BatchInfo]) -> int:
-        """Kafka-produced batches just appended at ``base``: each record goes to the AMQP
-        queues bound to the exchange behind ``topic``, in every vhost that has one
-        (docs/architecture.md section 4), and to the pop groups reading ``topic``; a
-        record with a deliver-at header (``logbus.deliver_at``, epoch ms, or
-        ``logbus.delay_ms``) gets there when due. Returns how many records reached a
-        queue now. Transactional batches are not routed (docs/interop.md). The append
-        stands whatever happens here: a failure is logged, not raised."""
-        vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
-        pop = self.pop.watches(topic)
-        if not vhosts and not pop:
-            return 0
-        routed = 0
-        now = self._clock()
-        for offset, message in decode_appended(base, data, infos):
-            due = deliver_at(message, now)
-            if due:
-                self.delay(topic, partition, offset, due)
-                continue
-            routed += self._feed(topic, partition, offset, message, vhosts)
-        return routed
-
-    def _feed(self, topic: str, partition: int, offset: int, message: Message,
-              vhosts: list[VHostModel] | None = None) -> int:
-        """A record of ``topic``, visible now, to the queues that read the topic: those
-        bound to the exchange behind it in every vhost, and the pop groups. 1 if it
-        reached an AMQP queue."""
-        if vhosts is None:
-            vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
-        routed = 0
-        for vhost in vhosts:
-            try:
-                routed |= vhost.route_record(topic, partition, offset, message)
-            except Exception:
-                log.exception("routing the record at %s/%d offset %d in vhost %r failed",
-                              topic, partition, offset, vhost.name)
-        self.pop.appended(topic, partition, offset, message)
-        return routed
-
     # -- publish (HTTP) and pop ------------------------------------------------------------
 
     def publish(self, topic: str, messages: Sequence[Message], *, partition: int | None = None) -> Deferred[list[int]]:
@@ -625,9 +541,9 @@ class Broker:
         for i, m in enumerate(messages):
             due = m.envelope.deliver_at_ms
             if due > now:
-                self.delay(topic, partition, base + i, due)
+                self.feed.delay(topic, partition, base + i, due)
             else:
-                self._feed(topic, partition, base + i, m)
+                self.feed.record(topic, partition, base + i, m)
         return d.addCallback(lambda _: list(range(base, base + len(messages))))
 
     def pop_receive(self, group: str, topic: str, member: str, n: int, invisible_ms: int) -> list[Popped]:
@@ -668,44 +584,4 @@ class Broker:
         ``queues.replay.MAX_REPLAY``), as new messages that every queue reading those
         topics gets. Fires with the counts once they are durable and the group's replay
         cursor is committed (core/queues/replay.py)."""
-        from .queues.replay import DeadLetterReplay
-
-        replay: DeadLetterReplay | None = getattr(self, "_dlq_replay", None)
-        if replay is None:
-            replay = self._dlq_replay = DeadLetterReplay(
-                lambda: self._log, self.groups, lambda t, ms, p: self.publish(t, ms, partition=p),
-                lambda g: any(name == g for name, _, _ in self.pop.groups()))
-        return replay.run(group, topic, max)
-
-
-def decode_appended(base: int, data: bytes, infos: list[BatchInfo]) -> list[tuple[int, Message]]:
-    """The records of batches appended at ``base`` as (offset, Message); transactional
-    batches left out."""
-    out = []
-    pos, offset = 0, base
-    for info in infos:
-        if not info.attributes & ATTR_TRANSACTIONAL:
-            for r in B.decode(memoryview(data)[pos : pos + info.size]):
-                message = Message.from_record(B.Record(r.key, r.value, r.timestamp, r.headers))
-                out.append((offset + r.offset - info.base_offset, message))
-        offset += info.last_offset_delta + 1
-        pos += info.size
-    return out
-
-
-DELIVER_AT_HEADER = "logbus.deliver_at"  # epoch ms, decimal text
-DELAY_HEADER = "logbus.delay_ms"  # ms from the append, decimal text
-
-
-def deliver_at(message: Message, now: int) -> int:
-    """When a record appended now should reach queues (0: at once): its envelope's
-    deliver-at time, or a Kafka producer's ``logbus.deliver_at`` / ``logbus.delay_ms``
-    header. A malformed or out-of-range header is ignored (the record is delivered)."""
-    due = message.envelope.deliver_at_ms
-    if not due and message.headers:
-        for name, value in message.headers:
-            if name in (DELIVER_AT_HEADER, DELAY_HEADER) and value is not None and value.isdigit():
-                due = int(value) if name == DELIVER_AT_HEADER else now + int(value)
-                if not 0 <= due - now <= 40 * 86_400_000:
-                    return 0
-    return due if due > now else 0
+        return self._dlq_replay.run(group, topic, max)

@@ -1,0 +1,188 @@
+"""Records appended to a topic reach the queue views that read it: the queues of every
+vhost (through its model's bindings) and the pop groups; at once, or when a deliver-at
+time comes.
+
+Theory of operation. Whoever appends tells the feed: a Kafka produce
+(``route_appended``, records decoded only when some queue reads the topic), an HTTP
+publish (``record`` or ``delay``), and a vhost model's own publishes (it enqueues its
+routed queues itself and hands the pop groups their copy through its hooks). A record
+with a deliver-at time in the future becomes a DELAY timer (``timers.py``); when it is
+due, ``timers_due`` routes it as its publish would have: through the exchange it was
+published to (an AMQP publish), else as any record of its topic. Due RETRY timers go
+back to their queue service. The feed never appends and never raises into the caller:
+an append stands whatever routing does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Callable, Protocol
+
+from ..errors import LogbusError
+from ..log import batch as B
+from ..log.batch import BatchInfo
+from ..log.format import ATTR_TRANSACTIONAL
+from ..message import Message
+from ..routing.router import Router
+from ..state_pb2 import TimerRecord
+from .msgstore import MessageStore
+from .pop import PopGroups
+from .service import QueueService
+from .timers import Timers
+
+log = logging.getLogger(__name__)
+
+
+class VHostModel(Protocol):
+    """One vhost's queue model as a protocol declares it (the AMQP gateway's
+    ``gateway/amqp/model/vhost.VHost``): its exchanges, queues and bindings over the
+    queue service. The broker opens one per stored vhost and routes to it."""
+
+    name: str
+    service: QueueService
+    router: Router
+    watches: Callable[[str], bool]
+    appended: Callable[[str, int, int, Message], None]
+    delay: Callable[..., None]
+
+    def load(self) -> None: ...
+    def routes_topic(self, topic: str) -> bool: ...
+    def route_record(self, topic: str, partition: int, offset: int, message: Message) -> bool: ...
+    def route_delayed(self, exchange: str, routing_key: str, topic: str, partition: int, offset: int,
+                      message: Message) -> None: ...
+    def expire(self) -> None: ...
+    def queue_floors(self, floors: dict[tuple[str, int], int]) -> None: ...
+
+
+VHostFactory = Callable[..., VHostModel]
+
+class Feed:
+    def __init__(self, vhosts: Mapping[str, VHostModel], pop: PopGroups, timers: Timers, messages: MessageStore,
+                 clock: Callable[[], int]) -> None:
+        self.vhosts = vhosts  # the broker's live dict
+        self.pop = pop
+        self.timers = timers
+        self.messages = messages  # delayed records read back from the log
+        self.clock = clock
+
+    def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[BatchInfo]) -> int:
+        """Kafka-produced batches just appended at ``base``: each record goes to the AMQP
+        queues bound to the exchange behind ``topic``, in every vhost that has one
+        (docs/architecture.md section 4), and to the pop groups reading ``topic``; a
+        record with a deliver-at header (``logbus.deliver_at``, epoch ms, or
+        ``logbus.delay_ms``) gets there when due. Returns how many records reached a
+        queue now. Transactional batches are not routed (docs/interop.md). The append
+        stands whatever happens here: a failure is logged, not raised."""
+        vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
+        pop = self.pop.watches(topic)
+        if not vhosts and not pop:
+            return 0
+        routed = 0
+        now = self.clock()
+        for offset, message in decode_appended(base, data, infos):
+            due = deliver_at(message, now)
+            if due:
+                self.delay(topic, partition, offset, due)
+                continue
+            routed += self.record(topic, partition, offset, message, vhosts)
+        return routed
+
+    def _feed(self, topic: str, partition: int, offset: int, message: Message,
+              vhosts: list[VHostModel] | None = None) -> int:
+        """A record of ``topic``, visible now, to the queues that read the topic: those
+        bound to the exchange behind it in every vhost, and the pop groups. 1 if it
+        reached an AMQP queue."""
+        if vhosts is None:
+            vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
+        routed = 0
+        for vhost in vhosts:
+            try:
+                routed |= vhost.route_record(topic, partition, offset, message)
+            except Exception:
+                log.exception("routing the record at %s/%d offset %d in vhost %r failed",
+                              topic, partition, offset, vhost.name)
+        self.pop.appended(topic, partition, offset, message)
+        return routed
+
+    def record(self, topic: str, partition: int, offset: int, message: Message,
+               vhosts: list[VHostModel] | None = None) -> int:
+        """A record of ``topic``, visible now, to the queues that read the topic: those
+        bound to the exchange behind it in every vhost, and the pop groups. 1 if it
+        reached a vhost's queue."""
+        if vhosts is None:
+            vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
+        routed = 0
+        for vhost in vhosts:
+            try:
+                routed |= vhost.route_record(topic, partition, offset, message)
+            except Exception:
+                log.exception("routing the record at %s/%d offset %d in vhost %r failed",
+                              topic, partition, offset, vhost.name)
+        self.pop.appended(topic, partition, offset, message)
+        return routed
+
+    def delay(self, topic: str, partition: int, offset: int, due_ms: int, *, vhost: str = "", exchange: str = "",
+              routing_key: str = "") -> None:
+        """Route the record at ``offset`` when ``due_ms`` comes, not now: through
+        ``exchange`` of ``vhost`` (an AMQP publish), else as any record appended to
+        ``topic`` (to the queues bound to the exchange behind it, in every vhost, and to
+        the pop groups reading it)."""
+        self.timers.add(due_ms, TimerRecord(kind=TimerRecord.DELAY, vhost=vhost, exchange=exchange,
+                                            routing_key=routing_key, topic=topic, partition=partition,
+                                            offset=offset))
+
+    def timers_due(self, due: list[tuple[int, TimerRecord]]) -> None:
+        """Timers that are due: retries go back to their queues, delayed messages are
+        routed as their publish would have routed them."""
+        for _, rec in due:
+            if rec.kind == TimerRecord.RETRY:
+                service = self.pop.service if rec.vhost == "" else getattr(self.vhosts.get(rec.vhost), "service", None)
+                if service is not None:
+                    service.retry_due(rec)
+                continue
+            try:
+                message = self.messages.get(rec.topic, rec.partition, rec.offset)
+            except (KeyError, LogbusError) as exc:
+                log.warning("a delayed message at %s/%d offset %d is gone: %s", rec.topic, rec.partition, rec.offset,
+                            exc)
+                continue
+            vhost = self.vhosts.get(rec.vhost) if rec.vhost else None
+            if vhost is not None:
+                vhost.route_delayed(rec.exchange, rec.routing_key, rec.topic, rec.partition, rec.offset, message)
+                self.pop.appended(rec.topic, rec.partition, rec.offset, message)
+            else:
+                self.record(rec.topic, rec.partition, rec.offset, message)
+
+
+def decode_appended(base: int, data: bytes, infos: list[BatchInfo]) -> list[tuple[int, Message]]:
+    """The records of batches appended at ``base`` as (offset, Message); transactional
+    batches left out."""
+    out = []
+    pos, offset = 0, base
+    for info in infos:
+        if not info.attributes & ATTR_TRANSACTIONAL:
+            for r in B.decode(memoryview(data)[pos : pos + info.size]):
+                message = Message.from_record(B.Record(r.key, r.value, r.timestamp, r.headers))
+                out.append((offset + r.offset - info.base_offset, message))
+        offset += info.last_offset_delta + 1
+        pos += info.size
+    return out
+
+
+DELIVER_AT_HEADER = "logbus.deliver_at"  # epoch ms, decimal text
+DELAY_HEADER = "logbus.delay_ms"  # ms from the append, decimal text
+
+
+def deliver_at(message: Message, now: int) -> int:
+    """When a record appended now should reach queues (0: at once): its envelope's
+    deliver-at time, or a Kafka producer's ``logbus.deliver_at`` / ``logbus.delay_ms``
+    header. A malformed or out-of-range header is ignored (the record is delivered)."""
+    due = message.envelope.deliver_at_ms
+    if not due and message.headers:
+        for name, value in message.headers:
+            if name in (DELIVER_AT_HEADER, DELAY_HEADER) and value is not None and value.isdigit():
+                due = int(value) if name == DELIVER_AT_HEADER else now + int(value)
+                if not 0 <= due - now <= 40 * 86_400_000:
+                    return 0
+    return due if due > now else 0
