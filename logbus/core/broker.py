@@ -553,6 +553,12 @@ class Broker:
         self._log.topic(topic)  # UnknownTopic
         return self.pop.receive(group, topic, member, n, invisible_ms)
 
+    def pop_receive_wait(self, group: str, topic: str, member: str, n: int, invisible_ms: int,
+                         wait_ms: int) -> Deferred[list[Popped]]:
+        """``pop_receive``, waiting up to ``wait_ms`` for a first message (long polling)."""
+        self._log.topic(topic)  # UnknownTopic
+        return self.pop.receive_wait(group, topic, member, n, invisible_ms, wait_ms, self.reactor.callLater)
+
     def pop_ack(self, group: str, topic: str, handle: str) -> None:
         self.pop.ack(group, topic, handle)
 

@@ -9,6 +9,7 @@ lapses take seconds."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any, Iterator
 
@@ -190,3 +191,29 @@ def test_a_delayed_message_reaches_the_group_when_due(server: LogbusServer) -> N
     [m] = wait_for(server, "g", "later", 1)
     assert m["value"] == "soon" and time.monotonic() - sent >= 0.5
     assert json.loads(json.dumps(m))["deliveries"] == 1
+
+
+def test_a_receive_waits_for_the_first_message(server: LogbusServer) -> None:
+    create(server, "poll")
+    receive(server, "g", "poll")
+    done: dict[str, Any] = {}
+
+    def long_poll() -> None:
+        started = time.monotonic()
+        reply = call(server, "POST", "/api/pop/g/poll/receive", {"max": 10, "wait_ms": 5000})
+        done["took"], done["reply"] = time.monotonic() - started, reply
+
+    waiting = threading.Thread(target=long_poll)
+    waiting.start()
+    time.sleep(0.3)
+    publish(server, "poll", ["a", "b"])
+    waiting.join(10)
+    reply = done["reply"]
+    assert reply.status == 200
+    assert [m["value"] for m in reply.json()["messages"]] == ["a", "b"]
+    assert 0.3 <= done["took"] < 3.0
+    started = time.monotonic()
+    empty = call(server, "POST", "/api/pop/g/poll/receive", {"wait_ms": 300})
+    assert empty.json()["messages"] == [] and time.monotonic() - started >= 0.3
+    bad = call(server, "POST", "/api/pop/g/poll/receive", {"wait_ms": 10**6})
+    assert (bad.status, bad.json()["error"]) == (400, "invalid_request")

@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from twisted.internet.defer import Deferred, succeed
+
 from ...retry.policy import MAX_DELAY_MS, POP_DEFAULT, RetryPolicy
 from ..errors import InvalidRequest, UnknownGroup
 from ..log.topic_config import validate_topic_name
@@ -48,6 +50,7 @@ POP_VHOST = ""  # the queue service namespace of pop groups: no user vhost is na
 DLQ_PREFIX = "%DLQ%"
 MAX_INVISIBLE_MS = 12 * 3600 * 1000  # RocketMQ's longest invisible time
 MAX_RECEIVE = 1024  # messages per receive
+MAX_WAIT_MS = 30_000  # the longest a receive waits for a first message
 _SEP = "\x1f"
 _GROUP_RE = re.compile(r"^[^\x00-\x1f/\\%]+$")
 
@@ -191,6 +194,20 @@ class PopGroups:
         return [Popped(format_handle(d), d.entry.topic, d.entry.partition, d.entry.offset, d.entry.deliveries,
                        d.message) for d in got]
 
+    def receive_wait(self, group: str, topic: str, member: str, n: int, invisible_ms: int, wait_ms: int,
+                     call_later: Callable[..., Any]) -> Deferred[list[Popped]]:
+        """``receive``, waiting up to ``wait_ms`` for a first message when none is ready
+        (long polling): fires with what is ready when the first arrives, or empty."""
+        if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or not 0 <= wait_ms <= MAX_WAIT_MS:
+            raise InvalidRequest(f"a receive waits 0 to {MAX_WAIT_MS} ms, not {wait_ms!r}")
+        got = self.receive(group, topic, member, n, invisible_ms)
+        if got or not wait_ms:
+            return succeed(got)
+        waiter = _Waiter(self, self.queue_name(group, topic), member, n, invisible_ms, call_later)
+        self.service.consume(waiter.queue, waiter)
+        waiter.timeout = call_later(wait_ms / 1000.0, waiter.finish)
+        return waiter.done
+
     def _receipt(self, qs: QueueState, handle: Any) -> Receipt:
         r, partition, offset = parse_handle(handle)
         entry = qs.queue.entries.get(r.seq)
@@ -226,6 +243,43 @@ class PopGroups:
         env.delivery_count = entry.deliveries if entry is not None else 0
         copy = Message(original.key, original.value, None, list(original.headers), env)
         self._append_dead(dlq_topic(group), copy)
+
+
+class _Waiter:
+    """A long-polling receive: a push consumer of the group's queue with credit for one
+    batch; it answers with what it got on the reactor turn of its first delivery, or
+    empty when its wait ends."""
+
+    no_ack = False
+
+    def __init__(self, groups: PopGroups, queue: str, member: str, n: int, invisible_ms: int,
+                 call_later: Callable[..., Any]) -> None:
+        self.groups, self.queue, self.owner, self.n = groups, queue, member, n
+        self.tag = f"wait:{member}"
+        self.invisible_ms = invisible_ms
+        self.call_later = call_later
+        self.got: list[Popped] = []
+        self.done: Deferred[list[Popped]] = Deferred()
+        self.timeout: Any = None
+        self.finished = False
+
+    def has_credit(self) -> bool:
+        return not self.finished and len(self.got) < self.n
+
+    def deliver(self, d: Delivery) -> None:
+        if not self.got:
+            self.call_later(0, self.finish)  # the rest of this turn's ready messages first
+        e = d.entry
+        self.got.append(Popped(format_handle(d), e.topic, e.partition, e.offset, e.deliveries, d.message))
+
+    def finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.groups.service.cancel(self.queue, self)
+        if self.timeout is not None and self.timeout.active():
+            self.timeout.cancel()
+        self.done.callback(self.got)
 
 
 def check_delay(ms: Any) -> int:

@@ -2,7 +2,7 @@
 
     GET  /api/pop                                   200 [{"group", "topic", "ready", "invisible"}, ...]
     POST /api/pop/<group>/<topic>/receive           200 {"messages": [...]}
-         body {"max": 32, "invisible_ms": 30000, "member": "worker-1"}
+         body {"max": 32, "invisible_ms": 30000, "member": "worker-1", "wait_ms": 20000}
     POST /api/pop/<group>/<topic>/ack               200 {"acked": n, "failed": [...]}
          body {"handles": ["<handle>", ...]}        (or {"handle": "<handle>"}: 204)
     POST /api/pop/<group>/<topic>/nack              as ack: the messages come back after the backoff
@@ -30,6 +30,7 @@ from twisted.web import resource, server
 
 from ...core.errors import LogbusError
 from ...core.message import Message
+from ...core.queues.pop import Popped
 from .request import json_object, read_json, request_body
 from .resource import ApiResource, NotFound
 from .responses import HttpError, Response, status_for
@@ -98,8 +99,8 @@ class PopAction(ApiResource):
         super().__init__()
         self.broker, self.group, self.topic, self.action = broker, group, topic, action
 
-    def handle_POST(self, request: server.Request) -> Response:
-        response: Response = self.action(self, read_json(request))
+    def handle_POST(self, request: server.Request) -> Response | Deferred[Response]:
+        response: Response | Deferred[Response] = self.action(self, read_json(request))
         return response
 
 
@@ -120,14 +121,20 @@ class DlqReplay(ApiResource):
         return d.addCallback(lambda result: Response.json(200, result))
 
 
-def _receive(a: PopAction, body: Any) -> Response:
-    b = json_object(body, ("max", "invisible_ms", "member"))
+def _receive(a: PopAction, body: Any) -> Response | Deferred[Response]:
+    b = json_object(body, ("max", "invisible_ms", "member", "wait_ms"))
     n = b.get("max", 1)
     invisible = b.get("invisible_ms", DEFAULT_INVISIBLE_MS)
     member = b.get("member", "")
     if not isinstance(member, str):
         raise HttpError(400, "invalid_request", "member must be a string")
-    got = a.broker.pop_receive(a.group, a.topic, member, n, invisible)
+    wait = b.get("wait_ms", 0)
+    if wait:
+        return a.broker.pop_receive_wait(a.group, a.topic, member, n, invisible, wait).addCallback(_received)
+    return _received(a.broker.pop_receive(a.group, a.topic, member, n, invisible))
+
+
+def _received(got: list[Popped]) -> Response:
     return Response.json(200, {"messages": [
         {"handle": p.handle, "topic": p.topic, "partition": p.partition, "offset": p.offset,
          "deliveries": p.deliveries, **message_json(p.message)} for p in got]})
