@@ -217,3 +217,12 @@ def test_a_receive_waits_for_the_first_message(server: LogbusServer) -> None:
     assert empty.json()["messages"] == [] and time.monotonic() - started >= 0.3
     bad = call(server, "POST", "/api/pop/g/poll/receive", {"wait_ms": 10**6})
     assert (bad.status, bad.json()["error"]) == (400, "invalid_request")
+
+
+def test_a_message_with_a_ttl_expires_in_the_group(server: LogbusServer) -> None:
+    create(server, "fleeting")
+    receive(server, "g", "fleeting")
+    call(server, "POST", "/api/topics/fleeting/messages",
+         {"messages": [{"value": "gone", "ttl_ms": 200}, {"value": "kept"}]})
+    time.sleep(0.4)
+    assert [m["value"] for m in receive(server, "g", "fleeting")] == ["kept"]

@@ -178,11 +178,14 @@ class QueueService:
                 now: int | None = None, dispatch: bool = True, expires_ms: int = 0) -> bool:
         """Give each queue of ``names`` an entry for the record at ``offset``; True when a
         queue refused it (overflow reject-publish). ``dispatch`` False: the caller
-        dispatches the queues. ``expires_ms``: the message's own expiry (0: none)."""
+        dispatches the queues. ``expires_ms``: the message's own expiry as its gateway
+        reads it (AMQP's expiration), else the envelope's ``expires_at_ms`` (0: none)."""
         if now is None:
             now = self.clock()
         env = message.envelope
         priority = env.priority if env.HasField("priority") else 0
+        if env.expires_at_ms and (not expires_ms or env.expires_at_ms < expires_ms):
+            expires_ms = env.expires_at_ms
         size = len(message.value or b"")
         refs = 0
         refused: list[QueueState] = []

@@ -12,8 +12,9 @@
                                       "delay_ms": 5000}], "partition": 0}
 
 A published message takes ``key`` and ``value`` as UTF-8 text (or ``key_base64`` /
-``value_base64``), ``headers`` as a JSON object of strings, and ``delay_ms`` or
-``deliver_at`` (epoch ms) to reach queues and pop groups later (any delay up to 40
+``value_base64``), ``headers`` as a JSON object of strings, ``ttl_ms`` (dead in queues
+after that long), and ``delay_ms`` or ``deliver_at`` (epoch ms) to reach queues and pop
+groups later (any delay up to 40
 days; Kafka consumers see the record at once). Without ``partition`` the first
 message's key picks it. The answer comes once the append is durable under the topic's
 flush policy.
@@ -40,6 +41,7 @@ from twisted.web import resource, server
 from ...core.envelope_pb2 import Envelope
 from ...core.message import Message
 from ...core.queues.pop import check_delay
+from ...retry.policy import MAX_DELAY_MS
 
 from .request import json_object, read_json
 from .resource import ApiResource
@@ -129,7 +131,7 @@ class TopicMessages(Topic):
 
 
 MAX_PUBLISH = 1000
-MESSAGE_FIELDS = ("key", "value", "key_base64", "value_base64", "headers", "delay_ms", "deliver_at")
+MESSAGE_FIELDS = ("key", "value", "key_base64", "value_base64", "headers", "delay_ms", "deliver_at", "ttl_ms")
 
 
 def _bytes(m: dict[str, Any], name: str) -> bytes | None:
@@ -163,6 +165,11 @@ def parse_message(raw: Any, now_ms: int) -> Message:
         if not isinstance(at, int) or isinstance(at, bool):
             raise HttpError(400, "invalid_request", "deliver_at must be an integer (epoch ms)")
         message.envelope.deliver_at_ms = now_ms + check_delay(max(0, at - now_ms))
+    if "ttl_ms" in m:  # counted from when it reaches the queues
+        ttl = m["ttl_ms"]
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or not 1 <= ttl <= MAX_DELAY_MS:
+            raise HttpError(400, "invalid_request", f"ttl_ms must be an integer from 1 to {MAX_DELAY_MS}")
+        message.envelope.expires_at_ms = (message.envelope.deliver_at_ms or now_ms) + ttl
     return message
 
 
