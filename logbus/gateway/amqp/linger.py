@@ -11,9 +11,9 @@ without credit (its prefetch full, or a backlog ahead of the message) is busy wi
 has, so a throughput publisher behind a slower consumer still lingers.
 
 How long (:class:`LingerTuner`, decision 0010). The read linger (protocol.py, decision
-0008) pauses reading a connection after a read
-that held several publishes or acks, so the next read takes more at once. The longer the
-pause, the fewer wake-ups per message, as long as the client goes on sending during it.
+0008) pauses reading a connection after a read that held several publishes or acks, so
+the next read takes more at once. The longer the pause, the fewer wake-ups per message,
+as long as the client goes on sending during it.
 A client bound by its *rate* (its own CPU, a confirm window or a prefetch far larger than
 what one pause lets through) sends more the longer we wait. A client bound by its
 *window* (2 unconfirmed publishes, prefetch 2) sends its window and then waits for us:

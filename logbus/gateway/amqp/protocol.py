@@ -50,7 +50,6 @@ from .linger import LingerTuner, lingers
 log = logging.getLogger(__name__)
 
 
-
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback

@@ -10,8 +10,9 @@ machine, which decides what the client is told.
 
 Output is gathered per reactor turn (``core.tick``) and written at its end as one send,
 in the order it was produced, except deliveries a publish handed at once to a waiting
-consumer: those are written right after the read (``Prompt``). The transport's back-pressure (``pause_writing``,
-``resume_writing``) stops feeding consumers without acks until the socket drains.
+consumer: those are written right after the read (``Prompt``). The transport's
+back-pressure (``pause_writing``, ``resume_writing``) stops feeding consumers without
+acks until the socket drains.
 """
 
 from __future__ import annotations
