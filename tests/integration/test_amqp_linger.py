@@ -1,7 +1,9 @@
 """The AMQP read linger (gateway/amqp/protocol.py, decision 0008) against real clients:
 a pipelining publisher is read in pauses and loses nothing; a client that waits for
 each confirm is never paused; a client with a window of two keeps the shortest pause
-(gateway/amqp/linger.py); ``--amqp-read-linger-ms 0`` turns it off. The pauses are
+(gateway/amqp/linger.py); a publisher whose messages go at once to a consumer with
+credit is never paused, one ahead of a consumer without credit is (decision 0012);
+``--amqp-read-linger-ms 0`` turns it off. The pauses are
 counted by ``logbus_amqp_read_lingers_total`` and their lengths summed in
 ``logbus_amqp_read_linger_seconds_total``; no test asserts how long anything took."""
 
@@ -139,3 +141,56 @@ def test_the_linger_stays_fixed_when_its_longest_is_its_shortest(
     assert len(run(publish_pipelined(server, "linger-fixed"))) == PIPELINED
     assert lingers(server) > 0
     assert abs(mean_linger_ms(server) - 1.0) < 1e-6
+
+
+async def publish_to_a_consumer(server: LogbusServer, queue_name: str, prefetch: int) -> tuple[list[bytes], float]:
+    """A consumer with ``prefetch`` (on its own connection, acking only at the end, so
+    its acks are one read of one ack), then PIPELINED publishes in flight at once with
+    confirms. Returns what the consumer got and the pauses counted while publishing."""
+    host, port = server.host_port("amqp")
+    url = f"amqp://guest:guest@{host}:{port}/"
+    consumer = await aio_pika.connect(url)
+    publisher = await aio_pika.connect(url)
+    async with consumer, publisher:
+        cch = await consumer.channel()
+        await cch.set_qos(prefetch_count=prefetch)
+        queue = await cch.declare_queue(queue_name, durable=True)
+        got: list[aio_pika.abc.AbstractIncomingMessage] = []
+        done = asyncio.get_running_loop().create_future()
+
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            got.append(message)
+            if len(got) == min(prefetch, PIPELINED) and not done.done():
+                done.set_result(None)
+
+        await queue.consume(on_message)
+        pch = await publisher.channel(publisher_confirms=True)
+        await asyncio.gather(*(pch.default_exchange.publish(
+            aio_pika.Message(str(i).encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+            routing_key=queue_name) for i in range(PIPELINED)))
+        paused = lingers(server)
+        await asyncio.wait_for(done, 30)
+        bodies = [m.body for m in got]
+        await got[-1].ack(multiple=True)
+        await queue.purge()
+        return bodies, paused
+
+
+def test_a_publisher_feeding_a_consumer_with_credit_is_never_paused(
+        logbus_server: Callable[..., LogbusServer]) -> None:
+    """Every publish goes at once to a consumer with room for all of them: a pause would
+    only keep the next ones from it (decision 0012)."""
+    server = logbus_server()
+    got, paused = run(publish_to_a_consumer(server, "linger-fed", PIPELINED))
+    assert got == [str(i).encode() for i in range(PIPELINED)]
+    assert paused == 0
+
+
+def test_a_publisher_ahead_of_a_consumer_without_credit_is_paused(
+        logbus_server: Callable[..., LogbusServer]) -> None:
+    """The consumer's prefetch of 1 is taken by the first message and never freed while
+    the rest arrive: nobody waits for them, so the publisher is read in pauses."""
+    server = logbus_server()
+    got, paused = run(publish_to_a_consumer(server, "linger-no-credit", 1))
+    assert got == [b"0"]
+    assert paused > 0

@@ -321,8 +321,15 @@ class Channel:
         if parts is None:  # the first delivery of this message (fanout: the others reuse it)
             env = m.envelope
             parts = m.amqp_wire = deliver_parts(env.exchange, env.routing_key, _props(d), m.value or b"")
-        self.conn.send(encode_deliver_parts(self.number, c.tag_raw, tag, d.entry.deliveries > 1, parts,
-                                            m.value or b"", self.conn.frame_max))
+        conn = self.conn
+        conn.send(encode_deliver_parts(self.number, c.tag_raw, tag, d.entry.deliveries > 1, parts,
+                                       m.value or b"", conn.frame_max))
+        prompt = conn.prompt
+        if prompt.active:  # a publish being handled reached a consumer with credit
+            prompt.deliveries += 1
+            if not conn.prompt_due:
+                conn.prompt_due = True
+                prompt.sessions.append(conn)
 
     def _owned(self, queue: str, class_id: int, method_id: int) -> None:
         """RESOURCE_LOCKED for another connection's exclusive queue."""

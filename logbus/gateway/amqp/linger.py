@@ -1,8 +1,19 @@
-"""How long to linger after a pipelined read: a per-connection hill climber (sans-I/O).
+"""Whether to linger after a read, and how long: a rule and a per-connection hill climber
+(sans-I/O).
 
-The read linger (protocol.py, decision 0008) pauses reading a connection after a read
-that held several publishes or acks, so the next read takes more at once. The longer the
-pause, the fewer wake-ups per message, as long as the client goes on sending during it.
+Whether (:func:`lingers`, decision 0012). A read lingers when it held at least
+:data:`MIN_MESSAGES` publishes or acks (a client that pipelines: one waiting for each
+reply sends one at a time), less than :data:`MAX_BYTES` (a read that filled Twisted's
+buffer has more waiting: read on at once), and none of its publishes was handed at once
+to a consumer with credit. Such a consumer is waiting for the next message, and the
+pause would hold that message in the socket: delivering now beats lingering. A consumer
+without credit (its prefetch full, or a backlog ahead of the message) is busy with what it
+has, so a throughput publisher behind a slower consumer still lingers.
+
+How long (:class:`LingerTuner`, decision 0010). The read linger (protocol.py, decision
+0008) pauses reading a connection after a read that held several publishes or acks, so
+the next read takes more at once. The longer the pause, the fewer wake-ups per message,
+as long as the client goes on sending during it.
 A client bound by its *rate* (its own CPU, a confirm window or a prefetch far larger than
 what one pause lets through) sends more the longer we wait. A client bound by its
 *window* (2 unconfirmed publishes, prefetch 2) sends its window and then waits for us:
@@ -29,9 +40,17 @@ rest at the base. A rate-bound client climbs to ``top`` in a few windows.
 
 from __future__ import annotations
 
+MIN_MESSAGES = 2  # a read with at least this many publishes or acks is pipelined
+MAX_BYTES = 65536  # a read this large filled Twisted's read buffer: read on at once
 WINDOW = 8  # lingered reads per measurement
 GAIN = 1.3  # a doubled linger must bring this many times as many messages per read
 HOLD = 16  # measurements to stay at a level after a probe that went back
+
+
+def lingers(messages: int, size: int, fed: bool) -> bool:
+    """Pause reading after a read of ``size`` bytes that completed ``messages`` publishes
+    and settlements, ``fed`` when its publishes were delivered at once to a consumer?"""
+    return messages >= MIN_MESSAGES and size < MAX_BYTES and not fed
 
 
 class LingerTuner:

@@ -17,7 +17,13 @@ not waiting for a reply to go on sending. After such a read the socket is left a
 for ``read_linger`` seconds, so the next read takes what arrived meanwhile in one go:
 one wake-up, one log write, one fdatasync and one RocksDB commit for many messages,
 instead of one each per few. A read with one (a client waiting for each confirm,
-an RPC) never lingers, so it costs such a client no latency. How long to linger is
+an RPC) never lingers, so it costs such a client no latency. Nor does a read whose
+publishes went at once to a consumer with credit (decision 0012): that consumer waits
+for the next message, and the pause would keep it in the socket. Those deliveries are
+also written right after the read (``session.Prompt``), not at the end of the turn,
+whose log drain may first fdatasync: a delivery never waits for durability, only a
+confirm does. So a message for a waiting consumer waits at most for an fdatasync
+already in progress when it arrives, never for a linger. How long to linger is
 chosen per connection by linger.py, between ``read_linger`` and ``read_linger_max``:
 longer while the client goes on sending during the pause, the shortest when it only
 waits for us (a small confirm window or prefetch).
@@ -38,13 +44,10 @@ from twisted.python.failure import Failure
 from ...core.access.auth import AccessChange
 from ...core.broker import Broker
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
-from .session import Session, blocked_reason
-from .linger import LingerTuner
+from .session import Prompt, Session, blocked_reason
+from .linger import LingerTuner, lingers
 
 log = logging.getLogger(__name__)
-
-LINGER_MIN_MESSAGES = 2  # a read with at least this many publishes or acks is pipelined
-LINGER_MAX_BYTES = 65536  # a read this large filled Twisted's read buffer: read on at once
 
 
 def _loopback(host: str) -> bool:
@@ -99,7 +102,7 @@ class AmqpProtocol(Protocol):
         self.conn = Session(self.factory.broker.vhosts, self.factory.broker.access, send=direct_writer(t),
                             close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
                             peer_is_loopback=_loopback(host), peer=f"{host}:{getattr(peer, 'port', '')}",
-                            max_message_size=self.factory.max_message_size)
+                            max_message_size=self.factory.max_message_size, prompt=self.factory.prompt)
         t.registerProducer(self, True)
         self.factory.connections.add(self)
         if self.factory.alarm is not None:
@@ -113,9 +116,11 @@ class AmqpProtocol(Protocol):
             log.exception("amqp connection failed")
             cast(Any, self.transport).abortConnection()
             return
+        prompt = self.factory.prompt
+        if prompt.sessions:  # this read's publishes reached consumers with credit
+            prompt.send_now()
         tuner = self._tuner
-        if tuner is not None and streamed >= LINGER_MIN_MESSAGES and len(data) < LINGER_MAX_BYTES \
-                and not self._lingering:
+        if tuner is not None and not self._lingering and lingers(streamed, len(data), self.conn.fed):
             tuner.lingered(streamed)  # what the last pause brought; may change the next
             linger = tuner.linger
             self._lingering = True
@@ -168,6 +173,7 @@ class AmqpFactory(Factory):
         self.lingers = broker.metrics.amqp_read_lingers
         self.linger_seconds = broker.metrics.amqp_read_linger_seconds
         self.connections: set[AmqpProtocol] = set()
+        self.prompt = Prompt()  # consumers fed by the read being handled
         self.alarm = blocked_reason(broker.pressure.alarms)  # Connection.Blocked's reason
         broker.pressure.subscribe(self._alarms_changed)
         broker.access.subscribe(self._access_changed)

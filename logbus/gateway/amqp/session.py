@@ -9,8 +9,10 @@ Channel; a channel or connection exception that the Channel raises goes back to 
 machine, which decides what the client is told.
 
 Output is gathered per reactor turn (``core.tick``) and written at its end as one send,
-in the order it was produced. The transport's back-pressure (``pause_writing``,
-``resume_writing``) stops feeding consumers without acks until the socket drains.
+in the order it was produced, except deliveries a publish handed at once to a waiting
+consumer: those are written right after the read (``Prompt``). The transport's
+back-pressure (``pause_writing``, ``resume_writing``) stops feeding consumers without
+acks until the socket drains.
 """
 
 from __future__ import annotations
@@ -58,12 +60,34 @@ def blocked_reason(alarms: frozenset[str]) -> str | None:
     return " & ".join(BLOCKED_REASONS[name] for name in RESOURCES if name in alarms) or None
 
 
+class Prompt:
+    """Consumers fed by a publish, shared by a gateway's sessions: while a read's publishes
+    are handled (``active``), every delivery is counted and its session listed once. The
+    reading connection then knows a consumer was waiting for what it read, and the
+    shell sends those sessions' output at once, ahead of the end of the turn (whose log
+    drain may fdatasync first: a delivery does not wait for durability, only a confirm)."""
+
+    __slots__ = ("active", "deliveries", "sessions")
+
+    def __init__(self) -> None:
+        self.active = False
+        self.deliveries = 0
+        self.sessions: list[Session] = []
+
+    def send_now(self) -> None:
+        """Write the listed sessions' output now."""
+        sessions, self.sessions = self.sessions, []
+        for s in sessions:
+            s.prompt_due = False
+            s.flush()
+
+
 class Session:
     def __init__(self, vhosts: Mapping[str, VHost], access: Access, *, send: Callable[[bytes], None],
                  close: Callable[[], None], reading: Callable[[bool], None], reactor: Any,
                  peer_is_loopback: bool, peer: str = "",
                  heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, prompt: Prompt | None = None) -> None:
         self.machine = Connection(peer=peer, heartbeat=heartbeat, frame_max=frame_max,
                                   max_message_size=max_message_size)
         self.vhosts = vhosts  # the broker's own dict: vhosts created later are found
@@ -84,6 +108,9 @@ class Session:
         self._received = self._sent = 0.0
         self._paused = False
         self._out: list[bytes] = []  # frames of this turn, written at its end as one send
+        self.prompt = Prompt() if prompt is None else prompt
+        self.prompt_due = False  # listed in prompt.sessions
+        self.fed = False  # the last read's publishes were delivered to a consumer at once
         self.tick = tick_of(reactor)
         self._carry_out: dict[type, Callable[[Any], None]] = {
             SendBytes: self._send_bytes, Authenticate: self._authenticate, OpenVHost: self._open_vhost,
@@ -138,6 +165,7 @@ class Session:
         """Handle the bytes; returns how many publishes, acks, nacks and rejects they
         completed, so the shell can tell a pipelining client from one waiting for each
         reply."""
+        self.fed = False
         if not self.open:
             return 0
         self._received = self.reactor.seconds()
@@ -161,11 +189,11 @@ class Session:
                 if t is list:
                     run: Any = r
                     if type(run[0]) is Publish:
-                        channels[run[0].channel].publish_many(run)
+                        self._publish(channels[run[0].channel].publish_many, run)
                     else:
                         channels[run[0].channel].ack_many(run)
                 elif t is Publish:
-                    channels[r.channel].publish(r)  # type: ignore[union-attr,arg-type]
+                    self._publish(channels[r.channel].publish, r)  # type: ignore[union-attr]
                 elif t is Ack or t is Nack or t is Reject:
                     channels[r.channel].settle(r)  # type: ignore[union-attr,arg-type]
                 elif t is MethodReceived:
@@ -176,6 +204,18 @@ class Session:
                 machine.channel_error(e)
             except AMQPConnectionError as e:
                 machine.connection_error(e)
+
+    def _publish(self, publish: Callable[[Any], None], what: Any) -> None:
+        """``publish(what)``, noting whether it fed a consumer (``fed``)."""
+        prompt = self.prompt
+        before = prompt.deliveries
+        prompt.active = True
+        try:
+            publish(what)
+        finally:
+            prompt.active = False
+            if prompt.deliveries != before:
+                self.fed = True
 
     # -- requests ----------------------------------------------------------------------------------
 
