@@ -291,6 +291,10 @@ class Broker:
             self.access.forget_vhost(name, b)
         log.info("deleted vhost %r (its log topics are kept)", name)
 
+    def vhost(self, name: str) -> VHostModel | None:
+        """The open vhost ``name``'s model (the AMQP room's ``VHost``), None if none."""
+        return self.vhosts.get(name)
+
     def list_vhosts(self) -> list[VHostInfo]:
         return [self.access.vhosts[n] for n in sorted(self.access.vhosts)]
 

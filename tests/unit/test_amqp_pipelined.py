@@ -34,7 +34,7 @@ class Client:
     def __init__(self, broker: Broker, loop: LoopReactor, user: str = "guest", password: str = "guest") -> None:
         self.loop = loop
         self.out: list[bytes] = []
-        self.conn = Session(broker.vhosts, broker.access, send=self.out.append, close=lambda: None,
+        self.conn = Session(broker.vhost, broker.access, send=self.out.append, close=lambda: None,
                             reading=lambda on: None, reactor=loop, peer_is_loopback=True, peer="test")
         self.feed(HEADER, frame.marshal(C.Connection.StartOk({}, "PLAIN", f"\0{user}\0{password}"), 0),
                   frame.marshal(C.Connection.TuneOk(2047, 131072, 0), 0),

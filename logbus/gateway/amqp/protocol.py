@@ -99,7 +99,7 @@ class AmqpProtocol(Protocol):
             t.setTcpNoDelay(True)
         peer = t.getPeer()
         host = getattr(peer, "host", "")
-        self.conn = Session(self.factory.broker.vhosts, self.factory.broker.access, send=direct_writer(t),
+        self.conn = Session(self.factory.broker.vhost, self.factory.broker.access, send=direct_writer(t),
                             close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
                             peer_is_loopback=_loopback(host), peer=f"{host}:{getattr(peer, 'port', '')}",
                             max_message_size=self.factory.max_message_size, prompt=self.factory.prompt)

@@ -83,14 +83,14 @@ class Prompt:
 
 
 class Session:
-    def __init__(self, vhosts: Mapping[str, VHost], access: Access, *, send: Callable[[bytes], None],
+    def __init__(self, vhosts: Callable[[str], VHost | None], access: Access, *, send: Callable[[bytes], None],
                  close: Callable[[], None], reading: Callable[[bool], None], reactor: Any,
                  peer_is_loopback: bool, peer: str = "",
                  heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, prompt: Prompt | None = None) -> None:
         self.machine = Connection(peer=peer, heartbeat=heartbeat, frame_max=frame_max,
                                   max_message_size=max_message_size)
-        self.vhosts = vhosts  # the broker's own dict: vhosts created later are found
+        self.vhosts = vhosts  # name -> the vhost's model, None: none (Broker.vhost)
         self.access = access
         self._send = send
         self._close = close
@@ -233,7 +233,7 @@ class Session:
             self.machine.authenticated(r.user)
 
     def _open_vhost(self, r: OpenVHost) -> None:
-        vhost = self.vhosts.get(r.name)
+        vhost = self.vhosts(r.name)
         if vhost is None:
             self.machine.vhost_refused(VHostFailure.NOT_FOUND)
         elif self.access.permission(r.user, vhost.name) is None:
