@@ -88,23 +88,6 @@ class Feed:
             routed += self.record(topic, partition, offset, message, vhosts)
         return routed
 
-    def _feed(self, topic: str, partition: int, offset: int, message: Message,
-              vhosts: list[VHostModel] | None = None) -> int:
-        """A record of ``topic``, visible now, to the queues that read the topic: those
-        bound to the exchange behind it in every vhost, and the pop groups. 1 if it
-        reached an AMQP queue."""
-        if vhosts is None:
-            vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
-        routed = 0
-        for vhost in vhosts:
-            try:
-                routed |= vhost.route_record(topic, partition, offset, message)
-            except Exception:
-                log.exception("routing the record at %s/%d offset %d in vhost %r failed",
-                              topic, partition, offset, vhost.name)
-        self.pop.appended(topic, partition, offset, message)
-        return routed
-
     def record(self, topic: str, partition: int, offset: int, message: Message,
                vhosts: list[VHostModel] | None = None) -> int:
         """A record of ``topic``, visible now, to the queues that read the topic: those
