@@ -56,6 +56,27 @@ class StorageError(LogbusError):
     retriable = True
 
 
+class InvalidRecord(LogbusError):
+    """A produced record the broker refuses as it stands (one carrying the envelope
+    header reserved for logbus)."""
+
+    code = "invalid_record"
+
+
+class OutOfOrderSequence(LogbusError):
+    """An idempotent producer's batch whose first sequence does not follow its last one
+    on that partition (a gap: an earlier batch was lost)."""
+
+    code = "out_of_order_sequence"
+
+
+class ProducerFenced(LogbusError):
+    """An idempotent producer's batch under an older epoch than the producer's current
+    one (a zombie producer)."""
+
+    code = "producer_fenced"
+
+
 class InvalidRequest(LogbusError):
     """A request's arguments are out of range or malformed (a bad receipt handle, a
     negative invisible time, a delay past 40 days)."""

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 from twisted.internet import tcp
 
-from ..core.log.partition import FileSpan
+from ..core.types import FileSpan
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from logbus.core.broker import Broker
 from logbus.gateway.kafka.errors import group_error
 from logbus.core.streams.groups import (
     TRANSITIONS,
@@ -577,14 +577,33 @@ def test_random_clients_keep_the_invariants(ops: list[tuple[str, int, float]]) -
 # -- the Kafka gateway's group APIs, every registered version, in memory ----------------
 
 
+class GroupsBroker:
+    """The broker's group methods (the real ones) over a coordinator, with no log: topic
+    "t" has 2 partitions."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.groups = GroupCoordinator(clock)
+
+    def partition_count(self, topic: str) -> int | None:
+        return 2 if topic == "t" else None
+
+    join_group = Broker.join_group
+    sync_group = Broker.sync_group
+    heartbeat = Broker.heartbeat
+    leave_group = Broker.leave_group
+    commit_offsets = Broker.commit_offsets
+    fetch_offsets = Broker.fetch_offsets
+    list_groups = Broker.list_groups
+    describe_group = Broker.describe_group
+    delete_group = Broker.delete_group
+
+
 def gateway() -> tuple[Any, Clock]:
     from logbus.gateway.kafka import groups as kafka_groups
     from logbus.gateway.kafka.handlers import KafkaHandlers
 
     clock = Clock()
-    broker = SimpleNamespace(state=None, groups=GroupCoordinator(clock),
-                             log=SimpleNamespace(topics={"t": SimpleNamespace(partitions=[0, 1])}))
-    handlers = KafkaHandlers(broker, clock)  # type: ignore[arg-type]
+    handlers = KafkaHandlers(GroupsBroker(clock), clock)  # type: ignore[arg-type]
     kafka_groups.install(handlers)
     kafka_groups.install(handlers)  # idempotent: one coordinator per handlers
     return handlers, clock

@@ -18,7 +18,7 @@ acks until the socket drains.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from pamqp import base

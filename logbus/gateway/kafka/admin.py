@@ -36,7 +36,7 @@ from kafka.protocol.admin import (
 )
 
 from ...core.errors import LogbusError, UnknownTopic
-from ...core.log.topic_config import TopicConfig, validate_topic_name
+from ...core.types import TopicConfig, validate_topic_name
 from . import errors as K
 from .codec import Request
 from .configs import topic_entries, topic_settings
@@ -124,7 +124,7 @@ class KafkaAdmin(HandlerPart):
         if isinstance(t.name, Unmapped):
             raise AdminError(K.INVALID_TOPIC_EXCEPTION, t.name.reason)
         validate_topic_name(t.name)
-        if t.name in self._topics():
+        if self.broker.partition_count(t.name) is not None:
             raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic {t.name!r} already exists.")
         node = self.handlers.node_id
         partitions = t.num_partitions
@@ -174,7 +174,7 @@ class KafkaAdmin(HandlerPart):
             try:
                 if repeated:
                     raise _repeated(name)
-                if name not in self._topics():
+                if self.broker.partition_count(name) is None:
                     raise UnknownTopic(f"This server does not host topic {name!r}.")
                 self.broker.delete_topic(name)
             except (LogbusError, AdminError, OSError) as e:
@@ -205,10 +205,9 @@ class KafkaAdmin(HandlerPart):
         return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
     def _plan_growth(self, t: Any) -> TopicConfig:
-        topic = self._topics().get(t.name)
-        if topic is None:
+        current = self.broker.partition_count(t.name)
+        if current is None:
             raise UnknownTopic(f"The topic {t.name!r} does not exist.")
-        current = len(topic.partitions)
         if t.count <= current:
             raise AdminError(INVALID_PARTITIONS, f"Topic currently has {current} partitions, "
                                                  f"which is {'equal to' if t.count == current else 'higher than'} "
@@ -225,7 +224,7 @@ class KafkaAdmin(HandlerPart):
                 if list(a.broker_ids) != [node]:
                     raise AdminError(INVALID_REPLICA_ASSIGNMENT,
                                      f"assignment {list(a.broker_ids)}: logbus has one broker, node {node}")
-        config: TopicConfig = replace(topic.config, partitions=t.count)
+        config: TopicConfig = replace(self.broker.topic_config(t.name), partitions=t.count)
         return config
 
 def install(handlers: KafkaHandlers) -> None:

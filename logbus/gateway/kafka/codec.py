@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ...core.log.partition import FileSpan  # (path, position, size) of stored batches
+from ...core.types import FileSpan  # (path, position, size) of stored batches
 
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 _SIZE = struct.Struct(">i")

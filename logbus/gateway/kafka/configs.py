@@ -44,7 +44,7 @@ from kafka.protocol.admin import (
 )
 
 from ...core.errors import LogbusError, UnknownTopic
-from ...core.log.topic_config import TopicConfig
+from ...core.types import TopicConfig
 from . import errors as K
 from .codec import Request
 from .errors import AdminError
@@ -267,10 +267,9 @@ class KafkaConfigs(HandlerPart):
     def _entries(self, resource_type: int, name: str) -> list[ConfigEntry]:
         defaults = self.broker.topic_defaults
         if resource_type == RESOURCE_TOPIC:
-            topic = self._topics().get(name)
-            if topic is None:
+            if self.broker.partition_count(name) is None:
                 raise UnknownTopic(f"Topic {name!r} does not exist.")
-            return topic_entries(topic.config, defaults)
+            return topic_entries(self.broker.topic_config(name), defaults)
         if resource_type == RESOURCE_BROKER:
             node = self.handlers.node_id
             if name not in ("", str(node)):
@@ -304,7 +303,7 @@ class KafkaConfigs(HandlerPart):
         """One resource's result fields."""
         try:
             if resource_type == RESOURCE_TOPIC:
-                if name not in self._topics():
+                if self.broker.partition_count(name) is None:
                     raise UnknownTopic(f"Topic {name!r} does not exist.")
                 self.broker.alter_topic(name, settings(), validate_only=validate_only)
             elif resource_type == RESOURCE_BROKER:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from ...core import errors as E
-from ...core.streams.group_model import Code
+from ...core.types import Code
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,9 @@ _BY_CODE = {
     E.CorruptBatch.code: CORRUPT_MESSAGE,
     E.RecordTooLarge.code: MESSAGE_TOO_LARGE,
     E.StorageError.code: KAFKA_STORAGE_ERROR,
-    "invalid_record": INVALID_RECORD,
+    E.InvalidRecord.code: INVALID_RECORD,
+    E.OutOfOrderSequence.code: OUT_OF_ORDER_SEQUENCE_NUMBER,
+    E.ProducerFenced.code: INVALID_PRODUCER_EPOCH,
 }
 
 

@@ -1,9 +1,10 @@
 """Kafka the group coordinator: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 
-Each handler translates a decoded request into a call on ``core.streams.groups.GroupCoordinator``
-(one per ``KafkaHandlers``, shared by every connection) and the result into the
-response of the request's version. This broker is the coordinator of every group.
+Each handler translates a decoded request into a call on the broker's group methods
+(``Broker.join_group``, ``commit_offsets``, ...: the stream model's group coordinator,
+core/streams/groups.py, one per broker, shared by every connection) and the result into
+the response of the request's version. This broker is the coordinator of every group.
 
 Versions (what kafka-python 3.0.12 and aiokafka send fall inside each range):
 
@@ -53,14 +54,8 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from ...core.streams.groups import (
-    Code,
-    GroupCoordinator,
-    JoinGroup,
-    JoinResult,
-    OffsetAndMetadata,
-    SyncResult,
-)
+from ...core.broker import Broker
+from ...core.types import Code, JoinGroup, JoinResult, OffsetAndMetadata, SyncResult
 from .codec import Request
 from .errors import group_error
 from .handlers import KafkaHandlers
@@ -75,11 +70,6 @@ NO_OFFSET = -1
 NO_METADATA = ""  # what Kafka answers (and stores for a null) when there is none
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 GROUP_TYPE = "classic"
-
-def coordinator(handlers: KafkaHandlers) -> GroupCoordinator:
-    """The broker's group coordinator (core/streams/groups.py)."""
-    return handlers.broker.groups
-
 
 def install(handlers: KafkaHandlers) -> None:
     """Register this module's APIs with ``handlers``."""
@@ -102,8 +92,8 @@ class _GroupApi:
         self.handlers = handlers
 
     @property
-    def coord(self) -> GroupCoordinator:
-        return coordinator(self.handlers)
+    def broker(self) -> Broker:
+        return self.handlers.broker
 
     # -- FindCoordinator -----------------------------------------------------------------
 
@@ -161,12 +151,12 @@ class _GroupApi:
                          for mid, md in r.members],
             )
 
-        return self.coord.join(join).addCallback(build)
+        return self.broker.join_group(join).addCallback(build)
 
     def sync_group(self, req: Request, advertised: tuple[str, int]) -> Any:
         body, v = req.body, req.api_version
         assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
-        d = self.coord.sync(
+        d = self.broker.sync_group(
             body.group_id, body.generation_id, body.member_id, assignments,
             protocol_type=body.protocol_type if v >= 5 else None,
             protocol_name=body.protocol_name if v >= 5 else None,
@@ -186,16 +176,16 @@ class _GroupApi:
     def heartbeat(self, req: Request, advertised: tuple[str, int]) -> Any:
         body = req.body
         instance = body.group_instance_id if req.api_version >= 3 else None
-        code = self.coord.heartbeat(body.group_id, body.generation_id, body.member_id, instance)
+        code = self.broker.heartbeat(body.group_id, body.generation_id, body.member_id, instance)
         return HeartbeatResponse(throttle_time_ms=0, error_code=group_error(code))
 
     def leave_group(self, req: Request, advertised: tuple[str, int]) -> Any:
         body = req.body
         if req.api_version < 3:
-            (code,) = self.coord.leave(body.group_id, [body.member_id])
+            (code,) = self.broker.leave_group(body.group_id, [body.member_id])
             return LeaveGroupResponse(throttle_time_ms=0, error_code=group_error(code))
         identities = list(body.members)
-        codes = self.coord.leave(body.group_id, [m.member_id for m in identities],
+        codes = self.broker.leave_group(body.group_id, [m.member_id for m in identities],
                                  [m.group_instance_id for m in identities])
         R = LeaveGroupResponse.MemberResponse
         members = [
@@ -207,9 +197,8 @@ class _GroupApi:
     # -- OffsetCommit / OffsetFetch ------------------------------------------------------
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
-        lm = self.handlers.broker.log
-        t = lm.topics.get(topic) if lm is not None else None
-        return t is not None and 0 <= partition < len(t.partitions)
+        count = self.broker.partition_count(topic)
+        return count is not None and 0 <= partition < count
 
     def offset_commit(self, req: Request, advertised: tuple[str, int]) -> Any:
         body = req.body
@@ -222,7 +211,7 @@ class _GroupApi:
                         p.committed_metadata if p.committed_metadata is not None else NO_METADATA,
                         p.committed_leader_epoch,
                     )
-        code, codes = self.coord.commit_offsets(
+        code, codes = self.broker.commit_offsets(
             body.group_id, body.generation_id_or_member_epoch, body.member_id or "", offsets,
             body.group_instance_id if req.api_version >= 7 else None,
         )
@@ -272,7 +261,7 @@ class _GroupApi:
     ) -> list[tuple[str, list[dict[str, Any]]]]:
         """[(topic, [partition fields])] in request order (or topic order for null)."""
         tps = None if wanted is None else [(name, p) for name, parts in wanted for p in parts]
-        found = self.coord.fetch_offsets(group_id, tps)
+        found = self.broker.fetch_offsets(group_id, tps)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         if wanted is not None:
             for name, _ in wanted:
@@ -295,7 +284,7 @@ class _GroupApi:
         L = ListGroupsResponse.ListedGroup
         groups = [
             L(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=GROUP_TYPE)
-            for g in self.coord.list_groups()
+            for g in self.broker.list_groups()
             if not states or g.state.lower() in states
         ]
         return ListGroupsResponse(throttle_time_ms=0, error_code=NONE, groups=groups)
@@ -307,7 +296,7 @@ class _GroupApi:
         operations = authorized(GROUP_OPERATIONS, asked)
         out = []
         for group_id in req.body.groups:
-            g = self.coord.describe(group_id)
+            g = self.broker.describe_group(group_id)
             if g is None:  # Kafka describes an unknown group as Dead, without an error
                 out.append(D(error_code=NONE, error_message=None, group_id=group_id, group_state="Dead",
                              protocol_type="", protocol_data="", members=[],
@@ -325,5 +314,5 @@ class _GroupApi:
 
     def delete_groups(self, req: Request, advertised: tuple[str, int]) -> Any:
         R = DeleteGroupsResponse.DeletableGroupResult
-        results = [R(group_id=g, error_code=group_error(self.coord.delete_group(g))) for g in req.body.groups_names]
+        results = [R(group_id=g, error_code=group_error(self.broker.delete_group(g))) for g in req.body.groups_names]
         return DeleteGroupsResponse(throttle_time_ms=0, results=results)

@@ -5,7 +5,11 @@ KafkaHandlers answers ApiVersions, Metadata, Produce, Fetch, ListOffsets and
 InitProducerId; the install() of groups.py, admin.py, configs.py and records_admin.py
 registers more (``KafkaHandlers.register``; docs/kafka.md lists them all). A Fetch that
 must wait for ``min_bytes`` is woken when a partition it asked for gets new readable
-records (Partition.watch).
+records (``Broker.watch``).
+
+The handlers hold the broker and nothing of the core behind it: from ``logbus.core`` they
+import ``broker`` (the facade), ``errors`` and ``types`` (the values its methods take and
+return); a Produce's checks, idempotence and routing are ``Broker.produce``.
 """
 
 from __future__ import annotations
@@ -27,14 +31,11 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
-from twisted.internet.defer import Deferred, DeferredList, fail, succeed
+from twisted.internet.defer import Deferred, DeferredList, succeed
 
 from ...core.broker import Broker
-from ...core.errors import LogbusError, OffsetOutOfRange, UnknownTopic
-from ...core.log import AppendResult, Partition
-from ...core.log import batch as B
-from ...core.message import ENVELOPE_HEADER
-from ...core.streams.producers import APPEND, DUPLICATE, OUT_OF_ORDER
+from ...core.errors import LogbusError, OffsetOutOfRange
+from ...core.types import FileSpan
 from . import errors as K
 from .codec import Chunks, FetchPartition, Request, encode_fetch_response, frame_response
 from .operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
@@ -43,23 +44,6 @@ from .topic_fields import Unmapped, outbound, rename_request, rename_response
 log = logging.getLogger(__name__)
 
 EARLIEST, LATEST = -2, -1
-_RESERVED = ENVELOPE_HEADER.encode()
-
-
-class InvalidRecord(LogbusError):
-    code = "invalid_record"
-
-
-def reserved_header_in(data: bytes, infos: list[B.BatchInfo]) -> InvalidRecord | None:
-    """A record sent by a Kafka client may not carry logbus's reserved envelope header
-    (readers would take it for logbus's own). Uncompressed batches are searched as bytes
-    first (free); compressed ones are decoded. ``infos``: ``B.split_validate(data)``."""
-    if all(not i.attributes & B.COMPRESSION_MASK for i in infos) and _RESERVED not in data:
-        return None
-    for record in B.decode(data):
-        if any(k == ENVELOPE_HEADER for k, _ in record.headers):
-            return InvalidRecord(f"record header {ENVELOPE_HEADER!r} is reserved for logbus")
-    return None
 
 
 def _kafka_names(answer: Any) -> Any:
@@ -124,10 +108,9 @@ class KafkaHandlers:
 
     def metadata(self, req: Request, advertised: tuple[str, int]) -> Any:
         body = req.body
-        lm = self.broker.log
-        assert lm is not None
+        broker = self.broker
         if body.topics is None or (req.api_version == 0 and not body.topics):
-            names = sorted(lm.topics)
+            names = broker.topic_names()
         else:
             names = [t.name for t in body.topics]
         allow_create = self.auto_create_topics and (req.api_version < 4 or body.allow_auto_topic_creation)
@@ -139,19 +122,19 @@ class KafkaHandlers:
         node = self.node_id
         topics = []
         for name in names:
-            topic = lm.topics.get(name)
+            count = broker.partition_count(name)
             unmapped = isinstance(name, Unmapped)
-            if topic is None and allow_create and not unmapped:
-                topic = self._auto_create(name)
-            if topic is None:
+            if count is None and allow_create and not unmapped:
+                count = self._auto_create(name)
+            if count is None:
                 code = K.INVALID_TOPIC_EXCEPTION if unmapped or not name else K.UNKNOWN_TOPIC_OR_PARTITION
                 topics.append(T(error_code=code, name=name, is_internal=False, partitions=[],
                                 authorized_operations=topic_ops))
                 continue
             parts = [
-                P(error_code=K.NONE, partition_index=p.index, leader_id=node, leader_epoch=0,
+                P(error_code=K.NONE, partition_index=index, leader_id=node, leader_epoch=0,
                   replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
-                for p in topic.partitions
+                for index in range(count)
             ]
             topics.append(T(error_code=K.NONE, name=name, is_internal=False, partitions=parts,
                             authorized_operations=topic_ops))
@@ -165,45 +148,33 @@ class KafkaHandlers:
             authorized_operations=cluster_ops,
         )
 
-    def _auto_create(self, name: str) -> Any:
-        lm = self.broker.log
-        assert lm is not None
+    def _auto_create(self, name: str) -> int | None:
+        """Create topic ``name`` with the broker's defaults; its partition count, or None
+        when it cannot be created."""
         try:
             self.broker.create_topic(name)
         except LogbusError as e:
             log.info("not auto-creating topic %r: %s", name, e)
             return None
-        return lm.topics.get(name)
+        return self.broker.partition_count(name)
 
     # -- Produce ----------------------------------------------------------------------
 
     def produce(self, req: Request, advertised: tuple[str, int]) -> Any:
         body = req.body
-        lm = self.broker.log
-        assert lm is not None
+        broker = self.broker
         pending: list[Deferred[Any]] = []
         slots: list[tuple[str, int]] = []
         for td in body.topic_data:
-            topic = lm.topics.get(td.name)
-            if topic is None and self.auto_create_topics and not isinstance(td.name, Unmapped):
-                topic = self._auto_create(td.name)
+            count = broker.partition_count(td.name)
+            if count is None and self.auto_create_topics and not isinstance(td.name, Unmapped):
+                count = self._auto_create(td.name)
             for pd in td.partition_data:
                 slots.append((td.name, pd.index))
-                if topic is None or not 0 <= pd.index < len(topic.partitions):
+                if count is None or not 0 <= pd.index < count:
                     pending.append(succeed(K.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
-                p = topic.partitions[pd.index]
-                data = bytes(pd.records or b"")
-                try:
-                    infos = B.split_validate(data, p.config.max_message_bytes)
-                except LogbusError as e:
-                    pending.append(fail(e))
-                    continue
-                refused = reserved_header_in(data, infos)
-                if refused is not None:
-                    pending.append(fail(refused))
-                    continue
-                pending.append(self._append(td.name, p, data, infos))
+                pending.append(broker.produce(td.name, pd.index, bytes(pd.records or b"")))
         if body.acks == 0:
             for d in pending:
                 d.addErrback(lambda f: log.info("acks=0 produce failed: %s", f.getErrorMessage()))
@@ -231,57 +202,6 @@ class KafkaHandlers:
 
         return DeferredList(pending, consumeErrors=True).addCallback(build)
 
-    def _append(self, topic: str, p: Partition, data: bytes, infos: list[B.BatchInfo]) -> Deferred[Any]:
-        """Append a producer's validated batches, with Kafka's idempotence checks when
-        the batch carries a producer id: a retried batch is acknowledged again (once
-        readable) with its first offset instead of being appended twice."""
-        first = infos[0]
-        if first.producer_id < 0:
-            base = p.next_offset
-            d = p.append_batches(data, infos)
-            if p.next_offset > base:
-                self.broker.route_appended(topic, p.index, base, data, infos)
-            return d
-        registry = self.broker.producers
-        states = registry.states(topic, p)
-        count = sum(i.last_offset_delta + 1 for i in infos)
-        verdict = states.check(first.producer_id, first.producer_epoch, first.base_sequence, count)
-        if verdict.kind == DUPLICATE:
-            return self._when_readable(p, verdict.base_offset).addCallback(
-                lambda _: AppendResult(verdict.base_offset, verdict.base_offset + count - 1, p.log_start_offset)
-            )
-        if verdict.kind != APPEND:
-            return succeed(K.OUT_OF_ORDER_SEQUENCE_NUMBER if verdict.kind == OUT_OF_ORDER else K.INVALID_PRODUCER_EPOCH)
-        base = p.next_offset
-        d = p.append_batches(data, infos)
-        if p.next_offset > base:  # appended (offsets assigned): remember at once, store when durable
-            self.broker.route_appended(topic, p.index, base, data, infos)
-            pid, end = first.producer_id, p.next_offset
-            states.record(pid, first.producer_epoch, first.base_sequence, count, base)
-            rec = registry.snapshot(topic, p, pid)
-
-            def durable(result: Any) -> Any:
-                registry.store_durable(topic, p.index, pid, rec, end)
-                return result
-
-            d.addCallback(durable)
-        return d
-
-    def _when_readable(self, p: Partition, offset: int) -> Deferred[None]:
-        """Fires once ``offset`` is below the partition's high watermark."""
-        d: Deferred[None] = Deferred()
-        if p.high_watermark > offset:
-            d.callback(None)
-            return d
-
-        def check() -> None:
-            if p.high_watermark > offset and not d.called:
-                p.unwatch(check)
-                d.callback(None)
-
-        p.watch(check)
-        return d
-
     # -- InitProducerId -----------------------------------------------------------------
 
     def init_producer_id(self, req: Request, advertised: tuple[str, int]) -> Any:
@@ -297,7 +217,7 @@ class KafkaHandlers:
             return InitProducerIdResponse(throttle_time_ms=0, error_code=K.NONE, producer_id=pid,
                                           producer_epoch=epoch + 1)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=K.NONE,
-                                      producer_id=self.broker.producers.new_producer_id(), producer_epoch=0)
+                                      producer_id=self.broker.new_producer_id(), producer_epoch=0)
 
     # -- Fetch ------------------------------------------------------------------------
 
@@ -309,21 +229,12 @@ class KafkaHandlers:
         resp, size = self._read(req)
         if size >= body.min_bytes or body.max_wait_ms <= 0:
             return resp
-        lm = self.broker.log
-        assert lm is not None
-        watched = []
-        for ft in body.topics:
-            topic = lm.topics.get(ft.topic)
-            for fp in ft.partitions:
-                if topic is not None and 0 <= fp.partition < len(topic.partitions):
-                    watched.append(topic.partitions[fp.partition])
         d: Deferred[Any] = Deferred()
 
         def finish(answer: Any) -> None:
             if timer.active():
                 timer.cancel()
-            for p in watched:
-                p.unwatch(wake)
+            unwatch()
             d.callback(answer)
 
         def wake() -> None:
@@ -331,8 +242,7 @@ class KafkaHandlers:
             if got >= body.min_bytes:
                 finish(answer)
 
-        for p in watched:
-            p.watch(wake)
+        unwatch = self.broker.watch([(ft.topic, fp.partition) for ft in body.topics for fp in ft.partitions], wake)
         timer = self.reactor.callLater(body.max_wait_ms / 1000.0, lambda: finish(self._read(req)[0]))
         return d
 
@@ -341,39 +251,42 @@ class KafkaHandlers:
         which the records are ranges of segment files, sent by the connection with
         sendfile (codec.encode_fetch_response, protocol.OutputQueue)."""
         body = req.body
-        lm = self.broker.log
-        assert lm is not None
+        broker = self.broker
         remaining = body.max_bytes if body.max_bytes > 0 else 1 << 30
         total = 0
         topics = []
         for ft in body.topics:
-            topic = lm.topics.get(ft.topic)
+            count = broker.partition_count(ft.topic)
             parts = []
             for fp in ft.partitions:
-                if topic is None or not 0 <= fp.partition < len(topic.partitions):
+                if count is None or not 0 <= fp.partition < count:
                     parts.append(FetchPartition(fp.partition, K.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, b""))
                     continue
-                p = topic.partitions[fp.partition]
                 limit = min(fp.partition_max_bytes, remaining) if total else fp.partition_max_bytes
+                spans: list[FileSpan]
                 try:
-                    spans = p.read(fp.fetch_offset, max(limit, 1), data=False).spans if limit > 0 else []
+                    if limit > 0:
+                        r = broker.read_spans(ft.topic, fp.partition, fp.fetch_offset, limit)
+                        spans, hw, start = r.spans, r.high_watermark, r.log_start_offset
+                    else:
+                        o = broker.offsets(ft.topic, fp.partition)
+                        spans, hw, start = [], o.high_watermark, o.log_start_offset
                 except OffsetOutOfRange:
-                    hw = p.high_watermark
-                    parts.append(FetchPartition(fp.partition, K.OFFSET_OUT_OF_RANGE, hw, hw, p.log_start_offset, b""))
+                    o = broker.offsets(ft.topic, fp.partition)
+                    hw = o.high_watermark
+                    parts.append(FetchPartition(fp.partition, K.OFFSET_OUT_OF_RANGE, hw, hw, o.log_start_offset, b""))
                     continue
                 size = sum(s.size for s in spans)
                 total += size
                 remaining -= size
-                hw = p.high_watermark
-                parts.append(FetchPartition(fp.partition, K.NONE, hw, hw, p.log_start_offset, spans))
+                parts.append(FetchPartition(fp.partition, K.NONE, hw, hw, start, spans))
             topics.append((outbound(ft.topic) or ft.topic, parts))
         return encode_fetch_response(req.api_version, req.correlation_id, K.NONE, topics), total
 
     # -- ListOffsets ------------------------------------------------------------------
 
     def list_offsets(self, req: Request, advertised: tuple[str, int]) -> Any:
-        lm = self.broker.log
-        assert lm is not None
+        broker = self.broker
         T = ListOffsetsResponse.ListOffsetsTopicResponse
         P = T.ListOffsetsPartitionResponse
         topics = []
@@ -381,17 +294,17 @@ class KafkaHandlers:
             parts = []
             for lp in t.partitions:
                 try:
-                    p = lm.partition(t.name, lp.partition_index)
-                except (UnknownTopic, LogbusError):
+                    o = broker.offsets(t.name, lp.partition_index)
+                except LogbusError:
                     parts.append(P(partition_index=lp.partition_index, error_code=K.UNKNOWN_TOPIC_OR_PARTITION,
                                    old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1))
                     continue
                 if lp.timestamp == LATEST:
-                    ts, off = -1, p.high_watermark
+                    ts, off = -1, o.high_watermark
                 elif lp.timestamp == EARLIEST:
-                    ts, off = -1, p.log_start_offset
+                    ts, off = -1, o.log_start_offset
                 else:
-                    found = p.offset_for_time(lp.timestamp)
+                    found = broker.offset_for_time(t.name, lp.partition_index, lp.timestamp)
                     off, ts = found if found is not None else (-1, -1)
                 parts.append(P(partition_index=lp.partition_index, error_code=K.NONE,
                                old_style_offsets=[off], timestamp=ts, offset=off, leader_epoch=0))
@@ -409,8 +322,3 @@ class HandlerPart:
     @property
     def broker(self) -> Broker:
         return self.handlers.broker
-
-    def _topics(self) -> dict[str, Any]:
-        lm = self.broker.log
-        assert lm is not None
-        return lm.topics
