@@ -232,18 +232,26 @@ class KafkaHandlers:
         d: Deferred[Any] = Deferred()
 
         def finish(answer: Any) -> None:
+            if d.called:  # a read that drained an append woke this fetch and answered it
+                return
             if timer.active():
                 timer.cancel()
             unwatch()
             d.callback(answer)
 
         def wake() -> None:
+            if d.called:
+                return
             answer, got = self._read(req)
             if got >= body.min_bytes:
                 finish(answer)
 
+        def expired() -> None:
+            answer = self._read(req)[0]  # may drain appends, and so wake() first
+            finish(answer)
+
         unwatch = self.broker.watch([(ft.topic, fp.partition) for ft in body.topics for fp in ft.partitions], wake)
-        timer = self.reactor.callLater(body.max_wait_ms / 1000.0, lambda: finish(self._read(req)[0]))
+        timer = self.reactor.callLater(body.max_wait_ms / 1000.0, expired)
         return d
 
     def _read(self, req: Request) -> tuple[Chunks, int]:
