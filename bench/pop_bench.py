@@ -13,7 +13,7 @@ group (``--group``), which is created by an empty receive before anything is pub
            and the receive+ack round trip (one receive and its ack) p50/p99 in ms.
     delay  --delayed messages published with ``deliver_at`` spread over one second that
            starts --delay-lead seconds ahead (--delay-spread-ms 0: all due in the same
-           millisecond). --members processes poll receive (--delay-batch, an empty
+           millisecond). --delay-members processes poll receive (--delay-batch, an empty
            receive waits --poll-ms) from half a second before that second; each message
            carries its due time in its value, so the lateness of each is the time a
            receive returned it minus its due time (p50/p99/max). Messages are acked at
@@ -21,6 +21,7 @@ group (``--group``), which is created by an empty receive before anything is pub
            are released (ready + invisible) over time: the release rate, and the release
            lateness per quantile (the k-th message in due order counts as released at
            the first sample showing k released; an upper bound by the sample interval).
+           --delay-members 0: nobody receives, only the release is measured.
     rss    broker VmRSS (and VmHWM) from /proc before and after publishing --pending
            messages with ``delay_ms`` one hour (--pending-delay-ms), and the publish rate.
 
@@ -457,7 +458,7 @@ def w_pop(args: argparse.Namespace, url: str, pid: int, http_: Http) -> dict[str
 
 
 class Sampler(threading.Thread):
-    """GET /api/pop every ``interval`` s: (epoch ms at mid-request, ready + invisible),
+    """GET /api/pop every ``interval`` s: (epoch ms when the answer came, ready + invisible),
     until ``count`` are released (or ``timeout`` s passed, or ``stopping`` is set)."""
 
     def __init__(self, url: str, group: str, topic: str, interval: float, timeout: float, count: int) -> None:
@@ -475,7 +476,7 @@ class Sampler(threading.Thread):
                 t0 = time.time()
                 ready, invisible = group_counts(self.http, self.group, self.topic)
                 t1 = time.time()
-                self.samples.append(((t0 + t1) * 500, ready + invisible))
+                self.samples.append((t1 * 1000, ready + invisible))  # released by then at the latest
                 if ready + invisible >= self.count or time.monotonic() > self.deadline:
                     break
                 self.stopping.wait(max(0.0, self.interval - (t1 - t0)))
@@ -519,7 +520,7 @@ def w_delay(args: argparse.Namespace, url: str, pid: int, http_: Http) -> dict[s
     count, spread = args.delayed, args.delay_spread_ms
     due_ms = int(math.ceil(time.time() + args.delay_lead)) * 1000
     out: dict[str, Any] = {"topic": topic, "messages": count, "due_ms": due_ms, "spread_ms": spread,
-                           "members": args.members, "batch": args.delay_batch, "poll_ms": args.poll_ms}
+                           "members": args.delay_members, "batch": args.delay_batch, "poll_ms": args.poll_ms}
     out["publish"] = publish_all(args, url, topic, count, pid, kind="deliver_at", due_ms=due_ms, spread_ms=spread)
     margin_ms = due_ms - time.time() * 1000
     out["published_ahead_ms"] = margin_ms
@@ -530,7 +531,7 @@ def w_delay(args: argparse.Namespace, url: str, pid: int, http_: Http) -> dict[s
         raise BenchError(f"the group has {ready} ready and {invisible} invisible before the due time")
     argsets = [{"url": url, "topic": topic, "group": args.group, "member": f"m{k}", "batch": args.delay_batch,
                 "invisible_ms": args.invisible_ms, "timeout": args.timeout + args.delay_lead,
-                "poll_ms": args.poll_ms, "count": count} for k in range(args.members)]
+                "poll_ms": args.poll_ms, "count": count} for k in range(args.delay_members)]
     clients = Clients("delay_member", argsets, args.timeout + args.delay_lead)
     sampler = Sampler(url, args.group, topic, args.sample_ms / 1000, args.timeout, count)
     log(f"delay: {count:,} messages due from {due_ms} over {spread} ms; "
@@ -552,6 +553,17 @@ def w_delay(args: argparse.Namespace, url: str, pid: int, http_: Http) -> dict[s
     cpu = meter.per(count, "msg")
     if sampler.error is not None:
         raise BenchError(f"delay: the sampler failed: {sampler.error!r}")
+    out["released"] = release_figures(sampler.samples, count, due_ms, spread)
+    rel = out["released"]
+    rel_p99 = "?" if rel["p99_ms"] is None else f"{rel['p99_ms']:.1f}"
+    if not results:  # release only: nobody receives
+        ready, invisible = group_counts(http_, args.group, topic)
+        if ready != count or invisible:
+            raise BenchError(f"delay: {count} due, the group has {ready} ready and {invisible} invisible")
+        out["release_only"] = {**cpu, "left_ready": ready}
+        log(f"delay (release only): released p99 <= {rel_p99} ms, {rel.get('released_per_s', 0):,.0f} msg/s, "
+            f"broker {cpu['broker_cpu_us_per_msg']:.1f} us/msg")
+        return out
     failed = [f for r in results for f in r["ack_failed"]]
     if failed:
         raise BenchError(f"delay: acks failed: {failed[:5]}")
@@ -571,9 +583,7 @@ def w_delay(args: argparse.Namespace, url: str, pid: int, http_: Http) -> dict[s
         "client_cpu_us_per_msg": sum(r["client_cpu_s"] for r in results) / count * 1e6,
         **cpu,
     }
-    out["released"] = release_figures(sampler.samples, count, due_ms, spread)
-    lat, rel = out["received"]["lateness"], out["released"]
-    rel_p99 = "?" if rel["p99_ms"] is None else f"{rel['p99_ms']:.1f}"
+    lat = out["received"]["lateness"]
     log(f"delay: received p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms "
         f"after due; released p99 <= {rel_p99} ms, {rel.get('released_per_s', 0):,.0f} msg/s")
     return out
@@ -673,6 +683,8 @@ def main() -> int:
     ap.add_argument("--delay-lead", type=float, default=20.0,
                     help="delay: seconds from the start of publishing to the due second")
     ap.add_argument("--delay-spread-ms", type=int, default=1000, help="delay: due times spread over this")
+    ap.add_argument("--delay-members", type=int, default=4,
+                    help="delay: member processes (0: nobody receives, only the release is measured)")
     ap.add_argument("--delay-batch", type=int, default=MAX_RECEIVE, help="delay: messages per receive")
     ap.add_argument("--poll-ms", type=float, default=10.0, help="delay: a member's wait after an empty receive")
     ap.add_argument("--sample-ms", type=float, default=10.0, help="delay: GET /api/pop interval")
@@ -715,6 +727,13 @@ def main() -> int:
         http_.close()
         if proc is not None and proc.poll() is not None:
             raise BenchError(f"the broker exited with {proc.returncode}")
+        if workdir is not None:  # a broker that complained is worth a look, whatever the figures
+            with open(os.path.join(workdir, "broker.log"), errors="replace") as f:
+                bad = [line.rstrip() for line in f if " WARNING " in line or " ERROR " in line
+                       or " CRITICAL " in line or line.startswith("Traceback")]
+            out["broker_log_problems"] = {"count": len(bad), "first": bad[:10]}
+            if bad:
+                log(f"the broker logged {len(bad)} warnings or errors, first: {bad[0]}")
     except BenchError as exc:
         log(f"FAILED: {exc}")
         if workdir is not None:

@@ -28,6 +28,7 @@ def test_pop_bench_runs_every_workload() -> None:
                     "--settle", "0.1", "--timeout", "60")
     assert out["bench"] == "pop_bench"
     assert out["broker"]["started_here"] is True
+    assert out["broker_log_problems"]["count"] == 0, out["broker_log_problems"]
 
     pop = out["pop"]
     assert pop["publish"]["messages"] == 300
@@ -47,3 +48,10 @@ def test_pop_bench_runs_every_workload() -> None:
     assert rss["publish"]["messages"] == 500
     assert rss["before"]["vmrss_mb"] > 0 and rss["after"]["vmrss_mb"] > 0
     assert "rss_growth_mb" in rss
+
+
+def test_pop_bench_release_only() -> None:
+    out = run_bench("pop_bench.py", "--workloads", "delay", "--delayed", "100", "--delay-members", "0",
+                    "--delay-lead", "2", "--delay-spread-ms", "0", "--publishers", "1", "--timeout", "60")
+    assert out["delay"]["release_only"]["left_ready"] == 100
+    assert out["delay"]["released"]["max_ms"] is not None
