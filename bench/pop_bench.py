@@ -29,7 +29,8 @@ The broker is a `logbus serve` of its own (temp data dir, HTTP only, loopback, a
 port) unless --url and --broker-pid name a running one; only the pid it started is
 stopped. Broker CPU is utime+stime from /proc/<pid>/stat; client CPU is each client
 process's own getrusage. Every loop is bounded (--timeout per phase). Progress goes to
-stderr, one JSON document to stdout. Lost, duplicated or early messages fail the run.
+stderr, one JSON document to stdout. Lost, duplicated, redelivered or early messages
+fail the run, and so does an ack that reports a failure.
 
     python bench/pop_bench.py                           # pop, delay, rss with the defaults
     python bench/pop_bench.py --workloads pop --messages 200000
@@ -441,12 +442,15 @@ def w_pop(args: argparse.Namespace, url: str, pid: int, http_: Http) -> dict[str
     if failed:
         raise BenchError(f"pop: acks failed: {failed[:5]}")
     check_exactly_once(seen, args.messages, "pop")
+    redelivered = sum(r["redelivered"] for r in results)
+    if redelivered:  # nothing lapses within the invisible time, nothing was nacked
+        raise BenchError(f"pop: {redelivered} messages came with a delivery count above 1")
     ready, invisible = group_counts(http_, args.group, topic)
     rtt = [x for r in results for x in r["rtt_ms"]]
     out["receive_ack"] = {
         "messages": len(seen), "seconds": dt, "msgs_per_s": len(seen) / dt, **cpu,
         "receives": len(rtt), "msgs_per_receive": len(seen) / max(len(rtt), 1),
-        "redelivered": sum(r["redelivered"] for r in results),
+        "redelivered": redelivered,
         "per_member_msgs": [len(r["seen"]) for r in results],
         "client_cpu_us_per_msg": sum(r["client_cpu_s"] for r in results) / len(seen) * 1e6,
         "round_trip": distribution_ms(rtt), "left_ready": ready, "left_invisible": invisible,
