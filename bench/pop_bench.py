@@ -23,7 +23,8 @@ group (``--group``), which is created by an empty receive before anything is pub
            the first sample showing k released; an upper bound by the sample interval).
            --delay-members 0: nobody receives, only the release is measured.
     rss    broker VmRSS (and VmHWM) from /proc before and after publishing --pending
-           messages with ``delay_ms`` one hour (--pending-delay-ms), and the publish rate.
+           messages with ``delay_ms`` one hour (--pending-delay-ms), and the publish rate;
+           with --ready N, then after N more messages that wait ready in the group.
 
 The broker is a `logbus serve` of its own (temp data dir, HTTP only, loopback, a free
 port) unless --url and --broker-pid name a running one; only the pid it started is
@@ -607,6 +608,19 @@ def w_rss(args: argparse.Namespace, url: str, pid: int, http_: Http) -> dict[str
         raise BenchError(f"rss: the group has {ready} ready and {invisible} invisible: the delay was not kept")
     out["rss_growth_mb"] = out["after"]["vmrss_mb"] - out["before"]["vmrss_mb"]
     out["rss_growth_bytes_per_msg"] = out["rss_growth_mb"] * 1e6 / max(args.pending, 1)
+    if args.ready:  # for comparison: messages waiting ready in the group, not as timers
+        out["ready"] = {"messages": args.ready,
+                        "publish": publish_all(args, url, topic, args.ready, pid, kind="plain")}
+        time.sleep(args.settle)
+        ready, _ = group_counts(http_, args.group, topic)
+        if ready != args.ready:
+            raise BenchError(f"rss: {args.ready} published, the group has {ready} ready")
+        r = out["ready"]
+        r["after"] = memory(pid)
+        r["rss_growth_mb"] = r["after"]["vmrss_mb"] - out["after"]["vmrss_mb"]
+        r["rss_growth_bytes_per_msg"] = r["rss_growth_mb"] * 1e6 / args.ready
+        log(f"rss: {r['after']['vmrss_mb']:.1f} MB with {args.ready:,} ready messages as well "
+            f"({r['rss_growth_bytes_per_msg']:,.0f} B per ready message)")
     log(f"rss: {out['before']['vmrss_mb']:.1f} -> {out['after']['vmrss_mb']:.1f} MB "
         f"(peak {out['after']['vmhwm_mb']:.1f} MB) with {args.pending:,} pending delayed messages")
     return out
@@ -694,6 +708,8 @@ def main() -> int:
     ap.add_argument("--sample-ms", type=float, default=10.0, help="delay: GET /api/pop interval")
     ap.add_argument("--pending", type=int, default=1_000_000, help="rss: pending delayed messages")
     ap.add_argument("--pending-delay-ms", type=int, default=3_600_000, help="rss: their delay")
+    ap.add_argument("--ready", type=int, default=0,
+                    help="rss: then this many messages ready in the group (not delayed), for comparison")
     ap.add_argument("--settle", type=float, default=2.0, help="rss: seconds before each RSS reading")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per phase")
     args = ap.parse_args()

@@ -24,7 +24,7 @@ def run_bench(script: str, *args: str, timeout: float = 180) -> dict[str, Any]:
 def test_pop_bench_runs_every_workload() -> None:
     out = run_bench("pop_bench.py", "--messages", "300", "--batch", "8", "--members", "2",
                     "--publishers", "2", "--publish-batch", "100", "--delayed", "200",
-                    "--delay-lead", "2", "--delay-spread-ms", "200", "--pending", "500",
+                    "--delay-lead", "2", "--delay-spread-ms", "200", "--pending", "500", "--ready", "100",
                     "--settle", "0.1", "--timeout", "60")
     assert out["bench"] == "pop_bench"
     assert out["broker"]["started_here"] is True
@@ -48,6 +48,7 @@ def test_pop_bench_runs_every_workload() -> None:
     assert rss["publish"]["messages"] == 500
     assert rss["before"]["vmrss_mb"] > 0 and rss["after"]["vmrss_mb"] > 0
     assert "rss_growth_mb" in rss
+    assert rss["ready"]["messages"] == 100 and rss["ready"]["after"]["vmrss_mb"] > 0
 
 
 def test_pop_bench_release_only() -> None:
