@@ -608,6 +608,8 @@ def w_rss(args: argparse.Namespace, url: str, pid: int, http_: Http) -> dict[str
         raise BenchError(f"rss: the group has {ready} ready and {invisible} invisible: the delay was not kept")
     out["rss_growth_mb"] = out["after"]["vmrss_mb"] - out["before"]["vmrss_mb"]
     out["rss_growth_bytes_per_msg"] = out["rss_growth_mb"] * 1e6 / max(args.pending, 1)
+    log(f"rss: {out['before']['vmrss_mb']:.1f} -> {out['after']['vmrss_mb']:.1f} MB "
+        f"(peak {out['after']['vmhwm_mb']:.1f} MB) with {args.pending:,} pending delayed messages")
     if args.ready:  # for comparison: messages waiting ready in the group, not as timers
         out["ready"] = {"messages": args.ready,
                         "publish": publish_all(args, url, topic, args.ready, pid, kind="plain")}
@@ -621,8 +623,6 @@ def w_rss(args: argparse.Namespace, url: str, pid: int, http_: Http) -> dict[str
         r["rss_growth_bytes_per_msg"] = r["rss_growth_mb"] * 1e6 / args.ready
         log(f"rss: {r['after']['vmrss_mb']:.1f} MB with {args.ready:,} ready messages as well "
             f"({r['rss_growth_bytes_per_msg']:,.0f} B per ready message)")
-    log(f"rss: {out['before']['vmrss_mb']:.1f} -> {out['after']['vmrss_mb']:.1f} MB "
-        f"(peak {out['after']['vmhwm_mb']:.1f} MB) with {args.pending:,} pending delayed messages")
     return out
 
 
