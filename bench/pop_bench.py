@@ -721,6 +721,8 @@ def main() -> int:
         ap.error("--url and --broker-pid go together")
     if not 1 <= args.batch <= MAX_RECEIVE or not 1 <= args.delay_batch <= MAX_RECEIVE:
         ap.error(f"--batch and --delay-batch take 1 to {MAX_RECEIVE}")
+    if min(args.messages, args.delayed, args.pending, args.members, args.publishers) < 1 or args.delay_members < 0:
+        ap.error("message counts, --members and --publishers must be at least 1")
     if not 1 <= args.publish_batch <= MAX_PUBLISH:
         ap.error(f"--publish-batch takes 1 to {MAX_PUBLISH}")
 
