@@ -1,0 +1,58 @@
+"""The bench scripts still run: each with tiny counts against a `logbus serve` of its
+own, checking the shape of the JSON it prints. No timing is asserted (STYLE.md 11g:
+benchmarks never as timed assertions)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+from tests.serverproc import REPO_ROOT, logbus_env
+
+
+def run_bench(script: str, *args: str, timeout: float = 180) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / script), *args], cwd=REPO_ROOT,
+                          env=logbus_env(), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def test_pop_bench_runs_every_workload() -> None:
+    out = run_bench("pop_bench.py", "--messages", "300", "--batch", "8", "--members", "2",
+                    "--publishers", "2", "--publish-batch", "100", "--delayed", "200",
+                    "--delay-lead", "2", "--delay-spread-ms", "200", "--pending", "500", "--ready", "100",
+                    "--settle", "0.1", "--timeout", "60")
+    assert out["bench"] == "pop_bench"
+    assert out["broker"]["started_here"] is True
+    assert out["broker_log_problems"]["count"] == 0, out["broker_log_problems"]
+
+    pop = out["pop"]
+    assert pop["publish"]["messages"] == 300
+    ra = pop["receive_ack"]
+    assert ra["messages"] == 300 and ra["redelivered"] == 0
+    assert ra["left_ready"] == 0 and ra["left_invisible"] == 0
+    assert sum(ra["per_member_msgs"]) == 300 and len(ra["per_member_msgs"]) == 2
+    assert ra["msgs_per_s"] > 0 and ra["broker_cpu_us_per_msg"] >= 0
+    assert set(ra["round_trip"]) >= {"p50_ms", "p99_ms", "max_ms"}
+
+    delay = out["delay"]
+    assert delay["received"]["lateness"]["count"] == 200
+    assert delay["received"]["lateness"]["min_ms"] >= 0  # none before its due time
+    assert set(delay["released"]) >= {"p50_ms", "p99_ms", "max_ms", "samples"}
+
+    rss = out["rss"]
+    assert rss["publish"]["messages"] == 500
+    assert rss["before"]["vmrss_mb"] > 0 and rss["after"]["vmrss_mb"] > 0
+    assert "rss_growth_mb" in rss
+    assert rss["ready"]["messages"] == 100 and rss["ready"]["after"]["vmrss_mb"] > 0
+
+
+def test_pop_bench_release_only() -> None:
+    out = run_bench("pop_bench.py", "--workloads", "delay", "--delayed", "100", "--delay-members", "0",
+                    "--delay-lead", "2", "--delay-spread-ms", "0", "--publishers", "1", "--timeout", "60")
+    assert out["delay"]["release_only"]["left_ready"] == 100
+    assert out["delay"]["released"]["max_ms"] is not None
