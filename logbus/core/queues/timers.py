@@ -41,8 +41,9 @@ from .journal import CF_TIMERS, QueueStore
 log = logging.getLogger(__name__)
 
 CF_METADATA = "metadata"
+TIMER_END = TIMER_PREFIX[:-1] + b"\x01"  # above every timer key
 ID_BLOCK = 1 << 16  # timer ids reserved per synced put
-RELEASE_BATCH = 10_000  # due timers released per reactor turn
+RELEASE_BATCH = 2_000  # due timers released per reactor turn (a turn of ~25 ms: other work goes between)
 OnDue = Callable[[list[tuple[int, TimerRecord]]], None]  # [(due_ms, record)]
 
 
@@ -57,6 +58,9 @@ class Timers:
         self._id_limit = 0  # ids below this are reserved
         self._mem: dict[bytes, bytes] = {}  # without a store: the records themselves
         self._earliest: int | None = None  # the earliest due time, if known to be pending
+        # no timer key is below this: scans start here, not at the family's start, so
+        # they do not step over the tombstones of timers already released
+        self._low = TIMER_PREFIX
         self._on_due: OnDue | None = None
         self._call: Any = None
         self._call_at = 0
@@ -66,6 +70,8 @@ class Timers:
     def add(self, due_ms: int, record: TimerRecord) -> bytes:
         """Keep ``record`` until ``due_ms`` (epoch ms); returns its key."""
         key = timer_key(due_ms, self._take_id())
+        if key < self._low:
+            self._low = key
         value = record.SerializeToString()
         if self._store is None:
             self._mem[key] = value
@@ -112,7 +118,7 @@ class Timers:
         """Lower ``floors[(topic, partition)]`` to the lowest offset a pending timer points
         at (retention keeps those segments). A scan of every timer: housekeeping calls it
         only when some segment is due for deletion."""
-        for _, value in self._scan(None):
+        for _, value in self._scan(None, TIMER_PREFIX):
             rec = TimerRecord.FromString(value)
             key = (rec.topic, rec.partition)
             low = floors.get(key)
@@ -127,15 +133,15 @@ class Timers:
 
     def pending(self) -> int:
         """How many timers are stored (a scan: for tests and admin, not hot paths)."""
-        return sum(1 for _ in self._scan(None))
+        return sum(1 for _ in self._scan(None, TIMER_PREFIX))
 
-    def _scan(self, end: bytes | None) -> Any:
+    def _scan(self, end: bytes | None, start: bytes | None = None) -> Any:
+        if start is None:
+            start = self._low
         if self._store is None:
-            return ((k, self._mem[k]) for k in sorted(self._mem) if end is None or k < end)
+            return ((k, self._mem[k]) for k in sorted(self._mem) if k >= start and (end is None or k < end))
         self._qs.commit()  # what this tick wrote is visible to the scan
-        if end is None:
-            return self._store.scan_prefix(CF_TIMERS, TIMER_PREFIX)
-        return self._store.scan_range(CF_TIMERS, TIMER_PREFIX, end)
+        return self._store.scan_range(CF_TIMERS, start, TIMER_END if end is None else end)
 
     # -- firing --------------------------------------------------------------------------
 
@@ -171,6 +177,8 @@ class Timers:
         batch = self.due(now)
         for key, _, _ in batch:
             self.remove(key)
+        if batch:  # released in key order: nothing is left below the last one
+            self._low = max(self._low, batch[-1][0] + b"\x00")
         if batch:
             try:
                 on_due([(due, rec) for _, due, rec in batch])
