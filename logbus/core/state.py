@@ -492,11 +492,11 @@ def definitions_prefix(prefix: bytes, vhost: str) -> bytes:
 
 def vhost_definitions_prefixes(vhost: str) -> list[tuple[str, bytes]]:
     """``(column family, prefix)`` of every record that belongs to one vhost: its
-    exchanges, queues, bindings and permissions (metadata) and its queue entries
-    (queues). Deleting a vhost deletes every key under these prefixes."""
+    exchanges, queues, bindings and permissions (metadata) and its queue entries and
+    delivered marks (queues). Deleting a vhost deletes every key under these prefixes."""
     return [("metadata", definitions_prefix(p, vhost))
             for p in (EXCHANGE_PREFIX, QUEUE_PREFIX, BINDING_PREFIX, PERMISSION_PREFIX)] + [
-        ("queues", QUEUE_ENTRY_PREFIX + _text(vhost))]
+        ("queues", QUEUE_ENTRY_PREFIX + _text(vhost)), ("queues", QUEUE_DELIVERED_PREFIX + _text(vhost))]
 
 
 # -- metadata CF: users, vhosts, permissions (logbus.core.access.auth) -----------------------------

@@ -15,7 +15,7 @@ from logbus.core.access.auth import AccessChange, InvalidAccess, UnknownVHost
 from logbus.core.broker import Broker
 from logbus.core.log import TopicConfig
 from logbus.core.message import Envelope, Message
-from logbus.core.state import queue_entries_prefix
+from logbus.core.state import queue_delivered_key, queue_entries_prefix
 from tests.loop import LoopReactor
 
 
@@ -128,6 +128,10 @@ def test_deleting_a_vhost_removes_its_state_but_keeps_its_topics(brokers: Broker
     v.declare_queue("q", durable=True)
     v.bind("x", "q")
     v.publish("x", "", msg(b"kept in the log"))
+    assert v.get("q", "me", no_ack=True) is not None  # delivered: the queue's delivered mark is written
+    v.publish("x", "", msg(b"kept in the log too"))
+    b.queue_store.commit()
+    assert b.state is not None and b.state.get("queues", queue_delivered_key("gone", "q")) is not None
     heard: list[tuple[AccessChange, bool]] = []
     b.access.subscribe(lambda change: heard.append((change, "gone" in b.vhosts)))
     vhosts = b.vhosts
@@ -137,6 +141,7 @@ def test_deleting_a_vhost_removes_its_state_but_keeps_its_topics(brokers: Broker
     assert "gone" not in b.access.vhosts and b.access.permission("u", "gone") is None
     assert b.state is not None
     assert list(b.state.scan_prefix("queues", queue_entries_prefix("gone", "q"))) == []
+    assert b.state.get("queues", queue_delivered_key("gone", "q")) is None
     for prefix in (b"exchange\x00gone\x00", b"queue\x00gone\x00", b"binding\x00gone\x00",
                    b"permission\x00gone\x00", b"vhost\x00gone\x00"):
         assert list(b.state.scan_prefix("metadata", prefix)) == [], prefix
@@ -145,7 +150,7 @@ def test_deleting_a_vhost_removes_its_state_but_keeps_its_topics(brokers: Broker
         b.delete_vhost("gone")
     b = brokers.restart()
     assert list(b.vhosts) == ["/"] and "gone@x" in b._log.topics
-    assert b.describe_topic("gone@x").partitions[0].log_end_offset == 1
+    assert b.describe_topic("gone@x").partitions[0].log_end_offset == 2
     b.create_vhost("gone")  # again: empty, no permissions, the old topic is reused
     v = b.vhosts["gone"]
     assert "q" not in v.queues and not v.router.has_exchange("x")
