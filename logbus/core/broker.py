@@ -13,7 +13,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -41,7 +40,7 @@ from .pressure import (
     ResourceMonitor,
 )
 from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
-from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, vhost_topic
+from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, key_partition, vhost_topic
 from .state import TOPIC_PREFIX, StateStore, topic_key, vhost_definitions_prefixes
 from .state_pb2 import TopicRecord
 from .streams.groups import GroupCoordinator
@@ -543,8 +542,7 @@ class Broker:
         t = self._log.topic(topic)
         n = len(t.partitions)
         if partition is None:
-            key = messages[0].key if messages else None
-            partition = 0 if n == 1 or not key else zlib.crc32(key) % n
+            partition = key_partition(messages[0].key if messages else None, n)
         if not 0 <= partition < n:
             raise UnknownPartition(f"topic {topic!r} has no partition {partition}")
         now = self._clock()
@@ -562,6 +560,10 @@ class Broker:
             else:
                 self.feed.record(topic, partition, base + i, m)
         return d.addCallback(lambda _: list(range(base, base + len(messages))))
+
+    def partition_for(self, topic: str, key: bytes | None) -> int:
+        """The partition ``publish`` picks for a first message with ``key``."""
+        return key_partition(key, len(self._log.topic(topic).partitions))
 
     def pop_receive(self, group: str, topic: str, member: str, n: int, invisible_ms: int) -> list[Popped]:
         """Pop: up to ``n`` messages of ``topic`` for ``group``, invisible to the group's

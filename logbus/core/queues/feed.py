@@ -19,6 +19,7 @@ import logging
 from collections.abc import Mapping
 from typing import Callable, Protocol
 
+from ...retry.policy import MAX_DELAY_MS
 from ..errors import LogbusError
 from ..log import batch as B
 from ..log.batch import BatchInfo
@@ -166,6 +167,6 @@ def deliver_at(message: Message, now: int) -> int:
         for name, value in message.headers:
             if name in (DELIVER_AT_HEADER, DELAY_HEADER) and value is not None and value.isdigit():
                 due = int(value) if name == DELIVER_AT_HEADER else now + int(value)
-                if not 0 <= due - now <= 40 * 86_400_000:
+                if not 0 <= due - now <= MAX_DELAY_MS:
                     return 0
     return due if due > now else 0

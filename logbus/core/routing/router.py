@@ -48,6 +48,8 @@ Not here: policies, exchange plugins and ``x-`` types, stripping CR/LF from name
 
 from __future__ import annotations
 
+import zlib
+
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple, Protocol
@@ -89,6 +91,12 @@ _Targets = tuple[frozenset[str], frozenset[str]]  # (queues, exchanges)
 EMPTY: Final[frozenset[str]] = frozenset()
 NO_TARGETS: Final[_Targets] = (EMPTY, EMPTY)
 _MISSING: Final = object()
+
+
+def key_partition(key: bytes | None, partitions: int) -> int:
+    """The partition a record with ``key`` goes to when none is named: ``crc32(key) %
+    partitions``, partition 0 when there is one or the key is empty (docs/interop.md)."""
+    return 0 if partitions == 1 or not key else zlib.crc32(key) % partitions
 
 
 def vhost_topic(vhost: str, topic: str) -> str:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -122,10 +121,8 @@ class TopicMessages(Topic):
             raise HttpError(400, "bad_request", "\"partition\" must be an integer")
         now = int(time.time() * 1000)
         messages = [parse_message(m, now) for m in raw]
-        t = self.broker.describe_topic(name)
         if partition is None:
-            key = messages[0].key
-            partition = 0 if len(t.partitions) == 1 or not key else zlib.crc32(key) % len(t.partitions)
+            partition = self.broker.partition_for(name, messages[0].key)
         d = self.broker.publish(name, messages, partition=partition)
         return d.addCallback(lambda offsets: Response.json(200, {"partition": partition, "offsets": offsets}))
 

@@ -22,7 +22,6 @@ these methods and implements ``Consumer``.
 from __future__ import annotations
 
 import logging
-import zlib
 from functools import partial
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from ....core.queues.journal import QueueStore
 from ....core.queues.service import Consumer, Delivery, QueueService, QueueState
 from ....core.queues.timers import Timers
 from ....core.routing.router import (
+    key_partition,
     QUEUE,
     Binding,
     DestKind,
@@ -448,8 +448,7 @@ class VHost:
         self.service.floors(floors)
 
     def _partition_for(self, topic: str, routing_key: str) -> int:
-        n = len(self.log.topics[topic].partitions)
-        return 0 if n == 1 else zlib.crc32(routing_key.encode()) % n
+        return key_partition(routing_key.encode(), len(self.log.topics[topic].partitions))
 
     # -- consumers -----------------------------------------------------------------------
 
