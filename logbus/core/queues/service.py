@@ -315,16 +315,6 @@ class QueueService:
         if result is None or (isinstance(result, Removed) and outcome is not Outcome.ACK):
             self.dispatch(name)
 
-    def ack(self, name: str, r: Receipt) -> None:
-        """``settle(name, r, ACK)`` without the dispatch an ack never needs."""
-        qs = self.queues.get(name)
-        if qs is None:
-            return
-        result = qs.queue.settle(r, Outcome.ACK)
-        assert isinstance(result, Removed)
-        e = result.entry
-        self.messages.release(e.topic, e.partition, e.offset)
-
     def change_invisible(self, name: str, r: Receipt, invisible_ms: int) -> None:
         """The lease ``r`` names ends ``invisible_ms`` from now (0: never by itself)."""
         qs = self.state(name)

@@ -471,7 +471,7 @@ class VHost:
     # -- settling ----------------------------------------------------------------------------
 
     def ack(self, queue: str, receipt: Receipt) -> None:
-        self.service.ack(queue, receipt)
+        self.service.settle(queue, receipt, Outcome.ACK)
 
     def reject(self, queue: str, receipt: Receipt, requeue: bool) -> None:
         """nack/reject: with requeue, again at once in its old place, or after the queue's
