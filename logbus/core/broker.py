@@ -341,6 +341,9 @@ class Broker:
                 call.stop()
         if self.vhosts:
             self.timers.disarm()
+            for vhost in self.vhosts.values():
+                vhost.service.stop()
+            self.pop.service.stop()
             self.queue_store.commit()
             self.vhosts.clear()
         self._close_all()

@@ -221,20 +221,22 @@ class ServiceMachine(RuleBasedStateMachine):
             if self.model[offset].owner == owner:
                 self._give_back(offset, False)
 
-    @rule(dt=st.integers(0, 60))
-    def time_passes(self, dt: int) -> None:
+    @rule(dt=st.integers(0, 60), lead=st.sampled_from([0, 0, 30]))
+    def time_passes(self, dt: int, lead: int) -> None:
+        """Time passes; timers due within ``lead`` are released, as the broker releases
+        them ahead of due time: staged in the queue until due."""
         self.now += dt
+        for key, due, rec in self.timers.due(self.now + lead):
+            self.timers.remove(key)
+            if rec.kind == TimerRecord.RETRY:
+                assert self.svc.retry_due(rec, due)
+            else:  # as the broker releases a delayed message to a pop group
+                message = Message.from_record(self.records[rec.offset])
+                self.svc.enqueue(["q"], rec.topic, rec.partition, rec.offset, message, visible_ms=due)
         self.svc.tick(self.now)
         lapsed = [o for o in self._in(LEASED) if 0 < self.model[o].deadline <= self.now]
         for offset in sorted(lapsed, key=lambda o: (self.model[o].deadline, self.model[o].receipt.seq)):  # type: ignore[union-attr]
             self._give_back(offset, True)
-        for key, _, rec in self.timers.due(self.now):
-            self.timers.remove(key)
-            if rec.kind == TimerRecord.RETRY:
-                assert self.svc.retry_due(rec)
-            else:  # as the broker releases a delayed message to a pop group
-                message = Message.from_record(self.records[rec.offset])
-                self.svc.enqueue(["q"], rec.topic, rec.partition, rec.offset, message)
         due = [o for o in self._in(SCHEDULED) if self.model[o].due <= self.now]
         for offset in sorted(due, key=lambda o: (self.model[o].due, self.model[o].scheduled_as)):
             m = self.model[offset]
@@ -263,7 +265,8 @@ class ServiceMachine(RuleBasedStateMachine):
         ready, leased = self._in(READY), self._in(LEASED)
         assert q.message_count == len(ready)
         assert q.unacked_count == len(leased)
-        by_offset = {e.offset: e for e in q.entries.values()}
+        staged = {e.offset for e in q.staged()}
+        by_offset = {e.offset: e for e in q.entries.values() if e.offset not in staged}
         assert set(by_offset) == set(ready) | set(leased)
         for offset, e in by_offset.items():
             assert e.deliveries == self.model[offset].deliveries
@@ -276,7 +279,9 @@ class ServiceMachine(RuleBasedStateMachine):
 
     @invariant()
     def scheduled_are_timers(self) -> None:
-        due = sorted((d, rec.offset, rec.deliveries) for _, d, rec in self.timers.due(2**62, limit=1000))
+        """A scheduled message is a timer, or an entry staged until its due time."""
+        due = sorted([(d, rec.offset, rec.deliveries) for _, d, rec in self.timers.due(2**62, limit=1000)]
+                     + [(e.visible_ms, e.offset, e.deliveries) for e in self.svc.state("q").queue.staged()])
         assert due == sorted((m.due, o, m.deliveries) for o, m in self.model.items() if m.state == SCHEDULED)
 
 

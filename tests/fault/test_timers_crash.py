@@ -56,3 +56,30 @@ def test_delayed_and_retrying_messages_survive_kill_9(servers: ServerFactory) ->
     assert got["delayed"]["deliveries"] == 1
     time.sleep(0.3)
     assert receive(server) == []  # each released once
+
+
+def test_a_message_staged_before_its_due_time_is_not_early_after_kill_9(servers: ServerFactory) -> None:
+    """Timers are released into queues ahead of their due time (staged entries, journaled
+    with the due time): killed then, the broker shows the message neither early nor
+    twice after the restart, and on time."""
+    server = servers.start()
+    call(server, "/api/topics", {"name": "t"})
+    assert receive(server) == []  # the group starts here
+    sent = time.time()
+    call(server, "/api/topics/t/messages", {"messages": [{"value": "later", "delay_ms": 3000}]})
+    due = sent + 3.0
+    time.sleep(1.6)  # within the release lead (2 s): staged in the group's queue by now
+    assert receive(server) == []
+    assert server.kill() == -9
+    server.restart(same_ports=True)
+    got: list[dict[str, Any]] = []
+    while time.time() < due + 5 and not got:
+        early = time.time() < due - 0.05
+        got = receive(server)
+        if got:
+            assert not early, "visible before its due time"
+            break
+        time.sleep(0.02)
+    assert [m["value"] for m in got] == ["later"] and got[0]["deliveries"] == 1
+    time.sleep(0.3)
+    assert receive(server) == []  # once

@@ -49,9 +49,10 @@ class VHostModel(Protocol):
 
     def load(self) -> None: ...
     def routes_topic(self, topic: str) -> bool: ...
-    def route_record(self, topic: str, partition: int, offset: int, message: Message) -> bool: ...
+    def route_record(self, topic: str, partition: int, offset: int, message: Message,
+                     visible_ms: int = 0) -> bool: ...
     def route_delayed(self, exchange: str, routing_key: str, topic: str, partition: int, offset: int,
-                      message: Message) -> None: ...
+                      message: Message, visible_ms: int = 0) -> None: ...
     def expire(self) -> None: ...
     def queue_floors(self, floors: dict[tuple[str, int], int]) -> None: ...
 
@@ -90,20 +91,20 @@ class Feed:
         return routed
 
     def record(self, topic: str, partition: int, offset: int, message: Message,
-               vhosts: list[VHostModel] | None = None) -> int:
-        """A record of ``topic``, visible now, to the queues that read the topic: those
-        bound to the exchange behind it in every vhost, and the pop groups. 1 if it
-        reached a vhost's queue."""
+               vhosts: list[VHostModel] | None = None, visible_ms: int = 0) -> int:
+        """A record of ``topic``, visible now (or staged until ``visible_ms``), to the
+        queues that read the topic: those bound to the exchange behind it in every vhost,
+        and the pop groups. 1 if it reached a vhost's queue."""
         if vhosts is None:
             vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
         routed = 0
         for vhost in vhosts:
             try:
-                routed |= vhost.route_record(topic, partition, offset, message)
+                routed |= vhost.route_record(topic, partition, offset, message, visible_ms)
             except Exception:
                 log.exception("routing the record at %s/%d offset %d in vhost %r failed",
                               topic, partition, offset, vhost.name)
-        self.pop.appended(topic, partition, offset, message)
+        self.pop.appended(topic, partition, offset, message, visible_ms=visible_ms)
         return routed
 
     def delay(self, topic: str, partition: int, offset: int, due_ms: int, *, vhost: str = "", exchange: str = "",
@@ -117,13 +118,15 @@ class Feed:
                                             offset=offset))
 
     def timers_due(self, due: list[tuple[int, TimerRecord]]) -> None:
-        """Timers that are due: retries go back to their queues, delayed messages are
-        routed as their publish would have routed them."""
-        for _, rec in due:
+        """Timers released (at most ``timers.LEAD_MS`` before due): retries go back to
+        their queues, delayed messages are routed as their publish would have routed
+        them; both staged in their queues until due. (Routing is done on release: a
+        binding made or removed in the last ``LEAD_MS`` before the due time is not seen.)"""
+        for due_ms, rec in due:
             if rec.kind == TimerRecord.RETRY:
                 service = self.pop.service if rec.vhost == "" else getattr(self.vhosts.get(rec.vhost), "service", None)
                 if service is not None:
-                    service.retry_due(rec)
+                    service.retry_due(rec, due_ms)
                 continue
             try:
                 message = self.messages.get(rec.topic, rec.partition, rec.offset)
@@ -133,10 +136,11 @@ class Feed:
                 continue
             vhost = self.vhosts.get(rec.vhost) if rec.vhost else None
             if vhost is not None:
-                vhost.route_delayed(rec.exchange, rec.routing_key, rec.topic, rec.partition, rec.offset, message)
-                self.pop.appended(rec.topic, rec.partition, rec.offset, message)
+                vhost.route_delayed(rec.exchange, rec.routing_key, rec.topic, rec.partition, rec.offset, message,
+                                    due_ms)
+                self.pop.appended(rec.topic, rec.partition, rec.offset, message, visible_ms=due_ms)
             else:
-                self.record(rec.topic, rec.partition, rec.offset, message)
+                self.record(rec.topic, rec.partition, rec.offset, message, visible_ms=due_ms)
 
 
 def decode_appended(base: int, data: bytes, infos: list[BatchInfo]) -> list[tuple[int, Message]]:

@@ -2,7 +2,8 @@
 
 One record per unsettled entry, key ``state.queue_entry_key(vhost, queue, seq)``,
 value a fixed-width struct (``pack_entry``): where the message is, its size, priority,
-expiry, delivery count and the deadline of its lease (0: none). Publishing puts the
+expiry, delivery count and the deadline of its lease (0: none); a staged entry's record
+adds its visible time. Publishing puts the
 record, settling deletes it. After a restart the records left are exactly the unsettled
 entries (``Queue.restore``): those leased with a deadline (an invisible time) stay
 leased until it, the others are ready.
@@ -54,6 +55,10 @@ _ENTRY_V0 = struct.Struct(">IqIBqI")
 # _ENTRY_V0, then the lease deadline; then the topic
 _ENTRY_V1_TAG = 0x81
 _ENTRY = struct.Struct(">BIqIBqIq")
+# a staged entry (queue.py): version byte 0x82, the fields of _ENTRY, then the visible
+# time; then the topic
+_ENTRY_V2_TAG = 0x82
+_STAGED = struct.Struct(">BIqIBqIqq")
 
 
 _TOPIC_BYTES: dict[str, bytes] = {}
@@ -65,19 +70,26 @@ def pack_entry(e: Entry, deadline_ms: int = 0) -> bytes:
         if len(_TOPIC_BYTES) > 4096:
             _TOPIC_BYTES.clear()
         topic = _TOPIC_BYTES[e.topic] = e.topic.encode()
+    if e.visible_ms:
+        return _STAGED.pack(_ENTRY_V2_TAG, e.partition, e.offset, e.size, e.priority, e.expires_ms, e.deliveries,
+                            deadline_ms, e.visible_ms) + topic
     return _ENTRY.pack(_ENTRY_V1_TAG, e.partition, e.offset, e.size, e.priority, e.expires_ms, e.deliveries,
                        deadline_ms) + topic
 
 
 def unpack_entry(seq: int, raw: bytes) -> tuple[Entry, int]:
     """An entry record: the entry and its lease deadline (0: none)."""
+    visible = 0
     if raw[0] == _ENTRY_V1_TAG:
         _, partition, offset, size, priority, expires_ms, deliveries, deadline = _ENTRY.unpack_from(raw)
         topic = raw[_ENTRY.size :].decode()
+    elif raw[0] == _ENTRY_V2_TAG:
+        _, partition, offset, size, priority, expires_ms, deliveries, deadline, visible = _STAGED.unpack_from(raw)
+        topic = raw[_STAGED.size :].decode()
     else:
         partition, offset, size, priority, expires_ms, deliveries = _ENTRY_V0.unpack_from(raw)
         deadline, topic = 0, raw[_ENTRY_V0.size :].decode()
-    return Entry(seq, topic, partition, offset, size, priority, expires_ms, deliveries), deadline
+    return Entry(seq, topic, partition, offset, size, priority, expires_ms, deliveries, visible), deadline
 
 
 class QueueStore:
@@ -120,8 +132,8 @@ class QueueStore:
                    for k, v in self.store.scan_prefix(CF_QUEUES, queue_entries_prefix(vhost, queue))]
         mark = self.delivered_mark(vhost, queue)
         if not exact:
-            for e, _ in entries:
-                if e.seq <= mark and not e.deliveries:
+            for e, _ in entries:  # (a staged entry was never delivered: the mark may pass it)
+                if e.seq <= mark and not e.deliveries and not e.visible_ms:
                     e.deliveries = 1
         return entries, max(mark + 1, max((e.seq + 1 for e, _ in entries), default=0))
 

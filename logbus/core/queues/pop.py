@@ -169,11 +169,14 @@ class PopGroups:
     def watches(self, topic: str) -> bool:
         return bool(self.by_topic.get(topic))
 
-    def appended(self, topic: str, partition: int, offset: int, message: Message, expires_ms: int = 0) -> None:
-        """A record appended to ``topic`` (now visible): every group on it gets an entry."""
+    def appended(self, topic: str, partition: int, offset: int, message: Message, expires_ms: int = 0,
+                 visible_ms: int = 0) -> None:
+        """A record appended to ``topic`` (visible now, or staged until ``visible_ms``):
+        every group on it gets an entry."""
         names = self.by_topic.get(topic)
         if names:
-            self.service.enqueue(names, topic, partition, offset, message, expires_ms=expires_ms)
+            self.service.enqueue(names, topic, partition, offset, message, expires_ms=expires_ms,
+                                 visible_ms=visible_ms)
 
     # -- consuming -----------------------------------------------------------------------
 

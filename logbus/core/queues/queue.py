@@ -23,8 +23,15 @@ An entry is in exactly one of these states:
 - **scheduled**: given back with a backoff (``RETRY``, or a lapse under a retry policy
   that waits). The entry leaves the queue (``Scheduled`` is returned); the queue service
   keeps it as a timer (``timers.py``), written in the same state batch as the entry's
-  deletion, and when it is due ``readd`` puts it back, ready, under a new seq, its
-  delivery count kept.
+  deletion. Shortly before it is due the timer comes back (``readd``) as a staged entry,
+  its delivery count kept.
+- **staged**: in the queue but not visible until ``visible_ms``: a delayed message or a
+  retry whose timer was released ahead of its due time, so that what costs CPU (reading
+  the message, routing it, journaling the entry) is done before the due time, not after
+  it. Staged entries are journaled with their visible time, so a restart does not show
+  them early, and count for nothing (not ready, not leased, no limits). ``unstage(now)``
+  turns those whose time came into ready entries at the tail (a new seq, as a message
+  published then would get), in visible-time order, the queue's limits applied then.
 - **settled**: acked, dead-lettered, expired, dropped by overflow; gone from ``entries``.
   The **ack index** is kept as its complement: a seq is settled when it is below
   ``next_seq`` and not in ``entries``, and the floor is the smallest unsettled seq. A
@@ -90,6 +97,7 @@ class Entry:
     priority: int = 0
     expires_ms: int = 0  # epoch ms after which it is dead; 0: never
     deliveries: int = 0  # times handed to a consumer; > 0 means "redelivered" next time
+    visible_ms: int = 0  # staged until this epoch ms (0: not staged)
 
     @property
     def redelivered(self) -> bool:
@@ -197,6 +205,7 @@ class Queue:
         self._ready: dict[int, list[int]] = {}  # priority -> heap of ready seqs
         self._priorities: list[int] = []  # priorities with a heap, highest first
         self._deadlines: list[tuple[int, int, int]] = []  # heap of (deadline, seq, delivery); lazy
+        self._staged: list[tuple[int, int]] = []  # heap of (visible_ms, seq) of staged entries
         self.next_seq = 0
         self.ready_count = 0
         self.ready_bytes = 0
@@ -221,6 +230,19 @@ class Queue:
         return min(self.entries, default=self.next_seq)
 
     @property
+    def staged_count(self) -> int:
+        return len(self._staged)
+
+    @property
+    def next_visible(self) -> int:
+        """The earliest visible time of a staged entry (0: none staged)."""
+        return self._staged[0][0] if self._staged else 0
+
+    def staged(self) -> list[Entry]:
+        """The staged entries, earliest visible first."""
+        return [self.entries[seq] for _, seq in sorted(self._staged)]
+
+    @property
     def next_deadline(self) -> int:
         """The earliest lease deadline (0: none). May be a lease since settled."""
         return self._deadlines[0][0] if self._deadlines else 0
@@ -228,13 +250,19 @@ class Queue:
     # -- publish -------------------------------------------------------------------------
 
     def publish(self, topic: str, partition: int, offset: int, size: int, *, priority: int = 0,
-                expires_ms: int = 0, now_ms: int = 0) -> tuple[Entry | None, list[Removed]]:
+                expires_ms: int = 0, now_ms: int = 0, visible_ms: int = 0) -> tuple[Entry | None, list[Removed]]:
         """Add a message. Returns (the entry, or None when the queue refused it under
-        overflow reject-publish; entries pushed out from the head by drop-head)."""
+        overflow reject-publish; entries pushed out from the head by drop-head). With
+        ``visible_ms`` the entry is staged until then (``unstage``; even if that time has
+        passed, so that due entries become ready in visible-time order): limits and the
+        queue's message TTL apply from that time."""
         lim = self.limits
         if lim.message_ttl_ms is not None:
-            ttl_end = now_ms + lim.message_ttl_ms
+            ttl_end = max(now_ms, visible_ms) + lim.message_ttl_ms
             expires_ms = ttl_end if not expires_ms else min(expires_ms, ttl_end)
+        if visible_ms:
+            return self._stage(Entry(0, topic, partition, offset, size, min(max(priority, 0), lim.max_priority),
+                                     expires_ms, 0, visible_ms)), []
         removed: list[Removed] = []
         if self._full(1, size):
             if lim.overflow != DROP_HEAD:
@@ -254,17 +282,61 @@ class Queue:
         self.journal.added(entry)
         return entry, removed
 
-    def readd(self, entry: Entry) -> Entry:
-        """A scheduled entry that is due: ready again under a new seq, its delivery count
-        kept. Limits are not applied again: the queue accepted it before."""
-        seq = self.next_seq
-        self.next_seq = seq + 1
-        back = Entry(seq, entry.topic, entry.partition, entry.offset, entry.size,
-                     min(entry.priority, self.limits.max_priority), entry.expires_ms, entry.deliveries)
-        self.entries[seq] = back
+    def readd(self, entry: Entry, visible_ms: int = 0) -> Entry:
+        """A scheduled entry back from its timer: ready again under a new seq (staged
+        until ``visible_ms`` if not 0), its delivery count kept. Limits are not applied
+        again: the queue accepted it before."""
+        back = Entry(0, entry.topic, entry.partition, entry.offset, entry.size,
+                     min(entry.priority, self.limits.max_priority), entry.expires_ms, entry.deliveries, visible_ms)
+        if visible_ms:
+            return self._stage(back)
+        back.seq = self.next_seq
+        self.next_seq += 1
+        self.entries[back.seq] = back
         self._push_ready(back)
         self.journal.added(back)
         return back
+
+    def _stage(self, entry: Entry) -> Entry:
+        entry.seq = seq = self.next_seq
+        self.next_seq = seq + 1
+        self.entries[seq] = entry
+        heapq.heappush(self._staged, (entry.visible_ms, seq))
+        self.journal.added(entry)
+        return entry
+
+    def unstage(self, now_ms: int) -> tuple[int, list[Removed]]:
+        """Staged entries visible at ``now_ms``: ready at the tail under a new seq, in
+        visible-time order (ties in staging order). The queue's length limits apply as to
+        a publish: an entry the queue refuses is removed (reason MAXLEN under
+        reject-publish-dlx, else none), drop-head removes heads. Returns (how many became
+        ready, the removed)."""
+        staged = self._staged
+        n = 0
+        removed: list[Removed] = []
+        lim = self.limits
+        limited = lim.max_length is not None or lim.max_length_bytes is not None
+        while staged and staged[0][0] <= now_ms:
+            _, seq = heapq.heappop(staged)
+            entry = self.entries.pop(seq)
+            self.journal.settled(seq)
+            entry.visible_ms = 0
+            if limited and self._full(1, entry.size):
+                if lim.overflow == DROP_HEAD:
+                    while self.ready_count and self._full(1, entry.size):
+                        head = self._pop_ready()
+                        assert head is not None
+                        removed.append(self._settle(head, MAXLEN))
+                if self._full(1, entry.size):
+                    removed.append(Removed(entry, MAXLEN if lim.overflow == REJECT_PUBLISH_DLX else ""))
+                    continue
+            entry.seq = seq = self.next_seq
+            self.next_seq = seq + 1
+            self.entries[seq] = entry
+            self._push_ready(entry)
+            self.journal.added(entry)
+            n += 1
+        return n, removed
 
     def _full(self, count: int, size: int) -> bool:
         lim = self.limits
@@ -388,14 +460,16 @@ class Queue:
 
     def restore(self, entries: list[tuple[Entry, int]], next_seq: int = 0) -> None:
         """Load the unsettled entries a journal kept, each with its lease deadline (any
-        order). Those leased with a deadline come back leased to ``RESTORED`` until it,
-        so their receipts still settle them; the others become ready, redelivered if
-        delivered before. Numbering goes on above them, and from ``next_seq`` if that is
+        order). Staged ones stay staged; those leased with a deadline come back leased
+        to ``RESTORED`` until it, so their receipts still settle them; the others become
+        ready, redelivered if delivered before. Numbering goes on above them, and from ``next_seq`` if that is
         higher."""
         assert not self.entries, "restore into an empty queue"
         for e, deadline in sorted(entries, key=lambda item: item[0].seq):
             self.entries[e.seq] = e
-            if deadline and e.deliveries:
+            if e.visible_ms:
+                heapq.heappush(self._staged, (e.visible_ms, e.seq))
+            elif deadline and e.deliveries:
                 self.leases[e.seq] = Lease(RESTORED, e.deliveries, deadline)
                 heapq.heappush(self._deadlines, (deadline, e.seq, e.deliveries))
             else:

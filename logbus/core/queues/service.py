@@ -19,7 +19,10 @@ holds entries that point into the log; this module adds what surrounds it:
   changes nothing. ``change_invisible`` moves a lease's deadline.
 - **time**: ``tick(now)`` drops expired heads and gives back leases past their
   deadline; entries given back with a backoff become timers (``timers.py``) and come
-  back through ``retry_due``.
+  back through ``retry_due``. Timers are released ahead of their due time, so delayed
+  messages and retries arrive staged (``queue.py``); a reactor call armed for the
+  earliest visible time (``wake``) makes them ready when it comes, and ``take`` and
+  ``tick`` check too.
 - **dead letters**: an entry removed with a reason (rejected, expired, overflow, past
   the delivery limit) goes to the queue's dead-letter target through the
   ``dead_letter`` callback the owner of the service supplies (the vhost publishes to an
@@ -57,6 +60,8 @@ from .queue import (
 from .timers import Timers
 
 log = logging.getLogger(__name__)
+
+WAKE_SPACING_MS = 2  # staged entries due within this of each other are made ready by one call
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,9 @@ class QueueService:
         self._dead_letter = dead_letter
         self._message_for = message_for  # how an entry's message is delivered (default: as stored)
         self.queues: dict[str, QueueState] = {}
+        self._staged: set[str] = set()  # queues with staged entries
+        self._wake_call: Any = None
+        self._wake_at = 0
 
     # -- queues --------------------------------------------------------------------------
 
@@ -145,6 +153,8 @@ class QueueService:
             queue = Queue(name, settings.limits, retry=settings.retry)
         qs = QueueState(name, settings, queue, durable, exclusive, auto_delete, declared, used_ms=self.clock())
         self.queues[name] = qs
+        if queue.staged_count:
+            self._staged_in(name, queue.next_visible)
         return qs
 
     def state(self, name: str) -> QueueState:
@@ -160,6 +170,7 @@ class QueueService:
         for entry in list(qs.queue.entries.values()):
             self.messages.release(entry.topic, entry.partition, entry.offset)
         del self.queues[name]
+        self._staged.discard(name)
         if qs.durable:
             self.queue_store.drop(self.vhost, name)
         return count
@@ -175,11 +186,13 @@ class QueueService:
     # -- enqueue -------------------------------------------------------------------------
 
     def enqueue(self, names: Iterable[str], topic: str, partition: int, offset: int, message: Message,
-                now: int | None = None, dispatch: bool = True, expires_ms: int = 0) -> bool:
+                now: int | None = None, dispatch: bool = True, expires_ms: int = 0, visible_ms: int = 0) -> bool:
         """Give each queue of ``names`` an entry for the record at ``offset``; True when a
         queue refused it (overflow reject-publish). ``dispatch`` False: the caller
         dispatches the queues. ``expires_ms``: the message's own expiry as its gateway
-        reads it (AMQP's expiration), else the envelope's ``expires_at_ms`` (0: none)."""
+        reads it (AMQP's expiration), else the envelope's ``expires_at_ms`` (0: none).
+        ``visible_ms``: a delayed message's due time (a released timer): the entries are
+        staged until then; the message is read back from the log when delivered."""
         if now is None:
             now = self.clock()
         env = message.envelope
@@ -187,6 +200,12 @@ class QueueService:
         if env.expires_at_ms and (not expires_ms or env.expires_at_ms < expires_ms):
             expires_ms = env.expires_at_ms
         size = len(message.value or b"")
+        if visible_ms:
+            for name in names:
+                self.queues[name].queue.publish(topic, partition, offset, size, priority=priority,
+                                                expires_ms=expires_ms, now_ms=now, visible_ms=visible_ms)
+                self._staged_in(name, visible_ms, now)
+            return False
         refs = 0
         refused: list[QueueState] = []
         dropped: list[tuple[QueueState, Removed]] = []
@@ -280,6 +299,8 @@ class QueueService:
         now = self.clock()
         qs.used_ms = now
         q = qs.queue
+        if q.next_visible and q.next_visible <= now:
+            self._unstage(qs, now)
         deadline = now + invisible_ms if invisible_ms else 0
         out: list[Delivery] = []
         for _ in range(n):
@@ -337,9 +358,12 @@ class QueueService:
     # -- time --------------------------------------------------------------------------------
 
     def tick(self, now: int | None = None) -> None:
-        """Drop (or dead-letter) expired heads and give back leases past their deadline."""
+        """Make due staged entries ready, drop (or dead-letter) expired heads and give
+        back leases past their deadline."""
         if now is None:
             now = self.clock()
+        if self._staged:
+            self._wake(now)
         for qs in list(self.queues.values()):
             q = qs.queue
             for r in q.expire(now):
@@ -360,16 +384,80 @@ class QueueService:
             kind=TimerRecord.RETRY, vhost=self.vhost, queue=qs.name, topic=e.topic, partition=e.partition,
             offset=e.offset, size=e.size, priority=e.priority, expires_ms=e.expires_ms, deliveries=e.deliveries))
 
-    def retry_due(self, rec: TimerRecord) -> bool:
-        """A RETRY timer that is due: the entry goes back to its queue, ready (False: the
-        queue is gone, and the message with it)."""
+    def retry_due(self, rec: TimerRecord, visible_ms: int = 0) -> bool:
+        """A RETRY timer released: the entry goes back to its queue, ready, or staged
+        until ``visible_ms`` (False: the queue is gone, and the message with it)."""
         qs = self.queues.get(rec.queue)
         if qs is None:
             return False
         qs.queue.readd(Entry(0, rec.topic, rec.partition, rec.offset, rec.size, rec.priority, rec.expires_ms,
-                             rec.deliveries))
-        self.dispatch(qs.name)
+                             rec.deliveries), visible_ms)
+        if visible_ms:
+            self._staged_in(qs.name, visible_ms)
+        else:
+            self.dispatch(qs.name)
         return True
+
+    # -- staged entries ----------------------------------------------------------------------
+
+    def _staged_in(self, name: str, visible_ms: int, now: int | None = None) -> None:
+        """Queue ``name`` holds an entry staged until ``visible_ms``: wake then (at once
+        if that time has come)."""
+        self._staged.add(name)
+        if now is None:
+            now = self.clock()
+        if visible_ms <= now:
+            self._unstage(self.queues[name], now)
+            return
+        if self._wake_call is not None and self._wake_call.active():
+            if self._wake_at <= visible_ms:
+                return
+            self._wake_call.cancel()
+        reactor = self.timers.reactor
+        if reactor is None:  # no reactor: ``take`` and ``tick`` make them ready
+            return
+        self._wake_at = visible_ms
+        self._wake_call = reactor.callLater((visible_ms - now) / 1000.0, self._wake)
+
+    def _wake(self, now: int | None = None) -> None:
+        """Make the staged entries that are due ready, in every queue; wake again for
+        the next (not sooner than ``WAKE_SPACING_MS`` from now: one call serves
+        entries due within it)."""
+        if now is None:
+            now = self.clock()
+        if self._wake_call is not None and self._wake_call.active() and self._wake_at > now:
+            self._wake_call.cancel()
+        self._wake_call = None
+        nxt = 0
+        for name in list(self._staged):
+            qs = self.queues.get(name)
+            if qs is None:
+                self._staged.discard(name)
+                continue
+            q = qs.queue
+            if q.next_visible and q.next_visible <= now:
+                self._unstage(qs, now)
+            if not q.staged_count:
+                self._staged.discard(name)
+            elif not nxt or q.next_visible < nxt:
+                nxt = q.next_visible
+        reactor = self.timers.reactor
+        if nxt and reactor is not None:
+            self._wake_at = max(nxt, now + WAKE_SPACING_MS)
+            self._wake_call = reactor.callLater((self._wake_at - now) / 1000.0, self._wake)
+
+    def stop(self) -> None:
+        """Cancel the wake call (the broker stops; the state store closes)."""
+        if self._wake_call is not None and self._wake_call.active():
+            self._wake_call.cancel()
+        self._wake_call = None
+
+    def _unstage(self, qs: QueueState, now: int) -> None:
+        n, removed = qs.queue.unstage(now)
+        for r in removed:
+            self._removed(qs, r)
+        if n:
+            self.dispatch(qs.name)
 
     # -- dead letters --------------------------------------------------------------------------
 

@@ -279,16 +279,17 @@ class VHost:
         return Published(True, False)
 
     def route_delayed(self, exchange: str, routing_key: str, topic: str, partition: int, offset: int,
-                      message: Message) -> None:
-        """A delayed publish that is due: routed through ``exchange`` as it is now (gone:
-        dropped, as RabbitMQ's plugin drops it)."""
+                      message: Message, visible_ms: int = 0) -> None:
+        """A delayed publish whose timer was released (staged in its queues until
+        ``visible_ms``): routed through ``exchange`` as it is now (gone: dropped, as
+        RabbitMQ's plugin drops it)."""
         try:
             queues = self.router.route(exchange, routing_key, amqp_headers(message.envelope))
         except Refused as e:
             log.info("a delayed message for exchange %r in vhost %r was dropped: %s", exchange, self.name, e)
             return
         if queues:
-            self._enqueue(queues, topic, partition, offset, message)
+            self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)
 
     def publish_many(self, items: list[tuple[str, str, Message, Mapping[str, Any] | None]],
                      on_durable: Callable[[int, int, Any], object] | None = None) -> PublishedMany:
@@ -404,31 +405,32 @@ class VHost:
         HTTP) can reach one of its queues: it backs an exchange here."""
         return self.router.routes_topic(topic)
 
-    def route_record(self, topic: str, partition: int, offset: int, message: Message) -> bool:
+    def route_record(self, topic: str, partition: int, offset: int, message: Message, visible_ms: int = 0) -> bool:
         """A record appended to ``topic`` by a Kafka producer or over HTTP goes to the
         queues bound to the exchange behind the topic, with the record key as routing
-        key and the record headers as headers (docs/architecture.md section 4). True
-        when it reached a queue."""
+        key and the record headers as headers (docs/architecture.md section 4); staged
+        until ``visible_ms`` if not 0. True when it reached a queue."""
         key = (message.key or b"").decode("utf-8", "replace")
         headers = {k: v.decode("utf-8", "replace") if v is not None else None
                    for k, v in message.headers} if message.headers else None
         queues = self.router.route_log(topic, key, headers)
         if not queues:
             return False
-        self._enqueue(queues, topic, partition, offset, message)
+        self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)
         return True
 
     def _enqueue(self, queues: frozenset[str], topic: str, partition: int, offset: int, message: Message,
-                 now: int | None = None, dispatch: bool = True) -> bool:
-        """Give each of ``queues`` an entry for the record at ``offset``; True when a
-        queue refused it (overflow reject-publish). ``dispatch`` False: the caller
-        dispatches the queues."""
+                 now: int | None = None, dispatch: bool = True, visible_ms: int = 0) -> bool:
+        """Give each of ``queues`` an entry for the record at ``offset`` (staged until
+        ``visible_ms`` if not 0); True when a queue refused it (overflow reject-publish).
+        ``dispatch`` False: the caller dispatches the queues. A per-message TTL counts
+        from when the message is visible."""
         if now is None:
             now = self.clock()
         env = message.envelope
         ttl = per_message_ttl(env.expiration) if env.expiration else None
         return self.service.enqueue(queues, topic, partition, offset, message, now, dispatch,
-                                    now + ttl if ttl is not None else 0)
+                                    max(now, visible_ms) + ttl if ttl is not None else 0, visible_ms)
 
     def _message(self, entry: Entry) -> Message:
         """The message an entry points at. One a Kafka producer appended is delivered as
