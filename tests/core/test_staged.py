@@ -130,27 +130,21 @@ def test_overdue_staged_entries_are_ready_at_once_after_a_restart(world: World) 
     assert world.take() == [0]
 
 
-def test_a_full_queue_refuses_a_staged_entry_when_due() -> None:
-    """Limits apply when the entry becomes ready (as a publish then): reject-publish-dlx
-    dead-letters it; drop-head drops the head instead."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        dlx = QueueSettings(limits=QueueLimits(max_length=1, overflow=REJECT_PUBLISH_DLX),
-                            dead_letter=DeadLetterTarget(exchange="dlx"))
-        w = World(Path(d) / "a", dlx)
+@pytest.mark.parametrize(("overflow", "taken", "dead"), [
+    (REJECT_PUBLISH_DLX, [1], [(0, MAXLEN)]),  # the due entry is refused and dead-lettered
+    (DROP_HEAD, [0], [(1, MAXLEN)]),  # the head makes room for it
+])
+def test_a_full_queue_applies_its_limit_when_a_staged_entry_is_due(
+        tmp_path: Path, overflow: str, taken: list[int], dead: list[tuple[int, str]]) -> None:
+    """Limits apply when the entry becomes ready, as to a publish then."""
+    w = World(tmp_path / "state", QueueSettings(limits=QueueLimits(max_length=1, overflow=overflow),
+                                                dead_letter=DeadLetterTarget(exchange="dlx")))
+    try:
         w.publish(0, visible_ms=T0 + 10)
         w.publish(1)
         w.reactor.advance(0.01)
-        assert w.take() == [1] and w.dead == [(0, MAXLEN)]
-        w.close()
-        drop = QueueSettings(limits=QueueLimits(max_length=1, overflow=DROP_HEAD),
-                             dead_letter=DeadLetterTarget(exchange="dlx"))
-        w = World(Path(d) / "b", drop)
-        w.publish(0, visible_ms=T0 + 10)
-        w.publish(1)
-        w.reactor.advance(0.01)
-        assert w.take() == [0] and w.dead == [(1, MAXLEN)]
+        assert w.take() == taken and w.dead == dead
+    finally:
         w.close()
 
 
