@@ -32,7 +32,8 @@ at once.
 
 This file is the command line and the orchestration (brokers, workloads in turn, JSON);
 bench/amqp_workloads.py has the workloads, bench/amqp_client.py the measuring, the AMQP
-plumbing and the consumer process.
+plumbing and the consumer process, bench/common.py what the bench scripts share (/proc,
+quantiles, starting and stopping logbus).
 """
 
 from __future__ import annotations
@@ -47,15 +48,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any
 
 import aio_pika
 import uvloop
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from amqp_client import LATENCY_HEAD, BenchError, Run, cpu_split, proc_comm
+from amqp_client import LATENCY_HEAD, Run, proc_comm
 from amqp_workloads import w_consume, w_fanout, w_latency, w_publish
+from common import LOOPBACK, BenchError, cpu_split, start_logbus, stop_logbus
 from rabbitmq import RabbitMQ, RabbitMQError
 
 WORKLOADS = ("publish", "consume", "fanout", "latency")
@@ -177,58 +178,17 @@ async def _run_workloads(url: str, pid: int, args: argparse.Namespace,
 # -- brokers -----------------------------------------------------------------------
 
 
-def tail(path: str, lines: int = 20) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def start_logbus(workdir: str, timeout: float) -> tuple[subprocess.Popen[bytes], str]:
-    """`logbus serve` listening for AMQP (and HTTP) only; the AMQP address from its ready
-    file, as start_broker() in kafka_bench.py does for Kafka."""
-    ready = os.path.join(workdir, "ready.json")
-    log = os.path.join(workdir, "broker.log")
-    with open(log, "wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "logbus", "serve", "--data-dir", os.path.join(workdir, "data"),
-             "--amqp", "tcp:0:interface=127.0.0.1", "--kafka", "off", "--mqtt", "off",
-             "--http", "tcp:0:interface=127.0.0.1", "--ready-file", ready],
-            stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
-        )
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(ready):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_logbus(proc)
-            raise BenchError(f"logbus did not start (exit code {proc.returncode}); "
-                             f"its log:\n{tail(log)}")
-        time.sleep(0.05)
-    with open(ready) as f:
-        addresses = json.load(f)
-    if "amqp" not in addresses:
-        stop_logbus(proc)
-        raise BenchError(
-            f"logbus started but is not listening for AMQP (its ready file lists "
-            f"{sorted(addresses)}): no AMQP gateway in this build. Its log:\n{tail(log)}")
+def start_amqp_logbus(workdir: str, timeout: float) -> tuple[subprocess.Popen[bytes], str]:
+    """`logbus serve` listening for AMQP (and HTTP) only; its AMQP address."""
+    proc, addresses = start_logbus(workdir, {"amqp": LOOPBACK, "http": LOOPBACK}, timeout=timeout)
     return proc, addresses["amqp"]
-
-
-def stop_logbus(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def check_logbus(args: argparse.Namespace) -> None:
     """Start and stop logbus once: fail before a long RabbitMQ run if it cannot serve AMQP."""
     workdir = tempfile.mkdtemp(prefix="logbus-abench-", dir=args.dir)
     try:
-        stop_logbus(start_logbus(workdir, args.start_timeout)[0])
+        stop_logbus(start_amqp_logbus(workdir, args.start_timeout)[0])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -255,7 +215,7 @@ def bench_interleaved(args: argparse.Namespace) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     try:
         with RabbitMQ(args.dir, args.start_timeout) as rmq:
-            proc, address = start_logbus(workdir, args.start_timeout)
+            proc, address = start_amqp_logbus(workdir, args.start_timeout)
             brokers = {"rabbitmq": (rmq.url, rmq.pid), "logbus": (f"amqp://guest:guest@{address}/", proc.pid)}
             for r in range(args.rounds):
                 order = ["rabbitmq", "logbus"] if r % 2 == 0 else ["logbus", "rabbitmq"]
@@ -291,7 +251,7 @@ def bench_logbus(args: argparse.Namespace) -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix="logbus-abench-", dir=args.dir)
     proc = None
     try:
-        proc, address = start_logbus(workdir, args.start_timeout)
+        proc, address = start_amqp_logbus(workdir, args.start_timeout)
         url = f"amqp://guest:guest@{address}/"
         return uvloop.run(run_workloads(url, proc.pid, args, "logbus"))
     finally:

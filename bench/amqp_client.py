@@ -1,7 +1,8 @@
 """The client side of bench/amqp_bench.py: measuring, AMQP plumbing with aio-pika, and
 the consumers that run in a process of their own.
 
-    Meter, cpu_split, self_cpu   broker CPU from /proc/<pid>/stat, the client's from getrusage
+    Meter                        broker CPU from /proc/<pid>/stat, the client's from getrusage
+                                 (common.py: cpu_split, self_cpu)
     Run                          one workload's connections, names and progress; fails at once
                                  when the broker closes a connection or channel
     ConfirmWindow, Drain         a confirming publisher with a bounded window; an acking consumer
@@ -9,17 +10,16 @@ the consumers that run in a process of their own.
 
 Imported by name from bench/ (amqp_bench.py puts its own directory on sys.path), never
 from amqp_bench itself: run as a script, that module is __main__, and a second copy of it
-would bring a second BenchError that its ``except BenchError`` does not catch.
+would bring a second BenchError that its ``except BenchError`` does not catch (the one is
+common.BenchError).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import multiprocessing
 import os
-import resource
 import struct
 import sys
 import time
@@ -35,6 +35,7 @@ from aio_pika.abc import (
     AbstractIncomingMessage,
     AbstractQueue,
 )
+from common import BenchError, cpu_split, quantile, self_cpu
 
 T = TypeVar("T")
 # latency body head: sequence, time due, time sent (time.monotonic_ns)
@@ -42,22 +43,7 @@ LATENCY_HEAD = struct.Struct("<Qqq")
 CLEANUP_TIMEOUT = 15.0
 
 
-class BenchError(Exception):
-    pass
-
-
 # -- measuring ---------------------------------------------------------------------
-
-
-def cpu_split(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of a process so far."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        raise BenchError(f"broker process {pid} is gone") from None
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def proc_comm(pid: int) -> str:
@@ -66,11 +52,6 @@ def proc_comm(pid: int) -> str:
             return f.read().strip()
     except OSError:
         raise BenchError(f"broker pid {pid}: no such process") from None
-
-
-def self_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 class Meter:
@@ -108,7 +89,7 @@ def percentiles_ms(values_ns: list[int]) -> dict[str, float]:
     n = len(s)
 
     def rank(p: float) -> float:
-        return s[max(0, min(n - 1, math.ceil(p / 100 * n) - 1))] / 1e6
+        return quantile(s, p / 100) / 1e6
 
     return {"p50_ms": rank(50), "p90_ms": rank(90), "p99_ms": rank(99), "p999_ms": rank(99.9),
             "max_ms": s[-1] / 1e6, "mean_ms": sum(s) / n / 1e6}

@@ -11,7 +11,6 @@ from typing import Any
 import aio_pika
 from amqp_client import (
     LATENCY_HEAD,
-    BenchError,
     ConfirmWindow,
     ConsumerProcess,
     Drain,
@@ -21,6 +20,7 @@ from amqp_client import (
     persistent,
     round_trip,
 )
+from common import BenchError
 
 
 async def w_publish(run: Run) -> dict[str, Any]:

@@ -32,15 +32,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import LOOPBACK, BenchError, cpu_split, self_cpu, start_logbus, stop_logbus
+
 CHUNK = 1 << 20
-
-
-def cpu_split(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def cpu_seconds(pid: int) -> float:
@@ -114,20 +109,13 @@ def raw_loopback(total: int, run: int = 0) -> float:
 
 
 def start_broker(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
-    ready = os.path.join(workdir, "ready.json")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "logbus", "serve", "--data-dir", os.path.join(workdir, "data"),
-         "--amqp", "off", "--mqtt", "off", "--kafka", "tcp:0:interface=127.0.0.1",
-         "--http", "tcp:0:interface=127.0.0.1", "--default-flush", "sync", "--ready-file", ready],
-        stderr=open(os.path.join(workdir, "broker.log"), "wb"),
-    )
-    deadline = time.monotonic() + 30
-    while not os.path.exists(ready):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("logbus did not start: see " + os.path.join(workdir, "broker.log"))
-        time.sleep(0.05)
-    with open(ready) as f:
-        return proc, json.load(f)["kafka"]
+    """`logbus serve` listening for Kafka (and HTTP), topics flushed `sync` by default."""
+    try:
+        proc, addresses = start_logbus(workdir, {"kafka": LOOPBACK, "http": LOOPBACK},
+                                       ["--default-flush", "sync"], timeout=30)
+    except BenchError as exc:
+        raise SystemExit(str(exc)) from None
+    return proc, addresses["kafka"]
 
 
 def produce(boot: str, topic: str, records: int, size: int, pid: int) -> dict[str, float]:
@@ -146,7 +134,7 @@ def produce(boot: str, topic: str, records: int, size: int, pid: int) -> dict[st
     p.produce(topic, value=b"warm-up", on_delivery=done)  # topic auto-created, metadata known
     p.flush(30)
     user0, sys0 = cpu_split(pid)
-    self0 = resource.getrusage(resource.RUSAGE_SELF)
+    client0 = self_cpu()
     t0 = time.perf_counter()
     for _ in range(records):
         while True:
@@ -158,8 +146,7 @@ def produce(boot: str, topic: str, records: int, size: int, pid: int) -> dict[st
     left = p.flush(120)
     dt = time.perf_counter() - t0
     user1, sys1 = cpu_split(pid)
-    self1 = resource.getrusage(resource.RUSAGE_SELF)
-    client = self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime
+    client = self_cpu() - client0
     cpu = user1 - user0 + sys1 - sys0
     if left or errors:
         raise SystemExit(f"produce failed: {left} not delivered, errors {errors[:3]}")
@@ -275,7 +262,7 @@ def produce_wire(boot: str, topic: str, records: int, size: int, pid: int, in_fl
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     buf = bytearray()
     user0, sys0 = cpu_split(pid)
-    self0 = resource.getrusage(resource.RUSAGE_SELF)
+    client0 = self_cpu()
     t0 = time.perf_counter()
     sent = answered = 0
     while answered < requests:
@@ -290,13 +277,13 @@ def produce_wire(boot: str, topic: str, records: int, size: int, pid: int, in_fl
         answered += 1
     dt = time.perf_counter() - t0
     user1, sys1 = cpu_split(pid)
-    self1 = resource.getrusage(resource.RUSAGE_SELF)
+    client = self_cpu() - client0
     sock.close()
     n = requests * per_batch
     return {"records": n, "seconds": dt, "mb_per_s": n * size / dt / 1e6, "requests_in_flight": in_flight,
             "broker_user_us_per_record": (user1 - user0) / n * 1e6,
             "broker_system_us_per_record": (sys1 - sys0) / n * 1e6,
-            "client_cpu_us_per_record": (self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime) / n * 1e6}
+            "client_cpu_us_per_record": client / n * 1e6}
 
 
 def consume_wire(boot: str, topic: str, records: int, size: int, pid: int, fetch_bytes: int) -> dict[str, float]:
@@ -385,8 +372,7 @@ def main() -> None:
         print(json.dumps(out, indent=2))
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(30)
+            stop_logbus(proc)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

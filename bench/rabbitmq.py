@@ -39,6 +39,9 @@ import time
 from types import TracebackType
 from typing import Self
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import tail
+
 AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 CONNECTION_START = (10, 10)  # class, method
 
@@ -109,14 +112,6 @@ def amqp_answers(port: int, timeout: float = 2.0) -> bool:
         return False
     ftype, channel, _size, cls, meth = struct.unpack(">BHIHH", head)
     return ftype == 1 and channel == 0 and (cls, meth) == CONNECTION_START
-
-
-def tail(path: str, lines: int = 25) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return ""
 
 
 class RabbitMQ:
@@ -205,8 +200,8 @@ class RabbitMQ:
 
     def logs(self) -> str:
         node_log = os.path.join(self.workdir, "log", self.nodename + ".log")
-        return (f"--- {self.workdir}/startup.log\n" + tail(os.path.join(self.workdir, "startup.log"))
-                + f"--- {node_log}\n" + tail(node_log))
+        return (f"--- {self.workdir}/startup.log\n" + tail(os.path.join(self.workdir, "startup.log"), 25)
+                + f"--- {node_log}\n" + tail(node_log, 25))
 
     # -- stop ----------------------------------------------------------------------
 

@@ -1,0 +1,149 @@
+"""What the bench scripts share: a process's CPU and memory from /proc, nearest-rank
+quantiles, a `logbus serve` of their own, and the tail of a log file.
+
+    BenchError                        a run that fails, with a message worth printing
+    cpu_split, memory, self_cpu       (user, system) CPU seconds and VmRSS/VmHWM of a
+                                      process from /proc; this process's CPU (getrusage)
+    quantile, distribution_ms         nearest-rank quantiles; a latency distribution in ms
+    start_logbus, stop_logbus, tail   `logbus serve` in a temp dir on free loopback ports
+                                      (from its ready file), stopped by its Popen
+
+Imported by name (``from common import ...``): bench/ is on sys.path, as the script's
+own directory or put there by the importing script (kafka_bench.py, amqp_bench.py) or
+test (tests/integration/amqp_target.py). Never import a script that runs as __main__
+from another module: a second copy of it would bring a second BenchError that its
+``except BenchError`` does not catch; this one is the only one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+LOOPBACK = "tcp:0:interface=127.0.0.1"  # a `logbus serve` listener on a free loopback port
+LISTENERS = ("amqp", "kafka", "mqtt", "http")
+
+
+class BenchError(Exception):
+    pass
+
+
+# -- /proc and getrusage -----------------------------------------------------------
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        raise BenchError(f"broker process {pid} is gone") from None
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def memory(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM of a process, in MB (10^6 bytes)."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name in ("VmRSS", "VmHWM"):
+                    out[name.lower() + "_mb"] = int(rest.split()[0]) * 1024 / 1e6
+    except OSError:
+        raise BenchError(f"broker process {pid} is gone") from None
+    return out
+
+
+def self_cpu() -> float:
+    """User + system CPU seconds of this process so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+# -- quantiles ---------------------------------------------------------------------
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile of an ascending list (q in [0, 1])."""
+    if not sorted_values:
+        return float("nan")
+    k = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[k - 1]
+
+
+def distribution_ms(values: list[float]) -> dict[str, float]:
+    """Count, p50/p90/p99, max and min of values in ms."""
+    v = sorted(values)
+    return {"count": len(v), "p50_ms": quantile(v, 0.50), "p90_ms": quantile(v, 0.90),
+            "p99_ms": quantile(v, 0.99), "max_ms": v[-1] if v else float("nan"),
+            "min_ms": v[0] if v else float("nan")}
+
+
+# -- a `logbus serve` of our own ---------------------------------------------------
+
+
+def tail(path: str, lines: int = 20) -> str:
+    """The last lines of a text file ("" if it cannot be read)."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def start_logbus(workdir: str, listeners: Mapping[str, str], extra: Sequence[str] = (),
+                 timeout: float = 60.0) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """`logbus serve` with its data in ``workdir``/data and its output in
+    ``workdir``/broker.log, listening as ``listeners`` says (e.g. {"http": LOOPBACK}; every
+    listener not named is off), plus ``extra`` arguments. Returns the process and the
+    addresses from its ready file ({"http": "127.0.0.1:port", ...}; the server writes it
+    atomically). Fails, with the log's tail, if it does not start within ``timeout`` s or
+    does not listen as asked."""
+    unknown = set(listeners) - set(LISTENERS)
+    if unknown:
+        raise ValueError(f"unknown listeners {sorted(unknown)}")
+    ready = os.path.join(workdir, "ready.json")
+    log = os.path.join(workdir, "broker.log")
+    args = [a for name in LISTENERS for a in (f"--{name}", listeners.get(name, "off"))]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "logbus", "serve", "--data-dir", os.path.join(workdir, "data"),
+             *args, "--ready-file", ready, *extra],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        )
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(ready):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_logbus(proc)
+            raise BenchError(f"logbus did not start (exit code {proc.returncode}); "
+                             f"its log:\n{tail(log)}")
+        time.sleep(0.05)
+    with open(ready) as f:
+        addresses: dict[str, Any] = json.load(f)
+    for name, listen in listeners.items():
+        if listen != "off" and name not in addresses:
+            stop_logbus(proc)
+            raise BenchError(
+                f"logbus started but is not listening for {name.upper()} (its ready file lists "
+                f"{sorted(addresses)}): no {name.upper()} gateway in this build. Its log:\n{tail(log)}")
+    return proc, addresses
+
+
+def stop_logbus(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """SIGTERM to our own broker (by its Popen), SIGKILL if it is still up after ``grace`` s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
