@@ -1,5 +1,6 @@
 """The facade every gateway calls. It owns the data directory (lock), the state store,
-the log, the vhosts of the queue model and the metrics, and offers topic admin and publish.
+the log, the vhosts of the queue model and the metrics, and offers topic admin
+(core/topics.py), publish, pop and the stream model (core/streams/facade.py).
 
     broker = Broker(Path("data"), reactor=reactor)
     broker.start()                      # lock, open state, recover the log
@@ -13,11 +14,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Sequence
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
 
 from .errors import (  # noqa: F401  (re-exported)
@@ -30,7 +30,7 @@ from .errors import (  # noqa: F401  (re-exported)
     UnknownTopic,
 )
 from .log import AppendResult, LogManager, Record
-from .log.batch import BatchInfo, now_ms
+from .log.batch import BatchInfo
 from .log.topic_config import TopicConfig, validate_topic_name
 from .metrics import Metrics
 from .pressure import (
@@ -41,8 +41,8 @@ from .pressure import (
 )
 from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
 from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, key_partition, vhost_topic
-from .state import TOPIC_PREFIX, StateStore, topic_key, vhost_definitions_prefixes
-from .state_pb2 import TopicRecord
+from .state import StateStore, vhost_definitions_prefixes
+from .streams.facade import ConsumerGroups, StreamModel
 from .streams.groups import GroupCoordinator
 from ..retry.policy import POP_DEFAULT, RetryPolicy
 from .message import Message
@@ -53,66 +53,17 @@ from .queues.replay import DeadLetterReplay
 from .queues.feed import Feed, VHostFactory, VHostModel
 from .queues.timers import Timers
 from .streams.producers import ProducerRegistry
-from .streams.produce import produce as produce_batches
-from .types import (
-    Code,
-    GroupDescription,
-    GroupListing,
-    JoinGroup,
-    JoinResult,
-    OffsetAndMetadata,
-    PartitionOffsets,
-    ReadResult,
-    SyncResult,
-    TopicPartition,
-)
+from .topics import PartitionInfo, TopicAdmin, TopicInfo  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
-
-CF_METADATA = "metadata"
 EXCHANGE_TOPIC_SLACK = 1 << 20  # a record's envelope, headers and framing beside its body
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    partition: int
-    log_start_offset: int
-    log_end_offset: int
-    segments: int
-    size_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    config: dict[str, Any]
-    partitions: list[PartitionInfo] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "partitions": len(self.partitions),
-            "config": self.config,
-            "partition_detail": [
-                {
-                    "partition": p.partition,
-                    "log_start_offset": p.log_start_offset,
-                    "log_end_offset": p.log_end_offset,
-                    "segments": p.segments,
-                    "size_bytes": p.size_bytes,
-                }
-                for p in self.partitions
-            ],
-        }
-
-
 HOUSEKEEPING_SECONDS = 10.0
 EXPIRY_SECONDS = 0.1  # how often queues drop expired messages (x-message-ttl)
 PRESSURE_SECONDS = 1.0  # how often memory and disk are checked against their limits
 
 
-class Broker:
+class Broker(TopicAdmin, StreamModel, ConsumerGroups):
     def __init__(
         self,
         data_dir: str | os.PathLike[str],
@@ -182,11 +133,7 @@ class Broker:
                 max_open_files=self.max_open_files,
                 metrics=self.metrics,
             )
-            for _, value in self.state.scan_prefix(CF_METADATA, TOPIC_PREFIX):
-                rec = TopicRecord.FromString(value)
-                topic = self.log.open_topic(rec.name, self._config_of(rec))
-                for p, start in zip(topic.partitions, rec.log_start_offsets):
-                    p.advance_start(start)
+            self._open_topics()
         except BaseException:
             self._close_all()
             raise
@@ -383,150 +330,6 @@ class Broker:
             raise RuntimeError("broker is not started")
         return self.log
 
-    # -- topics ---------------------------------------------------------------------
-
-    def _config_of(self, rec: Any) -> TopicConfig:
-        values: dict[str, Any] = dict(rec.config)
-        values["partitions"] = rec.partitions
-        return TopicConfig.from_mapping(values, base=self.topic_defaults)
-
-    def create_topic(self, name: str, settings: Mapping[str, Any] | None = None) -> TopicInfo:
-        validate_topic_name(name)
-        config = TopicConfig.from_mapping(settings or {}, base=self.topic_defaults)
-        lm = self._log
-        if name in lm.topics:
-            raise TopicExists(f"topic {name!r} already exists")
-        stored = {k: str(v) for k, v in config.to_mapping().items() if k != "partitions"}
-        rec = TopicRecord(name=name, partitions=config.partitions, config=stored, created_ms=now_ms())
-        assert self.state is not None
-        self.state.put(CF_METADATA, topic_key(name), rec, sync=True)
-        try:
-            lm.open_topic(name, config, create=True)
-        except BaseException:
-            self.state.delete(CF_METADATA, topic_key(name), sync=True)
-            raise
-        log.info("created topic %r with %d partitions", name, config.partitions)
-        return self.describe_topic(name)
-
-    def grow_topic(self, name: str, partitions: int) -> TopicInfo:
-        """Add partitions to a topic (never fewer): the new count is recorded first, then
-        the partitions are opened; if opening fails the old record is put back."""
-        lm = self._log
-        topic = lm.topic(name)
-        if partitions < len(topic.partitions):
-            raise InvalidConfig(f"topic {name!r} has {len(topic.partitions)} partitions; it cannot shrink to {partitions}")
-        assert self.state is not None
-        key = topic_key(name)
-        old = self.state.get_msg(CF_METADATA, key, TopicRecord)
-        if old is None:
-            raise UnknownTopic(f"topic {name!r} has no metadata record")
-        new = TopicRecord()
-        new.CopyFrom(old)
-        new.partitions = partitions
-        self.state.put(CF_METADATA, key, new, sync=True)
-        try:
-            lm.open_topic(name, replace(topic.config, partitions=partitions))
-        except BaseException:
-            self.state.put(CF_METADATA, key, old, sync=True)
-            raise
-        log.info("topic %r now has %d partitions", name, partitions)
-        return self.describe_topic(name)
-
-    def alter_topic(self, name: str, settings: Mapping[str, Any], *, validate_only: bool = False) -> TopicInfo:
-        """Change a topic's settings: each one named is set, or put back to the broker's
-        default when its value is None; the others stay. The partition count is not
-        changed here (``grow_topic``). The new settings are recorded first, then applied
-        to the live partitions; ``validate_only`` stops after the checks."""
-        lm = self._log
-        topic = lm.topic(name)
-        defaults = self.topic_defaults.to_mapping()
-        values: dict[str, Any] = {}
-        for key, value in settings.items():
-            if value is None:
-                if key not in defaults:
-                    raise InvalidConfig(f"unknown topic setting {key!r} (known: {', '.join(sorted(defaults))})")
-                value = defaults[key]
-            values[key] = value
-        config = TopicConfig.from_mapping(values, base=topic.config)
-        if config.partitions != len(topic.partitions):
-            raise InvalidConfig(f"topic {name!r} has {len(topic.partitions)} partitions: the count is changed "
-                                "by adding partitions (Kafka CreatePartitions), not by a setting")
-        if validate_only:
-            return TopicInfo(name, config.to_mapping(), self.describe_topic(name).partitions)
-        rec = self._topic_record(name)
-        rec.config.clear()
-        rec.config.update({k: str(v) for k, v in config.to_mapping().items() if k != "partitions"})
-        assert self.state is not None
-        self.state.put(CF_METADATA, topic_key(name), rec, sync=True)
-        lm.reconfigure(name, config)
-        log.info("topic %r settings changed: %s", name, ", ".join(f"{k}={v}" for k, v in sorted(values.items())))
-        return self.describe_topic(name)
-
-    def delete_records(self, topic: str, offsets: Mapping[int, int]) -> dict[int, int | LogbusError]:
-        """Kafka's DeleteRecords: move each partition's log start offset forward to the
-        given offset (-1: the high watermark). Per partition, the new log start offset or
-        the error (UnknownPartition; OffsetOutOfRange past the high watermark). The new
-        starts are recorded (one synced put) before readers see them; whole segments
-        below them are deleted by housekeeping."""
-        t = self._log.topic(topic)
-        results: dict[int, int | LogbusError] = {}
-        moves: dict[int, int] = {}
-        for index, offset in offsets.items():
-            if not 0 <= index < len(t.partitions):
-                results[index] = UnknownPartition(f"topic {topic!r} has no partition {index}")
-                continue
-            p = t.partitions[index]
-            hw = p.high_watermark
-            target = hw if offset == -1 else offset
-            if not 0 <= target <= hw:
-                results[index] = OffsetOutOfRange(f"offset {offset} is not in [0, {hw}] (the high watermark) "
-                                                  f"of {topic}/{index}")
-            elif target > p.log_start_offset:
-                moves[index] = target
-        if moves:
-            rec = self._topic_record(topic)
-            starts = list(rec.log_start_offsets) + [0] * (len(t.partitions) - len(rec.log_start_offsets))
-            for index, target in moves.items():
-                starts[index] = target
-            del rec.log_start_offsets[:]
-            rec.log_start_offsets.extend(starts)
-            assert self.state is not None
-            self.state.put(CF_METADATA, topic_key(topic), rec, sync=True)
-            for index, target in moves.items():
-                t.partitions[index].advance_start(target)
-                log.info("records of %s/%d below offset %d deleted", topic, index, target)
-        return {i: results[i] if i in results else t.partitions[i].log_start_offset for i in offsets}
-
-    def _topic_record(self, name: str) -> TopicRecord:
-        assert self.state is not None
-        rec = self.state.get_msg(CF_METADATA, topic_key(name), TopicRecord)
-        if rec is None:
-            raise UnknownTopic(f"topic {name!r} has no metadata record")
-        return rec
-
-    def delete_topic(self, name: str) -> None:
-        lm = self._log
-        lm.topic(name)  # UnknownTopic
-        assert self.state is not None
-        # files first: a crash in between leaves the record of a topic with no files,
-        # which opens empty, never files without a record, which no create may delete
-        lm.delete_topic(name)
-        self.state.delete(CF_METADATA, topic_key(name), sync=True)
-        self.producers.forget_topic(name)
-        self.groups.forget_topic(name)
-        log.info("deleted topic %r", name)
-
-    def describe_topic(self, name: str) -> TopicInfo:
-        t = self._log.topic(name)
-        parts = [
-            PartitionInfo(p.index, p.log_start_offset, p.log_end_offset, len(p.segments), p.size_bytes)
-            for p in t.partitions
-        ]
-        return TopicInfo(t.name, t.config.to_mapping(), parts)
-
-    def list_topics(self) -> list[TopicInfo]:
-        return [self.describe_topic(n) for n in sorted(self._log.topics)]
-
     # -- data -----------------------------------------------------------------------
 
     def append(self, topic: str, partition: int, records: Sequence[Record]) -> Deferred[AppendResult]:
@@ -613,119 +416,3 @@ class Broker:
         topics gets. Fires with the counts once they are durable and the group's replay
         cursor is committed (core/queues/replay.py)."""
         return self._dlq_replay.run(group, topic, max)
-
-    # -- the stream model: produce, read, offsets, producer ids, consumer groups -----------
-    #
-    # What a gateway of the stream model (Kafka) needs, so that it holds only the broker:
-    # the log, the producer registry and the group coordinator stay behind these methods.
-    # Value types: core/types.py.
-
-    def topic_names(self) -> list[str]:
-        """Every topic's name, sorted."""
-        return sorted(self._log.topics)
-
-    def partition_count(self, topic: str) -> int | None:
-        """How many partitions ``topic`` has; None when there is no such topic."""
-        t = self._log.topics.get(topic)
-        return None if t is None else len(t.partitions)
-
-    def topic_config(self, topic: str) -> TopicConfig:
-        """``topic``'s settings (UnknownTopic)."""
-        return self._log.topic(topic).config
-
-    def produce(self, topic: str, partition: int, data: bytes) -> Deferred[AppendResult]:
-        """Append record batches a client sent encoded (Kafka RecordBatch v2) to one
-        partition: checked against the topic's limits and the reserved envelope header,
-        with producer idempotence, routed to the queues that read the topic
-        (core/streams/produce.py). Fires once durable per the topic's flush policy (a
-        duplicate of an idempotent batch: once its first offsets are readable), or fails
-        with a LogbusError (UnknownTopic, UnknownPartition, CorruptBatch, RecordTooLarge,
-        InvalidRecord, OutOfOrderSequence, ProducerFenced, StorageError)."""
-        try:
-            p = self._log.partition(topic, partition)
-        except LogbusError as e:
-            return fail(e)
-        return produce_batches(p, data, self.producers, self.route_appended)
-
-    def new_producer_id(self) -> int:
-        """A producer id never handed out before, across restarts too."""
-        return self.producers.new_producer_id()
-
-    def read_spans(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult:
-        """Whole batches from the one holding ``offset`` on, below the high watermark, up
-        to ``max_bytes`` (at least one batch), as ranges of segment files (``spans``; no
-        bytes are read: a gateway sends them with sendfile). UnknownTopic,
-        UnknownPartition; OffsetOutOfRange outside [log start, log end]."""
-        return self._log.partition(topic, partition).read(offset, max_bytes, data=False)
-
-    def offsets(self, topic: str, partition: int) -> PartitionOffsets:
-        """A partition's log start, log end and high watermark (UnknownTopic,
-        UnknownPartition)."""
-        p = self._log.partition(topic, partition)
-        return PartitionOffsets(p.log_start_offset, p.log_end_offset, p.high_watermark)
-
-    def offset_for_time(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first readable record whose timestamp is at least
-        ``timestamp``, or None (UnknownTopic, UnknownPartition)."""
-        return self._log.partition(topic, partition).offset_for_time(timestamp)
-
-    def watch(self, partitions: Iterable[tuple[str, int]], callback: Callable[[], object]) -> Callable[[], None]:
-        """Call ``callback()`` each time one of ``partitions`` (topic, index) gets new
-        readable records (its high watermark moves), until the function returned is
-        called. Partitions that do not exist are not watched."""
-        watched = []
-        topics = self._log.topics
-        for topic, index in partitions:
-            t = topics.get(topic)
-            if t is not None and 0 <= index < len(t.partitions):
-                p = t.partitions[index]
-                p.watch(callback)
-                watched.append(p)
-
-        def unwatch() -> None:
-            for p in watched:
-                p.unwatch(callback)
-
-        return unwatch
-
-    def join_group(self, request: JoinGroup) -> Deferred[JoinResult]:
-        """A member joins a consumer group (core/streams/groups.py, Kafka's classic group
-        protocol); fires when the group's rebalance completes."""
-        return self.groups.join(request)
-
-    def sync_group(self, group_id: str, generation_id: int, member_id: str, assignments: Mapping[str, bytes],
-                   protocol_type: str | None = None, protocol_name: str | None = None,
-                   instance_id: str | None = None) -> Deferred[SyncResult]:
-        """The leader's assignments in, each member's assignment out."""
-        return self.groups.sync(group_id, generation_id, member_id, assignments, protocol_type=protocol_type,
-                                protocol_name=protocol_name, instance_id=instance_id)
-
-    def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None = None) -> Code:
-        return self.groups.heartbeat(group_id, generation_id, member_id, instance_id)
-
-    def leave_group(self, group_id: str, member_ids: Sequence[str],
-                    instance_ids: Sequence[str | None] | None = None) -> list[Code]:
-        """One code per member, in order."""
-        return self.groups.leave(group_id, member_ids, instance_ids)
-
-    def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
-                       offsets: Mapping[TopicPartition, OffsetAndMetadata],
-                       instance_id: str | None = None) -> tuple[Code, dict[TopicPartition, Code]]:
-        """(the request's code, the per-partition codes); stored before it returns."""
-        return self.groups.commit_offsets(group_id, generation_id, member_id, offsets, instance_id)
-
-    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None
-                      ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The committed offsets of ``partitions`` (None: every committed one)."""
-        return self.groups.fetch_offsets(group_id, partitions)
-
-    def list_groups(self) -> list[GroupListing]:
-        return self.groups.list_groups()
-
-    def describe_group(self, group_id: str) -> GroupDescription | None:
-        """None: no such group."""
-        return self.groups.describe(group_id)
-
-    def delete_group(self, group_id: str) -> Code:
-        """An Empty group, with its committed offsets."""
-        return self.groups.delete_group(group_id)

@@ -20,7 +20,8 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
 )
 
-from logbus.core.broker import CF_METADATA, Broker
+from logbus.core.broker import Broker
+from logbus.core.topics import CF_METADATA
 from logbus.core.log import Record, TopicConfig
 from logbus.core.state import topic_key
 from logbus.core.state_pb2 import TopicRecord

@@ -1,0 +1,224 @@
+"""Topic administration, a concept of the broker facade: each topic's record in the
+state store (``TopicRecord`` in the ``metadata`` column family: partition count, settings,
+log start offsets) and its partitions in the log, changed together. ``TopicAdmin`` is a
+mixin of ``core.broker.Broker``; ``TopicInfo`` and ``PartitionInfo`` are what it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .errors import InvalidConfig, LogbusError, OffsetOutOfRange, TopicExists, UnknownPartition, UnknownTopic
+from .log import LogManager
+from .log.batch import now_ms
+from .log.topic_config import TopicConfig, validate_topic_name
+from .state import TOPIC_PREFIX, StateStore, topic_key
+from .state_pb2 import TopicRecord
+from .streams.groups import GroupCoordinator
+from .streams.producers import ProducerRegistry
+
+log = logging.getLogger(__name__)
+
+CF_METADATA = "metadata"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    segments: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    config: dict[str, Any]
+    partitions: list[PartitionInfo] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "partitions": len(self.partitions),
+            "config": self.config,
+            "partition_detail": [
+                {
+                    "partition": p.partition,
+                    "log_start_offset": p.log_start_offset,
+                    "log_end_offset": p.log_end_offset,
+                    "segments": p.segments,
+                    "size_bytes": p.size_bytes,
+                }
+                for p in self.partitions
+            ],
+        }
+
+
+class TopicAdmin:
+    """Create, grow, alter, describe and delete topics, and Kafka's DeleteRecords. Needs
+    of the broker: its state store, topic defaults, producer registry and group
+    coordinator (a deleted topic's producer state and committed offsets go too), and
+    ``_log``, the started broker's log."""
+
+    state: StateStore | None
+    topic_defaults: TopicConfig
+    producers: ProducerRegistry
+    groups: GroupCoordinator
+
+    if TYPE_CHECKING:
+        @property
+        def _log(self) -> LogManager: ...
+
+    def _open_topics(self) -> None:
+        """Open every recorded topic in the log, at its recorded log start offsets."""
+        assert self.state is not None
+        for _, value in self.state.scan_prefix(CF_METADATA, TOPIC_PREFIX):
+            rec = TopicRecord.FromString(value)
+            topic = self._log.open_topic(rec.name, self._config_of(rec))
+            for p, start in zip(topic.partitions, rec.log_start_offsets):
+                p.advance_start(start)
+
+    def _config_of(self, rec: Any) -> TopicConfig:
+        values: dict[str, Any] = dict(rec.config)
+        values["partitions"] = rec.partitions
+        return TopicConfig.from_mapping(values, base=self.topic_defaults)
+
+    def create_topic(self, name: str, settings: Mapping[str, Any] | None = None) -> TopicInfo:
+        validate_topic_name(name)
+        config = TopicConfig.from_mapping(settings or {}, base=self.topic_defaults)
+        lm = self._log
+        if name in lm.topics:
+            raise TopicExists(f"topic {name!r} already exists")
+        stored = {k: str(v) for k, v in config.to_mapping().items() if k != "partitions"}
+        rec = TopicRecord(name=name, partitions=config.partitions, config=stored, created_ms=now_ms())
+        assert self.state is not None
+        self.state.put(CF_METADATA, topic_key(name), rec, sync=True)
+        try:
+            lm.open_topic(name, config, create=True)
+        except BaseException:
+            self.state.delete(CF_METADATA, topic_key(name), sync=True)
+            raise
+        log.info("created topic %r with %d partitions", name, config.partitions)
+        return self.describe_topic(name)
+
+    def grow_topic(self, name: str, partitions: int) -> TopicInfo:
+        """Add partitions to a topic (never fewer): the new count is recorded first, then
+        the partitions are opened; if opening fails the old record is put back."""
+        lm = self._log
+        topic = lm.topic(name)
+        if partitions < len(topic.partitions):
+            raise InvalidConfig(f"topic {name!r} has {len(topic.partitions)} partitions; it cannot shrink to {partitions}")
+        assert self.state is not None
+        key = topic_key(name)
+        old = self.state.get_msg(CF_METADATA, key, TopicRecord)
+        if old is None:
+            raise UnknownTopic(f"topic {name!r} has no metadata record")
+        new = TopicRecord()
+        new.CopyFrom(old)
+        new.partitions = partitions
+        self.state.put(CF_METADATA, key, new, sync=True)
+        try:
+            lm.open_topic(name, replace(topic.config, partitions=partitions))
+        except BaseException:
+            self.state.put(CF_METADATA, key, old, sync=True)
+            raise
+        log.info("topic %r now has %d partitions", name, partitions)
+        return self.describe_topic(name)
+
+    def alter_topic(self, name: str, settings: Mapping[str, Any], *, validate_only: bool = False) -> TopicInfo:
+        """Change a topic's settings: each one named is set, or put back to the broker's
+        default when its value is None; the others stay. The partition count is not
+        changed here (``grow_topic``). The new settings are recorded first, then applied
+        to the live partitions; ``validate_only`` stops after the checks."""
+        lm = self._log
+        topic = lm.topic(name)
+        defaults = self.topic_defaults.to_mapping()
+        values: dict[str, Any] = {}
+        for key, value in settings.items():
+            if value is None:
+                if key not in defaults:
+                    raise InvalidConfig(f"unknown topic setting {key!r} (known: {', '.join(sorted(defaults))})")
+                value = defaults[key]
+            values[key] = value
+        config = TopicConfig.from_mapping(values, base=topic.config)
+        if config.partitions != len(topic.partitions):
+            raise InvalidConfig(f"topic {name!r} has {len(topic.partitions)} partitions: the count is changed "
+                                "by adding partitions (Kafka CreatePartitions), not by a setting")
+        if validate_only:
+            return TopicInfo(name, config.to_mapping(), self.describe_topic(name).partitions)
+        rec = self._topic_record(name)
+        rec.config.clear()
+        rec.config.update({k: str(v) for k, v in config.to_mapping().items() if k != "partitions"})
+        assert self.state is not None
+        self.state.put(CF_METADATA, topic_key(name), rec, sync=True)
+        lm.reconfigure(name, config)
+        log.info("topic %r settings changed: %s", name, ", ".join(f"{k}={v}" for k, v in sorted(values.items())))
+        return self.describe_topic(name)
+
+    def delete_records(self, topic: str, offsets: Mapping[int, int]) -> dict[int, int | LogbusError]:
+        """Kafka's DeleteRecords: move each partition's log start offset forward to the
+        given offset (-1: the high watermark). Per partition, the new log start offset or
+        the error (UnknownPartition; OffsetOutOfRange past the high watermark). The new
+        starts are recorded (one synced put) before readers see them; whole segments
+        below them are deleted by housekeeping."""
+        t = self._log.topic(topic)
+        results: dict[int, int | LogbusError] = {}
+        moves: dict[int, int] = {}
+        for index, offset in offsets.items():
+            if not 0 <= index < len(t.partitions):
+                results[index] = UnknownPartition(f"topic {topic!r} has no partition {index}")
+                continue
+            p = t.partitions[index]
+            hw = p.high_watermark
+            target = hw if offset == -1 else offset
+            if not 0 <= target <= hw:
+                results[index] = OffsetOutOfRange(f"offset {offset} is not in [0, {hw}] (the high watermark) "
+                                                  f"of {topic}/{index}")
+            elif target > p.log_start_offset:
+                moves[index] = target
+        if moves:
+            rec = self._topic_record(topic)
+            starts = list(rec.log_start_offsets) + [0] * (len(t.partitions) - len(rec.log_start_offsets))
+            for index, target in moves.items():
+                starts[index] = target
+            del rec.log_start_offsets[:]
+            rec.log_start_offsets.extend(starts)
+            assert self.state is not None
+            self.state.put(CF_METADATA, topic_key(topic), rec, sync=True)
+            for index, target in moves.items():
+                t.partitions[index].advance_start(target)
+                log.info("records of %s/%d below offset %d deleted", topic, index, target)
+        return {i: results[i] if i in results else t.partitions[i].log_start_offset for i in offsets}
+
+    def _topic_record(self, name: str) -> TopicRecord:
+        assert self.state is not None
+        rec = self.state.get_msg(CF_METADATA, topic_key(name), TopicRecord)
+        if rec is None:
+            raise UnknownTopic(f"topic {name!r} has no metadata record")
+        return rec
+
+    def delete_topic(self, name: str) -> None:
+        lm = self._log
+        lm.topic(name)  # UnknownTopic
+        assert self.state is not None
+        # files first: a crash in between leaves the record of a topic with no files,
+        # which opens empty, never files without a record, which no create may delete
+        lm.delete_topic(name)
+        self.state.delete(CF_METADATA, topic_key(name), sync=True)
+        self.producers.forget_topic(name)
+        self.groups.forget_topic(name)
+        log.info("deleted topic %r", name)
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        t = self._log.topic(name)
+        parts = [
+            PartitionInfo(p.index, p.log_start_offset, p.log_end_offset, len(p.segments), p.size_bytes)
+            for p in t.partitions
+        ]
+        return TopicInfo(t.name, t.config.to_mapping(), parts)
+
+    def list_topics(self) -> list[TopicInfo]:
+        return [self.describe_topic(n) for n in sorted(self._log.topics)]
