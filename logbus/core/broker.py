@@ -20,14 +20,10 @@ from typing import Any, Sequence
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
 
-from .errors import (  # noqa: F401  (re-exported)
+from .errors import (
     DataDirLocked,
-    InvalidConfig,
     LogbusError,
-    OffsetOutOfRange,
-    TopicExists,
     UnknownPartition,
-    UnknownTopic,
 )
 from .log import AppendResult, LogManager, Record
 from .log.batch import BatchInfo
@@ -53,7 +49,7 @@ from .queues.replay import DeadLetterReplay
 from .queues.feed import Feed, VHostFactory, VHostModel
 from .queues.timers import Timers
 from .streams.producers import ProducerRegistry
-from .topics import PartitionInfo, TopicAdmin, TopicInfo  # noqa: F401  (re-exported)
+from .topics import TopicAdmin, TopicInfo
 
 log = logging.getLogger(__name__)
 
