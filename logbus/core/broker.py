@@ -40,7 +40,8 @@ from .pressure import (
     ResourceMonitor,
 )
 from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
-from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, key_partition, vhost_topic
+from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
+from .routing.router import PREDECLARED
 from .state import TOPIC_PREFIX, StateStore, topic_key, vhost_definitions_prefixes
 from .state_pb2 import TopicRecord
 from .streams.groups import GroupCoordinator
