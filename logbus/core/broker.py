@@ -36,7 +36,8 @@ from .pressure import (
     ResourceMonitor,
 )
 from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
-from .routing.router import DEFAULT_EXCHANGE_TOPIC, PREDECLARED, key_partition, vhost_topic
+from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
+from .routing.router import PREDECLARED
 from .state import StateStore, vhost_definitions_prefixes
 from .streams.facade import ConsumerGroups, StreamModel
 from .streams.groups import GroupCoordinator

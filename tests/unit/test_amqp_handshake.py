@@ -1,9 +1,9 @@
-"""The AMQP connection state machine (gateway/amqp/connection.py), sans I/O: client bytes
-in, typed requests out, no broker, no reactor, no socket. A tiny shell here answers the
-machine's questions from a dict of users and a set of vhosts; the server's frames are
-read back with pamqp. Hypothesis drives every (state, Connection method) pair and random
-frame sequences: an input the table lacks closes with the code it should, and nothing
-ever raises."""
+"""The AMQP connection state machine (gateway/amqp/connection.py with handshake.py), sans
+I/O: client bytes in, typed requests out, no broker, no reactor, no socket. A tiny shell
+here answers the machine's questions from a dict of users and a set of vhosts; the
+server's frames are read back with pamqp. Hypothesis drives every (state, Connection
+method) pair and random frame sequences: an input the table lacks closes with the code it
+should, and nothing ever raises."""
 
 from __future__ import annotations
 
@@ -17,23 +17,21 @@ from pamqp import body, encode, frame, header
 from pamqp import commands as C
 
 from logbus.gateway.amqp.codec import HEARTBEAT_FRAME
-from logbus.gateway.amqp.connection import (
-    CLOSE_GRACE,
-    TRANSITIONS,
+from logbus.gateway.amqp.connection import CLOSE_GRACE, Connection
+from logbus.gateway.amqp.handshake import TRANSITIONS, State
+from logbus.gateway.amqp.requests import (
     Authenticate,
     Authenticated,
     AuthFailed,
     AuthFailure,
     CloseChannel,
     CloseTransport,
-    Connection,
     OpenChannel,
     OpenVHost,
     ReleaseAll,
     ScheduleHeartbeat,
     SendBytes,
     SetReading,
-    State,
     VHostFailure,
     VHostOpened,
     VHostRefused,

@@ -1,4 +1,4 @@
-"""Exchanges and bindings (logbus.core.routing.router) with RabbitMQ's semantics: each exchange
+"""Exchanges and bindings (logbus.core.routing: router, matchers) with RabbitMQ's semantics: each exchange
 type against examples and, for topic and headers, against slow obvious reference
 matchers; exchange-to-exchange graphs against a fixpoint reachability model; every
 AMQP error with its reply code and text."""
@@ -12,21 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from logbus.gateway.amqp.errors import REPLY_CODE_FOR, REPLY_NAMES
+from logbus.core.routing.definitions import DIRECT, EXCHANGE, FANOUT, HEADERS, QUEUE, TOPIC, Binding
+from logbus.core.routing.log_topics import DEFAULT_EXCHANGE_TOPIC
 from logbus.core.routing.router import (
-    DEFAULT_EXCHANGE_TOPIC,
-    DIRECT,
-    EXCHANGE,
-    FANOUT,
-    HEADERS,
-    QUEUE,
-    TOPIC,
     AccessRefused,
-    Binding,
     PreconditionFailed,
     Router,
     Refused,
-    TopicTrie,
 )
+from logbus.core.routing.topic_trie import TopicTrie
 
 VHOST = "/"  # exchange X is backed by topic X here (test_vhost_topics.py: other vhosts)
 

@@ -9,21 +9,23 @@ from typing import Any
 import pytest
 
 from logbus.core.errors import LogbusError
-from logbus.core.routing.router import (
-    DEFAULT_EXCHANGE_TOPIC,
+from logbus.core.routing.definitions import (
     DIRECT,
     EXCHANGE,
     FANOUT,
     HEADERS,
     QUEUE,
     TOPIC,
-    AccessRefused,
     Binding,
-    Unsupported,
     ExchangeDef,
+    Removed,
+)
+from logbus.core.routing.log_topics import DEFAULT_EXCHANGE_TOPIC
+from logbus.core.routing.router import (
+    AccessRefused,
+    Unsupported,
     NotFound,
     PreconditionFailed,
-    Removed,
 )
 from tests.unit.test_router import raises, router
 

@@ -1,18 +1,18 @@
-"""The log topics behind exchanges of vhosts other than "/" (core/routing/router.py): quote(vhost)
-+ "@" + the topic the exchange would have in "/", and a clear 406 for a name that cannot
-be a topic. Vhost "/" is unchanged: exchange X is topic X (test_router_lifecycle.py)."""
+"""The log topics behind exchanges of vhosts other than "/" (core/routing/log_topics.py,
+used by router.py): quote(vhost) + "@" + the topic the exchange would have in "/", and a
+clear 406 for a name that cannot be a topic. Vhost "/" is unchanged: exchange X is topic
+X (test_router_lifecycle.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from logbus.core.log.topic_config import MAX_TOPIC_NAME, validate_topic_name
+from logbus.core.routing.log_topics import DEFAULT_EXCHANGE_TOPIC, vhost_topic
 from logbus.core.routing.router import (
-    DEFAULT_EXCHANGE_TOPIC,
     PREDECLARED,
     PreconditionFailed,
     Router,
-    vhost_topic,
 )
 
 

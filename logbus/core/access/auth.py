@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Self
 
 from ..errors import LogbusError
-from ..routing.router import DEFAULT_VHOST, AccessRefused
+from ..routing.log_topics import DEFAULT_VHOST
+from ..routing.router import AccessRefused
 from ..state import (
     AUTH_SEEDED_KEY,
     PERMISSION_PREFIX,

@@ -1,6 +1,6 @@
 """Exchanges and bindings of one virtual host: AMQP 0-9-1 routing with RabbitMQ's rules,
-in memory. No I/O: the broker persists the definitions (frozen dataclasses) and calls
-``route()`` on every publish.
+in memory. No I/O: the broker persists the definitions (frozen dataclasses,
+core/routing/definitions.py) and calls ``route()`` on every publish.
 
 Theory of operation
 ===================
@@ -8,19 +8,11 @@ Theory of operation
 **Model.** A ``Router`` holds exchanges by name, the names of the queues it was told
 about, and explicit bindings ``source exchange -> destination`` (a queue, or an exchange
 for exchange-to-exchange bindings). Each exchange owns a *matcher* for its type
-(``_MATCHERS``), fed every binding added or removed; a reverse index (destination ->
-bindings) makes deleting a queue or exchange cost only its own bindings.
-
-- ``direct``/``fanout``: routing key (fanout: always ``""``) -> destinations, each
-  key's answer built on first use after a change. The default exchange ``""`` is a
-  direct matcher holding one implicit binding per queue, by the queue's name.
-- ``topic``: a ``TopicTrie`` (core/routing/topic_trie.py) over dot-separated words. Answers
-  are cached per routing key (bounded, oldest out first); any change to the exchange's
-  bindings drops the cache.
-- ``headers``: each binding precompiles its ``x-match`` mode and the arguments that
-  count (``x-`` keys only under ``all-with-x``/``any-with-x``); a ``None`` value means
-  "present". Values compare like RabbitMQ's tables: ``str`` and ``bytes`` are both
-  binaries (a Kafka header matches an AMQP binding), ``True`` is not ``1``.
+(``MATCHERS``, core/routing/matchers.py), fed every binding added or removed; a reverse
+index (destination -> bindings) makes deleting a queue or exchange cost only its own
+bindings. The default exchange ``""`` is a direct matcher holding one implicit binding
+per queue, by the queue's name. A delayed-message exchange (``x-delayed-message``) routes
+with the matcher of its ``x-delayed-type``.
 
 **Routing.** The exchange's own match gives queues and destination exchanges. With no
 destination exchange and no alternate exchange to consult, its queue set is the answer
@@ -37,23 +29,19 @@ return what they removed (``Removed``), for a store to apply in one batch.
 (``ExchangeDef.topic``, default its own name; the default exchange's is
 ``DEFAULT_EXCHANGE_TOPIC``) and a topic backs at most one exchange, so a record a Kafka
 producer appends to a topic routes through that exchange: ``route_log()``. That is in
-vhost ``/``. In any other vhost V the topic is ``vhost_topic(V, t)``: V percent-encoded
-(``urllib.parse.quote(V, safe="")``), ``@``, then the topic ``t`` the exchange would have
-in ``/``; so exchange ``x`` of vhost ``a/b`` is backed by topic ``a%2Fb@x``, and the
-same names in two vhosts never share a topic. A new exchange whose topic would not be a
-valid topic name (over 249 bytes, ``/`` in the name, ...) is refused with 406.
+vhost ``/``; in any other vhost the topic is ``vhost_topic(vhost, t)``
+(core/routing/log_topics.py), so the same names in two vhosts never share a topic. A new
+exchange whose topic would not be a valid topic name (over 249 bytes, ``/`` in the name,
+...) is refused with 406.
 
 Not here: policies, exchange plugins and ``x-`` types, stripping CR/LF from names.
 """
 
 from __future__ import annotations
 
-import zlib
-
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, NamedTuple, Protocol
-from urllib.parse import quote
+from typing import Any, Final
 
 from ..errors import (  # noqa: F401  (re-exported)
     AccessRefused,
@@ -65,264 +53,32 @@ from ..errors import (  # noqa: F401  (re-exported)
 )
 from ..errors import InvalidTopicName
 from ..log.topic_config import validate_topic_name
-from .topic_trie import TopicTrie, ref_count, unref_count
-
-DIRECT, FANOUT, TOPIC, HEADERS = "direct", "fanout", "topic", "headers"
-QUEUE: Final = "queue"
-EXCHANGE: Final = "exchange"
-DestKind = Literal["queue", "exchange"]
+from .definitions import (
+    ALTERNATE_EXCHANGE,
+    DELAYED_MESSAGE,
+    DELAYED_TYPE,
+    DIRECT,
+    EXCHANGE,
+    FANOUT,
+    HEADERS,
+    QUEUE,
+    TOPIC,
+    Arguments,
+    Binding,
+    DestKind,
+    Destination,
+    ExchangeDef,
+    Removed,
+    freeze_arguments,
+    lookup,
+)
+from .log_topics import DEFAULT_EXCHANGE_TOPIC, DEFAULT_VHOST, vhost_topic
+from .matchers import EMPTY, MATCHERS, TOPIC_CACHE_SIZE, Matcher, TopicMatcher
 
 DEFAULT_EXCHANGE: Final = ""
-DEFAULT_EXCHANGE_TOPIC: Final = "__amqp_default"
-DEFAULT_VHOST: Final = "/"
-VHOST_SEPARATOR: Final = "@"  # in topic names: quote(vhost) + "@" + topic in vhost "/"
 PREDECLARED: Final = {"amq.direct": DIRECT, "amq.fanout": FANOUT, "amq.topic": TOPIC,
                       "amq.headers": HEADERS, "amq.match": HEADERS}
 RESERVED_PREFIX: Final = "amq."
-ALTERNATE_EXCHANGE: Final = "alternate-exchange"
-X_MATCH: Final = "x-match"
-X_MATCH_MODES: Final = ("all", "any", "all-with-x", "any-with-x")
-TOPIC_CACHE_SIZE: Final = 4096
-DELAYED_MESSAGE: Final = "x-delayed-message"  # RabbitMQ's delayed-message exchange type
-DELAYED_TYPE: Final = "x-delayed-type"  # ... and the type it routes as
-
-Arguments = tuple[tuple[str, Any], ...]
-_Targets = tuple[frozenset[str], frozenset[str]]  # (queues, exchanges)
-EMPTY: Final[frozenset[str]] = frozenset()
-NO_TARGETS: Final[_Targets] = (EMPTY, EMPTY)
-_MISSING: Final = object()
-
-
-def key_partition(key: bytes | None, partitions: int) -> int:
-    """The partition a record with ``key`` goes to when none is named: ``crc32(key) %
-    partitions``, partition 0 when there is one or the key is empty (docs/interop.md)."""
-    return 0 if partitions == 1 or not key else zlib.crc32(key) % partitions
-
-
-def vhost_topic(vhost: str, topic: str) -> str:
-    """The log topic behind an exchange of ``vhost`` that would be backed by ``topic`` in
-    vhost ``/``: ``topic`` itself in ``/``, else ``quote(vhost, safe="") + "@" + topic``.
-    ``quote`` leaves no ``@`` (nor ``/``) in the vhost part, so the first ``@`` ends it."""
-    if vhost == DEFAULT_VHOST:
-        return topic
-    return quote(vhost, safe="") + VHOST_SEPARATOR + topic
-
-
-def freeze(value: Any) -> Any:
-    """A hashable copy of an AMQP field value: tables become sorted pairs, arrays tuples."""
-    if isinstance(value, Mapping):
-        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(freeze(v) for v in value)
-    return value
-
-
-def freeze_arguments(arguments: Mapping[str, Any] | Arguments | None) -> Arguments:
-    return freeze(dict(arguments)) if arguments else ()
-
-
-def _lookup(arguments: Arguments, key: str) -> Any:
-    return next((v for k, v in arguments if k == key), None)
-
-
-@dataclass(frozen=True, slots=True)
-class ExchangeDef:
-    name: str
-    kind: str = DIRECT
-    durable: bool = False
-    auto_delete: bool = False
-    internal: bool = False
-    arguments: Arguments = ()
-    topic: str | None = None  # the backing log topic; None: the exchange's own name
-
-    @property
-    def log_topic(self) -> str:
-        return self.name if self.topic is None else self.topic
-
-    @property
-    def alternate(self) -> str | None:
-        ae = _lookup(self.arguments, ALTERNATE_EXCHANGE)
-        return ae if isinstance(ae, str) else None
-
-    @property
-    def delayed(self) -> bool:
-        """A delayed-message exchange: a publish with a delay is routed when it is due."""
-        return self.kind == DELAYED_MESSAGE
-
-    @property
-    def routing_kind(self) -> str:
-        """How it routes: its own type, or a delayed-message exchange's ``x-delayed-type``."""
-        if self.kind == DELAYED_MESSAGE:
-            return str(_lookup(self.arguments, DELAYED_TYPE))
-        return self.kind
-
-
-class Destination(NamedTuple):
-    kind: DestKind
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Binding:
-    source: str
-    destination: str
-    destination_kind: DestKind = QUEUE
-    routing_key: str = ""
-    arguments: Arguments = ()
-
-    @property
-    def target(self) -> Destination:
-        return Destination(self.destination_kind, self.destination)
-
-
-@dataclass(frozen=True, slots=True)
-class Removed:
-    """What one operation removed: bindings, and exchanges (explicit or auto-deleted)."""
-
-    bindings: tuple[Binding, ...] = ()
-    exchanges: tuple[ExchangeDef, ...] = ()
-
-    @classmethod
-    def of(cls, items: list[Binding | ExchangeDef]) -> Removed:
-        return cls(tuple(i for i in items if isinstance(i, Binding)),
-                   tuple(i for i in items if isinstance(i, ExchangeDef)))
-
-
-def _targets(dests: Iterable[Destination]) -> _Targets:
-    queues: set[str] = set()
-    exchanges: set[str] = set()
-    for kind, name in dests:
-        (queues if kind == QUEUE else exchanges).add(name)
-    return frozenset(queues), frozenset(exchanges)
-
-
-class _Matcher(Protocol):
-    def add(self, b: Binding) -> None: ...
-    def remove(self, b: Binding) -> None: ...
-    def match(self, routing_key: str, headers: Mapping[str, Any] | None) -> _Targets: ...
-
-
-class _Direct:
-    fanout = False
-
-    def __init__(self) -> None:
-        self._keys: dict[str, dict[Destination, int]] = {}
-        self._routes: dict[str, _Targets] = {}
-
-    def add(self, b: Binding) -> None:
-        key = "" if self.fanout else b.routing_key
-        ref_count(self._keys.setdefault(key, {}), b.target)
-        self._routes.pop(key, None)
-
-    def remove(self, b: Binding) -> None:
-        key = "" if self.fanout else b.routing_key
-        unref_count(self._keys[key], b.target)
-        if not self._keys[key]:
-            del self._keys[key]
-        self._routes.pop(key, None)
-
-    def match(self, routing_key: str, headers: Mapping[str, Any] | None) -> _Targets:
-        if self.fanout:
-            routing_key = ""
-        route = self._routes.get(routing_key)
-        if route is None:
-            counts = self._keys.get(routing_key)
-            if counts is None:
-                return NO_TARGETS
-            route = self._routes[routing_key] = _targets(counts)
-        return route
-
-
-class _Fanout(_Direct):
-    fanout = True
-
-
-class _Topic:
-    def __init__(self, cache_size: int = TOPIC_CACHE_SIZE) -> None:
-        self._trie: TopicTrie[Destination] = TopicTrie()
-        self._cache: dict[str, _Targets] = {}
-        self._cache_size = cache_size
-
-    def add(self, b: Binding) -> None:
-        self._trie.add(b.routing_key, b.target)
-        self._cache.clear()
-
-    def remove(self, b: Binding) -> None:
-        self._trie.remove(b.routing_key, b.target)
-        self._cache.clear()
-
-    def match(self, routing_key: str, headers: Mapping[str, Any] | None) -> _Targets:
-        route = self._cache.get(routing_key)
-        if route is None:
-            route = _targets(self._trie.match(routing_key))
-            if len(self._cache) >= self._cache_size:
-                del self._cache[next(iter(self._cache))]
-            self._cache[routing_key] = route
-        return route
-
-
-def _same(want: Any, have: Any) -> bool:
-    if isinstance(want, tuple):
-        have = freeze(have)
-    elif isinstance(want, str) and isinstance(have, (bytes, bytearray)):
-        want = want.encode("utf-8", "surrogatepass")
-    elif isinstance(want, (bytes, bytearray)) and isinstance(have, str):
-        have = have.encode("utf-8", "surrogatepass")
-    return bool(want == have) and isinstance(want, bool) == isinstance(have, bool)
-
-
-def headers_rule(arguments: Arguments) -> tuple[bool, Arguments]:
-    """(must every argument match?, the arguments that count) of a headers binding."""
-    mode = _lookup(arguments, X_MATCH)
-    if mode is None:
-        mode = "all"
-    elif not isinstance(mode, str):
-        raise PreconditionFailed(f"Invalid x-match field type {type(mode).__name__} "
-                                 f"(value {mode!r}); expected longstr")
-    elif mode not in X_MATCH_MODES:
-        raise PreconditionFailed(f"Invalid x-match field value '{mode}'; "
-                                 "expected all, any, all-with-x, or any-with-x")
-    with_x = mode.endswith("-with-x")
-    counted = tuple((k, v) for k, v in arguments
-                    if k != X_MATCH and (with_x or not k.startswith("x-")))
-    return mode.startswith("all"), counted
-
-
-def headers_match(match_all: bool, counted: Arguments, headers: Mapping[str, Any]) -> bool:
-    for key, want in counted:
-        have = headers.get(key, _MISSING)
-        if have is _MISSING:
-            ok = False
-        elif want is None:
-            ok = True
-        elif type(want) is type(have):
-            ok = want == have
-        else:
-            ok = _same(want, have)
-        if ok != match_all:
-            return ok
-    return match_all
-
-
-class _Headers:
-    def __init__(self) -> None:
-        self._rules: dict[Binding, tuple[Destination, bool, Arguments]] = {}
-
-    def add(self, b: Binding) -> None:
-        self._rules[b] = (b.target, *headers_rule(b.arguments))
-
-    def remove(self, b: Binding) -> None:
-        del self._rules[b]
-
-    def match(self, routing_key: str, headers: Mapping[str, Any] | None) -> _Targets:
-        h = headers if headers is not None else {}
-        hits = [target for target, match_all, counted in self._rules.values()
-                if headers_match(match_all, counted, h)]
-        return _targets(hits) if hits else NO_TARGETS
-
-
-_MATCHERS: Final[dict[str, Callable[[], _Matcher]]] = {
-    DIRECT: _Direct, FANOUT: _Fanout, TOPIC: _Topic, HEADERS: _Headers}
 
 
 def _show(value: Any) -> str:
@@ -334,7 +90,7 @@ def _show(value: Any) -> str:
 @dataclass(slots=True, eq=False)
 class _Exchange:
     definition: ExchangeDef
-    matcher: _Matcher
+    matcher: Matcher
     alternate: str | None
     bindings: dict[Binding, None] = field(default_factory=dict)  # explicit, as source
 
@@ -381,13 +137,13 @@ class Router:
         if passive:
             self._refuse_default(name)
             return self.exchange(name)
-        if kind not in _MATCHERS and kind != DELAYED_MESSAGE:
+        if kind not in MATCHERS and kind != DELAYED_MESSAGE:
             raise Unsupported(f"unknown exchange type '{kind}'")
         if kind == DELAYED_MESSAGE:
-            delayed_type = _lookup(freeze_arguments(arguments), DELAYED_TYPE)
+            delayed_type = lookup(freeze_arguments(arguments), DELAYED_TYPE)
             if isinstance(delayed_type, bytes):
                 delayed_type = delayed_type.decode("utf-8", "replace")
-            if delayed_type not in _MATCHERS:
+            if delayed_type not in MATCHERS:
                 raise PreconditionFailed(f"Invalid argument, '{DELAYED_TYPE}' must be an existing exchange type")
         self._refuse_default(name)
         if topic is None:
@@ -400,7 +156,7 @@ class Router:
             return found.definition
         if name.startswith(RESERVED_PREFIX):
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
-        ae = _lookup(wanted.arguments, ALTERNATE_EXCHANGE)
+        ae = lookup(wanted.arguments, ALTERNATE_EXCHANGE)
         if ae is not None and not isinstance(ae, str):
             raise PreconditionFailed(f"invalid type '{type(ae).__name__}' for arg "
                                      f"'{ALTERNATE_EXCHANGE}' in {self._rs(EXCHANGE, name)}")
@@ -567,8 +323,8 @@ class Router:
         checks = [("type", want.kind, have.kind), ("durable", want.durable, have.durable),
                   ("auto_delete", want.auto_delete, have.auto_delete),
                   ("internal", want.internal, have.internal),
-                  (ALTERNATE_EXCHANGE, _lookup(want.arguments, ALTERNATE_EXCHANGE),
-                   _lookup(have.arguments, ALTERNATE_EXCHANGE))]
+                  (ALTERNATE_EXCHANGE, lookup(want.arguments, ALTERNATE_EXCHANGE),
+                   lookup(have.arguments, ALTERNATE_EXCHANGE))]
         if want.topic is not None:
             checks.append(("topic", want.log_topic, have.log_topic))
         for arg, received, current in checks:
@@ -579,7 +335,7 @@ class Router:
 
     def _add(self, definition: ExchangeDef) -> None:
         kind = definition.routing_kind
-        matcher = _Topic(self.topic_cache_size) if kind == TOPIC else _MATCHERS[kind]()
+        matcher = TopicMatcher(self.topic_cache_size) if kind == TOPIC else MATCHERS[kind]()
         self._exchanges[definition.name] = _Exchange(definition, matcher, definition.alternate)
         self._by_topic[definition.log_topic] = definition.name
 

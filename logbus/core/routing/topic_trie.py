@@ -4,7 +4,7 @@ or more. A routing key ``""`` is zero words, ``"a..b"`` three.
 ``match`` walks the trie with an explicit stack and expands each ``(#-node, position)``
 state once, so no pattern (``#.#.#...``) makes it exponential. Each pattern holds a
 multiset of values (the same value bound twice is removed twice). Used by topic
-exchanges (core/routing/router.py), and open to MQTT subscriptions.
+exchanges (core/routing/matchers.py), and open to MQTT subscriptions.
 """
 
 from __future__ import annotations

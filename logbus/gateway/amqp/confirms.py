@@ -1,7 +1,7 @@
 """Publisher confirms of one AMQP channel (confirm.select), as a pure tracker: which
 publishes are settled, and what to tell the client, in as few acks as possible.
 
-The channel (channel.py) numbers its publishes from 1 and reports each once it is
+The channel (publishing.py) numbers its publishes from 1 and reports each once it is
 durable (``ok``, ``ok_range``) or refused (``failed``). A refusal is told at once, and
 only once, as a nack of that number: ``failed`` returns True when the channel must send
 it. Acks are coalesced: when ``ok``/``ok_range``/``failed`` return True, the channel

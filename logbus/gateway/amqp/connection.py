@@ -4,8 +4,9 @@ Theory of operation. ``receive_data(data)`` only decodes (codec.Decoder) and buf
 events. ``next_request()`` then hands out, one at a time, what the shell must do next,
 and None when nothing is left until more bytes, an answer or a timer:
 
-- a frozen request below: ``SendBytes``, ``Authenticate``, ``OpenVHost``, ``OpenChannel``,
-  ``CloseChannel``, ``ReleaseAll``, ``ScheduleHeartbeat``, ``SetReading``, ``CloseTransport``;
+- a frozen request (requests.py): ``SendBytes``, ``Authenticate``, ``OpenVHost``,
+  ``OpenChannel``, ``CloseChannel``, ``ReleaseAll``, ``ScheduleHeartbeat``, ``SetReading``,
+  ``CloseTransport``;
 - or a channel's input, for the shell's Channel (channel.py): the decoder's own event
   (``Publish``, ``Ack``, ``Nack``, ``Reject``, ``MethodReceived``), or a list of the
   consecutive ``Publish`` or ``Ack`` of one read on one channel, handled as a run
@@ -18,21 +19,11 @@ through ``channel_error`` / ``connection_error``; a heartbeat timer through
 ``heartbeat_due``; the broker's resource alarms through ``resource_alarm``. Nothing here
 holds a socket, a timer, the broker, a vhost or the user store.
 
-The handshake is ``TRANSITIONS``: (state, input class) -> (handler, next state), where
-the inputs are the Connection methods a client sends on channel 0 and the shell's
-answers. A client method the table lacks is 503 COMMAND_INVALID (``unexpected <method> in
-state <state>``), except in CLOSING, where everything but Close and Close-Ok is dropped,
-as the spec says. An answer the table lacks is the shell's bug (``LocalProtocolError``)::
-
-    START --start-ok--> AUTHENTICATING --authenticated--> TUNE --tune-ok--> OPEN
-      --open--> OPENING --vhost_opened--> RUNNING
-    auth_failed: 403, vhost_refused: 530, bad tune-ok: 530; any error: CLOSING
-    close (any state): Close-Ok, CLOSED;  close-ok: CLOSED
-
-Tune: frame_max at most ours and at least 4096, channel_max at most ours (0: ours),
-heartbeat as the client says. In RUNNING, channel numbers are tracked here: Channel.Open
-of an open channel is 504, one past channel_max open channels is 530 (RabbitMQ counts
-them), anything on a channel not open is 504 ``expected 'channel.open'``.
+Methods on channel 0 go to the handshake's table (handshake.py: the states, tune and
+login, ``TRANSITIONS``), mixed in as ``Handshake``. In RUNNING, channel numbers are
+tracked here: Channel.Open of an open channel is 504, one past channel_max open channels
+is 530 (RabbitMQ counts them), anything on a channel not open is 504 ``expected
+'channel.open'``.
 
 Errors follow AMQP: a channel exception sends Channel.Close and discards everything on
 that channel until Close-Ok; a connection exception sends Connection.Close, drops the
@@ -50,21 +41,15 @@ and told so with Connection.Blocked, then Unblocked, if it has RabbitMQ's
 
 from __future__ import annotations
 
-import enum
 import logging
-import struct
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pamqp import base
 from pamqp import commands as C
-from pamqp import decode as pdecode
 
 from .codec import DEFAULT_MAX_MESSAGE_SIZE, HEARTBEAT_FRAME, Decoder, encode_method
 from .errors import (
-    ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
     CONNECTION_FORCED,
@@ -76,178 +61,22 @@ from .errors import (
     LocalProtocolError,
 )
 from .events import Ack, ChannelFailed, ContentReceived, Heartbeat, MethodReceived, Nack, Publish, Reject
+from .handshake import FRAME_MAX, HEARTBEAT, MECHANISMS, SERVER_PROPERTIES, Handshake, State
+from .requests import ChannelInput, CloseChannel, CloseTransport, OpenChannel, ReleaseAll, Request, SendBytes, SetReading
 
 log = logging.getLogger(__name__)
 
-FRAME_MAX = 131072  # RabbitMQ's default
-FRAME_MIN = 4096
-CHANNEL_MAX = 2047
-HEARTBEAT = 60
 CLOSE_GRACE = 5.0  # seconds to wait for Close-Ok before dropping the socket
-MECHANISMS = ("PLAIN", "AMQPLAIN")
-SERVER_PROPERTIES: dict[str, Any] = {
-    "product": "logbus", "platform": "Python", "version": "0.1.0",
-    "capabilities": {
-        "publisher_confirms": True, "exchange_exchange_bindings": True, "basic.nack": True,
-        "consumer_cancel_notify": True, "connection.blocked": True, "per_consumer_qos": True,
-        "authentication_failure_close": True,
-    },
-}  # fmt: skip
 
 
-class State(enum.Enum):
-    START = "start"  # Start sent (once the protocol header arrived), waiting for Start-Ok
-    AUTHENTICATING = "authenticating"  # Authenticate asked
-    TUNE = "tune"  # Tune sent, waiting for Tune-Ok
-    OPEN = "open"  # tuned, waiting for Connection.Open
-    OPENING = "opening"  # OpenVHost asked
-    RUNNING = "running"
-    CLOSING = "closing"  # we sent Connection.Close: waiting for Close-Ok
-    CLOSED = "closed"
-
-
-# -- requests: what the shell carries out ------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SendBytes:
-    """Write these bytes, in order with everything else this connection sends."""
-
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Authenticate:
-    """Check the credentials; answer ``authenticated`` or ``auth_failed``."""
-
-    mechanism: str
-    user: str
-    password: str
-
-
-@dataclass(frozen=True, slots=True)
-class OpenVHost:
-    """Open vhost ``name`` for ``user``; answer ``vhost_opened`` or ``vhost_refused``."""
-
-    name: str
-    user: str
-
-
-@dataclass(frozen=True, slots=True)
-class OpenChannel:
-    """Channel ``number`` was opened: make its Channel."""
-
-    number: int
-
-
-@dataclass(frozen=True, slots=True)
-class CloseChannel:
-    """Channel ``number`` ended: cancel its consumers, requeue what it holds."""
-
-    number: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseAll:
-    """The connection is ending: close every channel, delete its exclusive queues."""
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleHeartbeat:
-    """Call ``heartbeat_due`` every ``interval / 2`` seconds until the connection is closed."""
-
-    interval: int
-
-
-@dataclass(frozen=True, slots=True)
-class SetReading:
-    """Read from the socket again (True), or stop reading (False: a resource alarm)."""
-
-    on: bool
-
-
-@dataclass(frozen=True, slots=True)
-class CloseTransport:
-    """Close the socket once what was sent is written: now (``grace`` 0), or after
-    ``grace`` seconds unless asked again sooner (waiting for the client's Close-Ok)."""
-
-    reason: str
-    grace: float = 0.0
-
-
-Request = (SendBytes | Authenticate | OpenVHost | OpenChannel | CloseChannel | ReleaseAll | ScheduleHeartbeat
-           | SetReading | CloseTransport)
-ChannelInput = Publish | Ack | Nack | Reject | MethodReceived | list[Publish] | list[Ack]
-
-
-# -- answers: the shell's results, inputs of the table -----------------------------------------
-
-
-class AuthFailure(enum.Enum):
-    REFUSED = "refused"  # unknown user, wrong password, or a user without one
-    LOOPBACK_ONLY = "loopback_only"  # a loopback_users user connecting from elsewhere
-
-
-class VHostFailure(enum.Enum):
-    NOT_FOUND = "not_found"
-    ACCESS_REFUSED = "access_refused"  # the user has no permissions in it
-
-
-@dataclass(frozen=True, slots=True)
-class Authenticated:
-    user: str
-
-
-@dataclass(frozen=True, slots=True)
-class AuthFailed:
-    reason: AuthFailure
-
-
-@dataclass(frozen=True, slots=True)
-class VHostOpened:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class VHostRefused:
-    reason: VHostFailure
-
-
-def parse_credentials(mechanism: str, response: str | bytes | None) -> tuple[str, str] | None:
-    """(user, password) from Start-Ok's response for PLAIN (``\\0user\\0password``) or
-    AMQPLAIN (a field table without its length), or None when it does not parse. pamqp
-    gives a longstr that is valid UTF-8 as text: encoded back, it is the bytes received."""
-    raw = response.encode() if isinstance(response, str) else bytes(response or b"")
-    if mechanism == "PLAIN":
-        parts = raw.split(b"\x00")
-        if len(parts) == 3:
-            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-        return None
-    try:
-        _, table = pdecode.field_table(struct.pack(">I", len(raw)) + raw)
-    except Exception:
-        return None
-    return str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
-
-
-class Connection:
+class Connection(Handshake):
     """The state machine of one connection; see the module's docstring."""
 
     def __init__(self, *, peer: str = "", heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         self.peer = peer  # for log lines
         self.decoder = Decoder(max_message_size=max_message_size)
-        self.server_heartbeat = heartbeat
-        self.server_frame_max = frame_max
-        self.state = State.START
-        self.frame_max = FRAME_MIN
-        self.channel_max = CHANNEL_MAX
-        self.heartbeat = 0
-        self.mechanism = ""
-        self.user = ""
-        self.vhost = ""  # set once the vhost is open
-        self.cancel_notify = False  # the client has the consumer_cancel_notify capability
-        self.blocked_notify = False  # ... and connection.blocked
+        super().__init__(heartbeat=heartbeat, frame_max=frame_max)
         self.channels: set[int] = set()  # open channel numbers
         self.closing_channels: set[int] = set()  # we sent Channel.Close: waiting for Close-Ok
         self.published = False  # a basic.publish was handed out: resource alarms block us
@@ -260,8 +89,6 @@ class Connection:
         self._next = 0  # index of the next event to handle
         self._decoder_error: AMQPConnectionError | None = None  # once the events before it are handled
         self._check_alarm = False  # at the end of the read: block a first publisher under an alarm
-        self._asked: Authenticate | OpenVHost | None = None  # a question not yet answered
-        self._last_asked: Authenticate | OpenVHost | None = None  # what an answer answers
 
     # -- inputs: bytes ------------------------------------------------------------------------
 
@@ -402,27 +229,6 @@ class Connection:
                                       channel=channel)
         raise LocalProtocolError(f"unknown event {ev!r}")
 
-    # -- inputs: answers ------------------------------------------------------------------------
-
-    def authenticated(self, user: str) -> None:
-        self._answer(Authenticated(user))
-
-    def auth_failed(self, reason: AuthFailure) -> None:
-        self._answer(AuthFailed(reason))
-
-    def vhost_opened(self, name: str) -> None:
-        self._answer(VHostOpened(name))
-
-    def vhost_refused(self, reason: VHostFailure) -> None:
-        self._answer(VHostRefused(reason))
-
-    def _answer(self, answer: Any) -> None:
-        self._asked = None
-        try:
-            self._input(answer)
-        except AMQPConnectionError as e:
-            self._fail(e)
-
     # -- inputs: what the shell met, timers, the broker ------------------------------------------
 
     def channel_error(self, e: AMQPChannelError) -> None:
@@ -482,97 +288,7 @@ class Connection:
         self.channels.clear()
         self.closing_channels.clear()
 
-    # -- the handshake ------------------------------------------------------------------------------
-
-    def _input(self, value: Any) -> None:
-        entry = TRANSITIONS.get((self.state, type(value)))
-        if entry is None:
-            if not isinstance(value, base.Frame):
-                raise LocalProtocolError(f"{type(value).__name__} in state {self.state.value}")
-            if self.state is State.CLOSING:
-                return
-            raise AMQPConnectionError(COMMAND_INVALID, f"unexpected {value.name} in state {self.state.value}")
-        handler, next_state = entry
-        handler(self, value)
-        if self.state is not State.CLOSED:
-            self.state = next_state
-
-    def _start_ok(self, m: C.Connection.StartOk) -> None:
-        caps: Any = (m.client_properties or {}).get("capabilities")
-        self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
-        self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
-        if m.mechanism not in MECHANISMS:
-            raise AMQPConnectionError(ACCESS_REFUSED, f"unsupported authentication mechanism {m.mechanism!r}")
-        self.mechanism = m.mechanism
-        credentials = parse_credentials(m.mechanism, m.response)
-        if credentials is None:
-            log.info("amqp connection %s: login refused, malformed %s response", self.peer, m.mechanism)
-            raise self._refused()
-        self._ask(Authenticate(m.mechanism, *credentials))
-
-    def _refused(self) -> AMQPConnectionError:
-        return AMQPConnectionError(ACCESS_REFUSED, f"Login was refused using authentication mechanism "
-                                   f"{self.mechanism}. For details see the broker logfile.")
-
-    def _authenticated(self, a: Authenticated) -> None:
-        self.user = a.user
-        self._send_method(C.Connection.Tune(CHANNEL_MAX, self.server_frame_max, self.server_heartbeat))
-
-    def _auth_failed(self, a: AuthFailed) -> None:
-        if a.reason is AuthFailure.LOOPBACK_ONLY:
-            asked = self._last_asked
-            user = asked.user if isinstance(asked, Authenticate) else ""
-            raise AMQPConnectionError(ACCESS_REFUSED, f"user '{user}' can only connect via localhost")
-        raise self._refused()
-
-    def _tune_ok(self, m: C.Connection.TuneOk) -> None:
-        frame_max = m.frame_max or self.server_frame_max
-        if frame_max < FRAME_MIN or frame_max > self.server_frame_max:
-            raise AMQPConnectionError(NOT_ALLOWED, f"frame_max={frame_max} outside {FRAME_MIN}.."
-                                      f"{self.server_frame_max}")
-        self.frame_max = frame_max
-        self.decoder.frame_max = frame_max
-        self.channel_max = min(m.channel_max or CHANNEL_MAX, CHANNEL_MAX)
-        self.heartbeat = m.heartbeat
-        if m.heartbeat:
-            self._pending.append(ScheduleHeartbeat(m.heartbeat))
-
-    def _open(self, m: C.Connection.Open) -> None:
-        self._ask(OpenVHost(m.virtual_host, self.user))
-
-    def _vhost_opened(self, a: VHostOpened) -> None:
-        self.vhost = a.name
-        self._send_method(C.Connection.OpenOk())
-
-    def _vhost_refused(self, a: VHostRefused) -> None:
-        asked = self._last_asked
-        name = asked.name if isinstance(asked, OpenVHost) else ""
-        if a.reason is VHostFailure.NOT_FOUND:
-            raise AMQPConnectionError(NOT_ALLOWED, f"vhost {name} not found", class_id=10, method_id=40)
-        raise AMQPConnectionError(NOT_ALLOWED, f"access to vhost '{name}' refused for user '{self.user}'",
-                                  class_id=10, method_id=40)
-
-    def _update_secret(self, m: C.Connection.UpdateSecret) -> None:
-        # RabbitMQ asks the auth backends whose state can expire; logbus's users, like
-        # RabbitMQ's internal ones, cannot: the login's credentials stand, the answer is ok
-        log.info("amqp connection %s: user '%s' updated secret, reason: %s", self.peer, self.user, m.reason)
-        self._send_method(C.Connection.UpdateSecretOk())
-
-    def _close(self, m: C.Connection.Close) -> None:
-        self._send_method(C.Connection.CloseOk())
-        self._drop("closed by the client")
-
-    def _close_ok(self, m: C.Connection.CloseOk | C.Connection.Close) -> None:
-        self._drop("closed")
-
-    def _ignore(self, m: base.Frame) -> None:
-        pass
-
     # -- requests --------------------------------------------------------------------------------
-
-    def _ask(self, question: Authenticate | OpenVHost) -> None:
-        self._asked = self._last_asked = question
-        self._pending.append(question)
 
     def _send(self, data: bytes) -> None:
         self._pending.append(SendBytes(data))
@@ -622,23 +338,3 @@ class Connection:
         self._events, self._next = [], 0
         self._pending.append(CloseTransport(reason))
 
-
-Handler = Callable[[Connection, Any], None]
-_HANDSHAKE = (State.START, State.TUNE, State.OPEN, State.RUNNING)
-TRANSITIONS: dict[tuple[State, type], tuple[Handler, State]] = {
-    (State.START, C.Connection.StartOk): (Connection._start_ok, State.AUTHENTICATING),
-    (State.AUTHENTICATING, Authenticated): (Connection._authenticated, State.TUNE),
-    (State.AUTHENTICATING, AuthFailed): (Connection._auth_failed, State.CLOSING),
-    (State.TUNE, C.Connection.TuneOk): (Connection._tune_ok, State.OPEN),
-    (State.OPEN, C.Connection.Open): (Connection._open, State.OPENING),
-    (State.OPENING, VHostOpened): (Connection._vhost_opened, State.RUNNING),
-    (State.OPENING, VHostRefused): (Connection._vhost_refused, State.CLOSING),
-    (State.RUNNING, C.Connection.UpdateSecret): (Connection._update_secret, State.RUNNING),
-    (State.CLOSING, C.Connection.Close): (Connection._close_ok, State.CLOSED),
-    (State.CLOSING, C.Connection.CloseOk): (Connection._close_ok, State.CLOSED),
-    **{(s, C.Connection.Close): (Connection._close, State.CLOSED) for s in _HANDSHAKE},
-    **{(s, C.Connection.CloseOk): (Connection._close_ok, State.CLOSED) for s in _HANDSHAKE},
-    # a client has no business sending these; RabbitMQ ignores them
-    **{(s, C.Connection.Blocked): (Connection._ignore, s) for s in _HANDSHAKE},
-    **{(s, C.Connection.Unblocked): (Connection._ignore, s) for s in _HANDSHAKE},
-}

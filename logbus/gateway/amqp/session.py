@@ -29,21 +29,19 @@ from ...core.tick import tick_of
 from .model.vhost import VHost
 from .channel import Channel
 from .codec import DEFAULT_MAX_MESSAGE_SIZE, encode_method
-from .connection import (
-    FRAME_MAX,
-    HEARTBEAT,
+from .connection import Connection
+from .handshake import FRAME_MAX, HEARTBEAT, State
+from .requests import (
     Authenticate,
     AuthFailure,
     CloseChannel,
     CloseTransport,
-    Connection,
     OpenChannel,
     OpenVHost,
     ReleaseAll,
     ScheduleHeartbeat,
     SendBytes,
     SetReading,
-    State,
     VHostFailure,
 )
 from .errors import AMQPChannelError, AMQPConnectionError

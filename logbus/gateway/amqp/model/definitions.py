@@ -16,7 +16,7 @@ from typing import Any
 
 from pamqp import decode, encode
 
-from ....core.routing.router import Binding, ExchangeDef
+from ....core.routing.definitions import Binding, ExchangeDef
 from ....core.state import (
     BINDING_PREFIX,
     EXCHANGE_PREFIX,

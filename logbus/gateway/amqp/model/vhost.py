@@ -40,15 +40,12 @@ from .queue_args import parse_queue_arguments, per_message_ttl
 from ....core.queues.journal import QueueStore
 from ....core.queues.service import Consumer, Delivery, QueueService, QueueState
 from ....core.queues.timers import Timers
+from ....core.routing.definitions import QUEUE, Binding, DestKind, ExchangeDef
+from ....core.routing.definitions import Removed as Unbound
+from ....core.routing.log_topics import key_partition
 from ....core.routing.router import (
-    key_partition,
-    QUEUE,
-    Binding,
-    DestKind,
-    ExchangeDef,
     NotFound,
     PreconditionFailed,
-    Removed as Unbound,
     ResourceLocked,
     Router,
     Refused,

@@ -1,0 +1,167 @@
+"""A channel's publishing: basic.publish one at a time or as a run of one read, the
+mandatory flag's basic.return, and publisher confirms, for ``Channel`` (channel.py) as the
+``Publishing`` mixin.
+
+In confirm mode every publish gets a sequence number and is acked once its record is
+durable (nacked when a queue refuses it under x-overflow reject-publish); the acks of
+one reactor tick go out as one (confirms.py). In tx mode publishes wait for
+``tx.commit``. The write permission on the exchange is cached per exchange
+(``writable``) while ``access.version`` stays what it was, so a publish costs one
+comparison and one set lookup, never a regular expression.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from ...core.access.auth import Access, Kind, Perm
+from ...core.errors import Refused
+from .confirms import Confirms
+from .errors import NO_ROUTE, AMQPChannelError, refused
+from .events import Publish
+from .fastpath import encode_ack, encode_nack, encode_return
+from .mapping import to_message
+from .model.vhost import VHost
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class Publishing:
+    """The publishing side of ``Channel``: permission cache, publishes, confirms."""
+
+    # the Channel's own, set in Channel.__init__
+    conn: Session
+    number: int
+    vhost: VHost
+    closing: bool  # we sent Channel.Close; waiting for Close-Ok
+    confirm: bool
+    publish_seq: int
+    confirms: Confirms
+    confirms_due: bool  # a flush of the confirms is scheduled for this tick
+    tx: list[Callable[[], None]] | None  # pending operations in tx mode
+    access: Access
+    writable: set[str]  # exchanges basic.publish was allowed to write to...
+    writable_version: int  # ...as of this access.version (another: check again)
+
+    if TYPE_CHECKING:
+        def _permit(self, perm: Perm, kind: Kind, name: str) -> None: ...
+
+    def _check_write(self, exchange: str) -> None:
+        """basic.publish's permission check, remembered in ``writable`` until the
+        permissions change."""
+        if self.writable_version != self.access.version:
+            self.writable.clear()
+            self.writable_version = self.access.version
+        try:
+            self._permit("write", "exchange", exchange)
+        except Refused as e:
+            raise refused(e, channel=self.number,
+                                   class_id=60, method_id=40) from None
+        self.writable.add(exchange)
+
+    def publish(self, p: Publish) -> None:
+        if self.writable_version != self.access.version or p.exchange not in self.writable:
+            self._check_write(p.exchange)  # 403 unless the user may write to the exchange
+        if self.tx is not None:
+            self.tx.append(lambda: self._publish(p, None))
+            return
+        seq = 0
+        if self.confirm:
+            self.publish_seq += 1
+            seq = self.publish_seq
+        self._publish(p, seq)
+
+    def publish_many(self, run: list[Publish]) -> None:
+        """Consecutive basic.publish of one read on this channel: as ``publish`` each, in
+        order, with the Python work shared (``VHost.publish_many``). A publish that fails
+        closes the channel after the ones before it were published."""
+        if self.tx is not None:
+            for p in run:
+                self.publish(p)
+            return
+        error: AMQPChannelError | None = None
+        writable = self.writable
+        if self.writable_version != self.access.version or any(p.exchange not in writable for p in run):
+            for i, p in enumerate(run):
+                try:
+                    self._check_write(p.exchange)
+                except AMQPChannelError as e:
+                    run, error = run[:i], e
+                    break
+        if run:
+            self._publish_many(run)
+        if error is not None:
+            raise error
+
+    def _publish_many(self, run: list[Publish]) -> None:
+        on_durable = None
+        if self.confirm:
+            seq0 = self.publish_seq + 1
+            self.publish_seq += len(run)
+            confirms = self.confirms
+
+            def on_durable(first: int, last: int, result: Any) -> None:
+                if isinstance(result, Exception):
+                    for seq in range(seq0 + first, seq0 + last + 1):
+                        self.confirm_failed(seq)
+                elif confirms.ok_range(seq0 + first, seq0 + last) and not self.confirms_due:
+                    self._confirms_due()
+
+        out = self.vhost.publish_many([(p.exchange, p.routing_key, to_message(p), p.properties.headers)
+                                       for p in run], on_durable)
+        for i in out.unrouted:
+            p = run[i]
+            if p.mandatory:
+                self.conn.send(encode_return(self.number, NO_ROUTE, "NO_ROUTE", p.exchange, p.routing_key,
+                                             p.raw_properties, p.body, self.conn.frame_max))
+        if out.refused and self.confirm:
+            for i in out.refused:
+                self.confirm_failed(seq0 + i)
+        if out.error is not None:
+            e = out.error
+            if self.confirm:
+                self.publish_seq = seq0 + out.done - 1  # the failed one and those after it were never numbered
+            raise refused(e, channel=self.number,
+                                   class_id=60, method_id=40)
+
+    def _publish(self, p: Publish, seq: int | None) -> None:
+        message = to_message(p)
+        confirms = self.confirms
+
+        def durable(result: Any) -> None:
+            if isinstance(result, Exception):
+                self.confirm_failed(seq or 0)
+            elif confirms.ok(seq or 0) and not self.confirms_due:
+                self._confirms_due()
+
+        try:
+            out = self.vhost.publish(p.exchange, p.routing_key, message, headers=p.properties.headers,
+                                     on_durable=durable if seq else None)
+        except Refused as e:
+            raise refused(e, channel=self.number,
+                                   class_id=60, method_id=40) from None
+        if not out.routed and p.mandatory:
+            self.conn.send(encode_return(self.number, NO_ROUTE, "NO_ROUTE", p.exchange, p.routing_key,
+                                         p.raw_properties, p.body, self.conn.frame_max))
+        if out.refused and seq:
+            self.confirm_failed(seq)
+
+    def confirm_failed(self, seq: int) -> None:
+        """Publish ``seq`` was refused: nack it now (once)."""
+        if self.confirms.failed(seq):
+            if not self.closing and self.conn.open:
+                self.conn.send(encode_nack(self.number, seq))
+            if not self.confirms_due:
+                self._confirms_due()
+
+    def _confirms_due(self) -> None:
+        self.confirms_due = True
+        self.conn.tick.later(self._flush_confirms)
+
+    def _flush_confirms(self) -> None:
+        """The end of the tick: the one ack that covers what settled during it."""
+        self.confirms_due = False
+        ack = self.confirms.flush()
+        if ack is not None and not self.closing and self.conn.open:
+            self.conn.send(encode_ack(self.number, ack[0], ack[1]))
