@@ -358,6 +358,23 @@ def test_method_in_the_middle_of_content(raw: Any) -> None:
     assert (close.class_id, close.method_id) == (60, 40)  # the publish being assembled
 
 
+def test_unknown_exchange_type_closes_the_connection(raw: Any) -> None:
+    """503 COMMAND_INVALID is a connection exception in AMQP 0-9-1, and RabbitMQ closes
+    the connection for an exchange type it does not know."""
+    conn = raw()
+    conn.open()
+    conn.open_channel(1)
+    conn.send_method(1, commands.Exchange.Declare(exchange=unique("x"), exchange_type="x-no-such-type"))
+    close = conn.expect_connection_close(503)
+    assert close.reply_text == "COMMAND_INVALID - unknown exchange type 'x-no-such-type'", describe(close)
+    assert (close.class_id, close.method_id) == (40, 10)  # exchange.declare
+    try:  # (RabbitMQ may drop the socket before the Close-Ok arrives)
+        conn.send_method(0, commands.Connection.CloseOk())
+    except OSError:
+        return
+    conn.read_until_closed()
+
+
 # -- soft errors: Channel.Close, the connection lives on -------------------------------
 
 

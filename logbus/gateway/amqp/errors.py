@@ -108,7 +108,15 @@ REPLY_CODE_FOR: dict[str, int] = {
 }
 
 
-def refused(e: Refused, *, channel: int, class_id: int = 0, method_id: int = 0) -> AMQPChannelError:
-    """The channel exception for a refusal of the broker's model (it closes the channel)."""
-    return AMQPChannelError(REPLY_CODE_FOR.get(e.code, INTERNAL_ERROR), str(e), channel=channel,
-                            class_id=class_id, method_id=method_id)
+# reply codes the spec makes connection exceptions, among those a refusal maps to
+HARD_REPLY_CODES = frozenset({CONNECTION_FORCED, INVALID_PATH, FRAME_ERROR, SYNTAX_ERROR, COMMAND_INVALID, CHANNEL_ERROR,
+                              UNEXPECTED_FRAME, RESOURCE_ERROR, NOT_ALLOWED, NOT_IMPLEMENTED, INTERNAL_ERROR})
+
+
+def refused(e: Refused, *, channel: int, class_id: int = 0, method_id: int = 0) -> AMQPError:
+    """The exception for a refusal of the broker's model: a channel exception (it closes
+    the channel), or a connection exception where the spec makes its reply code one
+    (503 for an unknown exchange type, as RabbitMQ answers)."""
+    code = REPLY_CODE_FOR.get(e.code, INTERNAL_ERROR)
+    kind = AMQPConnectionError if code in HARD_REPLY_CODES else AMQPChannelError
+    return kind(code, str(e), channel=channel, class_id=class_id, method_id=method_id)
