@@ -466,6 +466,18 @@ def pop_group_key(group: str, topic: str) -> bytes:
     return POP_GROUP_PREFIX + _text(group) + _text(topic)
 
 
+RETAINED_PREFIX = b"retained\x00"
+
+
+def retained_key(topic: str) -> bytes:
+    """The retained message of an MQTT topic name (core/retained.py)."""
+    return RETAINED_PREFIX + _text(topic)
+
+
+def retained_topic(key: bytes) -> str:
+    return key[len(RETAINED_PREFIX) : -1].decode()
+
+
 # -- metadata CF: AMQP definitions (logbus.core.definitions) -----------------------------
 
 EXCHANGE_PREFIX = b"exchange\x00"
