@@ -7,7 +7,7 @@ from typing import Callable
 
 from logbus.core.log import LogManager
 from logbus.core.message import Envelope, Message
-from logbus.core.queues.msgstore import MessageStore, log_batch_reader
+from logbus.core.queues.msgstore import MESSAGE_OVERHEAD, MessageStore, log_batch_reader
 from tests.core.conftest import topic_config
 from tests.loop import LoopReactor
 
@@ -20,11 +20,11 @@ def test_memory_until_released_then_the_log(open_log: Callable[..., LogManager],
     lm = open_log()
     p = lm.open_topic("t", topic_config(), create=True).partition(0)
     loop.wait(p.append([msg(i).to_record() for i in range(10)]))  # one batch
-    store = MessageStore(log_batch_reader(lm), max_bytes=1000)
+    store = MessageStore(log_batch_reader(lm), max_bytes=10_000)
     store.remember("t", 0, 3, msg(3), 10, refs=2)
     assert store.get("t", 0, 3) == msg(3) and store.log_reads == 0
     store.release("t", 0, 3)
-    assert store.live_bytes == 10  # one queue still holds it
+    assert store.live_bytes == 10 + MESSAGE_OVERHEAD  # one queue still holds it
     store.release("t", 0, 3)
     assert store.live_bytes == 0
     assert store.get("t", 0, 3) == msg(3) and store.log_reads == 1
@@ -37,9 +37,28 @@ def test_memory_is_bounded(open_log: Callable[..., LogManager], loop: LoopReacto
     p = lm.open_topic("t", topic_config(), create=True).partition(0)
     for i in range(5):
         loop.wait(p.append([msg(i).to_record()]))  # five batches
-    store = MessageStore(log_batch_reader(lm), max_bytes=25, cached_batches=2)
+    store = MessageStore(log_batch_reader(lm), max_bytes=2 * (10 + MESSAGE_OVERHEAD) + 5, cached_batches=2)
     for i in range(5):
         store.remember("t", 0, i, msg(i), 10, refs=1)
-    assert store.live_bytes == 20  # the oldest three were dropped
+    assert store.live_bytes == 2 * (10 + MESSAGE_OVERHEAD)  # the oldest three were dropped
     assert [store.get("t", 0, i) for i in range(5)] == [msg(i) for i in range(5)]
     assert store.log_reads == 3
+
+
+def test_the_bound_counts_what_a_message_costs_in_memory_not_only_its_value() -> None:
+    """Small messages cost far more memory than their values (the Message, its envelope and
+    headers, the store's own slot): 256 MiB of 100-byte values would be over a GiB. The
+    bound counts a measured overhead per message, so it holds near what it says."""
+    import tracemalloc
+
+    n, size = 20_000, 100
+    store = MessageStore(lambda *_: [], max_bytes=1 << 40)
+    tracemalloc.start()
+    try:
+        for i in range(n):
+            store.remember("t", 0, i, Message(b"k%d" % i, b"x" * size, 1000, [("h", b"v")], Envelope(routing_key="r")),
+                           size, refs=1)
+        used, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert store.live_bytes >= 0.8 * used, (store.live_bytes, used)

@@ -15,6 +15,7 @@ from logbus.gateway.amqp.model.deadletter import amqp_headers
 from logbus.core.log import LogManager, TopicConfig
 from logbus.core.message import Envelope, Message
 from logbus.core.queues.journal import QueueStore
+from logbus.core.queues.msgstore import MESSAGE_OVERHEAD
 from logbus.core.routing.router import NotFound, PreconditionFailed, ResourceLocked
 from logbus.core.state import StateStore
 from logbus.gateway.amqp.model.vhost import Delivery, VHost
@@ -93,12 +94,12 @@ def test_fanout_appends_once_and_every_queue_gets_it(env: Env) -> None:
     env.loop.run_once()
     assert env.lm.partition("logs", 0).next_offset == 1  # one record in the log
     assert [v.queue(q).queue.message_count for q in "abc"] == [1, 1, 1]
-    assert v.messages.live_bytes == 5  # one copy in memory
+    assert v.messages.live_bytes == 5 + MESSAGE_OVERHEAD  # one copy in memory
     c = Consumer("c1", owner="ch1")
     v.consume("a", c)
     assert [d.message.value for d in c.got] == [b"hello"]
     v.ack("a", c.got[0].receipt)
-    assert v.messages.live_bytes == 5  # b and c still hold it
+    assert v.messages.live_bytes == 5 + MESSAGE_OVERHEAD  # b and c still hold it
     v.purge_queue("b")
     v.delete_queue("c")
     assert v.messages.live_bytes == 0
