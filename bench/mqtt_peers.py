@@ -176,7 +176,7 @@ def mosquitto_config(port: int) -> str:
             "allow_anonymous true\n"
             "persistence false\n"
             "log_dest stdout\n"
-            "log_type error\nlog_type warning\nlog_type notice\n"
+            "log_type error\nlog_type warning\n"
             "max_queued_messages 0\n")
 
 

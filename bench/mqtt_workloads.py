@@ -177,8 +177,7 @@ def w_idle(a: argparse.Namespace, port: int, pid: int) -> dict[str, Any]:
         after = memory(pid)
         for p in procs:
             p.send("close")
-        for p in procs:
-            p.expect("done", a.timeout)
+        closed = [p.expect("done", a.timeout + 5) for p in procs]
     finally:
         for p in procs:
             p.stop()
@@ -193,6 +192,7 @@ def w_idle(a: argparse.Namespace, port: int, pid: int) -> dict[str, Any]:
         "rss_growth_mb": growth_mb,
         "rss_kib_per_connection": growth_mb * 1e6 / 1024 / connected,
         "hwm_after_mb": after.get("vmhwm_mb"),
+        "closed_by_broker_after_disconnect": sum(c["closed_by_broker"] for c in closed),
     }
 
 
