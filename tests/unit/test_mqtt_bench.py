@@ -92,13 +92,14 @@ def test_median_ratios(mb: Any) -> None:
     assert "qos1" not in mb.median_ratios(rounds, "mosquitto")
 
 
-def test_json_shape_without_a_gateway(mb: Any, monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
-    """--target all: logbus reports the missing gateway, the peers are measured in rotated
-    order, and the JSON says which."""
+def run_main(mb: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+             gateway: bool, argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """main() with stand-in brokers and workloads (each result's figures: 1 + its index
+    in the order run). Returns the JSON and the brokers in the order their workloads ran."""
 
-    class FakeLogbus:
-        error = {"error": mb.NO_GATEWAY, "detail": "nothing answers"}
+    class FakeBroker:
+        error: dict[str, str] | None = None
+        port, pid = 1883, 1
 
         def __init__(self, *_a: Any) -> None:
             pass
@@ -109,30 +110,37 @@ def test_json_shape_without_a_gateway(mb: Any, monkeypatch: pytest.MonkeyPatch,
         def __exit__(self, *_a: Any) -> None:
             pass
 
-    class FakePeer(FakeLogbus):
-        error = None  # type: ignore[assignment]
-        port, pid = 1883, 1
-
         def info(self) -> dict[str, Any]:
             return {"port": self.port, "pid": self.pid}
 
-    ran: list[tuple[str, int]] = []
+    class FakeLogbus(FakeBroker):
+        error = None if gateway else {"error": mb.NO_GATEWAY, "detail": "nothing answers"}
+
+    ran: list[str] = []
 
     def workload(name: str) -> Any:
         def run(_a: Any, _port: int, _pid: int) -> dict[str, Any]:
-            ran.append((name, len(ran)))
-            return fake_result(name, 1.0 + len(ran))
+            ran.append(name)
+            return fake_result(name, float(len(ran)))
         return run
 
     monkeypatch.setattr(mb, "LogbusBroker", FakeLogbus)
-    monkeypatch.setattr(mb, "PEERS", {"mosquitto": FakePeer, "amqtt": FakePeer})
+    monkeypatch.setattr(mb, "PEERS", {"mosquitto": FakeBroker, "amqtt": FakeBroker})
     monkeypatch.setattr(mb, "WORKLOADS", {n: workload(n) for n in mb.WORKLOADS})
     old = signal.getsignal(signal.SIGTERM)
     try:
-        assert mb.main(["--rounds", "2", "--workloads", "qos0,idle"]) == 0
+        assert mb.main(argv) == 0
     finally:
         signal.signal(signal.SIGTERM, old)  # main() sets its own
-    out = json.loads(capsys.readouterr().out)
+    return json.loads(capsys.readouterr().out), ran
+
+
+def test_json_shape_without_a_gateway(mb: Any, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """--target all: logbus reports the missing gateway, the peers are measured in rotated
+    order, and the JSON says which."""
+    out, ran = run_main(mb, monkeypatch, capsys, False,
+                        ["--rounds", "2", "--workloads", "qos0,idle"])
     assert out["bench"] == "mqtt_bench"
     assert out["logbus"] == {"error": "no MQTT gateway", "detail": "nothing answers"}
     assert [r["order"] for r in out["rounds"]] == [["mosquitto", "amqtt"], ["amqtt", "mosquitto"]]
@@ -144,3 +152,17 @@ def test_json_shape_without_a_gateway(mb: Any, monkeypatch: pytest.MonkeyPatch,
     assert not any(k.startswith("median_ratios") for k in out)  # nothing to divide by
     assert out["errors"] == []
     assert out["limits"]["nofile_hard"] >= out["limits"]["nofile_soft"] > 0
+
+
+def test_json_shape_with_a_gateway(mb: Any, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out, ran = run_main(mb, monkeypatch, capsys, True, ["--rounds", "3", "--workloads", "qos1"])
+    assert [r["order"] for r in out["rounds"]] == [
+        ["logbus", "mosquitto", "amqtt"], ["mosquitto", "amqtt", "logbus"],
+        ["amqtt", "logbus", "mosquitto"]]
+    # figures = run index: round 1 lb 1, mq 2, am 3; round 2 mq 4, am 5, lb 6; round 3 am 7,
+    # lb 8, mq 9: logbus/mosquitto 1/2, 6/4, 8/9; logbus/amqtt 1/3, 6/5, 8/7
+    assert len(ran) == 9
+    assert out["median_ratios_logbus_over_mosquitto"]["qos1"]["msgs_per_s"] == pytest.approx(8 / 9)
+    assert out["median_ratios_logbus_over_amqtt"]["qos1"]["msgs_per_s"] == pytest.approx(8 / 7)
+    assert out["logbus"]["median"]["qos1"]["msgs_per_s"] == 6.0
