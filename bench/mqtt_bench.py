@@ -326,7 +326,8 @@ def limits(args: argparse.Namespace) -> dict[str, Any]:
     so the brokers started here inherit it) and what the machine allows."""
     before = resource.getrlimit(resource.RLIMIT_NOFILE)
     soft, hard = raise_nofile()
-    out: dict[str, Any] = {"nofile_soft_before": before[0], "nofile_soft": soft, "nofile_hard": hard}
+    out: dict[str, Any] = {"nofile_soft_before": before[0], "nofile_soft": soft,
+                           "nofile_hard": hard}
     for key, path in (("fs_nr_open", "/proc/sys/fs/nr_open"),
                       ("ip_local_port_range", "/proc/sys/net/ipv4/ip_local_port_range")):
         try:

@@ -153,7 +153,8 @@ class Mosquitto(PeerBroker):
     name = "mosquitto"
 
     def command(self) -> list[str]:
-        exe = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else "")
+        # /usr/sbin: not on every user's PATH
+        exe = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin")
         if not exe:
             raise BenchError("mosquitto is not installed (apt-get install -y mosquitto)")
         conf = os.path.join(self.workdir, "mosquitto.conf")
