@@ -7,6 +7,7 @@ quantiles, a `logbus serve` of their own, and the tail of a log file.
     quantile, distribution_ms         nearest-rank quantiles; a latency distribution in ms
     start_logbus, stop_logbus, tail   `logbus serve` in a temp dir on free loopback ports
                                       (from its ready file), stopped by its Popen
+    free_ports                        free TCP ports on 127.0.0.1, for a broker we start
 
 Imported by name (``from common import ...``): bench/ is on sys.path, as the script's
 own directory or put there by the importing script (kafka_bench.py, amqp_bench.py) or
@@ -21,10 +22,11 @@ import json
 import math
 import os
 import resource
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 LOOPBACK = "tcp:0:interface=127.0.0.1"  # a `logbus serve` listener on a free loopback port
@@ -100,14 +102,31 @@ def tail(path: str, lines: int = 20) -> str:
         return ""
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def start_logbus(workdir: str, listeners: Mapping[str, str], extra: Sequence[str] = (),
-                 timeout: float = 60.0) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+                 timeout: float = 60.0, expect: Collection[str] | None = None,
+                 ) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     """`logbus serve` with its data in ``workdir``/data and its output in
     ``workdir``/broker.log, listening as ``listeners`` says (e.g. {"http": LOOPBACK}; every
     listener not named is off), plus ``extra`` arguments. Returns the process and the
     addresses from its ready file ({"http": "127.0.0.1:port", ...}; the server writes it
     atomically). Fails, with the log's tail, if it does not start within ``timeout`` s or
-    does not listen as asked."""
+    does not listen as asked: for each listener in ``expect`` (default: every one named in
+    ``listeners`` and not "off"; pass () to check the ready file yourself, as
+    mqtt_bench.py does while a gateway may not be built yet)."""
     unknown = set(listeners) - set(LISTENERS)
     if unknown:
         raise ValueError(f"unknown listeners {sorted(unknown)}")
@@ -129,8 +148,10 @@ def start_logbus(workdir: str, listeners: Mapping[str, str], extra: Sequence[str
         time.sleep(0.05)
     with open(ready) as f:
         addresses: dict[str, Any] = json.load(f)
-    for name, listen in listeners.items():
-        if listen != "off" and name not in addresses:
+    if expect is None:
+        expect = [name for name, listen in listeners.items() if listen != "off"]
+    for name in expect:
+        if name not in addresses:
             stop_logbus(proc)
             raise BenchError(
                 f"logbus started but is not listening for {name.upper()} (its ready file lists "

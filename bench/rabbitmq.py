@@ -40,7 +40,7 @@ from types import TracebackType
 from typing import Self
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import tail
+from common import free_ports, tail
 
 AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 CONNECTION_START = (10, 10)  # class, method
@@ -57,20 +57,6 @@ def find_server_script() -> str:
     if not found:
         raise RabbitMQError("RabbitMQ is not installed (apt-get install -y rabbitmq-server)")
     return found[-1]
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:
