@@ -108,6 +108,9 @@ class Decoder:
                 shift = 0
                 while True:
                     if start >= size:
+                        # the shortest length these bytes can still become: bound the buffer
+                        if start - pos + 1 + length + (1 << shift) > limit:
+                            raise MqttError(R.PACKET_TOO_LARGE, f"packet over the limit {limit}")
                         return pos
                     byte = buf[start]
                     start += 1

@@ -100,6 +100,8 @@ def _ack_writer(kind: int, flags: int) -> Callable[[Any, int], bytes]:
             _props(p.properties, kind, version)
             return _ACK.pack(first, 2, p.packet_id)
         if p.properties == NO_PROPERTIES:
+            if not p.reason_code:
+                return _ACK.pack(first, 2, p.packet_id)
             return _frame(first, packet_id, _byte(p.reason_code, "reason code"))
         return _frame(first, packet_id, _byte(p.reason_code, "reason code"),
                       encode_properties(p.properties, kind))  # fmt: skip
