@@ -16,6 +16,11 @@ asking to encode a property in a 3.1.1 packet, is a ``LocalProtocolError``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .packets import Packet
+
 # MQTT 5.0 reason codes (section 2.4, table 2-6)
 SUCCESS = NORMAL_DISCONNECTION = GRANTED_QOS_0 = 0x00
 GRANTED_QOS_1 = 0x01
@@ -124,7 +129,7 @@ class MqttError(Exception):
         super().__init__(f"{reason_name(reason_code)} (0x{reason_code:02X}): {text}")
         self.reason_code = reason_code
         self.text = text
-        self.packets: list[object] = []
+        self.packets: list[Packet] = []
 
     @property
     def return_code(self) -> int | None:
