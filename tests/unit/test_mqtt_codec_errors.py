@@ -226,6 +226,20 @@ def test_password_without_user_name() -> None:
     assert decode(connect(5, 0x42, s("c"), s("pw")))[0].password == b"pw"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(("level", "raw"), [
+    (5, connect(5, 0x03, s("c"))),
+    (5, packet(0x10, s("MQTT"), b"\x05\x02\x00\x00\x02\x17\x05", s("c"))),
+    (4, connect(4, 0x42, s("c"), s("pw"))),
+    (None, connect(6, 0x02, s("c"))),
+])  # fmt: skip
+def test_a_broken_connect_still_tells_its_version(level: int | None, raw: bytes) -> None:
+    """So that the answer to a broken 5.0 CONNECT is a 5.0 CONNACK with the reason code."""
+    decoder = Decoder()
+    with pytest.raises(MqttError):
+        decoder.feed(raw)
+    assert decoder.version == level
+
+
 def test_connect_sets_the_version_once() -> None:
     decoder = Decoder()
     raw = connect(4, 0x02, s("c"))

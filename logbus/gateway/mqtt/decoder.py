@@ -20,7 +20,9 @@ decoded where it lies and only its trailing partial packet is copied.
 
 The body of every packet but CONNECT depends on the protocol version, which a server-side
 decoder learns from the CONNECT (the first packet must be one: anything else first is a
-Protocol Error) and a client-side decoder is given. The decoder enforces every rule that
+Protocol Error) and a client-side decoder is given. ``version`` is set as soon as the
+CONNECT's protocol name and level are read, so that after an error in the rest of it the
+caller knows whether to answer with a 5.0 CONNACK and its reason code. The decoder enforces every rule that
 the bytes of one packet show (see ``docs/mqtt.md``, "Codec"), raising ``MqttError`` with
 the reason code the 5.0 specification asks for; the packets decoded before the bad one
 travel on the error as ``packets``. After an error the decoder is dead: the connection
@@ -142,10 +144,11 @@ class Decoder:
         if first & 0x0F != _FLAGS.get(kind, 0):
             raise malformed(f"packet type {kind} with reserved flags 0x{first & 0x0F:X}")
         if kind == CONNECT:
-            connect = _read_connect(buf, start, end)
             if self.version is None:
-                self.version = connect.protocol_level
-            return connect
+                # known before the rest is checked: a broken 5.0 CONNECT is answered with a
+                # 5.0 CONNACK carrying the reason code
+                self.version = _connect_level(buf, start, end)
+            return _read_connect(buf, start, end)
         reader = _BODIES.get(kind)
         if reader is None or (kind == AUTH and version != MQTT_5):
             raise malformed(f"reserved packet type {kind}")
@@ -197,6 +200,16 @@ def _read_publish(flags: int, buf: Buffer, pos: int, end: int, version: int) -> 
     check_topic_name(topic)
     return Publish(topic, bytes(buf[pos:end]), qos, bool(flags & 1), bool(flags & 8),
                    packet_id, props)  # fmt: skip
+
+
+def _connect_level(buf: Buffer, pos: int, end: int) -> int | None:
+    """The protocol level of the CONNECT at ``pos`` if it is one this codec speaks."""
+    try:
+        name, pos = read_string(buf, pos, end)
+        level, pos = read_u8(buf, pos, end)
+    except MqttError:
+        return None
+    return level if (name, level) in PROTOCOLS else None
 
 
 def _read_connect(buf: Buffer, pos: int, end: int) -> Connect:
