@@ -349,3 +349,10 @@ def test_encoding_5_0_fields_in_3_1_1_is_refused(packet_: object) -> None:
 def test_encoder_refuses_what_the_wire_cannot_say(packet_: object) -> None:
     with pytest.raises(LocalProtocolError):
         encode(packet_, MQTT_5)  # type: ignore[arg-type]
+
+
+def test_encoder_refuses_unknown_versions() -> None:
+    with pytest.raises(LocalProtocolError):
+        encode(Connect("c", 6), 6)
+    with pytest.raises(LocalProtocolError):
+        encode(PubAck(1), 2)

@@ -21,7 +21,7 @@ from .packets import (
 from .properties import EMPTY_BLOCK, NO_PROPERTIES, Properties, encode_properties
 from .reasons import LocalProtocolError
 from .wire import (
-    AUTH, CONNACK, CONNECT, DISCONNECT, MQTT_3_1, MQTT_5, PUBACK, PUBCOMP, PUBLISH, PUBREC,
+    AUTH, CONNACK, CONNECT, DISCONNECT, MQTT_3_1, MQTT_3_1_1, MQTT_5, PUBACK, PUBCOMP, PUBLISH, PUBREC,
     PUBREL, SUBACK, SUBSCRIBE, U16, UNSUBACK, UNSUBSCRIBE, WILL, encode_binary, encode_string,
     encode_vbi,
 )  # fmt: skip
@@ -35,7 +35,12 @@ def encode(packet: Packet, version: int) -> bytes:
         writer = _WRITERS[type(packet)]
     except KeyError:
         raise LocalProtocolError(f"not an MQTT packet: {packet!r}") from None
+    if version not in _VERSIONS:
+        raise LocalProtocolError(f"no MQTT protocol level {version}")
     return writer(packet, version)
+
+
+_VERSIONS = frozenset({MQTT_3_1, MQTT_3_1_1, MQTT_5})
 
 
 def _frame(first: int, *parts: bytes) -> bytes:
@@ -128,10 +133,9 @@ def _connect(p: Connect, version: int) -> bytes:
         payload.append(encode_string(p.username))
     if p.password is not None:
         payload.append(encode_binary(p.password))
-    keep_alive = U16.pack(p.keep_alive) if 0 <= p.keep_alive <= 0xFFFF else b""
-    if not keep_alive:
+    if not 0 <= p.keep_alive <= 0xFFFF:
         raise LocalProtocolError(f"keep alive {p.keep_alive} out of range")
-    return _frame(CONNECT << 4, name, bytes((version, flags)), keep_alive,
+    return _frame(CONNECT << 4, name, bytes((version, flags)), U16.pack(p.keep_alive),
                   _props(p.properties, CONNECT, version), *payload)  # fmt: skip
 
 
