@@ -16,8 +16,8 @@ from logbus.gateway.mqtt.properties import Properties
 from .mqtt_strategies import any_packet, connects, packets
 
 VERSIONS = [MQTT_3_1_1, MQTT_5]
-SLOW = settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-STREAMS = settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+SLOW = settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+STREAMS = settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow])
 
 
 def wire_version(packet: Packet, version: int) -> int:
@@ -78,14 +78,14 @@ def _feed_all(decoder: Decoder, chunks: list[bytes]) -> None:
         assert decoder.buffered <= decoder.max_packet_size
 
 
-@settings(max_examples=500)
+@settings(max_examples=300)
 @given(st.lists(st.binary(max_size=64), max_size=8), st.integers(2, 200))
 def test_arbitrary_bytes_before_connect(chunks: list[bytes], limit: int) -> None:
     _feed_all(Decoder(max_packet_size=limit), chunks)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@settings(max_examples=500)
+@settings(max_examples=300)
 @given(chunks=st.lists(st.binary(max_size=64), max_size=8), limit=st.integers(2, 200))
 def test_arbitrary_bytes_after_connect(version: int, chunks: list[bytes], limit: int) -> None:
     decoder = Decoder(max_packet_size=max(limit, 40))
