@@ -1,8 +1,7 @@
 """The client side of bench/amqp_bench.py: measuring, AMQP plumbing with aio-pika, and
 the consumers that run in a process of their own.
 
-    Meter                        broker CPU from /proc/<pid>/stat, the client's from getrusage
-                                 (common.py: cpu_split, self_cpu)
+    (common.py: Meter, broker and client CPU over a measured span)
     Run                          one workload's connections, names and progress; fails at once
                                  when the broker closes a connection or channel
     ConfirmWindow, Drain         a confirming publisher with a bounded window; an acking consumer
@@ -35,7 +34,7 @@ from aio_pika.abc import (
     AbstractIncomingMessage,
     AbstractQueue,
 )
-from common import BenchError, cpu_split, quantile, self_cpu
+from common import BenchError, quantile, self_cpu
 
 T = TypeVar("T")
 # latency body head: sequence, time due, time sent (time.monotonic_ns)
@@ -52,35 +51,6 @@ def proc_comm(pid: int) -> str:
             return f.read().strip()
     except OSError:
         raise BenchError(f"broker pid {pid}: no such process") from None
-
-
-class Meter:
-    """Wall time, broker CPU (user, system) and the client's CPU over one measured span."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.user0, self.sys0 = cpu_split(pid)
-        self.client0 = self_cpu()
-        self.t0 = time.perf_counter()
-
-    def stop(self, count: int, unit: str, plural: str, child_cpu: float = 0.0) -> dict[str, Any]:
-        """``child_cpu``: CPU seconds of the consumer process over the same span."""
-        dt = time.perf_counter() - self.t0
-        user1, sys1 = cpu_split(self.pid)
-        client = self_cpu() - self.client0 + child_cpu
-        user, system = user1 - self.user0, sys1 - self.sys0
-        out = {
-            plural: count, "seconds": dt, f"{plural}_per_s": count / dt,
-            "broker_cpu_seconds": user + system,
-            f"broker_cpu_us_per_{unit}": (user + system) / count * 1e6,
-            f"broker_user_us_per_{unit}": user / count * 1e6,
-            f"broker_system_us_per_{unit}": system / count * 1e6,
-            "broker_cpu_percent": (user + system) / dt * 100,
-            f"client_cpu_us_per_{unit}": client / count * 1e6,
-        }
-        if child_cpu:
-            out[f"client_consumer_process_cpu_us_per_{unit}"] = child_cpu / count * 1e6
-        return out
 
 
 def percentiles_ms(values_ns: list[int]) -> dict[str, float]:

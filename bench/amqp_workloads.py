@@ -14,13 +14,12 @@ from amqp_client import (
     ConfirmWindow,
     ConsumerProcess,
     Drain,
-    Meter,
     Run,
     percentiles_ms,
     persistent,
     round_trip,
 )
-from common import BenchError
+from common import BenchError, Meter
 
 
 async def w_publish(run: Run) -> dict[str, Any]:

@@ -168,3 +168,35 @@ def stop_logbus(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+class Meter:
+    """Wall time, broker CPU (user, system) and the client's CPU over one measured span."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.user0, self.sys0 = cpu_split(pid)
+        self.client0 = self_cpu()
+        self.t0 = time.perf_counter()
+
+    def stop(self, count: int, unit: str, plural: str, child_cpu: float = 0.0,
+             seconds: float | None = None) -> dict[str, Any]:
+        """``child_cpu``: CPU seconds of other client processes over the same span;
+        ``seconds``: the span for the rate if not until now (e.g. until the last delivery)."""
+        dt = time.perf_counter() - self.t0 if seconds is None else seconds
+        user1, sys1 = cpu_split(self.pid)
+        client = self_cpu() - self.client0 + child_cpu
+        user, system = user1 - self.user0, sys1 - self.sys0
+        n = max(count, 1)
+        out = {
+            plural: count, "seconds": dt, f"{plural}_per_s": count / dt if dt > 0 else None,
+            "broker_cpu_seconds": user + system,
+            f"broker_cpu_us_per_{unit}": (user + system) / n * 1e6,
+            f"broker_user_us_per_{unit}": user / n * 1e6,
+            f"broker_system_us_per_{unit}": system / n * 1e6,
+            "broker_cpu_percent": (user + system) / dt * 100 if dt > 0 else None,
+            f"client_cpu_us_per_{unit}": client / n * 1e6,
+        }
+        if child_cpu:
+            out[f"client_consumer_process_cpu_us_per_{unit}"] = child_cpu / n * 1e6
+        return out

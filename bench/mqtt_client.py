@@ -1,7 +1,6 @@
 """The client side of bench/mqtt_bench.py: paho-mqtt clients, the measuring, and the
 client processes that run apart from the publisher.
 
-    Meter                      broker CPU from /proc/<pid>/stat, the client's from getrusage
     connect, Publisher         a paho client on its own network thread, connected (CONNACK
                                checked); a publisher with at most --window messages not yet
                                acknowledged (QoS 1: PUBACK) or not yet written (QoS 0)
@@ -32,7 +31,7 @@ import time
 from typing import Any
 
 import paho.mqtt.client as mqtt
-from common import BenchError, cpu_split, self_cpu
+from common import BenchError, self_cpu
 
 HOST = "127.0.0.1"
 LATENCY_HEAD = struct.Struct("<Qqq")  # payload head: sequence, time due, time sent (monotonic ns)
@@ -51,34 +50,6 @@ def client_id(kind: str) -> str:
 
 
 # -- measuring ---------------------------------------------------------------------
-
-
-class Meter:
-    """Wall time, broker CPU (user, system) and this process's CPU over one measured span."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.user0, self.sys0 = cpu_split(pid)
-        self.client0 = self_cpu()
-        self.t0 = time.perf_counter()
-
-    def stop(self, count: int, unit: str, plural: str, child_cpu: float = 0.0,
-             seconds: float | None = None) -> dict[str, Any]:
-        """``child_cpu``: CPU seconds of the client processes over the same span;
-        ``seconds``: the span for the rate if not until now (the last delivery)."""
-        dt = time.perf_counter() - self.t0 if seconds is None else seconds
-        user1, sys1 = cpu_split(self.pid)
-        user, system = user1 - self.user0, sys1 - self.sys0
-        client = self_cpu() - self.client0 + child_cpu
-        n = max(count, 1)
-        return {
-            plural: count, "seconds": dt, f"{plural}_per_s": count / dt if dt > 0 else None,
-            "broker_cpu_seconds": user + system,
-            f"broker_cpu_us_per_{unit}": (user + system) / n * 1e6,
-            f"broker_user_us_per_{unit}": user / n * 1e6,
-            f"broker_system_us_per_{unit}": system / n * 1e6,
-            f"client_cpu_us_per_{unit}": client / n * 1e6,
-        }
 
 
 # -- paho plumbing -----------------------------------------------------------------

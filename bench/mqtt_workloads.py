@@ -22,8 +22,8 @@ import os
 import time
 from typing import Any
 
-from common import BenchError, distribution_ms, memory
-from mqtt_client import LATENCY_HEAD, ClientProcess, Meter, Publisher, idle_main, subscriber_main
+from common import BenchError, Meter, distribution_ms, memory
+from mqtt_client import LATENCY_HEAD, ClientProcess, Publisher, idle_main, subscriber_main
 
 
 def topic_root() -> str:
