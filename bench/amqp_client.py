@@ -34,7 +34,7 @@ from aio_pika.abc import (
     AbstractIncomingMessage,
     AbstractQueue,
 )
-from common import BenchError, quantile, self_cpu
+from common import BenchError, end_process, quantile, self_cpu
 
 T = TypeVar("T")
 # latency body head: sequence, time due, time sent (time.monotonic_ns)
@@ -375,12 +375,5 @@ class ConsumerProcess:
 
     def stop(self) -> None:
         """Our own child, by its handle: let it exit if it is done, else end it."""
-        if self.finished:
-            self.proc.join(CLEANUP_TIMEOUT)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(5)
+        end_process(self.proc, self.finished, CLEANUP_TIMEOUT)
         self.pipe.close()

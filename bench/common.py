@@ -27,7 +27,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 LOOPBACK = "tcp:0:interface=127.0.0.1"  # a `logbus serve` listener on a free loopback port
 LISTENERS = ("amqp", "kafka", "mqtt", "http")
@@ -200,3 +201,38 @@ class Meter:
         if child_cpu:
             out[f"client_consumer_process_cpu_us_per_{unit}"] = child_cpu / n * 1e6
         return out
+
+
+class StartStop:
+    """``with Broker(...) as b:``: ``start()`` on entry (``stop()`` if it fails part way),
+    ``stop()`` on exit. Subclasses define both."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def end_process(proc: Any, finished: bool, grace: float) -> None:
+    """End a ``multiprocessing`` child of ours by its handle: let it exit for ``grace``
+    seconds if it said it is done, else terminate it, then kill it."""
+    if finished:
+        proc.join(grace)
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)

@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 import paho.mqtt.client as mqtt
-from common import BenchError, self_cpu
+from common import BenchError, end_process, self_cpu
 
 HOST = "127.0.0.1"
 LATENCY_HEAD = struct.Struct("<Qqq")  # payload head: sequence, time due, time sent (monotonic ns)
@@ -385,11 +385,5 @@ class ClientProcess:
 
     def stop(self) -> None:
         """Our own child, by its handle: let it exit if it is done, else end it."""
-        self.proc.join(10 if self.finished else 0.1)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(5)
+        end_process(self.proc, True, 10 if self.finished else 0.1)
         self.pipe.close()

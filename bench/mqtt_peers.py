@@ -31,11 +31,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from types import TracebackType
 from typing import Any, Self
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BenchError, free_ports, tail
+from common import BenchError, StartStop, free_ports, tail
 
 HOST = "127.0.0.1"
 # CONNECT, MQTT 3.1.1, clean session, keep-alive 10 s, client id "mqtt-bench-probe"
@@ -72,7 +71,7 @@ def mqtt_answers(port: int, timeout: float = 2.0) -> str | None:
     return None
 
 
-class PeerBroker:
+class PeerBroker(StartStop):
     """Context manager: ``with Mosquitto() as b: b.port, b.pid``. Subclasses write the
     config and give the command line."""
 
@@ -136,17 +135,6 @@ class PeerBroker:
                     self.proc.wait(10)
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
 
 class Mosquitto(PeerBroker):

@@ -36,11 +36,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from types import TracebackType
 from typing import Self
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import free_ports, tail
+from common import StartStop, free_ports, tail
 
 AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 CONNECTION_START = (10, 10)  # class, method
@@ -100,7 +99,7 @@ def amqp_answers(port: int, timeout: float = 2.0) -> bool:
     return ftype == 1 and channel == 0 and (cls, meth) == CONNECTION_START
 
 
-class RabbitMQ:
+class RabbitMQ(StartStop):
     """Context manager: ``with RabbitMQ() as rmq: rmq.url, rmq.pid (beam.smp)``."""
 
     def __init__(self, directory: str | None = None, start_timeout: float = 60.0, stop_timeout: float = 30.0,
@@ -227,17 +226,6 @@ class RabbitMQ:
         finally:
             if not self.keep_dir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
 
 def main() -> None:
