@@ -1,0 +1,120 @@
+"""The server-to-client half of a session (gateway/mqtt/outbound.py): packet ids, the
+client's receive maximum and packet size, topic aliases, the QoS 1/2 hand-over and
+resending; examples and a Hypothesis state machine against a model."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from logbus.gateway.mqtt.outbound import MAX_PACKET_ID, PUBLISHED, RELEASED, Outbound
+from logbus.gateway.mqtt.reasons import PACKET_IDENTIFIER_NOT_FOUND
+
+
+def test_qos1_and_qos2_flows_settle_their_tokens() -> None:
+    o = Outbound()
+    assert o.send(0, "q0") == 0 and not o.in_flight
+    p1 = o.send(1, "m1")
+    p2 = o.send(2, "m2")
+    assert p1 != p2
+    assert o.puback(p2) is None  # a QoS 2 message is not PUBACKed
+    assert o.puback(p1) == "m1" and o.puback(p1) is None
+    assert o.pubcomp(p2) is None  # no PUBREL sent yet
+    assert o.pubrec(p2) == (0, None)
+    assert [(f.packet_id, f.state) for f in o.resend()] == [(p2, RELEASED)]
+    assert o.pubcomp(p2) == "m2" and not o.in_flight
+    assert o.pubrec(p2) == (PACKET_IDENTIFIER_NOT_FOUND, None)
+
+
+def test_a_refusing_pubrec_ends_the_flow() -> None:
+    o = Outbound()
+    pid = o.send(2, "m")
+    assert o.pubrec(pid, 0x87) == (0, "m") and not o.in_flight
+
+
+def test_the_clients_receive_maximum_and_packet_size() -> None:
+    o = Outbound(receive_maximum=2, maximum_packet_size=100)
+    o.send(1, "a")
+    o.send(2, "b")
+    assert not o.can_send(1) and not o.can_send(2) and o.can_send(0)
+    assert o.fits(100) and not o.fits(101)
+    assert Outbound().fits(10**9)
+
+
+def test_packet_ids_go_round_and_skip_those_in_flight() -> None:
+    o = Outbound()
+    held = o.send(1, "held")
+    for _ in range(MAX_PACKET_ID - 1):
+        o.puback(o.send(1, "x"))
+    assert o.send(1, "y") != held  # the id after wrapping round is still taken: skipped
+    assert {f.packet_id for f in o.in_flight.values()} == {held, held + 1}
+
+
+def test_topic_aliases_reuse_and_replace_the_least_recently_used() -> None:
+    o = Outbound(topic_alias_maximum=2)
+    assert o.alias("a") == ("a", 1)
+    assert o.alias("b") == ("b", 2)
+    assert o.alias("a") == ("", 1)
+    assert o.alias("c") == ("c", 2)  # b was the least recently used
+    assert o.alias("b") == ("b", 1)
+    assert Outbound().alias("a") == ("a", None)
+    o.resend()  # a new connection: the client knows no alias
+    assert o.alias("b") == ("b", 1)
+
+
+class OutboundMachine(RuleBasedStateMachine):
+    @initialize(maximum=st.integers(1, 5))
+    def setup(self, maximum: int) -> None:
+        self.o = Outbound(receive_maximum=maximum)
+        self.maximum = maximum
+        self.model: dict[int, tuple[int, str, int]] = {}  # packet id -> (qos, state, token)
+        self.order: list[int] = []
+        self.tokens = 0
+
+    @rule(qos=st.sampled_from([0, 1, 2]))
+    def send(self, qos: int) -> None:
+        assert self.o.can_send(qos) == (qos == 0 or len(self.model) < self.maximum)
+        if not self.o.can_send(qos):
+            return
+        self.tokens += 1
+        pid = self.o.send(qos, self.tokens)
+        if qos:
+            assert 1 <= pid <= MAX_PACKET_ID and pid not in self.model
+            self.model[pid] = (qos, PUBLISHED, self.tokens)
+            self.order.append(pid)
+
+    @precondition(lambda self: bool(self.model))
+    @rule(data=st.data())
+    def acknowledge(self, data: st.DataObject) -> None:
+        pid = data.draw(st.sampled_from(sorted(self.model)))
+        qos, state, token = self.model[pid]
+        if qos == 1:
+            assert self.o.puback(pid) == token
+            self._done(pid)
+        elif state == PUBLISHED:
+            assert self.o.pubrec(pid) == (0, None)
+            self.model[pid] = (qos, RELEASED, token)
+        else:
+            assert self.o.pubcomp(pid) == token
+            self._done(pid)
+
+    @rule(pid=st.integers(1, 8))
+    def stray(self, pid: int) -> None:
+        """Acknowledgements of ids not in that state change nothing."""
+        entry = self.model.get(pid)
+        if entry is None or entry[0] == 2:
+            assert self.o.puback(pid) is None
+        if entry is None or entry[1] != RELEASED:
+            assert self.o.pubcomp(pid) is None
+
+    def _done(self, pid: int) -> None:
+        del self.model[pid]
+        self.order.remove(pid)
+
+    @invariant()
+    def same_in_flight(self) -> None:
+        assert [(f.packet_id, f.qos, f.state, f.token) for f in self.o.resend()] == \
+            [(pid, *self.model[pid]) for pid in self.order]
+
+
+test_outbound_against_model = OutboundMachine.TestCase
