@@ -12,23 +12,11 @@ from hypothesis import strategies as st
 from logbus.core.retained import RetainedStore
 from logbus.core.state import StateStore
 from logbus.core.state_pb2 import RetainedRecord
+from logbus.gateway.mqtt.subscriptions import matches as mqtt_matches  # brute force, one filter at a time
 
 
 def rec(topic: str, payload: bytes = b"x", expires_at_ms: int = 0) -> RetainedRecord:
     return RetainedRecord(topic=topic, payload=payload, qos=1, time_ms=1, expires_at_ms=expires_at_ms)
-
-
-def mqtt_matches(flt: str, topic: str) -> bool:
-    """MQTT section 4.7, with 4.7.2: a wildcard first level does not match a '$' topic."""
-    if topic.startswith("$") and flt[:1] in ("+", "#"):
-        return False
-    f, t = flt.split("/"), topic.split("/")
-    for i, level in enumerate(f):
-        if level == "#":
-            return True
-        if i >= len(t) or (level != "+" and level != t[i]):
-            return False
-    return len(f) == len(t)
 
 
 def test_one_per_topic_cleared_by_an_empty_payload_and_kept_across_a_reopen(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from logbus.core.routing.topic_trie import TopicTrie
+from logbus.gateway.mqtt.subscriptions import matches as mqtt_matches  # MQTT section 4.7
 from logbus.gateway.mqtt.topic_map import Unmappable, filter_to_amqp, to_amqp, to_mqtt, to_mqtt_name
 
 # level text: the characters that matter (separators of either side, wildcards' neighbours,
@@ -16,19 +17,6 @@ from logbus.gateway.mqtt.topic_map import Unmappable, filter_to_amqp, to_amqp, t
 LEVEL_CHARS = st.sampled_from(list("ab./ *é€") + ["\U0001f600"])
 levels = st.lists(st.text(LEVEL_CHARS.filter(lambda c: c != "/"), max_size=4), min_size=1, max_size=5)
 topics = levels.map("/".join).filter(bool)  # MQTT topic names: never empty, never "+" or "#"
-
-
-def mqtt_matches(flt: str, topic: str) -> bool:
-    """MQTT 3.1.1 section 4.7 / MQTT 5 section 4.7, for topics not starting with '$'."""
-    f, t = flt.split("/"), topic.split("/")
-    for i, level in enumerate(f):
-        if level == "#":
-            return True  # this level and everything below, the parent level included
-        if i >= len(t):
-            return False
-        if level != "+" and level != t[i]:
-            return False
-    return len(f) == len(t)
 
 
 @st.composite

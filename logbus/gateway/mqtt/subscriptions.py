@@ -1,0 +1,102 @@
+"""A session's subscriptions: which of its filters a message's topic matches, and what the
+one copy the session gets looks like. Pure.
+
+MQTT 3.1.1 section 3.3.5 and MQTT 5.0 sections 3.3.4, 3.8.3.1 and 4.7:
+
+- A session receives one copy of a message however many of its filters match (its
+  queue is bound once per filter; the queue service enqueues once per queue). The copy's
+  QoS is the highest of the matching subscriptions' maximum QoS, capped by the QoS it
+  was published with; it carries the Subscription Identifier of every matching
+  subscription that has one.
+- No Local: a subscription with it set does not match the session's own publishes.
+- Retain As Published: the retain flag stays as published if a matching subscription asks
+  so; otherwise it is cleared (retained messages sent because of a SUBSCRIBE keep it:
+  ``retained_on_subscribe``).
+- Retain Handling: 0, send the retained messages at subscribe; 1, only if the
+  subscription did not exist; 2, never.
+- A filter whose first level is a wildcard does not match a topic beginning with ``$``.
+- Subscribing again with the same filter replaces the subscription's options.
+
+Shared subscriptions (``$share/<group>/<filter>``) are delivered from the group's own
+queue and are kept here under their full filter, matched by their inner filter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .packets import Subscription
+
+SEND_RETAINED, SEND_IF_NEW, DONT_SEND = 0, 1, 2  # Retain Handling
+SHARE_PREFIX = "$share/"
+
+
+def matches(topic_filter: str, topic: str) -> bool:
+    """Whether a (valid) MQTT topic filter matches a topic name."""
+    if topic.startswith("$") and topic_filter[:1] in ("+", "#"):
+        return False
+    f, t = topic_filter.split("/"), topic.split("/")
+    for i, level in enumerate(f):
+        if level == "#":
+            return True  # this level and all below it, the parent included
+        if i >= len(t) or (level != "+" and level != t[i]):
+            return False
+    return len(f) == len(t)
+
+
+def inner_filter(topic_filter: str) -> str:
+    """The filter a (maybe shared) subscription matches by."""
+    if topic_filter.startswith(SHARE_PREFIX):
+        return topic_filter.split("/", 2)[2]
+    return topic_filter
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """How the session's copy of a message goes out."""
+
+    qos: int
+    retain: bool
+    subscription_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class Subscriptions:
+    by_filter: dict[str, tuple[Subscription, int | None]] = field(default_factory=dict)  # filter -> (options, id)
+
+    def subscribe(self, s: Subscription, subscription_id: int | None = None) -> bool:
+        """Add or replace; True when the filter was subscribed already."""
+        existed = s.topic_filter in self.by_filter
+        self.by_filter[s.topic_filter] = (s, subscription_id)
+        return existed
+
+    def unsubscribe(self, topic_filter: str) -> bool:
+        """False when there was no such subscription (UNSUBACK 0x11 in 5.0)."""
+        return self.by_filter.pop(topic_filter, None) is not None
+
+    def copy(self, topic: str, qos: int, retain: bool, *, own: bool) -> Copy | None:
+        """The session's copy of a message published to ``topic`` with ``qos`` and
+        ``retain`` (``own``: by this session's client), or None if no subscription takes it."""
+        best = -1
+        keep_retain = False
+        ids: list[int] = []
+        for s, sid in self.by_filter.values():
+            if own and s.no_local:
+                continue
+            if not matches(inner_filter(s.topic_filter), topic):
+                continue
+            best = max(best, s.qos)
+            keep_retain |= s.retain_as_published
+            if sid is not None:
+                ids.append(sid)
+        if best < 0:
+            return None
+        return Copy(min(best, qos), retain and keep_retain, tuple(sorted(ids)))
+
+
+def retained_on_subscribe(s: Subscription, existed: bool) -> bool:
+    """Whether a SUBSCRIBE sends the retained messages its filter matches (Retain Handling;
+    never for a shared subscription, MQTT 5 section 4.8.2)."""
+    if s.topic_filter.startswith(SHARE_PREFIX):
+        return False
+    return s.retain_handling == SEND_RETAINED or (s.retain_handling == SEND_IF_NEW and not existed)

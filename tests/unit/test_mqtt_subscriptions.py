@@ -1,0 +1,67 @@
+"""A session's subscriptions (gateway/mqtt/subscriptions.py): one copy per message with
+the highest matching QoS and every matching subscription id, No Local, Retain As
+Published, Retain Handling, '$' topics, shared filters. (That ``matches`` agrees with the
+AMQP topic trie through the topic mapping is tests/unit/test_mqtt_topic_map.py.)"""
+
+from __future__ import annotations
+
+
+from logbus.gateway.mqtt import Subscription
+from logbus.gateway.mqtt.subscriptions import (
+    DONT_SEND,
+    SEND_IF_NEW,
+    SEND_RETAINED,
+    Copy,
+    Subscriptions,
+    retained_on_subscribe,
+)
+
+
+def test_one_copy_with_the_highest_qos_and_every_id() -> None:
+    s = Subscriptions()
+    s.subscribe(Subscription("a/+", 0), 1)
+    s.subscribe(Subscription("a/#", 1), 2)
+    s.subscribe(Subscription("a/b", 2))  # no id
+    assert s.copy("a/b", 2, False, own=False) == Copy(2, False, (1, 2))
+    assert s.copy("a/b", 1, False, own=False) == Copy(1, False, (1, 2))  # capped by the publish
+    assert s.copy("a/c/d", 2, False, own=False) == Copy(1, False, (2,))
+    assert s.copy("b", 2, False, own=False) is None
+
+
+def test_replace_and_unsubscribe() -> None:
+    s = Subscriptions()
+    assert s.subscribe(Subscription("t", 0)) is False
+    assert s.subscribe(Subscription("t", 2)) is True  # replaced
+    assert s.copy("t", 2, False, own=False) == Copy(2, False)
+    assert s.unsubscribe("t") is True and s.unsubscribe("t") is False
+    assert s.copy("t", 2, False, own=False) is None
+
+
+def test_no_local_and_retain_as_published() -> None:
+    s = Subscriptions()
+    s.subscribe(Subscription("t", 1, no_local=True))
+    assert s.copy("t", 1, False, own=True) is None
+    assert s.copy("t", 1, True, own=False) == Copy(1, False)  # the retain flag is cleared
+    s.subscribe(Subscription("#", 0, retain_as_published=True))
+    assert s.copy("t", 1, True, own=True) == Copy(0, True)  # only '#' takes our own publish
+
+
+def test_dollar_topics_and_shared_filters() -> None:
+    s = Subscriptions()
+    s.subscribe(Subscription("#", 1))
+    s.subscribe(Subscription("+/uptime", 1))
+    assert s.copy("$SYS/uptime", 1, False, own=False) is None
+    s.subscribe(Subscription("$SYS/#", 1))
+    assert s.copy("$SYS/uptime", 1, False, own=False) == Copy(1, False)
+    shared = Subscriptions()
+    shared.subscribe(Subscription("$share/g/sensors/+", 1))
+    assert shared.copy("sensors/a", 1, False, own=False) == Copy(1, False)
+    assert shared.copy("other", 1, False, own=False) is None
+
+
+def test_retain_handling() -> None:
+    assert retained_on_subscribe(Subscription("t", retain_handling=SEND_RETAINED), existed=True)
+    assert retained_on_subscribe(Subscription("t", retain_handling=SEND_IF_NEW), existed=False)
+    assert not retained_on_subscribe(Subscription("t", retain_handling=SEND_IF_NEW), existed=True)
+    assert not retained_on_subscribe(Subscription("t", retain_handling=DONT_SEND), existed=False)
+    assert not retained_on_subscribe(Subscription("$share/g/t"), existed=False)
