@@ -5,7 +5,6 @@ AMQP topic trie through the topic mapping is tests/unit/test_mqtt_topic_map.py.)
 
 from __future__ import annotations
 
-
 from logbus.gateway.mqtt import Subscription
 from logbus.gateway.mqtt.subscriptions import (
     DONT_SEND,
