@@ -264,15 +264,8 @@ class Queue:
             return self._stage(Entry(0, topic, partition, offset, size, min(max(priority, 0), lim.max_priority),
                                      expires_ms, 0, visible_ms)), []
         removed: list[Removed] = []
-        if self._full(1, size):
-            if lim.overflow != DROP_HEAD:
-                return None, removed
-            while self.ready_count and self._full(1, size):
-                head = self._pop_ready()
-                assert head is not None
-                removed.append(self._settle(head, MAXLEN))
-            if self._full(1, size):  # a single message larger than the byte limit
-                return None, removed
+        if not self._make_room(size, removed):
+            return None, removed
         seq = self.next_seq
         self.next_seq = seq + 1
         pri = min(max(priority, 0), lim.max_priority)
@@ -321,15 +314,9 @@ class Queue:
             entry = self.entries.pop(seq)
             self.journal.settled(seq)
             entry.visible_ms = 0
-            if limited and self._full(1, entry.size):
-                if lim.overflow == DROP_HEAD:
-                    while self.ready_count and self._full(1, entry.size):
-                        head = self._pop_ready()
-                        assert head is not None
-                        removed.append(self._settle(head, MAXLEN))
-                if self._full(1, entry.size):
-                    removed.append(Removed(entry, MAXLEN if lim.overflow == REJECT_PUBLISH_DLX else ""))
-                    continue
+            if limited and not self._make_room(entry.size, removed):
+                removed.append(Removed(entry, MAXLEN if lim.overflow == REJECT_PUBLISH_DLX else ""))
+                continue
             entry.seq = seq = self.next_seq
             self.next_seq = seq + 1
             self.entries[seq] = entry
@@ -337,6 +324,19 @@ class Queue:
             self.journal.added(entry)
             n += 1
         return n, removed
+
+    def _make_room(self, size: int, removed: list[Removed]) -> bool:
+        """Whether one more ready entry of ``size`` fits the length limits; under
+        drop-head, heads are removed (appended to ``removed``) to make it fit. False: it
+        does not fit (reject-publish, or larger than the byte limit on its own)."""
+        if not self._full(1, size):
+            return True
+        if self.limits.overflow == DROP_HEAD:
+            while self.ready_count and self._full(1, size):
+                head = self._pop_ready()
+                assert head is not None
+                removed.append(self._settle(head, MAXLEN))
+        return not self._full(1, size)
 
     def _full(self, count: int, size: int) -> bool:
         lim = self.limits
