@@ -79,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest AMQP message body accepted; a larger publish closes its channel"
                             " with 406 PRECONDITION_FAILED, as RabbitMQ (default: 134217728, 128 MiB;"
                             " at most 536870912)")
+    serve.add_argument("--mqtt-max-packet-size", metavar="BYTES",
+                       help="largest MQTT packet accepted; a larger one closes the connection (MQTT 5:"
+                            " DISCONNECT 0x95), and MQTT 5 clients are told it (default: 16777216, 16 MiB)")
+    serve.add_argument("--mqtt-anonymous", metavar="on|off|loopback",
+                       help="MQTT clients without a user name act as the default user: always, never,"
+                            " or only from a loopback address (default: loopback)")
     serve.add_argument("--pop-retry-backoff", metavar="DELAYS",
                        help="how long a pop group's message given back (nacked, or left to lapse) waits"
                             " before it comes again, per retry: levels such as '1s 5s 10s' or"
@@ -206,6 +212,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "amqp_read_linger_ms": args.amqp_read_linger_ms,
         "amqp_read_linger_max_ms": args.amqp_read_linger_max_ms,
         "amqp_max_message_size": args.amqp_max_message_size,
+        "mqtt_max_packet_size": args.mqtt_max_packet_size,
+        "mqtt_anonymous": args.mqtt_anonymous,
         "pop_retry_backoff": args.pop_retry_backoff,
         "pop_max_deliveries": args.pop_max_deliveries,
         "default_user": args.default_user,

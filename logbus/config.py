@@ -59,6 +59,8 @@ class Settings:
     amqp_read_linger_ms: float = 1.0  # pause after a pipelined read (gateway/amqp/protocol.py)
     amqp_read_linger_max_ms: float = 8.0  # the longest it grows to, for a client that goes on sending
     amqp_max_message_size: int = 128 << 20  # largest AMQP body accepted (RabbitMQ's max_message_size)
+    mqtt_max_packet_size: int = 16 << 20  # largest MQTT packet accepted (MQTT 5's Maximum Packet Size)
+    mqtt_anonymous: str = "loopback"  # clients without a user name: "on", "off", or only from loopback
     # pop groups (core/queues/pop.py): the wait before a given-back message comes again, and
     # the deliveries after which it goes to %DLQ%<group> (retry/policy.py parse_backoff)
     pop_retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -239,6 +241,15 @@ def _user_list(raw: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_user_name(i) for i in items if i.strip()))
 
 
+MQTT_ANONYMOUS = ("on", "off", "loopback")
+
+
+def _mqtt_anonymous(raw: Any) -> str:
+    if raw not in MQTT_ANONYMOUS:
+        raise InvalidConfig(f"must be one of {', '.join(MQTT_ANONYMOUS)}, not {raw!r}")
+    return str(raw)
+
+
 def _backoff(raw: Any) -> str:
     if not isinstance(raw, str):
         raise InvalidConfig(f"a backoff is a string such as '1s 5s 30s', not {raw!r}")
@@ -264,6 +275,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "amqp_read_linger_ms": lambda raw: _as_float(raw, 0.0, 100.0),
     "amqp_read_linger_max_ms": lambda raw: _as_float(raw, 0.0, 1000.0),
     "amqp_max_message_size": lambda raw: _as_int(raw, 1, 512 << 20),  # RabbitMQ's ceiling: 512 MiB
+    "mqtt_max_packet_size": lambda raw: _as_int(raw, 64, 268_435_460),  # MQTT's ceiling: 256 MiB + header
+    "mqtt_anonymous": _mqtt_anonymous,
     "pop_retry_backoff": _backoff,
     "pop_max_deliveries": lambda raw: _as_int(raw, 1, 1000),
     "memory_high_watermark": _watermark,

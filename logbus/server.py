@@ -76,11 +76,18 @@ def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
                                         max_message_size=settings.amqp_max_message_size))
 
 
+def _mqtt(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
+    from .gateway.mqtt.protocol import MqttFactory
+
+    return IProtocolFactory(MqttFactory(broker, reactor, max_packet_size=settings.mqtt_max_packet_size,
+                                        anonymous=settings.mqtt_anonymous))
+
+
 # THE gateway table: listener name -> builder of the protocol factory that serves it.
 # None: the protocol is accepted by the config but not built yet; nothing listens for it.
 GATEWAYS: dict[str, GatewayBuilder | None] = {
     "amqp": _amqp,
-    "mqtt": None,
+    "mqtt": _mqtt,
     "kafka": _kafka,
     "http": _http,
 }

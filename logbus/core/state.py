@@ -478,6 +478,14 @@ def retained_topic(key: bytes) -> str:
     return key[len(RETAINED_PREFIX) : -1].decode()
 
 
+MQTT_SESSION_PREFIX = b"mqtt\x00"
+
+
+def mqtt_session_key(client_id: str) -> bytes:
+    """sessions CF: an MQTT session's ``MqttSessionRecord`` (gateway/mqtt/room.py)."""
+    return MQTT_SESSION_PREFIX + _text(client_id)
+
+
 # -- metadata CF: AMQP definitions (logbus.core.definitions) -----------------------------
 
 EXCHANGE_PREFIX = b"exchange\x00"

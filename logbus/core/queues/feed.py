@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from ...retry.policy import MAX_DELAY_MS
 from ..errors import LogbusError
@@ -48,6 +48,8 @@ class VHostModel(Protocol):
     delay: Callable[..., None]
 
     def load(self) -> None: ...
+    def publish(self, exchange: str, routing_key: str, message: Message, *,
+                on_durable: Callable[[Any], object] | None = None) -> Any: ...  # .routed, .refused
     def routes_topic(self, topic: str) -> bool: ...
     def route_record(self, topic: str, partition: int, offset: int, message: Message,
                      visible_ms: int = 0) -> bool: ...

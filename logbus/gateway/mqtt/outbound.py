@@ -65,12 +65,16 @@ class Outbound:
         """Whether a PUBLISH of ``packet_size`` bytes may be sent to the client."""
         return not self.maximum_packet_size or packet_size <= self.maximum_packet_size
 
-    def send(self, qos: int, token: Any) -> int:
-        """A QoS 1/2 message goes out: its packet id (0 for QoS 0, which is not kept)."""
+    def send(self, qos: int, token: Any, packet_id: int = 0) -> int:
+        """A QoS 1/2 message goes out: its packet id (0 for QoS 0, which is not kept).
+        ``packet_id``: the one it had before a restart, if still free."""
         if qos == 0:
             return 0
         if len(self.in_flight) >= min(self.receive_maximum, MAX_PACKET_ID):
             raise RuntimeError("no room in flight: ask can_send first")
+        if packet_id and packet_id not in self.in_flight:
+            self.in_flight[packet_id] = InFlight(packet_id, qos, token)
+            return packet_id
         pid = self._next_id
         while pid in self.in_flight:
             pid = pid % MAX_PACKET_ID + 1

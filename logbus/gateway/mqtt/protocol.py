@@ -1,0 +1,620 @@
+"""One MQTT connection: the session state machine as a table, in a thin Twisted shell.
+
+Theory of operation (docs/mqtt.md). Bytes go through the sans-I/O ``Decoder``; each
+packet is looked up in ``TRANSITIONS`` by (connection state, packet type) to the method
+that carries it out, and anything the table does not name is a protocol error (a
+second CONNECT, a packet before CONNECT, a server-to-client packet from a client):
+MQTT 5 clients get a DISCONNECT with the reason code, 3.1.1 clients are closed. A
+decoder error is the same, after the packets decoded before it are handled.
+
+The parts each packet touches are pure and tested alone: ``connect.accept_connect``
+settles a CONNECT, ``inbound.Inbound`` the client's publishes (aliases, receive maximum,
+QoS 2 duplicates), ``outbound.Outbound`` what we send (packet ids, the client's receive
+maximum and packet size, aliases, acknowledgements), ``subscriptions.Subscriptions``
+which subscriptions take a message; ``room.MqttRoom`` holds the sessions and talks to
+the broker.
+
+Acknowledgements of publishes from the client (PUBACK, PUBREC) are sent once the message
+is durable in the log (the topic's flush policy), in the order the PUBLISHes came
+(MQTT section 4.6), whatever order their partitions' writes end in.
+
+Messages to the client come from the queue service through ``SessionConsumer``: the
+connection has credit while it is connected, its socket buffer is not full (the
+transport's push-producer callbacks) and the client's receive maximum leaves room.
+
+Keep alive: a connection that sends nothing for 1.5 times its keep alive is closed and
+its will published. A connection that sends no CONNECT within ``CONNECT_TIMEOUT`` is
+closed.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import logging
+from collections import deque
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.python.failure import Failure
+
+from ...core.errors import LogbusError
+from ...core.message import Envelope, Message
+from ...core.queues.service import Delivery
+from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
+from .decoder import Decoder
+from .encoder import encode
+from .inbound import DUPLICATE, Inbound
+from .mapping import message_from_publish, outgoing_properties, outgoing_topic, published_qos
+from .outbound import RELEASED
+from .packets import (
+    Auth, ConnAck, Connect, Disconnect, PingReq, PingResp, PubAck, PubComp, Publish, PubRec, PubRel,
+    SubAck, Subscribe, UnsubAck, Unsubscribe, Will,
+)  # fmt: skip
+from .properties import Properties
+from .reasons import (
+    BAD_AUTHENTICATION_METHOD, BAD_USER_NAME_OR_PASSWORD, DISCONNECT_WITH_WILL_MESSAGE, NOT_AUTHORIZED,
+    NO_MATCHING_SUBSCRIBERS, NO_SUBSCRIPTION_EXISTED, PAYLOAD_FORMAT_INVALID, PROTOCOL_ERROR,
+    REFUSED_BAD_USER_NAME_OR_PASSWORD, REFUSED_NOT_AUTHORIZED, REFUSED_SERVER_UNAVAILABLE,
+    SERVER_SHUTTING_DOWN, SERVER_UNAVAILABLE, SESSION_TAKEN_OVER, ADMINISTRATIVE_ACTION, KEEP_ALIVE_TIMEOUT,
+    UNSPECIFIED_ERROR, MqttError, UnsupportedProtocolVersion,
+)  # fmt: skip
+from .room import MqttRoom, Unavailable
+from .session import Session, Token
+from .subscriptions import inner_filter, retained_on_subscribe
+from .wire import MQTT_5
+
+if TYPE_CHECKING:
+    from ...core.broker import Broker
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10.0  # seconds for a new connection to send its CONNECT
+
+
+class State(enum.Enum):
+    AWAITING_CONNECT = "awaiting CONNECT"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+# (state, packet type) -> the method that carries the packet out; anything else is a
+# protocol error (MQTT 3.1.1 section 3.1.0: a second CONNECT; section 4.8: a packet
+# only a server sends).
+TRANSITIONS: dict[tuple[State, type], str] = {
+    (State.AWAITING_CONNECT, Connect): "_connect",
+    (State.CONNECTED, Publish): "_publish",
+    (State.CONNECTED, PubAck): "_puback",
+    (State.CONNECTED, PubRec): "_pubrec",
+    (State.CONNECTED, PubRel): "_pubrel",
+    (State.CONNECTED, PubComp): "_pubcomp",
+    (State.CONNECTED, Subscribe): "_subscribe",
+    (State.CONNECTED, Unsubscribe): "_unsubscribe",
+    (State.CONNECTED, PingReq): "_pingreq",
+    (State.CONNECTED, Disconnect): "_disconnect",
+}
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+class MqttProtocol(Protocol):
+    transport: Any  # a TCP (or TLS, or WebSocket) transport; zope interfaces do not type-check
+
+    def __init__(self, factory: MqttFactory) -> None:
+        self.factory = factory
+        self.room = factory.room
+        self.limits = factory.limits
+        self.decoder = Decoder(max_packet_size=factory.max_packet_size)
+        self.state = State.AWAITING_CONNECT
+        self.version = 4
+        self.session: Session | None = None
+        self.inbound = Inbound()
+        self.will: Will | None = None
+        self.will_delay = 0
+        self.user = ""
+        self.peer = ""
+        self.paused = False  # the socket's buffer is full
+        self.keep_alive = 0.0  # seconds without a packet before we close (0: never)
+        self.last_read = 0.0
+        self._timer: Any = None  # CONNECT timeout, then keep alive
+        self._acks: deque[list[Any]] = deque()  # [answer or None] per QoS 1/2 PUBLISH, in order
+        self._pending: deque[Publish] = deque()  # retained messages waiting for room in flight
+        self._may_write = True  # write access to amq.topic
+        self._may_read = True
+
+    # -- connection --------------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        peer = self.transport.getPeer()
+        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self.transport.registerProducer(self, True)
+        self.last_read = self.factory.reactor.seconds()
+        self._timer = self.factory.reactor.callLater(CONNECT_TIMEOUT, self._connect_timeout)
+        self.factory.connections.add(self)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self.factory.connections.discard(self)
+        self._cancel_timer()
+        if self.state is State.CONNECTED and self.session is not None:
+            self.state = State.CLOSED
+            self.room.detach(self.session, self, self.will, self.will_delay)
+        self.state = State.CLOSED
+
+    def pauseProducing(self) -> None:
+        self.paused = True
+
+    def resumeProducing(self) -> None:
+        self.paused = False
+        self._flush_pending()
+        if self.session is not None and self.state is State.CONNECTED:
+            self.room.dispatch(self.session)
+
+    def stopProducing(self) -> None:
+        self.paused = True
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.state is State.CLOSED:
+            return
+        self.last_read = self.factory.reactor.seconds()
+        error: MqttError | None = None
+        try:
+            packets = self.decoder.feed(data)
+        except MqttError as e:
+            packets, error = e.packets, e
+        for p in packets:
+            handler = TRANSITIONS.get((self.state, type(p)))
+            if handler is None:
+                if self.state is State.CLOSED:
+                    return
+                error = self._unexpected(p)
+                break
+            try:
+                getattr(self, handler)(p)
+            except MqttError as e:
+                error = e
+                break
+            except Unavailable as e:
+                error = MqttError(SERVER_UNAVAILABLE, str(e))
+                break
+            if self.state is State.CLOSED:
+                return
+        if error is not None:
+            self._protocol_error(error)
+
+    def _unexpected(self, p: Any) -> MqttError:
+        if self.state is State.AWAITING_CONNECT:
+            return MqttError(PROTOCOL_ERROR, f"{type(p).__name__.upper()} before CONNECT")
+        if isinstance(p, Connect):
+            return MqttError(PROTOCOL_ERROR, "a second CONNECT")
+        if isinstance(p, Auth):
+            return MqttError(PROTOCOL_ERROR, "AUTH without an authentication method in CONNECT")
+        return MqttError(PROTOCOL_ERROR, f"{type(p).__name__.upper()} is sent by servers, not clients")
+
+    def _protocol_error(self, e: MqttError) -> None:
+        log.info("MQTT %s (%s): %s", self.peer, self.session.client_id if self.session else "-", e)
+        if self.state is State.AWAITING_CONNECT:
+            version = self.decoder.version
+            if isinstance(e, UnsupportedProtocolVersion):
+                code = e.reason_code if e.level == MQTT_5 else 1
+                self._write(ConnAck(False, code), MQTT_5 if e.level == MQTT_5 else 4)
+            elif version == MQTT_5:
+                self._write(ConnAck(False, e.reason_code), MQTT_5)
+        else:
+            self._disconnect_with(e.reason_code)
+        self._close()
+
+    def _disconnect_with(self, code: int, text: str | None = None) -> None:
+        """A server DISCONNECT (5.0 only; a 3.1.1 connection is just closed)."""
+        if self.version == MQTT_5 and self.state is State.CONNECTED:
+            self._write(Disconnect(code, Properties(reason_string=text) if text else Properties()))
+
+    def _close(self) -> None:
+        """Close the socket; the session is detached (will included) as the connection ends."""
+        if self.state is State.CONNECTED and self.session is not None:
+            self.state = State.CLOSED
+            self.room.detach(self.session, self, self.will, self.will_delay)
+        self.state = State.CLOSED
+        self._cancel_timer()
+        self.transport.loseConnection()
+
+    def take_over(self) -> None:
+        """Another connection opened this session (MQTT 5: DISCONNECT 0x8E)."""
+        self._disconnect_with(SESSION_TAKEN_OVER)
+        self._close()
+
+    def kick(self) -> None:
+        """Closed by an administrator (``logbus mqtt kick``)."""
+        self._disconnect_with(ADMINISTRATIVE_ACTION)
+        self._close()
+
+    def shutdown(self) -> None:
+        self._disconnect_with(SERVER_SHUTTING_DOWN)
+        self._close()
+
+    def _write(self, packet: Any, version: int | None = None) -> None:
+        self.transport.write(encode(packet, self.version if version is None else version))
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+
+    def _connect_timeout(self) -> None:
+        self._timer = None
+        if self.state is State.AWAITING_CONNECT:
+            log.info("MQTT %s sent no CONNECT within %.0f s: closed", self.peer, CONNECT_TIMEOUT)
+            self._close()
+
+    def _keep_alive_check(self) -> None:
+        self._timer = None
+        if self.state is not State.CONNECTED:
+            return
+        idle = self.factory.reactor.seconds() - self.last_read
+        if idle >= self.keep_alive:
+            log.info("MQTT %s (%s): nothing for %.1f s (keep alive): closed", self.peer,
+                     self.session.client_id if self.session else "-", idle)
+            self._disconnect_with(KEEP_ALIVE_TIMEOUT)
+            self._close()
+            return
+        self._timer = self.factory.reactor.callLater(self.keep_alive - idle, self._keep_alive_check)
+
+    # -- CONNECT --------------------------------------------------------------------------------
+
+    def _connect(self, c: Connect) -> None:
+        self.version = c.protocol_level
+        self._cancel_timer()
+        decided = accept_connect(c, self.limits, self.room.new_client_id)
+        if isinstance(decided, Refused):
+            self._refuse(decided.connack.reason_code, decided.reason)
+            return
+        if c.properties.authentication_method is not None:
+            self._refuse(BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
+            return
+        user = self._login(decided)
+        if user is None:
+            return
+        try:
+            session, present = self.room.attach(self, decided, user)
+        except Unavailable as e:
+            self._refuse(SERVER_UNAVAILABLE if self.version == MQTT_5 else REFUSED_SERVER_UNAVAILABLE, str(e))
+            return
+        self.session = session
+        self.user = user
+        self.will = decided.will
+        self.will_delay = decided.will.properties.will_delay_interval or 0 if decided.will else 0
+        self.inbound = Inbound(self.limits.receive_maximum, self.limits.topic_alias_maximum)
+        self.inbound.awaiting_rel = session.awaiting_rel
+        self.state = State.CONNECTED
+        self._write(decided.connack(present, self.limits))
+        self.keep_alive = keep_alive_deadline(decided.keep_alive)
+        if self.keep_alive:
+            self._timer = self.factory.reactor.callLater(self.keep_alive, self._keep_alive_check)
+        for f in session.outbound.resend():  # PUBREL for QoS 2 messages PUBRECed before
+            if f.state == RELEASED:
+                self._write(PubRel(f.packet_id))
+        self.room.consume(session)
+
+    def _refuse(self, code: int, why: str) -> None:
+        log.info("MQTT %s: CONNECT refused (0x%02X): %s", self.peer, code, why)
+        self.transport.write(encode(ConnAck(False, code), self.version))
+        self._close()
+
+    def _login(self, acc: Accepted) -> str | None:
+        """The user the connection acts as; None: refused (CONNACK sent)."""
+        access = self.room.broker.access
+        loopback = _loopback(self.peer.rsplit(":", 1)[0])
+        bad_login = BAD_USER_NAME_OR_PASSWORD if self.version == MQTT_5 else REFUSED_BAD_USER_NAME_OR_PASSWORD
+        not_authorized = NOT_AUTHORIZED if self.version == MQTT_5 else REFUSED_NOT_AUTHORIZED
+        if acc.username is None:
+            anon = self.factory.anonymous
+            if anon == "off" or (anon == "loopback" and not loopback):
+                self._refuse(not_authorized, "anonymous clients are not allowed here (--mqtt-anonymous)")
+                return None
+            name = self.room.broker.default_user
+        else:
+            user = access.authenticate(acc.username, (acc.password or b"").decode("utf-8", "replace"))
+            if user is None:
+                self._refuse(bad_login, f"bad user name or password for {acc.username!r}")
+                return None
+            name = user.name
+            if access.loopback_only(name) and not loopback:
+                self._refuse(not_authorized, f"user {name!r} can only connect from loopback")
+                return None
+        vhost = self.room.vhost_name
+        if access.permission(name, vhost) is None:
+            self._refuse(not_authorized, f"user {name!r} has no permissions in vhost {vhost!r}")
+            return None
+        self._may_write = self._allowed(name, "write")
+        self._may_read = self._allowed(name, "read")
+        return name
+
+    def _allowed(self, user: str, perm: str) -> bool:
+        try:
+            self.room.broker.access.check(user, self.room.vhost_name, perm, "exchange", "amq.topic")  # type: ignore[arg-type]
+        except LogbusError:
+            return False
+        return True
+
+    # -- publishes from the client ---------------------------------------------------------------
+
+    def _publish(self, p: Publish) -> None:
+        session = self.session
+        assert session is not None
+        received = self.inbound.publish(p)
+        if received.kind == DUPLICATE:
+            self._write(PubRec(p.packet_id))
+            return
+        topic = received.topic
+        refusal = 0
+        if not self._may_write:
+            refusal = NOT_AUTHORIZED
+        elif p.properties.payload_format_indicator == 1:
+            try:
+                p.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                refusal = PAYLOAD_FORMAT_INVALID
+        if refusal:
+            self._refused_publish(p, refusal)
+            return
+        message = message_from_publish(topic, p, session.client_id, self.room.clock())
+        if p.qos == 0:
+            try:
+                if p.retain:
+                    self.room.retain(message, 0)
+                self.room.publish(message)
+            except LogbusError as e:
+                log.info("MQTT %s: a QoS 0 publish to %r was dropped: %s", self.peer, topic, e)
+            return
+        slot: list[Any] = [None]
+        self._acks.append(slot)
+        routed: list[bool] = []
+
+        def durable(result: Any) -> None:
+            code = 0
+            if isinstance(result, BaseException):
+                log.warning("MQTT %s: a publish to %r failed: %s", self.peer, topic, result)
+                code = UNSPECIFIED_ERROR
+            elif p.retain:
+                self.room.retain(message, p.qos)
+            if not code and routed == [False] and self.version == MQTT_5:
+                code = NO_MATCHING_SUBSCRIBERS
+            slot[0] = (p, code)
+            self._flush_acks()
+
+        try:
+            routed.append(self.room.publish(message, durable))
+        except LogbusError as e:
+            log.info("MQTT %s: a publish to %r was refused: %s", self.peer, topic, e)
+            if slot[0] is None:
+                slot[0] = (p, UNSPECIFIED_ERROR)
+        if slot[0] is not None and slot[0][1] == NO_MATCHING_SUBSCRIBERS and routed == [True]:
+            slot[0] = (p, 0)
+        self._flush_acks()
+
+    def _refused_publish(self, p: Publish, code: int) -> None:
+        log.info("MQTT %s: publish to %r refused (0x%02X)", self.peer, p.topic, code)
+        if self.version < MQTT_5:  # no way to say it but closing (as Mosquitto and RabbitMQ do)
+            self._close()
+            return
+        if p.qos == 0:
+            return
+        slot: list[Any] = [(p, code)]
+        self._acks.append(slot)
+        self._flush_acks()
+
+    def _flush_acks(self) -> None:
+        """Send the answers of publishes that are ready, in the order they came."""
+        acks = self._acks
+        while acks and acks[0][0] is not None:
+            p, code = acks.popleft()[0]
+            if self.state is not State.CONNECTED:
+                continue
+            if code >= 0x80 and self.version < MQTT_5:
+                self._close()
+                return
+            self.inbound.answered(p)
+            if p.qos == 1:
+                self._write(PubAck(p.packet_id, code))
+            else:
+                if code >= 0x80:  # refused: the id is free again at once
+                    self.inbound.release(p.packet_id)
+                self._write(PubRec(p.packet_id, code))
+                self._save_session()
+
+    def _pubrel(self, p: PubRel) -> None:
+        code = self.inbound.release(p.packet_id)
+        self._write(PubComp(p.packet_id, code if self.version == MQTT_5 else 0))
+        self._save_session()
+
+    def _save_session(self) -> None:
+        if self.session is not None and self.session.kept:
+            self.room.save(self.session)
+
+    # -- messages to the client ----------------------------------------------------------------
+
+    def has_credit(self) -> bool:
+        s = self.session
+        return (self.state is State.CONNECTED and not self.paused and s is not None
+                and len(s.outbound.in_flight) < s.outbound.receive_maximum)
+
+    def deliver(self, d: Delivery) -> None:
+        s = self.session
+        assert s is not None
+        message = d.message
+        token = Token(d.queue, d.receipt)
+        topic = outgoing_topic(message)
+        copy = None
+        if topic is not None:
+            copy = s.subscriptions.copy(topic, published_qos(message), message.envelope.mqtt_retain,
+                                        own=message.envelope.mqtt_client_id == s.client_id)
+        props = outgoing_properties(message, self.version, self.room.clock(),
+                                    copy.subscription_ids if copy is not None else ())
+        if topic is None or copy is None or props is None:
+            self.room.settle(token)  # not for this session (or expired): done with
+            return
+        pid_before = s.restored.pop((d.queue, d.receipt.seq), 0)
+        if copy.qos == 0:
+            self.room.settle(token)
+        pid = s.outbound.send(copy.qos, token, pid_before)
+        name, alias = s.outbound.alias(topic) if self.version == MQTT_5 else (topic, None)
+        if alias is not None:
+            props = _with_alias(props, alias)
+        data = encode(Publish(name, message.value or b"", copy.qos, copy.retain,
+                              copy.qos > 0 and (d.entry.redelivered or bool(pid_before)), pid, props), self.version)
+        if not s.outbound.fits(len(data)):  # larger than the client takes: dropped as if sent
+            if pid:
+                del s.outbound.in_flight[pid]
+                self.room.settle(token)
+            return
+        self.transport.write(data)
+        if copy.qos == 2:
+            self._save_session()
+
+    def _send_retained(self, p: Publish) -> None:
+        """A retained message for a new subscription (not from a queue)."""
+        s = self.session
+        assert s is not None
+        if p.qos and not s.outbound.can_send(p.qos) or self.paused:
+            self._pending.append(p)
+            return
+        pid = s.outbound.send(p.qos, None)
+        name, alias = s.outbound.alias(p.topic) if self.version == MQTT_5 else (p.topic, None)
+        props = _with_alias(p.properties, alias) if alias is not None else p.properties
+        data = encode(Publish(name, p.payload, p.qos, True, False, pid, props), self.version)
+        if not s.outbound.fits(len(data)):
+            s.outbound.in_flight.pop(pid, None)
+            return
+        self.transport.write(data)
+
+    def _flush_pending(self) -> None:
+        while self._pending and self.state is State.CONNECTED and not self.paused:
+            s = self.session
+            assert s is not None
+            if self._pending[0].qos and not s.outbound.can_send(self._pending[0].qos):
+                return
+            self._send_retained(self._pending.popleft())
+
+    def _puback(self, p: PubAck) -> None:
+        s = self.session
+        assert s is not None
+        token = s.outbound.puback(p.packet_id)
+        self._acked(token)
+
+    def _pubrec(self, p: PubRec) -> None:
+        s = self.session
+        assert s is not None
+        f = s.outbound.in_flight.get(p.packet_id)
+        token = f.token if f is not None and f.qos == 2 else None
+        code, ended = s.outbound.pubrec(p.packet_id, p.reason_code)
+        if ended is not None:  # refused by the client: done with
+            self._acked(ended)
+            return
+        if code == 0 and f is not None:
+            f.token = None  # the client has it: the entry is settled, the PUBREL remains
+            self.room.settle(token)
+        self._write(PubRel(p.packet_id, code if self.version == MQTT_5 else 0))
+        self._save_session()
+
+    def _pubcomp(self, p: PubComp) -> None:
+        s = self.session
+        assert s is not None
+        s.outbound.pubcomp(p.packet_id)
+        self._save_session()
+        self._acked(None)
+
+    def _acked(self, token: Any) -> None:
+        if token is not None:
+            self.room.settle(token)
+        self._flush_pending()
+        if self.session is not None and self.state is State.CONNECTED:
+            self.room.dispatch(self.session)
+
+    # -- subscriptions ----------------------------------------------------------------------------
+
+    def _subscribe(self, p: Subscribe) -> None:
+        s = self.session
+        assert s is not None
+        sid = p.properties.subscription_identifiers[0] if p.properties.subscription_identifiers else None
+        codes: list[int] = []
+        retained: list[tuple[str, int]] = []
+        for sub in p.subscriptions:
+            if not self._may_read:
+                codes.append(NOT_AUTHORIZED if self.version == MQTT_5 else 0x80)
+                continue
+            existed = self.room.subscribe(s, sub, sid)
+            codes.append(sub.qos)
+            if retained_on_subscribe(sub, existed):
+                retained.append((inner_filter(sub.topic_filter), sub.qos))
+        self._write(SubAck(p.packet_id, tuple(codes)))
+        now = self.room.clock()
+        for topic_filter, qos in retained:
+            for rec in self.room.retained.match(topic_filter):
+                if rec.topic.startswith("$") and topic_filter[:1] in ("+", "#"):
+                    continue
+                self._send_retained(_retained_publish(rec, qos, self.version, now))
+        self.room.dispatch(s)
+
+    def _unsubscribe(self, p: Unsubscribe) -> None:
+        s = self.session
+        assert s is not None
+        codes = tuple(0 if self.room.unsubscribe(s, f) else NO_SUBSCRIPTION_EXISTED for f in p.topic_filters)
+        self._write(UnsubAck(p.packet_id, codes if self.version == MQTT_5 else ()))
+
+    # -- the rest -------------------------------------------------------------------------------------
+
+    def _pingreq(self, p: PingReq) -> None:
+        self._write(PingResp())
+
+    def _disconnect(self, p: Disconnect) -> None:
+        s = self.session
+        assert s is not None
+        expiry = p.properties.session_expiry_interval
+        if expiry is not None:
+            if s.expiry == 0 and expiry != 0:
+                raise MqttError(PROTOCOL_ERROR, "a session expiry interval in DISCONNECT after 0 in CONNECT")
+            s.expiry = expiry
+        if p.reason_code != DISCONNECT_WITH_WILL_MESSAGE:
+            self.will = None
+        self._close()
+
+
+def _with_alias(props: Properties, alias: int) -> Properties:
+    return replace(props, topic_alias=alias)
+
+
+def _retained_publish(rec: Any, qos: int, version: int, now_ms: int) -> Publish:
+    env = Envelope.FromString(rec.envelope) if rec.envelope else Envelope()
+    props = outgoing_properties(Message(None, rec.payload, None, [], env), version, now_ms)
+    return Publish(rec.topic, rec.payload, min(qos, rec.qos), True, properties=props or Properties())
+
+
+class MqttFactory(Factory):
+    def __init__(self, broker: Broker, reactor: Any, *, max_packet_size: int = 1 << 20,
+                 anonymous: str = "loopback", limits: ServerLimits | None = None) -> None:
+        self.broker = broker
+        self.reactor = reactor
+        self.room = MqttRoom(broker, reactor)
+        self.max_packet_size = max_packet_size
+        self.anonymous = anonymous  # "on", "off", or "loopback": only from loopback addresses
+        self.limits = limits or ServerLimits(maximum_packet_size=max_packet_size, topic_alias_maximum=64)
+        self.connections: set[MqttProtocol] = set()
+
+    def startFactory(self) -> None:
+        self.room.start()
+
+    def stopFactory(self) -> None:
+        for c in list(self.connections):
+            c.shutdown()
+        self.room.stop()
+
+    def buildProtocol(self, addr: Any) -> MqttProtocol:
+        return MqttProtocol(self)
+

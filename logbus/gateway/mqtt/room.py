@@ -1,0 +1,437 @@
+"""The MQTT room: every MQTT session of the broker, over the queue service of one vhost.
+
+Theory of operation (docs/mqtt.md). MQTT publishes go to the exchange ``amq.topic`` of
+the room's vhost (``/``), so they land on its log topic and reach every queue bound to it:
+AMQP queues, and the sessions' own queues. A session (``session.Session``) is a client of
+the vhost's queue service, not of the AMQP model:
+
+- **its queue**, ``mqtt-session:<client id>``, is created in the queue service and bound
+  to ``amq.topic`` once per subscription with the filter as an AMQP binding key
+  (``topic_map.filter_to_amqp``); a filter with a literal ``*`` level, which AMQP would
+  read as a wildcard, is bound with ``*`` there, and the session drops what its filter
+  does not match (``subscriptions.copy`` decides every copy anyway: ``$`` topics, No
+  Local, the QoS). The queue is durable (its entries in the state store) when the session
+  outlives its connection, so offline messages are pointers into the log, replayed from
+  it after a restart.
+- **a shared subscription** ``$share/<group>/<filter>`` is a queue of its own,
+  ``mqtt-shared:<group>/<filter>``, consumed by every session subscribed to it: the queue
+  service hands each message to one of them, round robin among those with credit.
+- **the session record** (``MqttSessionRecord``, CF ``sessions``) holds what the queue
+  does not: subscriptions, expiry, QoS 2 hand-overs in flight. It is written when it
+  changes, not synced (a kill -9 keeps it, as it keeps queue entries).
+- **retained messages** are in ``core.retained.RetainedStore``, durable and indexed.
+
+Sessions end (queue deleted, record deleted) when their connection ends with a session
+expiry of 0, when the expiry runs out offline (a reactor call, re-armed at start from the
+stored disconnect time), or at a clean connect. Will messages are published when a
+connection ends without a DISCONNECT, after the will delay (MQTT 5), unless the session
+is taken up again first.
+
+The room knows nothing of sockets: connections (``protocol.MqttProtocol``) call it.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...core.errors import LogbusError
+from ...core.message import Message
+from ...core.queues.queue import Outcome
+from ...core.queues.service import Delivery, QueueSettings
+from ...core.retained import RetainedStore
+from ...core.state import MQTT_SESSION_PREFIX, mqtt_session_key
+from ...core.state_pb2 import MqttSessionRecord, RetainedRecord
+from .connect import Accepted
+from .mapping import EXCHANGE, message_from_publish
+from .outbound import PUBLISHED
+from .packets import Publish, Subscription, Will
+from .session import Session, Token
+from .subscriptions import SHARE_PREFIX
+from .topic_map import Unmappable, filter_to_amqp
+
+if TYPE_CHECKING:
+    from ...core.broker import Broker
+    from ...core.queues.feed import VHostModel
+
+log = logging.getLogger(__name__)
+
+CF_SESSIONS = "sessions"
+SESSION_QUEUE = "mqtt-session:"
+SHARED_QUEUE = "mqtt-shared:"
+
+
+class Unavailable(LogbusError):
+    """The room's vhost is not open (deleted): MQTT clients are refused."""
+
+
+def binding_key(topic_filter: str) -> str:
+    """The AMQP binding key a filter's queue is bound with: the filter mapped, a literal
+    ``*`` level widened to AMQP's ``*`` (the session filters exactly)."""
+    try:
+        return filter_to_amqp(topic_filter)
+    except Unmappable:
+        return filter_to_amqp("/".join("+" if level == "*" else level for level in topic_filter.split("/")))
+
+
+def shared_queue(topic_filter: str) -> str:
+    """The queue of a shared subscription ``$share/<group>/<filter>``."""
+    return SHARED_QUEUE + topic_filter[len(SHARE_PREFIX):]
+
+
+class SessionConsumer:
+    """A connected session's consumer of one queue (the queue service's ``Consumer``)."""
+
+    __slots__ = ("tag", "owner", "no_ack", "invisible_ms", "connection")
+
+    def __init__(self, session: Session, connection: Any) -> None:
+        self.tag = session.client_id
+        self.owner = session  # leases are the session's: they outlive the connection
+        self.no_ack = False
+        self.invisible_ms = 0
+        self.connection = connection
+
+    def has_credit(self) -> bool:
+        return bool(self.connection.has_credit())
+
+    def deliver(self, delivery: Delivery) -> None:
+        self.connection.deliver(delivery)
+
+
+class MqttRoom:
+    def __init__(self, broker: Broker, reactor: Any, *, vhost: str = "/") -> None:
+        self.broker = broker
+        self.reactor = reactor
+        self.vhost_name = vhost
+        self.sessions: dict[str, Session] = {}  # client id -> session, connected or kept
+        self.shared_members: dict[str, set[str]] = {}  # shared queue -> client ids subscribed
+        self.retained = RetainedStore(None, self.clock)
+        self._consumers: dict[tuple[str, str], SessionConsumer] = {}  # (client id, queue) -> consumer
+        self._timers: dict[tuple[str, str], Any] = {}  # (client id, "expiry" | "will") -> reactor call
+        self.started = False
+
+    def clock(self) -> int:
+        return int(self.reactor.seconds() * 1000)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Once the broker has started: index the retained messages, and take up every
+        stored session again, offline, with its queue and bindings."""
+        if self.started:
+            return
+        self.started = True
+        self.retained = RetainedStore(self.broker.state, self.clock)
+        self.retained.load()
+        state = self.broker.state
+        assert state is not None
+        now = self.clock()
+        vhost = self.broker.vhost(self.vhost_name)
+        for _, raw in state.scan_prefix(CF_SESSIONS, MQTT_SESSION_PREFIX):
+            s = Session.from_record(MqttSessionRecord.FromString(raw))
+            if vhost is None:
+                continue
+            if not s.disconnected_ms:  # connected when the broker stopped
+                s.disconnected_ms = now
+            self.sessions[s.client_id] = s
+            self._open_queue(vhost, s.queue, durable=True)
+            for sub, _ in s.subscriptions.by_filter.values():
+                self._bind(vhost, s, sub)
+            self._arm_expiry(s)
+        if self.sessions:
+            log.info("MQTT: %d stored sessions taken up again", len(self.sessions))
+
+    def stop(self) -> None:
+        for call in self._timers.values():
+            if call.active():
+                call.cancel()
+        self._timers.clear()
+
+    def vhost(self) -> VHostModel:
+        v = self.broker.vhost(self.vhost_name)
+        if v is None:
+            raise Unavailable(f"vhost {self.vhost_name!r} is not open")
+        return v
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def new_client_id(self) -> str:
+        return "logbus-" + secrets.token_hex(8)
+
+    def attach(self, connection: Any, acc: Accepted, user: str) -> tuple[Session, bool]:
+        """Open the session of an accepted CONNECT for ``connection``: (session, session
+        present). A connection holding the same client id is taken over first."""
+        vhost = self.vhost()
+        cid = acc.client_id
+        old = self.sessions.get(cid)
+        if old is not None and old.connection is not None:
+            old.connection.take_over()  # closes it; detaches the session (maybe ending it)
+            old = self.sessions.get(cid)
+        if old is not None:
+            self._cancel(cid, "will")  # taken up again within the will delay: no will
+            self._cancel(cid, "expiry")
+            if acc.clean_start:
+                self.end(old)
+                old = None
+        if old is None:
+            s = Session(cid, SESSION_QUEUE + cid)
+            self._open_queue(vhost, s.queue, durable=acc.session_expiry > 0)
+        else:
+            s = old
+        s.version, s.expiry, s.user = acc.version, acc.session_expiry, user
+        s.connection, s.disconnected_ms = connection, 0
+        s.outbound.receive_maximum = acc.receive_maximum
+        s.outbound.maximum_packet_size = acc.maximum_packet_size
+        s.outbound.topic_alias_maximum = acc.topic_alias_maximum
+        self.sessions[cid] = s
+        if s.kept:
+            self.save(s)
+        elif old is not None:
+            self._forget_record(cid)
+        return s, old is not None
+
+    def consume(self, s: Session) -> None:
+        """Start handing the session's queues to its connection."""
+        vhost = self.vhost()
+        for queue in (s.queue, *sorted(s.shared)):
+            c = SessionConsumer(s, s.connection)
+            self._consumers[(s.client_id, queue)] = c
+            vhost.service.consume(queue, c)
+
+    def dispatch(self, s: Session) -> None:
+        """The connection may take more: hand out what its queues hold."""
+        vhost = self.broker.vhost(self.vhost_name)
+        if vhost is not None:
+            vhost.service.dispatch(s.queue)
+            for queue in s.shared:
+                vhost.service.dispatch(queue)
+
+    def detach(self, s: Session, connection: Any, will: Will | None = None, will_delay: int = 0) -> None:
+        """``connection`` ended. Its will (if any) is published, after ``will_delay``
+        seconds if the session outlives it; the session ends unless it is kept."""
+        if s.connection is not connection:
+            return
+        vhost = self.broker.vhost(self.vhost_name)
+        s.connection = None
+        s.disconnected_ms = self.clock()
+        if vhost is not None:
+            for queue in (s.queue, *sorted(s.shared)):
+                c = self._consumers.pop((s.client_id, queue), None)
+                if c is not None:
+                    vhost.service.cancel(queue, c)
+            self._give_back(vhost, s)
+        if will is not None:
+            delay = min(will_delay, s.expiry)
+            if delay and s.kept:
+                self._timers[(s.client_id, "will")] = self.reactor.callLater(
+                    delay, self._will_due, s.client_id, will, s.user)
+            else:
+                self.publish_will(will, s.client_id)
+        if s.kept:
+            self.save(s)
+            self._arm_expiry(s)
+        else:
+            self.end(s)
+
+    def _give_back(self, vhost: VHostModel, s: Session) -> None:
+        """The messages in flight to a connection that ended go back to their queues (to
+        be sent again, DUP, with the same packet id; a shared queue's to any member),
+        except QoS 2 ones already PUBRECed: only their PUBREL is left to send."""
+        for pid, f in list(s.outbound.in_flight.items()):
+            if f.state == PUBLISHED:
+                del s.outbound.in_flight[pid]
+                if isinstance(f.token, Token) and f.token.queue == s.queue:
+                    s.restored[(f.token.queue, f.token.receipt.seq)] = pid
+        for queue in (s.queue, *sorted(s.shared)):
+            vhost.service.release(queue, s)
+
+    def end(self, s: Session) -> None:
+        """The session is over: its queue, its shared memberships and its record go."""
+        if self.sessions.get(s.client_id) is s:
+            del self.sessions[s.client_id]
+        self._cancel(s.client_id, "expiry")
+        vhost = self.broker.vhost(self.vhost_name)
+        if vhost is not None:
+            for queue in sorted(s.shared):
+                self._leave_shared(vhost, s, queue)
+            if s.queue in vhost.service.queues:
+                vhost.router.delete_queue(s.queue)
+                vhost.service.delete(s.queue)
+        self._forget_record(s.client_id)
+
+    def kick(self, client_id: str) -> bool:
+        s = self.sessions.get(client_id)
+        if s is None or s.connection is None:
+            return False
+        s.connection.kick()
+        return True
+
+    def delete_session(self, client_id: str) -> bool:
+        s = self.sessions.get(client_id)
+        if s is None:
+            return False
+        if s.connection is not None:
+            s.connection.kick()
+        s = self.sessions.get(client_id)
+        if s is not None:
+            self.end(s)
+        return True
+
+    def save(self, s: Session) -> None:
+        if not s.kept:
+            return
+        state = self.broker.state
+        if state is not None:
+            state.put(CF_SESSIONS, mqtt_session_key(s.client_id), s.to_record())
+
+    def _forget_record(self, client_id: str) -> None:
+        state = self.broker.state
+        if state is not None:
+            state.delete(CF_SESSIONS, mqtt_session_key(client_id))
+
+    def _arm_expiry(self, s: Session) -> None:
+        at = s.expires_at()
+        if at is None:
+            return
+        self._cancel(s.client_id, "expiry")
+        delay = max(0.0, (at - self.clock()) / 1000)
+        self._timers[(s.client_id, "expiry")] = self.reactor.callLater(delay, self._expired, s.client_id)
+
+    def _expired(self, client_id: str) -> None:
+        self._timers.pop((client_id, "expiry"), None)
+        s = self.sessions.get(client_id)
+        if s is not None and s.connection is None:
+            log.info("MQTT session %r expired", client_id)
+            self.end(s)
+
+    def _cancel(self, client_id: str, what: str) -> None:
+        call = self._timers.pop((client_id, what), None)
+        if call is not None and call.active():
+            call.cancel()
+
+    def _open_queue(self, vhost: VHostModel, name: str, *, durable: bool) -> None:
+        if name not in vhost.service.queues:
+            vhost.service.create(name, QueueSettings(), durable=durable)
+            vhost.router.add_queue(name)
+
+    # -- subscriptions ---------------------------------------------------------------------
+
+    def subscribe(self, s: Session, sub: Subscription, subscription_id: int | None) -> bool:
+        """Add (or replace) a subscription; True when its filter was subscribed already."""
+        vhost = self.vhost()
+        existed = s.subscriptions.subscribe(sub, subscription_id)
+        if not existed:
+            self._bind(vhost, s, sub)
+        self.save(s)
+        return existed
+
+    def _bind(self, vhost: VHostModel, s: Session, sub: Subscription) -> None:
+        f = sub.topic_filter
+        if f.startswith(SHARE_PREFIX):
+            queue = shared_queue(f)
+            inner = f.split("/", 2)[2]
+            if queue not in vhost.service.queues:
+                self._open_queue(vhost, queue, durable=True)
+                vhost.router.bind(EXCHANGE, queue, binding_key(inner))
+            self.shared_members.setdefault(queue, set()).add(s.client_id)
+            s.shared.add(queue)
+            if s.connection is not None and (s.client_id, queue) not in self._consumers:
+                c = SessionConsumer(s, s.connection)
+                self._consumers[(s.client_id, queue)] = c
+                vhost.service.consume(queue, c)
+        else:
+            vhost.router.bind(EXCHANGE, s.queue, binding_key(f))
+
+    def unsubscribe(self, s: Session, topic_filter: str) -> bool:
+        """False when there was no such subscription."""
+        if not s.subscriptions.unsubscribe(topic_filter):
+            return False
+        vhost = self.vhost()
+        if topic_filter.startswith(SHARE_PREFIX):
+            self._leave_shared(vhost, s, shared_queue(topic_filter))
+        else:
+            key = binding_key(topic_filter)
+            if not any(binding_key(f) == key for f in s.subscriptions.by_filter if not f.startswith(SHARE_PREFIX)):
+                vhost.router.unbind(EXCHANGE, s.queue, key)
+        self.save(s)
+        return True
+
+    def _leave_shared(self, vhost: VHostModel, s: Session, queue: str) -> None:
+        s.shared.discard(queue)
+        c = self._consumers.pop((s.client_id, queue), None)
+        if c is not None:
+            vhost.service.cancel(queue, c)
+        vhost.service.release(queue, s)
+        members = self.shared_members.get(queue)
+        if members is not None:
+            members.discard(s.client_id)
+            if not members:
+                del self.shared_members[queue]
+                if queue in vhost.service.queues:
+                    vhost.router.delete_queue(queue)
+                    vhost.service.delete(queue)
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def publish(self, message: Message, on_durable: Callable[[Any], object] | None = None) -> bool:
+        """Publish to ``amq.topic``; True when a queue took it. ``on_durable(result)``
+        fires once the append is durable (the exception if it failed or was refused)."""
+        env = message.envelope
+        return bool(self.vhost().publish(EXCHANGE, env.routing_key, message, on_durable=on_durable).routed)
+
+    def retain(self, message: Message, qos: int) -> None:
+        """Keep (or, with an empty payload, clear) the retained message of its topic."""
+        env = message.envelope
+        self.retained.retain(RetainedRecord(topic=env.mqtt_topic, payload=message.value or b"", qos=qos,
+                                            envelope=env.SerializeToString(), time_ms=self.clock(),
+                                            expires_at_ms=env.expires_at_ms))
+
+    def publish_will(self, will: Will, client_id: str) -> None:
+        p = Publish(will.topic, will.payload, will.qos, will.retain, properties=will.properties)
+        message = message_from_publish(will.topic, p, client_id, self.clock())
+        try:
+            if will.retain:
+                self.retain(message, will.qos)
+            self.publish(message)
+        except LogbusError as e:
+            log.warning("the will of MQTT client %r was not published: %s", client_id, e)
+
+    def _will_due(self, client_id: str, will: Will, user: str) -> None:
+        self._timers.pop((client_id, "will"), None)
+        self.publish_will(will, client_id)
+
+    def settle(self, token: Any, outcome: Outcome = Outcome.ACK) -> None:
+        if isinstance(token, Token):
+            vhost = self.broker.vhost(self.vhost_name)
+            if vhost is not None:
+                vhost.service.settle(token.queue, token.receipt, outcome)
+
+    def entry_message(self, token: Token) -> Message | None:
+        """The message a token's entry points at (None: settled meanwhile)."""
+        vhost = self.broker.vhost(self.vhost_name)
+        if vhost is None:
+            return None
+        qs = vhost.service.queues.get(token.queue)
+        entry = qs.queue.entries.get(token.receipt.seq) if qs is not None else None
+        return vhost.service.message(entry) if entry is not None else None
+
+    # -- what the CLI and the HTTP API list --------------------------------------------------
+
+    def describe(self) -> list[dict[str, Any]]:
+        vhost = self.broker.vhost(self.vhost_name)
+        out = []
+        for cid in sorted(self.sessions):
+            s = self.sessions[cid]
+            qs = vhost.service.queues.get(s.queue) if vhost is not None else None
+            out.append({
+                "client_id": cid, "user": s.user, "connected": s.connection is not None,
+                "peer": s.connection.peer if s.connection is not None else None,
+                "protocol": {3: "3.1", 4: "3.1.1", 5: "5.0"}.get(s.version, str(s.version)),
+                "clean": not s.kept, "expiry_interval": s.expiry,
+                "subscriptions": [{"filter": sub.topic_filter, "qos": sub.qos} for sub, _ in s.subscriptions.by_filter.values()],
+                "queued": qs.queue.message_count if qs is not None else 0,
+                "in_flight": len(s.outbound.in_flight),
+            })
+        return out

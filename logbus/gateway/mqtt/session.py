@@ -1,0 +1,102 @@
+"""An MQTT session: what outlives a network connection (MQTT 5 section 4.1). Pure.
+
+The session state the specifications name, and where logbus keeps it:
+
+- the client identifier, and the session expiry interval (when the session ends after
+  its connection does: 0 at once; ``NEVER_EXPIRES`` only at a clean connect);
+- its subscriptions (``subscriptions.Subscriptions``);
+- the messages for it: entries of its queue (``queue``) in the queue service, pointers
+  into the log, so an offline session's messages are kept without a copy; QoS 1 and 2
+  messages sent and not yet acknowledged are leases on those entries, held by the
+  session (``outbound.Outbound``, by packet id);
+- QoS 2 hand-overs in flight both ways: publishes from the client PUBRECed and waiting
+  for their PUBREL (``awaiting_rel``), messages to the client whose PUBREC or PUBCOMP
+  has not come (``outbound``).
+
+``to_record`` / ``from_record`` convert a session to the ``MqttSessionRecord`` the room
+keeps in the state store for a session that may outlive its connection, so all of this
+survives a broker restart; the QoS 2 messages to the client are kept as (packet id,
+queue, entry seq), so that a restored entry goes out again with the packet id the
+client already knows (``restored``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...core.queues.queue import Receipt
+from ...core.state_pb2 import MqttSessionRecord
+from .connect import NEVER_EXPIRES
+from .outbound import RELEASED, InFlight, Outbound
+from .packets import Subscription
+from .subscriptions import Subscriptions
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """What settles a message sent to the client: its queue and lease."""
+
+    queue: str
+    receipt: Receipt
+
+
+@dataclass(eq=False)
+class Session:
+    client_id: str
+    queue: str  # the session's own queue in the queue service
+    version: int = 4
+    expiry: int = 0  # seconds after the connection ends (NEVER_EXPIRES: never)
+    user: str = ""
+    subscriptions: Subscriptions = field(default_factory=Subscriptions)
+    outbound: Outbound = field(default_factory=Outbound)
+    awaiting_rel: set[int] = field(default_factory=set)  # QoS 2 from the client: PUBRECed
+    # QoS 2 messages to the client restored after a restart, not yet sent again:
+    # (queue, entry seq) -> packet id
+    restored: dict[tuple[str, int], int] = field(default_factory=dict)
+    connection: Any = None  # the live connection, None while offline
+    disconnected_ms: int = 0
+    shared: set[str] = field(default_factory=set)  # the shared subscriptions' queues it consumes
+
+    @property
+    def kept(self) -> bool:
+        """Whether the session outlives its connection, and so is stored."""
+        return self.expiry > 0
+
+    def expires_at(self) -> int | None:
+        """Epoch ms when an offline session ends; None: never."""
+        if self.expiry == NEVER_EXPIRES:
+            return None
+        return self.disconnected_ms + self.expiry * 1000
+
+    def to_record(self) -> MqttSessionRecord:
+        r = MqttSessionRecord(client_id=self.client_id, version=self.version, expiry_interval=self.expiry,
+                              disconnected_ms=self.disconnected_ms, queue=self.queue, user=self.user)
+        for s, sid in self.subscriptions.by_filter.values():
+            r.subscriptions.add(topic_filter=s.topic_filter, qos=s.qos, no_local=s.no_local,
+                                retain_as_published=s.retain_as_published,
+                                retain_handling=s.retain_handling, subscription_id=sid or 0)
+        r.awaiting_rel.extend(sorted(self.awaiting_rel))
+        for f in self.outbound.in_flight.values():
+            if f.qos == 2:
+                token = f.token
+                r.out_qos2.add(packet_id=f.packet_id, released=f.state == RELEASED,
+                               queue=token.queue if isinstance(token, Token) else "",
+                               seq=token.receipt.seq if isinstance(token, Token) else 0)
+        for (queue, seq), pid in self.restored.items():
+            r.out_qos2.add(packet_id=pid, queue=queue, seq=seq)
+        return r
+
+    @classmethod
+    def from_record(cls, r: MqttSessionRecord) -> Session:
+        s = cls(r.client_id, r.queue, r.version, r.expiry_interval, r.user,
+                disconnected_ms=r.disconnected_ms, awaiting_rel=set(r.awaiting_rel))
+        for sub in r.subscriptions:
+            s.subscriptions.subscribe(Subscription(sub.topic_filter, sub.qos, sub.no_local, sub.retain_as_published,
+                                                   sub.retain_handling), sub.subscription_id or None)
+        for q in r.out_qos2:
+            if q.released:  # its entry is settled: only the PUBREL is left to send
+                s.outbound.in_flight[q.packet_id] = InFlight(q.packet_id, 2, None, RELEASED)
+            else:
+                s.restored[(q.queue, q.seq)] = q.packet_id
+        return s
