@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", metavar="FILE", help="TOML settings file (or LOGBUS_CONFIG)")
     serve.add_argument("--data-dir", metavar="DIR", help="data directory (default ./data)")
     for name in LISTENERS:
-        serve.add_argument(f"--{name}", metavar="EP", help=f"{name} listener endpoint, or off")
+        serve.add_argument(f"--{name.replace('_', '-')}", metavar="EP", help=f"{name} listener endpoint, or off"
+                           + (" (default: off; MQTT over WebSocket, subprotocol mqtt)" if name == "mqtt_ws" else ""))
     serve.add_argument("--default-partitions", metavar="N", help="partitions of new topics")
     serve.add_argument("--default-flush", metavar="POLICY",
                        help="flush policy of new topics: sync | interval:<ms> | none")

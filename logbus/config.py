@@ -32,7 +32,7 @@ from .core.pressure import (
 )
 
 # Listener names, in start order. server.GATEWAYS maps each one to its protocol factory.
-LISTENERS = ("amqp", "mqtt", "kafka", "http")
+LISTENERS = ("amqp", "mqtt", "kafka", "http", "mqtt_ws")
 OFF = "off"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 CONFIG_ENV = "LOGBUS_CONFIG"
@@ -50,6 +50,7 @@ class Settings:
     mqtt: str = "tcp:1883:interface=127.0.0.1"
     kafka: str = "tcp:9092:interface=127.0.0.1"
     http: str = "tcp:8080:interface=127.0.0.1"
+    mqtt_ws: str = OFF  # MQTT over WebSocket (subprotocol "mqtt"), e.g. tcp:8083:interface=127.0.0.1
     default_partitions: int = 1
     default_flush: str = "sync"
     max_open_files: int = 1024
@@ -266,6 +267,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "mqtt": check_endpoint,
     "kafka": check_endpoint,
     "http": check_endpoint,
+    "mqtt_ws": check_endpoint,
     "default_partitions": lambda raw: _as_int(raw, 1, 100_000),
     "default_flush": _flush,
     "max_open_files": lambda raw: _as_int(raw, 16, 1_000_000),

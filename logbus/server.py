@@ -76,11 +76,28 @@ def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
                                         max_message_size=settings.amqp_max_message_size))
 
 
-def _mqtt(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
+def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
+    """The one MQTT factory (and room of sessions) of a broker, TCP and WebSocket alike."""
     from .gateway.mqtt.protocol import MqttFactory
 
-    return IProtocolFactory(MqttFactory(broker, reactor, max_packet_size=settings.mqtt_max_packet_size,
-                                        anonymous=settings.mqtt_anonymous))
+    room = broker.rooms.get("mqtt")
+    if room is None:
+        factory = MqttFactory(broker, reactor, max_packet_size=settings.mqtt_max_packet_size,
+                              anonymous=settings.mqtt_anonymous)
+        broker.rooms["mqtt"] = room = factory.room
+    return room.factory
+
+
+def _mqtt(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
+    return IProtocolFactory(_mqtt_factory(broker, settings, reactor))
+
+
+def _mqtt_ws(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
+    from .gateway.websocket import WebSocketFactory
+
+    # a WebSocket message may hold a whole MQTT packet and its framing
+    return IProtocolFactory(WebSocketFactory(_mqtt_factory(broker, settings, reactor), ("mqtt", "mqttv3.1"),
+                                             max_message_size=settings.mqtt_max_packet_size + 16, clock=reactor))
 
 
 # THE gateway table: listener name -> builder of the protocol factory that serves it.
@@ -90,6 +107,7 @@ GATEWAYS: dict[str, GatewayBuilder | None] = {
     "mqtt": _mqtt,
     "kafka": _kafka,
     "http": _http,
+    "mqtt_ws": _mqtt_ws,
 }
 assert set(GATEWAYS) == set(LISTENERS), "every listener in config.LISTENERS needs a GATEWAYS entry"
 

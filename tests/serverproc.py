@@ -68,7 +68,7 @@ def serve_args(
 ) -> list[str]:
     args = ["serve", "--data-dir", str(data_dir)]
     for name, endpoint in listeners.items():
-        args += [f"--{name}", endpoint]
+        args += [f"--{name.replace('_', '-')}", endpoint]
     if ready_file is not None:
         args += ["--ready-file", str(ready_file)]
     return [*args, *extra]

@@ -110,6 +110,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         # dict: connections look their vhost up in it, so it is changed in place.
         self.vhosts: dict[str, VHostModel] = {}
         self._expiry: LoopingCall | None = None
+        # the protocol rooms gateways keep (the MQTT sessions: "mqtt"), for the CLI and HTTP API
+        self.rooms: dict[str, Any] = {}
         self.log: LogManager | None = None
         self._lock_fd: int | None = None
         self._housekeeping: LoopingCall | None = None

@@ -602,6 +602,7 @@ class MqttFactory(Factory):
         self.broker = broker
         self.reactor = reactor
         self.room = MqttRoom(broker, reactor)
+        self.room.factory = self
         self.max_packet_size = max_packet_size
         self.anonymous = anonymous  # "on", "off", or "loopback": only from loopback addresses
         self.limits = limits or ServerLimits(maximum_packet_size=max_packet_size, topic_alias_maximum=64)

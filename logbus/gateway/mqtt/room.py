@@ -111,6 +111,7 @@ class MqttRoom:
         self._consumers: dict[tuple[str, str], SessionConsumer] = {}  # (client id, queue) -> consumer
         self._timers: dict[tuple[str, str], Any] = {}  # (client id, "expiry" | "will") -> reactor call
         self.started = False
+        self.factory: Any = None  # the protocol factory serving the room (TCP and WebSocket)
 
     def clock(self) -> int:
         return int(self.reactor.seconds() * 1000)
