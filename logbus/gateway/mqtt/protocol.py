@@ -468,7 +468,7 @@ class MqttProtocol(Protocol):
         if alias is not None:
             props = _with_alias(props, alias)
         data = encode(Publish(name, message.value or b"", copy.qos, copy.retain,
-                              copy.qos > 0 and (d.entry.redelivered or bool(pid_before)), pid, props), self.version)
+                              copy.qos > 0 and (d.entry.deliveries > 1 or bool(pid_before)), pid, props), self.version)
         if not s.outbound.fits(len(data)):  # larger than the client takes: dropped as if sent
             if pid:
                 del s.outbound.in_flight[pid]

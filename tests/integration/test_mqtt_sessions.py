@@ -1,0 +1,190 @@
+"""MQTT sessions that outlive connections and broker restarts: offline messages kept across a
+clean restart and a kill -9, QoS 2 exactly-once across a client reconnect and a broker restart
+in the middle of the flow (both ways), the client's receive maximum, session expiry."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from logbus.gateway.mqtt import (
+    ConnAck, Connect, Disconnect, Properties, PubAck, PubComp, Publish, PubRec, PubRel, SubAck, Subscribe,
+    Subscription,
+)  # fmt: skip
+from tests.integration.mqtt_clients import Paho, Raw, props, unique
+
+KEEP = Properties(session_expiry_interval=600)
+
+
+def raw_connect(server: Any, cid: str, *, clean: bool = False, receive_maximum: int | None = None) -> tuple[Raw, ConnAck]:
+    raw = Raw(server, version=5)
+    raw.send(Connect(cid, 5, clean_start=clean, keep_alive=60,
+                     properties=Properties(session_expiry_interval=600, receive_maximum=receive_maximum)))
+    return raw, raw.expect(ConnAck)
+
+
+def restart(server: Any, how: str) -> None:
+    if how == "kill":
+        server.kill()
+    server.restart(same_ports=True)
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+@pytest.mark.parametrize("version", [4, 5])
+def test_offline_messages_survive_a_restart(logbus_server: Any, how: str, version: int) -> None:
+    server = logbus_server(listeners={"kafka": "off", "http": "off"})
+    base, cid = unique("off"), unique("keep")
+    expiry = props(SessionExpiryInterval=600) if version == 5 else None
+    sub = Paho(server, cid, version=version, clean=False, properties=expiry)
+    sub.subscribe(f"{base}/#", 1)
+    sub.close()
+    pub = Paho(server, unique("pub"))
+    for i in range(50):
+        pub.publish(f"{base}/{i % 3}", str(i).encode(), 1)
+    pub.close()
+    restart(server, how)
+    back = Paho(server, cid, version=version, clean=False, properties=expiry, connect=False)
+    flags, _, _ = back.connect()
+    assert flags.session_present
+    got = back.take(50)
+    assert [m.payload for m in got] == [str(i).encode() for i in range(50)]
+    back.assert_quiet(1.0)
+    # the subscription itself survived: new messages arrive too
+    pub = Paho(server, unique("pub"))
+    pub.publish(f"{base}/new", b"after", 1)
+    assert back.next_message().payload == b"after"
+    back.close()
+    pub.close()
+
+
+def test_unacked_qos1_is_resent_with_dup_and_same_id(logbus_server: Any) -> None:
+    server = logbus_server(listeners={"kafka": "off", "http": "off"})
+    base, cid = unique("dup"), unique("raw")
+    raw, _ = raw_connect(server, cid)
+    raw.send(Subscribe(1, (Subscription(f"{base}/#", 1),)))
+    raw.expect(SubAck)
+    pub = Paho(server, unique("pub"))
+    pub.publish(f"{base}/a", b"once", 1)
+    first = raw.expect(Publish)
+    assert (first.payload, first.qos, first.dup) == (b"once", 1, False)
+    raw.close()  # no PUBACK
+    raw, ack = raw_connect(server, cid)
+    assert ack.session_present
+    again = raw.expect(Publish)
+    assert (again.payload, again.packet_id, again.dup) == (b"once", first.packet_id, True)
+    raw.send(PubAck(again.packet_id))
+    raw.quiet(1.0)
+    raw.send(Disconnect())
+    raw.close()
+    pub.close()
+
+
+@pytest.mark.parametrize("how", ["reconnect", "stop", "kill"])
+def test_qos2_to_the_client_exactly_once(logbus_server: Any, how: str) -> None:
+    """A QoS 2 message to a client: the connection (or the broker) goes down before the
+    PUBREC, then again after it: the PUBLISH comes again with its id and DUP, then only the
+    PUBREL; the message is never sent as a new one."""
+    server = logbus_server(listeners={"kafka": "off", "http": "off"})
+    base, cid = unique("q2out"), unique("raw")
+    raw, _ = raw_connect(server, cid)
+    raw.send(Subscribe(1, (Subscription(f"{base}/#", 2),)))
+    raw.expect(SubAck)
+    pub = Paho(server, unique("pub"))
+    pub.publish(f"{base}/x", b"exactly-once", 2)
+    pub.close()
+    first = raw.expect(Publish)
+    assert first.qos == 2
+    raw.close()  # before PUBREC
+
+    def down() -> None:
+        if how != "reconnect":
+            restart(server, how)
+
+    down()
+    raw, ack = raw_connect(server, cid)
+    assert ack.session_present
+    again = raw.expect(Publish)
+    assert (again.payload, again.packet_id, again.dup) == (b"exactly-once", first.packet_id, True)
+    raw.send(PubRec(again.packet_id))
+    assert raw.expect(PubRel).packet_id == first.packet_id
+    raw.close()  # after PUBREC, before PUBCOMP
+    down()
+    raw, ack = raw_connect(server, cid)
+    assert ack.session_present
+    rel = raw.expect(PubRel)  # only the PUBREL: the message itself is the client's now
+    assert rel.packet_id == first.packet_id
+    raw.send(PubComp(rel.packet_id))
+    raw.quiet(1.0)
+    raw.send(Disconnect())
+    raw.close()
+
+
+@pytest.mark.parametrize("how", ["reconnect", "stop", "kill"])
+def test_qos2_from_the_client_exactly_once(logbus_server: Any, how: str) -> None:
+    """A QoS 2 publish PUBRECed, then the connection (or the broker) goes down: the client
+    sends the PUBLISH again (DUP) and then PUBREL: subscribers get it once."""
+    server = logbus_server(listeners={"kafka": "off", "http": "off"})
+    base, cid = unique("q2in"), unique("raw")
+    sub = Paho(server, unique("sub"), version=5, clean=False, properties=props(SessionExpiryInterval=600))
+    sub.subscribe(f"{base}/#", 2)
+    raw, _ = raw_connect(server, cid)
+    raw.send(Publish(f"{base}/x", b"one", 2, packet_id=42))
+    assert raw.expect(PubRec).packet_id == 42
+    assert sub.next_message().payload == b"one"  # passed on when the PUBLISH came (method B)
+    raw.close()
+    if how != "reconnect":
+        sub.client.loop_stop()
+        restart(server, how)
+        sub = Paho(server, sub.client._client_id.decode(), version=5, clean=False,
+                   properties=props(SessionExpiryInterval=600))
+    raw, ack = raw_connect(server, cid)
+    assert ack.session_present
+    raw.send(Publish(f"{base}/x", b"one", 2, dup=True, packet_id=42))
+    assert raw.expect(PubRec).packet_id == 42
+    raw.send(PubRel(42))
+    comp = raw.expect(PubComp)
+    assert (comp.packet_id, comp.reason_code) == (42, 0)
+    sub.assert_quiet(1.0)  # not published a second time
+    raw.send(PubRel(42))  # the id is free again: 0x92 Packet Identifier not found
+    assert raw.expect(PubComp).reason_code == 0x92
+    raw.send(Disconnect())
+    raw.close()
+    sub.close()
+
+
+def test_client_receive_maximum_limits_messages_in_flight(logbus_server: Any) -> None:
+    server = logbus_server(listeners={"kafka": "off", "http": "off"})
+    base = unique("rm")
+    raw, _ = raw_connect(server, unique("raw"), clean=True, receive_maximum=2)
+    raw.send(Subscribe(1, (Subscription(f"{base}/#", 1),)))
+    raw.expect(SubAck)
+    pub = Paho(server, unique("pub"))
+    for i in range(5):
+        pub.publish(f"{base}/t", str(i).encode(), 1)
+    got = [raw.expect(Publish), raw.expect(Publish)]
+    raw.quiet(0.5)  # two unacknowledged: no third
+    raw.send(PubAck(got[0].packet_id))
+    got.append(raw.expect(Publish))
+    raw.quiet(0.5)
+    for p in got[1:]:
+        raw.send(PubAck(p.packet_id))
+    got += [raw.expect(Publish), raw.expect(Publish)]
+    assert [p.payload for p in got] == [b"0", b"1", b"2", b"3", b"4"]
+    raw.send(Disconnect())
+    raw.close()
+    pub.close()
+
+
+def test_session_expiry_ends_an_offline_session(logbus_server: Any) -> None:
+    server = logbus_server(listeners={"kafka": "off", "http": "off"})
+    base, cid = unique("exp"), unique("short")
+    c = Paho(server, cid, version=5, clean=False, properties=props(SessionExpiryInterval=1))
+    c.subscribe(f"{base}/#", 1)
+    c.close()
+    time.sleep(2.0)
+    back = Paho(server, cid, version=5, clean=False, properties=props(SessionExpiryInterval=1), connect=False)
+    flags, _, _ = back.connect()
+    assert not flags.session_present
+    back.close()
