@@ -515,7 +515,8 @@ def vhost_definitions_prefixes(vhost: str) -> list[tuple[str, bytes]]:
     exchanges, queues, bindings and permissions (metadata) and its queue entries and
     delivered marks (queues). Deleting a vhost deletes every key under these prefixes."""
     return [("metadata", definitions_prefix(p, vhost))
-            for p in (EXCHANGE_PREFIX, QUEUE_PREFIX, BINDING_PREFIX, PERMISSION_PREFIX)] + [
+            for p in (EXCHANGE_PREFIX, QUEUE_PREFIX, BINDING_PREFIX, PERMISSION_PREFIX,
+                      TOPIC_PERMISSION_PREFIX)] + [
         ("queues", QUEUE_ENTRY_PREFIX + _text(vhost)), ("queues", QUEUE_DELIVERED_PREFIX + _text(vhost))]
 
 
@@ -524,6 +525,7 @@ def vhost_definitions_prefixes(vhost: str) -> list[tuple[str, bytes]]:
 USER_PREFIX = b"user\x00"
 VHOST_PREFIX = b"vhost\x00"
 PERMISSION_PREFIX = b"permission\x00"
+TOPIC_PERMISSION_PREFIX = b"topicperm\x00"
 AUTH_SEEDED_KEY = b"auth_seeded\x00"
 
 
@@ -537,3 +539,7 @@ def vhost_key(name: str) -> bytes:
 
 def permission_key(vhost: str, user: str) -> bytes:
     return PERMISSION_PREFIX + _text(vhost) + _text(user)
+
+
+def topic_permission_key(vhost: str, user: str, exchange: str) -> bytes:
+    return TOPIC_PERMISSION_PREFIX + _text(vhost) + _text(user) + _text(exchange)

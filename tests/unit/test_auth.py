@@ -189,3 +189,38 @@ def test_permissions_need_a_user_and_a_vhost() -> None:
     with pytest.raises(UnknownPermission):
         access.clear_permission("u", "v")
     assert access.permission("u", "v") is None
+
+
+def test_topic_permissions_restrict_only_the_exchange_they_name() -> None:
+    access = Access()
+    access.put_vhost("/")
+    access.put_user("dev", password="pw")
+    assert access.topic_allowed("dev", "/", "amq.topic", "write", "anything")  # none set: allowed
+    assert access.set_topic_permission("dev", "/", "amq.topic", r"^sensors\.", "^cmd\\.{client_id}$")
+    assert not access.set_topic_permission("dev", "/", "amq.topic", r"^sensors\.", "^cmd\\.{client_id}$")
+    assert access.topic_allowed("dev", "/", "amq.topic", "write", "sensors.t1")
+    assert not access.topic_allowed("dev", "/", "amq.topic", "write", "cmd.t1")
+    assert access.topic_allowed("dev", "/", "other", "write", "cmd.t1")  # another exchange
+    assert access.topic_allowed("other-user", "/", "amq.topic", "write", "cmd.t1")
+    # variables are expanded, regex-escaped, at check time
+    assert access.topic_allowed("dev", "/", "amq.topic", "read", "cmd.d.1", client_id="d.1")
+    assert not access.topic_allowed("dev", "/", "amq.topic", "read", "cmd.dx1", client_id="d.1")
+    assert access.list_topic_permissions()[0].to_json() == {
+        "user": "dev", "vhost": "/", "exchange": "amq.topic", "write": r"^sensors\.", "read": "^cmd\\.{client_id}$"}
+    with pytest.raises(InvalidAccess):
+        access.set_topic_permission("dev", "/", "amq.topic", "(", ".*")
+    with pytest.raises(UnknownUser):
+        access.set_topic_permission("nobody", "/", "amq.topic", ".*", ".*")
+    access.clear_topic_permissions("dev", "/", "amq.topic")
+    assert access.topic_allowed("dev", "/", "amq.topic", "write", "cmd.t1")
+    with pytest.raises(UnknownPermission):
+        access.clear_topic_permissions("dev", "/")
+
+
+def test_topic_permissions_go_with_their_user() -> None:
+    access = Access()
+    access.put_vhost("/")
+    access.put_user("dev", password="pw")
+    access.set_topic_permission("dev", "/", "amq.topic", "^$", "^$")
+    access.delete_user("dev")
+    assert access.list_topic_permissions() == []

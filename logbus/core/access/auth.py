@@ -49,15 +49,18 @@ from ..routing.router import AccessRefused
 from ..state import (
     AUTH_SEEDED_KEY,
     PERMISSION_PREFIX,
+    TOPIC_PERMISSION_PREFIX,
     USER_PREFIX,
     VHOST_PREFIX,
     StateBatch,
     StateStore,
     permission_key,
+    topic_permission_key,
     user_key,
     vhost_key,
 )
-from ..state_pb2 import PermissionRecord, UserRecord, VHostRecord
+from ..state_pb2 import PermissionRecord, TopicPermissionRecord, UserRecord, VHostRecord
+from .topic_permissions import TopicPerm, TopicPermission
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +254,8 @@ class Access:
         self.users: dict[str, User] = {}
         self.vhosts: dict[str, VHostInfo] = {}
         self.permissions: dict[tuple[str, str], Permission] = {}  # (user, vhost)
+        # (user, vhost) -> exchange -> topic permission (topic_permissions.py)
+        self.topic_permissions: dict[tuple[str, str], dict[str, TopicPermission]] = {}
         self.version = 0
         self._listeners: list[Callable[[AccessChange], None]] = []
 
@@ -276,6 +281,14 @@ class Access:
                 self.permissions[(r.user, r.vhost)] = Permission(r.user, r.vhost, r.configure, r.write, r.read)
             except InvalidAccess as exc:  # stored by a Python with another re syntax, say
                 log.error("permission of user %r in vhost %r ignored: %s", r.user, r.vhost, exc)
+        self.topic_permissions = {}
+        for t in self._scan(TOPIC_PERMISSION_PREFIX, TopicPermissionRecord):
+            try:
+                tp = TopicPermission(t.user, t.vhost, t.exchange, t.write, t.read)
+            except ValueError as exc:
+                log.error("topic permission of user %r in vhost %r ignored: %s", t.user, t.vhost, exc)
+                continue
+            self.topic_permissions.setdefault((t.user, t.vhost), {})[t.exchange] = tp
         self.version += 1
 
     def _scan(self, prefix: bytes, kind: Any) -> list[Any]:
@@ -377,13 +390,18 @@ class Access:
         self.user(name)
         self.announce(AccessChange("user_deleted", name))
         gone = [key for key in self.permissions if key[0] == name]
+        topics = [tp for key, by in self.topic_permissions.items() if key[0] == name for tp in by.values()]
         with self._write() as b:
             b.delete(CF_METADATA, user_key(name))
             for user, vhost in gone:
                 b.delete(CF_METADATA, permission_key(vhost, user))
+            for tp in topics:
+                b.delete(CF_METADATA, topic_permission_key(tp.vhost, tp.user, tp.exchange))
         del self.users[name]
         for key in gone:
             del self.permissions[key]
+        for key in [k for k in self.topic_permissions if k[0] == name]:
+            del self.topic_permissions[key]
         self.version += 1
 
     def put_vhost(self, name: str, description: str = "", tags: str | Iterable[str] | None = None) -> bool:
@@ -408,6 +426,8 @@ class Access:
         self.vhosts.pop(name, None)
         for key in [k for k in self.permissions if k[1] == name]:
             del self.permissions[key]
+        for key in [k for k in self.topic_permissions if k[1] == name]:  # their records: the vhost's prefixes
+            del self.topic_permissions[key]
         self.version += 1
 
     def set_permission(self, user: str, vhost: str, configure: str, write: str, read: str) -> bool:
@@ -428,6 +448,57 @@ class Access:
             b.delete(CF_METADATA, permission_key(vhost, user))
         del self.permissions[(user, vhost)]
         self.version += 1
+
+    # -- topic permissions (topic_permissions.py) -------------------------------------------------
+
+    def topic_allowed(self, user: str, vhost: str, exchange: str, perm: TopicPerm, key: str,
+                      client_id: str = "") -> bool:
+        """Whether ``user`` may publish with (``write``) or bind with (``read``) routing
+        key ``key`` on topic exchange ``exchange``: yes unless a topic permission for it
+        says otherwise."""
+        by = self.topic_permissions.get((user, vhost))
+        if not by:
+            return True
+        tp = by.get(exchange)
+        return tp is None or tp.allows(perm, key, client_id)
+
+    def set_topic_permission(self, user: str, vhost: str, exchange: str, write: str, read: str) -> bool:
+        """Set (or replace) ``user``'s topic permission on ``exchange`` in ``vhost``; True
+        when it is new. InvalidAccess for an expression that does not compile."""
+        self.user(user)
+        self.vhost(vhost)
+        try:
+            tp = TopicPermission(user, vhost, exchange, write, read)
+        except ValueError as exc:
+            raise InvalidAccess(str(exc)) from None
+        by = self.topic_permissions.setdefault((user, vhost), {})
+        new = exchange not in by
+        with self._write() as b:
+            b.put(CF_METADATA, topic_permission_key(vhost, user, exchange),
+                  TopicPermissionRecord(user=user, vhost=vhost, exchange=exchange, write=write, read=read))
+        by[exchange] = tp
+        self.version += 1
+        return new
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> None:
+        """Remove ``user``'s topic permissions in ``vhost`` (only on ``exchange`` if given);
+        UnknownPermission if there is none."""
+        by = self.topic_permissions.get((user, vhost), {})
+        gone = [x for x in by if exchange is None or x == exchange]
+        if not gone:
+            raise UnknownPermission(f"no topic permissions for user '{user}' in vhost '{vhost}'"
+                                    + (f" on exchange '{exchange}'" if exchange is not None else ""))
+        with self._write() as b:
+            for x in gone:
+                b.delete(CF_METADATA, topic_permission_key(vhost, user, x))
+        for x in gone:
+            del by[x]
+        if not by:
+            self.topic_permissions.pop((user, vhost), None)
+        self.version += 1
+
+    def list_topic_permissions(self) -> list[TopicPermission]:
+        return [tp for key in sorted(self.topic_permissions) for _, tp in sorted(self.topic_permissions[key].items())]
 
     def _write(self) -> StateBatch | _NoStore:
         """One synced WriteBatch; memory is changed after it committed."""

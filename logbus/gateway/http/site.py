@@ -7,6 +7,7 @@
     /api/users[/<name>]      users.Users, users.UserResource        } administrators only
     /api/vhosts[/<name>]     vhosts.VHosts, vhosts.VHostResource    } (HTTP Basic,
     /api/permissions[/<vhost>/<user>]  permissions.*                } auth.py)
+    /api/topic-permissions[/<vhost>/<user>]  topic_permissions.*    }
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .permissions import Permissions
 from .pop import Pop
 from .request import LimitedRequest
 from .resource import Directory
+from .topic_permissions import TopicPermissions
 from .topics import Topics
 from .users import Users
 from .vhosts import VHosts
@@ -49,6 +51,7 @@ def build_resource(broker: Broker) -> Directory:
         b"users": Users(broker),
         b"vhosts": VHosts(broker),
         b"permissions": Permissions(broker),
+        b"topic-permissions": TopicPermissions(broker),
         b"pop": Pop(broker),
     })
     return _directory({

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
+from ...core.access.topic_permissions import TopicPerm
 from ...core.errors import LogbusError
 from ...core.message import Envelope, Message
 from ...core.queues.service import Delivery
@@ -46,7 +47,7 @@ from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive
 from .decoder import Decoder
 from .encoder import encode
 from .inbound import DUPLICATE, Inbound
-from .mapping import message_from_publish, outgoing_properties, outgoing_topic, published_qos
+from .mapping import EXCHANGE, message_from_publish, outgoing_properties, outgoing_topic, published_qos
 from .outbound import RELEASED
 from .packets import (
     Auth, ConnAck, Connect, Disconnect, PingReq, PingResp, PubAck, PubComp, Publish, PubRec, PubRel,
@@ -60,9 +61,10 @@ from .reasons import (
     SERVER_SHUTTING_DOWN, SERVER_UNAVAILABLE, SESSION_TAKEN_OVER, ADMINISTRATIVE_ACTION, KEEP_ALIVE_TIMEOUT,
     UNSPECIFIED_ERROR, MqttError, UnsupportedProtocolVersion,
 )  # fmt: skip
-from .room import MqttRoom, Unavailable
+from .room import MqttRoom, Unavailable, binding_key
 from .session import Session, Token
 from .subscriptions import inner_filter, retained_on_subscribe
+from .topic_map import to_amqp
 from .wire import MQTT_5
 
 if TYPE_CHECKING:
@@ -343,6 +345,12 @@ class MqttProtocol(Protocol):
             return False
         return True
 
+    def _topic_allowed(self, perm: TopicPerm, key: str) -> bool:
+        """The user's topic permission on amq.topic (none: allowed)."""
+        session = self.session
+        return self.room.broker.access.topic_allowed(self.user, self.room.vhost_name, EXCHANGE, perm, key,
+                                                     session.client_id if session is not None else "")
+
     # -- publishes from the client ---------------------------------------------------------------
 
     def _publish(self, p: Publish) -> None:
@@ -354,7 +362,7 @@ class MqttProtocol(Protocol):
             return
         topic = received.topic
         refusal = 0
-        if not self._may_write:
+        if not self._may_write or not self._topic_allowed("write", to_amqp(topic)):
             refusal = NOT_AUTHORIZED
         elif p.properties.payload_format_indicator == 1:
             try:
@@ -546,7 +554,7 @@ class MqttProtocol(Protocol):
         codes: list[int] = []
         retained: list[tuple[str, int]] = []
         for sub in p.subscriptions:
-            if not self._may_read:
+            if not self._may_read or not self._topic_allowed("read", binding_key(inner_filter(sub.topic_filter))):
                 codes.append(NOT_AUTHORIZED if self.version == MQTT_5 else 0x80)
                 continue
             existed = self.room.subscribe(s, sub, sid)
