@@ -105,3 +105,11 @@ def test_the_clients_limits_and_ours() -> None:
     props = round_trip(d.connack(True, ours), MQTT_5).properties
     assert (props.receive_maximum, props.topic_alias_maximum, props.maximum_packet_size) == (100, 10, 1 << 20)
     assert round_trip(d.connack(True, ours), MQTT_5).session_present
+
+
+def test_a_will_response_topic_with_a_wildcard_is_refused() -> None:
+    from logbus.gateway.mqtt import Will
+
+    will = Will("w", b"", properties=Properties(response_topic="replies/#"))
+    decided = accept_connect(Connect("c", MQTT_5, will=will), LIMITS, new_id)
+    assert isinstance(decided, Refused) and decided.connack == ConnAck(False, 0x82)

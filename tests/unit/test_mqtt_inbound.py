@@ -112,3 +112,11 @@ class InboundMachine(RuleBasedStateMachine):
 
 
 test_inbound_against_model = InboundMachine.TestCase
+
+
+@pytest.mark.parametrize("props", [Properties(subscription_identifiers=(3,)), Properties(response_topic="r/+"),
+                                   Properties(response_topic="r/#")])
+def test_properties_a_client_may_not_send_in_publish(props: Properties) -> None:
+    with pytest.raises(MqttError) as e:
+        Inbound().publish(Publish("t", b"", 1, packet_id=1, properties=props))
+    assert e.value.reason_code == 0x82

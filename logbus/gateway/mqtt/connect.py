@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from .packets import ConnAck, Connect, Will
 from .properties import Properties
-from .reasons import CLIENT_IDENTIFIER_NOT_VALID, REFUSED_IDENTIFIER_REJECTED
+from .reasons import CLIENT_IDENTIFIER_NOT_VALID, PROTOCOL_ERROR, REFUSED_IDENTIFIER_REJECTED
+from .topics import has_wildcard
 from .wire import MQTT_3_1, MQTT_5
 
 MAX_CLIENT_ID = 65535  # characters: the most a UTF-8 string field can hold anyway
@@ -97,6 +98,9 @@ def accept_connect(c: Connect, limits: ServerLimits, new_client_id: Callable[[],
     elif len(client_id) > MAX_CLIENT_ID:
         code = CLIENT_IDENTIFIER_NOT_VALID if version == MQTT_5 else REFUSED_IDENTIFIER_REJECTED
         return Refused(ConnAck(False, code), f"a client identifier has at most {MAX_CLIENT_ID} characters")
+    will = c.will
+    if will is not None and will.properties.response_topic is not None and has_wildcard(will.properties.response_topic):
+        return Refused(ConnAck(False, PROTOCOL_ERROR), "the will's response topic holds a wildcard")
     keep_alive = c.keep_alive
     if version == MQTT_5 and limits.max_keep_alive and (not keep_alive or keep_alive > limits.max_keep_alive):
         keep_alive = limits.max_keep_alive

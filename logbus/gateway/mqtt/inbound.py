@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .packets import Publish
+from .properties import NO_PROPERTIES
+from .topics import has_wildcard
 from .reasons import (
     PACKET_IDENTIFIER_NOT_FOUND,
     PROTOCOL_ERROR,
@@ -54,6 +56,12 @@ class Inbound:
         self.awaiting_rel: set[int] = set()  # QoS 2 packet ids we sent PUBREC for
 
     def publish(self, p: Publish) -> Received:
+        props = p.properties
+        if props is not NO_PROPERTIES:
+            if props.subscription_identifiers:  # MQTT 5 section 3.3.4: the server's to send
+                raise MqttError(PROTOCOL_ERROR, "a Subscription Identifier in a PUBLISH from a client")
+            if props.response_topic is not None and has_wildcard(props.response_topic):
+                raise MqttError(PROTOCOL_ERROR, f"response topic {props.response_topic!r} holds a wildcard")
         topic = self._topic(p)
         if p.qos == 2 and p.packet_id in self.awaiting_rel:
             return Received(DUPLICATE, topic)

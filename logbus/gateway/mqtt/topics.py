@@ -19,8 +19,12 @@ from .reasons import TOPIC_FILTER_INVALID, TOPIC_NAME_INVALID, MqttError
 SHARE_PREFIX = "$share/"
 
 
+def has_wildcard(name: str) -> bool:
+    return "+" in name or "#" in name
+
+
 def check_topic_name(name: str) -> None:
-    if "+" in name or "#" in name:
+    if has_wildcard(name):
         raise MqttError(TOPIC_NAME_INVALID, f"topic name {name!r} contains a wildcard")
 
 
