@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable
 from typing import Any, cast
 
-from twisted.internet import tcp
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
@@ -44,6 +42,7 @@ from twisted.python.failure import Failure
 from ...core.access.auth import AccessChange
 from ...core.broker import Broker
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
+from ..output import direct_writer
 from .session import Prompt, Session, blocked_reason
 from .linger import LingerTuner, lingers
 
@@ -55,34 +54,6 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
-
-
-def direct_writer(t: Any) -> Callable[[bytes], None]:
-    """``t.write``, except that while Twisted holds nothing for the socket the bytes go
-    straight to it. Through ``t.write`` each turn's output cost a second reactor
-    iteration and two ``epoll_ctl`` calls (register for writable, then unregister); what
-    the socket does not take goes to ``t.write`` and keeps its order there. Transports
-    without a socket of their own (TLS) just use ``t.write``."""
-    if not isinstance(t, tcp.Connection):
-        return cast(Callable[[bytes], None], t.write)
-    sock = t.socket
-    write = t.write
-
-    def send(data: bytes) -> None:
-        if t.disconnecting or t.disconnected or len(t.dataBuffer) - t.offset or t._tempDataLen:
-            write(data)  # queued behind Twisted's buffer (or dropped, when it is closing)
-            return
-        try:
-            n = sock.send(data)
-        except BlockingIOError:
-            n = 0
-        except OSError:
-            write(data)  # Twisted meets the same error and reports it as connection loss
-            return
-        if n < len(data):
-            write(data[n:])
-
-    return send
 
 
 class AmqpProtocol(Protocol):

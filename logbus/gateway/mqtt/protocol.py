@@ -43,6 +43,7 @@ from ...core.access.topic_permissions import TopicPerm
 from ...core.errors import LogbusError
 from ...core.message import Envelope, Message
 from ...core.queues.service import Delivery
+from ..output import direct_writer
 from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
 from .decoder import Decoder
 from .encoder import encode
@@ -125,16 +126,23 @@ class MqttProtocol(Protocol):
         self.keep_alive = 0.0  # seconds without a packet before we close (0: never)
         self.last_read = 0.0
         self._timer: Any = None  # CONNECT timeout, then keep alive
-        self._acks: deque[list[Any]] = deque()  # [answer or None] per QoS 1/2 PUBLISH, in order
+        self._acks: deque[_Pending] = deque()  # QoS 1/2 PUBLISHes not answered yet, in order
+        self._batch: list[_Pending] = []  # PUBLISHes of this read, published together
         self._pending: deque[Publish] = deque()  # retained messages waiting for room in flight
         self._may_write = True  # write access to amq.topic
         self._may_read = True
+        self._out: list[bytes] = []  # written at the end of the read (or of the turn)
+        self._queued = False  # in the factory's list of connections with output
+        self._send: Any = None  # direct_writer(transport)
 
     # -- connection --------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        if hasattr(self.transport, "setTcpNoDelay"):
+            self.transport.setTcpNoDelay(True)
+        self._send = direct_writer(self.transport)
         self.transport.registerProducer(self, True)
         self.last_read = self.factory.reactor.seconds()
         self._timer = self.factory.reactor.callLater(CONNECT_TIMEOUT, self._connect_timeout)
@@ -161,6 +169,16 @@ class MqttProtocol(Protocol):
         self.paused = True
 
     def dataReceived(self, data: bytes) -> None:
+        factory = self.factory
+        factory.reading += 1
+        try:
+            self._received(data)
+        finally:
+            factory.reading -= 1
+            if not factory.reading:
+                factory.flush()
+
+    def _received(self, data: bytes) -> None:
         if self.state is State.CLOSED:
             return
         self.last_read = self.factory.reactor.seconds()
@@ -170,6 +188,8 @@ class MqttProtocol(Protocol):
         except MqttError as e:
             packets, error = e.packets, e
         for p in packets:
+            if self._batch and type(p) is not Publish:
+                self._publish_batch()  # what came before goes first
             handler = TRANSITIONS.get((self.state, type(p)))
             if handler is None:
                 if self.state is State.CLOSED:
@@ -186,6 +206,8 @@ class MqttProtocol(Protocol):
                 break
             if self.state is State.CLOSED:
                 return
+        if self._batch:
+            self._publish_batch()
         if error is not None:
             self._protocol_error(error)
 
@@ -223,6 +245,7 @@ class MqttProtocol(Protocol):
             self.room.detach(self.session, self, self.will, self.will_delay)
         self.state = State.CLOSED
         self._cancel_timer()
+        self.flush_output()
         self.transport.loseConnection()
 
     def take_over(self) -> None:
@@ -240,7 +263,24 @@ class MqttProtocol(Protocol):
         self._close()
 
     def _write(self, packet: Any, version: int | None = None) -> None:
-        self.transport.write(encode(packet, self.version if version is None else version))
+        self._emit(encode(packet, self.version if version is None else version))
+
+    def _emit(self, data: bytes) -> None:
+        """Output, sent when the read being handled ends (with every other connection's
+        output of that read: a delivery does not wait for the end of the turn, whose log
+        drain may fdatasync first), or at the start of the next turn if no read is."""
+        self._out.append(data)
+        if not self._queued:
+            self._queued = True
+            self.factory.output_due(self)
+
+    def flush_output(self) -> None:
+        self._queued = False
+        out = self._out
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            self._send(data)
 
     # -- timers --------------------------------------------------------------------------------
 
@@ -306,7 +346,7 @@ class MqttProtocol(Protocol):
 
     def _refuse(self, code: int, why: str) -> None:
         log.info("MQTT %s: CONNECT refused (0x%02X): %s", self.peer, code, why)
-        self.transport.write(encode(ConnAck(False, code), self.version))
+        self._emit(encode(ConnAck(False, code), self.version))
         self._close()
 
     def _login(self, acc: Accepted) -> str | None:
@@ -373,38 +413,50 @@ class MqttProtocol(Protocol):
             self._refused_publish(p, refusal)
             return
         message = message_from_publish(topic, p, session.client_id, self.room.clock())
-        if p.qos == 0:
-            try:
-                if p.retain:
-                    self.room.retain(message, 0)
-                self.room.publish(message)
-            except LogbusError as e:
-                log.info("MQTT %s: a QoS 0 publish to %r was dropped: %s", self.peer, topic, e)
-            return
-        slot: list[Any] = [None]
-        self._acks.append(slot)
-        routed: list[bool] = []
+        if p.qos == 0 and p.retain:
+            self.room.retain(message, 0)
+        pending = _Pending(p, message)
+        if p.qos:
+            self._acks.append(pending)
+        self._batch.append(pending)
 
-        def durable(result: Any) -> None:
-            code = 0
-            if isinstance(result, BaseException):
-                log.warning("MQTT %s: a publish to %r failed: %s", self.peer, topic, result)
-                code = UNSPECIFIED_ERROR
-            elif p.retain:
-                self.room.retain(message, p.qos)
-            if not code and routed == [False] and self.version == MQTT_5:
-                code = NO_MATCHING_SUBSCRIBERS
-            slot[0] = (p, code)
+    def _publish_batch(self) -> None:
+        """Publish the PUBLISHes of this read taken so far, together (``publish_many``:
+        routed once per topic, appended in runs, each queue dispatched once)."""
+        batch, self._batch = self._batch, []
+
+        def durable(first: int, last: int, result: Any) -> None:
+            failed = isinstance(result, BaseException)
+            if failed:
+                log.warning("MQTT %s: %d publishes failed: %s", self.peer, last - first + 1, result)
+            for pending in batch[first:last + 1]:
+                p = pending.packet
+                if failed:
+                    pending.code = UNSPECIFIED_ERROR
+                else:
+                    if p.retain and p.qos:
+                        self.room.retain(pending.message, p.qos)
+                    pending.code = NO_MATCHING_SUBSCRIBERS if pending.unrouted and self.version == MQTT_5 else 0
             self._flush_acks()
 
         try:
-            routed.append(self.room.publish(message, durable))
+            out = self.room.publish_many([(EXCHANGE, b.message.envelope.routing_key, b.message, None)
+                                          for b in batch], durable)
         except LogbusError as e:
-            log.info("MQTT %s: a publish to %r was refused: %s", self.peer, topic, e)
-            if slot[0] is None:
-                slot[0] = (p, UNSPECIFIED_ERROR)
-        if slot[0] is not None and slot[0][1] == NO_MATCHING_SUBSCRIBERS and routed == [True]:
-            slot[0] = (p, 0)
+            log.info("MQTT %s: %d publishes refused: %s", self.peer, len(batch), e)
+            for pending in batch:
+                pending.code = UNSPECIFIED_ERROR
+            self._flush_acks()
+            return
+        for i in out.unrouted:
+            pending = batch[i]
+            pending.unrouted = True
+            if pending.code == 0 and self.version == MQTT_5:
+                pending.code = NO_MATCHING_SUBSCRIBERS
+        if out.error is not None:
+            log.info("MQTT %s: publishes refused: %s", self.peer, out.error)
+            for pending in batch[out.done:]:
+                pending.code = UNSPECIFIED_ERROR
         self._flush_acks()
 
     def _refused_publish(self, p: Publish, code: int) -> None:
@@ -414,15 +466,16 @@ class MqttProtocol(Protocol):
             return
         if p.qos == 0:
             return
-        slot: list[Any] = [(p, code)]
-        self._acks.append(slot)
+        pending = _Pending(p, Message())
+        pending.code = code
+        self._acks.append(pending)
         self._flush_acks()
 
     def _flush_acks(self) -> None:
         """Send the answers of publishes that are ready, in the order they came."""
         acks = self._acks
-        while acks and acks[0][0] is not None:
-            p, code = acks.popleft()[0]
+        while acks and (code := acks[0].code) is not None:
+            p = acks.popleft().packet
             if self.state is not State.CONNECTED:
                 continue
             if code >= 0x80 and self.version < MQTT_5:
@@ -482,7 +535,7 @@ class MqttProtocol(Protocol):
                 del s.outbound.in_flight[pid]
                 self.room.settle(token)
             return
-        self.transport.write(data)
+        self._emit(data)
         if copy.qos == 2:
             self._save_session()
 
@@ -500,7 +553,7 @@ class MqttProtocol(Protocol):
         if not s.outbound.fits(len(data)):
             s.outbound.in_flight.pop(pid, None)
             return
-        self.transport.write(data)
+        self._emit(data)
 
     def _flush_pending(self) -> None:
         while self._pending and self.state is State.CONNECTED and not self.paused:
@@ -594,6 +647,18 @@ class MqttProtocol(Protocol):
         self._close()
 
 
+class _Pending:
+    """A PUBLISH from the client on its way: its answer is ``code`` once known."""
+
+    __slots__ = ("packet", "message", "code", "unrouted")
+
+    def __init__(self, packet: Publish, message: Message) -> None:
+        self.packet = packet
+        self.message = message
+        self.code: int | None = None
+        self.unrouted = False
+
+
 def _with_alias(props: Properties, alias: int) -> Properties:
     return replace(props, topic_alias=alias)
 
@@ -615,6 +680,25 @@ class MqttFactory(Factory):
         self.anonymous = anonymous  # "on", "off", or "loopback": only from loopback addresses
         self.limits = limits or ServerLimits(maximum_packet_size=max_packet_size, topic_alias_maximum=64)
         self.connections: set[MqttProtocol] = set()
+        self.reading = 0  # connections inside dataReceived
+        self._output: list[MqttProtocol] = []  # connections with output not yet sent
+        self._flush_call: Any = None
+
+    def output_due(self, c: MqttProtocol) -> None:
+        self._output.append(c)
+        if not self.reading and self._flush_call is None:
+            self._flush_call = self.reactor.callLater(0, self.flush)
+
+    def flush(self) -> None:
+        """Send every connection's pending output."""
+        if self._flush_call is not None:
+            if self._flush_call.active():
+                self._flush_call.cancel()
+            self._flush_call = None
+        while self._output:
+            conns, self._output = self._output, []
+            for c in conns:
+                c.flush_output()
 
     def startFactory(self) -> None:
         self.room.start()

@@ -382,6 +382,11 @@ class MqttRoom:
         env = message.envelope
         return bool(self.vhost().publish(EXCHANGE, env.routing_key, message, on_durable=on_durable).routed)
 
+    def publish_many(self, items: list[tuple[str, str, Message, Any]],
+                     on_durable: Callable[[int, int, Any], object] | None = None) -> Any:
+        """Consecutive publishes of one read, together (the vhost's ``publish_many``)."""
+        return self.vhost().publish_many(items, on_durable)
+
     def retain(self, message: Message, qos: int) -> None:
         """Keep (or, with an empty payload, clear) the retained message of its topic."""
         env = message.envelope
