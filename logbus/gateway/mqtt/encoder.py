@@ -75,21 +75,25 @@ def _version_5(version: int, what: str) -> None:
 
 
 def _publish(p: Publish, version: int) -> bytes:
-    qos = p.qos
+    return encode_publish(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, p.properties, version)
+
+
+def encode_publish(topic: str, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int,
+                   props: Properties, version: int) -> bytes:
+    """A PUBLISH from its fields (the delivery hot path: no Publish is built)."""
     if not 0 <= qos <= 2:
         raise LocalProtocolError(f"PUBLISH with QoS {qos}")
-    first = 0x30 | (p.dup << 3) | (qos << 1) | p.retain
-    topic = encode_string(p.topic)
+    head = encode_string(topic)
     if qos:
-        topic += _u16(p.packet_id, "packet identifier")
-    elif p.packet_id or p.dup:
+        head += _u16(packet_id, "packet identifier")
+    elif packet_id or dup:
         raise LocalProtocolError("a QoS 0 PUBLISH has no packet identifier and no DUP")
-    props = p.properties
     if version == MQTT_5:
-        topic += EMPTY_BLOCK if props is NO_PROPERTIES else encode_properties(props, PUBLISH)
+        head += EMPTY_BLOCK if props is NO_PROPERTIES else encode_properties(props, PUBLISH)
     elif props is not NO_PROPERTIES and props != NO_PROPERTIES:
         raise LocalProtocolError(f"properties in an MQTT {version} PUBLISH")
-    return b"".join((bytes((first,)), encode_vbi(len(topic) + len(p.payload)), topic, p.payload))
+    first = 0x30 | (dup << 3) | (qos << 1) | retain
+    return b"".join((bytes((first,)), encode_vbi(len(head) + len(payload)), head, payload))
 
 
 def _ack_writer(kind: int, flags: int) -> Callable[[Any, int], bytes]:

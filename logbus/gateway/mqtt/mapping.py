@@ -20,7 +20,7 @@ properties, with the message expiry interval lowered by the time the message wai
 
 from __future__ import annotations
 
-from ...core.message import Envelope, Message
+from ...core.message import ENVELOPE_HEADER, Envelope, Message
 from .packets import Publish
 from .properties import NO_PROPERTIES, Properties
 from .topic_map import Unmappable, to_amqp, to_mqtt_name
@@ -31,8 +31,26 @@ _MQTT = Envelope.MQTT
 _AMQP = Envelope.AMQP
 
 
-def message_from_publish(topic: str, p: Publish, client_id: str, now_ms: int) -> Message:
-    """The message a client's PUBLISH (its topic alias resolved to ``topic``) is."""
+ENVELOPE_CACHE = 256  # envelopes a connection remembers, per (topic, QoS, retain)
+EnvelopeCache = dict[tuple[str, int, bool], tuple[Envelope, list[tuple[str, bytes | None]]]]
+
+
+def message_from_publish(topic: str, p: Publish, client_id: str, now_ms: int,
+                         cache: EnvelopeCache | None = None) -> Message:
+    """The message a client's PUBLISH (its topic alias resolved to ``topic``) is. A PUBLISH
+    without properties shares its envelope (and the envelope's encoded record header)
+    with the connection's earlier ones to the same topic, QoS and retain flag, when given
+    their ``cache``: nothing changes a message's envelope in place."""
+    if cache is not None and p.properties is NO_PROPERTIES:
+        key = (topic, p.qos, p.retain)
+        hit = cache.get(key)
+        if hit is None:
+            env = Envelope(protocol=_MQTT, exchange=EXCHANGE, routing_key=to_amqp(topic), mqtt_topic=topic,
+                           mqtt_qos=p.qos, mqtt_retain=p.retain, mqtt_client_id=client_id)
+            if len(cache) >= ENVELOPE_CACHE:
+                cache.clear()
+            hit = cache[key] = (env, [(ENVELOPE_HEADER, env.SerializeToString())])
+        return Message(topic.encode(), p.payload, now_ms, [], hit[0], record_headers=hit[1])
     env = Envelope(protocol=_MQTT, exchange=EXCHANGE, routing_key=to_amqp(topic), mqtt_topic=topic,
                    mqtt_qos=p.qos, mqtt_retain=p.retain, mqtt_client_id=client_id)
     props = p.properties

@@ -46,9 +46,9 @@ from ...core.queues.service import Delivery
 from ..output import direct_writer
 from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
 from .decoder import Decoder
-from .encoder import encode
+from .encoder import encode, encode_publish
 from .inbound import DUPLICATE, Inbound
-from .mapping import EXCHANGE, message_from_publish, outgoing_properties, outgoing_topic, published_qos
+from .mapping import EXCHANGE, EnvelopeCache, message_from_publish, outgoing_properties, outgoing_topic, published_qos
 from .outbound import RELEASED
 from .packets import (
     Auth, ConnAck, Connect, Disconnect, PingReq, PingResp, PubAck, PubComp, Publish, PubRec, PubRel,
@@ -128,6 +128,7 @@ class MqttProtocol(Protocol):
         self._timer: Any = None  # CONNECT timeout, then keep alive
         self._acks: deque[_Pending] = deque()  # QoS 1/2 PUBLISHes not answered yet, in order
         self._batch: list[_Pending] = []  # PUBLISHes of this read, published together
+        self._envelopes: EnvelopeCache = {}  # shared by this connection's PUBLISHes without properties
         self._pending: deque[Publish] = deque()  # retained messages waiting for room in flight
         self._may_write = True  # write access to amq.topic
         self._may_read = True
@@ -412,7 +413,7 @@ class MqttProtocol(Protocol):
         if refusal:
             self._refused_publish(p, refusal)
             return
-        message = message_from_publish(topic, p, session.client_id, self.room.clock())
+        message = message_from_publish(topic, p, session.client_id, self.room.clock(), self._envelopes)
         if p.qos == 0 and p.retain:
             self.room.retain(message, 0)
         pending = _Pending(p, message)
@@ -521,15 +522,16 @@ class MqttProtocol(Protocol):
         if topic is None or copy is None or props is None:
             self.room.settle(token)  # not for this session (or expired): done with
             return
-        pid_before = s.restored.pop((d.queue, d.receipt.seq), 0)
-        if copy.qos == 0:
+        pid_before = s.restored.pop((d.queue, d.receipt.seq), 0) if s.restored else 0
+        qos = copy.qos
+        if qos == 0:
             self.room.settle(token)
-        pid = s.outbound.send(copy.qos, token, pid_before)
+        pid = s.outbound.send(qos, token, pid_before)
         name, alias = s.outbound.alias(topic) if self.version == MQTT_5 else (topic, None)
         if alias is not None:
             props = _with_alias(props, alias)
-        data = encode(Publish(name, message.value or b"", copy.qos, copy.retain,
-                              copy.qos > 0 and (d.entry.deliveries > 1 or bool(pid_before)), pid, props), self.version)
+        data = encode_publish(name, message.value or b"", qos, copy.retain,
+                              qos > 0 and (d.entry.deliveries > 1 or bool(pid_before)), pid, props, self.version)
         if not s.outbound.fits(len(data)):  # larger than the client takes: dropped as if sent
             if pid:
                 del s.outbound.in_flight[pid]

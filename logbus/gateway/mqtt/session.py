@@ -23,7 +23,7 @@ client already knows (``restored``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...core.queues.queue import Receipt
 from ...core.state_pb2 import MqttSessionRecord
@@ -33,8 +33,7 @@ from .packets import Subscription
 from .subscriptions import Subscriptions
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
+class Token(NamedTuple):
     """What settles a message sent to the client: its queue and lease."""
 
     queue: str

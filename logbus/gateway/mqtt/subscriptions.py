@@ -60,19 +60,36 @@ class Copy:
     subscription_ids: tuple[int, ...] = ()
 
 
+MATCH_CACHE = 1024  # topics whose matching subscriptions a session remembers
+
+
 @dataclass
 class Subscriptions:
     by_filter: dict[str, tuple[Subscription, int | None]] = field(default_factory=dict)  # filter -> (options, id)
+    # topic -> the subscriptions matching it, until the subscriptions change
+    _matched: dict[str, list[tuple[Subscription, int | None]]] = field(default_factory=dict, repr=False)
 
     def subscribe(self, s: Subscription, subscription_id: int | None = None) -> bool:
         """Add or replace; True when the filter was subscribed already."""
         existed = s.topic_filter in self.by_filter
         self.by_filter[s.topic_filter] = (s, subscription_id)
+        self._matched.clear()
         return existed
 
     def unsubscribe(self, topic_filter: str) -> bool:
         """False when there was no such subscription (UNSUBACK 0x11 in 5.0)."""
+        self._matched.clear()
         return self.by_filter.pop(topic_filter, None) is not None
+
+    def matching(self, topic: str) -> list[tuple[Subscription, int | None]]:
+        """The subscriptions whose filter matches ``topic`` (remembered per topic)."""
+        found = self._matched.get(topic)
+        if found is None:
+            found = [(s, sid) for s, sid in self.by_filter.values() if matches(inner_filter(s.topic_filter), topic)]
+            if len(self._matched) >= MATCH_CACHE:
+                self._matched.clear()
+            self._matched[topic] = found
+        return found
 
     def copy(self, topic: str, qos: int, retain: bool, *, own: bool) -> Copy | None:
         """The session's copy of a message published to ``topic`` with ``qos`` and
@@ -80,10 +97,8 @@ class Subscriptions:
         best = -1
         keep_retain = False
         ids: list[int] = []
-        for s, sid in self.by_filter.values():
+        for s, sid in self.matching(topic):
             if own and s.no_local:
-                continue
-            if not matches(inner_filter(s.topic_filter), topic):
                 continue
             best = max(best, s.qos)
             keep_retain |= s.retain_as_published
