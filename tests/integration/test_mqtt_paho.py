@@ -339,3 +339,18 @@ def test_topics_with_dots_spaces_and_unicode_round_trip(server: Any) -> None:
     assert [m.topic for m in sub.take(len(topics))] == topics
     sub.close()
     pub.close()
+
+
+def test_retained_message_keeps_its_properties_and_gets_the_subscription_id(server: Any) -> None:
+    base = unique("retprops")
+    pub = Paho(server, unique("pub"), version=5)
+    pub.publish(f"{base}/s", b"v", 1, retain=True,
+                properties=props(PacketTypes.PUBLISH, UserProperty=[("unit", "°C")], ContentType="text/plain"))
+    sub = Paho(server, unique("sub"), version=5)
+    sub.subscribe(f"{base}/#", 1, properties=props(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=42))
+    m = sub.next_message()
+    assert (m.payload, m.retain) == (b"v", True)
+    assert m.properties.UserProperty == [("unit", "°C")] and m.properties.ContentType == "text/plain"
+    assert m.properties.SubscriptionIdentifier == [42]
+    sub.close()
+    pub.close()

@@ -42,6 +42,7 @@ from twisted.python.failure import Failure
 from ...core.access.topic_permissions import TopicPerm
 from ...core.errors import LogbusError
 from ...core.message import Envelope, Message
+from ...core.state_pb2 import RetainedRecord
 from ...core.queues.service import Delivery
 from ..output import direct_writer
 from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
@@ -607,7 +608,7 @@ class MqttProtocol(Protocol):
         assert s is not None
         sid = p.properties.subscription_identifiers[0] if p.properties.subscription_identifiers else None
         codes: list[int] = []
-        retained: list[tuple[str, int]] = []
+        retained: list[tuple[str, int]] = []  # (filter, maximum QoS)
         for sub in p.subscriptions:
             if not self._may_read or not self._topic_allowed("read", binding_key(inner_filter(sub.topic_filter))):
                 codes.append(NOT_AUTHORIZED if self.version == MQTT_5 else 0x80)
@@ -622,7 +623,9 @@ class MqttProtocol(Protocol):
             for rec in self.room.retained.match(topic_filter):
                 if rec.topic.startswith("$") and topic_filter[:1] in ("+", "#"):
                     continue
-                self._send_retained(_retained_publish(rec, qos, self.version, now))
+                retained_publish = _retained_publish(rec, qos, self.version, now, sid)
+                if retained_publish is not None:
+                    self._send_retained(retained_publish)
         self.room.dispatch(s)
 
     def _unsubscribe(self, p: Unsubscribe) -> None:
@@ -665,10 +668,16 @@ def _with_alias(props: Properties, alias: int) -> Properties:
     return replace(props, topic_alias=alias)
 
 
-def _retained_publish(rec: Any, qos: int, version: int, now_ms: int) -> Publish:
+def _retained_publish(rec: RetainedRecord, qos: int, version: int, now_ms: int,
+                      subscription_id: int | None) -> Publish | None:
+    """The PUBLISH of a retained message for a new subscription (None: it has expired)."""
     env = Envelope.FromString(rec.envelope) if rec.envelope else Envelope()
-    props = outgoing_properties(Message(None, rec.payload, None, [], env), version, now_ms)
-    return Publish(rec.topic, rec.payload, min(qos, rec.qos), True, properties=props or Properties())
+    headers = [(h.key, h.value if h.HasField("value") else None) for h in rec.headers]
+    props = outgoing_properties(Message(None, rec.payload, None, headers, env), version, now_ms,
+                                (subscription_id,) if subscription_id else ())
+    if props is None:
+        return None
+    return Publish(rec.topic, rec.payload, min(qos, rec.qos), True, properties=props)
 
 
 class MqttFactory(Factory):

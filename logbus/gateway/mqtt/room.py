@@ -390,9 +390,13 @@ class MqttRoom:
     def retain(self, message: Message, qos: int) -> None:
         """Keep (or, with an empty payload, clear) the retained message of its topic."""
         env = message.envelope
-        self.retained.retain(RetainedRecord(topic=env.mqtt_topic, payload=message.value or b"", qos=qos,
-                                            envelope=env.SerializeToString(), time_ms=self.clock(),
-                                            expires_at_ms=env.expires_at_ms))
+        record = RetainedRecord(topic=env.mqtt_topic, payload=message.value or b"", qos=qos,
+                                envelope=env.SerializeToString(), time_ms=self.clock(), expires_at_ms=env.expires_at_ms)
+        for key, value in message.headers:
+            h = record.headers.add(key=key)
+            if value is not None:
+                h.value = value
+        self.retained.retain(record)
 
     def publish_will(self, will: Will, client_id: str) -> None:
         p = Publish(will.topic, will.payload, will.qos, will.retain, properties=will.properties)
