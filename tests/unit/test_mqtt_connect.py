@@ -113,3 +113,12 @@ def test_a_will_response_topic_with_a_wildcard_is_refused() -> None:
     will = Will("w", b"", properties=Properties(response_topic="replies/#"))
     decided = accept_connect(Connect("c", MQTT_5, will=will), LIMITS, new_id)
     assert isinstance(decided, Refused) and decided.connack == ConnAck(False, 0x82)
+
+
+def test_response_information_only_when_asked() -> None:
+    asked = accept_connect(Connect("dev", MQTT_5, properties=Properties(request_response_information=1)), LIMITS,
+                           new_id)
+    assert isinstance(asked, Accepted)
+    assert asked.connack(False, LIMITS).properties.response_information == "response/dev"
+    plain = accept_connect(Connect("dev", MQTT_5), LIMITS, new_id)
+    assert isinstance(plain, Accepted) and plain.connack(False, LIMITS).properties.response_information is None

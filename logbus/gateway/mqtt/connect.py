@@ -14,6 +14,9 @@ Keep alive: 3.1.1 honours the client's value; 5.0 may lower it by Server Keep Al
 maximum then too. The connection is closed after 1.5 times the keep alive without a
 packet (``keep_alive_deadline``).
 
+Request Response Information (5.0): a client asking for it gets Response Information
+``response/<client id>`` in CONNACK, a topic prefix of its own for responses.
+
 Session expiry: 5.0 reads the Session Expiry Interval property (absent: 0, the session
 ends with the connection); 3.1.1 has none, so clean session 0 means a session kept until
 a clean connect (``NEVER_EXPIRES``), and clean session 1 means 0.
@@ -32,6 +35,9 @@ from .wire import MQTT_3_1, MQTT_5
 
 MAX_CLIENT_ID = 65535  # characters: the most a UTF-8 string field can hold anyway
 MQTT_3_1_MAX_CLIENT_ID = 23
+# Response Information (MQTT 5 section 4.10): the topic prefix a client that asks may use
+# for responses to its requests, its own: response/<client id>
+RESPONSE_PREFIX = "response/"
 NEVER_EXPIRES = 0xFFFFFFFF  # the session expiry interval that means "never" (MQTT 5)
 DEFAULT_RECEIVE_MAXIMUM = 65535  # a client that gives none (MQTT 5 section 3.1.2.11.3)
 
@@ -60,6 +66,7 @@ class Accepted:
     will: Will | None
     username: str | None
     password: bytes | None
+    response_information: bool = False  # the client asked for Response Information (5.0)
 
     def connack(self, session_present: bool, limits: ServerLimits) -> ConnAck:
         """The CONNACK accepting it: in 5.0 with what the client must know of us."""
@@ -71,6 +78,7 @@ class Accepted:
             receive_maximum=limits.receive_maximum if limits.receive_maximum != DEFAULT_RECEIVE_MAXIMUM else None,
             topic_alias_maximum=limits.topic_alias_maximum or None,
             maximum_packet_size=limits.maximum_packet_size or None,
+            response_information=f"{RESPONSE_PREFIX}{self.client_id}" if self.response_information else None,
         )
         return ConnAck(session_present, 0, props)
 
@@ -116,6 +124,7 @@ def accept_connect(c: Connect, limits: ServerLimits, new_client_id: Callable[[],
         maximum_packet_size=p.maximum_packet_size or 0,
         topic_alias_maximum=p.topic_alias_maximum or 0,
         will=c.will, username=c.username, password=c.password,
+        response_information=version == MQTT_5 and p.request_response_information == 1,
     )
 
 

@@ -55,7 +55,7 @@ from .packets import (
     Auth, ConnAck, Connect, Disconnect, PingReq, PingResp, PubAck, PubComp, Publish, PubRec, PubRel,
     SubAck, Subscribe, UnsubAck, Unsubscribe, Will,
 )  # fmt: skip
-from .properties import Properties
+from .properties import NO_PROPERTIES, Properties
 from .reasons import (
     BAD_AUTHENTICATION_METHOD, BAD_USER_NAME_OR_PASSWORD, DISCONNECT_WITH_WILL_MESSAGE, NOT_AUTHORIZED,
     NO_MATCHING_SUBSCRIBERS, NO_SUBSCRIPTION_EXISTED, PAYLOAD_FORMAT_INVALID, PROTOCOL_ERROR,
@@ -230,15 +230,15 @@ class MqttProtocol(Protocol):
                 code = e.reason_code if e.level == MQTT_5 else 1
                 self._write(ConnAck(False, code), MQTT_5 if e.level == MQTT_5 else 4)
             elif version == MQTT_5:
-                self._write(ConnAck(False, e.reason_code), MQTT_5)
+                self._write(ConnAck(False, e.reason_code, _reason(e.text)), MQTT_5)
         else:
-            self._disconnect_with(e.reason_code)
+            self._disconnect_with(e.reason_code, e.text)
         self._close()
 
     def _disconnect_with(self, code: int, text: str | None = None) -> None:
         """A server DISCONNECT (5.0 only; a 3.1.1 connection is just closed)."""
         if self.version == MQTT_5 and self.state is State.CONNECTED:
-            self._write(Disconnect(code, Properties(reason_string=text) if text else Properties()))
+            self._write(Disconnect(code, _reason(text)))
 
     def _close(self) -> None:
         """Close the socket; the session is detached (will included) as the connection ends."""
@@ -261,6 +261,8 @@ class MqttProtocol(Protocol):
         self._close()
 
     def shutdown(self) -> None:
+        """The broker stops: no will (the client did not go away; Mosquitto does the same)."""
+        self.will = None
         self._disconnect_with(SERVER_SHUTTING_DOWN)
         self._close()
 
@@ -348,7 +350,8 @@ class MqttProtocol(Protocol):
 
     def _refuse(self, code: int, why: str) -> None:
         log.info("MQTT %s: CONNECT refused (0x%02X): %s", self.peer, code, why)
-        self._emit(encode(ConnAck(False, code), self.version))
+        self._emit(encode(ConnAck(False, code, _reason(why) if self.version == MQTT_5 else NO_PROPERTIES),
+                          self.version))
         self._close()
 
     def _login(self, acc: Accepted) -> str | None:
@@ -650,6 +653,12 @@ class MqttProtocol(Protocol):
         if p.reason_code != DISCONNECT_WITH_WILL_MESSAGE:
             self.will = None
         self._close()
+
+
+def _reason(text: str | None) -> Properties:
+    """A Reason String (MQTT 5: CONNACK and DISCONNECT may carry one whatever the client's
+    Request Problem Information), kept short enough for any client's packet size."""
+    return Properties(reason_string=text[:200]) if text else NO_PROPERTIES
 
 
 class _Pending:
