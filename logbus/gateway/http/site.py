@@ -7,6 +7,8 @@
     /api/users[/<name>]      users.Users, users.UserResource        } administrators only
     /api/vhosts[/<name>]     vhosts.VHosts, vhosts.VHostResource    } (HTTP Basic,
     /api/permissions[/<vhost>/<user>]  permissions.*                } auth.py)
+    /api/mqtt/clients[/<id>]   mqtt.MqttClients, mqtt.MqttClient    }
+    /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttSession  }
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from twisted.web import http, resource, server
 from .health import Health
 from .limits import Limits
 from .metrics import Metrics
+from .mqtt import MqttClients, MqttSessions
 from .permissions import Permissions
 from .pop import Pop
 from .request import LimitedRequest
@@ -50,6 +53,7 @@ def build_resource(broker: Broker) -> Directory:
         b"vhosts": VHosts(broker),
         b"permissions": Permissions(broker),
         b"pop": Pop(broker),
+        b"mqtt": _directory({b"clients": MqttClients(broker), b"sessions": MqttSessions(broker)}),
     })
     return _directory({
         b"healthz": Health(),
