@@ -10,6 +10,8 @@ gateway/http/client.py.
     logbus pop invisible GROUP TOPIC HANDLE MS
     logbus pop list [--json]
     logbus dlq replay GROUP [--topic T] [--max N] [--json]
+    logbus mqtt clients | sessions [--json]          [--server URL] [--user U] [--password P]
+    logbus mqtt kick | delete-session CLIENT_ID
     logbus export parquet --topic T --out DIR [--data-dir DIR] [--include-headers]
 """
 
@@ -25,6 +27,12 @@ from typing import Any
 
 from .config import LISTENERS, ConfigError, load_settings
 from .gateway.http.client import DEFAULT_SERVER, AdminClient, AdminError
+
+# The administrator the `mqtt` commands log in as (HTTP Basic): the first boot's default
+# user unless the flags or these variables say otherwise.
+USER_ENV, PASSWORD_ENV = "LOGBUS_USER", "LOGBUS_PASSWORD"
+DEFAULT_USER = DEFAULT_PASSWORD = "guest"
+NEVER_EXPIRES = 0xFFFFFFFF  # an MQTT session expiry interval that means "never"
 
 PROG = "logbus"
 _DETAIL = "partition_detail"
@@ -180,6 +188,34 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--max", type=int, metavar="N", help="messages at most (default: all)")
     replay.add_argument("--json", action="store_true", help="print the counts as JSON")
     replay.set_defaults(command=cmd_dlq_replay)
+
+    admin = argparse.ArgumentParser(add_help=False, parents=[common])
+    admin.add_argument("--user", metavar="NAME", default=os.environ.get(USER_ENV) or DEFAULT_USER,
+                       help=f"an administrator's user name (default: {USER_ENV} or {DEFAULT_USER})")
+    admin.add_argument("--password", metavar="PASSWORD", default=os.environ.get(PASSWORD_ENV) or DEFAULT_PASSWORD,
+                       help=f"its password (default: {PASSWORD_ENV} or {DEFAULT_PASSWORD}; prefer the"
+                            " variable to the flag, which ps shows)")
+    mqtt = commands.add_parser("mqtt", help="MQTT clients and sessions (over the HTTP API, as an administrator)",
+                               description="List the MQTT clients and sessions of a running broker, disconnect"
+                               " a client, end a session (docs/mqtt.md, Administration).")
+    mqtt_commands = mqtt.add_subparsers(title="mqtt commands", metavar="COMMAND", required=True)
+    clients = mqtt_commands.add_parser("clients", parents=[admin], help="list the connected clients")
+    clients.add_argument("--json", action="store_true", help="print the API's JSON")
+    clients.set_defaults(command=cmd_mqtt_list, what="clients")
+    sessions = mqtt_commands.add_parser("sessions", parents=[admin],
+                                        help="list every session, connected or kept offline")
+    sessions.add_argument("--json", action="store_true", help="print the API's JSON")
+    sessions.set_defaults(command=cmd_mqtt_list, what="sessions")
+    kick = mqtt_commands.add_parser("kick", parents=[admin], help="disconnect a client", description=(
+        "Close a connected client's connection (MQTT 5: DISCONNECT 0x98 Administrative action)."
+        " Its session stays if it outlives its connection; its will, if any, is published."))
+    kick.add_argument("client_id", metavar="CLIENT_ID")
+    kick.set_defaults(command=cmd_mqtt_kick)
+    delete_session = mqtt_commands.add_parser("delete-session", parents=[admin], help="end a session", description=(
+        "End a client's session: its subscriptions and queued messages go. A connected client is"
+        " disconnected first (MQTT 5: DISCONNECT 0x98); its next connect opens a new session."))
+    delete_session.add_argument("client_id", metavar="CLIENT_ID")
+    delete_session.set_defaults(command=cmd_mqtt_delete_session)
 
     export = commands.add_parser("export", help="export a topic's records from the log files")
     export_commands = export.add_subparsers(title="formats", metavar="FORMAT", required=True)
@@ -379,7 +415,9 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-_HINTS = {"stale_receipt": "it was settled, its invisible time lapsed, or it was received again"}
+_HINTS = {"stale_receipt": "it was settled, its invisible time lapsed, or it was received again",
+          "unauthorized": f"an administrator's credentials are needed: --user and --password, or {USER_ENV}"
+                          f" and {PASSWORD_ENV}"}
 
 
 def error_line(code: str, message: str) -> str:
@@ -419,6 +457,61 @@ def replay_summary(result: dict[str, Any]) -> str:
     if result["skipped"]:
         line += f"; {result['skipped']} skipped (no topic to publish them to; see the broker's log)"
     return line
+
+
+# --- mqtt -------------------------------------------------------------------------------------
+
+
+def cmd_mqtt_list(args: argparse.Namespace) -> int:
+    client = _admin_client(args)
+    connected = args.what == "clients"
+    sessions = client.mqtt_clients() if connected else client.mqtt_sessions()
+    if args.json:
+        print(json.dumps(sessions, indent=2))
+    elif not sessions:
+        print("no MQTT clients connected" if connected else "no MQTT sessions")
+    else:
+        print(table(["CLIENT ID", "USER", "PEER" if connected else "CONNECTED", "PROTOCOL", "EXPIRY",
+                     "SUBSCRIPTIONS", "QUEUED", "IN FLIGHT"], [session_row(s) for s in sessions]))
+    return 0
+
+
+def cmd_mqtt_kick(args: argparse.Namespace) -> int:
+    _admin_client(args).mqtt_kick(args.client_id)
+    print(f"disconnected MQTT client {printable(args.client_id)}")
+    return 0
+
+
+def cmd_mqtt_delete_session(args: argparse.Namespace) -> int:
+    _admin_client(args).mqtt_delete_session(args.client_id)
+    print(f"deleted the MQTT session of {printable(args.client_id)}")
+    return 0
+
+
+def _admin_client(args: argparse.Namespace) -> AdminClient:
+    return AdminClient(args.server, auth=(args.user, args.password))
+
+
+def session_row(s: dict[str, Any]) -> list[str]:
+    """An MQTT session's table row: client id, user, peer (or "offline"), protocol, expiry,
+    subscriptions as FILTER:QOS, queued messages, messages in flight."""
+    return [printable(s["client_id"]), printable(s["user"] or "-"),
+            printable(s["peer"]) if s["connected"] else "offline", s["protocol"], expiry(s["expiry_interval"]),
+            ", ".join(printable(f"{sub['filter']}:{sub['qos']}") for sub in s["subscriptions"]) or "-",
+            str(s["queued"]), str(s["in_flight"])]
+
+
+def expiry(seconds: int) -> str:
+    """A session expiry interval: ``0s`` (ends with its connection), ``10m``, ``never``."""
+    if seconds >= NEVER_EXPIRES:
+        return "never"
+    return _ms(seconds * 1000) if seconds else "0s"
+
+
+def printable(text: str) -> str:
+    """``text`` on one line of a table: control characters escaped."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 # --- export -----------------------------------------------------------------------------------

@@ -7,12 +7,17 @@
     client.pop_ack("billing", "orders", [handle]); client.pop_nack(...); client.pop_invisible(...)
     client.pop_groups(); client.dlq_replay("billing", topic="orders")   # -> counts
 
+    admin = AdminClient(url, auth=("guest", "guest"))   # HTTP Basic, for the administrators' endpoints
+    admin.mqtt_clients(); admin.mqtt_sessions()          # -> [session JSON]
+    admin.mqtt_kick("sensor-1"); admin.mqtt_delete_session("sensor-1")
+
 Failures raise AdminError: ``Unreachable`` when no logbus answers at the URL, otherwise
 the server's ``{"error": code, "message": text}`` with the HTTP status.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import urllib.error
@@ -36,9 +41,12 @@ class Unreachable(AdminError):
 
 
 class AdminClient:
-    def __init__(self, server: str = DEFAULT_SERVER, timeout: float = 30.0) -> None:
+    def __init__(self, server: str = DEFAULT_SERVER, timeout: float = 30.0,
+                 auth: tuple[str, str] | None = None) -> None:
         self.server = server.rstrip("/")
         self.timeout = timeout
+        self.authorization = None if auth is None else "Basic " + base64.b64encode(
+            f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
         # Talk to the broker directly, whatever http_proxy says.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -95,10 +103,24 @@ class AdminClient:
             body["max"] = max
         return self._call("POST", "/api/pop/" + quote(group, safe="") + "/dlq/replay", body)
 
+    def mqtt_clients(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/mqtt/clients")
+
+    def mqtt_sessions(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/mqtt/sessions")
+
+    def mqtt_kick(self, client_id: str) -> None:
+        self._call("DELETE", "/api/mqtt/clients/" + quote(client_id, safe=""))
+
+    def mqtt_delete_session(self, client_id: str) -> None:
+        self._call("DELETE", "/api/mqtt/sessions/" + quote(client_id, safe=""))
+
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         url = self.server + path
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, method=method)
+        if self.authorization is not None:
+            request.add_header("Authorization", self.authorization)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:

@@ -8,6 +8,8 @@
     /api/vhosts[/<name>]     vhosts.VHosts, vhosts.VHostResource    } (HTTP Basic,
     /api/permissions[/<vhost>/<user>]  permissions.*                } auth.py)
     /api/topic-permissions[/<vhost>/<user>]  topic_permissions.*    }
+    /api/mqtt/clients[/<id>]   mqtt.MqttClients, mqtt.MqttClient    }
+    /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttSession  }
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from twisted.web import http, resource, server
 from .health import Health
 from .limits import Limits
 from .metrics import Metrics
+from .mqtt import MqttClients, MqttSessions
 from .permissions import Permissions
 from .pop import Pop
 from .request import LimitedRequest
@@ -53,6 +56,7 @@ def build_resource(broker: Broker) -> Directory:
         b"permissions": Permissions(broker),
         b"topic-permissions": TopicPermissions(broker),
         b"pop": Pop(broker),
+        b"mqtt": _directory({b"clients": MqttClients(broker), b"sessions": MqttSessions(broker)}),
     })
     return _directory({
         b"healthz": Health(),

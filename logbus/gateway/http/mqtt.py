@@ -1,0 +1,98 @@
+"""MQTT clients and sessions (administrators only: auth.py), over the broker's MQTT room.
+
+    GET    /api/mqtt/clients              200 [session, ...]: the connected ones
+    GET    /api/mqtt/sessions             200 [session, ...]: all, connected or kept offline
+    DELETE /api/mqtt/clients/<id>         204: the client is disconnected (MQTT 5: DISCONNECT
+                                          0x98 Administrative action) | 404 not connected
+    DELETE /api/mqtt/sessions/<id>        204: the session ends, its queued messages and
+                                          subscriptions with it (a connected client is
+                                          disconnected first) | 404 no such session
+
+A session is ``{"client_id", "user", "connected", "peer", "protocol", "clean",
+"expiry_interval", "subscriptions": [{"filter", "qos"}, ...], "queued", "in_flight"}``.
+``<id>`` is one URL-encoded path segment: a client id may hold any character (``/`` is
+``%2F``). With no MQTT listener (``--mqtt`` and ``--mqtt-ws`` off) the broker has no MQTT
+room and every path here is 404, saying so.
+
+The room is the MQTT gateway's (``broker.rooms["mqtt"]``); this module knows it only as
+``MqttAdmin``, so the HTTP gateway does not import the MQTT one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from twisted.web import resource, server
+
+from .auth import AdminResource, path_name
+from .responses import HttpError, Response
+
+if TYPE_CHECKING:
+    from ...core.broker import Broker
+
+ROOM = "mqtt"
+
+
+class MqttAdmin(Protocol):
+    """What the HTTP API uses of the MQTT room (gateway/mqtt/room.py's MqttRoom)."""
+
+    def describe(self) -> list[dict[str, Any]]: ...
+    def kick(self, client_id: str) -> bool: ...
+    def delete_session(self, client_id: str) -> bool: ...
+
+
+def mqtt_room(broker: Broker) -> MqttAdmin:
+    """The broker's MQTT room, or 404 when no MQTT listener built one."""
+    room = broker.rooms.get(ROOM)
+    if room is None:
+        raise HttpError(404, "not_found", "the MQTT listener is off: this broker has no MQTT clients"
+                                          " or sessions (start it with --mqtt EP or --mqtt-ws EP)")
+    return cast(MqttAdmin, room)
+
+
+class MqttClients(AdminResource):
+    def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
+        if path == b"":
+            return self  # /api/mqtt/clients/
+        return MqttClient(self.broker, path)
+
+    def handle_GET(self, request: server.Request) -> Response:
+        return Response.json(200, [s for s in mqtt_room(self.broker).describe() if s["connected"]])
+
+
+class MqttClient(AdminResource):
+    isLeaf = True
+
+    def __init__(self, broker: Broker, raw_id: bytes) -> None:
+        super().__init__(broker)
+        self.raw_id = raw_id
+
+    def handle_DELETE(self, request: server.Request) -> Response:
+        client_id = path_name(self.raw_id, "MQTT client")
+        if not mqtt_room(self.broker).kick(client_id):
+            raise HttpError(404, "unknown_client", f"no MQTT client {client_id!r} is connected")
+        return Response.empty(204)
+
+
+class MqttSessions(AdminResource):
+    def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
+        if path == b"":
+            return self  # /api/mqtt/sessions/
+        return MqttSession(self.broker, path)
+
+    def handle_GET(self, request: server.Request) -> Response:
+        return Response.json(200, mqtt_room(self.broker).describe())
+
+
+class MqttSession(AdminResource):
+    isLeaf = True
+
+    def __init__(self, broker: Broker, raw_id: bytes) -> None:
+        super().__init__(broker)
+        self.raw_id = raw_id
+
+    def handle_DELETE(self, request: server.Request) -> Response:
+        client_id = path_name(self.raw_id, "MQTT client")
+        if not mqtt_room(self.broker).delete_session(client_id):
+            raise HttpError(404, "unknown_session", f"no MQTT session of client {client_id!r}")
+        return Response.empty(204)
