@@ -44,6 +44,7 @@ _ENVELOPE_FIELDS: dict[str, st.SearchStrategy[object]] = {
     "deliver_at_ms": _i64,
     "delivery_count": _u32,
     "expires_at_ms": _i64,
+    "mqtt_client_id": _text,
     "dead_letter": st.builds(DeadLetter, topic=_text, partition=_u32, offset=st.integers(0, 2**64 - 1), reason=_text,
                              delivery_count=_u32, queue=_text, time_ms=_i64),
 }
