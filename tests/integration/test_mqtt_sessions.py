@@ -188,3 +188,24 @@ def test_session_expiry_ends_an_offline_session(logbus_server: Any) -> None:
     flags, _, _ = back.connect()
     assert not flags.session_present
     back.close()
+
+
+def test_topic_aliases_towards_the_client(logbus_server: Any) -> None:
+    """A client with a Topic Alias Maximum gets a topic once with an alias, then the alias
+    alone (paho 2.x does not resolve aliases it receives, so a raw client checks)."""
+    server = logbus_server(listeners={"kafka": "off", "http": "off"})
+    base = unique("talias")
+    raw = Raw(server, version=5)
+    raw.send(Connect(unique("raw"), 5, properties=Properties(topic_alias_maximum=1)))
+    raw.expect(ConnAck)
+    raw.send(Subscribe(1, (Subscription(f"{base}/#", 0),)))
+    raw.expect(SubAck)
+    pub = Paho(server, unique("pub"))
+    for topic in ("a", "a", "b", "a"):
+        pub.publish(f"{base}/{topic}", topic.encode(), 0)
+    got = [raw.expect(Publish) for _ in range(4)]
+    assert [(p.topic, p.properties.topic_alias) for p in got] == [
+        (f"{base}/a", 1), ("", 1), (f"{base}/b", 1), (f"{base}/a", 1)]  # one alias: replaced
+    raw.send(Disconnect())
+    raw.close()
+    pub.close()
