@@ -1,0 +1,203 @@
+"""The MQTT connection state machine (gateway/mqtt/protocol.py) on a real broker in a temp
+dir, driven without sockets (Twisted's StringTransport), against a simple model: one
+MQTT 5 client that subscribes, unsubscribes, publishes to itself at each QoS, pings and
+acknowledges, and sometimes breaks the protocol. The model says what must come back:
+one answer per packet, PUBACK/PUBREC in the order of the PUBLISHes, one copy of each
+message per matching session at the highest matching QoS, nothing after a protocol error
+but the DISCONNECT."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from twisted.internet.address import IPv4Address
+from twisted.internet.testing import StringTransport
+
+from logbus.core.broker import Broker
+from logbus.gateway.amqp.model import VHost
+from logbus.gateway.mqtt import (
+    ConnAck, Connect, Decoder, Disconnect, PingReq, PingResp, PubAck, PubComp, Publish, PubRec, PubRel, SubAck,
+    Subscribe, Subscription, UnsubAck, Unsubscribe, encode,
+)  # fmt: skip
+from logbus.gateway.mqtt.protocol import MqttFactory, MqttProtocol
+from logbus.gateway.mqtt.subscriptions import matches
+from tests.loop import LoopReactor
+
+TOPICS = ["a/b", "a/c", "x", "$sys/t"]
+FILTERS = ["a/b", "a/+", "#", "x", "+/c", "$sys/#"]
+
+
+class Client:
+    def __init__(self, factory: MqttFactory, loop: LoopReactor) -> None:
+        self.loop = loop
+        self.protocol: MqttProtocol = factory.buildProtocol(None)
+        self.transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 50000))
+        self.protocol.makeConnection(self.transport)
+        self.decoder = Decoder(version=5)
+
+    def send(self, packet: Any) -> None:
+        self.protocol.dataReceived(encode(packet, 5))
+
+    def received(self) -> list[Any]:
+        data = self.transport.value()
+        self.transport.clear()
+        return self.decoder.feed(data)
+
+    def drop(self) -> None:
+        self.protocol.connectionLost()
+
+
+class MqttSessionMachine(RuleBasedStateMachine):
+    @initialize()
+    def start(self) -> None:
+        self._dir = tempfile.TemporaryDirectory()
+        self.loop = LoopReactor()
+        self.broker = Broker(Path(self._dir.name), reactor=self.loop, vhost_model=VHost)
+        self.broker.start()
+        self.factory = MqttFactory(self.broker, self.loop)
+        self.factory.startFactory()
+        self.client: Client | None = None
+        self.subs: dict[str, int] = {}  # the model: filter -> maximum QoS
+        self.next_id = 1
+        self.expected: list[tuple[str, bytes, int]] = []  # messages to us not yet seen
+        self.payloads = 0
+
+    def teardown(self) -> None:
+        if getattr(self, "broker", None) is not None:
+            if self.client is not None:
+                self.client.drop()
+            self.factory.stopFactory()
+            self.loop.wait(self.broker.stop())
+            self._dir.cleanup()
+
+    def _pid(self) -> int:
+        pid = self.next_id
+        self.next_id = self.next_id % 65535 + 1
+        return pid
+
+    def _settle(self) -> list[Any]:
+        """Run the loop until every publish is durable, answering deliveries as a client
+        does; what came back (deliveries checked against the model here)."""
+        assert self.client is not None
+        out: list[Any] = []
+        for _ in range(200):
+            self.loop.run_once(block=0.005)
+            got = self.client.received()
+            for p in got:
+                if isinstance(p, Publish):
+                    self._delivered(p)
+                elif isinstance(p, PubRel):
+                    self.client.send(PubComp(p.packet_id))
+                else:
+                    out.append(p)
+            if not got and not self.client.protocol._acks and not self.client.protocol._out:
+                break
+        return out
+
+    def _delivered(self, p: Publish) -> None:
+        assert self.client is not None
+        want = self.expected.pop(0)
+        assert (p.topic, p.payload, p.qos) == want
+        if p.qos == 1:
+            self.client.send(PubAck(p.packet_id))
+        elif p.qos == 2:
+            self.client.send(PubRec(p.packet_id))
+
+    @precondition(lambda self: self.client is None)
+    @rule()
+    def connect(self) -> None:
+        self.client = Client(self.factory, self.loop)
+        self.client.send(Connect("model", 5, clean_start=True, keep_alive=0))
+        [ack] = self._settle()
+        assert isinstance(ack, ConnAck) and (ack.session_present, ack.reason_code) == (False, 0)
+        self.subs.clear()
+
+    @precondition(lambda self: self.client is not None)
+    @rule(f=st.sampled_from(FILTERS), qos=st.integers(0, 2))
+    def subscribe(self, f: str, qos: int) -> None:
+        assert self.client is not None
+        pid = self._pid()
+        self.client.send(Subscribe(pid, (Subscription(f, qos),)))
+        self.subs[f] = qos
+        assert self._settle() == [SubAck(pid, (qos,))]
+
+    @precondition(lambda self: self.client is not None)
+    @rule(f=st.sampled_from(FILTERS))
+    def unsubscribe(self, f: str) -> None:
+        assert self.client is not None
+        pid = self._pid()
+        self.client.send(Unsubscribe(pid, (f,)))
+        code = 0 if self.subs.pop(f, None) is not None else 0x11
+        assert self._settle() == [UnsubAck(pid, (code,))]
+
+    @precondition(lambda self: self.client is not None)
+    @rule(topic=st.sampled_from(TOPICS), qos=st.integers(0, 2), n=st.integers(1, 3))
+    def publish(self, topic: str, qos: int, n: int) -> None:
+        assert self.client is not None
+        data = b""
+        sent = []
+        for _ in range(n):  # several in one read: published together
+            self.payloads += 1
+            payload = str(self.payloads).encode()
+            pid = self._pid() if qos else 0
+            data += encode(Publish(topic, payload, qos, packet_id=pid), 5)
+            sent.append(pid)
+            granted = [q for f, q in self.subs.items() if matches(f, topic)]
+            if granted:
+                self.expected.append((topic, payload, min(qos, max(granted))))
+        self.client.protocol.dataReceived(data)
+        out = self._settle()
+        answers = [p for p in out if isinstance(p, (PubAck, PubRec))]
+        if qos:
+            assert [p.packet_id for p in answers] == sent  # in the order they came
+            assert all(p.reason_code in (0, 0x10) for p in answers)
+            if qos == 2:
+                for pid in sent:
+                    self.client.send(PubRel(pid))
+                assert self._settle() == [PubComp(pid) for pid in sent]
+        else:
+            assert answers == []
+
+    @precondition(lambda self: self.client is not None)
+    @rule()
+    def ping(self) -> None:
+        assert self.client is not None
+        self.client.send(PingReq())
+        assert self._settle() == [PingResp()]
+
+    @precondition(lambda self: self.client is not None)
+    @rule(bad=st.sampled_from(["connect", "connack"]))
+    def break_the_protocol(self, bad: str) -> None:
+        assert self.client is not None
+        self.client.send(Connect("again", 5) if bad == "connect" else ConnAck())
+        out = self._settle()
+        assert len(out) == 1 and isinstance(out[0], Disconnect) and out[0].reason_code == 0x82
+        assert self.client.transport.disconnecting
+        self.client.drop()
+        self.client = None
+        self.expected.clear()
+
+    @precondition(lambda self: self.client is not None)
+    @rule()
+    def disconnect(self) -> None:
+        assert self.client is not None
+        self.client.send(Disconnect())
+        assert self._settle() == []
+        assert self.client.transport.disconnecting
+        self.client.drop()
+        self.client = None
+
+    @invariant()
+    def nothing_owed(self) -> None:
+        if getattr(self, "client", None) is not None:
+            assert self.expected == [], f"never delivered: {self.expected}"
+
+
+MqttSessionMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=20, deadline=None,
+                                                suppress_health_check=[HealthCheck.too_slow])
+test_mqtt_session_against_a_model = MqttSessionMachine.TestCase
