@@ -84,11 +84,16 @@ def _bytes_array(a: np.ndarray, data: pa.Buffer, start: np.ndarray, length: np.n
 
 def envelope_columns(env: Envelope) -> tuple[str | None, str | None, list[tuple[str, str]]]:
     """(protocol, tag, properties) of an envelope: every other field that is set, by its
-    field name, as text (repeated: space-separated; bytes: hex)."""
+    field name, as text (repeated: space-separated; bytes: hex), and MQTT 5 user
+    properties by their own names."""
     props: list[tuple[str, str]] = []
+    users: dict[str, str] = {}
     for field, value in env.ListFields():
         name = field.name
         if name in ("protocol", "tag"):
+            continue
+        if name == "user_properties":  # by their own names; the last of a repeated name
+            users = {p.key: p.value for p in value}
             continue
         if isinstance(value, bytes):
             text = value.hex()
@@ -99,6 +104,9 @@ def envelope_columns(env: Envelope) -> tuple[str | None, str | None, list[tuple[
         else:
             text = str(value)
         props.append((name, text))
+    if users:  # a user property named as an envelope field gives way to it
+        taken = {name for name, _ in props}
+        props += [(k, v) for k, v in users.items() if k not in taken]
     return _PROTOCOLS.get(env.protocol), env.tag or None, props
 
 

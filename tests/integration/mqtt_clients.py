@@ -134,6 +134,7 @@ class Paho:
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()
+        self._release()
 
     def drop(self) -> None:
         """Close the socket without DISCONNECT (the will is published)."""
@@ -141,6 +142,12 @@ class Paho:
         sock = self.client.socket()
         if sock is not None:
             sock.close()
+        self._release()
+
+    def _release(self) -> None:
+        # paho 2.x's loop_start opens a socket pair that close() does not: left to the
+        # garbage collector, it raises ResourceWarning in some later test
+        self.client._reset_sockets(sockpair_only=True)
 
 
 def props(packet_type: int = PacketTypes.CONNECT, **values: Any) -> PahoProperties:

@@ -104,12 +104,7 @@ def user_properties(received: Any) -> list[tuple[str, str]]:
 
 def close_all(*clients: Paho) -> None:
     for c in clients:
-        c.close()
-        # paho 2.2's loop_stop() leaves open the socket pair loop_start() made, until the
-        # Client is collected; collected as part of a cycle (Paho's callbacks hold the
-        # wrapper), those sockets may be finalized first: a ResourceWarning, which fails
-        # the session. Close them here.
-        c.client._reset_sockets(sockpair_only=True)
+        c.close()  # its socket pair too (Paho._release)
 
 
 # -- MQTT -> AMQP ----------------------------------------------------------------------------

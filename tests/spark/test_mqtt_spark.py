@@ -1,8 +1,9 @@
 """MQTT publishes read by Spark (docs/interop.md): paho publishes to a real ``logbus serve``,
 which is then stopped, and ``spark.read.format("logbus")`` reads its data directory. An
 MQTT publish is a record of the topic ``amq.topic`` keyed by the MQTT topic name itself
-(not the AMQP routing key), its MQTT 5 user properties the record headers, and the rest of
-what it carried (routing key, MQTT topic, QoS, client, content type) in ``properties``."""
+(not the AMQP routing key), its MQTT 5 user properties the record headers and, by name, in
+``properties`` beside the rest of what it carried (routing key, MQTT topic, QoS, client,
+content type)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ def test_mqtt_publishes_as_spark_rows(spark: Any, logbus_server: Any) -> None:
     finally:
         for c in (pub5, pub4):
             c.close()
-            c.client._reset_sockets(sockpair_only=True)  # see close_all in test_mqtt_interop.py
     assert server.stop() == 0
 
     df = (spark.read.format("logbus").option("path", str(server.data_dir))
@@ -42,7 +42,7 @@ def test_mqtt_publishes_as_spark_rows(spark: Any, logbus_server: Any) -> None:
     assert list(four.headers) == []
     assert five.properties == {
         "exchange": "amq.topic", "routing_key": f"{base}.v1/2.temp", "mqtt_topic": topic5,
-        "content_type": "text/plain", "mqtt_qos": "1", "mqtt_client_id": cid5,
+        "content_type": "text/plain", "mqtt_qos": "1", "mqtt_client_id": cid5, "unit": "°C", "k": "v",
     }
     assert four.properties == {
         "exchange": "amq.topic", "routing_key": f"{base}.with space.température", "mqtt_topic": topic4,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logbus.core.envelope_pb2 import DeadLetter
+from logbus.core.envelope_pb2 import DeadLetter, UserProperty
 from logbus.core.errors import CorruptBatch
 from logbus.core.log.batch import Record
 from logbus.core.message import ENVELOPE_HEADER, Envelope, Message
@@ -45,6 +45,7 @@ _ENVELOPE_FIELDS: dict[str, st.SearchStrategy[object]] = {
     "delivery_count": _u32,
     "expires_at_ms": _i64,
     "mqtt_client_id": _text,
+    "user_properties": st.lists(st.builds(UserProperty, key=_text, value=_text), max_size=3),
     "dead_letter": st.builds(DeadLetter, topic=_text, partition=_u32, offset=st.integers(0, 2**64 - 1), reason=_text,
                              delivery_count=_u32, queue=_text, time_ms=_i64),
 }

@@ -68,6 +68,8 @@ def message_from_publish(topic: str, p: Publish, client_id: str, now_ms: int,
         if props.correlation_data is not None:
             env.correlation_data = props.correlation_data
         headers = [(k, v.encode()) for k, v in props.user_properties]
+        for k, v in props.user_properties:
+            env.user_properties.add(key=k, value=v)
     return Message(topic.encode(), p.payload, now_ms, headers, env)
 
 
