@@ -22,6 +22,7 @@ list instead of copying it when nothing is added or removed, so a ``Record`` mad
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -52,6 +53,9 @@ class Message:
     # What every AMQP delivery of this message repeats, encoded on the first one
     # (gateway/amqp/fastpath.py ``deliver_parts``); never stored.
     amqp_wire: tuple[bytes, bytes] | None = field(default=None, compare=False, repr=False)
+    # The last MQTT QoS 0 PUBLISH of this message encoded, with what it was encoded for
+    # (gateway/mqtt/protocol.py ``deliver``): a fan-out encodes it once; never stored.
+    mqtt_wire: tuple[Any, bytes] | None = field(default=None, compare=False, repr=False)
     # What ``to_record`` would make of ``headers`` and ``envelope``, when the publisher
     # already has it (messages with equal properties share one); never stored.
     record_headers: list[tuple[str, bytes | None]] | None = field(default=None, compare=False, repr=False)

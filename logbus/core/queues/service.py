@@ -86,8 +86,10 @@ class QueueSettings:
 class Consumer(Protocol):
     tag: str
     owner: Any  # the lease owner: a channel, a session
-    no_ack: bool
     invisible_ms: int  # a lease's invisible time (0: until settled or released)
+
+    @property
+    def no_ack(self) -> bool: ...  # read at each hand-out: settled as it is handed out
 
     def has_credit(self) -> bool: ...
     def deliver(self, delivery: Delivery) -> None: ...

@@ -511,25 +511,40 @@ class MqttProtocol(Protocol):
         return (self.state is State.CONNECTED and not self.paused and s is not None
                 and len(s.outbound.in_flight) < s.outbound.receive_maximum)
 
-    def deliver(self, d: Delivery) -> None:
+    def deliver(self, d: Delivery, settled: bool = False) -> None:
+        """A message from one of the session's queues (``settled``: by the queue service
+        already, for a consumer that takes QoS 0 only)."""
         s = self.session
         assert s is not None
         message = d.message
+        env = message.envelope
         token = Token(d.queue, d.receipt)
         topic = outgoing_topic(message)
         copy = None
         if topic is not None:
-            copy = s.subscriptions.copy(topic, published_qos(message), message.envelope.mqtt_retain,
-                                        own=message.envelope.mqtt_client_id == s.client_id)
-        props = outgoing_properties(message, self.version, self.room.clock(),
+            copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
+                                        own=env.mqtt_client_id == s.client_id)
+        props = outgoing_properties(message, self.version, self.room.clock() if env.expires_at_ms else 0,
                                     copy.subscription_ids if copy is not None else ())
         if topic is None or copy is None or props is None:
-            self.room.settle(token)  # not for this session (or expired): done with
+            if not settled:
+                self.room.settle(token)  # not for this session (or expired): done with
             return
-        pid_before = s.restored.pop((d.queue, d.receipt.seq), 0) if s.restored else 0
         qos = copy.qos
         if qos == 0:
-            self.room.settle(token)
+            if not settled:
+                self.room.settle(token)
+            if props is NO_PROPERTIES and (self.version < MQTT_5 or not s.outbound.topic_alias_maximum):
+                # the same bytes for every session that takes it so: encoded once
+                key = (topic, copy.retain, self.version)
+                wire = message.mqtt_wire
+                if wire is None or wire[0] != key:
+                    wire = message.mqtt_wire = (key, encode_publish(topic, message.value or b"", 0, copy.retain,
+                                                                    False, 0, props, self.version))
+                if s.outbound.fits(len(wire[1])):
+                    self._emit(wire[1])
+                return
+        pid_before = s.restored.pop((d.queue, d.receipt.seq), 0) if s.restored else 0
         pid = s.outbound.send(qos, token, pid_before)
         name, alias = s.outbound.alias(topic) if self.version == MQTT_5 else (topic, None)
         if alias is not None:
@@ -542,7 +557,7 @@ class MqttProtocol(Protocol):
                 self.room.settle(token)
             return
         self._emit(data)
-        if copy.qos == 2:
+        if qos == 2:
             self._save_session()
 
     def _send_retained(self, p: Publish) -> None:

@@ -82,22 +82,27 @@ def shared_queue(topic_filter: str) -> str:
 
 
 class SessionConsumer:
-    """A connected session's consumer of one queue (the queue service's ``Consumer``)."""
+    """A connected session's consumer of one queue (the queue service's ``Consumer``).
+    While the session's subscriptions are all QoS 0 it takes messages without a lease
+    (``no_ack``): the queue service settles them as it hands them out."""
 
-    __slots__ = ("tag", "owner", "no_ack", "invisible_ms", "connection")
+    __slots__ = ("tag", "owner", "invisible_ms", "connection")
 
     def __init__(self, session: Session, connection: Any) -> None:
         self.tag = session.client_id
         self.owner = session  # leases are the session's: they outlive the connection
-        self.no_ack = False
         self.invisible_ms = 0
         self.connection = connection
+
+    @property
+    def no_ack(self) -> bool:
+        return self.owner.subscriptions.max_qos <= 0
 
     def has_credit(self) -> bool:
         return bool(self.connection.has_credit())
 
     def deliver(self, delivery: Delivery) -> None:
-        self.connection.deliver(delivery)
+        self.connection.deliver(delivery, self.no_ack)
 
 
 class MqttRoom:

@@ -60,40 +60,52 @@ class Copy:
     subscription_ids: tuple[int, ...] = ()
 
 
-MATCH_CACHE = 1024  # topics whose matching subscriptions a session remembers
+COPY_CACHE = 1024  # the copies a session remembers, per (topic, QoS, retain, own)
+_NONE = Copy(-1, False)  # a cached "no copy"
 
 
 @dataclass
 class Subscriptions:
     by_filter: dict[str, tuple[Subscription, int | None]] = field(default_factory=dict)  # filter -> (options, id)
-    # topic -> the subscriptions matching it, until the subscriptions change
-    _matched: dict[str, list[tuple[Subscription, int | None]]] = field(default_factory=dict, repr=False)
+    max_qos: int = -1  # the highest maximum QoS of any subscription (-1: none)
+    # (topic, QoS, retain, own) -> the copy, until the subscriptions change
+    _copies: dict[tuple[str, int, bool, bool], Copy] = field(default_factory=dict, repr=False)
 
     def subscribe(self, s: Subscription, subscription_id: int | None = None) -> bool:
         """Add or replace; True when the filter was subscribed already."""
         existed = s.topic_filter in self.by_filter
         self.by_filter[s.topic_filter] = (s, subscription_id)
-        self._matched.clear()
+        self._changed()
         return existed
 
     def unsubscribe(self, topic_filter: str) -> bool:
         """False when there was no such subscription (UNSUBACK 0x11 in 5.0)."""
-        self._matched.clear()
-        return self.by_filter.pop(topic_filter, None) is not None
+        gone = self.by_filter.pop(topic_filter, None) is not None
+        self._changed()
+        return gone
+
+    def _changed(self) -> None:
+        self._copies.clear()
+        self.max_qos = max((s.qos for s, _ in self.by_filter.values()), default=-1)
 
     def matching(self, topic: str) -> list[tuple[Subscription, int | None]]:
-        """The subscriptions whose filter matches ``topic`` (remembered per topic)."""
-        found = self._matched.get(topic)
-        if found is None:
-            found = [(s, sid) for s, sid in self.by_filter.values() if matches(inner_filter(s.topic_filter), topic)]
-            if len(self._matched) >= MATCH_CACHE:
-                self._matched.clear()
-            self._matched[topic] = found
-        return found
+        """The subscriptions whose filter matches ``topic``."""
+        return [(s, sid) for s, sid in self.by_filter.values() if matches(inner_filter(s.topic_filter), topic)]
 
     def copy(self, topic: str, qos: int, retain: bool, *, own: bool) -> Copy | None:
         """The session's copy of a message published to ``topic`` with ``qos`` and
-        ``retain`` (``own``: by this session's client), or None if no subscription takes it."""
+        ``retain`` (``own``: by this session's client), or None if no subscription takes it
+        (remembered until the subscriptions change)."""
+        key = (topic, qos, retain, own)
+        found = self._copies.get(key)
+        if found is None:
+            found = self._copy(topic, qos, retain, own) or _NONE
+            if len(self._copies) >= COPY_CACHE:
+                self._copies.clear()
+            self._copies[key] = found
+        return None if found is _NONE else found
+
+    def _copy(self, topic: str, qos: int, retain: bool, own: bool) -> Copy | None:
         best = -1
         keep_retain = False
         ids: list[int] = []
