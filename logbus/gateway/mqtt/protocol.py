@@ -32,6 +32,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import logging
+import struct
 from collections import deque
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -129,7 +130,8 @@ class MqttProtocol(Protocol):
         self._timer: Any = None  # CONNECT timeout, then keep alive
         self._acks: deque[_Pending] = deque()  # QoS 1/2 PUBLISHes not answered yet, in order
         self._batch: list[_Pending] = []  # PUBLISHes of this read, published together
-        self._envelopes: EnvelopeCache = {}  # shared by this connection's PUBLISHes without properties
+        self._envelopes: EnvelopeCache = {}
+        self._dispatch_due = False  # acknowledgements made room: hand out more at the end of the read  # shared by this connection's PUBLISHes without properties
         self._pending: deque[Publish] = deque()  # retained messages waiting for room in flight
         self._may_write = True  # write access to amq.topic
         self._may_read = True
@@ -210,6 +212,11 @@ class MqttProtocol(Protocol):
                 return
         if self._batch:
             self._publish_batch()
+        if self._dispatch_due:
+            self._dispatch_due = False
+            if self.state is State.CONNECTED and self.session is not None:
+                self._flush_pending()
+                self.room.dispatch(self.session)
         if error is not None:
             self._protocol_error(error)
 
@@ -488,7 +495,8 @@ class MqttProtocol(Protocol):
                 return
             self.inbound.answered(p)
             if p.qos == 1:
-                self._write(PubAck(p.packet_id, code))
+                self._emit(_PUBACK.pack(0x40, 2, p.packet_id) if not code else encode(PubAck(p.packet_id, code),
+                                                                                     self.version))
             else:
                 if code >= 0x80:  # refused: the id is free again at once
                     self.inbound.release(p.packet_id)
@@ -601,7 +609,8 @@ class MqttProtocol(Protocol):
             return
         if code == 0 and f is not None:
             f.token = None  # the client has it: the entry is settled, the PUBREL remains
-            self.room.settle(token)
+            if token is not None:
+                self.room.settle(token)
         self._write(PubRel(p.packet_id, code if self.version == MQTT_5 else 0))
         self._save_session()
 
@@ -613,11 +622,11 @@ class MqttProtocol(Protocol):
         self._acked(None)
 
     def _acked(self, token: Any) -> None:
+        """The client acknowledged a message: settled, and room for more (handed out when
+        the read ends, once for all its acknowledgements)."""
         if token is not None:
             self.room.settle(token)
-        self._flush_pending()
-        if self.session is not None and self.state is State.CONNECTED:
-            self.room.dispatch(self.session)
+        self._dispatch_due = True
 
     # -- subscriptions ----------------------------------------------------------------------------
 
@@ -668,6 +677,9 @@ class MqttProtocol(Protocol):
         if p.reason_code != DISCONNECT_WITH_WILL_MESSAGE:
             self.will = None
         self._close()
+
+
+_PUBACK = struct.Struct("!BBH")  # a PUBACK without reason code: fixed header, packet id
 
 
 def _reason(text: str | None) -> Properties:

@@ -417,11 +417,10 @@ class MqttRoom:
         self._timers.pop((client_id, "will"), None)
         self.publish_will(will, client_id)
 
-    def settle(self, token: Any, outcome: Outcome = Outcome.ACK) -> None:
-        if isinstance(token, Token):
-            vhost = self.broker.vhost(self.vhost_name)
-            if vhost is not None:
-                vhost.service.settle(token.queue, token.receipt, outcome)
+    def settle(self, token: Token, outcome: Outcome = Outcome.ACK) -> None:
+        vhost = self.broker.vhosts.get(self.vhost_name)
+        if vhost is not None:
+            vhost.service.settle(token.queue, token.receipt, outcome)
 
     def entry_message(self, token: Token) -> Message | None:
         """The message a token's entry points at (None: settled meanwhile)."""
