@@ -42,16 +42,17 @@ class Permissions(AdminResource):
 
 
 class VHostPermissions(Directory):
-    """/api/permissions/<vhost>: not an endpoint itself (404); its children are the
-    vhost's users."""
+    """/api/permissions/<vhost> (and /api/topic-permissions/<vhost>): not an endpoint
+    itself (404); its children are the vhost's users, as ``leaf`` resources."""
 
-    def __init__(self, broker: Broker, raw_vhost: bytes) -> None:
+    def __init__(self, broker: Broker, raw_vhost: bytes, leaf: type[PermissionResource] | None = None) -> None:
         super().__init__()
         self.broker = broker
         self.raw_vhost = raw_vhost
+        self.leaf = leaf or PermissionResource
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
-        return PermissionResource(self.broker, self.raw_vhost, path)
+        return self.leaf(self.broker, self.raw_vhost, path)
 
 
 class PermissionResource(AdminResource):

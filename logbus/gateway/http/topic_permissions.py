@@ -16,17 +16,12 @@ those on ``amq.topic`` from their next PUBLISH or SUBSCRIBE.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from twisted.web import resource, server
 
-from .auth import AdminResource, path_name
+from .auth import AdminResource
+from .permissions import PermissionResource, VHostPermissions
 from .request import json_object, read_json
-from .resource import Directory
 from .responses import HttpError, Response
-
-if TYPE_CHECKING:
-    from ...core.broker import Broker
 
 FIELDS = ("user", "vhost", "exchange", "write", "read")
 
@@ -35,32 +30,14 @@ class TopicPermissions(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self
-        return _VHost(self.broker, path)
+        return VHostPermissions(self.broker, path, TopicPermissionResource)
 
     def handle_GET(self, request: server.Request) -> Response:
         return Response.json(200, [tp.to_json() for tp in self.broker.access.list_topic_permissions()])
 
 
-class _VHost(Directory):
-    def __init__(self, broker: Broker, raw_vhost: bytes) -> None:
-        super().__init__()
-        self.broker = broker
-        self.raw_vhost = raw_vhost
-
-    def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
-        return TopicPermissionResource(self.broker, self.raw_vhost, path)
-
-
-class TopicPermissionResource(AdminResource):
-    isLeaf = True
-
-    def __init__(self, broker: Broker, raw_vhost: bytes, raw_user: bytes) -> None:
-        super().__init__(broker)
-        self.raw_vhost = raw_vhost
-        self.raw_user = raw_user
-
-    def names(self) -> tuple[str, str]:
-        return path_name(self.raw_vhost, "vhost"), path_name(self.raw_user, "user")
+class TopicPermissionResource(PermissionResource):
+    """/api/topic-permissions/<vhost>/<user>: the user's topic permissions there."""
 
     def handle_GET(self, request: server.Request) -> Response:
         vhost, user = self.names()
