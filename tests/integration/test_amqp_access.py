@@ -340,3 +340,36 @@ def test_update_secret_is_answered_and_the_connection_goes_on(server: LogbusServ
         assert channel.queue_declare("refreshed", passive=True).method.message_count == 0
     finally:
         blocking.close()
+
+
+def test_topic_permissions_restrict_routing_and_binding_keys(server: LogbusServer, mgmt: Mgmt) -> None:
+    """RabbitMQ's topic authorisation: on a topic exchange a user has a topic permission
+    for, a publish's routing key must match ``write`` and a binding key ``read``; other
+    exchanges (and a direct one named in a topic permission) are not restricted."""
+    vhost, user = unique("topics"), unique("erin")
+    setup(mgmt, vhost, user)
+    for exchange in ("amq.topic", "amq.direct"):
+        mgmt.ok("PUT", f"/api/topic-permissions/{q(vhost)}/{q(user)}",
+                {"exchange": exchange, "write": r"^a\.", "read": r"^b\."})
+    rs = f"in vhost '{vhost}' refused for user '{user}'"
+    connection = pika.BlockingConnection(params(server, user, "pw", vhost))
+    try:
+        ch = connection.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("amq.topic", "a.x", b"ok")
+        ch.basic_publish("amq.direct", "c.x", b"not a topic exchange")
+        ch.basic_publish("amq.fanout", "c.x", b"no topic permission there")
+        text = refused(lambda: ch.basic_publish("amq.topic", "c.x", b"no"))
+        assert text == f"ACCESS_REFUSED - write access to topic 'c.x' in exchange 'amq.topic' {rs}"
+        ch = connection.channel()
+        queue = ch.queue_declare("", exclusive=True).method.queue
+        ch.queue_bind(queue, "amq.topic", "b.#")
+        ch.queue_unbind(queue, "amq.topic", "b.#")
+        ch.queue_bind(queue, "amq.direct", "anything")
+        text = refused(lambda: ch.queue_bind(queue, "amq.topic", "a.#"))
+        assert text == f"ACCESS_REFUSED - read access to topic 'a.#' in exchange 'amq.topic' {rs}"
+        ch = connection.channel()  # the connection goes on
+        ch.confirm_delivery()
+        ch.basic_publish("amq.topic", "a.y", b"ok again")
+    finally:
+        connection.close()

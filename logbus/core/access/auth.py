@@ -462,6 +462,18 @@ class Access:
         tp = by.get(exchange)
         return tp is None or tp.allows(perm, key, client_id)
 
+    def check_topic(self, user: str, vhost: str, exchange: str, perm: TopicPerm, key: str,
+                    client_id: str = "") -> None:
+        """AccessRefused (403) unless ``topic_allowed``, in RabbitMQ's words."""
+        if not self.topic_allowed(user, vhost, exchange, perm, key, client_id):
+            raise AccessRefused(f"{perm} access to topic '{key}' in exchange '{exchange}' in vhost '{vhost}' "
+                                f"refused for user '{user}'")
+
+    def restricts_topics(self, user: str, vhost: str, exchange: str) -> bool:
+        """Whether ``user`` has a topic permission on ``exchange`` in ``vhost``."""
+        by = self.topic_permissions.get((user, vhost))
+        return by is not None and exchange in by
+
     def set_topic_permission(self, user: str, vhost: str, exchange: str, write: str, read: str) -> bool:
         """Set (or replace) ``user``'s topic permission on ``exchange`` in ``vhost``; True
         when it is new. InvalidAccess for an expression that does not compile."""

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from pamqp import base
 from pamqp import commands as C
 
-from ...core.access.auth import Kind, Perm
+from ...core.access.auth import Access, Kind, Perm
+from ...core.routing.definitions import TOPIC
 from .consumers import ChannelConsumer, new_name
 from .errors import ACCESS_REFUSED, AMQPChannelError
 from .model.vhost import VHost
@@ -30,6 +31,7 @@ class Declarations:
     conn: Session
     number: int
     vhost: VHost
+    access: Access
 
     if TYPE_CHECKING:
         def _reply(self, m: base.Frame) -> None: ...
@@ -104,8 +106,17 @@ class Declarations:
         if not m.nowait:
             self._reply(C.Queue.DeclareOk(name, qs.queue.message_count, len(qs.consumers)))
 
+    def _permit_topic_binding(self, exchange: str, binding_key: str) -> None:
+        """Topic authorisation: a binding to a topic exchange the user has a topic
+        permission on needs its read expression to match the binding key."""
+        router = self.vhost.router
+        if (self.access.restricts_topics(self.conn.user, self.vhost.name, exchange) and router.has_exchange(exchange)
+                and router.exchange(exchange).kind == TOPIC):
+            self.access.check_topic(self.conn.user, self.vhost.name, exchange, "read", binding_key)
+
     def _queue_bind(self, m: C.Queue.Bind) -> None:
         self._permit_binding(m.exchange, m.queue, "queue")
+        self._permit_topic_binding(m.exchange, m.routing_key)
         self.vhost.queue(m.queue)  # NOT_FOUND first, as RabbitMQ
         self.vhost.bind(m.exchange, m.queue, m.routing_key, m.arguments)
         if not m.nowait:
@@ -113,6 +124,7 @@ class Declarations:
 
     def _queue_unbind(self, m: C.Queue.Unbind) -> None:
         self._permit_binding(m.exchange, m.queue, "queue")
+        self._permit_topic_binding(m.exchange, m.routing_key)
         self.vhost.unbind(m.exchange, m.queue, m.routing_key, m.arguments)
         self._reply(C.Queue.UnbindOk())
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ...core.access.auth import Access, Kind, Perm
 from ...core.errors import Refused
+from ...core.routing.definitions import TOPIC
 from .confirms import Confirms
 from .errors import NO_ROUTE, AMQPChannelError, refused
 from .events import Publish
@@ -47,22 +48,31 @@ class Publishing:
     if TYPE_CHECKING:
         def _permit(self, perm: Perm, kind: Kind, name: str) -> None: ...
 
-    def _check_write(self, exchange: str) -> None:
+    def _check_write(self, exchange: str, routing_key: str) -> None:
         """basic.publish's permission check, remembered in ``writable`` until the
-        permissions change."""
+        permissions change; a topic exchange the user has a topic permission on is checked
+        for each routing key instead (RabbitMQ's topic authorisation)."""
         if self.writable_version != self.access.version:
             self.writable.clear()
             self.writable_version = self.access.version
         try:
             self._permit("write", "exchange", exchange)
+            if self._topic_restricted(exchange):
+                self.access.check_topic(self.conn.user, self.vhost.name, exchange, "write", routing_key)
+                return
         except Refused as e:
             raise refused(e, channel=self.number,
                                    class_id=60, method_id=40) from None
         self.writable.add(exchange)
 
+    def _topic_restricted(self, exchange: str) -> bool:
+        router = self.vhost.router
+        return (self.access.restricts_topics(self.conn.user, self.vhost.name, exchange)
+                and router.has_exchange(exchange) and router.exchange(exchange).kind == TOPIC)
+
     def publish(self, p: Publish) -> None:
         if self.writable_version != self.access.version or p.exchange not in self.writable:
-            self._check_write(p.exchange)  # 403 unless the user may write to the exchange
+            self._check_write(p.exchange, p.routing_key)  # 403 unless the user may write to the exchange
         if self.tx is not None:
             self.tx.append(lambda: self._publish(p, None))
             return
@@ -85,7 +95,7 @@ class Publishing:
         if self.writable_version != self.access.version or any(p.exchange not in writable for p in run):
             for i, p in enumerate(run):
                 try:
-                    self._check_write(p.exchange)
+                    self._check_write(p.exchange, p.routing_key)
                 except AMQPChannelError as e:
                     run, error = run[:i], e
                     break
