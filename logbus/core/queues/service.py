@@ -403,14 +403,14 @@ class QueueService:
     # -- staged entries ----------------------------------------------------------------------
 
     def _staged_in(self, name: str, visible_ms: int, now: int | None = None) -> None:
-        """Queue ``name`` holds an entry staged until ``visible_ms``: wake then (at once
-        if that time has come)."""
+        """Queue ``name`` holds an entry staged until ``visible_ms``: wake then. One whose
+        time has come waits for the next wake too (a reactor call at once), not made
+        ready here: timers released together (a retry due before a delayed message, each
+        released in turn) then become ready in visible-time order, not release order."""
         self._staged.add(name)
         if now is None:
             now = self.clock()
-        if visible_ms <= now:
-            self._unstage(self.queues[name], now)
-            return
+        visible_ms = max(visible_ms, now)
         if self._wake_call is not None and self._wake_call.active():
             if self._wake_at <= visible_ms:
                 return
