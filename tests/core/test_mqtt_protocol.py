@@ -40,6 +40,8 @@ class Client:
         self.protocol.makeConnection(self.transport)
         self.decoder = Decoder(version=5)
 
+        self.seen: list[Any] = []
+
     def send(self, packet: Any) -> None:
         self.protocol.dataReceived(encode(packet, 5))
 
@@ -47,6 +49,12 @@ class Client:
         data = self.transport.value()
         self.transport.clear()
         return self.decoder.feed(data)
+
+    def received_all(self) -> list[Any]:
+        """What came since the last call, also kept in ``seen``."""
+        got = self.received()
+        self.seen += got
+        return self.seen
 
     def drop(self) -> None:
         self.protocol.connectionLost()
@@ -201,3 +209,71 @@ class MqttSessionMachine(RuleBasedStateMachine):
 MqttSessionMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=20, deadline=None,
                                                 suppress_health_check=[HealthCheck.too_slow])
 test_mqtt_session_against_a_model = MqttSessionMachine.TestCase
+
+
+def test_a_pubrec_settles_durably_before_the_pubrel_goes_out(tmp_path: Path) -> None:
+    """Outgoing QoS 2: when the PUBREL is written, the entry's settlement is in the state
+    store already (not at the end of the turn): a kill -9 right after the client saw the
+    PUBREL must not bring the message back as a new PUBLISH."""
+    from logbus.core.state import queue_entries_prefix
+    from logbus.gateway.mqtt import Properties
+
+    loop = LoopReactor()
+    broker = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    broker.start()
+    factory = MqttFactory(broker, loop)
+    factory.startFactory()
+    try:
+        sub = Client(factory, loop)
+        sub.send(Connect("keeper", 5, clean_start=False, properties=Properties(session_expiry_interval=600)))
+        sub.send(Subscribe(1, (Subscription("t/#", 2),)))
+        pub = Client(factory, loop)
+        pub.send(Connect("pub", 5))
+        pub.send(Publish("t/x", b"once", 2, packet_id=9))
+        loop.run_until(lambda: any(isinstance(p, Publish) for p in sub.received_all()))
+        delivered = next(p for p in sub.seen if isinstance(p, Publish))
+        queue = factory.room.sessions["keeper"].queue
+        prefix = queue_entries_prefix("/", queue)
+        loop.run_until(lambda: not broker.queue_store.pending)
+        assert broker.state is not None and list(broker.state.scan_prefix("queues", prefix))  # journaled
+        sub.send(PubRec(delivered.packet_id))
+        assert [p for p in sub.received_all() if isinstance(p, PubRel)]  # written...
+        assert list(broker.state.scan_prefix("queues", prefix)) == []  # ...after the settlement is stored
+        sub.drop()
+        pub.drop()
+    finally:
+        factory.stopFactory()
+        loop.wait(broker.stop())
+
+
+def test_a_restored_qos2_message_whose_entry_is_gone_is_released(tmp_path: Path) -> None:
+    """After a crash between a PUBREC's settlement and its session record: the record
+    still names the message, its entry is gone; reconnecting sends only the PUBREL."""
+    from logbus.core.queues.service import QueueSettings
+    from logbus.gateway.mqtt import Properties
+    from logbus.gateway.mqtt.session import Session
+
+    loop = LoopReactor()
+    broker = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    broker.start()
+    factory = MqttFactory(broker, loop)
+    factory.startFactory()
+    try:
+        room = factory.room
+        s = Session("gone", "mqtt-session:gone", version=5, expiry=600)
+        s.restored[("mqtt-session:gone", 7)] = (5, 2)  # its queue holds no entry 7
+        s.restored[("mqtt-session:gone", 8)] = (6, 1)  # QoS 1: nothing to release
+        vhost = room.vhost()
+        vhost.service.create(s.queue, QueueSettings(), durable=True)
+        vhost.router.add_queue(s.queue)
+        room.sessions["gone"] = s
+        assert room.released_gone(s) == [5]
+        assert s.outbound.in_flight[5].state == "released" and ("mqtt-session:gone", 8) in s.restored
+        c = Client(factory, loop)
+        c.send(Connect("gone", 5, clean_start=False, properties=Properties(session_expiry_interval=600)))
+        got = c.received_all()
+        assert [p.packet_id for p in got if isinstance(p, PubRel)] == [5]
+        c.drop()
+    finally:
+        factory.stopFactory()
+        loop.wait(broker.stop())

@@ -350,6 +350,7 @@ class MqttProtocol(Protocol):
         self.keep_alive = keep_alive_deadline(decided.keep_alive)
         if self.keep_alive:
             self._timer = self.factory.reactor.callLater(self.keep_alive, self._keep_alive_check)
+        self.room.released_gone(session)  # PUBRECed, but the record did not say so yet
         for f in session.outbound.resend():  # PUBREL for QoS 2 messages PUBRECed before
             if f.state == RELEASED:
                 self._write(PubRel(f.packet_id))
@@ -552,7 +553,7 @@ class MqttProtocol(Protocol):
                 if s.outbound.fits(len(wire[1])):
                     self._emit(wire[1])
                 return
-        pid_before = s.restored.pop((d.queue, d.receipt.seq), 0) if s.restored else 0
+        pid_before = s.restored.pop((d.queue, d.receipt.seq), (0, 0))[0] if s.restored else 0
         pid = s.outbound.send(qos, token, pid_before)
         name, alias = s.outbound.alias(topic) if self.version == MQTT_5 else (topic, None)
         if alias is not None:
@@ -610,7 +611,7 @@ class MqttProtocol(Protocol):
         if code == 0 and f is not None:
             f.token = None  # the client has it: the entry is settled, the PUBREL remains
             if token is not None:
-                self.room.settle(token)
+                self.room.settle_durably(token)  # before the record says RELEASED
         self._write(PubRel(p.packet_id, code if self.version == MQTT_5 else 0))
         self._save_session()
 

@@ -46,7 +46,7 @@ from ...core.state import MQTT_SESSION_PREFIX, mqtt_session_key
 from ...core.state_pb2 import MqttSessionRecord, RetainedRecord
 from .connect import Accepted
 from .mapping import EXCHANGE, message_from_publish
-from .outbound import PUBLISHED
+from .outbound import PUBLISHED, RELEASED, InFlight
 from .packets import Publish, Subscription, Will
 from .session import Session, Token
 from .subscriptions import SHARE_PREFIX
@@ -249,7 +249,7 @@ class MqttRoom:
             if f.state == PUBLISHED:
                 del s.outbound.in_flight[pid]
                 if isinstance(f.token, Token) and f.token.queue == s.queue:
-                    s.restored[(f.token.queue, f.token.receipt.seq)] = pid
+                    s.restored[(f.token.queue, f.token.receipt.seq)] = (pid, f.qos)
         for queue in (s.queue, *sorted(s.shared)):
             vhost.service.release(queue, s)
 
@@ -416,6 +416,27 @@ class MqttRoom:
     def _will_due(self, client_id: str, will: Will, user: str) -> None:
         self._timers.pop((client_id, "will"), None)
         self.publish_will(will, client_id)
+
+    def settle_durably(self, token: Token) -> None:
+        """Settle, and write the queue's change to the state store now rather than at
+        the end of the turn: a QoS 2 message PUBRECed is settled before the session says
+        so and the PUBREL goes out (a kill -9 between them must not bring it back)."""
+        self.settle(token)
+        self.broker.queue_store.commit()
+
+    def released_gone(self, s: Session) -> list[int]:
+        """QoS 2 messages the session still means to send again whose entries are gone
+        (settled at a PUBREC whose session record a crash lost): only their PUBREL is
+        left; they move to the session's in-flight PUBRELs. Their packet ids."""
+        vhost = self.broker.vhosts.get(self.vhost_name)
+        gone = []
+        for (queue, seq), (pid, qos) in list(s.restored.items()):
+            qs = vhost.service.queues.get(queue) if vhost is not None else None
+            if qos == 2 and (qs is None or seq not in qs.queue.entries) and pid not in s.outbound.in_flight:
+                del s.restored[(queue, seq)]
+                s.outbound.in_flight[pid] = InFlight(pid, 2, None, RELEASED)
+                gone.append(pid)
+        return gone
 
     def settle(self, token: Token, outcome: Outcome = Outcome.ACK) -> None:
         vhost = self.broker.vhosts.get(self.vhost_name)

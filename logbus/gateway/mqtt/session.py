@@ -50,9 +50,10 @@ class Session:
     subscriptions: Subscriptions = field(default_factory=Subscriptions)
     outbound: Outbound = field(default_factory=Outbound)
     awaiting_rel: set[int] = field(default_factory=set)  # QoS 2 from the client: PUBRECed
-    # QoS 2 messages to the client restored after a restart, not yet sent again:
-    # (queue, entry seq) -> packet id
-    restored: dict[tuple[str, int], int] = field(default_factory=dict)
+    # QoS 1/2 messages sent to an earlier connection (or before a restart: QoS 2 only)
+    # and not acknowledged, to go out again with their packet id:
+    # (queue, entry seq) -> (packet id, QoS)
+    restored: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     connection: Any = None  # the live connection, None while offline
     disconnected_ms: int = 0
     shared: set[str] = field(default_factory=set)  # the shared subscriptions' queues it consumes
@@ -82,8 +83,9 @@ class Session:
                 r.out_qos2.add(packet_id=f.packet_id, released=f.state == RELEASED,
                                queue=token.queue if isinstance(token, Token) else "",
                                seq=token.receipt.seq if isinstance(token, Token) else 0)
-        for (queue, seq), pid in self.restored.items():
-            r.out_qos2.add(packet_id=pid, queue=queue, seq=seq)
+        for (queue, seq), (pid, qos) in self.restored.items():
+            if qos == 2:
+                r.out_qos2.add(packet_id=pid, queue=queue, seq=seq)
         return r
 
     @classmethod
@@ -97,5 +99,5 @@ class Session:
             if q.released:  # its entry is settled: only the PUBREL is left to send
                 s.outbound.in_flight[q.packet_id] = InFlight(q.packet_id, 2, None, RELEASED)
             else:
-                s.restored[(q.queue, q.seq)] = q.packet_id
+                s.restored[(q.queue, q.seq)] = (q.packet_id, 2)
         return s
