@@ -15,6 +15,7 @@ server shared by a module, use ``ServerFactory`` in a module-scoped fixture the 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Generator, Iterator
 
@@ -39,6 +40,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for factory in ServerFactory.live:
             for server in factory.servers:
                 report.sections.append((f"logbus serve log: {server.workdir}", server.log_tail()))
+
+
+@pytest.fixture(autouse=True)
+def _close_mqtt_clients() -> Iterator[None]:
+    """MQTT test clients a failed test left open are closed when it ends (only if the
+    MQTT test helpers were imported at all); those of wider-scoped fixtures stay."""
+    helpers = sys.modules.get("tests.integration.mqtt_clients")
+    before = helpers.open_clients() if helpers is not None else set()
+    yield
+    helpers = sys.modules.get("tests.integration.mqtt_clients")
+    if helpers is not None:
+        helpers.close_leftovers(before)
 
 
 @pytest.fixture

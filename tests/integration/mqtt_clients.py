@@ -72,6 +72,7 @@ class Paho:
         self.port = port or default_port
         self.keepalive = keepalive
         self.properties = properties
+        _OPEN.add(self)
         if connect:
             self.connect()
 
@@ -132,12 +133,14 @@ class Paho:
         raise AssertionError(f"unexpected message {m}")
 
     def close(self) -> None:
+        _OPEN.discard(self)
         self.client.disconnect()
         self.client.loop_stop()
         self._release()
 
     def drop(self) -> None:
         """Close the socket without DISCONNECT (the will is published)."""
+        _OPEN.discard(self)
         self.client.loop_stop()
         sock = self.client.socket()
         if sock is not None:
@@ -157,12 +160,31 @@ def props(packet_type: int = PacketTypes.CONNECT, **values: Any) -> PahoProperti
     return p
 
 
+_OPEN: set[Any] = set()  # Raw and Paho clients not closed yet (closed after each test)
+
+
+def open_clients() -> set[Any]:
+    return set(_OPEN)
+
+
+def close_leftovers(keep: set[Any]) -> None:
+    """Close the clients a test left open (it failed before closing them), but those of
+    ``keep`` (a module's own): their sockets would otherwise raise ResourceWarning in
+    some later test."""
+    for c in list(_OPEN - keep):
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001 - best effort, the test has failed already
+            _OPEN.discard(c)
+
+
 class Raw:
     """A raw MQTT client over our codec: packets as logbus's dataclasses."""
 
     def __init__(self, server: Any, version: int = 5, port: int | None = None) -> None:
         host, default_port = server.host_port("mqtt")
         self.sock = socket.create_connection((host, port or default_port), timeout=WAIT)
+        _OPEN.add(self)
         self.version = version
         self.decoder = Decoder(version=version)
         self.packets: list[Any] = []
@@ -217,4 +239,5 @@ class Raw:
         raise AssertionError(f"unexpected packet {p!r}")
 
     def close(self) -> None:
+        _OPEN.discard(self)
         self.sock.close()
