@@ -7,7 +7,9 @@ second CONNECT, a packet before CONNECT, a server-to-client packet from a client
 MQTT 5 clients get a DISCONNECT with the reason code, 3.1.1 clients are closed. A
 decoder error is the same, after the packets decoded before it are handled.
 
-The parts each packet touches are pure and tested alone: ``connect.accept_connect``
+The client's PUBLISHes are carried out by the ``publishing.Publishing`` mixin, messages
+to the client and their acknowledgements by ``delivery.Delivering``. The parts each
+packet touches are pure and tested alone: ``connect.accept_connect``
 settles a CONNECT, ``inbound.Inbound`` the client's publishes (aliases, receive maximum,
 QoS 2 duplicates), ``outbound.Outbound`` what we send (packet ids, the client's receive
 maximum and packet size, aliases, acknowledgements), ``subscriptions.Subscriptions``
@@ -29,12 +31,9 @@ closed.
 
 from __future__ import annotations
 
-import enum
 import ipaddress
 import logging
-import struct
 from collections import deque
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.protocol import Factory, Protocol, connectionDone
@@ -42,32 +41,31 @@ from twisted.python.failure import Failure
 
 from ...core.access.topic_permissions import TopicPerm
 from ...core.errors import LogbusError
-from ...core.message import Envelope, Message
-from ...core.state_pb2 import RetainedRecord
-from ...core.queues.service import Delivery
 from ..output import direct_writer
 from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
 from .decoder import Decoder
-from .encoder import encode, encode_publish
-from .inbound import DUPLICATE, Inbound
-from .mapping import EXCHANGE, EnvelopeCache, message_from_publish, outgoing_properties, outgoing_topic, published_qos
+from .delivery import Delivering, retained_publish
+from .encoder import encode
+from .inbound import Inbound
+from .mapping import EXCHANGE, EnvelopeCache
 from .outbound import RELEASED
 from .packets import (
     Auth, ConnAck, Connect, Disconnect, PingReq, PingResp, PubAck, PubComp, Publish, PubRec, PubRel,
     SubAck, Subscribe, UnsubAck, Unsubscribe, Will,
 )  # fmt: skip
 from .properties import NO_PROPERTIES, Properties
+from .publishing import Pending, Publishing
 from .reasons import (
     BAD_AUTHENTICATION_METHOD, BAD_USER_NAME_OR_PASSWORD, DISCONNECT_WITH_WILL_MESSAGE, NOT_AUTHORIZED,
-    NO_MATCHING_SUBSCRIBERS, NO_SUBSCRIPTION_EXISTED, PAYLOAD_FORMAT_INVALID, PROTOCOL_ERROR,
+    NO_SUBSCRIPTION_EXISTED, PROTOCOL_ERROR,
     REFUSED_BAD_USER_NAME_OR_PASSWORD, REFUSED_NOT_AUTHORIZED, REFUSED_SERVER_UNAVAILABLE,
     SERVER_SHUTTING_DOWN, SERVER_UNAVAILABLE, SESSION_TAKEN_OVER, ADMINISTRATIVE_ACTION, KEEP_ALIVE_TIMEOUT,
-    UNSPECIFIED_ERROR, MqttError, UnsupportedProtocolVersion,
+    MqttError, UnsupportedProtocolVersion,
 )  # fmt: skip
 from .room import MqttRoom, Unavailable, binding_key
-from .session import Session, Token
+from .session import Session
 from .subscriptions import inner_filter, retained_on_subscribe
-from .topic_map import to_amqp
+from .states import State
 from .wire import MQTT_5
 
 if TYPE_CHECKING:
@@ -76,12 +74,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 10.0  # seconds for a new connection to send its CONNECT
-
-
-class State(enum.Enum):
-    AWAITING_CONNECT = "awaiting CONNECT"
-    CONNECTED = "connected"
-    CLOSED = "closed"
 
 
 # (state, packet type) -> the method that carries the packet out; anything else is a
@@ -108,7 +100,7 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
-class MqttProtocol(Protocol):
+class MqttProtocol(Publishing, Delivering, Protocol):
     transport: Any  # a TCP (or TLS, or WebSocket) transport; zope interfaces do not type-check
 
     def __init__(self, factory: MqttFactory) -> None:
@@ -128,10 +120,10 @@ class MqttProtocol(Protocol):
         self.keep_alive = 0.0  # seconds without a packet before we close (0: never)
         self.last_read = 0.0
         self._timer: Any = None  # CONNECT timeout, then keep alive
-        self._acks: deque[_Pending] = deque()  # QoS 1/2 PUBLISHes not answered yet, in order
-        self._batch: list[_Pending] = []  # PUBLISHes of this read, published together
-        self._envelopes: EnvelopeCache = {}
-        self._dispatch_due = False  # acknowledgements made room: hand out more at the end of the read  # shared by this connection's PUBLISHes without properties
+        self._acks: deque[Pending] = deque()  # QoS 1/2 PUBLISHes not answered yet, in order
+        self._batch: list[Pending] = []  # PUBLISHes of this read, published together
+        self._envelopes: EnvelopeCache = {}  # shared by this connection's PUBLISHes without properties
+        self._dispatch_due = False  # acknowledgements made room: hand out more at the end of the read
         self._pending: deque[Publish] = deque()  # retained messages waiting for room in flight
         self._may_write = True  # write access to amq.topic
         self._may_read = True
@@ -404,231 +396,6 @@ class MqttProtocol(Protocol):
         return self.room.broker.access.topic_allowed(self.user, self.room.vhost_name, EXCHANGE, perm, key,
                                                      session.client_id if session is not None else "")
 
-    # -- publishes from the client ---------------------------------------------------------------
-
-    def _publish(self, p: Publish) -> None:
-        session = self.session
-        assert session is not None
-        received = self.inbound.publish(p)
-        if received.kind == DUPLICATE:
-            self._write(PubRec(p.packet_id))
-            return
-        topic = received.topic
-        refusal = 0
-        if not self._may_write or not self._topic_allowed("write", to_amqp(topic)):
-            refusal = NOT_AUTHORIZED
-        elif p.properties.payload_format_indicator == 1:
-            try:
-                p.payload.decode("utf-8")
-            except UnicodeDecodeError:
-                refusal = PAYLOAD_FORMAT_INVALID
-        if refusal:
-            self._refused_publish(p, refusal)
-            return
-        message = message_from_publish(topic, p, session.client_id, self.room.clock(), self._envelopes)
-        if p.qos == 0 and p.retain:
-            self.room.retain(message, 0)
-        pending = _Pending(p, message)
-        if p.qos:
-            self._acks.append(pending)
-        self._batch.append(pending)
-
-    def _publish_batch(self) -> None:
-        """Publish the PUBLISHes of this read taken so far, together (``publish_many``:
-        routed once per topic, appended in runs, each queue dispatched once)."""
-        batch, self._batch = self._batch, []
-
-        def durable(first: int, last: int, result: Any) -> None:
-            failed = isinstance(result, BaseException)
-            if failed:
-                log.warning("MQTT %s: %d publishes failed: %s", self.peer, last - first + 1, result)
-            for pending in batch[first:last + 1]:
-                p = pending.packet
-                if failed:
-                    pending.code = UNSPECIFIED_ERROR
-                else:
-                    if p.retain and p.qos:
-                        self.room.retain(pending.message, p.qos)
-                    pending.code = NO_MATCHING_SUBSCRIBERS if pending.unrouted and self.version == MQTT_5 else 0
-            self._flush_acks()
-
-        try:
-            out = self.room.publish_many([(EXCHANGE, b.message.envelope.routing_key, b.message, None)
-                                          for b in batch], durable)
-        except LogbusError as e:
-            log.info("MQTT %s: %d publishes refused: %s", self.peer, len(batch), e)
-            for pending in batch:
-                pending.code = UNSPECIFIED_ERROR
-            self._flush_acks()
-            return
-        for i in out.unrouted:
-            pending = batch[i]
-            pending.unrouted = True
-            if pending.code == 0 and self.version == MQTT_5:
-                pending.code = NO_MATCHING_SUBSCRIBERS
-        if out.error is not None:
-            log.info("MQTT %s: publishes refused: %s", self.peer, out.error)
-            for pending in batch[out.done:]:
-                pending.code = UNSPECIFIED_ERROR
-        self._flush_acks()
-
-    def _refused_publish(self, p: Publish, code: int) -> None:
-        log.info("MQTT %s: publish to %r refused (0x%02X)", self.peer, p.topic, code)
-        if self.version < MQTT_5:  # no way to say it but closing (as Mosquitto and RabbitMQ do)
-            self._close()
-            return
-        if p.qos == 0:
-            return
-        pending = _Pending(p, Message())
-        pending.code = code
-        self._acks.append(pending)
-        self._flush_acks()
-
-    def _flush_acks(self) -> None:
-        """Send the answers of publishes that are ready, in the order they came."""
-        acks = self._acks
-        while acks and (code := acks[0].code) is not None:
-            p = acks.popleft().packet
-            if self.state is not State.CONNECTED:
-                continue
-            if code >= 0x80 and self.version < MQTT_5:
-                self._close()
-                return
-            self.inbound.answered(p)
-            if p.qos == 1:
-                self._emit(_PUBACK.pack(0x40, 2, p.packet_id) if not code else encode(PubAck(p.packet_id, code),
-                                                                                     self.version))
-            else:
-                if code >= 0x80:  # refused: the id is free again at once
-                    self.inbound.release(p.packet_id)
-                self._write(PubRec(p.packet_id, code))
-                self._save_session()
-
-    def _pubrel(self, p: PubRel) -> None:
-        code = self.inbound.release(p.packet_id)
-        self._write(PubComp(p.packet_id, code if self.version == MQTT_5 else 0))
-        self._save_session()
-
-    def _save_session(self) -> None:
-        if self.session is not None and self.session.kept:
-            self.room.save(self.session)
-
-    # -- messages to the client ----------------------------------------------------------------
-
-    def has_credit(self) -> bool:
-        s = self.session
-        return (self.state is State.CONNECTED and not self.paused and s is not None
-                and len(s.outbound.in_flight) < s.outbound.receive_maximum)
-
-    def deliver(self, d: Delivery, settled: bool = False) -> None:
-        """A message from one of the session's queues (``settled``: by the queue service
-        already, for a consumer that takes QoS 0 only)."""
-        s = self.session
-        assert s is not None
-        message = d.message
-        env = message.envelope
-        token = Token(d.queue, d.receipt)
-        topic = outgoing_topic(message)
-        copy = None
-        if topic is not None:
-            copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
-                                        own=env.mqtt_client_id == s.client_id)
-        props = outgoing_properties(message, self.version, self.room.clock() if env.expires_at_ms else 0,
-                                    copy.subscription_ids if copy is not None else ())
-        if topic is None or copy is None or props is None:
-            if not settled:
-                self.room.settle(token)  # not for this session (or expired): done with
-            return
-        qos = copy.qos
-        if qos == 0:
-            if not settled:
-                self.room.settle(token)
-            if props is NO_PROPERTIES and (self.version < MQTT_5 or not s.outbound.topic_alias_maximum):
-                # the same bytes for every session that takes it so: encoded once
-                key = (topic, copy.retain, self.version)
-                wire = message.mqtt_wire
-                if wire is None or wire[0] != key:
-                    wire = message.mqtt_wire = (key, encode_publish(topic, message.value or b"", 0, copy.retain,
-                                                                    False, 0, props, self.version))
-                if s.outbound.fits(len(wire[1])):
-                    self._emit(wire[1])
-                return
-        pid_before = s.restored.pop((d.queue, d.receipt.seq), (0, 0))[0] if s.restored else 0
-        pid = s.outbound.send(qos, token, pid_before)
-        name, alias = s.outbound.alias(topic) if self.version == MQTT_5 else (topic, None)
-        if alias is not None:
-            props = _with_alias(props, alias)
-        data = encode_publish(name, message.value or b"", qos, copy.retain,
-                              qos > 0 and (d.entry.deliveries > 1 or bool(pid_before)), pid, props, self.version)
-        if not s.outbound.fits(len(data)):  # larger than the client takes: dropped as if sent
-            if pid:
-                del s.outbound.in_flight[pid]
-                self.room.settle(token)
-            return
-        self._emit(data)
-        if qos == 2:
-            self._save_session()
-
-    def _send_retained(self, p: Publish) -> None:
-        """A retained message for a new subscription (not from a queue)."""
-        s = self.session
-        assert s is not None
-        if p.qos and not s.outbound.can_send(p.qos) or self.paused:
-            self._pending.append(p)
-            return
-        pid = s.outbound.send(p.qos, None)
-        name, alias = s.outbound.alias(p.topic) if self.version == MQTT_5 else (p.topic, None)
-        props = _with_alias(p.properties, alias) if alias is not None else p.properties
-        data = encode(Publish(name, p.payload, p.qos, True, False, pid, props), self.version)
-        if not s.outbound.fits(len(data)):
-            s.outbound.in_flight.pop(pid, None)
-            return
-        self._emit(data)
-
-    def _flush_pending(self) -> None:
-        while self._pending and self.state is State.CONNECTED and not self.paused:
-            s = self.session
-            assert s is not None
-            if self._pending[0].qos and not s.outbound.can_send(self._pending[0].qos):
-                return
-            self._send_retained(self._pending.popleft())
-
-    def _puback(self, p: PubAck) -> None:
-        s = self.session
-        assert s is not None
-        token = s.outbound.puback(p.packet_id)
-        self._acked(token)
-
-    def _pubrec(self, p: PubRec) -> None:
-        s = self.session
-        assert s is not None
-        f = s.outbound.in_flight.get(p.packet_id)
-        token = f.token if f is not None and f.qos == 2 else None
-        code, ended = s.outbound.pubrec(p.packet_id, p.reason_code)
-        if ended is not None:  # refused by the client: done with
-            self._acked(ended)
-            return
-        if code == 0 and f is not None:
-            f.token = None  # the client has it: the entry is settled, the PUBREL remains
-            if token is not None:
-                self.room.settle_durably(token)  # before the record says RELEASED
-        self._write(PubRel(p.packet_id, code if self.version == MQTT_5 else 0))
-        self._save_session()
-
-    def _pubcomp(self, p: PubComp) -> None:
-        s = self.session
-        assert s is not None
-        s.outbound.pubcomp(p.packet_id)
-        self._save_session()
-        self._acked(None)
-
-    def _acked(self, token: Any) -> None:
-        """The client acknowledged a message: settled, and room for more (handed out when
-        the read ends, once for all its acknowledgements)."""
-        if token is not None:
-            self.room.settle(token)
-        self._dispatch_due = True
-
     # -- subscriptions ----------------------------------------------------------------------------
 
     def _subscribe(self, p: Subscribe) -> None:
@@ -651,9 +418,9 @@ class MqttProtocol(Protocol):
             for rec in self.room.retained.match(topic_filter):
                 if rec.topic.startswith("$") and topic_filter[:1] in ("+", "#"):
                     continue
-                retained_publish = _retained_publish(rec, qos, self.version, now, sid)
-                if retained_publish is not None:
-                    self._send_retained(retained_publish)
+                out = retained_publish(rec, qos, self.version, now, sid)
+                if out is not None:
+                    self._send_retained(out)
         self.room.dispatch(s)
 
     def _unsubscribe(self, p: Unsubscribe) -> None:
@@ -680,41 +447,10 @@ class MqttProtocol(Protocol):
         self._close()
 
 
-_PUBACK = struct.Struct("!BBH")  # a PUBACK without reason code: fixed header, packet id
-
-
 def _reason(text: str | None) -> Properties:
     """A Reason String (MQTT 5: CONNACK and DISCONNECT may carry one whatever the client's
     Request Problem Information), kept short enough for any client's packet size."""
     return Properties(reason_string=text[:200]) if text else NO_PROPERTIES
-
-
-class _Pending:
-    """A PUBLISH from the client on its way: its answer is ``code`` once known."""
-
-    __slots__ = ("packet", "message", "code", "unrouted")
-
-    def __init__(self, packet: Publish, message: Message) -> None:
-        self.packet = packet
-        self.message = message
-        self.code: int | None = None
-        self.unrouted = False
-
-
-def _with_alias(props: Properties, alias: int) -> Properties:
-    return replace(props, topic_alias=alias)
-
-
-def _retained_publish(rec: RetainedRecord, qos: int, version: int, now_ms: int,
-                      subscription_id: int | None) -> Publish | None:
-    """The PUBLISH of a retained message for a new subscription (None: it has expired)."""
-    env = Envelope.FromString(rec.envelope) if rec.envelope else Envelope()
-    headers = [(h.key, h.value if h.HasField("value") else None) for h in rec.headers]
-    props = outgoing_properties(Message(None, rec.payload, None, headers, env), version, now_ms,
-                                (subscription_id,) if subscription_id else ())
-    if props is None:
-        return None
-    return Publish(rec.topic, rec.payload, min(qos, rec.qos), True, properties=props)
 
 
 class MqttFactory(Factory):
