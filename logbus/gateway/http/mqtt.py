@@ -54,45 +54,38 @@ class MqttClients(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/mqtt/clients/
-        return MqttClient(self.broker, path)
+        return MqttOne(self.broker, path, "kick", "unknown_client", "no MQTT client {!r} is connected")
 
     def handle_GET(self, request: server.Request) -> Response:
         return Response.json(200, [s for s in mqtt_room(self.broker).describe() if s["connected"]])
-
-
-class MqttClient(AdminResource):
-    isLeaf = True
-
-    def __init__(self, broker: Broker, raw_id: bytes) -> None:
-        super().__init__(broker)
-        self.raw_id = raw_id
-
-    def handle_DELETE(self, request: server.Request) -> Response:
-        client_id = path_name(self.raw_id, "MQTT client")
-        if not mqtt_room(self.broker).kick(client_id):
-            raise HttpError(404, "unknown_client", f"no MQTT client {client_id!r} is connected")
-        return Response.empty(204)
 
 
 class MqttSessions(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/mqtt/sessions/
-        return MqttSession(self.broker, path)
+        return MqttOne(self.broker, path, "delete_session", "unknown_session",
+                       "no MQTT session of client {!r}")
 
     def handle_GET(self, request: server.Request) -> Response:
         return Response.json(200, mqtt_room(self.broker).describe())
 
 
-class MqttSession(AdminResource):
+class MqttOne(AdminResource):
+    """/api/mqtt/clients/<id> or /api/mqtt/sessions/<id>: DELETE calls the room's
+    ``action`` (kick or delete_session) for that client, 404 ``code`` when it finds none."""
+
     isLeaf = True
 
-    def __init__(self, broker: Broker, raw_id: bytes) -> None:
+    def __init__(self, broker: Broker, raw_id: bytes, action: str, code: str,
+                 missing: str) -> None:
         super().__init__(broker)
         self.raw_id = raw_id
+        self.action, self.code, self.missing = action, code, missing
 
     def handle_DELETE(self, request: server.Request) -> Response:
         client_id = path_name(self.raw_id, "MQTT client")
-        if not mqtt_room(self.broker).delete_session(client_id):
-            raise HttpError(404, "unknown_session", f"no MQTT session of client {client_id!r}")
+        done: bool = getattr(mqtt_room(self.broker), self.action)(client_id)
+        if not done:
+            raise HttpError(404, self.code, self.missing.format(client_id))
         return Response.empty(204)

@@ -8,8 +8,8 @@
     /api/vhosts[/<name>]     vhosts.VHosts, vhosts.VHostResource    } (HTTP Basic,
     /api/permissions[/<vhost>/<user>]  permissions.*                } auth.py)
     /api/topic-permissions[/<vhost>/<user>]  topic_permissions.*    }
-    /api/mqtt/clients[/<id>]   mqtt.MqttClients, mqtt.MqttClient    }
-    /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttSession  }
+    /api/mqtt/clients[/<id>]   mqtt.MqttClients, mqtt.MqttOne       }
+    /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttOne      }
 """
 
 from __future__ import annotations

@@ -45,14 +45,12 @@ def message_from_publish(topic: str, p: Publish, client_id: str, now_ms: int,
         key = (topic, p.qos, p.retain)
         hit = cache.get(key)
         if hit is None:
-            env = Envelope(protocol=_MQTT, exchange=EXCHANGE, routing_key=to_amqp(topic), mqtt_topic=topic,
-                           mqtt_qos=p.qos, mqtt_retain=p.retain, mqtt_client_id=client_id)
+            env = _envelope(topic, p, client_id)
             if len(cache) >= ENVELOPE_CACHE:
                 cache.clear()
             hit = cache[key] = (env, [(ENVELOPE_HEADER, env.SerializeToString())])
         return Message(topic.encode(), p.payload, now_ms, [], hit[0], record_headers=hit[1])
-    env = Envelope(protocol=_MQTT, exchange=EXCHANGE, routing_key=to_amqp(topic), mqtt_topic=topic,
-                   mqtt_qos=p.qos, mqtt_retain=p.retain, mqtt_client_id=client_id)
+    env = _envelope(topic, p, client_id)
     props = p.properties
     headers: list[tuple[str, bytes | None]] = []
     if props is not NO_PROPERTIES:
@@ -71,6 +69,11 @@ def message_from_publish(topic: str, p: Publish, client_id: str, now_ms: int,
         for k, v in props.user_properties:
             env.user_properties.add(key=k, value=v)
     return Message(topic.encode(), p.payload, now_ms, headers, env)
+
+
+def _envelope(topic: str, p: Publish, client_id: str) -> Envelope:
+    return Envelope(protocol=_MQTT, exchange=EXCHANGE, routing_key=to_amqp(topic), mqtt_topic=topic,
+                    mqtt_qos=p.qos, mqtt_retain=p.retain, mqtt_client_id=client_id)
 
 
 def outgoing_topic(message: Message) -> str | None:

@@ -20,7 +20,6 @@ from .inbound import DUPLICATE, Inbound
 from .mapping import EXCHANGE, EnvelopeCache, message_from_publish
 from .packets import PubAck, PubComp, Publish, PubRec, PubRel
 from .reasons import NO_MATCHING_SUBSCRIBERS, NOT_AUTHORIZED, PAYLOAD_FORMAT_INVALID, UNSPECIFIED_ERROR
-from .topic_map import to_amqp
 from .states import State
 from .wire import MQTT_5
 
@@ -62,8 +61,9 @@ class Publishing:
             self._write(PubRec(p.packet_id))
             return
         topic = received.topic
+        message = message_from_publish(topic, p, session.client_id, self.room.clock(), self._envelopes)
         refusal = 0
-        if not self._may_write or not self._topic_allowed("write", to_amqp(topic)):
+        if not self._may_write or not self._topic_allowed("write", message.envelope.routing_key):
             refusal = NOT_AUTHORIZED
         elif p.properties.payload_format_indicator == 1:
             try:
@@ -73,7 +73,6 @@ class Publishing:
         if refusal:
             self._refused_publish(p, refusal)
             return
-        message = message_from_publish(topic, p, session.client_id, self.room.clock(), self._envelopes)
         if p.qos == 0 and p.retain:
             self.room.retain(message, 0)
         pending = Pending(p, message)
