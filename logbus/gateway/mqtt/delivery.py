@@ -58,7 +58,6 @@ class Delivering:
         assert s is not None
         message = d.message
         env = message.envelope
-        token = Token(d.queue, d.receipt)
         topic = outgoing_topic(message)
         copy = None
         if topic is not None:
@@ -68,12 +67,12 @@ class Delivering:
                                     copy.subscription_ids if copy is not None else ())
         if topic is None or copy is None or props is None:
             if not settled:
-                self.room.settle(token)  # not for this session (or expired): done with
+                self.room.settle(Token(d.queue, d.receipt))  # not for this session (or expired): done with
             return
         qos = copy.qos
         if qos == 0:
             if not settled:
-                self.room.settle(token)
+                self.room.settle(Token(d.queue, d.receipt))
             if props is NO_PROPERTIES and (self.version < MQTT_5 or not s.outbound.topic_alias_maximum):
                 # the same bytes for every session that takes it so: encoded once
                 key = (topic, copy.retain, self.version)
@@ -85,6 +84,7 @@ class Delivering:
                     self._emit(wire[1])
                 return
         pid_before = s.restored.pop((d.queue, d.receipt.seq), (0, 0))[0] if s.restored else 0
+        token = Token(d.queue, d.receipt)
         pid = s.outbound.send(qos, token, pid_before)
         name, alias = s.outbound.alias(topic) if self.version == MQTT_5 else (topic, None)
         if alias is not None:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
+from ...core.access.auth import Perm
 from ...core.access.topic_permissions import TopicPerm
 from ...core.errors import LogbusError
 from ..output import direct_writer
@@ -383,9 +384,9 @@ class MqttProtocol(Publishing, Delivering, Protocol):
         self._may_read = self._allowed(name, "read")
         return name
 
-    def _allowed(self, user: str, perm: str) -> bool:
+    def _allowed(self, user: str, perm: Perm) -> bool:
         try:
-            self.room.broker.access.check(user, self.room.vhost_name, perm, "exchange", "amq.topic")  # type: ignore[arg-type]
+            self.room.broker.access.check(user, self.room.vhost_name, perm, "exchange", EXCHANGE)
         except LogbusError:
             return False
         return True
