@@ -1,12 +1,14 @@
 """A minimal real event loop for core tests: it runs the log's ``callLater`` and
 ``callFromThread`` work in the test's thread, so a test can append, wait for the
-flusher thread's durability callbacks and assert, without a global Twisted reactor."""
+flusher thread's durability callbacks and assert, without a global Twisted reactor.
+``ReaderLoop`` also watches readers (``addReader``), as the log's io_uring sync ring needs."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
 import queue
+import select
 import time
 from typing import Any, Callable
 
@@ -81,3 +83,23 @@ class LoopReactor:
         if isinstance(out[0], Failure):
             out[0].raiseException()
         return out[0]
+
+
+class ReaderLoop(LoopReactor):
+    """A LoopReactor that also calls ``doRead`` of readers whose descriptor is readable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._readers: list[Any] = []
+
+    def addReader(self, reader: Any) -> None:
+        self._readers.append(reader)
+
+    def removeReader(self, reader: Any) -> None:
+        self._readers.remove(reader)
+
+    def run_once(self, block: float = 0.0) -> bool:
+        ready = select.select(self._readers, [], [], 0)[0] if self._readers else []
+        for r in ready:
+            r.doRead()
+        return super().run_once(0.0 if ready else block) or bool(ready)

@@ -9,15 +9,22 @@ makes the union of their files durable, and hands the tickets back to the reacto
 thread, which fires the waiters in append order. One fsync therefore covers every
 append that arrived while the previous one ran.
 
-Small flushes skip the thread. When nothing is queued or in flight there, the tick wrote
-at most ``INLINE_MAX_BYTES`` and every item has waiters, the reactor thread syncs at once
-and fires the waiters itself, as Redis does with ``appendfsync always``. Handing a small
-flush to the thread cost more than the sync: two GIL hand-offs, a pipe write and the
-context switches around them, about a fifth of an AMQP publish's broker CPU
-(docs/decisions/0007). Whatever arrives meanwhile waits in the socket buffers and is
-read as one larger batch next tick, so group commit still happens. While such syncs take
-longer than ``INLINE_MAX_SECONDS`` on average (a slow disk), the thread takes them all
-again, trying inline once in ``INLINE_PROBE`` submissions to notice a faster disk.
+Small flushes skip the thread: when nothing is queued or in flight there, the tick wrote
+at most ``INLINE_MAX_BYTES`` and every item has waiters. Handing a small flush to the
+thread cost more than the sync: two GIL hand-offs, a pipe write and the context switches
+around them, about a fifth of an AMQP publish's broker CPU (docs/decisions/0007).
+
+- With io_uring (``uring.Ring``; docs/decisions/0015), the reactor thread submits the
+  sync to the kernel and goes on; the ring's eventfd calls ``ring_ready``, which fires
+  the waiters. While a ring sync is in flight, every later submission waits *behind*
+  it and is submitted, merged into one, when it completes: group commit, and the
+  waiters fire in append order. The reactor never blocks on the disk.
+- Without it, the reactor thread syncs at once and fires the waiters itself, as Redis
+  does with ``appendfsync always``. Whatever arrives meanwhile waits in the socket
+  buffers and is read as one larger batch next tick, so group commit still happens.
+  While such syncs take longer than ``INLINE_MAX_SECONDS`` on average (a slow disk), the
+  thread takes them all again, trying inline once in ``INLINE_PROBE`` submissions to
+  notice a faster disk.
 
 With one dirty file it is ``fdatasync``-ed; with two or more (up to a write spread over
 hundreds of partitions) one ``syncfs`` of the filesystem is cheaper than one call per file
@@ -39,6 +46,7 @@ from twisted.internet.defer import Deferred
 
 from ..errors import StorageError
 from .filecache import Handle
+from .uring import Ring
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,7 @@ SYNCFS_MIN_FILES = 2
 INLINE_MAX_BYTES = 256 << 10
 INLINE_MAX_SECONDS = 0.004
 INLINE_PROBE = 100
+RING_MAX_FILES = 16  # more dirty files than this: one syncfs (inline or on the thread)
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -89,10 +98,14 @@ class Flusher:
         on_flush: Callable[[float, int], None] | None = None,
         *,
         inline: bool = True,
+        ring: Ring | None = None,
     ) -> None:
         self._call = call_in_reactor
         self._on_flush = on_flush
         self.inline = inline
+        self.ring = ring  # small syncs go to the kernel through it (see the module's text)
+        self._behind: list[tuple[list[Any], int]] = []  # submissions waiting for the ring's sync
+        self.ring_syncs = 0
         self._outstanding = 0  # tickets queued for the thread and not yet completed
         self._inline_seconds = 0.0  # moving average of an inline sync
         self._skipped = 0  # eligible submissions sent to the thread since the last inline one
@@ -112,8 +125,19 @@ class Flusher:
         handles, waiters, delay)`` per partition: with ``waiters`` (sync), fire them once
         the bytes written so far to ``handles`` are durable; with None (interval), make
         them durable within ``delay`` seconds."""
+        ring = self.ring
+        if ring is not None and ring.in_flight:
+            for _, handles, _, _ in items:
+                _pin(handles, 1)
+            self._behind.append((items, written))
+            return
         if self.inline and not self._outstanding and 0 <= written <= INLINE_MAX_BYTES:
             if all(waiters is not None for _, _, waiters, _ in items):
+                if ring is not None:
+                    fds = {h.fd for _, handles, _, _ in items for h in handles}
+                    if len(fds) <= RING_MAX_FILES:
+                        self._ring_submit(items, fds)
+                        return
                 if self._inline_seconds <= INLINE_MAX_SECONDS or self._skipped >= INLINE_PROBE:
                     self._flush_now(items)
                     return
@@ -145,9 +169,54 @@ class Flusher:
             if notify:
                 self._cond.notify()
 
+    def _ring_submit(self, items: list[Any], fds: set[int]) -> None:
+        assert self.ring is not None
+        for _, handles, _, _ in items:
+            _pin(handles, 1)
+        try:
+            self.ring.fdatasync(fds, (items, len(fds), time.perf_counter()))
+        except OSError as e:  # not submitted: sync here instead, as without a ring
+            log.warning("io_uring sync submission failed (%s): syncing on the reactor thread", e)
+            for _, handles, _, _ in items:
+                _pin(handles, -1)
+            self._flush_now(items)
+
+    def ring_ready(self) -> None:
+        """The ring's eventfd is readable: fire the waiters of completed syncs, then
+        submit what waited behind them."""
+        assert self.ring is not None
+        for token, error in self.ring.reap():
+            self._ring_done(token, error)
+        if self._behind and not self.ring.in_flight:
+            behind, self._behind = self._behind, []
+            items = [item for part, _ in behind for item in part]
+            for _, handles, _, _ in items:
+                _pin(handles, -1)
+            written = -1 if any(w < 0 for _, w in behind) else sum(w for _, w in behind)
+            self.submit(items, written)
+
+    def _ring_done(self, token: tuple[list[Any], int, float], error: OSError | None) -> None:
+        items, files, t0 = token
+        self.ring_syncs += 1
+        if self._on_flush is not None:
+            self._on_flush(time.perf_counter() - t0, files)
+        for _, handles, _, _ in items:
+            _pin(handles, -1)
+        if error is not None:
+            log.error("flush of %d files failed: %s", files, error)
+        failure = None if error is None else StorageError(f"flush failed, appends not durable: {error}")
+        for _, _, waiters, _ in items:
+            if waiters:
+                fire_waiters(waiters, failure)
+
     def stop(self, timeout: float = 30.0) -> None:
         """Flush everything queued, then end the thread (its last hand-back is queued
-        with ``call_in_reactor``)."""
+        with ``call_in_reactor``). Ring syncs are waited for here, and fired."""
+        ring = self.ring
+        while ring is not None and ring.in_flight:
+            for token, error in ring.wait():
+                self._ring_done(token, error)
+            self.ring_ready()  # what waited behind: submitted again, perhaps to the ring
         with self._lock:
             self._stopping = True
             for t in self._queue:
@@ -213,6 +282,11 @@ class Flusher:
             if self._on_flush is not None:
                 self._on_flush(dt, len(fds))
             self._call(self._complete, tickets, error)
+
+
+def _pin(handles: list[Handle], by: int) -> None:
+    for h in handles:
+        h.pins += by
 
 
 def _sync(fds: set[int]) -> OSError | None:

@@ -24,6 +24,7 @@ from .format import CLEAN_MARKER, LOG_DIR, TRASH, partition_dirname, topic_dirna
 from .partition import Partition, fsync_dir
 from .recovery import RecoveryReport, recover_partition
 from .topic_config import TopicConfig, validate_topic_name
+from .uring import Ring
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,11 @@ class LogManager:
 
         self.reactor = reactor
         self._tick = tick_of(reactor)
-        self.flusher = Flusher(reactor.callFromThread, on_flush, inline=inline_flush)
+        ring = Ring.open() if inline_flush and hasattr(reactor, "addReader") else None
+        self.flusher = Flusher(reactor.callFromThread, on_flush, inline=inline_flush, ring=ring)
+        self._ring_reader = None if ring is None else _RingReader(ring, self.flusher.ring_ready)
+        if self._ring_reader is not None:
+            reactor.addReader(self._ring_reader)
         self._to_drain: list[Partition] = []
         m.registry.register(_LogCollector(self))
         marker = os.path.join(self.root, CLEAN_MARKER)
@@ -203,6 +208,9 @@ class LogManager:
         self._closed = True
         self.drain()
         self.flusher.stop()
+        if self._ring_reader is not None:
+            self.reactor.removeReader(self._ring_reader)
+            self._ring_reader.ring.close()
         for topic in self.topics.values():
             for p in topic.partitions:
                 p.write_indexes()
@@ -230,6 +238,23 @@ def _refuse_foreign_files(name: str, tdir: str) -> None:
             )
 
 
+class _RingReader:
+    """The ring's eventfd as a reactor reader (Twisted's IReadDescriptor)."""
+
+    def __init__(self, ring: Ring, ready: Callable[[], None]) -> None:
+        self.ring = ring
+        self.doRead = ready
+
+    def fileno(self) -> int:
+        return self.ring.eventfd
+
+    def logPrefix(self) -> str:
+        return "logbus-sync-ring"
+
+    def connectionLost(self, reason: Any) -> None:
+        pass
+
+
 class _LogCollector:
     """Append counters, read from the partitions at scrape time (nothing on the hot path)."""
 
@@ -249,8 +274,9 @@ class _LogCollector:
             byts.add_metric([t.name], sum(p.bytes_appended for p in t.partitions))
         yield recs
         yield byts
-        syncs = CounterMetricFamily("logbus_log_syncs", "Syncs that made appends durable, by the thread that ran them",
+        syncs = CounterMetricFamily("logbus_log_syncs", "Syncs that made appends durable, by where they ran (reactor, flusher thread, ring: the kernel through io_uring)",
                                     labels=["thread"])
         syncs.add_metric(["reactor"], self._m.flusher.inline_syncs)
         syncs.add_metric(["flusher"], self._m.flusher.thread_syncs)
+        syncs.add_metric(["ring"], self._m.flusher.ring_syncs)
         yield syncs

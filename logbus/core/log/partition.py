@@ -422,20 +422,23 @@ class Partition:
 
     # -- reading -----------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, data: bool = True, *, deleted: bool = False) -> ReadResult:
+    def read(self, offset: int, max_bytes: int, data: bool = True, *, deleted: bool = False,
+             written: bool = False) -> ReadResult:
         """Whole batches from the one holding ``offset`` on, below the high watermark and
         up to ``max_bytes`` (the first batch is returned even if larger, so a reader
         always makes progress). Offsets from the high watermark to the log end read as
         empty; beyond the log end (or before its start) they are out of range.
         ``deleted``: records below the log start that are still on disk may be read (a
-        queue's pointers: retention keeps their segments)."""
+        queue's pointers: retention keeps their segments). ``written``: up to the log end,
+        durable or not (the broker's own queues, whose entries exist from the append on,
+        while a sync may still be in flight)."""
         start, end = self.segments[0].base_offset if deleted else self.log_start_offset, self.next_offset
         if offset < start or offset > end:
             raise OffsetOutOfRange(
                 f"offset {offset} is outside [{start}, {end}] of {self.topic}/{self.index}"
             )
         self.drain()
-        hw = self.high_watermark
+        hw = self.next_offset if written else self.high_watermark
         spans: list[FileSpan] = []
         first_offset = next_offset = offset
         remaining = max_bytes

@@ -92,7 +92,7 @@ def log_batch_reader(log: LogManager) -> Callable[[str, int, int], list[tuple[in
     """``read_batch`` over a LogManager: the one batch holding the offset, decoded."""
 
     def read_batch(topic: str, partition: int, offset: int) -> list[tuple[int, Record]]:
-        res = log.partition(topic, partition).read(offset, 1, deleted=True)  # the first batch, whole
+        res = log.partition(topic, partition).read(offset, 1, deleted=True, written=True)  # the first batch, whole
         return [(r.offset, Record(r.key, r.value, r.timestamp, r.headers)) for r in B.decode(res.data)]
 
     return read_batch
