@@ -7,9 +7,14 @@ from __future__ import annotations
 import errno
 import os
 import select
+import shutil
+import tempfile
 from typing import Any, Callable, Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from logbus.core.errors import StorageError
 from logbus.core.log import LogManager, Record
@@ -138,3 +143,78 @@ def test_a_failed_ring_sync_fails_its_waiters_and_unpins_the_files(rloop: Reader
         assert isinstance(got[0], StorageError) and handle.pins == 0
     finally:
         flusher.stop()
+
+
+def _have_ring() -> bool:
+    r = Ring.open()
+    if r is None:
+        return False
+    r.close()
+    return True
+
+
+class RingFlushMachine(RuleBasedStateMachine):
+    """Appends to three ``sync`` partitions, small and large, with ticks (drain) and
+    loop turns in any order, against a model: every append is confirmed exactly once,
+    each partition's in append order, never before its offset is durable; the broker's
+    queues read every written record; the ring and the thread never hold syncs at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="logbus-ring-")
+        self.loop = ReaderLoop()
+        self.lm = LogManager(self.dir, self.loop)
+        assert self.lm.flusher.ring is not None
+        self.parts = [self.lm.open_topic(f"t{i}", topic_config(flush="sync"), create=True).partition(0)
+                      for i in range(3)]
+        self.sent: list[list[int]] = [[], [], []]  # offsets appended, per partition
+        self.confirmed: list[list[int]] = [[], [], []]
+
+    def _confirm(self, i: int, result: Any) -> None:
+        assert not isinstance(result, BaseException), result
+        assert self.parts[i].high_watermark > result.base_offset  # durable before confirmed
+        self.confirmed[i].append(result.base_offset)
+
+    @rule(i=st.integers(0, 2), large=st.booleans())
+    def append(self, i: int, large: bool) -> None:
+        p = self.parts[i]
+        self.sent[i].append(p.next_offset)
+        value = b"L" * (F.INLINE_MAX_BYTES // 2 + 1) if large else b"s"
+        d = p.append([Record(None, value)])
+        assert d is not None
+        d.addCallback(lambda r: self._confirm(i, r))
+
+    @rule()
+    def drain(self) -> None:
+        self.lm.drain()
+
+    @rule()
+    def turn(self) -> None:
+        self.loop.run_once(block=0.001)
+
+    @invariant()
+    def confirmed_in_order_and_written_readable(self) -> None:
+        for i, p in enumerate(self.parts):
+            assert self.confirmed[i] == self.sent[i][: len(self.confirmed[i])]
+            if p.next_offset:
+                assert p.read(p.next_offset - 1, 1, written=True).next_offset == p.next_offset
+
+    @invariant()
+    def never_the_ring_and_the_thread_at_once(self) -> None:
+        ring = self.lm.flusher.ring
+        assert ring is not None and not (ring.in_flight and self.lm.flusher._outstanding)
+
+    def teardown(self) -> None:
+        try:
+            self.lm.drain()
+            self.loop.run_until(lambda: all(len(c) == len(s) for c, s in zip(self.confirmed, self.sent)))
+            assert self.confirmed == self.sent
+        finally:
+            self.lm.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+RingFlushMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=50, deadline=None,
+                                              suppress_health_check=[HealthCheck.too_slow])
+TestRingFlushMachine = pytest.mark.skipif(not _have_ring(), reason="io_uring is not available")(
+    RingFlushMachine.TestCase)
