@@ -137,7 +137,8 @@ class Ring:
             _U32.pack_into(rings, self._sq_tail, old_tail)
             raise OSError(errno.EAGAIN, "io_uring took none of the syncs")
         # fewer than asked (not seen with fsync entries): the token waits for those taken,
-        # and fails, as the others were never run
+        # and fails, as the others were never run. Those others stay in the ring and go
+        # with the next submission, whose count they then upset: not handled further.
         error = None if submitted == len(fds) else OSError(errno.EIO, f"io_uring took {submitted} of {len(fds)}")
         self._groups[group] = [token, submitted, error]
         self.in_flight += 1
