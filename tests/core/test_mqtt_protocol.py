@@ -9,6 +9,8 @@ but the DISCONNECT."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +213,21 @@ MqttSessionMachine.TestCase.settings = settings(max_examples=25, stateful_step_c
 test_mqtt_session_against_a_model = MqttSessionMachine.TestCase
 
 
+@contextmanager
+def _gateway(path: Path) -> Iterator[tuple[LoopReactor, Broker, MqttFactory]]:
+    """A started broker on ``path`` with the MQTT gateway over it; both stopped after."""
+    loop = LoopReactor()
+    broker = Broker(path, reactor=loop, vhost_model=VHost)
+    broker.start()
+    factory = MqttFactory(broker, loop)
+    factory.startFactory()
+    try:
+        yield loop, broker, factory
+    finally:
+        factory.stopFactory()
+        loop.wait(broker.stop())
+
+
 def test_a_pubrec_settles_durably_before_the_pubrel_goes_out(tmp_path: Path) -> None:
     """Outgoing QoS 2: when the PUBREL is written, the entry's settlement is in the state
     store already (not at the end of the turn): a kill -9 right after the client saw the
@@ -218,12 +235,7 @@ def test_a_pubrec_settles_durably_before_the_pubrel_goes_out(tmp_path: Path) -> 
     from logbus.core.state import queue_entries_prefix
     from logbus.gateway.mqtt import Properties
 
-    loop = LoopReactor()
-    broker = Broker(tmp_path, reactor=loop, vhost_model=VHost)
-    broker.start()
-    factory = MqttFactory(broker, loop)
-    factory.startFactory()
-    try:
+    with _gateway(tmp_path) as (loop, broker, factory):
         sub = Client(factory, loop)
         sub.send(Connect("keeper", 5, clean_start=False, properties=Properties(session_expiry_interval=600)))
         sub.send(Subscribe(1, (Subscription("t/#", 2),)))
@@ -241,9 +253,6 @@ def test_a_pubrec_settles_durably_before_the_pubrel_goes_out(tmp_path: Path) -> 
         assert list(broker.state.scan_prefix("queues", prefix)) == []  # ...after the settlement is stored
         sub.drop()
         pub.drop()
-    finally:
-        factory.stopFactory()
-        loop.wait(broker.stop())
 
 
 def test_a_restored_qos2_message_whose_entry_is_gone_is_released(tmp_path: Path) -> None:
@@ -253,12 +262,7 @@ def test_a_restored_qos2_message_whose_entry_is_gone_is_released(tmp_path: Path)
     from logbus.gateway.mqtt import Properties
     from logbus.gateway.mqtt.session import Session
 
-    loop = LoopReactor()
-    broker = Broker(tmp_path, reactor=loop, vhost_model=VHost)
-    broker.start()
-    factory = MqttFactory(broker, loop)
-    factory.startFactory()
-    try:
+    with _gateway(tmp_path) as (loop, broker, factory):
         room = factory.room
         s = Session("gone", "mqtt-session:gone", version=5, expiry=600)
         s.restored[("mqtt-session:gone", 7)] = (5, 2)  # its queue holds no entry 7
@@ -274,6 +278,3 @@ def test_a_restored_qos2_message_whose_entry_is_gone_is_released(tmp_path: Path)
         got = c.received_all()
         assert [p.packet_id for p in got if isinstance(p, PubRel)] == [5]
         c.drop()
-    finally:
-        factory.stopFactory()
-        loop.wait(broker.stop())
