@@ -127,8 +127,7 @@ class Flusher:
         them durable within ``delay`` seconds."""
         ring = self.ring
         if ring is not None and ring.in_flight:
-            for _, handles, _, _ in items:
-                _pin(handles, 1)
+            _pin(items, 1)
             self._behind.append((items, written))
             return
         if self.inline and not self._outstanding and 0 <= written <= INLINE_MAX_BYTES:
@@ -171,14 +170,12 @@ class Flusher:
 
     def _ring_submit(self, items: list[Any], fds: set[int]) -> None:
         assert self.ring is not None
-        for _, handles, _, _ in items:
-            _pin(handles, 1)
+        _pin(items, 1)
         try:
             self.ring.fdatasync(fds, (items, len(fds), time.perf_counter()))
         except OSError as e:  # not submitted: sync here instead, as without a ring
             log.warning("io_uring sync submission failed (%s): syncing on the reactor thread", e)
-            for _, handles, _, _ in items:
-                _pin(handles, -1)
+            _pin(items, -1)
             self._flush_now(items)
 
     def ring_ready(self) -> None:
@@ -190,8 +187,7 @@ class Flusher:
         if self._behind and not self.ring.in_flight:
             behind, self._behind = self._behind, []
             items = [item for part, _ in behind for item in part]
-            for _, handles, _, _ in items:
-                _pin(handles, -1)
+            _pin(items, -1)
             written = -1 if any(w < 0 for _, w in behind) else sum(w for _, w in behind)
             self.submit(items, written)
 
@@ -200,14 +196,10 @@ class Flusher:
         self.ring_syncs += 1
         if self._on_flush is not None:
             self._on_flush(time.perf_counter() - t0, files)
-        for _, handles, _, _ in items:
-            _pin(handles, -1)
+        _pin(items, -1)
         if error is not None:
             log.error("flush of %d files failed: %s", files, error)
-        failure = None if error is None else StorageError(f"flush failed, appends not durable: {error}")
-        for _, _, waiters, _ in items:
-            if waiters:
-                fire_waiters(waiters, failure)
+        _fire_items(items, error)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Flush everything queued, then end the thread (its last hand-back is queued
@@ -236,14 +228,11 @@ class Flusher:
         self._inline_seconds = 0.9 * self._inline_seconds + 0.1 * dt
         if self._on_flush is not None:
             self._on_flush(dt, len(fds))
-        failure = None if error is None else StorageError(f"flush failed, appends not durable: {error}")
-        for _, _, waiters, _ in items:
-            if waiters:
-                fire_waiters(waiters, failure)
+        _fire_items(items, error)
 
     def _complete(self, tickets: list[Ticket], error: OSError | None) -> None:
         self._outstanding -= len(tickets)
-        failure = None if error is None else StorageError(f"flush failed, appends not durable: {error}")
+        failure = _failure(error)
         for t in tickets:
             for h in t.handles.values():
                 h.pins -= 1
@@ -284,9 +273,23 @@ class Flusher:
             self._call(self._complete, tickets, error)
 
 
-def _pin(handles: list[Handle], by: int) -> None:
-    for h in handles:
-        h.pins += by
+def _pin(items: list[Any], by: int) -> None:
+    """Pin (``by`` 1) or unpin (-1) the files of submitted items."""
+    for _, handles, _, _ in items:
+        for h in handles:
+            h.pins += by
+
+
+def _failure(error: OSError | None) -> StorageError | None:
+    return None if error is None else StorageError(f"flush failed, appends not durable: {error}")
+
+
+def _fire_items(items: list[Any], error: OSError | None) -> None:
+    """Fire the waiters of synced items, in order (failed if ``error``)."""
+    failure = _failure(error)
+    for _, _, waiters, _ in items:
+        if waiters:
+            fire_waiters(waiters, failure)
 
 
 def _sync(fds: set[int]) -> OSError | None:

@@ -46,14 +46,11 @@ _U32 = struct.Struct("=I")
 _SQE = struct.Struct("=BBHiQQIIQ24x")  # opcode, flags, ioprio, fd, off, addr, len, op flags, user_data
 _CQE = struct.Struct("=QiI")
 
-_libc: Any = None
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
 
 
 def _syscall(*args: int) -> int:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
     r = _libc.syscall(*[ctypes.c_long(a) for a in args])
     if r < 0:
         err = ctypes.get_errno()
@@ -91,10 +88,10 @@ class Ring:
                                 offset=OFF_SQ_RING)
         self._sqes = mmap.mmap(self.fd, SQE_SIZE * self.sq_entries, mmap.MAP_SHARED,
                                mmap.PROT_READ | mmap.PROT_WRITE, offset=OFF_SQES)
-        self._sq_head, self._sq_tail, self._sq_mask, self._sq_array = sq_head, sq_tail, sq_mask, sq_array
-        self._cq_head, self._cq_tail, self._cq_mask, self._cqes = cq_head, cq_tail, cq_mask, cqes
-        self._sq_mask_v = _U32.unpack_from(self._rings, sq_mask)[0]
-        self._cq_mask_v = _U32.unpack_from(self._rings, cq_mask)[0]
+        self._sq_head, self._sq_tail, self._sq_array = sq_head, sq_tail, sq_array
+        self._cq_head, self._cq_tail, self._cqes = cq_head, cq_tail, cqes
+        self._sq_mask = _U32.unpack_from(self._rings, sq_mask)[0]
+        self._cq_mask = _U32.unpack_from(self._rings, cq_mask)[0]
 
     @classmethod
     def open(cls, entries: int = 64) -> Ring | None:
@@ -117,16 +114,15 @@ class Ring:
         group = self._next_id
         self._next_id += 1
         rings = self._rings
-        tail = _U32.unpack_from(rings, self._sq_tail)[0]
+        old_tail = tail = _U32.unpack_from(rings, self._sq_tail)[0]
         head = _U32.unpack_from(rings, self._sq_head)[0]
         if ((tail - head) & 0xFFFFFFFF) + len(fds) > self.sq_entries:  # the kernel consumes at enter
             raise OSError(errno.EBUSY, "io_uring submission queue full")
         for fd in fds:
-            i = tail & self._sq_mask_v
+            i = tail & self._sq_mask
             _SQE.pack_into(self._sqes, i * SQE_SIZE, OP_FSYNC, 0, 0, fd, 0, 0, 0, FSYNC_DATASYNC, group)
             _U32.pack_into(rings, self._sq_array + 4 * i, i)
             tail = (tail + 1) & 0xFFFFFFFF
-        old_tail = _U32.unpack_from(rings, self._sq_tail)[0]
         _U32.pack_into(rings, self._sq_tail, tail)
         try:
             submitted = _syscall(SYS_ENTER, self.fd, len(fds), 0, 0, 0, 0)
@@ -155,7 +151,7 @@ class Ring:
         tail = _U32.unpack_from(rings, self._cq_tail)[0]
         done: list[tuple[Any, OSError | None]] = []
         while head != tail:
-            user_data, res, _flags = _CQE.unpack_from(rings, self._cqes + CQE_SIZE * (head & self._cq_mask_v))
+            user_data, res, _flags = _CQE.unpack_from(rings, self._cqes + CQE_SIZE * (head & self._cq_mask))
             head = (head + 1) & 0xFFFFFFFF
             g = self._groups.get(user_data)
             if g is None:

@@ -160,10 +160,6 @@ class Publishing:
         if self.session is not None and self.session.kept:
             self.room.save(self.session)
 
-    def _connected(self) -> bool:
-    
-        return self.state is State.CONNECTED
-
 
 class Pending:
     """A PUBLISH from the client on its way: its answer is ``code`` once known."""
