@@ -151,10 +151,13 @@ damage_st = st.tuples(st.sampled_from(["truncate", "flip", "garbage"]), st.float
 @given(
     batches=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 300)), min_size=1, max_size=40),
     damage=damage_st,
+    flush=st.sampled_from(["none", "sync"]),  # sync: zeros ahead of the data (garbage lands after them)
 )
-def test_recovery_keeps_exactly_the_valid_prefix(batches: list[tuple[int, int]], damage: tuple[str, float, int]) -> None:
+def test_recovery_keeps_exactly_the_valid_prefix(
+    batches: list[tuple[int, int]], damage: tuple[str, float, int], flush: str
+) -> None:
     loop = LoopReactor()
-    cfg = topic_config(segment_bytes=2048, index_interval_bytes=200)
+    cfg = topic_config(segment_bytes=2048, index_interval_bytes=200, flush=flush)
     with tempfile.TemporaryDirectory() as tmp:
         lm = LogManager(tmp, loop)
         p = lm.open_topic("t", cfg, create=True).partition(0)

@@ -98,6 +98,7 @@ class SegmentContents:
     valid_end: int  # bytes of valid batches
     size: int
     reason: str  # why the valid part ended before ``size``
+    zeros_after: bool = False  # only zeros after the valid part: space written ahead of appends
 
 
 @dataclass
@@ -213,6 +214,7 @@ def read_segment(data: bytes, base_offset: int) -> SegmentContents:
         expected = info.next_offset
         pos += info.size
     seg.valid_end = pos
+    seg.zeros_after = pos < len(data) and data.count(0, pos) == len(data) - pos
     return seg
 
 
@@ -238,12 +240,13 @@ def scan_partition(directory: Path, p: int, cache: SegmentCache) -> Scan:
         scan.offsets += seg.offsets
         scan.seqs += seg.seqs
         if seg.valid_end < seg.size:
-            if i < len(names) - 1:
+            if i < len(names) - 1:  # zeros too: sealing cuts them off, durably
                 scan.problems.append(
                     f"p{p}: sealed segment {name} is damaged at {seg.valid_end}: {seg.reason}"
                 )
                 return scan
-            scan.torn_bytes, scan.torn_reason = seg.size - seg.valid_end, seg.reason
+            if not seg.zeros_after:  # recovery cuts zeros without counting them as damage
+                scan.torn_bytes, scan.torn_reason = seg.size - seg.valid_end, seg.reason
     return scan
 
 

@@ -353,7 +353,7 @@ class Partition:
         self._wbuf = []
         self._tick_bytes += self._wbytes
         self._wbytes = 0
-        handle = self._wseg.write_at(bufs, self._wpos)
+        handle = self._wseg.write_at(bufs, self._wpos, self._mode == "sync")
         if handle not in self._touched:
             self._touched.append(handle)
 
@@ -565,12 +565,13 @@ class Partition:
         return True
 
     def write_indexes(self) -> None:
-        """At clean shutdown (the caller syncs): write the active segment's indexes when
-        it is large enough that scanning it at the next start would cost; a smaller one
-        keeps no index files (a clean start scans it, which is cheaper than creating two
-        files per partition at every shutdown)."""
+        """At clean shutdown (the caller syncs): cut the zeroed space off the active
+        segment and write its indexes when it is large enough that scanning it at the
+        next start would cost; a smaller one keeps no index files (a clean start scans
+        it, which is cheaper than creating two files per partition at every shutdown)."""
         self.drain()
         seg = self.active
+        seg.trim()  # the zeroed space ahead (a clean log ends at its last batch)
         if seg.size >= INDEX_ON_CLOSE_MIN:
             seg.write_indexes()
         else:

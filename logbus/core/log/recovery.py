@@ -3,14 +3,16 @@
 After an unclean stop (no clean-shutdown marker) the active segment is scanned in full:
 every batch must have magic 2, a length that fits, a valid CRC-32C and the base offset
 that follows its predecessor. The longest prefix of such batches is kept; the rest of the
-file is cut off and the segment's indexes are rebuilt from the scan. Older segments are
-sealed; their indexes are checked (rebuilt if missing or damaged) and their batch headers
-walked from the last index entry to the end: an older segment whose tail is torn (the
-walk does not end at the file's end, or not at the next segment's base offset) becomes
-the end of the log; it is CRC-scanned like an active segment and every later segment is
-removed, so the log stays one gap-free prefix. Bytes of a sealed segment before its last
-index entry are not CRC-checked at start (that would read every segment): a crash does
-not damage them, and bit rot there is left to the CRC checks of Kafka clients.
+file is cut off and the segment's indexes are rebuilt from the scan (zeros alone there
+are the space written ahead of appends, not damage: cut without a report). Older
+segments are sealed; their indexes are checked (rebuilt if missing or damaged) and their
+batch headers walked from the last index entry to the end: an older segment whose tail
+is torn (the walk does not end at the file's end, or not at the next segment's base
+offset) becomes the end of the log; it is CRC-scanned like an active segment and every
+later segment is removed, so the log stays one gap-free prefix. Bytes of a sealed
+segment before its last index entry are not CRC-checked at start (that would read every
+segment): a crash does not damage them, and bit rot there is left to the CRC checks of
+Kafka clients.
 
 After a clean stop the indexes written at shutdown are trusted after the same checks,
 and only the active segment's tail after its last index entry is CRC-checked (an active
@@ -54,6 +56,17 @@ def scan_valid(path: str, base_offset: int, start: int = 0) -> tuple[list[tuple[
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         found, pos, reason = F.scan_valid(m, start, size, base_offset)
     return [(info.position, info) for info in found], pos, reason
+
+
+def _zeros_only(path: str, start: int, end: int) -> bool:
+    """Whether bytes ``[start, end)`` of ``path`` are all zero."""
+    with open(path, "rb") as f:
+        while start < end:
+            chunk = os.pread(f.fileno(), min(1 << 20, end - start), start)
+            if not chunk or chunk.count(0) != len(chunk):
+                return False
+            start += len(chunk)
+    return True
 
 
 def list_segments(directory: str) -> list[int]:
@@ -124,10 +137,13 @@ def _open_active(seg: Segment, clean: bool, now_ms: int, report: RecoveryReport)
     if not start:
         infos, end, reason = scan_valid(seg.log_path, seg.base_offset, 0)
     if end < seg.size:
-        report.truncated_bytes += seg.size - end
-        report.notes.append(f"{seg.log_path}: cut {seg.size - end} bytes at position {end}: {reason}")
+        if _zeros_only(seg.log_path, end, seg.size):  # the space zeroed ahead of appends
+            log.debug("recovery: %s: %d zeroed bytes after position %d cut", seg.log_path, seg.size - end, end)
+        else:
+            report.truncated_bytes += seg.size - end
+            report.notes.append(f"{seg.log_path}: cut {seg.size - end} bytes at position {end}: {reason}")
         os.truncate(seg.log_path, end)
-    seg.size = end
+    seg.size = seg.file_end = end
     if start:
         seg.extend_from(infos)
     else:
@@ -151,7 +167,7 @@ def recover_partition(
         return [seg], report
     segments = [Segment(directory, b, cache, index_interval) for b in bases]
     for seg in segments:
-        seg.size = os.path.getsize(seg.log_path)
+        seg.size = seg.file_end = os.path.getsize(seg.log_path)
     for i, seg in enumerate(segments[:-1]):
         if not _check_sealed(seg, segments[i + 1].base_offset, clean, report):
             report.notes.append(f"{seg.log_path}: damaged; the log now ends in it")

@@ -3,9 +3,13 @@
 Theory of operation. Only the newest (active) segment of a partition is written; its
 batches are appended at ``size`` with ``pwrite`` and its index entries live in memory
 until the segment is sealed (rolled) or the broker shuts down cleanly, when the index
-files are written whole. A sealed segment loads its indexes lazily on first lookup,
-and rebuilds them from the log when they are missing or fail validation. Lookups take
-the floor index entry and walk batch headers from there (one ``pread`` per 64 KiB).
+files are written whole. Small appends to a ``sync`` topic keep zeros written ahead of
+the data (``file_end`` > ``size``), so that the ``fdatasync`` after each of them finds
+the file's length and blocks unchanged and commits no journal transaction (decision
+0016); sealing and a clean close cut the file back to ``size``. A sealed segment loads
+its indexes lazily on first lookup, and rebuilds them from the log when they are
+missing or fail validation. Lookups take the floor index entry and walk batch headers
+from there (one ``pread`` per 64 KiB).
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ log = logging.getLogger(__name__)
 
 WALK_CHUNK = 64 * 1024
 MAX_IOVECS = 512  # below IOV_MAX (1024); more buffers are joined first
+ZERO_WRITE_MAX = 64 * 1024  # writes up to this size keep zeroed space ahead of them
+ZERO_AHEAD_MIN = 16 * 1024  # zeroed space written at once: a quarter of the segment,
+ZERO_AHEAD_MAX = 1024 * 1024  # between these bounds (many quiet partitions stay small)
+_ZEROS = bytes(ZERO_AHEAD_MAX)
 
 
 class Segment:
@@ -32,6 +40,7 @@ class Segment:
         "index_path",
         "time_path",
         "size",
+        "file_end",
         "next_offset",
         "max_timestamp",
         "created_ms",
@@ -50,6 +59,7 @@ class Segment:
         self.index_path = name + F.INDEX_SUFFIX
         self.time_path = name + F.TIMEINDEX_SUFFIX
         self.size = 0
+        self.file_end = 0  # the file's length: ``size`` plus the zeroed space ahead
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.created_ms: int | None = None
@@ -65,10 +75,12 @@ class Segment:
 
     # -- writing -----------------------------------------------------------------
 
-    def write_at(self, bufs: list[bytes | bytearray | memoryview], position: int) -> Handle:
+    def write_at(self, bufs: list[bytes | bytearray | memoryview], position: int, zero_ahead: bool = False) -> Handle:
         """Write ``bufs`` (whole batches, back to back) at ``position`` with one
-        ``pwritev``; returns the handle written to. On a failed write the file is cut
-        back to ``position`` and OSError propagates."""
+        ``pwritev``; returns the handle written to. With ``zero_ahead`` (a ``sync``
+        topic), a small write that leaves less than a quarter of the zeroed space ahead
+        of it writes more zeros after it. On a failed write the file is cut back to
+        ``position`` and OSError propagates."""
         h = self._cache.get(self.log_path, writable=True)
         if len(bufs) > MAX_IOVECS:
             bufs = [b"".join(bufs)]
@@ -82,8 +94,39 @@ class Segment:
                     rest, n = rest[k:], n + k
         except OSError:
             os.ftruncate(h.fd, position)
+            self.file_end = position
             raise
+        end = position + total
+        if end > self.file_end:
+            self.file_end = end
+        if zero_ahead and total <= ZERO_WRITE_MAX:
+            ahead = min(ZERO_AHEAD_MAX, max(ZERO_AHEAD_MIN, end >> 2))
+            if self.file_end - end < ahead >> 2:
+                self._write_zeros(h.fd, end + ahead)
         return h
+
+    def _write_zeros(self, fd: int, until: int) -> None:
+        """Zeros from ``file_end`` to ``until``; a failure (disk full) just ends them:
+        the next append meets it again and fails as it should."""
+        at = self.file_end
+        try:
+            while at < until:
+                at += os.pwrite(fd, memoryview(_ZEROS)[: min(until - at, ZERO_AHEAD_MAX)], at)
+                self.file_end = at
+        except OSError as e:
+            log.debug("zeroing ahead in %s stopped at %d: %s", self.log_path, at, e)
+
+    def trim(self, sync: bool = False) -> bool:
+        """Cut the zeroed space off the end of the file (and, with ``sync``, make that
+        durable); True if there was any."""
+        if self.file_end <= self.size:
+            return False
+        fd = self._cache.get(self.log_path, writable=True).fd
+        os.ftruncate(fd, self.size)
+        if sync:
+            os.fdatasync(fd)
+        self.file_end = self.size
+        return True
 
     def on_append(self, position: int, base: int, next_offset: int, max_ts: int, size: int, now: int) -> None:
         """Bookkeeping for a batch just placed at ``position``: size, next offset and the
@@ -114,9 +157,12 @@ class Segment:
             tidx.append(self.max_timestamp, rel)
 
     def seal(self) -> None:
-        """No more appends: add the final time entry and write both indexes."""
+        """No more appends: cut the zeroed space off (durably: a sealed segment ends at
+        its last batch before the next segment exists), add the final time entry and
+        write both indexes."""
         if self.sealed:
             return
+        self.trim(sync=True)
         self._final_time_entry()
         self.sealed = True
         self.write_indexes()
