@@ -56,3 +56,14 @@ def test_pop_bench_release_only() -> None:
                     "--delay-lead", "2", "--delay-spread-ms", "0", "--publishers", "1", "--timeout", "60")
     assert out["delay"]["release_only"]["left_ready"] == 100
     assert out["delay"]["released"]["max_ms"] is not None
+
+
+def test_sync_ahead_probe_measures_every_mode(tmp_path: Any) -> None:
+    out = run_bench("sync_ahead_probe.py", "--writes", "20", "--rounds", "2", "--dir", str(tmp_path))
+    modes = {"append", "zeros", "falloc", "falloc_keep"}
+    assert out["bench"] == "sync_ahead_probe" and len(out["rounds"]) == 2
+    for r in out["rounds"]:
+        assert set(r) == modes
+        assert all(0 < m["p50_us"] <= m["p99_us"] <= m["max_us"] for m in r.values())
+    assert set(out["median_p50_us"]) == set(out["median_p99_us"]) == modes
+    assert list(tmp_path.iterdir()) == []  # its files are removed
