@@ -5,7 +5,7 @@ batches are appended at ``size`` with ``pwrite`` and its index entries live in m
 until the segment is sealed (rolled) or the broker shuts down cleanly, when the index
 files are written whole. Small appends to a ``sync`` topic keep zeros written ahead of
 the data (``file_end`` > ``size``), so that the ``fdatasync`` after each of them finds
-the file's length and blocks unchanged and commits no journal transaction (decision
+the file's length and blocks unchanged and writes no metadata (decision
 0016); sealing and a clean close cut the file back to ``size``. A sealed segment loads
 its indexes lazily on first lookup, and rebuilds them from the log when they are
 missing or fail validation. Lookups take the floor index entry and walk batch headers
