@@ -31,6 +31,15 @@ def append(loop: LoopReactor, p: Any, i: int, size: int = 40) -> None:
     loop.wait(p.append([Record(b"%d" % i, bytes([1 + i % 255]) * size, 1000 + i)]))
 
 
+def sync_partition(tmp_path: Any, loop: LoopReactor, n: int) -> tuple[LogManager, Any]:
+    """A log with one sync topic "t" whose partition 0 holds ``n`` small records."""
+    lm = LogManager(tmp_path, loop)
+    p = lm.open_topic("t", topic_config(flush="sync"), create=True).partition(0)
+    for i in range(n):
+        append(loop, p, i)
+    return lm, p
+
+
 def test_small_sync_appends_keep_zeroed_space_ahead(open_log: OpenLog, loop: LoopReactor) -> None:
     lm = open_log()
     p = lm.open_topic("t", topic_config(flush="sync"), create=True).partition(0)
@@ -86,10 +95,7 @@ def test_a_clean_close_cuts_the_zeros_off(open_log: OpenLog, loop: LoopReactor) 
 
 def test_zeros_left_by_a_kill_are_cut_without_a_damage_report(tmp_path: Any, loop: LoopReactor) -> None:
     cfg = topic_config(flush="sync")
-    lm = LogManager(tmp_path, loop)
-    p = lm.open_topic("t", cfg, create=True).partition(0)
-    for i in range(7):
-        append(loop, p, i)
+    lm, p = sync_partition(tmp_path, loop, 7)
     size = p.active.size
     abandon(lm)
     assert file_size(p.active) > size
@@ -105,10 +111,7 @@ def test_zeros_left_by_a_kill_are_cut_without_a_damage_report(tmp_path: Any, loo
 
 def test_a_torn_batch_in_the_zeroed_space_is_reported(tmp_path: Any, loop: LoopReactor) -> None:
     cfg = topic_config(flush="sync")
-    lm = LogManager(tmp_path, loop)
-    p = lm.open_topic("t", cfg, create=True).partition(0)
-    for i in range(3):
-        append(loop, p, i)
+    lm, p = sync_partition(tmp_path, loop, 3)
     first = p.read(0, 1).data
     size, end = p.active.size, file_size(p.active)
     abandon(lm)
@@ -123,10 +126,7 @@ def test_a_torn_batch_in_the_zeroed_space_is_reported(tmp_path: Any, loop: LoopR
 
 
 def test_a_file_reader_ends_where_the_zeros_begin(tmp_path: Any, loop: LoopReactor) -> None:
-    lm = LogManager(tmp_path, loop)
-    p = lm.open_topic("t", topic_config(flush="sync"), create=True).partition(0)
-    for i in range(9):
-        append(loop, p, i)
+    lm, p = sync_partition(tmp_path, loop, 9)
     assert file_size(p.active) > p.active.size
     pf = DataDir(str(tmp_path)).partition("t", 0)
     assert pf.end() == 9

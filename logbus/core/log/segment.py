@@ -116,17 +116,16 @@ class Segment:
         except OSError as e:
             log.debug("zeroing ahead in %s stopped at %d: %s", self.log_path, at, e)
 
-    def trim(self, sync: bool = False) -> bool:
+    def trim(self, sync: bool = False) -> None:
         """Cut the zeroed space off the end of the file (and, with ``sync``, make that
-        durable); True if there was any."""
+        durable)."""
         if self.file_end <= self.size:
-            return False
+            return
         fd = self._cache.get(self.log_path, writable=True).fd
         os.ftruncate(fd, self.size)
         if sync:
             os.fdatasync(fd)
         self.file_end = self.size
-        return True
 
     def on_append(self, position: int, base: int, next_offset: int, max_ts: int, size: int, now: int) -> None:
         """Bookkeeping for a batch just placed at ``position``: size, next offset and the
