@@ -184,3 +184,34 @@ def direct_writer(t: Any) -> Callable[[bytes], None]:
             write(data[n:])
 
     return send
+
+
+_TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+
+
+def quick_ack(t: Any) -> Callable[[], None] | None:
+    """A function that makes the kernel acknowledge (at the TCP level) what the peer has
+    sent so far at once, instead of holding the ACK for our next reply; None where that
+    cannot be done (no TCP socket under ``t``, or not Linux).
+
+    For a connection whose reply waits for the disk: a client with Nagle's algorithm on
+    (paho-mqtt and libmosquitto do not set TCP_NODELAY) holds its next small packet until
+    its last one is acknowledged, and Linux delays that ACK to ride on our reply, so the
+    client's next PUBLISH would wait for the previous one's fdatasync. TLS and WebSocket
+    transports wrap the TCP one (``.transport``)."""
+    for _ in range(4):
+        if isinstance(t, tcp.Connection) or t is None:
+            break
+        t = getattr(t, "transport", None)
+    if _TCP_QUICKACK is None or not isinstance(t, tcp.Connection):
+        return None
+    setsockopt = t.socket.setsockopt
+    level, option = socket.IPPROTO_TCP, _TCP_QUICKACK
+
+    def ack_now() -> None:
+        try:
+            setsockopt(level, option, 1)
+        except OSError:
+            pass  # closing: nothing left to acknowledge
+
+    return ack_now

@@ -34,7 +34,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
@@ -42,7 +42,7 @@ from twisted.python.failure import Failure
 from ...core.access.auth import Perm
 from ...core.access.topic_permissions import TopicPerm
 from ...core.errors import LogbusError
-from ..output import direct_writer
+from ..output import direct_writer, quick_ack
 from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
 from .decoder import Decoder
 from .delivery import Delivering, retained_publish
@@ -131,6 +131,7 @@ class MqttProtocol(Publishing, Delivering, Protocol):
         self._out: list[bytes] = []  # written at the end of the read (or of the turn)
         self._queued = False  # in the factory's list of connections with output
         self._send: Any = None  # direct_writer(transport)
+        self._ack_now: Callable[[], None] | None = None  # output.quick_ack(transport)
 
     # -- connection --------------------------------------------------------------------------
 
@@ -140,6 +141,7 @@ class MqttProtocol(Publishing, Delivering, Protocol):
         if hasattr(self.transport, "setTcpNoDelay"):
             self.transport.setTcpNoDelay(True)
         self._send = direct_writer(self.transport)
+        self._ack_now = quick_ack(self.transport)
         self.transport.registerProducer(self, True)
         self.last_read = self.factory.reactor.seconds()
         self._timer = self.factory.reactor.callLater(CONNECT_TIMEOUT, self._connect_timeout)
@@ -210,6 +212,10 @@ class MqttProtocol(Publishing, Delivering, Protocol):
             if self.state is State.CONNECTED and self.session is not None:
                 self._flush_pending()
                 self.room.dispatch(self.session)
+        if self._acks and self._ack_now is not None:
+            # Answers wait for the disk: the client's TCP ACK must not wait with them, or
+            # a client with Nagle on (paho, libmosquitto) holds its next PUBLISH until then.
+            self._ack_now()
         if error is not None:
             self._protocol_error(error)
 
