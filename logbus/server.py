@@ -276,14 +276,16 @@ def write_ready_file(path: Path, addresses: dict[str, str]) -> None:
 
 
 def install_epoll_reactor() -> Any:
-    """Install (or confirm) the epoll reactor; call before anything imports the reactor."""
+    """Install (or confirm) the epoll reactor (``logbus.reactor``, Twisted's own when one
+    was installed already); call before anything imports the reactor."""
     if "twisted.internet.reactor" not in sys.modules:
-        from twisted.internet import epollreactor
+        from . import reactor as logbus_reactor
 
-        epollreactor.install()
+        logbus_reactor.install()
     from twisted.internet import reactor
+    from twisted.internet.epollreactor import EPollReactor
 
-    if type(reactor).__name__ != "EPollReactor":
+    if not isinstance(reactor, EPollReactor):
         raise RuntimeError(f"logbus serve needs the epoll reactor, got {type(reactor).__name__}")
     return reactor
 
