@@ -1,0 +1,102 @@
+"""logbus.reactor: Twisted's epoll reactor without the per-event log context still serves
+every ready descriptor, reads and disconnects as Twisted's does, and an error that
+escapes one event is logged without stopping the others."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Iterator
+
+import pytest
+from twisted.internet.error import ConnectionDone
+
+from logbus.reactor import Reactor
+
+
+class Reader:
+    def __init__(self, fd: int, got: list[bytes], lost: list[Any], *, fail_lost: bool = False) -> None:
+        self.fd, self.got, self.lost, self.fail_lost = fd, got, lost, fail_lost
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def logPrefix(self) -> str:
+        return "reader"
+
+    def doRead(self) -> Any:
+        data = os.read(self.fd, 100)
+        self.got.append(data)
+        return None if data else ConnectionDone()
+
+    def connectionLost(self, reason: Any) -> None:
+        self.lost.append(reason)
+        if self.fail_lost:
+            raise RuntimeError("connectionLost failed")
+
+
+@pytest.fixture
+def reactor() -> Iterator[Reactor]:
+    r = Reactor()
+    try:
+        yield r
+    finally:
+        r.removeReader(r.waker)
+        r.waker.connectionLost(None)
+        r._poller.close()
+
+
+def pipe(fds: list[int]) -> tuple[int, int]:
+    r, w = os.pipe()
+    fds += [r, w]
+    return r, w
+
+
+def test_every_ready_descriptor_is_read_and_an_ended_one_disconnected(reactor: Reactor) -> None:
+    fds: list[int] = []
+    try:
+        (a, a_w), (b, b_w) = pipe(fds), pipe(fds)
+        got_a: list[bytes] = []
+        got_b: list[bytes] = []
+        lost: list[Any] = []
+        ra, rb = Reader(a, got_a, lost), Reader(b, got_b, lost)
+        reactor.addReader(ra)
+        reactor.addReader(rb)
+        os.write(a_w, b"one")
+        os.write(b_w, b"two")
+        reactor.doPoll(0)
+        assert (got_a, got_b, lost) == ([b"one"], [b"two"], [])
+        os.close(a_w)
+        fds.remove(a_w)
+        reactor.doPoll(0)
+        assert got_a == [b"one"] and len(lost) == 1 and lost[0].check(ConnectionDone)
+        assert ra not in reactor.getReaders() and rb in reactor.getReaders()
+    finally:
+        reactor.removeAll()
+        for fd in fds:
+            os.close(fd)
+
+
+def test_an_error_escaping_one_event_is_logged_and_the_others_are_served(
+    reactor: Reactor, caplog: pytest.LogCaptureFixture
+) -> None:
+    fds: list[int] = []
+    try:
+        (a, a_w), (b, b_w) = pipe(fds), pipe(fds)
+        got: list[bytes] = []
+        lost: list[Any] = []
+        bad = Reader(a, [], lost, fail_lost=True)
+        reactor.addReader(bad)
+        reactor.addReader(Reader(b, got, lost))
+        os.close(a_w)  # end of file: doRead says ConnectionDone, connectionLost raises
+        fds.remove(a_w)
+        os.write(b_w, b"still served")
+        with caplog.at_level(logging.ERROR, logger="logbus.reactor"):
+            reactor.doPoll(0)
+        assert got == [b"still served"]
+        assert len(lost) == 1
+        assert "connectionLost failed" in caplog.text
+    finally:
+        reactor.removeAll()
+        for fd in fds:
+            os.close(fd)
