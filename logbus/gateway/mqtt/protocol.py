@@ -181,6 +181,7 @@ class MqttProtocol(Publishing, Delivering, Protocol):
         if self.state is State.CLOSED:
             return
         self.last_read = self.factory.reactor.seconds()
+        waiting = len(self._acks)
         error: MqttError | None = None
         try:
             packets = self.decoder.feed(data)
@@ -212,9 +213,12 @@ class MqttProtocol(Publishing, Delivering, Protocol):
             if self.state is State.CONNECTED and self.session is not None:
                 self._flush_pending()
                 self.room.dispatch(self.session)
-        if self._acks and self._ack_now is not None:
-            # Answers wait for the disk: the client's TCP ACK must not wait with them, or
-            # a client with Nagle on (paho, libmosquitto) holds its next PUBLISH until then.
+        if self._acks and not waiting and self._ack_now is not None:
+            # This read's answers wait for the disk: the client's TCP ACK must not wait
+            # with them, or a client with Nagle on (paho, libmosquitto) holds its next
+            # PUBLISH until then (decision 0017). A client that keeps publishes in flight
+            # gets its ACKs with the answers that keep coming, and its small packets
+            # coalesce meanwhile.
             self._ack_now()
         if error is not None:
             self._protocol_error(error)
