@@ -21,6 +21,13 @@ from there, each exchange visited at most once (so cycles end), and an exchange 
 own match is empty passes the message to its ``alternate-exchange``. Each queue is in
 the answer once, however many paths reach it.
 
+**Filters** (docs/filters.md). A binding to a queue whose arguments name a filter
+(``x-filter-tag``, ``x-filter-sql``: ``filters.MessageFilter``) goes to a second matcher
+of the exchange, under a name of its own; a match there is a *candidate* (queue,
+filter) that the caller keeps only for a message the filter takes (``route_filtered``).
+A binding with a filter counts as a route for the alternate exchange whatever the filter
+says.
+
 **Lifecycle.** Deleting an exchange removes its bindings both ways; removing the last
 binding *from* an ``auto_delete`` exchange deletes it, which may cascade. Mutations
 return what they removed (``Removed``), for a store to apply in one batch.
@@ -72,8 +79,13 @@ from .definitions import (
     freeze_arguments,
     lookup,
 )
+from ...filters import FilterError
+from ...filters.message_filter import SQL_ARG, TAG_ARG, MessageFilter
 from .log_topics import DEFAULT_EXCHANGE_TOPIC, DEFAULT_VHOST, vhost_topic
 from .matchers import EMPTY, MATCHERS, TOPIC_CACHE_SIZE, Matcher, TopicMatcher
+
+Candidates = tuple[tuple[str, MessageFilter], ...]  # (queue, filter) of filtered bindings matched
+NO_CANDIDATES: Final[Candidates] = ()
 
 DEFAULT_EXCHANGE: Final = ""
 PREDECLARED: Final = {"amq.direct": DIRECT, "amq.fanout": FANOUT, "amq.topic": TOPIC,
@@ -93,6 +105,9 @@ class _Exchange:
     matcher: Matcher
     alternate: str | None
     bindings: dict[Binding, None] = field(default_factory=dict)  # explicit, as source
+    filtered: Matcher | None = None  # bindings with a filter, each under its own name
+    filters: dict[Binding, tuple[str, Binding]] = field(default_factory=dict)  # binding -> (name, its stand-in)
+    candidates: dict[str, tuple[str, MessageFilter]] = field(default_factory=dict)  # name -> (queue, filter)
 
 
 class Router:
@@ -221,10 +236,36 @@ class Router:
         if destination not in (self._queues if kind == QUEUE else self._exchanges):
             raise NotFound(f"no {self._rs(kind, destination)}")
         if b not in x.bindings:
-            x.matcher.add(b)  # first: a headers exchange validates x-match here
+            f = self._filter_of(b)
+            if f is None:
+                x.matcher.add(b)  # first: a headers exchange validates x-match here
+            else:
+                self._add_filtered(x, b, f)
             x.bindings[b] = None
             self._inbound.setdefault(b.target, {})[b] = None
         return b
+
+    def _filter_of(self, b: Binding) -> MessageFilter | None:
+        args = dict(b.arguments) if b.arguments else {}
+        if TAG_ARG not in args and SQL_ARG not in args:
+            return None
+        if b.destination_kind != QUEUE:
+            raise PreconditionFailed(f"{TAG_ARG} and {SQL_ARG} apply to bindings to queues, not to exchanges")
+        try:
+            return MessageFilter.from_arguments(args)
+        except FilterError as e:
+            raise PreconditionFailed(f"invalid binding filter: {e}") from None
+
+    def _add_filtered(self, x: _Exchange, b: Binding, f: MessageFilter) -> None:
+        if x.filtered is None:
+            kind = x.definition.routing_kind
+            x.filtered = TopicMatcher(self.topic_cache_size) if kind == TOPIC else MATCHERS[kind]()
+        name = f"{b.destination}\x00{id(b)}"
+        rest = tuple((k, v) for k, v in b.arguments if k not in (TAG_ARG, SQL_ARG))
+        stand_in = Binding(b.source, name, QUEUE, b.routing_key, rest)
+        x.filtered.add(stand_in)
+        x.filters[b] = (name, stand_in)
+        x.candidates[name] = (b.destination, f)
 
     def unbind(self, source: str, destination: str, routing_key: str = "",
                arguments: Mapping[str, Any] | Arguments | None = None, *,
@@ -255,16 +296,20 @@ class Router:
 
     def route(self, exchange: str, routing_key: str = "",
               headers: Mapping[str, Any] | None = None) -> frozenset[str]:
-        """The queues a message published to ``exchange`` goes to (empty: unroutable)."""
+        """The queues a message published to ``exchange`` goes to (empty: unroutable),
+        bindings with a filter left out (``route_filtered``)."""
+        return self.route_filtered(exchange, routing_key, headers)[0]
+
+    def route_filtered(self, exchange: str, routing_key: str = "",
+                       headers: Mapping[str, Any] | None = None) -> tuple[frozenset[str], Candidates]:
+        """The queues a message published to ``exchange`` goes to, and the candidates:
+        (queue, filter) of the bindings with a filter it matches."""
         x = self._exchanges.get(exchange)
         if x is None:
             raise NotFound(f"no {self._rs(EXCHANGE, exchange)}")
         if x.definition.internal:
             raise AccessRefused(f"cannot publish to internal {self._rs(EXCHANGE, exchange)}")
-        queues, exchanges = x.matcher.match(routing_key, headers)
-        if not exchanges and (queues or x.alternate is None):
-            return queues
-        return self._walk(x, routing_key, headers)
+        return self._route(x, routing_key, headers)
 
     def routes_topic(self, topic: str) -> bool:
         """Whether a record appended to ``topic`` can reach a queue: an exchange is
@@ -277,33 +322,49 @@ class Router:
 
     def route_log(self, topic: str, key: str = "",
                   headers: Mapping[str, Any] | None = None) -> frozenset[str]:
-        """The queues a record appended to ``topic`` (by a Kafka producer) goes to."""
+        """The queues a record appended to ``topic`` (by a Kafka producer) goes to,
+        bindings with a filter left out (``route_log_filtered``)."""
+        return self.route_log_filtered(topic, key, headers)[0]
+
+    def route_log_filtered(self, topic: str, key: str = "",
+                           headers: Mapping[str, Any] | None = None) -> tuple[frozenset[str], Candidates]:
         name = self._by_topic.get(topic)
         if name is None:
-            return EMPTY
-        x = self._exchanges[name]
-        queues, exchanges = x.matcher.match(key, headers)
-        if not exchanges and (queues or x.alternate is None):
-            return queues
-        return self._walk(x, key, headers)
+            return EMPTY, NO_CANDIDATES
+        return self._route(self._exchanges[name], key, headers)
+
+    def _route(self, x: _Exchange, routing_key: str,
+               headers: Mapping[str, Any] | None) -> tuple[frozenset[str], Candidates]:
+        queues, exchanges = x.matcher.match(routing_key, headers)
+        if x.filtered is None:
+            if not exchanges and (queues or x.alternate is None):
+                return queues, NO_CANDIDATES
+        return self._walk(x, routing_key, headers)
 
     def _walk(self, x: _Exchange, routing_key: str,
-              headers: Mapping[str, Any] | None) -> frozenset[str]:
+              headers: Mapping[str, Any] | None) -> tuple[frozenset[str], Candidates]:
         seen = {x.definition.name}
         todo = [x]
         found: set[str] = set()
+        candidates: list[tuple[str, MessageFilter]] = []
         while todo:
             x = todo.pop()
             queues, exchanges = x.matcher.match(routing_key, headers)
             found.update(queues)
-            if not queues and not exchanges and x.alternate is not None:
+            matched = bool(queues or exchanges)
+            if x.filtered is not None:
+                names = x.filtered.match(routing_key, headers)[0]
+                if names:
+                    matched = True
+                    candidates += [x.candidates[n] for n in names]
+            if not matched and x.alternate is not None:
                 exchanges = frozenset((x.alternate,))
             for name in exchanges:
                 nxt = self._exchanges.get(name)
                 if nxt is not None and name not in seen:
                     seen.add(name)
                     todo.append(nxt)
-        return frozenset(found)
+        return frozenset(found), tuple(c for c in candidates if c[0] not in found)
 
     def _rs(self, kind: str, name: str) -> str:
         return f"{kind} '{name}' in vhost '{self.vhost}'"
@@ -341,7 +402,14 @@ class Router:
 
     def _unlink(self, x: _Exchange, b: Binding, removed: list[Binding | ExchangeDef]) -> None:
         del x.bindings[b]
-        x.matcher.remove(b)
+        hit = x.filters.pop(b, None)
+        if hit is None:
+            x.matcher.remove(b)
+        else:
+            name, stand_in = hit
+            assert x.filtered is not None
+            x.filtered.remove(stand_in)
+            del x.candidates[name]
         inbound = self._inbound[b.target]
         del inbound[b]
         if not inbound:

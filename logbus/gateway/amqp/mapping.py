@@ -19,6 +19,8 @@ from .fastpath import Properties, decode_table, encode_table
 
 _AMQP = Envelope.AMQP
 
+TAG_HEADER = "x-tag"  # an AMQP header naming the message's tag (docs/filters.md)
+
 
 # (exchange, routing key, property shape) -> what the envelopes of recent publishes
 # share: a stream of messages whose properties differ at most in message-id and
@@ -116,6 +118,9 @@ def _envelope(exchange: str, routing_key: str, props: Properties) -> tuple[Envel
     if props.headers:
         env.amqp_headers = encode_table(props.headers)
         user = _user_headers(props.headers)
+        tag = props.headers.get(TAG_HEADER)
+        if isinstance(tag, (str, bytes, bytearray)):  # the message's tag (docs/filters.md)
+            env.tag = tag if isinstance(tag, str) else bytes(tag).decode("utf-8", "replace")
     if props.delivery_mode is not None:
         env.delivery_mode = props.delivery_mode
     if props.priority is not None:

@@ -30,6 +30,8 @@ EXCHANGE = "amq.topic"
 _MQTT = Envelope.MQTT
 _AMQP = Envelope.AMQP
 
+TAG_PROPERTY = "tag"  # an MQTT 5 user property naming the message's tag (docs/filters.md)
+
 
 ENVELOPE_CACHE = 256  # envelopes a connection remembers, per (topic, QoS, retain)
 EnvelopeCache = dict[tuple[str, int, bool], tuple[Envelope, list[tuple[str, bytes | None]]]]
@@ -68,6 +70,8 @@ def message_from_publish(topic: str, p: Publish, client_id: str, now_ms: int,
         headers = [(k, v.encode()) for k, v in props.user_properties]
         for k, v in props.user_properties:
             env.user_properties.add(key=k, value=v)
+            if k == TAG_PROPERTY:  # the message's tag (docs/filters.md); of several, the last
+                env.tag = v
     return Message(topic.encode(), p.payload, now_ms, headers, env)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from ....retry.policy import MAX_DELAY_MS
 from .deadletter import amqp_headers, dead_letter_message
 from .definitions import DefinitionStore, decode_table
+from .filtering import passing
 from ....core.errors import LogbusError
 from ....core.envelope_pb2 import Envelope
 from ....core.log.manager import LogManager
@@ -44,6 +45,7 @@ from ....core.routing.definitions import QUEUE, Binding, DestKind, ExchangeDef
 from ....core.routing.definitions import Removed as Unbound
 from ....core.routing.log_topics import key_partition
 from ....core.routing.router import (
+    Candidates,
     NotFound,
     PreconditionFailed,
     ResourceLocked,
@@ -235,7 +237,9 @@ class VHost:
         delay = x_delay(headers) if headers else 0
         if delay and self.router.exchange(exchange).delayed:
             return self._publish_delayed(exchange, routing_key, message, delay, on_durable)
-        topic, partition, queues = self._target(exchange, routing_key, headers)
+        topic, partition, queues, candidates = self._target(exchange, routing_key, headers)
+        if candidates:
+            queues = queues | passing(candidates, message, topic)
         if dead_lettered is not None and queues and headers:
             queues = queues - dead_letter_cycles(queues, headers.get("x-death"))
         p = self.log.partition(topic, partition)
@@ -281,10 +285,12 @@ class VHost:
         ``visible_ms``): routed through ``exchange`` as it is now (gone: dropped, as
         RabbitMQ's plugin drops it)."""
         try:
-            queues = self.router.route(exchange, routing_key, amqp_headers(message.envelope))
+            queues, candidates = self.router.route_filtered(exchange, routing_key, amqp_headers(message.envelope))
         except Refused as e:
             log.info("a delayed message for exchange %r in vhost %r was dropped: %s", exchange, self.name, e)
             return
+        if candidates:
+            queues = queues | passing(candidates, message, topic)
         if queues:
             self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)
 
@@ -296,7 +302,7 @@ class VHost:
         each queue is dispatched once, at the end. ``on_durable(first, last, result)``
         fires per append for the items ``first..last``. Stops at the first item whose
         exchange is missing: the items before it are published and ``error`` holds it."""
-        routes: dict[tuple[str, str], tuple[str, int, frozenset[str]]] = {}
+        routes: dict[tuple[str, str], tuple[str, int, frozenset[str], Candidates]] = {}
         error: Refused | None = None
         unrouted: list[int] = []
         refused: list[int] = []
@@ -336,6 +342,8 @@ class VHost:
                 run_at, run_first = at, i
             run.append(message.to_record())
             queues = hit[2]
+            if hit[3]:
+                queues = queues | passing(hit[3], message, hit[0])
             if queues:
                 run_msgs.append((i, queues, message))
             else:
@@ -348,15 +356,16 @@ class VHost:
         return PublishedMany(done, unrouted, refused, error)
 
     def _target(self, exchange: str, routing_key: str,
-                headers: Mapping[str, Any] | None) -> tuple[str, int, frozenset[str]]:
+                headers: Mapping[str, Any] | None) -> tuple[str, int, frozenset[str], Candidates]:
         """Where a publish goes: the log topic and partition behind ``exchange`` (the
-        topic created on first use) and the queues it routes to. Raises NotFound."""
+        topic created on first use), the queues it routes to and the candidates of
+        filtered bindings (``filtering.passing``). Raises NotFound."""
         ex = self.router.exchange(exchange)
-        queues = self.router.route(exchange, routing_key, headers)
+        queues, candidates = self.router.route_filtered(exchange, routing_key, headers)
         topic = ex.log_topic
         if topic not in self.log.topics:  # the default exchange's, on first use
             self._ensure_topic(topic)
-        return topic, self._partition_for(topic, routing_key), queues
+        return topic, self._partition_for(topic, routing_key), queues, candidates
 
     def _append_run(self, at: Any, first: int, records: list[Any],
                     msgs: list[tuple[int, frozenset[str], Message]], now: int,
@@ -410,7 +419,9 @@ class VHost:
         key = (message.key or b"").decode("utf-8", "replace")
         headers = {k: v.decode("utf-8", "replace") if v is not None else None
                    for k, v in message.headers} if message.headers else None
-        queues = self.router.route_log(topic, key, headers)
+        queues, candidates = self.router.route_log_filtered(topic, key, headers)
+        if candidates:
+            queues = queues | passing(candidates, message, topic)
         if not queues:
             return False
         self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)

@@ -1,0 +1,67 @@
+"""What a queue's binding (or subscription, or pop group) asks of a message: a tag
+expression, a selector, or both (both must hold).
+
+    f = MessageFilter.from_arguments({"x-filter-sql": "temp > 30"}, TAG_ARG, SQL_ARG)
+    f.matches(tag, lambda: properties)   # the properties are built only if needed
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from .errors import FilterError
+from .selector import Selector
+from .tags import TagFilter
+
+# AMQP binding and consumer arguments
+TAG_ARG = "x-filter-tag"
+SQL_ARG = "x-filter-sql"
+
+
+class MessageFilter:
+    __slots__ = ("tags", "selector")
+
+    def __init__(self, tags: TagFilter | None = None, selector: Selector | None = None) -> None:
+        self.tags = tags
+        self.selector = selector
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any], tag_name: str = TAG_ARG,
+                       sql_name: str = SQL_ARG) -> MessageFilter | None:
+        """The filter named by ``arguments`` (None when they name none). Raises
+        FilterError, its text naming the argument, for one that is not text or does
+        not parse."""
+        tag, sql = arguments.get(tag_name), arguments.get(sql_name)
+        if tag is None and sql is None:
+            return None
+        tags = selector = None
+        name = tag_name
+        try:
+            if tag is not None:
+                tags = TagFilter.parse(_text(tag, tag_name))
+            name = sql_name
+            if sql is not None:
+                selector = Selector.parse(_text(sql, sql_name))
+        except FilterError as e:
+            raise FilterError(f"{name}: {e.reason}", e.position) from None
+        return cls(tags, selector)
+
+    def matches(self, tag: str | None, properties: Callable[[], Mapping[str, Any]]) -> bool:
+        if self.tags is not None and not self.tags.matches(tag):
+            return False
+        return self.selector is None or self.selector.matches(properties())
+
+    def __repr__(self) -> str:
+        parts = [repr(p) for p in (self.tags, self.selector) if p is not None]
+        return f"MessageFilter({', '.join(parts)})"
+
+
+def _text(value: Any, name: str) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            raise FilterError(f"{name} is not UTF-8 text", 0) from None
+    if not isinstance(value, str):
+        raise FilterError(f"{name} must be text, not {type(value).__name__}", 0)
+    return value
