@@ -11,9 +11,12 @@ from logbus.gateway.mqtt.subscriptions import (
     SEND_IF_NEW,
     SEND_RETAINED,
     Copy,
+    Filtered,
     Subscriptions,
     retained_on_subscribe,
+    subscription_filter,
 )
+from logbus.gateway.mqtt.properties import Properties
 
 
 def test_one_copy_with_the_highest_qos_and_every_id() -> None:
@@ -64,3 +67,33 @@ def test_retain_handling() -> None:
     assert not retained_on_subscribe(Subscription("t", retain_handling=SEND_IF_NEW), existed=True)
     assert not retained_on_subscribe(Subscription("t", retain_handling=DONT_SEND), existed=False)
     assert not retained_on_subscribe(Subscription("$share/g/t"), existed=False)
+
+
+def test_filtered_subscriptions_decide_per_message() -> None:
+    s = Subscriptions()
+    s.subscribe(Subscription("a/#", 2), 1, Filtered.parse(None, "temp > 30"))
+    s.subscribe(Subscription("a/+", 0), 2, Filtered.parse("T", None))
+    s.subscribe(Subscription("a/b", 1), 3)
+
+    def copy(tag: str | None, temp: int | None) -> Copy | None:
+        return s.copy("a/b", 2, False, own=False, tag=tag, properties=lambda: {"temp": temp})
+
+    assert copy("T", 35) == Copy(2, False, (1, 2, 3))
+    assert copy(None, 35) == Copy(2, False, (1, 3))
+    assert copy("T", 5) == Copy(1, False, (2, 3))  # the unfiltered a/b caps at 1
+    assert copy(None, None) == Copy(1, False, (3,))
+    assert s.copy("a/c", 2, False, own=False, tag=None, properties=lambda: {"temp": 1}) is None
+    s.subscribe(Subscription("a/#", 2), 1)  # again, without: the filter goes
+    assert "a/#" not in s.filters
+    s.unsubscribe("a/+")
+    assert set(s.filters) == set()
+
+
+def test_subscription_filter_from_user_properties() -> None:
+    assert subscription_filter(Properties()) == (None, None)
+    f, why = subscription_filter(Properties(user_properties=(("filter-tag", "A"), ("filter-sql", "n = 1"),
+                                                             ("other", "x"))))
+    assert why is None and f is not None and (f.tag, f.sql) == ("A", "n = 1")
+    assert f.arguments() == {"x-filter-tag": "A", "x-filter-sql": "n = 1"}
+    f, why = subscription_filter(Properties(user_properties=(("filter-sql", "n >"),)))
+    assert f is None and why is not None and why.startswith("filter-sql: expected")

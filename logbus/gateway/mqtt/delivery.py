@@ -9,7 +9,7 @@ acknowledge; the room to send more is used once per read."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ...core.message import Envelope, Message
 from ...core.queues.service import Delivery
@@ -18,7 +18,9 @@ from .encoder import encode, encode_publish
 from .mapping import outgoing_properties, outgoing_topic, published_qos
 from .packets import PubAck, PubComp, Publish, PubRec, PubRel
 from .properties import NO_PROPERTIES, Properties
+from ..amqp.model.filtering import filter_properties, header_tag
 from .session import Token
+from .subscriptions import Filtered
 from .states import State
 from .wire import MQTT_5
 
@@ -61,8 +63,20 @@ class Delivering:
         topic = outgoing_topic(message)
         copy = None
         if topic is not None:
-            copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
-                                        own=env.mqtt_client_id == s.client_id)
+            if s.subscriptions.filters:
+                built: list[Mapping[str, Any]] = []
+
+                def properties() -> Mapping[str, Any]:
+                    if not built:
+                        built.append(filter_properties(message, d.entry.topic))
+                    return built[0]
+
+                copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
+                                            own=env.mqtt_client_id == s.client_id,
+                                            tag=env.tag or header_tag(message), properties=properties)
+            else:
+                copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
+                                            own=env.mqtt_client_id == s.client_id)
         props = outgoing_properties(message, self.version, self.room.clock() if env.expires_at_ms else 0,
                                     copy.subscription_ids if copy is not None else ())
         if topic is None or copy is None or props is None:
@@ -163,6 +177,14 @@ class Delivering:
 
 def _with_alias(props: Properties, alias: int) -> Properties:
     return replace(props, topic_alias=alias)
+
+
+def retained_passes(rec: RetainedRecord, filtered: Filtered) -> bool:
+    """Whether a retained message passes a new subscription's filter."""
+    env = Envelope.FromString(rec.envelope) if rec.envelope else Envelope()
+    headers = [(h.key, h.value if h.HasField("value") else None) for h in rec.headers]
+    message = Message(rec.topic.encode(), rec.payload, rec.time_ms or None, headers, env)
+    return filtered.filter.matches(env.tag or header_tag(message), lambda: filter_properties(message, ""))
 
 
 def retained_publish(rec: RetainedRecord, qos: int, version: int, now_ms: int,

@@ -45,7 +45,7 @@ from ...core.errors import LogbusError
 from ..output import direct_writer, quick_ack
 from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
 from .decoder import Decoder
-from .delivery import Delivering, retained_publish
+from .delivery import Delivering, retained_passes, retained_publish
 from .encoder import encode
 from .inbound import Inbound
 from .mapping import EXCHANGE, EnvelopeCache
@@ -57,7 +57,8 @@ from .packets import (
 from .properties import NO_PROPERTIES, Properties
 from .publishing import Pending, Publishing
 from .reasons import (
-    BAD_AUTHENTICATION_METHOD, BAD_USER_NAME_OR_PASSWORD, DISCONNECT_WITH_WILL_MESSAGE, NOT_AUTHORIZED,
+    BAD_AUTHENTICATION_METHOD, BAD_USER_NAME_OR_PASSWORD, DISCONNECT_WITH_WILL_MESSAGE, IMPLEMENTATION_SPECIFIC_ERROR,
+    NOT_AUTHORIZED,
     NO_SUBSCRIPTION_EXISTED, PROTOCOL_ERROR,
     REFUSED_BAD_USER_NAME_OR_PASSWORD, REFUSED_NOT_AUTHORIZED, REFUSED_SERVER_UNAVAILABLE,
     SERVER_SHUTTING_DOWN, SERVER_UNAVAILABLE, SESSION_TAKEN_OVER, ADMINISTRATIVE_ACTION, KEEP_ALIVE_TIMEOUT,
@@ -65,7 +66,7 @@ from .reasons import (
 )  # fmt: skip
 from .room import MqttRoom, Unavailable, binding_key
 from .session import Session
-from .subscriptions import inner_filter, retained_on_subscribe
+from .subscriptions import SHARE_PREFIX, inner_filter, retained_on_subscribe, subscription_filter
 from .states import State
 from .wire import MQTT_5
 
@@ -413,21 +414,32 @@ class MqttProtocol(Publishing, Delivering, Protocol):
         s = self.session
         assert s is not None
         sid = p.properties.subscription_identifiers[0] if p.properties.subscription_identifiers else None
+        filtered, refusal = subscription_filter(p.properties)
+        refused: str | None = None  # the SUBACK's reason string
         codes: list[int] = []
         retained: list[tuple[str, int]] = []  # (filter, maximum QoS)
         for sub in p.subscriptions:
             if not self._may_read or not self._topic_allowed("read", binding_key(inner_filter(sub.topic_filter))):
                 codes.append(NOT_AUTHORIZED if self.version == MQTT_5 else 0x80)
                 continue
-            existed = self.room.subscribe(s, sub, sid)
+            why = refusal
+            if why is None and filtered is not None and sub.topic_filter.startswith(SHARE_PREFIX):
+                why = "filter-tag and filter-sql on shared subscriptions: not supported"
+            if why is not None:
+                codes.append(IMPLEMENTATION_SPECIFIC_ERROR)
+                refused = why
+                continue
+            existed = self.room.subscribe(s, sub, sid, filtered)
             codes.append(sub.qos)
             if retained_on_subscribe(sub, existed):
                 retained.append((inner_filter(sub.topic_filter), sub.qos))
-        self._write(SubAck(p.packet_id, tuple(codes)))
+        self._write(SubAck(p.packet_id, tuple(codes), _reason(refused)))
         now = self.room.clock()
         for topic_filter, qos in retained:
             for rec in self.room.retained.match(topic_filter):
                 if rec.topic.startswith("$") and topic_filter[:1] in ("+", "#"):
+                    continue
+                if filtered is not None and not retained_passes(rec, filtered):
                     continue
                 out = retained_publish(rec, qos, self.version, now, sid)
                 if out is not None:

@@ -49,7 +49,7 @@ from .mapping import EXCHANGE, message_from_publish
 from .outbound import PUBLISHED, RELEASED, InFlight
 from .packets import Publish, Subscription, Will
 from .session import Session, Token
-from .subscriptions import SHARE_PREFIX
+from .subscriptions import SHARE_PREFIX, Filtered
 from .topic_map import Unmappable, filter_to_amqp
 
 if TYPE_CHECKING:
@@ -324,17 +324,23 @@ class MqttRoom:
 
     # -- subscriptions ---------------------------------------------------------------------
 
-    def subscribe(self, s: Session, sub: Subscription, subscription_id: int | None) -> bool:
-        """Add (or replace) a subscription; True when its filter was subscribed already."""
+    def subscribe(self, s: Session, sub: Subscription, subscription_id: int | None,
+                  filtered: Filtered | None = None) -> bool:
+        """Add (or replace) a subscription; True when its filter was subscribed already.
+        ``filtered``: its message filter (MQTT 5 user properties), carried by its binding."""
         vhost = self.vhost()
-        existed = s.subscriptions.subscribe(sub, subscription_id)
-        if not existed:
+        before = s.subscriptions.filters.get(sub.topic_filter)
+        existed = s.subscriptions.subscribe(sub, subscription_id, filtered)
+        if existed and before != filtered and not sub.topic_filter.startswith(SHARE_PREFIX):
+            self._unbind(vhost, s, sub.topic_filter, before)
+        if not existed or before != filtered:
             self._bind(vhost, s, sub)
         self.save(s)
         return existed
 
     def _bind(self, vhost: VHostModel, s: Session, sub: Subscription) -> None:
         f = sub.topic_filter
+        filtered = s.subscriptions.filters.get(f)
         if f.startswith(SHARE_PREFIX):
             queue = shared_queue(f)
             inner = f.split("/", 2)[2]
@@ -348,21 +354,29 @@ class MqttRoom:
                 self._consumers[(s.client_id, queue)] = c
                 vhost.service.consume(queue, c)
         else:
-            vhost.router.bind(EXCHANGE, s.queue, binding_key(f))
+            vhost.router.bind(EXCHANGE, s.queue, binding_key(f), filtered.arguments() if filtered else None)
 
     def unsubscribe(self, s: Session, topic_filter: str) -> bool:
         """False when there was no such subscription."""
+        filtered = s.subscriptions.filters.get(topic_filter)
         if not s.subscriptions.unsubscribe(topic_filter):
             return False
         vhost = self.vhost()
         if topic_filter.startswith(SHARE_PREFIX):
             self._leave_shared(vhost, s, shared_queue(topic_filter))
         else:
-            key = binding_key(topic_filter)
-            if not any(binding_key(f) == key for f in s.subscriptions.by_filter if not f.startswith(SHARE_PREFIX)):
-                vhost.router.unbind(EXCHANGE, s.queue, key)
+            self._unbind(vhost, s, topic_filter, filtered)
         self.save(s)
         return True
+
+    def _unbind(self, vhost: VHostModel, s: Session, topic_filter: str, filtered: Filtered | None) -> None:
+        """Remove the binding of a subscription gone (or replaced), unless another of the
+        session's subscriptions has the same key and filter."""
+        key = binding_key(topic_filter)
+        filters = s.subscriptions.filters
+        if not any(binding_key(f) == key and filters.get(f) == filtered
+                   for f in s.subscriptions.by_filter if not f.startswith(SHARE_PREFIX) and f != topic_filter):
+            vhost.router.unbind(EXCHANGE, s.queue, key, filtered.arguments() if filtered else None)
 
     def _leave_shared(self, vhost: VHostModel, s: Session, queue: str) -> None:
         s.shared.discard(queue)

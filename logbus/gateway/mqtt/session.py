@@ -22,6 +22,7 @@ client already knows (``restored``).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -30,7 +31,10 @@ from ...core.state_pb2 import MqttSessionRecord
 from .connect import NEVER_EXPIRES
 from .outbound import RELEASED, InFlight, Outbound
 from .packets import Subscription
-from .subscriptions import Subscriptions
+from ...filters import FilterError
+from .subscriptions import Filtered, Subscriptions
+
+log = logging.getLogger(__name__)
 
 
 class Token(NamedTuple):
@@ -72,10 +76,13 @@ class Session:
     def to_record(self) -> MqttSessionRecord:
         r = MqttSessionRecord(client_id=self.client_id, version=self.version, expiry_interval=self.expiry,
                               disconnected_ms=self.disconnected_ms, queue=self.queue, user=self.user)
+        filters = self.subscriptions.filters
         for s, sid in self.subscriptions.by_filter.values():
+            fd = filters.get(s.topic_filter)
             r.subscriptions.add(topic_filter=s.topic_filter, qos=s.qos, no_local=s.no_local,
                                 retain_as_published=s.retain_as_published,
-                                retain_handling=s.retain_handling, subscription_id=sid or 0)
+                                retain_handling=s.retain_handling, subscription_id=sid or 0,
+                                filter_tag=fd.tag or "" if fd else "", filter_sql=fd.sql or "" if fd else "")
         r.awaiting_rel.extend(sorted(self.awaiting_rel))
         for f in self.outbound.in_flight.values():
             if f.qos == 2:
@@ -93,8 +100,16 @@ class Session:
         s = cls(r.client_id, r.queue, r.version, r.expiry_interval, r.user,
                 disconnected_ms=r.disconnected_ms, awaiting_rel=set(r.awaiting_rel))
         for sub in r.subscriptions:
+            filtered = None
+            if sub.filter_tag or sub.filter_sql:
+                try:
+                    filtered = Filtered.parse(sub.filter_tag or None, sub.filter_sql or None)
+                except FilterError as e:  # was valid when subscribed: a newer grammar refuses it
+                    log.warning("MQTT session %r: subscription %r dropped, its filter no longer parses: %s",
+                                r.client_id, sub.topic_filter, e)
+                    continue
             s.subscriptions.subscribe(Subscription(sub.topic_filter, sub.qos, sub.no_local, sub.retain_as_published,
-                                                   sub.retain_handling), sub.subscription_id or None)
+                                                   sub.retain_handling), sub.subscription_id or None, filtered)
         for q in r.out_qos2:
             if q.released:  # its entry is settled: only the PUBREL is left to send
                 s.outbound.in_flight[q.packet_id] = InFlight(q.packet_id, 2, None, RELEASED)

@@ -19,16 +19,49 @@ MQTT 3.1.1 section 3.3.5 and MQTT 5.0 sections 3.3.4, 3.8.3.1 and 4.7:
 
 Shared subscriptions (``$share/<group>/<filter>``) are delivered from the group's own
 queue and are kept here under their full filter, matched by their inner filter.
+
+Message filters (MQTT 5 SUBSCRIBE user properties ``filter-tag`` and ``filter-sql``,
+docs/filters.md): a subscription with one matches only the messages its filter takes,
+for the copy as for routing (its binding carries the filter); a session with any
+filtered subscription works its copies out per message instead of from the cache.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
+from ...filters import FilterError
+from ...filters.message_filter import SQL_ARG, TAG_ARG, MessageFilter
 from .packets import Subscription
 
 SEND_RETAINED, SEND_IF_NEW, DONT_SEND = 0, 1, 2  # Retain Handling
 SHARE_PREFIX = "$share/"
+FILTER_TAG, FILTER_SQL = "filter-tag", "filter-sql"  # SUBSCRIBE user properties
+
+
+@dataclass(frozen=True, slots=True)
+class Filtered:
+    """A subscription's message filter, with the texts it was made from."""
+
+    tag: str | None
+    sql: str | None
+    filter: MessageFilter = field(compare=False)
+
+    @classmethod
+    def parse(cls, tag: str | None, sql: str | None) -> Filtered | None:
+        """None when neither is given; raises FilterError naming the user property."""
+        f = MessageFilter.from_arguments({FILTER_TAG: tag, FILTER_SQL: sql}, FILTER_TAG, FILTER_SQL)
+        return None if f is None else cls(tag, sql, f)
+
+    def arguments(self) -> dict[str, str]:
+        """Its binding's arguments (the router's filter arguments)."""
+        args = {}
+        if self.tag is not None:
+            args[TAG_ARG] = self.tag
+        if self.sql is not None:
+            args[SQL_ARG] = self.sql
+        return args
 
 
 def matches(topic_filter: str, topic: str) -> bool:
@@ -67,20 +100,26 @@ _NONE = Copy(-1, False)  # a cached "no copy"
 @dataclass
 class Subscriptions:
     by_filter: dict[str, tuple[Subscription, int | None]] = field(default_factory=dict)  # filter -> (options, id)
+    filters: dict[str, Filtered] = field(default_factory=dict)  # topic filter -> its message filter
     max_qos: int = -1  # the highest maximum QoS of any subscription (-1: none)
     # (topic, QoS, retain, own) -> the copy, until the subscriptions change
     _copies: dict[tuple[str, int, bool, bool], Copy] = field(default_factory=dict, repr=False)
 
-    def subscribe(self, s: Subscription, subscription_id: int | None = None) -> bool:
+    def subscribe(self, s: Subscription, subscription_id: int | None = None, filtered: Filtered | None = None) -> bool:
         """Add or replace; True when the filter was subscribed already."""
         existed = s.topic_filter in self.by_filter
         self.by_filter[s.topic_filter] = (s, subscription_id)
+        if filtered is None:
+            self.filters.pop(s.topic_filter, None)
+        else:
+            self.filters[s.topic_filter] = filtered
         self._changed()
         return existed
 
     def unsubscribe(self, topic_filter: str) -> bool:
         """False when there was no such subscription (UNSUBACK 0x11 in 5.0)."""
         gone = self.by_filter.pop(topic_filter, None) is not None
+        self.filters.pop(topic_filter, None)
         self._changed()
         return gone
 
@@ -92,10 +131,14 @@ class Subscriptions:
         """The subscriptions whose filter matches ``topic``."""
         return [(s, sid) for s, sid in self.by_filter.values() if matches(inner_filter(s.topic_filter), topic)]
 
-    def copy(self, topic: str, qos: int, retain: bool, *, own: bool) -> Copy | None:
+    def copy(self, topic: str, qos: int, retain: bool, *, own: bool, tag: str | None = None,
+             properties: Callable[[], Mapping[str, Any]] | None = None) -> Copy | None:
         """The session's copy of a message published to ``topic`` with ``qos`` and
         ``retain`` (``own``: by this session's client), or None if no subscription takes it
-        (remembered until the subscriptions change)."""
+        (remembered until the subscriptions change). With filtered subscriptions, the
+        message's ``tag`` and ``properties`` decide theirs, and nothing is remembered."""
+        if self.filters:
+            return self._copy(topic, qos, retain, own, tag, properties or _no_properties)
         key = (topic, qos, retain, own)
         found = self._copies.get(key)
         if found is None:
@@ -105,12 +148,17 @@ class Subscriptions:
             self._copies[key] = found
         return None if found is _NONE else found
 
-    def _copy(self, topic: str, qos: int, retain: bool, own: bool) -> Copy | None:
+    def _copy(self, topic: str, qos: int, retain: bool, own: bool, tag: str | None = None,
+              properties: Callable[[], Mapping[str, Any]] = lambda: {}) -> Copy | None:
         best = -1
         keep_retain = False
         ids: list[int] = []
+        filters = self.filters
         for s, sid in self.matching(topic):
             if own and s.no_local:
+                continue
+            f = filters.get(s.topic_filter) if filters else None
+            if f is not None and not f.filter.matches(tag, properties):
                 continue
             best = max(best, s.qos)
             keep_retain |= s.retain_as_published
@@ -119,6 +167,28 @@ class Subscriptions:
         if best < 0:
             return None
         return Copy(min(best, qos), retain and keep_retain, tuple(sorted(ids)))
+
+
+def subscription_filter(properties: Any) -> tuple[Filtered | None, str | None]:
+    """The message filter a SUBSCRIBE's user properties name (its last ``filter-tag`` and
+    ``filter-sql``), or why it cannot be used (for the SUBACK's Reason String, with
+    0x83: a SUBACK has no reason code for a bad filter)."""
+    tag = sql = None
+    for k, v in properties.user_properties:
+        if k == FILTER_TAG:
+            tag = v
+        elif k == FILTER_SQL:
+            sql = v
+    if tag is None and sql is None:
+        return None, None
+    try:
+        return Filtered.parse(tag, sql), None
+    except FilterError as e:
+        return None, str(e)
+
+
+def _no_properties() -> Mapping[str, Any]:
+    return {}
 
 
 def retained_on_subscribe(s: Subscription, existed: bool) -> bool:
