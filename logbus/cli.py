@@ -5,7 +5,8 @@ gateway/http/client.py.
     logbus topic create NAME [--partitions N] [--config k=v ...]
     logbus topic alter NAME --config k=v ...
     logbus topic list | describe NAME | delete NAME        [--server URL] [--json]
-    logbus pop receive GROUP TOPIC [--max N] [--invisible-ms MS] [--member NAME] [--json]
+    logbus pop receive GROUP TOPIC [--max N] [--invisible-ms MS] [--member NAME] [--filter-tag EXPR]
+                       [--filter-sql SELECTOR] [--json]
     logbus pop ack | nack GROUP TOPIC HANDLE...
     logbus pop invisible GROUP TOPIC HANDLE MS
     logbus pop list [--json]
@@ -158,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     receive.add_argument("--max", type=int, default=1, metavar="N", help="messages at most (default 1)")
     receive.add_argument("--invisible-ms", type=int, metavar="MS", help="invisible time (default 30000)")
     receive.add_argument("--member", metavar="NAME", help="the receiving member's name")
+    receive.add_argument("--filter-tag", metavar="EXPR",
+                         help="the group's tag expression from now on: TagA || TagB (docs/filters.md)")
+    receive.add_argument("--filter-sql", metavar="SELECTOR",
+                         help="the group's SQL92 selector from now on (docs/filters.md)")
     receive.add_argument("--json", action="store_true", help="print each message as a line of JSON")
     receive.set_defaults(command=cmd_pop_receive)
     for name, what in (("ack", "settle messages"), ("nack", "give messages back: they come again after the backoff")):
@@ -353,7 +358,8 @@ def _client(args: argparse.Namespace) -> AdminClient:
 
 
 def cmd_pop_receive(args: argparse.Namespace) -> int:
-    messages = _client(args).pop_receive(args.group, args.topic, args.max, args.invisible_ms, args.member)
+    messages = _client(args).pop_receive(args.group, args.topic, args.max, args.invisible_ms, args.member,
+                                         args.filter_tag, args.filter_sql)
     if args.json:
         for m in messages:
             print(json.dumps(m))

@@ -225,6 +225,7 @@ class LogbusService(MultiService):
 def build_service(settings: Settings, reactor: Any) -> LogbusService:
     from .core.broker import Broker
     from .gateway.amqp.model import VHost
+    from .gateway.amqp.model.filtering import filter_properties
 
     broker = Broker(
         settings.data_dir,
@@ -239,6 +240,7 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         queue_max_message_bytes=settings.amqp_max_message_size,
         pop_retry=pop_retry_policy(settings.pop_retry_backoff, settings.pop_max_deliveries),
         vhost_model=VHost,  # the AMQP room: vhosts as AMQP declares them
+        message_properties=filter_properties,  # AMQP headers with their types, for pop filters
     )
     service = LogbusService(broker)
     for name, description in settings.listeners().items():

@@ -15,7 +15,7 @@ import fcntl
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
@@ -76,6 +76,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         queue_max_message_bytes: int = 128 << 20,
         pop_retry: RetryPolicy = POP_DEFAULT,
         vhost_model: VHostFactory | None = None,
+        message_properties: Callable[[Message, str], Mapping[str, Any]] | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -92,6 +93,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self.pop_retry = pop_retry  # pop groups' backoff and delivery limit
         # how a vhost's queue model is made (the AMQP gateway's); None: no vhost is opened
         self.vhost_model = vhost_model
+        # what a pop group's selector sees of a message (the AMQP gateway's decodes AMQP headers)
+        self.message_properties = message_properties
         # Made here, not at start, so gateways built before start can subscribe to it.
         self.pressure = ResourceMonitor(self.data_dir, memory_high_watermark=memory_high_watermark,
                                         disk_free_limit=disk_free_limit)
@@ -167,6 +170,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self.vhosts.clear()
         self.pop = PopGroups(self.state, self.queue_store, self.timers, MessageStore(log_batch_reader(self.log)),
                              clock=self._clock, dead_letter=self._append_dead_letter, retry=self.pop_retry)
+        if self.message_properties is not None:
+            self.pop.properties = self.message_properties
         self.pop.load()
         self.feed = Feed(self.vhosts, self.pop, self.timers, MessageStore(log_batch_reader(self.log)), self._clock)
         for name in self.access.vhosts:
@@ -370,18 +375,21 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         """The partition ``publish`` picks for a first message with ``key``."""
         return key_partition(key, len(self._log.topic(topic).partitions))
 
-    def pop_receive(self, group: str, topic: str, member: str, n: int, invisible_ms: int) -> list[Popped]:
+    def pop_receive(self, group: str, topic: str, member: str, n: int, invisible_ms: int,
+                    filter_tag: Any = None, filter_sql: Any = None) -> list[Popped]:
         """Pop: up to ``n`` messages of ``topic`` for ``group``, invisible to the group's
         other members for ``invisible_ms`` unless acked or changed. The group is created
-        on first use and gets what is appended from then on."""
+        on first use and gets what is appended from then on (what its filter takes:
+        ``filter_tag``, ``filter_sql``, docs/filters.md)."""
         self._log.topic(topic)  # UnknownTopic
-        return self.pop.receive(group, topic, member, n, invisible_ms)
+        return self.pop.receive(group, topic, member, n, invisible_ms, filter_tag, filter_sql)
 
     def pop_receive_wait(self, group: str, topic: str, member: str, n: int, invisible_ms: int,
-                         wait_ms: int) -> Deferred[list[Popped]]:
+                         wait_ms: int, filter_tag: Any = None, filter_sql: Any = None) -> Deferred[list[Popped]]:
         """``pop_receive``, waiting up to ``wait_ms`` for a first message (long polling)."""
         self._log.topic(topic)  # UnknownTopic
-        return self.pop.receive_wait(group, topic, member, n, invisible_ms, wait_ms, self.reactor.callLater)
+        return self.pop.receive_wait(group, topic, member, n, invisible_ms, wait_ms, self.reactor.callLater,
+                                     filter_tag, filter_sql)
 
     def pop_ack(self, group: str, topic: str, handle: str) -> None:
         self.pop.ack(group, topic, handle)

@@ -7,6 +7,7 @@ expression, a selector, or both (both must hold).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .errors import FilterError
@@ -54,6 +55,32 @@ class MessageFilter:
     def __repr__(self) -> str:
         parts = [repr(p) for p in (self.tags, self.selector) if p is not None]
         return f"MessageFilter({', '.join(parts)})"
+
+
+@dataclass(frozen=True, slots=True)
+class FilterSpec:
+    """A filter with the texts it was made from, to store and to compare: an MQTT
+    subscription's, a pop group's. Equal when the texts are."""
+
+    tag: str | None
+    sql: str | None
+    filter: MessageFilter = field(compare=False)
+
+    @classmethod
+    def parse(cls, tag: str | None, sql: str | None, tag_name: str = TAG_ARG,
+              sql_name: str = SQL_ARG) -> FilterSpec | None:
+        """None when neither is given; raises FilterError naming ``tag_name`` or ``sql_name``."""
+        f = MessageFilter.from_arguments({tag_name: tag, sql_name: sql}, tag_name, sql_name)
+        return None if f is None else cls(tag, sql, f)
+
+    def arguments(self) -> dict[str, str]:
+        """As binding arguments (``x-filter-tag``, ``x-filter-sql``)."""
+        args = {}
+        if self.tag is not None:
+            args[TAG_ARG] = self.tag
+        if self.sql is not None:
+            args[SQL_ARG] = self.sql
+        return args
 
 
 def _text(value: Any, name: str) -> str:

@@ -62,3 +62,11 @@ def message_properties(envelope: Any, headers: Iterable[tuple[str, bytes | None]
             value = _PROTOCOLS.get(value, str(value))
         props[name] = value
     return props
+
+
+def header_tag(headers: Iterable[tuple[str, bytes | None]]) -> str | None:
+    """A record's tag when its envelope has none (Kafka, HTTP): its ``tag`` header."""
+    for name, value in headers:
+        if name == "tag" and value is not None:
+            return value.decode("utf-8", "replace")
+    return None

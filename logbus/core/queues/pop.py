@@ -23,16 +23,24 @@ that names no current lease is refused (``StaleReceipt``) and settles nothing.
 
 Groups are recorded in the state store (metadata CF, ``state.pop_group_key``) and come
 back, with their entries, after a restart.
+
+A group may have a filter (a tag expression, a selector or both; docs/filters.md), named
+by a receive: a record it refuses gets no entry in the group's queue. A receive naming
+another filter than the group's replaces it, for the records appended from then on.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from twisted.internet.defer import Deferred, succeed
 
+from ...filters import FilterError
+from ...filters.message_filter import FilterSpec
+from ...filters.properties import header_tag, message_properties
 from ...retry.policy import MAX_DELAY_MS, POP_DEFAULT, RetryPolicy
 from ..errors import InvalidRequest, UnknownGroup
 from ..log.topic_config import validate_topic_name
@@ -44,6 +52,8 @@ from .msgstore import MessageStore
 from .queue import Entry, Outcome, Receipt, StaleReceipt
 from .service import DeadLetterTarget, Delivery, QueueService, QueueSettings, QueueState
 from .timers import Timers
+
+log = logging.getLogger(__name__)
 
 CF_METADATA = "metadata"
 POP_VHOST = ""  # the queue service namespace of pop groups: no user vhost is named ""
@@ -112,6 +122,9 @@ class PopGroups:
         self.service = QueueService(POP_VHOST, queue_store, timers, messages, clock=clock,
                                     dead_letter=self._dead_letter)
         self.by_topic: dict[str, list[str]] = {}  # topic -> its groups' queue names
+        self.filters: dict[str, FilterSpec] = {}  # queue name -> the group's filter
+        # what a selector sees of a message (the server hands in one that decodes AMQP headers)
+        self.properties: Callable[[Message, str], Mapping[str, Any]] = record_properties
 
     @staticmethod
     def queue_name(group: str, topic: str) -> str:
@@ -124,6 +137,15 @@ class PopGroups:
         for _, raw in self._store.scan_prefix(CF_METADATA, POP_GROUP_PREFIX):
             rec = PopGroupRecord.FromString(raw)
             self._open(rec.group, rec.topic)
+            if rec.filter_tag or rec.filter_sql:
+                try:
+                    spec = FilterSpec.parse(rec.filter_tag or None, rec.filter_sql or None, "filter_tag", "filter_sql")
+                except FilterError as e:  # was valid when set
+                    log.error("pop group %r on %r: its filter no longer parses, none is applied: %s",
+                              rec.group, rec.topic, e)
+                    continue
+                if spec is not None:
+                    self.filters[self.queue_name(rec.group, rec.topic)] = spec
 
     def _open(self, group: str, topic: str) -> QueueState:
         settings = QueueSettings(retry=self.retry, dead_letter=DeadLetterTarget(topic=dlq_topic(group)))
@@ -132,18 +154,27 @@ class PopGroups:
         self.by_topic.setdefault(topic, []).append(name)
         return qs
 
-    def ensure(self, group: str, topic: str) -> QueueState:
+    def ensure(self, group: str, topic: str, spec: FilterSpec | None = None) -> QueueState:
         """The group's queue on ``topic``, created (and recorded) on first use: it gets
-        the records appended from then on."""
+        the records appended from then on. ``spec``: the group's filter from now on."""
         name = self.queue_name(group, topic)
         qs = self.service.queues.get(name)
-        if qs is not None:
+        if qs is not None and (spec is None or self.filters.get(name) == spec):
             return qs
         check_group(group)
         if self._store is not None:
+            created = self.clock()
+            if qs is not None:
+                old = self._store.get(CF_METADATA, pop_group_key(group, topic))
+                if old is not None:
+                    created = PopGroupRecord.FromString(old).created_ms
             self._store.put(CF_METADATA, pop_group_key(group, topic),
-                            PopGroupRecord(group=group, topic=topic, created_ms=self.clock()), sync=True)
-        return self._open(group, topic)
+                            PopGroupRecord(group=group, topic=topic, created_ms=created,
+                                           filter_tag=spec.tag or "" if spec else "",
+                                           filter_sql=spec.sql or "" if spec else ""), sync=True)
+        if spec is not None:
+            self.filters[name] = spec
+        return qs if qs is not None else self._open(group, topic)
 
     def groups(self) -> list[tuple[str, str, QueueState]]:
         """(group, topic, state) of every pop group."""
@@ -158,6 +189,7 @@ class PopGroups:
         if name not in self.service.queues:
             raise UnknownGroup(f"no pop group {group!r} on topic {topic!r}")
         self.service.delete(name)
+        self.filters.pop(name, None)
         names = self.by_topic.get(topic, [])
         if name in names:
             names.remove(name)
@@ -174,9 +206,23 @@ class PopGroups:
         """A record appended to ``topic`` (visible now, or staged until ``visible_ms``):
         every group on it gets an entry."""
         names = self.by_topic.get(topic)
+        if names and self.filters:
+            names = self._passing(names, topic, message)
         if names:
             self.service.enqueue(names, topic, partition, offset, message, expires_ms=expires_ms,
                                  visible_ms=visible_ms)
+
+    def _passing(self, names: list[str], topic: str, message: Message) -> list[str]:
+        built: list[Mapping[str, Any]] = []
+
+        def properties() -> Mapping[str, Any]:
+            if not built:
+                built.append(self.properties(message, topic))
+            return built[0]
+
+        filters = self.filters
+        tag = message.envelope.tag or header_tag(message.headers)
+        return [n for n in names if (f := filters.get(n)) is None or f.filter.matches(tag, properties)]
 
     # -- consuming -----------------------------------------------------------------------
 
@@ -186,24 +232,31 @@ class PopGroups:
             raise UnknownGroup(f"no pop group {group!r} on topic {topic!r}")
         return qs
 
-    def receive(self, group: str, topic: str, member: str, n: int, invisible_ms: int) -> list[Popped]:
+    def receive(self, group: str, topic: str, member: str, n: int, invisible_ms: int,
+                filter_tag: Any = None, filter_sql: Any = None) -> list[Popped]:
         """Up to ``n`` messages, each invisible to the group for ``invisible_ms`` unless
-        acked or changed (the group is created on first use)."""
+        acked or changed (the group is created on first use). ``filter_tag`` and
+        ``filter_sql``: the group's filter from now on (InvalidRequest if it does not parse)."""
         check_invisible(invisible_ms)
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_RECEIVE:
             raise InvalidRequest(f"a receive takes 1 to {MAX_RECEIVE} messages, not {n!r}")
-        qs = self.ensure(group, topic)
+        try:
+            spec = FilterSpec.parse(filter_tag, filter_sql, "filter_tag", "filter_sql")
+        except FilterError as e:
+            raise InvalidRequest(str(e)) from None
+        qs = self.ensure(group, topic, spec)
         got = self.service.take(qs.name, member, n, invisible_ms=invisible_ms)
         return [Popped(format_handle(d), d.entry.topic, d.entry.partition, d.entry.offset, d.entry.deliveries,
                        d.message) for d in got]
 
     def receive_wait(self, group: str, topic: str, member: str, n: int, invisible_ms: int, wait_ms: int,
-                     call_later: Callable[..., Any]) -> Deferred[list[Popped]]:
+                     call_later: Callable[..., Any], filter_tag: Any = None,
+                     filter_sql: Any = None) -> Deferred[list[Popped]]:
         """``receive``, waiting up to ``wait_ms`` for a first message when none is ready
         (long polling): fires with what is ready when the first arrives, or empty."""
         if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or not 0 <= wait_ms <= MAX_WAIT_MS:
             raise InvalidRequest(f"a receive waits 0 to {MAX_WAIT_MS} ms, not {wait_ms!r}")
-        got = self.receive(group, topic, member, n, invisible_ms)
+        got = self.receive(group, topic, member, n, invisible_ms, filter_tag, filter_sql)
         if got or not wait_ms:
             return succeed(got)
         waiter = _Waiter(self, self.queue_name(group, topic), member, n, invisible_ms, call_later)
@@ -283,6 +336,12 @@ class _Waiter:
         if self.timeout is not None and self.timeout.active():
             self.timeout.cancel()
         self.done.callback(self.got)
+
+
+def record_properties(message: Message, topic: str) -> Mapping[str, Any]:
+    """What a selector sees of a message, AMQP headers with text values only."""
+    return message_properties(message.envelope, message.headers, key=message.key, topic=topic,
+                              timestamp=message.timestamp)
 
 
 def check_delay(ms: Any) -> int:

@@ -73,12 +73,17 @@ class AdminClient:
         self._call("DELETE", "/api/topics/" + quote(name, safe=""))
 
     def pop_receive(self, group: str, topic: str, max: int = 1, invisible_ms: int | None = None,
-                    member: str | None = None) -> list[dict[str, Any]]:
+                    member: str | None = None, filter_tag: str | None = None,
+                    filter_sql: str | None = None) -> list[dict[str, Any]]:
         body: dict[str, Any] = {"max": max}
         if invisible_ms is not None:
             body["invisible_ms"] = invisible_ms
         if member is not None:
             body["member"] = member
+        if filter_tag is not None:
+            body["filter_tag"] = filter_tag
+        if filter_sql is not None:
+            body["filter_sql"] = filter_sql
         messages: list[dict[str, Any]] = self._call("POST", _pop_path(group, topic, "receive"), body)["messages"]
         return messages
 

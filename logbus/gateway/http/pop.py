@@ -122,16 +122,17 @@ class DlqReplay(ApiResource):
 
 
 def _receive(a: PopAction, body: Any) -> Response | Deferred[Response]:
-    b = json_object(body, ("max", "invisible_ms", "member", "wait_ms"))
+    b = json_object(body, ("max", "invisible_ms", "member", "wait_ms", "filter_tag", "filter_sql"))
     n = b.get("max", 1)
     invisible = b.get("invisible_ms", DEFAULT_INVISIBLE_MS)
     member = b.get("member", "")
     if not isinstance(member, str):
         raise HttpError(400, "invalid_request", "member must be a string")
+    tag, sql = b.get("filter_tag"), b.get("filter_sql")
     wait = b.get("wait_ms", 0)
     if wait:
-        return a.broker.pop_receive_wait(a.group, a.topic, member, n, invisible, wait).addCallback(_received)
-    return _received(a.broker.pop_receive(a.group, a.topic, member, n, invisible))
+        return a.broker.pop_receive_wait(a.group, a.topic, member, n, invisible, wait, tag, sql).addCallback(_received)
+    return _received(a.broker.pop_receive(a.group, a.topic, member, n, invisible, tag, sql))
 
 
 def _received(got: list[Popped]) -> Response:

@@ -18,7 +18,7 @@ from .encoder import encode, encode_publish
 from .mapping import outgoing_properties, outgoing_topic, published_qos
 from .packets import PubAck, PubComp, Publish, PubRec, PubRel
 from .properties import NO_PROPERTIES, Properties
-from ..amqp.model.filtering import filter_properties, header_tag
+from ..amqp.model.filtering import filter_properties, message_tag
 from .session import Token
 from .subscriptions import Filtered
 from .states import State
@@ -73,7 +73,7 @@ class Delivering:
 
                 copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
                                             own=env.mqtt_client_id == s.client_id,
-                                            tag=env.tag or header_tag(message), properties=properties)
+                                            tag=message_tag(message), properties=properties)
             else:
                 copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
                                             own=env.mqtt_client_id == s.client_id)
@@ -184,7 +184,7 @@ def retained_passes(rec: RetainedRecord, filtered: Filtered) -> bool:
     env = Envelope.FromString(rec.envelope) if rec.envelope else Envelope()
     headers = [(h.key, h.value if h.HasField("value") else None) for h in rec.headers]
     message = Message(rec.topic.encode(), rec.payload, rec.time_ms or None, headers, env)
-    return filtered.filter.matches(env.tag or header_tag(message), lambda: filter_properties(message, ""))
+    return filtered.filter.matches(message_tag(message), lambda: filter_properties(message, ""))
 
 
 def retained_publish(rec: RetainedRecord, qos: int, version: int, now_ms: int,

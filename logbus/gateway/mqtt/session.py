@@ -32,7 +32,7 @@ from .connect import NEVER_EXPIRES
 from .outbound import RELEASED, InFlight, Outbound
 from .packets import Subscription
 from ...filters import FilterError
-from .subscriptions import Filtered, Subscriptions
+from .subscriptions import FILTER_SQL, FILTER_TAG, Filtered, Subscriptions
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class Session:
             filtered = None
             if sub.filter_tag or sub.filter_sql:
                 try:
-                    filtered = Filtered.parse(sub.filter_tag or None, sub.filter_sql or None)
+                    filtered = Filtered.parse(sub.filter_tag or None, sub.filter_sql or None, FILTER_TAG, FILTER_SQL)
                 except FilterError as e:  # was valid when subscribed: a newer grammar refuses it
                     log.warning("MQTT session %r: subscription %r dropped, its filter no longer parses: %s",
                                 r.client_id, sub.topic_filter, e)

@@ -32,36 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ...filters import FilterError
-from ...filters.message_filter import SQL_ARG, TAG_ARG, MessageFilter
+from ...filters.message_filter import FilterSpec as Filtered
 from .packets import Subscription
 
 SEND_RETAINED, SEND_IF_NEW, DONT_SEND = 0, 1, 2  # Retain Handling
 SHARE_PREFIX = "$share/"
 FILTER_TAG, FILTER_SQL = "filter-tag", "filter-sql"  # SUBSCRIBE user properties
-
-
-@dataclass(frozen=True, slots=True)
-class Filtered:
-    """A subscription's message filter, with the texts it was made from."""
-
-    tag: str | None
-    sql: str | None
-    filter: MessageFilter = field(compare=False)
-
-    @classmethod
-    def parse(cls, tag: str | None, sql: str | None) -> Filtered | None:
-        """None when neither is given; raises FilterError naming the user property."""
-        f = MessageFilter.from_arguments({FILTER_TAG: tag, FILTER_SQL: sql}, FILTER_TAG, FILTER_SQL)
-        return None if f is None else cls(tag, sql, f)
-
-    def arguments(self) -> dict[str, str]:
-        """Its binding's arguments (the router's filter arguments)."""
-        args = {}
-        if self.tag is not None:
-            args[TAG_ARG] = self.tag
-        if self.sql is not None:
-            args[SQL_ARG] = self.sql
-        return args
 
 
 def matches(topic_filter: str, topic: str) -> bool:
@@ -182,7 +158,7 @@ def subscription_filter(properties: Any) -> tuple[Filtered | None, str | None]:
     if tag is None and sql is None:
         return None, None
     try:
-        return Filtered.parse(tag, sql), None
+        return Filtered.parse(tag, sql, FILTER_TAG, FILTER_SQL), None
     except FilterError as e:
         return None, str(e)
 

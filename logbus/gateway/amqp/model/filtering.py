@@ -8,7 +8,7 @@ from typing import Any
 
 from ....core.message import Message
 from ....core.routing.router import Candidates
-from ....filters.properties import message_properties
+from ....filters.properties import header_tag, message_properties
 from .definitions import decode_table
 
 
@@ -27,13 +27,10 @@ def passing(candidates: Candidates, message: Message, topic: str) -> frozenset[s
             built.append(filter_properties(message, topic))
         return built[0]
 
-    tag = message.envelope.tag or header_tag(message)
+    tag = message_tag(message)
     return frozenset(queue for queue, f in candidates if f.matches(tag, properties))
 
 
-def header_tag(message: Message) -> str | None:
-    """A record's tag when its envelope has none (Kafka, HTTP): its ``tag`` header."""
-    for name, value in message.headers:
-        if name == "tag" and value is not None:
-            return value.decode("utf-8", "replace")
-    return None
+def message_tag(message: Message) -> str | None:
+    """The message's tag: its envelope's, else (Kafka, HTTP) its ``tag`` header."""
+    return message.envelope.tag or header_tag(message.headers)
