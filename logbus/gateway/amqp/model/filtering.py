@@ -20,15 +20,20 @@ def filter_properties(message: Message, topic: str) -> dict[str, Any]:
 
 def passing(candidates: Candidates, message: Message, topic: str) -> frozenset[str]:
     """The queues of ``candidates`` whose filter takes ``message``."""
-    built: list[dict[str, Any]] = []
-
-    def properties() -> dict[str, Any]:
-        if not built:
-            built.append(filter_properties(message, topic))
-        return built[0]
-
     tag = message_tag(message)
-    return frozenset(queue for queue, f in candidates if f.matches(tag, properties))
+    props: dict[str, Any] | None = None
+    out = []
+    for queue, f in candidates:
+        tags, selector = f.tags, f.selector
+        if tags is not None and not tags.matches(tag):
+            continue
+        if selector is not None:
+            if props is None:
+                props = filter_properties(message, topic)
+            if not selector.matches(props):
+                continue
+        out.append(queue)
+    return frozenset(out)
 
 
 def message_tag(message: Message) -> str | None:
