@@ -67,3 +67,29 @@ def test_sync_ahead_probe_measures_every_mode(tmp_path: Any) -> None:
         assert all(0 < m["p50_us"] <= m["p99_us"] <= m["max_us"] for m in r.values())
     assert set(out["median_p50_us"]) == set(out["median_p99_us"]) == modes
     assert list(tmp_path.iterdir()) == []  # its files are removed
+
+
+def test_filter_bench_runs_both_workloads(tmp_path: Any) -> None:
+    out = run_bench("filter_bench.py", "--messages", "200", "--warmup", "20", "--evals", "20000",
+                    "--repeats", "1", "--queues", "0,1,2", "--rounds", "1", "--idle-seconds", "0",
+                    "--timeout", "60", "--dir", str(tmp_path))
+    assert out["bench"] == "filter_bench"
+    cases = out["predicate"]["cases"]
+    assert set(cases) == {"matching", "non_matching_last_clause", "non_matching_first_clause"}
+    assert cases["matching"]["result"] is True and cases["non_matching_last_clause"]["result"] is False
+    assert all(c["evals_per_s"] > 0 and c["ns_per_eval"] > 0 for c in cases.values())
+
+    routing = out["routing"]
+    configs = {"unmatched-0", "unmatched-1", "unmatched-2", "filtered-1", "filtered-2", "plain-1",
+               "plain-2"}
+    assert set(routing["configurations"]) == configs and set(routing["median"]) == configs
+    assert len(routing["rounds"]) == 1 and set(routing["rounds"][0]["order"]) == configs
+    for r in routing["median"].values():
+        assert r["messages"] == 200 and r["seconds"] > 0 and r["msgs_per_s"] > 0
+        assert r["broker_cpu_us_per_msg"] >= 0  # 200 messages may take under one clock tick
+    assert set(routing["filter_cost_us_per_queue"]) == {"1", "2"}
+    assert all(isinstance(v, float) for v in routing["filter_cost_us_per_queue"].values())
+    assert set(routing["marginal_filter_cost_us_per_queue"]) == {"1-2"}
+    assert routing["broker_log_problems"]["count"] == 0, routing["broker_log_problems"]
+    assert set(out["targets"]) == {"predicate_evals_per_s", "filter_cost_us_per_queue"}
+    assert list(tmp_path.iterdir()) == []  # the broker's temp dir is removed

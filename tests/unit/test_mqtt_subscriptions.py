@@ -71,8 +71,8 @@ def test_retain_handling() -> None:
 
 def test_filtered_subscriptions_decide_per_message() -> None:
     s = Subscriptions()
-    s.subscribe(Subscription("a/#", 2), 1, Filtered.parse(None, "temp > 30"))
-    s.subscribe(Subscription("a/+", 0), 2, Filtered.parse("T", None))
+    s.subscribe(Subscription("a/#", 2), 1, Filtered.parse(None, "temp > 30", "filter-tag", "filter-sql"))
+    s.subscribe(Subscription("a/+", 0), 2, Filtered.parse("T", None, "filter-tag", "filter-sql"))
     s.subscribe(Subscription("a/b", 1), 3)
 
     def copy(tag: str | None, temp: int | None) -> Copy | None:
