@@ -27,8 +27,8 @@ from .syntax import And, Arith, Between, Compare, In, IsNull, Like, Literal, Nam
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 
-_INT = re.compile(r"[+-]?\d+\Z")
-_FLOAT = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?\Z")
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 
 
 def number(v: Any) -> int | float | None:
@@ -38,7 +38,10 @@ def number(v: Any) -> int | float | None:
         return v  # type: ignore[no-any-return]
     if t is str:
         if _INT.match(v):
-            return int(v)
+            try:
+                return int(v)
+            except ValueError:  # longer than Python converts (4,300 digits): as a float
+                return float(v)
         if _FLOAT.match(v):
             return float(v)
     return None
@@ -90,6 +93,13 @@ def arith(op: str, a: Any, b: Any) -> int | float | None:
     a, b = number(a), number(b)
     if a is None or b is None:
         return None
+    try:
+        return _arith(op, a, b)
+    except OverflowError:  # an int too large for a float it meets: no value
+        return None
+
+
+def _arith(op: str, a: int | float, b: int | float) -> int | float | None:
     if op == "+":
         return a + b
     if op == "-":
@@ -122,17 +132,50 @@ def in_values(v: Any, values: frozenset[Any], numeric: bool) -> bool | None:
     return t is str and v in values
 
 
-def like_pattern(pattern: str, escape: str | None) -> re.Pattern[str]:
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if escape is not None and c == escape and i + 1 < len(pattern):
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        out.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
-        i += 1
-    return re.compile("".join(out), re.DOTALL)
+class LikePattern:
+    """A LIKE pattern as a matcher that never backtracks: ``%`` splits it into segments of
+    fixed length (characters and ``_``); the first is anchored at the start, the last at
+    the end, and each one between is found at its leftmost place after the one before
+    (which is never worse for what follows). Linear in the text for each segment."""
+
+    __slots__ = ("_whole", "_first", "_last", "_last_len", "_middle")
+
+    def __init__(self, pattern: str, escape: str | None) -> None:
+        segments: list[list[str]] = [[]]
+        i = 0
+        while i < len(pattern):
+            c = pattern[i]
+            if escape is not None and c == escape and i + 1 < len(pattern):
+                segments[-1].append(re.escape(pattern[i + 1]))
+                i += 2
+                continue
+            if c == "%":
+                segments.append([])
+            else:
+                segments[-1].append("." if c == "_" else re.escape(c))
+            i += 1
+        compiled = [re.compile("".join(seg), re.DOTALL) for seg in segments]
+        self._whole = compiled[0] if len(compiled) == 1 else None
+        self._first = compiled[0]
+        self._last = compiled[-1]
+        self._last_len = len(segments[-1])
+        self._middle = compiled[1:-1]
+
+    def __call__(self, text: str) -> bool:
+        if self._whole is not None:
+            return self._whole.fullmatch(text) is not None
+        m = self._first.match(text)
+        if m is None:
+            return False
+        pos, end = m.end(), len(text) - self._last_len
+        if end < pos or self._last.match(text, end) is None:
+            return False
+        for segment in self._middle:
+            m = segment.search(text, pos, end)
+            if m is None:
+                return False
+            pos = m.end()
+        return True
 
 
 class _Compiler:
@@ -219,14 +262,15 @@ class _Compiler:
             values = self.const(frozenset(node.values))
             return f"(_in({self.value(node.operand)}, {values}, {numeric}) is {want != node.negated!r})"
         if isinstance(node, Like):
-            rx = self.const(like_pattern(node.pattern, node.escape))
+            like = self.const(LikePattern(node.pattern, node.escape))
             v = self.var()
-            got = f"(({rx}.fullmatch({v}) is not None) if type({v} := {self.value(node.operand)}) is str " \
-                  f"else None if {v} is None else False)"
+            got = f"({like}({v}) if type({v} := {self.value(node.operand)}) is str else None if {v} is None else False)"
             return f"({got} is {want != node.negated!r})"
         if isinstance(node, IsNull):
-            op = "is" if want != node.negated else "is not"
-            return f"({self.value(node.operand)} {op} None)"
+            positive = want != node.negated
+            if isinstance(node.operand, Literal):  # known now (and Python refuses ``5 is None``)
+                return repr((node.operand.value is None) == positive)
+            return f"({self.value(node.operand)} {'is' if positive else 'is not'} None)"
         raise AssertionError(f"not a condition: {node!r}")  # the parser refuses values here
 
 

@@ -14,8 +14,9 @@ Grammar, loosest first (JMS message selectors; RocketMQ's SQL92 filters are a su
     product    := unary ((* | /) unary)*
     unary      := (+ | -) unary | literal | name | ( condition )
 
-A predicate without a comparison must be something that can be true or false: a name,
-TRUE, FALSE, NULL or a parenthesized condition. Literals of the wrong type for their
+Parentheses hold a condition or a value (``(a + 1) * 2``). Where a condition is expected
+(the whole selector, the operands of AND, OR and NOT) a bare value must be something
+that can be true or false: a name, TRUE, FALSE, NULL or a parenthesized condition. Literals of the wrong type for their
 operator (``'a' > 1``, ``TRUE + 1``, ``5 AND x``) are refused here, with the position.
 """
 
@@ -192,6 +193,7 @@ class _Parser:
         node = self.condition()
         if not self.at("END"):
             raise self.error("expected AND, OR or the end")
+        _condition(node)
         _check_depth(node)
         return node
 
@@ -202,6 +204,8 @@ class _Parser:
         operands = [first]
         while self.take("KEYWORD", "OR"):
             operands.append(self.and_expr())
+        for node in operands:
+            _condition(node)
         return Or(tuple(operands), _pos(first))
 
     def and_expr(self) -> Node:
@@ -211,6 +215,8 @@ class _Parser:
         operands = [first]
         while self.take("KEYWORD", "AND"):
             operands.append(self.not_expr())
+        for node in operands:
+            _condition(node)
         return And(tuple(operands), _pos(first))
 
     def not_expr(self) -> Node:
@@ -252,8 +258,7 @@ class _Parser:
             negated = self.take("KEYWORD", "NOT") is not None
             self.expect("KEYWORD", "NULL", "NULL (after IS)")
             return IsNull(left, negated, t.position)
-        _condition(left)
-        return left
+        return left  # a value: a condition only where one is expected (checked there)
 
     def in_list(self, operand: Node) -> tuple[object, ...]:
         self.expect("OP", "(", "( after IN")

@@ -165,3 +165,32 @@ def test_tags_refused(text: str, position: int) -> None:
 def test_tag_expression_length() -> None:
     with pytest.raises(FilterError):
         TagFilter.parse("||".join(["T"] * (MAX_LENGTH // 2 + 1)))
+
+
+@pytest.mark.parametrize(("text", "props", "expected"), [
+    ("a = (5)", {"a": 5}, True),  # parentheses around a value
+    ("(2 + 3) * 4 = a", {"a": 20}, True),
+    ("a * (b + 1) = 6", {"a": 2, "b": 2}, True),
+    ("(-a) = 5", {"a": -5}, True),
+    ("0 IS NULL", {}, False),  # a literal: known when parsed
+    ("-1 IS NOT NULL", {}, True),
+    ("NULL IS NULL", {}, True),
+    ("a = 1.5 + " + "1" + "0" * 400, {"a": 1.0}, False),  # too large for a float: NULL, not an error
+    ("a > 1", {"a": "9" * 5000}, True),  # longer than int() takes: as a float
+    ("a = 12", {"a": "١٢"}, False),  # only ASCII digits read as a number
+    ("s LIKE '%a%a%a%a%a%a%a%a%a%a%b'", {"s": "a" * 40}, False),  # no backtracking blow-up
+    ("s LIKE '%a%a%b'", {"s": "xaxaxb"}, True),
+    ("s LIKE 'a%'", {"s": "a"}, True),
+    ("s LIKE '%a'", {"s": "ba"}, True),
+    ("s LIKE 'a%a'", {"s": "a"}, False),  # the two ends may not overlap
+    ("s LIKE '_%_'", {"s": "ab"}, True),
+    ("s LIKE '%'", {"s": ""}, True),
+])  # fmt: skip
+def test_found_by_the_oracle_and_the_fuzzer(text: str, props: dict[str, Any], expected: bool) -> None:
+    assert Selector.parse(text).matches(props) is expected
+
+
+@pytest.mark.parametrize("text", ["(a + 1)", "a AND (5)", "NOT (a * 2)"])
+def test_a_parenthesized_value_is_still_no_condition(text: str) -> None:
+    with pytest.raises(FilterError, match="is not a condition"):
+        Selector.parse(text)
