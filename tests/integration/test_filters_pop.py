@@ -54,9 +54,12 @@ def test_two_groups_on_one_topic_with_different_filters(logbus_server: Any) -> N
             await conn.close()
 
     run(amqp())
+    reply = call(server, "POST", f"/api/topics/{topic}/messages",  # the tag field of an HTTP publish
+                 {"messages": [{"value": "field-eu", "tag": "EU"}, {"value": "field-us", "tag": "US"}]})
+    assert reply.status == 200, reply
     assert receive(server, "big", topic) == ["amqp-big-eu", "big-eu", "big-us"]
-    assert receive(server, "eu", topic) == ["amqp-big-eu", "big-eu", "small-eu"]
-    assert len(receive(server, "all", topic)) == 6
+    assert receive(server, "eu", topic) == ["amqp-big-eu", "big-eu", "field-eu", "small-eu"]
+    assert len(receive(server, "all", topic)) == 8
     # the filters are kept with the groups
     server.restart(same_ports=True)
     publish_http(server, topic, [("after-big", {"total": "101"}), ("after-small", {"total": "1"})])

@@ -12,7 +12,8 @@
                                       "delay_ms": 5000}], "partition": 0}
 
 A published message takes ``key`` and ``value`` as UTF-8 text (or ``key_base64`` /
-``value_base64``), ``headers`` as a JSON object of strings, ``ttl_ms`` (dead in queues
+``value_base64``), ``headers`` as a JSON object of strings, ``tag`` (the message's tag,
+docs/filters.md), ``ttl_ms`` (dead in queues
 after that long), and ``delay_ms`` or ``deliver_at`` (epoch ms) to reach queues and pop
 groups later (any delay up to 40
 days; Kafka consumers see the record at once). Without ``partition`` the first
@@ -128,7 +129,7 @@ class TopicMessages(Topic):
 
 
 MAX_PUBLISH = 1000
-MESSAGE_FIELDS = ("key", "value", "key_base64", "value_base64", "headers", "delay_ms", "deliver_at", "ttl_ms")
+MESSAGE_FIELDS = ("key", "value", "key_base64", "value_base64", "headers", "tag", "delay_ms", "deliver_at", "ttl_ms")
 
 
 def _bytes(m: dict[str, Any], name: str) -> bytes | None:
@@ -153,6 +154,10 @@ def parse_message(raw: Any, now_ms: int) -> Message:
     message = Message(_bytes(m, "key"), _bytes(m, "value"), None,
                       [(k, None if v is None else v.encode()) for k, v in headers.items()])
     message.envelope.protocol = Envelope.HTTP
+    if "tag" in m:  # the message's tag (docs/filters.md)
+        if not isinstance(m["tag"], str) or not m["tag"]:
+            raise HttpError(400, "bad_request", "tag must be a non-empty string")
+        message.envelope.tag = m["tag"]
     if "delay_ms" in m and "deliver_at" in m:
         raise HttpError(400, "invalid_request", "give delay_ms or deliver_at, not both")
     if "delay_ms" in m:
