@@ -4,18 +4,25 @@ with their types) are built once, and only when a selector asks for them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from ....core.message import Message
 from ....core.routing.router import Candidates
 from ....filters.properties import header_tag, message_properties
-from .definitions import decode_table
+from ..errors import MalformedFrame
+from ..fastpath import decode_table
 
 
 def filter_properties(message: Message, topic: str) -> dict[str, Any]:
     env = message.envelope
+    typed: Mapping[str, Any] | None = None
+    if env.amqp_headers:
+        try:
+            typed = decode_table(env.amqp_headers, 0, len(env.amqp_headers))[0]
+        except MalformedFrame:  # checked when published: not expected; the text headers remain
+            typed = None
     return message_properties(env, message.headers, key=message.key, topic=topic, timestamp=message.timestamp,
-                              typed_headers=decode_table(env.amqp_headers) if env.amqp_headers else None)
+                              typed_headers=typed)
 
 
 def passing(candidates: Candidates, message: Message, topic: str) -> frozenset[str]:
