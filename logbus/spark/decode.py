@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.envelope_pb2 import Envelope
+from ..filters.message_filter import MessageFilter
 from ..core.log.format import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
@@ -132,6 +133,7 @@ class _Envelopes:
         self.slots: dict[bytes, int] = {}  # 0: not an envelope (stays a user header)
         self.rows: list[tuple[str | None, str | None, list[tuple[str, str]]]] = [(None, None, [])]
         self.arrays: tuple[pa.Array, pa.Array, pa.Array] | None = None
+        self.judged: dict[int, tuple[MessageFilter, list[bool]]] = {}  # a filter's verdict per row
 
     def lookup(self, distinct: list[bytes]) -> np.ndarray:
         """The row of each of ``distinct`` envelope values, 0 when it does not parse."""
@@ -150,6 +152,22 @@ class _Envelopes:
                 self.slots[data] = slot
             out[i] = slot
         return out
+
+    def taken(self, keep: MessageFilter) -> np.ndarray:
+        """Whether ``keep`` takes a record with each row's envelope (row 0: none). What
+        a selector sees is the ``properties`` column's map, plus ``tag`` and ``protocol``."""
+        done = self.judged.get(id(keep))
+        if done is None or done[0] is not keep:
+            done = self.judged[id(keep)] = (keep, [])
+        verdicts = done[1]
+        for protocol, tag, props in self.rows[len(verdicts):]:
+            seen: dict[str, Any] = dict(props)
+            if tag is not None:
+                seen["tag"] = tag
+            if protocol is not None:
+                seen["protocol"] = protocol
+            verdicts.append(keep.matches(tag, seen.copy))
+        return np.array(verdicts, bool)
 
     def columns(self) -> tuple[pa.Array, pa.Array, pa.Array]:
         """(protocol, tag, properties) arrays with one entry per row."""
@@ -174,9 +192,12 @@ def decode_chunk(
     topic: str,
     partition: int,
     names: Sequence[str],
+    keep: MessageFilter | None = None,
 ) -> pa.RecordBatch | None:
     """The records of ``batches`` (positions in ``data``) with offsets in ``[lo, hi)`` as
-    one Arrow batch with columns ``names`` (schema.ARROW types); None when there are none."""
+    one Arrow batch with columns ``names`` (schema.ARROW types); None when there are none.
+    ``keep``: only the records this filter takes (``filterTag``, ``filterSql``): judged
+    once per distinct envelope, before any column is built."""
     blocks, buf = _blocks(data, batches)
     if not blocks:
         return None
@@ -196,26 +217,52 @@ def decode_chunk(
     i0, i1 = (int(x) for x in np.searchsorted(offsets, [lo, hi]))
     if i0 >= i1:
         return None
-    cols: dict[str, pa.Array] = {}
     pabuf = pa.py_buffer(buf)
+    env_index = _env_index(a, pabuf, f) if keep is not None or want & {"headers", "properties", "tag", "protocol"} \
+        else None
+    all_env = env_index
+    rows: np.ndarray | None = None  # the records kept, when a filter leaves some out
+    if keep is not None:
+        assert env_index is not None
+        taken = _ENVELOPES.taken(keep)
+        mask = taken[env_index]
+        mask[:i0] = False
+        mask[i1:] = False
+        if not mask.any():
+            return None
+        if not mask.all():
+            rows = np.flatnonzero(mask)
+            i0, i1 = 0, len(rows)
+            f, env_index = f[:, rows], env_index[rows]
+            offsets = f[kernel.OFFSET]
+            if "key" in want:  # the views exist only for the columns asked for
+                key_views = key_views[rows]
+            if "value" in want:
+                value_views = value_views[rows]
+    m = f.shape[1]
+    cols: dict[str, pa.Array] = {}
     if "key" in want:
         cols["key"] = _bytes_array(a, pabuf, f[KEY_START], f[KEY_LEN], pa.binary(), key_views)
     if "value" in want:
         cols["value"] = _bytes_array(a, pabuf, f[VALUE_START], f[VALUE_LEN], pa.binary(), value_views)
     if "topic" in want:
-        cols["topic"] = pa.repeat(pa.scalar(topic, pa.string()), n)
+        cols["topic"] = pa.repeat(pa.scalar(topic, pa.string()), m)
     if "partition" in want:
-        cols["partition"] = pa.repeat(pa.scalar(partition, pa.int32()), n)
+        cols["partition"] = pa.repeat(pa.scalar(partition, pa.int32()), m)
     if "offset" in want:
         cols["offset"] = pa.array(offsets, pa.int64())
     if "timestamp" in want:
         cols["timestamp"] = pa.array(f[kernel.TIMESTAMP_US], pa.int64()).view(ARROW["timestamp"])
     if "timestampType" in want:
         cols["timestampType"] = pa.array(f[kernel.TS_TYPE].astype(np.int32), pa.int32())
-    if want & {"headers", "properties", "tag", "protocol"}:
-        cols.update(_header_columns(a, pabuf, f, hoff, hpos, want))
+    if env_index is not None and want & {"properties", "tag", "protocol"}:
+        cols.update(_envelope_columns(env_index, want))
+    if "headers" in want:
+        assert all_env is not None
+        full = _headers_column(a, pabuf, n, hoff, hpos, all_env)
+        cols["headers"] = full if rows is None else full.take(pa.array(rows, pa.int64()))
     out = pa.RecordBatch.from_arrays([cols[c] for c in names], names=list(names))
-    return out if (i0, i1) == (0, n) else out.slice(i0, i1 - i0)
+    return out if (i0, i1) == (0, m) else out.slice(i0, i1 - i0)
 
 
 def _blocks(data: bytes, batches: Sequence[BatchInfo]) -> tuple[list[tuple[int, int, int, BatchInfo]], bytes]:
@@ -242,17 +289,20 @@ def _blocks(data: bytes, batches: Sequence[BatchInfo]) -> tuple[list[tuple[int, 
     return blocks, b"".join(parts)
 
 
-def _header_columns(a: np.ndarray, pabuf: pa.Buffer, f: np.ndarray, hoff: np.ndarray, hpos: np.ndarray,
-                    want: set[str]) -> dict[str, pa.Array]:
-    """headers, properties, tag and protocol from kernel.scan's output."""
-    n = f.shape[1]
-    env_index = np.zeros(n, np.int64)  # row in _ENVELOPES.columns(); 0: no envelope
+def _env_index(a: np.ndarray, pabuf: pa.Buffer, f: np.ndarray) -> np.ndarray:
+    """Each record's row in ``_ENVELOPES`` (0: no envelope), from kernel.scan's output."""
+    env_index = np.zeros(f.shape[1], np.int64)
     rec = np.flatnonzero(f[ENV_LEN] >= 0)  # a last header named logbus.envelope, with a value
     if rec.size:
         # each distinct envelope once: hash them in Arrow
         encoded = _bytes_array(a, pabuf, f[ENV_START, rec], f[ENV_LEN, rec], pa.binary()).dictionary_encode()
         slots = _ENVELOPES.lookup(encoded.dictionary.to_pylist())
         env_index[rec] = slots[encoded.indices.to_numpy(zero_copy_only=False)]
+    return env_index
+
+
+def _envelope_columns(env_index: np.ndarray, want: set[str]) -> dict[str, pa.Array]:
+    """protocol, tag and properties: one ``take`` from the envelopes' columns."""
     cols: dict[str, pa.Array] = {}
     take = pa.array(env_index, pa.int64())
     protocol, tag, properties = _ENVELOPES.columns()
@@ -262,22 +312,26 @@ def _header_columns(a: np.ndarray, pabuf: pa.Buffer, f: np.ndarray, hoff: np.nda
         cols["tag"] = tag.take(take)
     if "properties" in want:
         cols["properties"] = properties.take(take)
-    if "headers" in want:
-        hdr = kernel.headers(a, hpos, hoff)
-        is_env = np.zeros(hdr.shape[1], bool)
-        is_env[hoff[1:][env_index > 0] - 1] = True  # a parsed envelope is not a user header
-        user = np.flatnonzero(~is_env)
-        offs = np.zeros(n + 1, np.int32)
-        np.cumsum(np.diff(hoff) - (env_index > 0), out=offs[1:])
-        keys = _bytes_array(a, pabuf, hdr[H_KEY_START, user], hdr[H_KEY_LEN, user], pa.binary())
-        try:
-            keys = keys.cast(pa.string())
-        except pa.ArrowInvalid:  # not UTF-8: decode leniently, as a Java String would
-            keys = pa.array([k.decode("utf-8", "replace") for k in keys.to_pylist()], pa.string())
-        values = _bytes_array(a, pabuf, hdr[H_VALUE_START, user], hdr[H_VALUE_LEN, user], pa.binary())
-        entries = pa.StructArray.from_arrays([keys, values], fields=list(HEADERS_TYPE.value_type))
-        cols["headers"] = pa.ListArray.from_arrays(pa.array(offs, pa.int32()), entries, type=HEADERS_TYPE)
     return cols
+
+
+def _headers_column(a: np.ndarray, pabuf: pa.Buffer, n: int, hoff: np.ndarray, hpos: np.ndarray,
+                    env_index: np.ndarray) -> pa.Array:
+    """The user headers of every record (a parsed envelope is not one)."""
+    hdr = kernel.headers(a, hpos, hoff)
+    is_env = np.zeros(hdr.shape[1], bool)
+    is_env[hoff[1:][env_index > 0] - 1] = True
+    user = np.flatnonzero(~is_env)
+    offs = np.zeros(n + 1, np.int32)
+    np.cumsum(np.diff(hoff) - (env_index > 0), out=offs[1:])
+    keys = _bytes_array(a, pabuf, hdr[H_KEY_START, user], hdr[H_KEY_LEN, user], pa.binary())
+    try:
+        keys = keys.cast(pa.string())
+    except pa.ArrowInvalid:  # not UTF-8: decode leniently, as a Java String would
+        keys = pa.array([k.decode("utf-8", "replace") for k in keys.to_pylist()], pa.string())
+    values = _bytes_array(a, pabuf, hdr[H_VALUE_START, user], hdr[H_VALUE_LEN, user], pa.binary())
+    entries = pa.StructArray.from_arrays([keys, values], fields=list(HEADERS_TYPE.value_type))
+    return pa.ListArray.from_arrays(pa.array(offs, pa.int32()), entries, type=HEADERS_TYPE)
 
 
 # -- the reference decoder and helpers --------------------------------------------------------

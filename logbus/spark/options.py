@@ -14,12 +14,15 @@ latest end).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..filters import FilterError
+from ..filters.message_filter import MessageFilter
 from .logfiles import DataDir, DataLoss, PartitionFiles
 
 EARLIEST, LATEST = -2, -1
@@ -38,6 +41,12 @@ _UNSUPPORTED = {
 
 class OptionError(ValueError):
     pass
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(tag: str | None, sql: str | None) -> MessageFilter | None:
+    """Raises FilterError naming the option and the position."""
+    return MessageFilter.from_arguments({"filterTag": tag, "filterSql": sql}, "filterTag", "filterSql")
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,12 @@ class Options:
     include_headers: bool
     fail_on_data_loss: bool
     pushdown: bool
+    filter_tag: str | None = None  # filterTag: a tag expression (docs/filters.md)
+    filter_sql: str | None = None  # filterSql: a SQL92 selector over the properties column
+
+    def message_filter(self) -> MessageFilter | None:
+        """The filter of filterTag and filterSql, compiled once per process."""
+        return _compiled(self.filter_tag, self.filter_sql)
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], streaming: bool) -> Options:
@@ -129,7 +144,16 @@ class Options:
             include_headers=_bool(o, "includeheaders", "includeHeaders", False),
             fail_on_data_loss=_bool(o, "failondataloss", "failOnDataLoss", True),
             pushdown=_bool(o, "pushdown", "pushdown", False),
-        )
+            filter_tag=o.get("filtertag"),
+            filter_sql=o.get("filtersql"),
+        )._checked()
+
+    def _checked(self) -> Options:
+        try:
+            _compiled(self.filter_tag, self.filter_sql)
+        except FilterError as e:
+            raise OptionError(f"option {e.reason}") from None
+        return self
 
     # -- against the files ----------------------------------------------------------------
 

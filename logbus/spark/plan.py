@@ -119,6 +119,7 @@ def read_range(
     fail_on_data_loss: bool,
     filters: Sequence[RowFilter] = (),
     earliest: bool = False,
+    keep: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``r`` as Arrow batches with columns ``names``. ``earliest``: the
     range starts at whatever the log start is now (a partition new to a stream)."""
@@ -137,7 +138,7 @@ def read_range(
                     batches = [b for b in batches if b.max_timestamp >= min_ts]
                     if not batches:
                         continue
-                rb = decode_chunk(data, batches, r.lo, r.hi, r.topic, r.partition, names)
+                rb = decode_chunk(data, batches, r.lo, r.hi, r.topic, r.partition, names, keep)
                 if rb is None:
                     continue
                 if row_filters:

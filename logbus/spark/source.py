@@ -130,7 +130,8 @@ class BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, RangePartition):  # Spark's stand-in when there are none
             return
-        yield from read_range(self.opts.path, partition.range, self.names, self.opts.fail_on_data_loss, self.filters)
+        yield from read_range(self.opts.path, partition.range, self.names, self.opts.fail_on_data_loss, self.filters,
+                              keep=self.opts.message_filter())
 
 
 class PushdownReader(BatchReader):

@@ -180,7 +180,7 @@ class LogbusStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc
         if not isinstance(partition, RangePartition):
             return iter(())
         return read_range(self.opts.path, partition.range, self.names, self.opts.fail_on_data_loss,
-                          earliest=partition.earliest)
+                          earliest=partition.earliest, keep=self.opts.message_filter())
 
     def commit(self, end: dict[str, Any]) -> None:
         pass

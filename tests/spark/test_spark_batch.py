@@ -160,3 +160,37 @@ def test_unsupported_combinations_are_refused_clearly(spark: Any, data: Path, op
                                                       message: str) -> None:
     with pytest.raises(Exception, match=message):
         load(spark, data, **options).collect()
+
+
+def test_filter_sql_and_tag_return_what_df_filter_on_properties_returns(spark: Any, tmp_path: Path) -> None:
+    """filterSql / filterTag, pushed into the reader, against Spark's own filter on the
+    properties and tag columns of the unfiltered read."""
+    w = LogWriter(tmp_path / "data")
+    w.topic("sensors", partitions=2)
+    for p in (0, 1):
+        msgs = []
+        for i in range(40):
+            e = env(protocol=2, tag=("red", "blue", "")[i % 3], mqtt_topic=f"s/{i}")
+            e.user_properties.add(key="temp", value=str(i))
+            if i % 4:
+                e.user_properties.add(key="region", value=("eu", "us")[i % 2])
+            msgs.append(Message(b"s/%d" % i, b"%d-%d" % (p, i), 1_000 + i, [], e))
+        w.append("sensors", p, msgs)
+    w.close()
+    from pyspark.sql import functions as F
+
+    every = load(spark, w.data_dir, subscribe="sensors")
+    cases = [
+        ({"filterSql": "temp > 30 AND region = 'eu'"},
+         (F.col("properties")["temp"].cast("int") > 30) & (F.col("properties")["region"] == "eu")),
+        ({"filterSql": "region IS NULL OR temp < 3"},
+         F.col("properties")["region"].isNull() | (F.col("properties")["temp"].cast("int") < 3)),
+        ({"filterTag": "red || blue", "filterSql": "mqtt_topic LIKE 's/1%'"},
+         F.col("tag").isin("red", "blue") & F.col("properties")["mqtt_topic"].like("s/1%")),
+    ]
+    for options, condition in cases:
+        pushed = sorted(r.value for r in load(spark, w.data_dir, subscribe="sensors", **options).collect())
+        theirs = sorted(r.value for r in every.filter(condition).collect())
+        assert pushed == theirs and 0 < len(pushed) < 80, options
+    with pytest.raises(Exception, match="filterSql"):
+        load(spark, w.data_dir, subscribe="sensors", filterSql="temp >").collect()
