@@ -56,7 +56,7 @@ import uvloop
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from amqp_client import LATENCY_HEAD, Run, proc_comm
 from amqp_workloads import w_consume, w_fanout, w_latency, w_publish
-from common import LOOPBACK, BenchError, cpu_split, start_logbus, stop_logbus
+from common import LOOPBACK, BenchError, cancelled_by_sigterm, cpu_split, exit_on_sigterm, start_logbus, stop_logbus
 from rabbitmq import RabbitMQ, RabbitMQError
 
 WORKLOADS = ("publish", "consume", "fanout", "latency")
@@ -104,25 +104,8 @@ async def run_workloads(url: str, pid: int, args: argparse.Namespace,
                         label: str) -> dict[str, Any]:
     """All the workloads against one broker. SIGTERM cancels them like Ctrl-C does, so
     connections close, queues are deleted and consumer processes end before we exit."""
-    loop = asyncio.get_running_loop()
-    main_task = asyncio.current_task()
-    assert main_task is not None
-    terminated: list[bool] = []
-
-    def on_sigterm() -> None:
-        terminated.append(True)
-        main_task.cancel()
-
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    try:
-        return await _run_workloads(url, pid, args, label)
-    except asyncio.CancelledError:
-        if terminated:
-            raise BenchError(f"{label}: stopped by SIGTERM") from None
-        raise
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, exit_on_sigterm)
+    result: dict[str, Any] = await cancelled_by_sigterm(_run_workloads(url, pid, args, label), label)
+    return result
 
 
 async def _run_workloads(url: str, pid: int, args: argparse.Namespace,
@@ -279,11 +262,6 @@ def ratios(logbus: dict[str, Any], rabbit: dict[str, Any]) -> dict[str, dict[str
             lb, rb = {**lb, **lb["latency"]}, {**rb, **rb["latency"]}
         out[name] = {k: (lb[k] / rb[k] if rb[k] else None) for k in keys}
     return out
-
-
-def exit_on_sigterm(_signum: int, _frame: Any) -> None:
-    """Outside the event loop (a broker starting, say): exit through the finally blocks."""
-    sys.exit(143)
 
 
 def main() -> None:

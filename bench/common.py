@@ -236,3 +236,36 @@ def end_process(proc: Any, finished: bool, grace: float) -> None:
     if proc.is_alive():
         proc.kill()
         proc.join(5)
+
+
+def exit_on_sigterm(_signum: int, _frame: Any) -> None:
+    """Outside the event loop (a broker starting, say): exit through the finally blocks."""
+    sys.exit(143)
+
+
+async def cancelled_by_sigterm(coro: Any, label: str) -> Any:
+    """Await ``coro``; SIGTERM cancels it as Ctrl-C does (so connections close and queues
+    are deleted) and then fails the run with BenchError. Afterwards SIGTERM exits through
+    the finally blocks (``exit_on_sigterm``)."""
+    import asyncio
+    import signal
+
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    terminated: list[bool] = []
+
+    def on_sigterm() -> None:
+        terminated.append(True)
+        main_task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if terminated:
+            raise BenchError(f"{label}: stopped by SIGTERM") from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, exit_on_sigterm)

@@ -70,7 +70,9 @@ import uvloop
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from amqp_client import ConfirmWindow, Run, proc_comm
-from common import LOOPBACK, BenchError, Meter, cpu_split, start_logbus, stop_logbus, tail
+from common import (
+    LOOPBACK, BenchError, Meter, cancelled_by_sigterm, cpu_split, exit_on_sigterm, start_logbus, stop_logbus, tail,
+)
 
 from logbus.filters import FilterError, Selector
 
@@ -234,25 +236,8 @@ async def _run_config(run: Run, args: argparse.Namespace, kind: str, n: int,
 
 async def run_rounds(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     """SIGTERM cancels the rounds like Ctrl-C does, so connections close and queues go."""
-    loop = asyncio.get_running_loop()
-    main_task = asyncio.current_task()
-    assert main_task is not None
-    terminated: list[bool] = []
-
-    def on_sigterm() -> None:
-        terminated.append(True)
-        main_task.cancel()
-
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    try:
-        return await _run_rounds(url, pid, args)
-    except asyncio.CancelledError:
-        if terminated:
-            raise BenchError("stopped by SIGTERM") from None
-        raise
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, exit_on_sigterm)
+    result: dict[str, Any] = await cancelled_by_sigterm(_run_rounds(url, pid, args), "filter_bench")
+    return result
 
 
 async def _run_rounds(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -377,11 +362,6 @@ def git_commit() -> str | None:
                               cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-def exit_on_sigterm(_signum: int, _frame: Any) -> None:
-    """Outside the event loop (the broker starting, say): exit through the finally blocks."""
-    sys.exit(143)
 
 
 def int_list(text: str) -> list[int]:
