@@ -419,3 +419,19 @@ def test_exchange_graphs_match_a_reachability_model(graph: Any) -> None:
             reached = more
         want = {f"q{q}" for s, q in queue_bindings if s in reached}
         assert r.route(f"x{start}") == want
+
+
+def test_headers_free_says_whether_headers_can_change_a_route() -> None:
+    r = Router()
+    r.add_queue("q")
+    r.declare("t", "topic")
+    r.declare("h", "headers")
+    r.declare("d", "direct", arguments={"alternate-exchange": "h"})
+    assert r.headers_free("t") and not r.headers_free("h") and not r.headers_free("d")
+    assert not r.headers_free("amq.headers") and r.headers_free("amq.topic")
+    r.bind("t", "d", "k", kind=EXCHANGE)  # t -> d -> (alternate) h
+    assert not r.headers_free("t")
+    r.unbind("t", "d", "k", kind=EXCHANGE)
+    assert r.headers_free("t")
+    r.delete("h")
+    assert r.headers_free("d")  # its alternate is gone

@@ -120,6 +120,8 @@ class Router:
         self._queues: set[str] = set()
         self._inbound: dict[Destination, dict[Binding, None]] = {}
         self._by_topic: dict[str, str] = {}
+        self._changes = 0  # bumped by every change of exchanges and bindings
+        self._headers_free: dict[str, tuple[int, bool]] = {}  # exchange -> (at _changes, answer)
         self._add(ExchangeDef(DEFAULT_EXCHANGE, DIRECT, durable=True,
                               topic=vhost_topic(vhost, DEFAULT_EXCHANGE_TOPIC)))
         for name, kind in PREDECLARED.items():
@@ -243,6 +245,7 @@ class Router:
                 self._add_filtered(x, b, f)
             x.bindings[b] = None
             self._inbound.setdefault(b.target, {})[b] = None
+            self._changes += 1
         return b
 
     def _filter_of(self, b: Binding) -> MessageFilter | None:
@@ -310,6 +313,31 @@ class Router:
         if x.definition.internal:
             raise AccessRefused(f"cannot publish to internal {self._rs(EXCHANGE, exchange)}")
         return self._route(x, routing_key, headers)
+
+    def headers_free(self, exchange: str) -> bool:
+        """Whether a message's headers cannot change where ``exchange`` routes it: no
+        headers exchange is reachable from it (through exchange bindings or alternate
+        exchanges). Remembered until the exchanges or bindings change."""
+        hit = self._headers_free.get(exchange)
+        if hit is not None and hit[0] == self._changes:
+            return hit[1]
+        seen, todo, free = {exchange}, [exchange], True
+        while todo and free:
+            x = self._exchanges.get(todo.pop())
+            if x is None:
+                continue
+            if x.definition.routing_kind == HEADERS:
+                free = False
+                break
+            nxt = [b.destination for b in x.bindings if b.destination_kind == EXCHANGE]
+            if x.alternate is not None:
+                nxt.append(x.alternate)
+            for name in nxt:
+                if name not in seen:
+                    seen.add(name)
+                    todo.append(name)
+        self._headers_free[exchange] = (self._changes, free)
+        return free
 
     def routes_topic(self, topic: str) -> bool:
         """Whether a record appended to ``topic`` can reach a queue: an exchange is
@@ -395,12 +423,14 @@ class Router:
                     f"received {_show(received)} but current is {_show(current)}")
 
     def _add(self, definition: ExchangeDef) -> None:
+        self._changes += 1
         kind = definition.routing_kind
         matcher = TopicMatcher(self.topic_cache_size) if kind == TOPIC else MATCHERS[kind]()
         self._exchanges[definition.name] = _Exchange(definition, matcher, definition.alternate)
         self._by_topic[definition.log_topic] = definition.name
 
     def _unlink(self, x: _Exchange, b: Binding, removed: list[Binding | ExchangeDef]) -> None:
+        self._changes += 1
         del x.bindings[b]
         hit = x.filters.pop(b, None)
         if hit is None:
@@ -425,6 +455,7 @@ class Router:
     def _drop(self, x: _Exchange, removed: list[Binding | ExchangeDef]) -> None:
         """Delete an exchange: its bindings as source, then as destination (which may
         auto-delete their sources), then itself."""
+        self._changes += 1
         del self._exchanges[x.definition.name]
         del self._by_topic[x.definition.log_topic]
         for b in list(x.bindings):

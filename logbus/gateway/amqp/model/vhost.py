@@ -325,14 +325,15 @@ class VHost:
                     refused.append(i)
                 done = i + 1
                 continue
-            hit = None if headers else routes.get((exchange, routing_key))
+            cached = not headers or self.router.headers_free(exchange)  # headers cannot change the route
+            hit = routes.get((exchange, routing_key)) if cached else None
             if hit is None:
                 try:
                     hit = self._target(exchange, routing_key, headers)
                 except Refused as e:
                     error = e
                     break
-                if not headers:
+                if cached:
                     routes[(exchange, routing_key)] = hit
             at = hit[0], hit[1]
             if at != run_at:
