@@ -200,3 +200,26 @@ def test_recreated_topic_without_fail_on_data_loss_goes_on_from_the_new_start(sp
     assert rows == sorted(old + [(0, o, b"new") for o in range(10)] + [(0, o, b"newer") for o in range(10, 15)])
     assert all(p["numInputRows"] <= 7 for p in q.recentProgress)
     w.close()
+
+
+def test_stream_with_filter_sql_writes_only_what_the_filter_takes(spark: Any, tmp_path: Path) -> None:
+    from logbus.core.message import Message
+    from tests.spark.conftest import env
+
+    w = LogWriter(tmp_path / "data")
+    w.topic("f")
+    msgs = []
+    for i in range(30):
+        e = env(protocol=2, tag=("red", "blue")[i % 2])
+        e.user_properties.add(key="n", value=str(i))
+        msgs.append(Message(None, b"%d" % i, 1, [], e))
+    w.append("f", 0, msgs)
+    checkpoint, out = tmp_path / "cp", tmp_path / "out"
+    df = stream(spark, w.data_dir, subscribe="f", startingOffsets="earliest", filterSql="n >= 10 AND n < 20", filterTag="red",
+                maxOffsetsPerTrigger="8")
+    q = (df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(60)
+    values = sorted(int(r.value) for r in spark.read.parquet(str(out)).select("value").collect())
+    assert values == [10, 12, 14, 16, 18]
+    w.close()
