@@ -64,8 +64,10 @@ def message_properties(envelope: Any, headers: Iterable[tuple[str, bytes | None]
     return props
 
 
-def header_tag(headers: Iterable[tuple[str, bytes | None]]) -> str | None:
-    """A record's tag when its envelope has none (Kafka, HTTP): its ``tag`` header."""
+def message_tag(envelope: Any, headers: Iterable[tuple[str, bytes | None]]) -> str | None:
+    """A message's tag: its envelope's, else (Kafka, HTTP records) its ``tag`` header."""
+    if envelope.tag:
+        return str(envelope.tag)
     for name, value in headers:
         if name == "tag" and value is not None:
             return value.decode("utf-8", "replace")

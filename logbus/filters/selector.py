@@ -8,11 +8,8 @@ Python function (``codegen``).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 from .codegen import Predicate, compile_predicate
 from .syntax import And, Arith, Between, Compare, In, IsNull, Like, Name, Negate, Node, Not, Or, parse
-
 
 class Selector:
     __slots__ = ("text", "names", "matches", "source")
@@ -37,7 +34,6 @@ class Selector:
     def __hash__(self) -> int:
         return hash(self.text)
 
-
 def _names(node: Node) -> set[str]:
     found: set[str] = set()
     stack: list[Node] = [node]
@@ -55,7 +51,3 @@ def _names(node: Node) -> set[str]:
             stack += [n.left, n.right]
     return found
 
-
-def matches(selector: Selector | None, properties: Mapping[str, Any]) -> bool:
-    """No selector matches everything."""
-    return selector is None or selector.matches(properties)

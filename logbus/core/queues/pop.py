@@ -40,7 +40,7 @@ from twisted.internet.defer import Deferred, succeed
 
 from ...filters import FilterError
 from ...filters.message_filter import FilterSpec
-from ...filters.properties import header_tag, message_properties
+from ...filters.properties import message_properties, message_tag
 from ...retry.policy import MAX_DELAY_MS, POP_DEFAULT, RetryPolicy
 from ..errors import InvalidRequest, UnknownGroup
 from ..log.topic_config import validate_topic_name
@@ -221,7 +221,7 @@ class PopGroups:
             return built[0]
 
         filters = self.filters
-        tag = message.envelope.tag or header_tag(message.headers)
+        tag = message_tag(message.envelope, message.headers)
         return [n for n in names if (f := filters.get(n)) is None or f.filter.matches(tag, properties)]
 
     # -- consuming -----------------------------------------------------------------------

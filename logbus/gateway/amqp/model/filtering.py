@@ -8,7 +8,8 @@ from typing import Any, Mapping
 
 from ....core.message import Message
 from ....core.routing.router import Candidates
-from ....filters.properties import header_tag, message_properties
+from ....filters.properties import message_properties
+from ....filters.properties import message_tag as tag_of
 from ..errors import MalformedFrame
 from ..fastpath import decode_table
 
@@ -45,4 +46,4 @@ def passing(candidates: Candidates, message: Message, topic: str) -> frozenset[s
 
 def message_tag(message: Message) -> str | None:
     """The message's tag: its envelope's, else (Kafka, HTTP) its ``tag`` header."""
-    return message.envelope.tag or header_tag(message.headers)
+    return tag_of(message.envelope, message.headers)
