@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .errors import FilterError
+from .properties import message_tag
 from .selector import Selector
 from .tags import TagFilter
 
@@ -39,10 +40,10 @@ class MessageFilter:
         name = tag_name
         try:
             if tag is not None:
-                tags = TagFilter.parse(_text(tag, tag_name))
+                tags = TagFilter.parse(_text(tag))
             name = sql_name
             if sql is not None:
-                selector = Selector.parse(_text(sql, sql_name))
+                selector = Selector.parse(_text(sql))
         except FilterError as e:
             raise FilterError(f"{name}: {e.reason}", e.position) from None
         return cls(tags, selector)
@@ -51,6 +52,13 @@ class MessageFilter:
         if self.tags is not None and not self.tags.matches(tag):
             return False
         return self.selector is None or self.selector.matches(properties())
+
+    def takes(self, message: Any, topic: str, properties_of: Callable[[Any, str], Mapping[str, Any]]) -> bool:
+        """Whether ``message`` (a logbus Message) from ``topic`` passes;
+        ``properties_of(message, topic)`` is called only if the selector needs it."""
+        if self.tags is not None and not self.tags.matches(message_tag(message.envelope, message.headers)):
+            return False
+        return self.selector is None or self.selector.matches(properties_of(message, topic))
 
     def __repr__(self) -> str:
         parts = [repr(p) for p in (self.tags, self.selector) if p is not None]
@@ -67,11 +75,13 @@ class FilterSpec:
     filter: MessageFilter = field(compare=False)
 
     @classmethod
-    def parse(cls, tag: str | None, sql: str | None, tag_name: str = TAG_ARG,
-              sql_name: str = SQL_ARG) -> FilterSpec | None:
-        """None when neither is given; raises FilterError naming ``tag_name`` or ``sql_name``."""
+    def parse(cls, tag: Any, sql: Any, tag_name: str = TAG_ARG, sql_name: str = SQL_ARG) -> FilterSpec | None:
+        """None when neither is given; raises FilterError naming ``tag_name`` or
+        ``sql_name`` (for one that is not text, too: text as bytes is decoded)."""
         f = MessageFilter.from_arguments({tag_name: tag, sql_name: sql}, tag_name, sql_name)
-        return None if f is None else cls(tag, sql, f)
+        if f is None:
+            return None
+        return cls(None if tag is None else _text(tag), None if sql is None else _text(sql), f)
 
     def arguments(self) -> dict[str, str]:
         """As binding arguments (``x-filter-tag``, ``x-filter-sql``)."""
@@ -83,12 +93,12 @@ class FilterSpec:
         return args
 
 
-def _text(value: Any, name: str) -> str:
+def _text(value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
         try:
             return bytes(value).decode()
         except UnicodeDecodeError:
-            raise FilterError(f"{name} is not UTF-8 text", 0) from None
+            raise FilterError("is not UTF-8 text", 0) from None
     if not isinstance(value, str):
-        raise FilterError(f"{name} must be text, not {type(value).__name__}", 0)
+        raise FilterError(f"must be text, not {type(value).__name__}", 0)
     return value

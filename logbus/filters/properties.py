@@ -64,6 +64,13 @@ def message_properties(envelope: Any, headers: Iterable[tuple[str, bytes | None]
     return props
 
 
+def record_properties(message: Any, topic: str) -> dict[str, Any]:
+    """``message_properties`` of a logbus Message (envelope, headers, key, timestamp),
+    AMQP headers as text."""
+    return message_properties(message.envelope, message.headers, key=message.key, topic=topic,
+                              timestamp=message.timestamp)
+
+
 def message_tag(envelope: Any, headers: Iterable[tuple[str, bytes | None]]) -> str | None:
     """A message's tag: its envelope's, else (Kafka, HTTP records) its ``tag`` header."""
     if envelope.tag:

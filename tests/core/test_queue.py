@@ -1,8 +1,9 @@
 """One queue (core/queues/queue.py) and its journal in RocksDB (core/queues/journal.py),
 against a plain in-memory model, under random publish / take / ack / nack / requeue /
 release / expire / restart, with limits, priorities and TTLs (the queue service's
-leases, lapses, retries and timers: test_queue_service.py). A restart commits the
-journal, closes RocksDB, reopens it and restores a fresh Queue from what is stored."""
+leases, lapses, retries and timers: test_queue_service.py), and views (a consumer
+filter's entries: taken out of seq order). A restart commits the journal, closes
+RocksDB, reopens it and restores a fresh Queue from what is stored."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ from logbus.core.state import StateStore
 from logbus.retry.policy import RetryPolicy
 
 OWNERS = ("a", "b")
+# the consumer filters views are made for: on the offset (the publish number * 10) and priority
+VIEWS = {
+    "even": lambda offset, priority: offset // 10 % 2 == 0,
+    "odd": lambda offset, priority: offset // 10 % 2 == 1,
+    "urgent": lambda offset, priority: priority >= 2,
+}
 
 
 @dataclass
@@ -69,8 +76,11 @@ class QueueMachine(RuleBasedStateMachine):
         self.next_seq = 0
         self.now = 1000
         self.removed: list[tuple[int, str]] = []  # (seq, reason) the queue reported
+        self.watched: dict[str, int] = {}  # view -> how many watch it
+        Queue.slack = 1  # rebuild heaps of stale seqs early, so that the rebuilds run
 
     def teardown(self) -> None:
+        Queue.slack = 64
         if hasattr(self, "store"):
             self.store.close()
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -122,6 +132,45 @@ class QueueMachine(RuleBasedStateMachine):
             m.deliveries += 1
             m.owner = owner
             self.mark = max(self.mark, seq)
+            assert entry is not None and entry.seq == seq and entry.deliveries == m.deliveries
+            m.receipt = receipt(entry)
+            break
+        else:
+            assert entry is None
+        assert [(r.entry.seq, r.reason) for r in removed] == expect_removed
+
+    @rule(key=st.sampled_from(sorted(VIEWS)))
+    def watch(self, key: str) -> None:
+        self.q.watch(key, lambda e, message, f=VIEWS[key]: f(e.offset, e.priority))
+        self.watched[key] = self.watched.get(key, 0) + 1
+
+    @precondition(lambda self: self.watched)
+    @rule(data=st.data())
+    def unwatch(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.watched)))
+        self.q.unwatch(key)
+        self.watched[key] -= 1
+        if not self.watched[key]:
+            del self.watched[key]
+        assert (key in self.q.views) == (key in self.watched)
+
+    def _in_view(self, key: str) -> list[int]:
+        return [s for s in self._ready() if VIEWS[key](s * 10, self.model[s].priority)]
+
+    @precondition(lambda self: self.watched)
+    @rule(data=st.data(), owner=st.sampled_from(OWNERS))
+    def take_view(self, data: st.DataObject, owner: str) -> None:
+        key = data.draw(st.sampled_from(sorted(self.watched)))
+        entry, removed = self.q.take(owner, now_ms=self.now, view=self.q.views[key])
+        expect_removed = []
+        for seq in self._in_view(key):  # as take, over what the view's filter takes
+            m = self.model[seq]
+            if m.expires and m.expires <= self.now:
+                expect_removed.append((seq, EXPIRED))
+                self._model_remove(seq, EXPIRED)
+                continue
+            m.deliveries += 1
+            m.owner = owner
             assert entry is not None and entry.seq == seq and entry.deliveries == m.deliveries
             m.receipt = receipt(entry)
             break
@@ -213,6 +262,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.qs = QueueStore(self.store)
         self.q = Queue("q", self.limits, self.qs.journal("/", "q", exact=self.exact), self.retry)
         self.q.restore(*self.qs.load("/", "q", exact=self.exact))
+        self.watched = {}  # the consumers are gone with their views
         for seq, m in self.model.items():
             m.owner = None  # every lease (none has a deadline) is gone: back to ready, redelivered
             m.receipt = None
@@ -235,6 +285,8 @@ class QueueMachine(RuleBasedStateMachine):
             assert (e.priority, e.expires_ms, e.deliveries, e.redelivered) == (
                 m.priority, m.expires, m.deliveries, m.deliveries > 0)
         assert q.next_seq == self.next_seq
+        for key, view in q.views.items():  # the ready entries each view takes, as its filter says
+            assert {seq for _, seq in view.heap if q._is_ready(seq)} == set(self._in_view(key))
         for seq in range(q.next_seq):
             assert q.settled(seq) == (seq not in self.model and seq < q.next_seq)
 

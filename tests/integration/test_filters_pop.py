@@ -77,7 +77,7 @@ def test_bad_filter_is_400(logbus_server: Any) -> None:
     assert call(server, "POST", "/api/topics", {"name": topic}).status == 201
     for body, words in [({"filter_sql": "total >"}, "filter_sql: expected a name, a literal or (, found the end"),
                         ({"filter_tag": "A ||"}, "filter_tag: an empty tag"),
-                        ({"filter_sql": 5}, "filter_sql must be text")]:
+                        ({"filter_sql": 5}, "filter_sql: must be text")]:
         reply = call(server, "POST", f"/api/pop/g/{topic}/receive", body)
         assert reply.status == 400, reply
         assert reply.json()["error"] == "invalid_request" and words in reply.json()["message"], reply

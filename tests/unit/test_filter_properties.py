@@ -44,7 +44,7 @@ def test_message_filter_from_arguments() -> None:
     assert f.matches("A", props) and not f.matches("C", props)
     assert len(asked) == 1  # the properties are not built when the tag already says no
     assert MessageFilter.from_arguments({"x-filter-sql": b"n = 1"}) is not None
-    with pytest.raises(FilterError, match="x-filter-sql is not UTF-8"):
+    with pytest.raises(FilterError, match="x-filter-sql: is not UTF-8"):
         MessageFilter.from_arguments({"x-filter-sql": b"\xff"})
     with pytest.raises(FilterError, match="filter-sql: expected"):
         MessageFilter.from_arguments({"filter-sql": "n >"}, "filter-tag", "filter-sql")

@@ -17,7 +17,8 @@ The delivery count survives a restart in both ways a queue is kept
   entries out in seq order (requeued ones go back to their old place), so an entry
   at or below the mark whose record says "never delivered" was delivered once
   (``QueueStore.load``). Every other change of the count is written to the record: a
-  lease with a deadline, a redelivery (count 2 and up), a requeue. The common case, a
+  lease with a deadline, a redelivery (count 2 and up), a requeue, and a delivery out
+  of seq order (through a consumer filter's view), which leaves the mark where it is. The common case, a
   message delivered once and acked, costs a put and a delete, not a put, a rewrite and
   a delete.
 
@@ -222,10 +223,12 @@ class QueueStoreJournal:
         if not qs._scheduled:
             qs._schedule()
 
-    def delivered(self, entry: Entry, deadline_ms: int) -> None:
-        if self._exact or deadline_ms or entry.deliveries > 1:
+    def delivered(self, entry: Entry, deadline_ms: int, in_order: bool = True) -> None:
+        """``in_order`` False: handed out ahead of ready entries below it (a consumer
+        filter's view), so the mark may not pass it: its record says it was delivered."""
+        if self._exact or deadline_ms or entry.deliveries > 1 or not in_order:
             self._qs._put(self._prefix + _SEQ_PACK(entry.seq), pack_entry(entry, deadline_ms), False)
-        if entry.seq > self._mark:
+        if in_order and entry.seq > self._mark:
             self._mark = entry.seq
             self._qs._put(self._mark_key, _SEQ_PACK(entry.seq), False)
 

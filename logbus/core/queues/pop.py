@@ -40,7 +40,7 @@ from twisted.internet.defer import Deferred, succeed
 
 from ...filters import FilterError
 from ...filters.message_filter import FilterSpec
-from ...filters.properties import message_properties, message_tag
+from ...filters.properties import message_tag, record_properties
 from ...retry.policy import MAX_DELAY_MS, POP_DEFAULT, RetryPolicy
 from ..errors import InvalidRequest, UnknownGroup
 from ..log.topic_config import validate_topic_name
@@ -336,12 +336,6 @@ class _Waiter:
         if self.timeout is not None and self.timeout.active():
             self.timeout.cancel()
         self.done.callback(self.got)
-
-
-def record_properties(message: Message, topic: str) -> Mapping[str, Any]:
-    """What a selector sees of a message, AMQP headers with text values only."""
-    return message_properties(message.envelope, message.headers, key=message.key, topic=topic,
-                              timestamp=message.timestamp)
 
 
 def check_delay(ms: Any) -> int:

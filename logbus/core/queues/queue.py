@@ -52,6 +52,15 @@ without scanning. Removed entries are returned to the caller with a reason
 Expiry (a queue's message TTL, a message's expires-at) is checked at the head, as
 RabbitMQ does: when an entry would be taken, and by ``expire(now)``. An expired entry
 behind an unexpired head waits.
+
+**Views** serve consumers with a filter (AMQP's ``x-filter-sql`` consumer argument,
+docs/decisions/0020): a ``View`` is a heap of the ready seqs its ``accept`` takes,
+judged when an entry becomes ready (at publish with the message in hand) and, for the
+entries ready when the view is made, then. ``take(..., view)`` hands out the view's
+first entry, so entries leave out of seq order; what no view takes waits in the queue
+for a consumer without a filter. Heaps drop what left them lazily: a popped seq that is
+not ready any more is skipped (``_stale`` counts those copies in the main heaps), and a
+heap mostly made of such copies is rebuilt.
 """
 
 from __future__ import annotations
@@ -59,7 +68,7 @@ from __future__ import annotations
 import enum
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 from ...retry.policy import IMMEDIATE, RetryPolicy
 from ..errors import StaleReceipt
@@ -163,7 +172,7 @@ class QueueJournal(Protocol):
     """Told of every change that must survive a restart."""
 
     def added(self, entry: Entry) -> None: ...
-    def delivered(self, entry: Entry, deadline_ms: int) -> None: ...
+    def delivered(self, entry: Entry, deadline_ms: int, in_order: bool = True) -> None: ...
     def unleased(self, entry: Entry) -> None: ...
     def settled(self, seq: int) -> None: ...
 
@@ -172,7 +181,7 @@ class NullJournal:
     def added(self, entry: Entry) -> None:
         pass
 
-    def delivered(self, entry: Entry, deadline_ms: int) -> None:
+    def delivered(self, entry: Entry, deadline_ms: int, in_order: bool = True) -> None:
         pass
 
     def unleased(self, entry: Entry) -> None:
@@ -189,6 +198,16 @@ class Lease:
     deadline_ms: int = 0  # 0: until settled or released
 
 
+@dataclass(slots=True)
+class View:
+    """The ready entries one consumer filter takes: ``accept(entry, message or None)``
+    judges an entry (the message when the caller has it at hand, else None)."""
+
+    accept: Callable[[Entry, Any], bool]
+    heap: list[tuple[int, int]] = field(default_factory=list)  # (-priority, seq); may hold stale seqs
+    users: int = 1
+
+
 RESTORED = "restored"  # the owner of leases with a deadline brought back by a restart
 
 
@@ -198,6 +217,7 @@ class Queue:
     limits: QueueLimits = field(default_factory=QueueLimits)
     journal: QueueJournal = field(default_factory=NullJournal)
     retry: RetryPolicy = IMMEDIATE
+    slack: ClassVar[int] = 64  # stale seqs a heap may hold beyond what it must before it is rebuilt
 
     def __post_init__(self) -> None:
         self.entries: dict[int, Entry] = {}  # every unsettled entry, ready or leased
@@ -209,6 +229,8 @@ class Queue:
         self.next_seq = 0
         self.ready_count = 0
         self.ready_bytes = 0
+        self.views: dict[Any, View] = {}  # a consumer filter's key -> its view
+        self._stale = 0  # copies in the ready heaps of seqs taken through a view
 
     # -- counts ------------------------------------------------------------------------
 
@@ -250,12 +272,13 @@ class Queue:
     # -- publish -------------------------------------------------------------------------
 
     def publish(self, topic: str, partition: int, offset: int, size: int, *, priority: int = 0,
-                expires_ms: int = 0, now_ms: int = 0, visible_ms: int = 0) -> tuple[Entry | None, list[Removed]]:
+                expires_ms: int = 0, now_ms: int = 0, visible_ms: int = 0,
+                message: Any = None) -> tuple[Entry | None, list[Removed]]:
         """Add a message. Returns (the entry, or None when the queue refused it under
         overflow reject-publish; entries pushed out from the head by drop-head). With
         ``visible_ms`` the entry is staged until then (``unstage``; even if that time has
         passed, so that due entries become ready in visible-time order): limits and the
-        queue's message TTL apply from that time."""
+        queue's message TTL apply from that time. ``message`` goes to the views' judges."""
         lim = self.limits
         if lim.message_ttl_ms is not None:
             ttl_end = max(now_ms, visible_ms) + lim.message_ttl_ms
@@ -271,7 +294,7 @@ class Queue:
         pri = min(max(priority, 0), lim.max_priority)
         entry = Entry(seq, topic, partition, offset, size, pri, expires_ms)
         self.entries[seq] = entry
-        self._push_ready(entry)
+        self._push_ready(entry, message)
         self.journal.added(entry)
         return entry, removed
 
@@ -345,13 +368,14 @@ class Queue:
 
     # -- delivery ------------------------------------------------------------------------
 
-    def take(self, owner: Any, now_ms: int = 0, deadline_ms: int = 0) -> tuple[Entry | None, list[Removed]]:
-        """The next ready entry, leased to ``owner`` (until ``deadline_ms`` if not 0);
-        expired heads met on the way are removed and returned for dead-lettering. The
-        lease's receipt is ``receipt(entry)``."""
+    def take(self, owner: Any, now_ms: int = 0, deadline_ms: int = 0,
+             view: View | None = None) -> tuple[Entry | None, list[Removed]]:
+        """The next ready entry (of ``view`` if given), leased to ``owner`` (until
+        ``deadline_ms`` if not 0); expired entries met on the way are removed and returned
+        for dead-lettering. The lease's receipt is ``receipt(entry)``."""
         removed: list[Removed] = []
         while True:
-            entry = self._pop_ready()
+            entry = self._pop_ready() if view is None else self._pop_view(view)
             if entry is None:
                 return None, removed
             if entry.expires_ms and entry.expires_ms <= now_ms:
@@ -361,7 +385,7 @@ class Queue:
             self.leases[entry.seq] = Lease(owner, entry.deliveries, deadline_ms)
             if deadline_ms:
                 heapq.heappush(self._deadlines, (deadline_ms, entry.seq, entry.deliveries))
-            self.journal.delivered(entry, deadline_ms)
+            self.journal.delivered(entry, deadline_ms, view is None)
             return entry, removed
 
     def lease(self, r: Receipt) -> Lease:
@@ -438,6 +462,10 @@ class Queue:
         for pri in list(self._priorities):
             heap = self._ready.get(pri)
             while heap:
+                if self._stale and not self._is_ready(heap[0]):
+                    heapq.heappop(heap)
+                    self._stale -= 1
+                    continue
                 entry = self.entries[heap[0]]
                 if not entry.expires_ms or entry.expires_ms > now_ms:
                     break
@@ -455,6 +483,56 @@ class Queue:
                 return n
             self._settle(entry, None)
             n += 1
+
+    # -- views -----------------------------------------------------------------------------
+
+    def watch(self, key: Any, accept: Callable[[Entry, Any], bool]) -> View:
+        """The view of ``key`` (a consumer filter), made now (judging every ready entry)
+        or, if it exists, shared: ``unwatch`` once per ``watch``."""
+        view = self.views.get(key)
+        if view is not None:
+            view.users += 1
+            return view
+        view = self.views[key] = View(accept)
+        view.heap = [(-e.priority, seq) for seq, e in self.entries.items()
+                     if self._is_ready(seq) and accept(e, None)]
+        heapq.heapify(view.heap)
+        return view
+
+    def unwatch(self, key: Any) -> None:
+        view = self.views.get(key)
+        if view is not None:
+            view.users -= 1
+            if view.users <= 0:
+                del self.views[key]
+
+    def _is_ready(self, seq: int) -> bool:
+        e = self.entries.get(seq)
+        return e is not None and not e.visible_ms and seq not in self.leases
+
+    def _pop_view(self, view: View) -> Entry | None:
+        if self._stale > self.slack and self._stale > self.ready_count:
+            self._rebuild()
+        heap = view.heap
+        while heap:
+            seq = heapq.heappop(heap)[1]
+            if self._is_ready(seq):
+                entry = self.entries[seq]
+                self._ready_out(entry)
+                self._stale += 1  # its copy in the main heap
+                return entry
+        return None
+
+    def _rebuild(self) -> None:
+        """The ready heaps again, without the seqs taken through views."""
+        ready: dict[int, list[int]] = {pri: [] for pri in self._priorities}
+        for seq, e in self.entries.items():
+            if self._is_ready(seq):
+                ready[e.priority].append(seq)
+        for heap in ready.values():
+            heapq.heapify(heap)
+        self._ready = ready
+        self._stale = 0
 
     # -- restart ---------------------------------------------------------------------------
 
@@ -479,7 +557,7 @@ class Queue:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _push_ready(self, entry: Entry) -> None:
+    def _push_ready(self, entry: Entry, message: Any = None) -> None:
         heap = self._ready.get(entry.priority)
         if heap is None:
             heap = self._ready[entry.priority] = []
@@ -488,12 +566,24 @@ class Queue:
         heapq.heappush(heap, entry.seq)
         self.ready_count += 1
         self.ready_bytes += entry.size
+        if self.views:
+            for view in self.views.values():
+                if view.accept(entry, message):
+                    vh = view.heap
+                    heapq.heappush(vh, (-entry.priority, entry.seq))
+                    if len(vh) > 2 * self.ready_count + self.slack:  # mostly seqs taken by others: drop them
+                        vh[:] = [item for item in vh if self._is_ready(item[1])]
+                        heapq.heapify(vh)
 
     def _pop_ready(self) -> Entry | None:
         for pri in self._priorities:
             heap = self._ready[pri]
-            if heap:
-                entry = self.entries[heapq.heappop(heap)]
+            while heap:
+                seq = heapq.heappop(heap)
+                if self._stale and not self._is_ready(seq):
+                    self._stale -= 1  # taken through a view
+                    continue
+                entry = self.entries[seq]
                 self._ready_out(entry)
                 return entry
         return None

@@ -11,7 +11,9 @@ holds entries that point into the log; this module adds what surrounds it:
 - **enqueue**: a record just appended gets an entry in each queue it was routed to;
   the message stays in memory (``msgstore``) until every one of them settled it.
 - **push** (``consume``): after anything that can make a delivery possible,
-  ``dispatch(queue)`` hands ready entries round-robin to the consumers with credit.
+  ``dispatch(queue)`` hands ready entries round-robin to the consumers with credit. A
+  consumer with a filter takes only what its filter takes, from the queue's view of
+  that filter (``queue.View``); what it leaves waits for the others.
 - **pull and pop** (``take``): up to n messages leased to an owner, with an invisible
   time or none; each ``Delivery`` carries the lease's ``Receipt``.
 - **settle** (``settle(queue, receipt, outcome)``): ack, requeue, retry-later or
@@ -36,8 +38,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
+from ...filters.message_filter import FilterSpec
+from ...filters.properties import record_properties
 from ...retry.policy import IMMEDIATE, RetryPolicy
 from ..errors import NotFound
 from ..message import Message
@@ -55,6 +59,7 @@ from .queue import (
     Removed,
     Returned,
     Scheduled,
+    View,
     receipt,
 )
 from .timers import Timers
@@ -114,6 +119,7 @@ class QueueState:
     auto_delete: bool = False
     declared: Any = None  # the gateway's declaration, for its equivalence checks
     consumers: list[Consumer] = field(default_factory=list)
+    views: dict[Consumer, tuple[FilterSpec, View]] = field(default_factory=dict)  # consumers with a filter
     next_consumer: int = 0
     had_consumer: bool = False
     used_ms: int = 0  # last declare, get or consumer change (auto-expiry counts from here)
@@ -125,7 +131,8 @@ DeadLetter = Callable[[QueueState, Message, str, Entry | None], None]  # the ent
 class QueueService:
     def __init__(self, vhost: str, queue_store: QueueStore, timers: Timers, messages: MessageStore, *,
                  clock: Callable[[], int], dead_letter: DeadLetter | None = None,
-                 message_for: Callable[[Entry], Message] | None = None) -> None:
+                 message_for: Callable[[Entry], Message] | None = None,
+                 message_properties: Callable[[Message, str], Mapping[str, Any]] = record_properties) -> None:
         self.vhost = vhost
         self.queue_store = queue_store
         self.timers = timers
@@ -133,6 +140,7 @@ class QueueService:
         self.clock = clock  # epoch milliseconds
         self._dead_letter = dead_letter
         self._message_for = message_for  # how an entry's message is delivered (default: as stored)
+        self._properties = message_properties  # what a consumer filter's selector sees
         self.queues: dict[str, QueueState] = {}
         self._staged: set[str] = set()  # queues with staged entries
         self._wake_call: Any = None
@@ -215,7 +223,7 @@ class QueueService:
         for name in names:
             qs = queues[name]
             entry, removed = qs.queue.publish(topic, partition, offset, size, priority=priority,
-                                              expires_ms=expires_ms, now_ms=now)
+                                              expires_ms=expires_ms, now_ms=now, message=message)
             if removed:
                 dropped += [(qs, r) for r in removed]
             if entry is None:
@@ -241,12 +249,29 @@ class QueueService:
 
     # -- push ------------------------------------------------------------------------------
 
-    def consume(self, name: str, consumer: Consumer) -> None:
+    def consume(self, name: str, consumer: Consumer, spec: FilterSpec | None = None) -> None:
+        """Feed ``consumer`` from queue ``name``: every ready entry in turn, or with
+        ``spec`` only those its filter takes."""
         qs = self.state(name)
         qs.consumers.append(consumer)  # with single active consumer, only the first is fed
+        if spec is not None:
+            qs.views[consumer] = (spec, qs.queue.watch(spec, self._accept(spec)))
         qs.had_consumer = True
         qs.used_ms = self.clock()
         self.dispatch(name)
+
+    def _accept(self, spec: FilterSpec) -> Callable[[Entry, Message | None], bool]:
+        f, properties = spec.filter, self._properties
+
+        def accept(entry: Entry, message: Message | None) -> bool:
+            if message is None:
+                try:
+                    message = self.message(entry)
+                except KeyError:  # no such record any more: nothing to take
+                    return False
+            return f.takes(message, entry.topic, properties)
+
+        return accept
 
     def cancel(self, name: str, consumer: Consumer) -> QueueState | None:
         """Remove a consumer; returns the queue's state (None: no such queue or consumer)."""
@@ -254,6 +279,9 @@ class QueueService:
         if qs is None or consumer not in qs.consumers:
             return None
         qs.consumers.remove(consumer)
+        watched = qs.views.pop(consumer, None)
+        if watched is not None:
+            qs.queue.unwatch(watched[0])
         qs.used_ms = self.clock()
         return qs
 
@@ -263,17 +291,24 @@ class QueueService:
             return
         q = qs.queue
         consumers = qs.consumers[:1] if qs.settings.single_active_consumer else qs.consumers
+        views = qs.views
+        done: list[Consumer] = []  # consumers whose filter takes nothing ready now
         while q.ready_count:
-            consumer = self._next_consumer(qs, consumers)
+            consumer = self._next_consumer(qs, consumers, done)
             if consumer is None:
                 return
             now = self.clock()
             inv = consumer.invisible_ms
-            entry, removed = q.take(consumer.owner, now, now + inv if inv else 0)
+            watched = views.get(consumer) if views else None
+            entry, removed = q.take(consumer.owner, now, now + inv if inv else 0,
+                                    None if watched is None else watched[1])
             for rm in removed:
                 self._removed(qs, rm)
             if entry is None:
-                return
+                if watched is None:
+                    return
+                done.append(consumer)
+                continue
             message = self.message(entry)
             r = receipt(entry)
             if consumer.no_ack:
@@ -281,11 +316,11 @@ class QueueService:
                 self.messages.release(entry.topic, entry.partition, entry.offset)
             consumer.deliver(Delivery(name, entry, message, r))
 
-    def _next_consumer(self, qs: QueueState, consumers: list[Consumer]) -> Consumer | None:
+    def _next_consumer(self, qs: QueueState, consumers: list[Consumer], done: list[Consumer]) -> Consumer | None:
         n = len(consumers)
         for i in range(n):
             c = consumers[(qs.next_consumer + i) % n]
-            if c.has_credit():
+            if c.has_credit() and (not done or c not in done):
                 qs.next_consumer = (qs.next_consumer + i + 1) % n
                 return c
         return None

@@ -22,6 +22,8 @@ from pamqp import commands as C
 from ...core.access.auth import Kind, Perm
 from ...core.queues.pop import MAX_INVISIBLE_MS
 from ...core.queues.queue import Receipt, StaleReceipt
+from ...filters import FilterError
+from ...filters.message_filter import SQL_ARG, TAG_ARG, FilterSpec
 from .errors import ACCESS_REFUSED, PRECONDITION_FAILED, AMQPChannelError, AMQPConnectionError
 from .events import Ack, Nack, Reject
 from .fastpath import deliver_parts, encode_deliver_parts, encode_get_ok, encode_properties, shortstr
@@ -115,16 +117,25 @@ class Consuming:
         if m.exclusive and qs.consumers or any(getattr(c, "exclusive", False) for c in qs.consumers):
             raise AMQPChannelError(ACCESS_REFUSED, f"queue '{m.queue}' in vhost '{self.vhost.name}' in exclusive use",
                                    channel=self.number, class_id=60, method_id=20)
-        invisible = (m.arguments or {}).get(X_INVISIBLE_TIME, 0)
+        args = m.arguments or {}
+        invisible = args.get(X_INVISIBLE_TIME, 0)
         if isinstance(invisible, bool) or not isinstance(invisible, int) or not 0 <= invisible <= MAX_INVISIBLE_MS:
             raise AMQPChannelError(406, f"invalid arg '{X_INVISIBLE_TIME}' for consumer on queue '{m.queue}' in "
                                    f"vhost '{self.vhost.name}': must be an integer from 0 to {MAX_INVISIBLE_MS} ms",
                                    channel=self.number, class_id=60, method_id=20)
+        spec = None
+        if TAG_ARG in args or SQL_ARG in args:
+            try:
+                spec = FilterSpec.parse(args.get(TAG_ARG), args.get(SQL_ARG))
+            except FilterError as e:
+                raise AMQPChannelError(406, f"invalid arg for consumer on queue '{m.queue}' in vhost "
+                                       f"'{self.vhost.name}': {e}", channel=self.number, class_id=60,
+                                       method_id=20) from None
         c = ChannelConsumer(tag, self, m.queue, m.no_ack, self.prefetch, m.exclusive, 0 if m.no_ack else invisible)
         self.consumers[tag] = c
         if not m.nowait:
             self._reply(C.Basic.ConsumeOk(tag))
-        self.vhost.consume(m.queue, c)
+        self.vhost.consume(m.queue, c, spec)
 
     def _basic_cancel(self, m: C.Basic.Cancel) -> None:
         c = self.consumers.pop(m.consumer_tag or "", None)

@@ -30,7 +30,7 @@ from typing import Any
 from ....retry.policy import MAX_DELAY_MS
 from .deadletter import amqp_headers, dead_letter_message
 from .definitions import DefinitionStore, decode_table
-from .filtering import passing
+from .filtering import filter_properties, passing
 from ....core.errors import LogbusError
 from ....core.envelope_pb2 import Envelope
 from ....core.log.manager import LogManager
@@ -41,6 +41,7 @@ from .queue_args import parse_queue_arguments, per_message_ttl
 from ....core.queues.journal import QueueStore
 from ....core.queues.service import Consumer, Delivery, QueueService, QueueState
 from ....core.queues.timers import Timers
+from ....filters.message_filter import FilterSpec
 from ....core.routing.definitions import QUEUE, Binding, DestKind, ExchangeDef
 from ....core.routing.definitions import Removed as Unbound
 from ....core.routing.log_topics import key_partition
@@ -90,7 +91,8 @@ class VHost:
         if timers is None:
             timers = Timers(queue_store, store, clock)
         self.service = QueueService(name, queue_store, timers, self.messages, clock=clock,
-                                    dead_letter=self._dead_letter, message_for=self._message)
+                                    dead_letter=self._dead_letter, message_for=self._message,
+                                    message_properties=filter_properties)
         self.queues: dict[str, QueueState] = self.service.queues
         # told of every record this vhost appends (pop groups read topics whatever
         # appended to them): ``watches(topic)`` first, then ``appended(...)``
@@ -463,8 +465,10 @@ class VHost:
 
     # -- consumers -----------------------------------------------------------------------
 
-    def consume(self, queue: str, consumer: Consumer) -> None:
-        self.service.consume(queue, consumer)
+    def consume(self, queue: str, consumer: Consumer, spec: FilterSpec | None = None) -> None:
+        """basic.consume; with ``spec`` (x-filter-tag, x-filter-sql) the consumer gets only
+        what its filter takes, the rest waits for other consumers."""
+        self.service.consume(queue, consumer, spec)
 
     def cancel(self, queue: str, consumer: Consumer) -> None:
         qs = self.service.cancel(queue, consumer)
