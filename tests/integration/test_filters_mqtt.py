@@ -2,7 +2,9 @@
 ``filter-sql``; docs/filters.md) against a real ``logbus serve``, with paho-mqtt and
 aio-pika: a subscriber gets only the tags it asks for from AMQP publishes, only the MQTT
 publishes its selector takes, retained messages through the same filter, and keeps its
-filter across a broker restart; a bad filter gets SUBACK 0x83 with a reason string."""
+filter across a broker restart; members of a shared subscription each get what their own
+filter takes, and what none takes is never queued; a bad filter gets SUBACK 0x83 with a
+reason string."""
 
 from __future__ import annotations
 
@@ -96,14 +98,12 @@ def test_bad_filter_gets_suback_0x83_with_a_reason(logbus_server: Any) -> None:
     raw.send(Connect(unique("raw"), 5))
     raw.expect(ConnAck)
     for pid, user, words in [(1, ("filter-sql", "temp >"), "filter-sql: expected a name, a literal or ("),
-                             (2, ("filter-tag", "A || "), "filter-tag: an empty tag"),
-                             (3, ("filter-tag", "A"), "shared subscriptions: not supported")]:
-        first = f"$share/g/{unique('bad')}/#" if pid == 3 else f"{unique('bad')}/#"
-        raw.send(Subscribe(pid, (Subscription(first, 1), Subscription(f"{unique('bad')}/x", 0)),
+                             (2, ("filter-tag", "A || "), "filter-tag: an empty tag")]:
+        raw.send(Subscribe(pid, (Subscription(f"{unique('bad')}/#", 1), Subscription(f"$share/g/{unique('bad')}/x", 0)),
                            Properties(user_properties=(user,))))
         ack = raw.expect(SubAck)
         assert ack.packet_id == pid
-        assert ack.reason_codes == ((0x83,) if pid == 3 else (0x83, 0x83)) + ((0,) if pid == 3 else ())
+        assert ack.reason_codes == (0x83, 0x83)
         assert ack.properties.reason_string is not None and words in ack.properties.reason_string
     raw.send(Subscribe(4, (Subscription(f"{unique('fine')}/#", 1),)))  # the connection goes on
     assert raw.expect(SubAck).reason_codes == (1,)
@@ -125,3 +125,62 @@ def test_filter_survives_a_broker_restart(logbus_server: Any) -> None:
     assert flags.session_present
     assert [m.payload for m in back.take(5)] == [b"5", b"6", b"7", b"8", b"9"]
     back.assert_quiet(0.5)
+
+
+def tagged(server: Any, root: str, tags: list[str]) -> None:
+    pub = Paho(server, unique("pub"), version=5)
+    try:
+        for i, tag in enumerate(tags):
+            pub.publish(f"{root}/x", f"{tag}{i}".encode(), 1,
+                        properties=props(PacketTypes.PUBLISH, UserProperty=[("tag", tag)]))
+    finally:
+        pub.close()
+
+
+def test_shared_subscription_members_each_get_what_their_filter_takes(logbus_server: Any) -> None:
+    server = logbus_server(listeners={"kafka": "off", "http": "off"})
+    root = unique("share")
+    group = f"$share/g/{root}/#"
+    a, b = Paho(server, unique("a"), version=5), Paho(server, unique("b"), version=5)
+    assert [c.value for c in a.subscribe(group, 1, properties=filter_props(filter_tag="A"))] == [1]
+    assert [c.value for c in b.subscribe(group, 1, properties=filter_props(filter_sql="tag IN ('B')"))] == [1]
+    tagged(server, root, ["A", "B", "C", "A", "B"])
+    publish_amqp(server, [(f"{root}.y", b"amqp-A", {"x-tag": "A"})])
+    assert [m.payload for m in a.take(3)] == [b"A0", b"A3", b"amqp-A"]
+    assert [m.payload for m in b.take(2)] == [b"B1", b"B4"]
+    # C2 was never queued: a member without a filter gets only what is published from now on
+    anyone = Paho(server, unique("any"), version=5)
+    anyone.subscribe(group, 1)
+    tagged(server, root, ["C"])
+    assert [m.payload for m in anyone.take(1)] == [b"C0"]
+    # a member subscribing again with another filter takes by that one
+    a.subscribe(group, 1, properties=filter_props(filter_tag="D"))
+    b.unsubscribe(group)
+    anyone.unsubscribe(group)
+    tagged(server, root, ["B", "D"])
+    assert [m.payload for m in a.take(1)] == [b"D1"]
+    for c in (a, b, anyone):
+        c.assert_quiet(0.5)
+
+
+def test_shared_subscription_filters_survive_a_broker_restart(logbus_server: Any) -> None:
+    server = logbus_server(listeners={"kafka": "off", "http": "off", "amqp": "off"})
+    root = unique("share-keep")
+    group = f"$share/g/{root}/#"
+    expiry = props(SessionExpiryInterval=600)
+    ids = {"A": unique("a"), "B": unique("b")}
+    for tag, cid in ids.items():
+        c = Paho(server, cid, version=5, clean=False, properties=expiry)
+        c.subscribe(group, 1, properties=filter_props(filter_tag=tag))
+        c.close()
+    server.restart(same_ports=True)
+    tagged(server, root, ["A", "B", "C", "B"])  # queued for the members while they are away
+    back = {}
+    for tag, cid in ids.items():
+        back[tag] = Paho(server, cid, version=5, clean=False, properties=expiry, connect=False)
+        flags, _, _ = back[tag].connect()
+        assert flags.session_present
+    assert [m.payload for m in back["A"].take(1)] == [b"A0"]
+    assert [m.payload for m in back["B"].take(2)] == [b"B1", b"B3"]
+    for c in back.values():
+        c.assert_quiet(0.5)

@@ -66,7 +66,7 @@ from .reasons import (
 )  # fmt: skip
 from .room import MqttRoom, Unavailable, binding_key
 from .session import Session
-from .subscriptions import SHARE_PREFIX, inner_filter, retained_on_subscribe, subscription_filter
+from .subscriptions import inner_filter, retained_on_subscribe, subscription_filter
 from .states import State
 from .wire import MQTT_5
 
@@ -422,12 +422,9 @@ class MqttProtocol(Publishing, Delivering, Protocol):
             if not self._may_read or not self._topic_allowed("read", binding_key(inner_filter(sub.topic_filter))):
                 codes.append(NOT_AUTHORIZED if self.version == MQTT_5 else 0x80)
                 continue
-            why = refusal
-            if why is None and filtered is not None and sub.topic_filter.startswith(SHARE_PREFIX):
-                why = "filter-tag and filter-sql on shared subscriptions: not supported"
-            if why is not None:
+            if refusal is not None:
                 codes.append(IMPLEMENTATION_SPECIFIC_ERROR)
-                refused = why
+                refused = refusal
                 continue
             existed = self.room.subscribe(s, sub, sid, filtered)
             codes.append(sub.qos)

@@ -15,7 +15,11 @@ the vhost's queue service, not of the AMQP model:
   it after a restart.
 - **a shared subscription** ``$share/<group>/<filter>`` is a queue of its own,
   ``mqtt-shared:<group>/<filter>``, consumed by every session subscribed to it: the queue
-  service hands each message to one of them, round robin among those with credit.
+  service hands each message to one of them, round robin among those with credit. A
+  member's message filter (MQTT 5) is its consumer's filter (a view of the queue,
+  docs/decisions/0020), and the queue is bound once per distinct filter among its
+  members (once without a filter if a member has none), so it holds only what some
+  member takes.
 - **the session record** (``MqttSessionRecord``, CF ``sessions``) holds what the queue
   does not: subscriptions, expiry, QoS 2 hand-overs in flight. It is written when it
   changes, not synced (a kill -9 keeps it, as it keeps queue entries).
@@ -81,6 +85,11 @@ def shared_queue(topic_filter: str) -> str:
     return SHARED_QUEUE + topic_filter[len(SHARE_PREFIX):]
 
 
+def shared_key(queue: str) -> str:
+    """The binding key of a shared subscription's queue: its inner filter's."""
+    return binding_key(queue[len(SHARED_QUEUE):].split("/", 1)[1])
+
+
 class SessionConsumer:
     """A connected session's consumer of one queue (the queue service's ``Consumer``).
     While the session's subscriptions are all QoS 0 it takes messages without a lease
@@ -111,7 +120,8 @@ class MqttRoom:
         self.reactor = reactor
         self.vhost_name = vhost
         self.sessions: dict[str, Session] = {}  # client id -> session, connected or kept
-        self.shared_members: dict[str, set[str]] = {}  # shared queue -> client ids subscribed
+        # shared queue -> client id of each member -> its message filter
+        self.shared_members: dict[str, dict[str, Filtered | None]] = {}
         self.retained = RetainedStore(None, self.clock)
         self._consumers: dict[tuple[str, str], SessionConsumer] = {}  # (client id, queue) -> consumer
         self._timers: dict[tuple[str, str], Any] = {}  # (client id, "expiry" | "will") -> reactor call
@@ -204,7 +214,7 @@ class MqttRoom:
         for queue in (s.queue, *sorted(s.shared)):
             c = SessionConsumer(s, s.connection)
             self._consumers[(s.client_id, queue)] = c
-            vhost.service.consume(queue, c)
+            vhost.service.consume(queue, c, self.shared_members.get(queue, {}).get(s.client_id))
 
     def dispatch(self, s: Session) -> None:
         """The connection may take more: hand out what its queues hold."""
@@ -343,16 +353,21 @@ class MqttRoom:
         filtered = s.subscriptions.filters.get(f)
         if f.startswith(SHARE_PREFIX):
             queue = shared_queue(f)
-            inner = f.split("/", 2)[2]
             if queue not in vhost.service.queues:
                 self._open_queue(vhost, queue, durable=True)
-                vhost.router.bind(EXCHANGE, queue, binding_key(inner))
-            self.shared_members.setdefault(queue, set()).add(s.client_id)
+            members = self.shared_members.setdefault(queue, {})
+            if s.client_id in members:  # subscribed again, with another filter
+                self._unshare(vhost, queue, s.client_id)
+            members[s.client_id] = filtered
+            if list(members.values()).count(filtered) == 1:
+                vhost.router.bind(EXCHANGE, queue, shared_key(queue), filtered.arguments() if filtered else None)
             s.shared.add(queue)
-            if s.connection is not None and (s.client_id, queue) not in self._consumers:
-                c = SessionConsumer(s, s.connection)
-                self._consumers[(s.client_id, queue)] = c
-                vhost.service.consume(queue, c)
+            if s.connection is not None:
+                old = self._consumers.pop((s.client_id, queue), None)
+                if old is not None:
+                    vhost.service.cancel(queue, old)
+                c = self._consumers[(s.client_id, queue)] = SessionConsumer(s, s.connection)
+                vhost.service.consume(queue, c, filtered)
         else:
             vhost.router.bind(EXCHANGE, s.queue, binding_key(f), filtered.arguments() if filtered else None)
 
@@ -385,13 +400,21 @@ class MqttRoom:
             vhost.service.cancel(queue, c)
         vhost.service.release(queue, s)
         members = self.shared_members.get(queue)
-        if members is not None:
-            members.discard(s.client_id)
-            if not members:
-                del self.shared_members[queue]
-                if queue in vhost.service.queues:
-                    vhost.router.delete_queue(queue)
-                    vhost.service.delete(queue)
+        if members is not None and s.client_id in members:
+            if len(members) > 1:
+                self._unshare(vhost, queue, s.client_id)
+                return
+            del self.shared_members[queue]
+            if queue in vhost.service.queues:
+                vhost.router.delete_queue(queue)
+                vhost.service.delete(queue)
+
+    def _unshare(self, vhost: VHostModel, queue: str, client_id: str) -> None:
+        """A member's filter leaves the group: its binding goes if no other member has it."""
+        members = self.shared_members[queue]
+        filtered = members.pop(client_id)
+        if filtered not in members.values():
+            vhost.router.unbind(EXCHANGE, queue, shared_key(queue), filtered.arguments() if filtered else None)
 
     # -- messages ----------------------------------------------------------------------------
 
