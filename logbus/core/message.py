@@ -59,6 +59,9 @@ class Message:
     # What ``to_record`` would make of ``headers`` and ``envelope``, when the publisher
     # already has it (messages with equal properties share one); never stored.
     record_headers: list[tuple[str, bytes | None]] | None = field(default=None, compare=False, repr=False)
+    # What a selector sees of this message (``filters.properties.record_properties``):
+    # (log topic, properties), built at the first filter that asks; never stored.
+    selector_properties: tuple[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def to_record(self) -> Record:
         """The record to append: user headers, then the envelope header if non-empty."""

@@ -15,7 +15,7 @@ Built once per message, and only for a message some filter looks at."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 _SKIP = frozenset({"amqp_headers", "user_properties", "dead_letter", "correlation_data", "keys"})
 _PROTOCOLS = {1: "AMQP", 2: "MQTT", 3: "KAFKA", 4: "HTTP"}
@@ -64,11 +64,19 @@ def message_properties(envelope: Any, headers: Iterable[tuple[str, bytes | None]
     return props
 
 
-def record_properties(message: Any, topic: str) -> dict[str, Any]:
-    """``message_properties`` of a logbus Message (envelope, headers, key, timestamp),
-    AMQP headers as text."""
-    return message_properties(message.envelope, message.headers, key=message.key, topic=topic,
-                              timestamp=message.timestamp)
+def record_properties(message: Any, topic: str,
+                      typed: Callable[[Any], Mapping[str, Any] | None] | None = None) -> Mapping[str, Any]:
+    """``message_properties`` of a logbus Message (envelope, headers, key, timestamp), AMQP
+    headers as ``typed(message)`` decodes them (else as text). Built once per message:
+    kept on it (``Message.selector_properties``) for every other filter that asks."""
+    cached = message.selector_properties
+    if cached is not None and cached[0] == topic:
+        props: Mapping[str, Any] = cached[1]
+        return props
+    props = message_properties(message.envelope, message.headers, key=message.key, topic=topic,
+                               timestamp=message.timestamp, typed_headers=None if typed is None else typed(message))
+    message.selector_properties = (topic, props)
+    return props
 
 
 def message_tag(envelope: Any, headers: Iterable[tuple[str, bytes | None]]) -> str | None:

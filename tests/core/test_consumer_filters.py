@@ -21,6 +21,7 @@ from logbus.core.queues.queue import Outcome
 from logbus.core.queues.service import Delivery, QueueService, QueueSettings
 from logbus.core.queues.timers import Timers
 from logbus.core.state import StateStore
+from logbus.filters import properties as properties_module
 from logbus.filters.message_filter import FilterSpec
 
 
@@ -177,3 +178,22 @@ def test_a_delivery_out_of_order_is_not_redelivered_after_a_restart(broker: Brok
     assert rest.values() == ["b0", "a1"]
     deliveries: dict[str, Any] = {v: d.entry.deliveries for v, d in zip(rest.values(), rest.got)}
     assert deliveries == {"b0": 1, "a1": 2}  # AMQP's redelivered: more than one
+
+
+def test_properties_are_built_once_per_message_for_every_consumer_filter(broker: Broker,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[str] = []
+    real = properties_module.message_properties
+
+    def counting(envelope: Any, headers: Any, **kw: Any) -> dict[str, Any]:
+        built.append(kw["topic"])
+        return real(envelope, headers, **kw)
+
+    monkeypatch.setattr(properties_module, "message_properties", counting)
+    takers = [Taker(f"c{i}") for i in range(3)]
+    for i, c in enumerate(takers):  # three distinct selectors: three views
+        broker.svc.consume("q", c, sql(f"kind = 'a' AND {i} = {i}"))
+    broker.publish("a0", "a")
+    broker.publish("b1", "b")
+    assert len(built) == 2  # one per message, not one per view
+    assert sum(len(c.got) for c in takers) == 1

@@ -213,16 +213,10 @@ class PopGroups:
                                  visible_ms=visible_ms)
 
     def _passing(self, names: list[str], topic: str, message: Message) -> list[str]:
-        built: list[Mapping[str, Any]] = []
-
-        def properties() -> Mapping[str, Any]:
-            if not built:
-                built.append(self.properties(message, topic))
-            return built[0]
-
-        filters = self.filters
+        filters, properties = self.filters, self.properties
         tag = message_tag(message.envelope, message.headers)
-        return [n for n in names if (f := filters.get(n)) is None or f.filter.matches(tag, properties)]
+        return [n for n in names if (f := filters.get(n)) is None
+                or f.filter.matches(tag, lambda: properties(message, topic))]
 
     # -- consuming -----------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ acknowledge; the room to send more is used once per read."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ...core.message import Envelope, Message
 from ...core.queues.service import Delivery
@@ -63,17 +63,10 @@ class Delivering:
         topic = outgoing_topic(message)
         copy = None
         if topic is not None:
-            if s.subscriptions.filters:
-                built: list[Mapping[str, Any]] = []
-
-                def properties() -> Mapping[str, Any]:
-                    if not built:
-                        built.append(filter_properties(message, d.entry.topic))
-                    return built[0]
-
+            if s.subscriptions.filters:  # (the properties are built once per message, kept on it)
                 copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
-                                            own=env.mqtt_client_id == s.client_id,
-                                            tag=message_tag(message), properties=properties)
+                                            own=env.mqtt_client_id == s.client_id, tag=message_tag(message),
+                                            properties=lambda: filter_properties(message, d.entry.topic))
             else:
                 copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
                                             own=env.mqtt_client_id == s.client_id)

@@ -8,28 +8,33 @@ from typing import Any, Mapping
 
 from ....core.message import Message
 from ....core.routing.router import Candidates
-from ....filters.properties import message_properties
+from ....filters.properties import record_properties
 from ....filters.properties import message_tag as tag_of
 from ..errors import MalformedFrame
 from ..fastpath import decode_table
 
 
-def filter_properties(message: Message, topic: str) -> dict[str, Any]:
-    env = message.envelope
-    typed: Mapping[str, Any] | None = None
-    if env.amqp_headers:
-        try:
-            typed = decode_table(env.amqp_headers, 0, len(env.amqp_headers))[0]
-        except MalformedFrame:  # checked when published: not expected; the text headers remain
-            typed = None
-    return message_properties(env, message.headers, key=message.key, topic=topic, timestamp=message.timestamp,
-                              typed_headers=typed)
+def filter_properties(message: Message, topic: str) -> Mapping[str, Any]:
+    """What a selector sees of ``message``, AMQP headers with their types; built once per
+    message (``record_properties``)."""
+    return record_properties(message, topic, _typed_headers)
+
+
+def _typed_headers(message: Message) -> Mapping[str, Any] | None:
+    raw = message.envelope.amqp_headers
+    if not raw:
+        return None
+    try:
+        typed: Mapping[str, Any] = decode_table(raw, 0, len(raw))[0]
+        return typed
+    except MalformedFrame:  # checked when published: not expected; the text headers remain
+        return None
 
 
 def passing(candidates: Candidates, message: Message, topic: str) -> frozenset[str]:
     """The queues of ``candidates`` whose filter takes ``message``."""
     tag = message_tag(message)
-    props: dict[str, Any] | None = None
+    props: Mapping[str, Any] | None = None
     out = []
     for queue, f in candidates:
         tags, selector = f.tags, f.selector
