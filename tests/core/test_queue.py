@@ -22,6 +22,7 @@ from logbus.core.queues.queue import (
     DELIVERY_LIMIT,
     DROP_HEAD,
     EXPIRED,
+    Entry,
     MAXLEN,
     REJECT_PUBLISH,
     REJECTED,
@@ -29,6 +30,7 @@ from logbus.core.queues.queue import (
     Queue,
     QueueLimits,
     Receipt,
+    Removed,
     StaleReceipt,
     receipt,
 )
@@ -122,8 +124,16 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(owner=st.sampled_from(OWNERS))
     def take(self, owner: str) -> None:
         entry, removed = self.q.take(owner, now_ms=self.now)
+        seq = self._model_take(owner, self._ready(), entry, removed)
+        if seq is not None:
+            self.mark = max(self.mark, seq)  # taken in seq order: the journal's delivered mark
+
+    def _model_take(self, owner: str, ready: list[int], entry: Entry | None, removed: list[Removed]) -> int | None:
+        """What ``take`` over ``ready`` (in take order) must have done: expired heads
+        removed, the next one leased to ``owner``; its seq."""
         expect_removed = []
-        for seq in self._ready():
+        taken = None
+        for seq in ready:
             m = self.model[seq]
             if m.expires and m.expires <= self.now:
                 expect_removed.append((seq, EXPIRED))
@@ -131,13 +141,14 @@ class QueueMachine(RuleBasedStateMachine):
                 continue
             m.deliveries += 1
             m.owner = owner
-            self.mark = max(self.mark, seq)
             assert entry is not None and entry.seq == seq and entry.deliveries == m.deliveries
             m.receipt = receipt(entry)
+            taken = seq
             break
         else:
             assert entry is None
         assert [(r.entry.seq, r.reason) for r in removed] == expect_removed
+        return taken
 
     @rule(key=st.sampled_from(sorted(VIEWS)))
     def watch(self, key: str) -> None:
@@ -162,21 +173,7 @@ class QueueMachine(RuleBasedStateMachine):
     def take_view(self, data: st.DataObject, owner: str) -> None:
         key = data.draw(st.sampled_from(sorted(self.watched)))
         entry, removed = self.q.take(owner, now_ms=self.now, view=self.q.views[key])
-        expect_removed = []
-        for seq in self._in_view(key):  # as take, over what the view's filter takes
-            m = self.model[seq]
-            if m.expires and m.expires <= self.now:
-                expect_removed.append((seq, EXPIRED))
-                self._model_remove(seq, EXPIRED)
-                continue
-            m.deliveries += 1
-            m.owner = owner
-            assert entry is not None and entry.seq == seq and entry.deliveries == m.deliveries
-            m.receipt = receipt(entry)
-            break
-        else:
-            assert entry is None
-        assert [(r.entry.seq, r.reason) for r in removed] == expect_removed
+        self._model_take(owner, self._in_view(key), entry, removed)  # out of seq order: the mark stays
 
     def _leased(self) -> list[int]:
         return sorted(s for s, m in self.model.items() if m.owner is not None)
