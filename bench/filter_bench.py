@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Message filters (issue 18): compiled selector speed, and broker CPU per filtered binding.
+"""Message filters (issue 18): compiled selector speed, broker CPU per filtered binding and
+per consumer filter.
 
-Two workloads:
+Three workloads:
 
     predicate  in this process, no broker: evaluations per second of one compiled SQL92
                selector (--predicate-selector, three clauses by default) on a dict of six
@@ -31,6 +32,15 @@ Two workloads:
                the per-message work of any filtered binding (building the properties once,
                the walk of the exchange) divided by N as well; the marginal cost between
                two N does not.
+    consumers  on the same broker: one queue bound to a direct exchange, C consumers on
+               channels of their own (prefetch --prefetch, acking each message), the
+               publisher as above sending messages whose header kind cycles through k0 ..
+               k<C-1>; broker CPU us per message, published to acked:
+                 shared-plain-C     consumers without a filter
+                 shared-filtered-C  consumer j with x-filter-sql "kind = 'kj'": a view
+                                    each, so every message is judged C times
+               for C in --consumers. A filtered consumer given another kind, or a message
+               left in the queue, fails the run.
 
 The configurations run --rounds times, the order rotated by one each round so a slow
 phase of the machine falls on each in turn; the figures are the medians over the rounds.
@@ -76,7 +86,7 @@ from common import (
 
 from logbus.filters import FilterError, Selector
 
-WORKLOADS = ("predicate", "routing")
+WORKLOADS = ("predicate", "routing", "consumers")
 KINDS = ("unmatched", "filtered", "plain")
 ROUTING_KEY = "sensors.eu.a"
 HEADERS: dict[str, Any] = {"region": "eu", "temp": 35, "kind": "a"}
@@ -102,6 +112,9 @@ METHOD = {
                "flight, transient messages, mandatory off; each configuration its own "
                "topic exchange and queues (non-durable, x-max-length 1, drop-head), "
                "deleted after it; --warmup messages first, not counted",
+    "consumers": "one aio-pika connection: a confirming publisher (--window) and C consumers "
+                 "on channels of their own, each acking every message; one non-durable queue "
+                 "per configuration, deleted after it; --warmup messages first, not counted",
     "cpu": "broker: /proc/<pid>/stat utime+stime over the measured span (clock ticks: "
            "1/SC_CLK_TCK s resolution); client: getrusage",
     "rounds": "every configuration once per round, the order rotated by one each round; "
@@ -296,7 +309,8 @@ def medians(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def bench_routing(args: argparse.Namespace) -> dict[str, Any]:
+def bench_broker(args: argparse.Namespace) -> dict[str, Any]:
+    """The routing and consumers workloads, on one broker started here."""
     workdir = tempfile.mkdtemp(prefix="logbus-filterbench-", dir=args.dir)
     proc = None
     try:
@@ -304,23 +318,13 @@ def bench_routing(args: argparse.Namespace) -> dict[str, Any]:
                                        args.broker_arg, args.start_timeout)
         url = f"amqp://guest:guest@{addresses['amqp']}/"
         log(f"started logbus serve (pid {proc.pid}) at {url} in {workdir}")
-        out: dict[str, Any] = {"broker": {"url": url, "pid": proc.pid,
-                                          "process": proc_comm(proc.pid)},
-                               "routing_key": ROUTING_KEY, "headers": HEADERS,
-                               "selector_template": args.selector,
-                               "configurations": [label(k, n) for k, n in configurations(args)]}
-        out.update(uvloop.run(run_rounds(url, proc.pid, args)))
+        out: dict[str, Any] = {"broker": {"url": url, "pid": proc.pid, "process": proc_comm(proc.pid)}}
+        if "routing" in args.workloads:
+            out["routing"] = routing_results(url, proc.pid, args)
+        if "consumers" in args.workloads:
+            out["consumers"] = uvloop.run(consumer_rounds(url, proc.pid, args))
         if proc.poll() is not None:
             raise BenchError(f"the broker exited with {proc.returncode}")
-        med = medians(out["rounds"])
-        out["median"] = med
-        costs = filter_costs(med, args.queues)
-        out["filter_cost_us_per_msg"] = costs["per_msg"]
-        out["filter_cost_us_per_queue"] = costs["per_queue"]
-        out["marginal_filter_cost_us_per_queue"] = costs["marginal_per_queue"]
-        out["median_of_rounds_filter_cost_us_per_queue"] = {
-            k: statistics.median(r["filter_cost_us_per_queue"][k] for r in out["rounds"])
-            for k in costs["per_queue"]}
         with open(os.path.join(workdir, "broker.log"), errors="replace") as f:
             bad = [line.rstrip() for line in f if " WARNING " in line or " ERROR " in line
                    or " CRITICAL " in line or line.startswith("Traceback")]
@@ -335,6 +339,128 @@ def bench_routing(args: argparse.Namespace) -> dict[str, Any]:
         if proc is not None:
             stop_logbus(proc)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def routing_results(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"routing_key": ROUTING_KEY, "headers": HEADERS, "selector_template": args.selector,
+                           "configurations": [label(k, n) for k, n in configurations(args)]}
+    out.update(uvloop.run(run_rounds(url, pid, args)))
+    med = medians(out["rounds"])
+    out["median"] = med
+    costs = filter_costs(med, args.queues)
+    out["filter_cost_us_per_msg"] = costs["per_msg"]
+    out["filter_cost_us_per_queue"] = costs["per_queue"]
+    out["marginal_filter_cost_us_per_queue"] = costs["marginal_per_queue"]
+    out["median_of_rounds_filter_cost_us_per_queue"] = {
+        k: statistics.median(r["filter_cost_us_per_queue"][k] for r in out["rounds"])
+        for k in costs["per_queue"]}
+    return out
+
+
+# -- consumers ---------------------------------------------------------------------
+
+
+def consumer_configs(args: argparse.Namespace) -> list[tuple[str, int]]:
+    return [(kind, c) for c in args.consumers for kind in ("shared-plain", "shared-filtered")]
+
+
+class Tally:
+    """Counts acked messages over every consumer; a filtered one given a body of another
+    kind is counted in ``wrong``."""
+
+    def __init__(self, progress: dict[str, int]) -> None:
+        self.progress = progress
+        progress["acked"] = 0
+        self.wrong = 0
+        self.until = 0
+        self.done = asyncio.Event()
+
+    def consumer(self, want: bytes | None) -> Any:
+        async def on_message(m: aio_pika.abc.AbstractIncomingMessage) -> None:
+            if want is not None and not m.body.startswith(want):
+                self.wrong += 1
+            await m.ack()
+            self.progress["acked"] += 1
+            if self.progress["acked"] >= self.until:
+                self.done.set()
+        return on_message
+
+    async def wait(self, until: int) -> None:
+        self.until = until
+        if self.progress["acked"] < until:
+            self.done.clear()
+            await self.done.wait()
+
+
+async def consumers_config(url: str, pid: int, args: argparse.Namespace, kind: str, c: int,
+                           tag: str) -> dict[str, Any]:
+    run = Run(url, pid, args)
+    try:
+        async with asyncio.timeout(args.timeout):
+            conn = await run.connect()
+            pub = await run.channel(conn, confirms=True)
+            name = f"{run.prefix}.{tag}"
+            run.exchanges.append(name)
+            exchange = await pub.declare_exchange(name, aio_pika.ExchangeType.DIRECT, durable=False)
+            run.queues.append(f"{name}.q")
+            queue = await pub.declare_queue(f"{name}.q", durable=False)
+            await queue.bind(exchange, "work")
+            tally = Tally(run.progress)
+            for j in range(c):
+                ch = await run.channel(conn, prefetch=args.prefetch)
+                q = await ch.get_queue(queue.name, ensure=False)
+                filtered = kind == "shared-filtered"
+                await q.consume(tally.consumer(f"k{j}:".encode() if filtered else None),
+                                arguments={"x-filter-sql": f"kind = 'k{j}'"} if filtered else None)
+            messages = [aio_pika.Message(f"k{j}:".encode().ljust(args.size, b"."), headers={"kind": f"k{j}"})
+                        for j in range(c)]
+            window = ConfirmWindow(exchange, args.window, run.progress)
+            try:
+                sent = 0
+                for count in (args.warmup, args.messages):
+                    meter = Meter(run.pid)
+                    for i in range(count):
+                        run.check()
+                        await window.publish(messages[i % c], "work")
+                    sent += count
+                    await run.until(window.drain())
+                    await run.until(tally.wait(sent))
+                out = meter.stop(args.messages, "msg", "msgs")
+            finally:
+                window.cancel()
+            if tally.wrong:
+                raise BenchError(f"{tally.wrong} messages reached a consumer whose filter refuses them")
+            left = (await pub.declare_queue(queue.name, passive=True)).declaration_result.message_count
+            if left:
+                raise BenchError(f"{left} messages left in the queue")
+            return {"messages": out.pop("msgs"), **out}
+    except TimeoutError:
+        raise BenchError(f"{kind}-{c}: not finished within {args.timeout:g} s (progress {run.progress})") from None
+    finally:
+        await run.close()
+
+
+async def consumer_rounds(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    async def rounds() -> dict[str, Any]:
+        configs = consumer_configs(args)
+        out = []
+        for r in range(args.rounds):
+            k = r % len(configs)
+            results = {}
+            for kind, c in configs[k:] + configs[:k]:
+                res = results[f"{kind}-{c}"] = await consumers_config(url, pid, args, kind, c, f"r{r + 1}.{kind}-{c}")
+                log(f"round {r + 1}/{args.rounds} {kind}-{c}: {res['msgs_per_s']:,.0f} msg/s, "
+                    f"broker {res['broker_cpu_us_per_msg']:.2f} us/msg")
+            out.append({"results": results})
+        return {"rounds": out}
+
+    result: dict[str, Any] = await cancelled_by_sigterm(rounds(), "filter_bench")
+    med = medians(result["rounds"])
+    result["median"] = med
+    result["view_cost_us_per_msg"] = {
+        str(c): med[f"shared-filtered-{c}"]["broker_cpu_us_per_msg"] - med[f"shared-plain-{c}"]["broker_cpu_us_per_msg"]
+        for c in args.consumers}
+    return result
 
 
 # -- the command line --------------------------------------------------------------
@@ -408,6 +534,9 @@ def main() -> int:
     ap.add_argument("--broker-arg", action="append", default=[],
                     help="an extra `logbus serve` argument (repeatable)")
     ap.add_argument("--dir", default=None, help="parent of the broker's temp dir")
+    ap.add_argument("--consumers", type=int_list, default=int_list("2,10"),
+                    help="consumers: counts C of consumers sharing the queue")
+    ap.add_argument("--prefetch", type=int, default=100, help="consumers: basic.qos per consumer")
     ap.add_argument("--note", default="", help="free text kept in the JSON (machine state...)")
     args = ap.parse_args()
     chosen = {w.strip() for w in args.workloads.split(",") if w.strip()}
@@ -418,8 +547,10 @@ def main() -> int:
     if kinds - set(KINDS) or not kinds:
         ap.error(f"--kinds: choose from {','.join(KINDS)}")
     args.kinds = [k for k in KINDS if k in kinds]
-    if min(args.evals, args.repeats, args.messages, args.rounds, args.window, args.size) < 1:
-        ap.error("--evals, --repeats, --messages, --rounds, --window and --size must be at least 1")
+    if min(args.evals, args.repeats, args.messages, args.rounds, args.window, args.size, args.prefetch) < 1:
+        ap.error("--evals, --repeats, --messages, --rounds, --window, --size and --prefetch must be at least 1")
+    if args.consumers[0] < 1:
+        ap.error("--consumers: at least one consumer")
     if args.warmup < 0:
         ap.error("--warmup must not be negative")
     if "{i}" not in args.selector:
@@ -445,8 +576,8 @@ def main() -> int:
     try:
         if "predicate" in args.workloads:
             out["predicate"] = bench_predicate(args)
-        if "routing" in args.workloads:
-            out["routing"] = bench_routing(args)
+        if "routing" in args.workloads or "consumers" in args.workloads:
+            out.update(bench_broker(args))
     except BenchError as exc:
         log(f"FAILED: {exc}")
         return 1

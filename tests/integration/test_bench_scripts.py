@@ -69,10 +69,10 @@ def test_sync_ahead_probe_measures_every_mode(tmp_path: Any) -> None:
     assert list(tmp_path.iterdir()) == []  # its files are removed
 
 
-def test_filter_bench_runs_both_workloads(tmp_path: Any) -> None:
+def test_filter_bench_runs_every_workload(tmp_path: Any) -> None:
     out = run_bench("filter_bench.py", "--messages", "200", "--warmup", "20", "--evals", "20000",
-                    "--repeats", "1", "--queues", "0,1,2", "--rounds", "1", "--idle-seconds", "0",
-                    "--timeout", "60", "--dir", str(tmp_path))
+                    "--repeats", "1", "--queues", "0,1,2", "--consumers", "1,3", "--rounds", "1",
+                    "--idle-seconds", "0", "--timeout", "60", "--dir", str(tmp_path))
     assert out["bench"] == "filter_bench"
     cases = out["predicate"]["cases"]
     assert set(cases) == {"matching", "non_matching_last_clause", "non_matching_first_clause"}
@@ -90,6 +90,11 @@ def test_filter_bench_runs_both_workloads(tmp_path: Any) -> None:
     assert set(routing["filter_cost_us_per_queue"]) == {"1", "2"}
     assert all(isinstance(v, float) for v in routing["filter_cost_us_per_queue"].values())
     assert set(routing["marginal_filter_cost_us_per_queue"]) == {"1-2"}
-    assert routing["broker_log_problems"]["count"] == 0, routing["broker_log_problems"]
+    consumers = out["consumers"]
+    configs = {"shared-plain-1", "shared-filtered-1", "shared-plain-3", "shared-filtered-3"}
+    assert set(consumers["median"]) == configs and len(consumers["rounds"]) == 1
+    assert all(r["messages"] == 200 and r["msgs_per_s"] > 0 for r in consumers["median"].values())
+    assert set(consumers["view_cost_us_per_msg"]) == {"1", "3"}
+    assert out["broker_log_problems"]["count"] == 0, out["broker_log_problems"]
     assert set(out["targets"]) == {"predicate_evals_per_s", "filter_cost_us_per_queue"}
     assert list(tmp_path.iterdir()) == []  # the broker's temp dir is removed
