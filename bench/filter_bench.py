@@ -33,14 +33,17 @@ Three workloads:
                the walk of the exchange) divided by N as well; the marginal cost between
                two N does not.
     consumers  on the same broker: one queue bound to a direct exchange, C consumers on
-               channels of their own (prefetch --prefetch, acking each message), the
-               publisher as above sending messages whose header kind cycles through k0 ..
-               k<C-1>; broker CPU us per message, published to acked:
+               channels of their own, each holding (unacked) the one message its prefetch
+               of 1 lets through, so that the queue hands out nothing more; the publisher
+               as above sends messages whose header kind cycles through k0 .. k<C-1>.
+               Broker CPU us per published message while they pile up in the queue:
                  shared-plain-C     consumers without a filter
                  shared-filtered-C  consumer j with x-filter-sql "kind = 'kj'": a view
                                     each, so every message is judged C times
-               for C in --consumers. A filtered consumer given another kind, or a message
-               left in the queue, fails the run.
+               for C in --consumers; view_cost_us_per_msg[C] is the difference. Then the
+               consumers ack and drain the queue (its broker CPU per message reported as
+               drain_broker_cpu_us_per_msg, not compared: the client paces it). A filtered
+               consumer given another kind, or a message left, fails the run.
 
 The configurations run --rounds times, the order rotated by one each round so a slow
 phase of the machine falls on each in turn; the figures are the medians over the rounds.
@@ -52,7 +55,7 @@ is stopped by its pid at the end. Progress goes to stderr, one JSON document to 
     python bench/filter_bench.py --workloads routing --queues 0,100 --rounds 5
     python bench/filter_bench.py --workloads predicate --evals 5000000
 
-This file is all of it; bench/amqp_client.py has the AMQP plumbing it shares with
+bench/filter_consumers.py has the consumers workload; bench/amqp_client.py the AMQP plumbing it shares with
 amqp_bench.py (Run, ConfirmWindow), bench/common.py the broker and /proc.
 """
 
@@ -80,6 +83,7 @@ import uvloop
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from amqp_client import ConfirmWindow, Run, proc_comm
+from filter_consumers import consumers_config
 from common import (
     LOOPBACK, BenchError, Meter, cancelled_by_sigterm, cpu_split, exit_on_sigterm, start_logbus, stop_logbus, tail,
 )
@@ -113,7 +117,8 @@ METHOD = {
                "topic exchange and queues (non-durable, x-max-length 1, drop-head), "
                "deleted after it; --warmup messages first, not counted",
     "consumers": "one aio-pika connection: a confirming publisher (--window) and C consumers "
-                 "on channels of their own, each acking every message; one non-durable queue "
+                 "on channels of their own with prefetch 1, holding their first message until "
+                 "the publishing is measured, then acking everything; one non-durable queue "
                  "per configuration, deleted after it; --warmup messages first, not counted",
     "cpu": "broker: /proc/<pid>/stat utime+stime over the measured span (clock ticks: "
            "1/SC_CLK_TCK s resolution); client: getrusage",
@@ -300,12 +305,13 @@ def filter_costs(cpu: dict[str, Any], ns: list[int]) -> dict[str, dict[str, floa
 
 def medians(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     keys = ("seconds", "msgs_per_s", "broker_cpu_us_per_msg", "broker_user_us_per_msg",
-            "broker_system_us_per_msg", "broker_cpu_percent", "client_cpu_us_per_msg")
+            "broker_system_us_per_msg", "broker_cpu_percent", "client_cpu_us_per_msg",
+            "drain_broker_cpu_us_per_msg")
     out: dict[str, dict[str, float]] = {}
     for name in rounds[0]["results"]:
         per = [r["results"][name] for r in rounds]
         out[name] = {"messages": per[0]["messages"],
-                     **{k: statistics.median(p[k] for p in per) for k in keys}}
+                     **{k: statistics.median(p[k] for p in per) for k in keys if k in per[0]}}
     return out
 
 
@@ -357,92 +363,12 @@ def routing_results(url: str, pid: int, args: argparse.Namespace) -> dict[str, A
     return out
 
 
-# -- consumers ---------------------------------------------------------------------
-
-
-def consumer_configs(args: argparse.Namespace) -> list[tuple[str, int]]:
-    return [(kind, c) for c in args.consumers for kind in ("shared-plain", "shared-filtered")]
-
-
-class Tally:
-    """Counts acked messages over every consumer; a filtered one given a body of another
-    kind is counted in ``wrong``."""
-
-    def __init__(self, progress: dict[str, int]) -> None:
-        self.progress = progress
-        progress["acked"] = 0
-        self.wrong = 0
-        self.until = 0
-        self.done = asyncio.Event()
-
-    def consumer(self, want: bytes | None) -> Any:
-        async def on_message(m: aio_pika.abc.AbstractIncomingMessage) -> None:
-            if want is not None and not m.body.startswith(want):
-                self.wrong += 1
-            await m.ack()
-            self.progress["acked"] += 1
-            if self.progress["acked"] >= self.until:
-                self.done.set()
-        return on_message
-
-    async def wait(self, until: int) -> None:
-        self.until = until
-        if self.progress["acked"] < until:
-            self.done.clear()
-            await self.done.wait()
-
-
-async def consumers_config(url: str, pid: int, args: argparse.Namespace, kind: str, c: int,
-                           tag: str) -> dict[str, Any]:
-    run = Run(url, pid, args)
-    try:
-        async with asyncio.timeout(args.timeout):
-            conn = await run.connect()
-            pub = await run.channel(conn, confirms=True)
-            name = f"{run.prefix}.{tag}"
-            run.exchanges.append(name)
-            exchange = await pub.declare_exchange(name, aio_pika.ExchangeType.DIRECT, durable=False)
-            run.queues.append(f"{name}.q")
-            queue = await pub.declare_queue(f"{name}.q", durable=False)
-            await queue.bind(exchange, "work")
-            tally = Tally(run.progress)
-            for j in range(c):
-                ch = await run.channel(conn, prefetch=args.prefetch)
-                q = await ch.get_queue(queue.name, ensure=False)
-                filtered = kind == "shared-filtered"
-                await q.consume(tally.consumer(f"k{j}:".encode() if filtered else None),
-                                arguments={"x-filter-sql": f"kind = 'k{j}'"} if filtered else None)
-            messages = [aio_pika.Message(f"k{j}:".encode().ljust(args.size, b"."), headers={"kind": f"k{j}"})
-                        for j in range(c)]
-            window = ConfirmWindow(exchange, args.window, run.progress)
-            try:
-                sent = 0
-                for count in (args.warmup, args.messages):
-                    meter = Meter(run.pid)
-                    for i in range(count):
-                        run.check()
-                        await window.publish(messages[i % c], "work")
-                    sent += count
-                    await run.until(window.drain())
-                    await run.until(tally.wait(sent))
-                out = meter.stop(args.messages, "msg", "msgs")
-            finally:
-                window.cancel()
-            if tally.wrong:
-                raise BenchError(f"{tally.wrong} messages reached a consumer whose filter refuses them")
-            left = (await pub.declare_queue(queue.name, passive=True)).declaration_result.message_count
-            if left:
-                raise BenchError(f"{left} messages left in the queue")
-            return {"messages": out.pop("msgs"), **out}
-    except TimeoutError:
-        raise BenchError(f"{kind}-{c}: not finished within {args.timeout:g} s (progress {run.progress})") from None
-    finally:
-        await run.close()
+# -- consumers (bench/filter_consumers.py) ---------------------------------------
 
 
 async def consumer_rounds(url: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     async def rounds() -> dict[str, Any]:
-        configs = consumer_configs(args)
+        configs = [(kind, c) for c in args.consumers for kind in ("shared-plain", "shared-filtered")]
         out = []
         for r in range(args.rounds):
             k = r % len(configs)
@@ -536,7 +462,6 @@ def main() -> int:
     ap.add_argument("--dir", default=None, help="parent of the broker's temp dir")
     ap.add_argument("--consumers", type=int_list, default=int_list("2,10"),
                     help="consumers: counts C of consumers sharing the queue")
-    ap.add_argument("--prefetch", type=int, default=100, help="consumers: basic.qos per consumer")
     ap.add_argument("--note", default="", help="free text kept in the JSON (machine state...)")
     args = ap.parse_args()
     chosen = {w.strip() for w in args.workloads.split(",") if w.strip()}
@@ -547,8 +472,8 @@ def main() -> int:
     if kinds - set(KINDS) or not kinds:
         ap.error(f"--kinds: choose from {','.join(KINDS)}")
     args.kinds = [k for k in KINDS if k in kinds]
-    if min(args.evals, args.repeats, args.messages, args.rounds, args.window, args.size, args.prefetch) < 1:
-        ap.error("--evals, --repeats, --messages, --rounds, --window, --size and --prefetch must be at least 1")
+    if min(args.evals, args.repeats, args.messages, args.rounds, args.window, args.size) < 1:
+        ap.error("--evals, --repeats, --messages, --rounds, --window and --size must be at least 1")
     if args.consumers[0] < 1:
         ap.error("--consumers: at least one consumer")
     if args.warmup < 0:
