@@ -260,6 +260,22 @@ def test_shared_subscription_balances_load(server: Any) -> None:
         c.close()
 
 
+def test_a_shared_and_a_plain_subscription_each_send_their_own_copy(server: Any) -> None:
+    """MQTT 5 section 4.8.2: a message matching a session's shared and non-shared
+    subscriptions comes once by each, with that subscription's QoS and identifier."""
+    base = unique("both")
+    sub = Paho(server, unique("sub"), version=5)
+    sub.subscribe(f"{base}/t", 0, properties=props(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=1))
+    sub.subscribe(f"$share/g/{base}/t", 1, properties=props(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=2))
+    pub = Paho(server, unique("pub"), version=5)
+    pub.publish(f"{base}/t", b"x", 1)
+    got = sorted((m.qos, m.properties.SubscriptionIdentifier) for m in sub.take(2))
+    assert got == [(0, [1]), (1, [2])]
+    sub.assert_quiet()
+    sub.close()
+    pub.close()
+
+
 def test_mqtt5_properties_round_trip(server: Any) -> None:
     base = unique("props")
     sub = Paho(server, unique("sub"), version=5)

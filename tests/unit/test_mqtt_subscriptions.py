@@ -56,9 +56,22 @@ def test_dollar_topics_and_shared_filters() -> None:
     s.subscribe(Subscription("$SYS/#", 1))
     assert s.copy("$SYS/uptime", 1, False, own=False) == Copy(1, False)
     shared = Subscriptions()
-    shared.subscribe(Subscription("$share/g/sensors/+", 1))
-    assert shared.copy("sensors/a", 1, False, own=False) == Copy(1, False)
-    assert shared.copy("other", 1, False, own=False) is None
+    group = "$share/g/sensors/+"
+    shared.subscribe(Subscription(group, 1))
+    assert shared.copy("sensors/a", 1, False, own=False, shared=group) == Copy(1, False)
+    assert shared.copy("other", 1, False, own=False, shared=group) is None
+    assert shared.copy("sensors/a", 1, False, own=False) is None  # from the session's own queue: not by it
+
+
+def test_a_shared_and_a_plain_subscription_decide_their_own_copies() -> None:
+    s = Subscriptions()
+    s.subscribe(Subscription("t", 0), 1)
+    s.subscribe(Subscription("$share/g/t", 2), 2)
+    s.subscribe(Subscription("$share/h/#", 1), 3)
+    assert s.copy("t", 2, False, own=False) == Copy(0, False, (1,))
+    assert s.copy("t", 2, False, own=False, shared="$share/g/t") == Copy(2, False, (2,))
+    assert s.copy("t", 2, False, own=False, shared="$share/h/#") == Copy(1, False, (3,))
+    assert s.copy("t", 2, False, own=False, shared="$share/x/t") is None  # not subscribed (any more)
 
 
 def test_retain_handling() -> None:

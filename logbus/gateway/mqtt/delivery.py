@@ -20,7 +20,7 @@ from .packets import PubAck, PubComp, Publish, PubRec, PubRel
 from .properties import NO_PROPERTIES, Properties
 from ..amqp.model.filtering import filter_properties, message_tag
 from .session import Token
-from .subscriptions import Filtered
+from .subscriptions import Filtered, shared_subscription
 from .states import State
 from .wire import MQTT_5
 
@@ -63,13 +63,15 @@ class Delivering:
         topic = outgoing_topic(message)
         copy = None
         if topic is not None:
+            shared = None if d.queue == s.queue else shared_subscription(d.queue)  # whose copy this is
             if s.subscriptions.filters:  # (the properties are built once per message, kept on it)
                 copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
                                             own=env.mqtt_client_id == s.client_id, tag=message_tag(message),
-                                            properties=lambda: filter_properties(message, d.entry.topic))
+                                            properties=lambda: filter_properties(message, d.entry.topic),
+                                            shared=shared)
             else:
                 copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
-                                            own=env.mqtt_client_id == s.client_id)
+                                            own=env.mqtt_client_id == s.client_id, shared=shared)
         props = outgoing_properties(message, self.version, self.room.clock() if env.expires_at_ms else 0,
                                     copy.subscription_ids if copy is not None else ())
         if topic is None or copy is None or props is None:

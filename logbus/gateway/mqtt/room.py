@@ -53,7 +53,7 @@ from .mapping import EXCHANGE, message_from_publish
 from .outbound import PUBLISHED, RELEASED, InFlight
 from .packets import Publish, Subscription, Will
 from .session import Session, Token
-from .subscriptions import SHARE_PREFIX, Filtered
+from .subscriptions import SHARE_PREFIX, SHARED_QUEUE, Filtered, shared_queue
 from .topic_map import Unmappable, filter_to_amqp
 
 if TYPE_CHECKING:
@@ -64,7 +64,6 @@ log = logging.getLogger(__name__)
 
 CF_SESSIONS = "sessions"
 SESSION_QUEUE = "mqtt-session:"
-SHARED_QUEUE = "mqtt-shared:"
 
 
 class Unavailable(LogbusError):
@@ -78,11 +77,6 @@ def binding_key(topic_filter: str) -> str:
         return filter_to_amqp(topic_filter)
     except Unmappable:
         return filter_to_amqp("/".join("+" if level == "*" else level for level in topic_filter.split("/")))
-
-
-def shared_queue(topic_filter: str) -> str:
-    """The queue of a shared subscription ``$share/<group>/<filter>``."""
-    return SHARED_QUEUE + topic_filter[len(SHARE_PREFIX):]
 
 
 def shared_key(queue: str) -> str:

@@ -18,7 +18,10 @@ MQTT 3.1.1 section 3.3.5 and MQTT 5.0 sections 3.3.4, 3.8.3.1 and 4.7:
 - Subscribing again with the same filter replaces the subscription's options.
 
 Shared subscriptions (``$share/<group>/<filter>``) are delivered from the group's own
-queue and are kept here under their full filter, matched by their inner filter.
+queue and are kept here under their full filter, matched by their inner filter. A copy
+from a group's queue goes by that shared subscription alone, one from the session's own
+queue by its non-shared subscriptions: a message matching both kinds comes once by each
+(MQTT 5 section 4.8.2).
 
 Message filters (MQTT 5 SUBSCRIBE user properties ``filter-tag`` and ``filter-sql``,
 docs/filters.md): a subscription with one matches only the messages its filter takes,
@@ -37,6 +40,7 @@ from .packets import Subscription
 
 SEND_RETAINED, SEND_IF_NEW, DONT_SEND = 0, 1, 2  # Retain Handling
 SHARE_PREFIX = "$share/"
+SHARED_QUEUE = "mqtt-shared:"  # + <group>/<filter>: the queue of a shared subscription
 FILTER_TAG, FILTER_SQL = "filter-tag", "filter-sql"  # SUBSCRIBE user properties
 
 
@@ -51,6 +55,16 @@ def matches(topic_filter: str, topic: str) -> bool:
         if i >= len(t) or (level != "+" and level != t[i]):
             return False
     return len(f) == len(t)
+
+
+def shared_queue(topic_filter: str) -> str:
+    """The queue of a shared subscription ``$share/<group>/<filter>``."""
+    return SHARED_QUEUE + topic_filter[len(SHARE_PREFIX):]
+
+
+def shared_subscription(queue: str) -> str | None:
+    """The shared subscription a queue is the group queue of (None: a session's own)."""
+    return SHARE_PREFIX + queue[len(SHARED_QUEUE):] if queue.startswith(SHARED_QUEUE) else None
 
 
 def inner_filter(topic_filter: str) -> str:
@@ -69,7 +83,7 @@ class Copy:
     subscription_ids: tuple[int, ...] = ()
 
 
-COPY_CACHE = 1024  # the copies a session remembers, per (topic, QoS, retain, own)
+COPY_CACHE = 1024  # the copies a session remembers, per (topic, QoS, retain, own, shared)
 _NONE = Copy(-1, False)  # a cached "no copy"
 
 
@@ -78,8 +92,8 @@ class Subscriptions:
     by_filter: dict[str, tuple[Subscription, int | None]] = field(default_factory=dict)  # filter -> (options, id)
     filters: dict[str, Filtered] = field(default_factory=dict)  # topic filter -> its message filter
     max_qos: int = -1  # the highest maximum QoS of any subscription (-1: none)
-    # (topic, QoS, retain, own) -> the copy, until the subscriptions change
-    _copies: dict[tuple[str, int, bool, bool], Copy] = field(default_factory=dict, repr=False)
+    # (topic, QoS, retain, own, shared) -> the copy, until the subscriptions change
+    _copies: dict[tuple[str, int, bool, bool, str | None], Copy] = field(default_factory=dict, repr=False)
 
     def subscribe(self, s: Subscription, subscription_id: int | None = None, filtered: Filtered | None = None) -> bool:
         """Add or replace; True when the filter was subscribed already."""
@@ -103,34 +117,39 @@ class Subscriptions:
         self._copies.clear()
         self.max_qos = max((s.qos for s, _ in self.by_filter.values()), default=-1)
 
-    def matching(self, topic: str) -> list[tuple[Subscription, int | None]]:
-        """The subscriptions whose filter matches ``topic``."""
-        return [(s, sid) for s, sid in self.by_filter.values() if matches(inner_filter(s.topic_filter), topic)]
-
     def copy(self, topic: str, qos: int, retain: bool, *, own: bool, tag: str | None = None,
-             properties: Callable[[], Mapping[str, Any]] | None = None) -> Copy | None:
+             properties: Callable[[], Mapping[str, Any]] | None = None, shared: str | None = None) -> Copy | None:
         """The session's copy of a message published to ``topic`` with ``qos`` and
         ``retain`` (``own``: by this session's client), or None if no subscription takes it
-        (remembered until the subscriptions change). With filtered subscriptions, the
+        (remembered until the subscriptions change). ``shared``: the shared subscription
+        whose group queue the message came from, which alone decides that copy; None: the
+        session's own queue, its non-shared subscriptions decide (MQTT 5 section 4.8.2: a
+        message matching both kinds comes once by each). With filtered subscriptions, the
         message's ``tag`` and ``properties`` decide theirs, and nothing is remembered."""
         if self.filters:
-            return self._copy(topic, qos, retain, own, tag, properties or _no_properties)
-        key = (topic, qos, retain, own)
+            return self._copy(topic, qos, retain, own, shared, tag, properties or _no_properties)
+        key = (topic, qos, retain, own, shared)
         found = self._copies.get(key)
         if found is None:
-            found = self._copy(topic, qos, retain, own) or _NONE
+            found = self._copy(topic, qos, retain, own, shared) or _NONE
             if len(self._copies) >= COPY_CACHE:
                 self._copies.clear()
             self._copies[key] = found
         return None if found is _NONE else found
 
-    def _copy(self, topic: str, qos: int, retain: bool, own: bool, tag: str | None = None,
+    def _copy(self, topic: str, qos: int, retain: bool, own: bool, shared: str | None, tag: str | None = None,
               properties: Callable[[], Mapping[str, Any]] = lambda: {}) -> Copy | None:
         best = -1
         keep_retain = False
         ids: list[int] = []
         filters = self.filters
-        for s, sid in self.matching(topic):
+        if shared is not None:
+            one = self.by_filter.get(shared)
+            subs = [one] if one is not None and matches(inner_filter(shared), topic) else []
+        else:
+            subs = [(s, sid) for f, (s, sid) in self.by_filter.items()
+                    if not f.startswith(SHARE_PREFIX) and matches(f, topic)]
+        for s, sid in subs:
             if own and s.no_local:
                 continue
             f = filters.get(s.topic_filter) if filters else None
