@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from twisted.internet.task import Clock
 
 from logbus.core.log.batch import Record
 from logbus.core.message import Envelope, Message
 from logbus.core.queues.journal import QueueStore
 from logbus.core.queues.msgstore import MessageStore
 from logbus.core.queues.queue import Outcome
-from logbus.core.queues.service import Delivery, QueueService, QueueSettings
+from logbus.core.queues.service import FILL_BATCH, Delivery, QueueService, QueueSettings
 from logbus.core.queues.timers import Timers
 from logbus.core.state import StateStore
 from logbus.filters import properties as properties_module
@@ -46,8 +47,9 @@ class Taker:
 
 
 class Broker:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, reactor: Any = None) -> None:
         self.root = root
+        self.reactor = reactor  # None: a new view's backlog is judged at once
         self.records: dict[int, Record] = {}
         self.store = StateStore(root / "state")
         self.open()
@@ -55,8 +57,8 @@ class Broker:
     def open(self) -> None:
         self.qs = QueueStore(self.store)
         self.messages = MessageStore(lambda topic, partition, offset: [(offset, self.records[offset])])
-        self.svc = QueueService("/", self.qs, Timers(self.qs, self.store, lambda: 1000), self.messages,
-                                clock=lambda: 1000)
+        self.svc = QueueService("/", self.qs, Timers(self.qs, self.store, lambda: 1000, self.reactor),
+                                self.messages, clock=lambda: 1000)
         self.svc.create("q", QueueSettings(), durable=True)
 
     def publish(self, value: str, kind: str, tag: str = "") -> None:
@@ -178,6 +180,34 @@ def test_a_delivery_out_of_order_is_not_redelivered_after_a_restart(broker: Brok
     assert rest.values() == ["b0", "a1"]
     deliveries: dict[str, Any] = {v: d.entry.deliveries for v, d in zip(rest.values(), rest.got)}
     assert deliveries == {"b0": 1, "a1": 2}  # AMQP's redelivered: more than one
+
+
+def test_a_long_queue_is_judged_for_a_new_filter_a_part_per_reactor_turn() -> None:
+    """A consumer filter on a queue of thousands does not judge them all in one turn,
+    and hands out nothing past what it has judged, so the order holds."""
+    root = Path(tempfile.mkdtemp(prefix="logbus-cfilter-"))
+    clock = Clock()
+    b = Broker(root, clock)
+    try:
+        n = FILL_BATCH * 2 + 10
+        for i in range(n):
+            b.publish(f"{'ab'[i % 3 == 0]}{i}", "ab"[i % 3 == 0])  # every third one is a "b"
+        a = Taker("a", credit=n)
+        b.svc.consume("q", a, sql("kind = 'a'"))
+        first = a.values()
+        assert first and all(int(v[1:]) < FILL_BATCH for v in first)  # one batch judged so far
+        view = b.svc.state("q").queue.views[sql("kind = 'a'")]
+        assert view.filling
+        b.publish(f"a{n}", "a")  # newer than the backlog: waits behind it
+        assert a.values() == first
+        while view.filling:
+            clock.advance(0)
+        want = [f"a{i}" for i in range(n + 1) if i % 3 != 0]
+        assert a.values() == want  # every "a", in publish order
+        assert b.svc.state("q").queue.message_count == (n + 2) // 3
+    finally:
+        b.store.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_properties_are_built_once_per_message_for_every_consumer_filter(broker: Broker,

@@ -79,6 +79,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.now = 1000
         self.removed: list[tuple[int, str]] = []  # (seq, reason) the queue reported
         self.watched: dict[str, int] = {}  # view -> how many watch it
+        self.backlog: dict[str, tuple[list[int], int]] = {}  # view -> (its backlog, how far judged)
+        self.judged: dict[str, set[int]] = {}  # view -> seqs judged since they last became ready
         Queue.slack = 1  # rebuild heaps of stale seqs early, so that the rebuilds run
 
     def teardown(self) -> None:
@@ -92,6 +94,11 @@ class QueueMachine(RuleBasedStateMachine):
     def _ready(self) -> list[int]:
         return sorted((s for s, m in self.model.items() if m.owner is None),
                       key=lambda s: (-self.model[s].priority, s))
+
+    def _became_ready(self, seq: int) -> None:
+        """Every view judges an entry when it becomes ready."""
+        for judged in self.judged.values():
+            judged.add(seq)
 
     def _model_remove(self, seq: int, reason: str) -> None:
         del self.model[seq]
@@ -119,6 +126,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert got_dropped == expect_dropped
         assert entry is not None and entry.seq == self.next_seq
         self.model[self.next_seq] = M(min(priority, lim.max_priority), expires, size)
+        self._became_ready(self.next_seq)
         self.next_seq += 1
 
     @rule(owner=st.sampled_from(OWNERS))
@@ -153,7 +161,22 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(key=st.sampled_from(sorted(VIEWS)))
     def watch(self, key: str) -> None:
         self.q.watch(key, lambda e, message, f=VIEWS[key]: f(e.offset, e.priority))
+        if key not in self.watched:  # a new view: what is ready now is its backlog
+            self.backlog[key] = (sorted(s for s, m in self.model.items() if m.owner is None), 0)
+            self.judged[key] = set()
         self.watched[key] = self.watched.get(key, 0) + 1
+
+    @precondition(lambda self: self.watched)
+    @rule(data=st.data(), budget=st.sampled_from([1, 2, 100]))
+    def fill(self, data: st.DataObject, budget: int) -> None:
+        key = data.draw(st.sampled_from(sorted(self.watched)))
+        backlog, pos = self.backlog[key]
+        for seq in backlog[pos:pos + budget]:
+            if seq in self.model and self.model[seq].owner is None:
+                self.judged[key].add(seq)
+        pos = min(len(backlog), pos + budget)
+        assert self.q.fill(self.q.views[key], budget) == (pos == len(backlog))
+        self.backlog[key] = ([], 0) if pos == len(backlog) else (backlog, pos)
 
     @precondition(lambda self: self.watched)
     @rule(data=st.data())
@@ -162,18 +185,27 @@ class QueueMachine(RuleBasedStateMachine):
         self.q.unwatch(key)
         self.watched[key] -= 1
         if not self.watched[key]:
-            del self.watched[key]
+            del self.watched[key], self.backlog[key], self.judged[key]
         assert (key in self.q.views) == (key in self.watched)
 
     def _in_view(self, key: str) -> list[int]:
-        return [s for s in self._ready() if VIEWS[key](s * 10, self.model[s].priority)]
+        """The ready entries in the view's heap, in take order: judged, and taken by its filter."""
+        return [s for s in self._ready() if s in self.judged[key] and VIEWS[key](s * 10, self.model[s].priority)]
 
     @precondition(lambda self: self.watched)
     @rule(data=st.data(), owner=st.sampled_from(OWNERS))
     def take_view(self, data: st.DataObject, owner: str) -> None:
         key = data.draw(st.sampled_from(sorted(self.watched)))
         entry, removed = self.q.take(owner, now_ms=self.now, view=self.q.views[key])
-        self._model_take(owner, self._in_view(key), entry, removed)  # out of seq order: the mark stays
+        backlog, pos = self.backlog[key]
+        ready = self._in_view(key)
+        if pos < len(backlog):  # nothing at or past the first entry of the backlog not judged yet
+            limit = backlog[pos]
+            for i, seq in enumerate(ready):
+                if seq >= limit:
+                    ready = ready[:i]
+                    break
+        self._model_take(owner, ready, entry, removed)  # out of seq order: the mark stays
 
     def _leased(self) -> list[int]:
         return sorted(s for s, m in self.model.items() if m.owner is not None)
@@ -207,6 +239,7 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             assert removed is None
             m.owner = None
+            self._became_ready(seq)
 
     @rule(owner=st.sampled_from(OWNERS))
     def release(self, owner: str) -> None:
@@ -224,6 +257,7 @@ class QueueMachine(RuleBasedStateMachine):
                 self._model_remove(seq, DELIVERY_LIMIT)
             else:
                 m.owner = None
+                self._became_ready(seq)
         assert [(r.entry.seq, r.reason) for r in removed] == expect
 
     @rule(dt=st.integers(0, 30))
@@ -259,7 +293,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.qs = QueueStore(self.store)
         self.q = Queue("q", self.limits, self.qs.journal("/", "q", exact=self.exact), self.retry)
         self.q.restore(*self.qs.load("/", "q", exact=self.exact))
-        self.watched = {}  # the consumers are gone with their views
+        self.watched, self.backlog, self.judged = {}, {}, {}  # the consumers are gone with their views
         for seq, m in self.model.items():
             m.owner = None  # every lease (none has a deadline) is gone: back to ready, redelivered
             m.receipt = None
@@ -284,6 +318,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert q.next_seq == self.next_seq
         for key, view in q.views.items():  # the ready entries each view takes, as its filter says
             assert {seq for _, seq in view.heap if q._is_ready(seq)} == set(self._in_view(key))
+            assert view.filling == bool(self.backlog[key][0])
         for seq in range(q.next_seq):
             assert q.settled(seq) == (seq not in self.model and seq < q.next_seq)
 

@@ -53,14 +53,8 @@ Expiry (a queue's message TTL, a message's expires-at) is checked at the head, a
 RabbitMQ does: when an entry would be taken, and by ``expire(now)``. An expired entry
 behind an unexpired head waits.
 
-**Views** serve consumers with a filter (AMQP's ``x-filter-sql`` consumer argument,
-docs/decisions/0020): a ``View`` is a heap of the ready seqs its ``accept`` takes,
-judged when an entry becomes ready (at publish with the message in hand) and, for the
-entries ready when the view is made, then. ``take(..., view)`` hands out the view's
-first entry, so entries leave out of seq order; what no view takes waits in the queue
-for a consumer without a filter. Heaps drop what left them lazily: a popped seq that is
-not ready any more is skipped (``_stale`` counts those copies in the main heaps), and a
-heap mostly made of such copies is rebuilt.
+**Views** (``views.py``) serve consumers with a filter: ``take(..., view)`` hands out
+the first ready entry a view's filter takes, out of seq order.
 """
 
 from __future__ import annotations
@@ -68,12 +62,13 @@ from __future__ import annotations
 import enum
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Any, Protocol
 
 from ...retry.policy import IMMEDIATE, RetryPolicy
 from ..errors import StaleReceipt
+from .views import View, Viewed
 
-__all__ = ["StaleReceipt"]  # raised here, re-exported for the queue's callers
+__all__ = ["StaleReceipt", "View"]  # re-exported for the queue's callers
 
 # why an entry left without an ack (the dead-letter reason)
 EXPIRED = "expired"
@@ -198,26 +193,15 @@ class Lease:
     deadline_ms: int = 0  # 0: until settled or released
 
 
-@dataclass(slots=True)
-class View:
-    """The ready entries one consumer filter takes: ``accept(entry, message or None)``
-    judges an entry (the message when the caller has it at hand, else None)."""
-
-    accept: Callable[[Entry, Any], bool]
-    heap: list[tuple[int, int]] = field(default_factory=list)  # (-priority, seq); may hold stale seqs
-    users: int = 1
-
-
 RESTORED = "restored"  # the owner of leases with a deadline brought back by a restart
 
 
 @dataclass
-class Queue:
+class Queue(Viewed):
     name: str
     limits: QueueLimits = field(default_factory=QueueLimits)
     journal: QueueJournal = field(default_factory=NullJournal)
     retry: RetryPolicy = IMMEDIATE
-    slack: ClassVar[int] = 64  # stale seqs a heap may hold beyond what it must before it is rebuilt
 
     def __post_init__(self) -> None:
         self.entries: dict[int, Entry] = {}  # every unsettled entry, ready or leased
@@ -484,56 +468,6 @@ class Queue:
             self._settle(entry, None)
             n += 1
 
-    # -- views -----------------------------------------------------------------------------
-
-    def watch(self, key: Any, accept: Callable[[Entry, Any], bool]) -> View:
-        """The view of ``key`` (a consumer filter), made now (judging every ready entry)
-        or, if it exists, shared: ``unwatch`` once per ``watch``."""
-        view = self.views.get(key)
-        if view is not None:
-            view.users += 1
-            return view
-        view = self.views[key] = View(accept)
-        view.heap = [(-e.priority, seq) for seq, e in self.entries.items()
-                     if self._is_ready(seq) and accept(e, None)]
-        heapq.heapify(view.heap)
-        return view
-
-    def unwatch(self, key: Any) -> None:
-        view = self.views.get(key)
-        if view is not None:
-            view.users -= 1
-            if view.users <= 0:
-                del self.views[key]
-
-    def _is_ready(self, seq: int) -> bool:
-        e = self.entries.get(seq)
-        return e is not None and not e.visible_ms and seq not in self.leases
-
-    def _pop_view(self, view: View) -> Entry | None:
-        if self._stale > self.slack and self._stale > self.ready_count:
-            self._rebuild()
-        heap = view.heap
-        while heap:
-            seq = heapq.heappop(heap)[1]
-            if self._is_ready(seq):
-                entry = self.entries[seq]
-                self._ready_out(entry)
-                self._stale += 1  # its copy in the main heap
-                return entry
-        return None
-
-    def _rebuild(self) -> None:
-        """The ready heaps again, without the seqs taken through views."""
-        ready: dict[int, list[int]] = {pri: [] for pri in self._priorities}
-        for seq, e in self.entries.items():
-            if self._is_ready(seq):
-                ready[e.priority].append(seq)
-        for heap in ready.values():
-            heapq.heapify(heap)
-        self._ready = ready
-        self._stale = 0
-
     # -- restart ---------------------------------------------------------------------------
 
     def restore(self, entries: list[tuple[Entry, int]], next_seq: int = 0) -> None:
@@ -567,13 +501,7 @@ class Queue:
         self.ready_count += 1
         self.ready_bytes += entry.size
         if self.views:
-            for view in self.views.values():
-                if view.accept(entry, message):
-                    vh = view.heap
-                    heapq.heappush(vh, (-entry.priority, entry.seq))
-                    if len(vh) > 2 * self.ready_count + self.slack:  # mostly seqs taken by others: drop them
-                        vh[:] = [item for item in vh if self._is_ready(item[1])]
-                        heapq.heapify(vh)
+            self._judge(entry, message)
 
     def _pop_ready(self) -> Entry | None:
         for pri in self._priorities:

@@ -67,6 +67,7 @@ from .timers import Timers
 log = logging.getLogger(__name__)
 
 WAKE_SPACING_MS = 2  # staged entries due within this of each other are made ready by one call
+FILL_BATCH = 2000  # backlog entries a new consumer filter's view judges per reactor turn (about 10 ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,10 +255,27 @@ class QueueService:
         ``spec`` only those its filter takes."""
         qs = self.state(name)
         qs.consumers.append(consumer)  # with single active consumer, only the first is fed
+        view = None
         if spec is not None:
-            qs.views[consumer] = (spec, qs.queue.watch(spec, self._accept(spec)))
+            view = qs.queue.watch(spec, self._accept(spec))
+            qs.views[consumer] = (spec, view)
         qs.had_consumer = True
         qs.used_ms = self.clock()
+        if view is not None and view.filling and view.users == 1:
+            self._fill(name, spec, view)
+        else:
+            self.dispatch(name)
+
+    def _fill(self, name: str, spec: FilterSpec | None, view: View) -> None:
+        """Judge the next part of a new view's backlog (``views.py``), and again in the
+        next reactor turn until it is done (without a reactor: all of it now)."""
+        qs = self.queues.get(name)
+        if qs is None or qs.queue.views.get(spec) is not view:
+            return  # the queue, or the view's last consumer, went meanwhile
+        reactor = self.timers.reactor
+        done = qs.queue.fill(view, FILL_BATCH if reactor is not None else len(view.backlog))
+        if not done and reactor is not None:
+            reactor.callLater(0, self._fill, name, spec, view)
         self.dispatch(name)
 
     def _accept(self, spec: FilterSpec) -> Callable[[Entry, Message | None], bool]:
