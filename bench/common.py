@@ -103,6 +103,14 @@ def tail(path: str, lines: int = 20) -> str:
         return ""
 
 
+def log_problems(path: str) -> dict[str, Any]:
+    """The warnings, errors and tracebacks a broker log holds: their count and the first ten."""
+    with open(path, errors="replace") as f:
+        bad = [line.rstrip() for line in f if " WARNING " in line or " ERROR " in line
+               or " CRITICAL " in line or line.startswith("Traceback")]
+    return {"count": len(bad), "first": bad[:10]}
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
     socks = []

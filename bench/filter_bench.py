@@ -85,7 +85,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from amqp_client import ConfirmWindow, Run, proc_comm
 from filter_consumers import consumers_config
 from common import (
-    LOOPBACK, BenchError, Meter, cancelled_by_sigterm, cpu_split, exit_on_sigterm, start_logbus, stop_logbus, tail,
+    LOOPBACK, BenchError, Meter, cancelled_by_sigterm, cpu_split, exit_on_sigterm, log_problems, start_logbus, stop_logbus, tail,
 )
 
 from logbus.filters import FilterError, Selector
@@ -331,12 +331,9 @@ def bench_broker(args: argparse.Namespace) -> dict[str, Any]:
             out["consumers"] = uvloop.run(consumer_rounds(url, proc.pid, args))
         if proc.poll() is not None:
             raise BenchError(f"the broker exited with {proc.returncode}")
-        with open(os.path.join(workdir, "broker.log"), errors="replace") as f:
-            bad = [line.rstrip() for line in f if " WARNING " in line or " ERROR " in line
-                   or " CRITICAL " in line or line.startswith("Traceback")]
-        out["broker_log_problems"] = {"count": len(bad), "first": bad[:10]}
-        if bad:
-            log(f"the broker logged {len(bad)} warnings or errors, first: {bad[0]}")
+        problems = out["broker_log_problems"] = log_problems(os.path.join(workdir, "broker.log"))
+        if problems["count"]:
+            log(f"the broker logged {problems['count']} warnings or errors, first: {problems['first'][0]}")
         return out
     except BenchError:
         log("broker log tail:\n" + tail(os.path.join(workdir, "broker.log")))

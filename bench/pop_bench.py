@@ -55,7 +55,7 @@ import tempfile
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import LOOPBACK, BenchError, start_logbus, stop_logbus, tail
+from common import LOOPBACK, BenchError, log_problems, start_logbus, stop_logbus, tail
 from pop_client import MAX_PUBLISH, MAX_RECEIVE, Http, log
 from pop_workloads import RUN
 
@@ -153,12 +153,9 @@ def main() -> int:
         if proc is not None and proc.poll() is not None:
             raise BenchError(f"the broker exited with {proc.returncode}")
         if workdir is not None:  # a broker that complained is worth a look, whatever the figures
-            with open(os.path.join(workdir, "broker.log"), errors="replace") as f:
-                bad = [line.rstrip() for line in f if " WARNING " in line or " ERROR " in line
-                       or " CRITICAL " in line or line.startswith("Traceback")]
-            out["broker_log_problems"] = {"count": len(bad), "first": bad[:10]}
-            if bad:
-                log(f"the broker logged {len(bad)} warnings or errors, first: {bad[0]}")
+            problems = out["broker_log_problems"] = log_problems(os.path.join(workdir, "broker.log"))
+            if problems["count"]:
+                log(f"the broker logged {problems['count']} warnings or errors, first: {problems['first'][0]}")
     except BenchError as exc:
         log(f"FAILED: {exc}")
         if workdir is not None:

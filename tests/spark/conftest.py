@@ -47,6 +47,17 @@ class LogWriter:
             pass
 
 
+def written(data_dir: Path, batches: Sequence[Sequence[Record | Message]], topic: str = "t") -> Path:
+    """A closed log on ``data_dir`` holding ``batches`` in partition 0 of ``topic``, one
+    batch each; returns ``data_dir``."""
+    w = LogWriter(data_dir)
+    w.topic(topic)
+    for b in batches:
+        w.append(topic, 0, b)
+    w.close()
+    return data_dir
+
+
 @pytest.fixture
 def log_writer(tmp_path: Path) -> Iterator[LogWriter]:
     w = LogWriter(tmp_path / "data")

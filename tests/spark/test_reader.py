@@ -23,7 +23,7 @@ from logbus.spark.decode import decode_chunk, reference_rows
 from logbus.spark.logfiles import DataDir, DataLoss, LogReadError
 from logbus.spark.plan import OffsetRange, read_range
 from tests.serverproc import REPO_ROOT, run_logbus
-from tests.spark.conftest import LogWriter, env
+from tests.spark.conftest import LogWriter, env, written
 
 ALL = S.columns(True)
 
@@ -97,12 +97,7 @@ record = st.builds(
        cut=st.integers(0, 200))
 def test_fast_decoder_matches_the_reference(tmp_path_factory: pytest.TempPathFactory,
                                             batches: list[list[Message]], cut: int) -> None:
-    w = LogWriter(tmp_path_factory.mktemp("d") / "data")
-    w.topic("t")
-    for b in batches:
-        w.append("t", 0, b)
-    w.close()
-    pf = DataDir(w.data_dir).partition("t", 0)
+    pf = DataDir(written(tmp_path_factory.mktemp("d") / "data", batches)).partition("t", 0)
     end = pf.end()
     lo = min(cut, end)
     fast, ref = [], []

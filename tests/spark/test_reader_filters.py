@@ -18,7 +18,7 @@ from logbus.spark import schema as S
 from logbus.spark.decode import decode_chunk, reference_rows
 from logbus.spark.logfiles import DataDir
 from logbus.spark.options import OptionError, Options
-from tests.spark.conftest import LogWriter, env
+from tests.spark.conftest import env, written
 from tests.spark.test_reader import as_reference
 
 ALL = S.columns(True)
@@ -57,12 +57,7 @@ def test_filtered_decoding_matches_the_filtered_reference(tmp_path_factory: pyte
                                                           batches: list[list[Message]], sql: str | None,
                                                           tags: str | None, cut: int, names: tuple[str, ...]) -> None:
     keep = MessageFilter(TagFilter.parse(tags) if tags else None, Selector.parse(sql) if sql else None)
-    w = LogWriter(tmp_path_factory.mktemp("d") / "data")
-    w.topic("t")
-    for b in batches:
-        w.append("t", 0, b)
-    w.close()
-    pf = DataDir(w.data_dir).partition("t", 0)
+    pf = DataDir(written(tmp_path_factory.mktemp("d") / "data", batches)).partition("t", 0)
     end = pf.end()
     lo = min(cut, end)
     fast: list[dict[str, Any]] = []
