@@ -1,4 +1,4 @@
-"""The MQTT connection state machine (gateway/mqtt/protocol.py) on a real broker in a temp
+"""The MQTT connection (gateway/mqtt/protocol.py around machine.py) on a real broker in a temp
 dir, driven without sockets (Twisted's StringTransport), against a simple model: one
 MQTT 5 client that subscribes, unsubscribes, publishes to itself at each QoS, pings and
 acknowledges, and sometimes breaks the protocol. The model says what must come back:
@@ -105,7 +105,7 @@ class MqttSessionMachine(RuleBasedStateMachine):
                     self.client.send(PubComp(p.packet_id))
                 else:
                     out.append(p)
-            if not got and not self.client.protocol._acks and not self.client.protocol._out:
+            if not got and not self.client.protocol.machine.answers_waiting and not self.client.protocol.machine.out:
                 break
         return out
 

@@ -1,63 +1,65 @@
-"""Messages to the client, mixed into the connection (``protocol.MqttProtocol``): what the
-session's queues hand out (``room.SessionConsumer``) goes out as the session's one copy
+"""Messages to the client: the server-to-client half of a session's QoS flows, owned by
+the session machine (machine.py). Pure. What the session's queues hand out
+(``room.SessionConsumer``, through the shell) goes out as the session's one copy
 (``subscriptions``), with a packet id, alias and properties (``outbound.Outbound``,
 ``mapping``), or is settled at once when it is not for this session, has expired or is
 larger than the client takes. Retained messages for a new subscription go out the same
-way, without a queue. The client's PUBACK, PUBREC and PUBCOMP settle what they
-acknowledge; the room to send more is used once per read."""
+way, without a queue, or wait for room in flight. The client's PUBACK, PUBREC and
+PUBCOMP end what they acknowledge; the machine settles it and uses the room to send more
+once per read."""
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...core.message import Envelope, Message
-from ...core.queues.service import Delivery
 from ...core.state_pb2 import RetainedRecord
 from .encoder import encode, encode_publish
 from .mapping import outgoing_properties, outgoing_topic, published_qos
-from .packets import PubAck, PubComp, Publish, PubRec, PubRel
+from .outbound import RELEASED
+from .packets import Publish, PubRel
 from .properties import NO_PROPERTIES, Properties
 from ..amqp.model.filtering import filter_properties, message_tag
-from .session import Token
+from .requests import SaveSession, Settle
+from .session import Session, Token
 from .subscriptions import Filtered, shared_subscription
-from .states import State
 from .wire import MQTT_5
 
 if TYPE_CHECKING:
-    from collections import deque
-
-    from .room import MqttRoom
-    from .session import Session
+    from ...core.queues.service import Delivery
 
 
-class Delivering:
-    # the connection's own (protocol.MqttProtocol)
-    room: MqttRoom
-    session: Session | None
-    version: int
-    state: State
-    paused: bool
-    _pending: deque[Publish]
-    _dispatch_due: bool
+class Outgoing:
+    """The messages to one connection's client and their acknowledgements, written to
+    ``out``; the session's ``outbound.Outbound`` keeps what is in flight."""
 
-    if TYPE_CHECKING:
-        def _write(self, packet: Any, version: int | None = None) -> None: ...
-        def _emit(self, data: bytes) -> None: ...
-        def _save_session(self) -> None: ...
+    __slots__ = ("session", "version", "out", "clock", "paused", "waiting", "save")
+
+    def __init__(self, session: Session, version: int, out: list[bytes], clock: Callable[[], int]) -> None:
+        self.session = session
+        self.version = version
+        self.out = out
+        self.clock = clock
+        self.paused = False  # the socket's buffer is full
+        self.waiting: deque[Publish] = deque()  # retained messages waiting for room in flight
+        # the request to store the session's record, when it is kept (else None)
+        self.save = SaveSession(session) if session.kept else None
+
+    def has_credit(self) -> bool:
+        return not self.paused and len(self.session.outbound.in_flight) < self.session.outbound.receive_maximum
 
     # -- messages to the client ----------------------------------------------------------------
 
-    def has_credit(self) -> bool:
-        s = self.session
-        return (self.state is State.CONNECTED and not self.paused and s is not None
-                and len(s.outbound.in_flight) < s.outbound.receive_maximum)
-
-    def deliver(self, d: Delivery, settled: bool = False) -> None:
+    def deliver(self, d: Delivery, settled: bool = False) -> Settle | SaveSession | None:
         """A message from one of the session's queues (``settled``: by the queue service
-        already, for a consumer that takes QoS 0 only)."""
+        already, for a consumer that takes QoS 0 only). What the shell must do besides
+        writing ``out``: settle the message (not for this session, expired, QoS 0, too
+        large), or store the session (a QoS 2 message went out)."""
         s = self.session
-        assert s is not None
+        version = self.version
         message = d.message
         env = message.envelope
         topic = outgoing_topic(message)
@@ -72,102 +74,100 @@ class Delivering:
             else:
                 copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
                                             own=env.mqtt_client_id == s.client_id, shared=shared)
-        props = outgoing_properties(message, self.version, self.room.clock() if env.expires_at_ms else 0,
+        props = outgoing_properties(message, version, self.clock() if env.expires_at_ms else 0,
                                     copy.subscription_ids if copy is not None else ())
         if topic is None or copy is None or props is None:
-            if not settled:
-                self.room.settle(Token(d.queue, d.receipt))  # not for this session (or expired): done with
-            return
+            # not for this session (or expired): done with
+            return None if settled else Settle(Token(d.queue, d.receipt))
         qos = copy.qos
+        outbound = s.outbound
         if qos == 0:
-            if not settled:
-                self.room.settle(Token(d.queue, d.receipt))
-            if props is NO_PROPERTIES and (self.version < MQTT_5 or not s.outbound.topic_alias_maximum):
+            if props is NO_PROPERTIES and (version < MQTT_5 or not outbound.topic_alias_maximum):
                 # the same bytes for every session that takes it so: encoded once
-                key = (topic, copy.retain, self.version)
+                key = (topic, copy.retain, version)
                 wire = message.mqtt_wire
                 if wire is None or wire[0] != key:
                     wire = message.mqtt_wire = (key, encode_publish(topic, message.value or b"", 0, copy.retain,
-                                                                    False, 0, props, self.version))
-                if s.outbound.fits(len(wire[1])):
-                    self._emit(wire[1])
-                return
+                                                                    False, 0, props, version))
+                if outbound.fits(len(wire[1])):
+                    self.out.append(wire[1])
+                return None if settled else Settle(Token(d.queue, d.receipt))
+            settle = None if settled else Settle(Token(d.queue, d.receipt))
+        else:
+            settle = None
         pid_before = s.restored.pop((d.queue, d.receipt.seq), (0, 0))[0] if s.restored else 0
         token = Token(d.queue, d.receipt)
-        pid = s.outbound.send(qos, token, pid_before)
-        name, alias = s.outbound.alias(topic) if self.version == MQTT_5 else (topic, None)
+        pid = outbound.send(qos, token, pid_before)
+        name, alias = outbound.alias(topic) if version == MQTT_5 else (topic, None)
         if alias is not None:
             props = _with_alias(props, alias)
         data = encode_publish(name, message.value or b"", qos, copy.retain,
-                              qos > 0 and (d.entry.deliveries > 1 or bool(pid_before)), pid, props, self.version)
-        if not s.outbound.fits(len(data)):  # larger than the client takes: dropped as if sent
+                              qos > 0 and (d.entry.deliveries > 1 or bool(pid_before)), pid, props, version)
+        if not outbound.fits(len(data)):  # larger than the client takes: dropped as if sent
             if pid:
-                del s.outbound.in_flight[pid]
-                self.room.settle(token)
-            return
-        self._emit(data)
+                del outbound.in_flight[pid]
+                return Settle(token)
+            return settle
+        self.out.append(data)
         if qos == 2:
-            self._save_session()
+            return self.save
+        return settle
 
-    def _send_retained(self, p: Publish) -> None:
-        """A retained message for a new subscription (not from a queue)."""
-        s = self.session
-        assert s is not None
-        if p.qos and not s.outbound.can_send(p.qos) or self.paused:
-            self._pending.append(p)
+    def send_retained(self, p: Publish) -> None:
+        """A retained message for a new subscription (not from a queue): now, or once
+        there is room in flight and the socket takes more."""
+        outbound = self.session.outbound
+        if p.qos and not outbound.can_send(p.qos) or self.paused:
+            self.waiting.append(p)
             return
-        pid = s.outbound.send(p.qos, None)
-        name, alias = s.outbound.alias(p.topic) if self.version == MQTT_5 else (p.topic, None)
+        pid = outbound.send(p.qos, None)
+        name, alias = outbound.alias(p.topic) if self.version == MQTT_5 else (p.topic, None)
         props = _with_alias(p.properties, alias) if alias is not None else p.properties
         data = encode(Publish(name, p.payload, p.qos, True, False, pid, props), self.version)
-        if not s.outbound.fits(len(data)):
-            s.outbound.in_flight.pop(pid, None)
+        if not outbound.fits(len(data)):
+            outbound.in_flight.pop(pid, None)
             return
-        self._emit(data)
+        self.out.append(data)
 
-    def _flush_pending(self) -> None:
-        while self._pending and self.state is State.CONNECTED and not self.paused:
-            s = self.session
-            assert s is not None
-            if self._pending[0].qos and not s.outbound.can_send(self._pending[0].qos):
+    def send_waiting(self) -> None:
+        """The retained messages that waited, as far as there is room now."""
+        waiting = self.waiting
+        outbound = self.session.outbound
+        while waiting and not self.paused:
+            if waiting[0].qos and not outbound.can_send(waiting[0].qos):
                 return
-            self._send_retained(self._pending.popleft())
+            self.send_retained(waiting.popleft())
 
-    def _puback(self, p: PubAck) -> None:
-        s = self.session
-        assert s is not None
-        token = s.outbound.puback(p.packet_id)
-        self._acked(token)
+    # -- the client's acknowledgements -----------------------------------------------------------
 
-    def _pubrec(self, p: PubRec) -> None:
-        s = self.session
-        assert s is not None
-        f = s.outbound.in_flight.get(p.packet_id)
+    def puback(self, packet_id: int) -> Token | None:
+        """The token of the QoS 1 message it settles (None: no such message; ignored)."""
+        return self.session.outbound.puback(packet_id)  # type: ignore[no-any-return]
+
+    def pubrec(self, packet_id: int, reason_code: int) -> tuple[Token | None, Token | None]:
+        """(the token to settle durably before the PUBREL goes out, the token of a message
+        whose flow the client ended by refusing it); writes the PUBREL unless refused."""
+        outbound = self.session.outbound
+        f = outbound.in_flight.get(packet_id)
         token = f.token if f is not None and f.qos == 2 else None
-        code, ended = s.outbound.pubrec(p.packet_id, p.reason_code)
+        code, ended = outbound.pubrec(packet_id, reason_code)
         if ended is not None:  # refused by the client: done with
-            self._acked(ended)
-            return
+            return None, ended
         if code == 0 and f is not None:
             f.token = None  # the client has it: the entry is settled, the PUBREL remains
-            if token is not None:
-                self.room.settle_durably(token)  # before the record says RELEASED
-        self._write(PubRel(p.packet_id, code if self.version == MQTT_5 else 0))
-        self._save_session()
+        else:
+            token = None
+        self.out.append(encode(PubRel(packet_id, code if self.version == MQTT_5 else 0), self.version))
+        return token, None
 
-    def _pubcomp(self, p: PubComp) -> None:
-        s = self.session
-        assert s is not None
-        s.outbound.pubcomp(p.packet_id)
-        self._save_session()
-        self._acked(None)
+    def pubcomp(self, packet_id: int) -> None:
+        self.session.outbound.pubcomp(packet_id)
 
-    def _acked(self, token: Any) -> None:
-        """The client acknowledged a message: settled, and room for more (handed out when
-        the read ends, once for all its acknowledgements)."""
-        if token is not None:
-            self.room.settle(token)
-        self._dispatch_due = True
+    def resend_releases(self) -> None:
+        """On a new connection of the session: PUBREL for QoS 2 messages PUBRECed before."""
+        for f in self.session.outbound.resend():
+            if f.state == RELEASED:
+                self.out.append(encode(PubRel(f.packet_id), self.version))
 
 
 def _with_alias(props: Properties, alias: int) -> Properties:

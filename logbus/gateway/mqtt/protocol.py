@@ -1,27 +1,21 @@
-"""One MQTT connection: the session state machine as a table, in a thin Twisted shell.
+"""One MQTT connection: the Twisted shell around the session machine (machine.py).
 
-Theory of operation (docs/mqtt.md). Bytes go through the sans-I/O ``Decoder``; each
-packet is looked up in ``TRANSITIONS`` by (connection state, packet type) to the method
-that carries it out, and anything the table does not name is a protocol error (a
-second CONNECT, a packet before CONNECT, a server-to-client packet from a client):
-MQTT 5 clients get a DISCONNECT with the reason code, 3.1.1 clients are closed. A
-decoder error is the same, after the packets decoded before it are handled.
+Theory of operation (docs/mqtt.md). The shell moves bytes and owns the timers; the
+sans-I/O ``machine.Machine`` decides everything else (the states and ``TRANSITIONS``,
+protocol errors and their reason codes, the QoS 1/2 flows both ways) and hands out typed
+requests (requests.py), which ``_carry`` carries out against the room (``room.MqttRoom``,
+which holds the sessions and talks to the broker) and the socket. The login and the
+access checks (``ConnectionAccess``) are the shell's: they ask the broker's users and
+permissions.
 
-The client's PUBLISHes are carried out by the ``publishing.Publishing`` mixin, messages
-to the client and their acknowledgements by ``delivery.Delivering``. The parts each
-packet touches are pure and tested alone: ``connect.accept_connect``
-settles a CONNECT, ``inbound.Inbound`` the client's publishes (aliases, receive maximum,
-QoS 2 duplicates), ``outbound.Outbound`` what we send (packet ids, the client's receive
-maximum and packet size, aliases, acknowledgements), ``subscriptions.Subscriptions``
-which subscriptions take a message; ``room.MqttRoom`` holds the sessions and talks to
-the broker.
+Per read: the bytes go to the machine, its requests are carried out in order (the
+PUBLISHes of the read as one ``publish_many``), and the output of every connection
+touched by the read is written when it ends (``MqttFactory.flush``): a delivery does not
+wait for the end of the turn, whose log drain may fdatasync first. Output made outside a
+read goes at the start of the next turn.
 
-Acknowledgements of publishes from the client (PUBACK, PUBREC) are sent once the message
-is durable in the log (the topic's flush policy), in the order the PUBLISHes came
-(MQTT section 4.6), whatever order their partitions' writes end in.
-
-Messages to the client come from the queue service through ``SessionConsumer``: the
-connection has credit while it is connected, its socket buffer is not full (the
+Messages to the client come from the queue service through ``room.SessionConsumer``:
+the connection has credit while it is connected, its socket buffer is not full (the
 transport's push-producer callbacks) and the client's receive maximum leaves room.
 
 Keep alive: a connection that sends nothing for 1.5 times its keep alive is closed and
@@ -33,8 +27,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections import deque
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
@@ -43,56 +37,30 @@ from ...core.access.auth import Perm
 from ...core.access.topic_permissions import TopicPerm
 from ...core.errors import LogbusError
 from ..output import direct_writer, quick_ack
-from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
-from .decoder import Decoder
-from .delivery import Delivering, retained_passes, retained_publish
-from .encoder import encode
-from .inbound import Inbound
-from .mapping import EXCHANGE, EnvelopeCache
-from .outbound import RELEASED
-from .packets import (
-    Auth, ConnAck, Connect, Disconnect, PingReq, PingResp, PubAck, PubComp, Publish, PubRec, PubRel,
-    SubAck, Subscribe, UnsubAck, Unsubscribe, Will,
-)  # fmt: skip
-from .properties import NO_PROPERTIES, Properties
-from .publishing import Pending, Publishing
+from .connect import Accepted, ServerLimits
+from .machine import Machine
+from .mapping import EXCHANGE
+from .publishing import Pending
 from .reasons import (
-    BAD_AUTHENTICATION_METHOD, BAD_USER_NAME_OR_PASSWORD, DISCONNECT_WITH_WILL_MESSAGE, IMPLEMENTATION_SPECIFIC_ERROR,
-    NOT_AUTHORIZED,
-    NO_SUBSCRIPTION_EXISTED, PROTOCOL_ERROR,
-    REFUSED_BAD_USER_NAME_OR_PASSWORD, REFUSED_NOT_AUTHORIZED, REFUSED_SERVER_UNAVAILABLE,
-    SERVER_SHUTTING_DOWN, SERVER_UNAVAILABLE, SESSION_TAKEN_OVER, ADMINISTRATIVE_ACTION, KEEP_ALIVE_TIMEOUT,
-    MqttError, UnsupportedProtocolVersion,
+    BAD_USER_NAME_OR_PASSWORD, NOT_AUTHORIZED, REFUSED_BAD_USER_NAME_OR_PASSWORD, REFUSED_NOT_AUTHORIZED,
+    REFUSED_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE, MqttError,
+)  # fmt: skip
+from .requests import (
+    AddSubscriptions, ArmKeepAlive, Close, Consume, Detach, Dispatch, Login, MatchRetained, PublishBatch,
+    QuickAck, RemoveSubscriptions, Retain, SaveSession, Settle,
 )  # fmt: skip
 from .room import MqttRoom, Unavailable, binding_key
-from .session import Session
-from .subscriptions import inner_filter, retained_on_subscribe, subscription_filter
 from .states import State
+from .subscriptions import inner_filter
 from .wire import MQTT_5
 
 if TYPE_CHECKING:
     from ...core.broker import Broker
+    from ...core.queues.service import Delivery
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 10.0  # seconds for a new connection to send its CONNECT
-
-
-# (state, packet type) -> the method that carries the packet out; anything else is a
-# protocol error (MQTT 3.1.1 section 3.1.0: a second CONNECT; section 4.8: a packet
-# only a server sends).
-TRANSITIONS: dict[tuple[State, type], str] = {
-    (State.AWAITING_CONNECT, Connect): "_connect",
-    (State.CONNECTED, Publish): "_publish",
-    (State.CONNECTED, PubAck): "_puback",
-    (State.CONNECTED, PubRec): "_pubrec",
-    (State.CONNECTED, PubRel): "_pubrel",
-    (State.CONNECTED, PubComp): "_pubcomp",
-    (State.CONNECTED, Subscribe): "_subscribe",
-    (State.CONNECTED, Unsubscribe): "_unsubscribe",
-    (State.CONNECTED, PingReq): "_pingreq",
-    (State.CONNECTED, Disconnect): "_disconnect",
-}
 
 
 def _loopback(host: str) -> bool:
@@ -102,43 +70,67 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
-class MqttProtocol(Publishing, Delivering, Protocol):
+class ConnectionAccess:
+    """A logged-in connection's rights: write and read on amq.topic, and the user's topic
+    permissions there (the machine's ``requests.Access``)."""
+
+    __slots__ = ("room", "user", "client_id", "may_write", "may_read")
+
+    def __init__(self, room: MqttRoom, user: str, client_id: str) -> None:
+        self.room = room
+        self.user = user
+        self.client_id = client_id
+        self.may_write = self._allowed("write")
+        self.may_read = self._allowed("read")
+
+    def may_publish(self, routing_key: str) -> bool:
+        return self.may_write and self._topic_allowed("write", routing_key)
+
+    def may_subscribe(self, topic_filter: str) -> bool:
+        return self.may_read and self._topic_allowed("read", binding_key(inner_filter(topic_filter)))
+
+    def _allowed(self, perm: Perm) -> bool:
+        try:
+            self.room.broker.access.check(self.user, self.room.vhost_name, perm, "exchange", EXCHANGE)
+        except LogbusError:
+            return False
+        return True
+
+    def _topic_allowed(self, perm: TopicPerm, key: str) -> bool:
+        """The user's topic permission on amq.topic (none: allowed)."""
+        return self.room.broker.access.topic_allowed(self.user, self.room.vhost_name, EXCHANGE, perm, key,
+                                                     self.client_id)
+
+
+class MqttProtocol(Protocol):
     transport: Any  # a TCP (or TLS, or WebSocket) transport; zope interfaces do not type-check
 
     def __init__(self, factory: MqttFactory) -> None:
         self.factory = factory
         self.room = factory.room
-        self.limits = factory.limits
-        self.decoder = Decoder(max_packet_size=factory.max_packet_size)
-        self.state = State.AWAITING_CONNECT
-        self.version = 4
-        self.session: Session | None = None
-        self.inbound = Inbound()
-        self.will: Will | None = None
-        self.will_delay = 0
-        self.user = ""
+        self.machine = Machine(limits=factory.limits, max_packet_size=factory.max_packet_size,
+                               clock=self.room.clock, new_client_id=self.room.new_client_id)
         self.peer = ""
-        self.paused = False  # the socket's buffer is full
-        self.keep_alive = 0.0  # seconds without a packet before we close (0: never)
         self.last_read = 0.0
         self._timer: Any = None  # CONNECT timeout, then keep alive
-        self._acks: deque[Pending] = deque()  # QoS 1/2 PUBLISHes not answered yet, in order
-        self._batch: list[Pending] = []  # PUBLISHes of this read, published together
-        self._envelopes: EnvelopeCache = {}  # shared by this connection's PUBLISHes without properties
-        self._dispatch_due = False  # acknowledgements made room: hand out more at the end of the read
-        self._pending: deque[Publish] = deque()  # retained messages waiting for room in flight
-        self._may_write = True  # write access to amq.topic
-        self._may_read = True
-        self._out: list[bytes] = []  # written at the end of the read (or of the turn)
         self._queued = False  # in the factory's list of connections with output
+        self._draining = False  # carrying out the machine's requests
         self._send: Any = None  # direct_writer(transport)
         self._ack_now: Callable[[], None] | None = None  # output.quick_ack(transport)
+
+    @property
+    def session(self) -> Any:
+        return self.machine.session
+
+    @property
+    def state(self) -> State:
+        return self.machine.state
 
     # -- connection --------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
         peer = self.transport.getPeer()
-        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        self.peer = self.machine.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         if hasattr(self.transport, "setTcpNoDelay"):
             self.transport.setTcpNoDelay(True)
         self._send = direct_writer(self.transport)
@@ -151,151 +143,213 @@ class MqttProtocol(Publishing, Delivering, Protocol):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.factory.connections.discard(self)
         self._cancel_timer()
-        if self.state is State.CONNECTED and self.session is not None:
-            self.state = State.CLOSED
-            self.room.detach(self.session, self, self.will, self.will_delay)
-        self.state = State.CLOSED
+        self.machine.connection_lost()
+        self._drain()
 
     def pauseProducing(self) -> None:
-        self.paused = True
+        self.machine.pause()
 
     def resumeProducing(self) -> None:
-        self.paused = False
-        self._flush_pending()
-        if self.session is not None and self.state is State.CONNECTED:
-            self.room.dispatch(self.session)
+        m = self.machine
+        if m.resume() and m.session is not None:
+            self.room.dispatch(m.session)
+        self._output_due()
 
     def stopProducing(self) -> None:
-        self.paused = True
+        self.machine.pause()
 
     def dataReceived(self, data: bytes) -> None:
         factory = self.factory
         factory.reading += 1
         try:
-            self._received(data)
+            m = self.machine
+            if m.state is not State.CLOSED:
+                self.last_read = factory.reactor.seconds()
+                m.receive_data(data)
+                self._drain()
         finally:
             factory.reading -= 1
             if not factory.reading:
                 factory.flush()
 
-    def _received(self, data: bytes) -> None:
-        if self.state is State.CLOSED:
+    def _drain(self) -> None:
+        """Carry out what the machine asks, in order. Reentered (a log callback while
+        publishing), it leaves the requests to the loop already running."""
+        if self._draining:
             return
-        self.last_read = self.factory.reactor.seconds()
-        waiting = len(self._acks)
-        error: MqttError | None = None
+        self._draining = True
+        m = self.machine
+        carry = _CARRY
         try:
-            packets = self.decoder.feed(data)
-        except MqttError as e:
-            packets, error = e.packets, e
-        for p in packets:
-            if self._batch and type(p) is not Publish:
-                self._publish_batch()  # what came before goes first
-            handler = TRANSITIONS.get((self.state, type(p)))
-            if handler is None:
-                if self.state is State.CLOSED:
-                    return
-                error = self._unexpected(p)
-                break
-            try:
-                getattr(self, handler)(p)
-            except MqttError as e:
-                error = e
-                break
-            except Unavailable as e:
-                error = MqttError(SERVER_UNAVAILABLE, str(e))
-                break
-            if self.state is State.CLOSED:
-                return
-        if self._batch:
-            self._publish_batch()
-        if self._dispatch_due:
-            self._dispatch_due = False
-            if self.state is State.CONNECTED and self.session is not None:
-                self._flush_pending()
-                self.room.dispatch(self.session)
-        if self._acks and not waiting and self._ack_now is not None:
-            # This read's answers wait for the disk: the client's TCP ACK must not wait
-            # with them, or a client with Nagle on (paho, libmosquitto) holds its next
-            # PUBLISH until then (decision 0017). A client that keeps publishes in flight
-            # gets its ACKs with the answers that keep coming, and its small packets
-            # coalesce meanwhile.
-            self._ack_now()
-        if error is not None:
-            self._protocol_error(error)
+            while (r := m.next_request()) is not None:
+                carry[type(r)](self, r)
+        finally:
+            self._draining = False
+        if m.out and not self._queued:
+            self._queued = True
+            self.factory.output_due(self)
 
-    def _unexpected(self, p: Any) -> MqttError:
-        if self.state is State.AWAITING_CONNECT:
-            return MqttError(PROTOCOL_ERROR, f"{type(p).__name__.upper()} before CONNECT")
-        if isinstance(p, Connect):
-            return MqttError(PROTOCOL_ERROR, "a second CONNECT")
-        if isinstance(p, Auth):
-            return MqttError(PROTOCOL_ERROR, "AUTH without an authentication method in CONNECT")
-        return MqttError(PROTOCOL_ERROR, f"{type(p).__name__.upper()} is sent by servers, not clients")
-
-    def _protocol_error(self, e: MqttError) -> None:
-        log.info("MQTT %s (%s): %s", self.peer, self.session.client_id if self.session else "-", e)
-        if self.state is State.AWAITING_CONNECT:
-            version = self.decoder.version
-            if isinstance(e, UnsupportedProtocolVersion):
-                code = e.reason_code if e.level == MQTT_5 else 1
-                self._write(ConnAck(False, code), MQTT_5 if e.level == MQTT_5 else 4)
-            elif version == MQTT_5:
-                self._write(ConnAck(False, e.reason_code, _reason(e.text)), MQTT_5)
-        else:
-            self._disconnect_with(e.reason_code, e.text)
-        self._close()
-
-    def _disconnect_with(self, code: int, text: str | None = None) -> None:
-        """A server DISCONNECT (5.0 only; a 3.1.1 connection is just closed)."""
-        if self.version == MQTT_5 and self.state is State.CONNECTED:
-            self._write(Disconnect(code, _reason(text)))
-
-    def _close(self) -> None:
-        """Close the socket; the session is detached (will included) as the connection ends."""
-        if self.state is State.CONNECTED and self.session is not None:
-            self.state = State.CLOSED
-            self.room.detach(self.session, self, self.will, self.will_delay)
-        self.state = State.CLOSED
-        self._cancel_timer()
-        self.flush_output()
-        self.transport.loseConnection()
-
-    def take_over(self) -> None:
-        """Another connection opened this session (MQTT 5: DISCONNECT 0x8E)."""
-        self._disconnect_with(SESSION_TAKEN_OVER)
-        self._close()
-
-    def kick(self) -> None:
-        """Closed by an administrator (``logbus mqtt kick``)."""
-        self._disconnect_with(ADMINISTRATIVE_ACTION)
-        self._close()
-
-    def shutdown(self) -> None:
-        """The broker stops: no will (the client did not go away; Mosquitto does the same)."""
-        self.will = None
-        self._disconnect_with(SERVER_SHUTTING_DOWN)
-        self._close()
-
-    def _write(self, packet: Any, version: int | None = None) -> None:
-        self._emit(encode(packet, self.version if version is None else version))
-
-    def _emit(self, data: bytes) -> None:
-        """Output, sent when the read being handled ends (with every other connection's
-        output of that read: a delivery does not wait for the end of the turn, whose log
-        drain may fdatasync first), or at the start of the next turn if no read is."""
-        self._out.append(data)
-        if not self._queued:
+    def _output_due(self) -> None:
+        if self.machine.out and not self._queued:
             self._queued = True
             self.factory.output_due(self)
 
     def flush_output(self) -> None:
         self._queued = False
-        out = self._out
+        out = self.machine.out
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
             self._send(data)
+
+    # -- the machine's requests ------------------------------------------------------------------
+
+    def _login(self, r: Login) -> None:
+        """Log the user in (refused: the CONNACK says why) and attach the session."""
+        acc = r.accepted
+        user = self._user(acc)
+        if user is None:
+            return
+        try:
+            session, present = self.room.attach(self, acc, user)
+        except Unavailable as e:
+            self.machine.login_refused(SERVER_UNAVAILABLE if acc.version == MQTT_5 else REFUSED_SERVER_UNAVAILABLE,
+                                       str(e))
+            return
+        self.room.released_gone(session)  # PUBRECed, but the record did not say so yet
+        self.machine.attached(session, present, user, ConnectionAccess(self.room, user, session.client_id))
+
+    def _user(self, acc: Accepted) -> str | None:
+        """The user the connection acts as; None: refused (the machine told)."""
+        access = self.room.broker.access
+        loopback = _loopback(self.peer.rsplit(":", 1)[0])
+        v5 = acc.version == MQTT_5
+        bad_login = BAD_USER_NAME_OR_PASSWORD if v5 else REFUSED_BAD_USER_NAME_OR_PASSWORD
+        not_authorized = NOT_AUTHORIZED if v5 else REFUSED_NOT_AUTHORIZED
+        refuse = self.machine.login_refused
+        if acc.username is None:
+            anon = self.factory.anonymous
+            if anon == "off" or (anon == "loopback" and not loopback):
+                refuse(not_authorized, "anonymous clients are not allowed here (--mqtt-anonymous)")
+                return None
+            name = self.room.broker.default_user
+        else:
+            user = access.authenticate(acc.username, (acc.password or b"").decode("utf-8", "replace"))
+            if user is None:
+                refuse(bad_login, f"bad user name or password for {acc.username!r}")
+                return None
+            name = user.name
+            if access.loopback_only(name) and not loopback:
+                refuse(not_authorized, f"user {name!r} can only connect from loopback")
+                return None
+        vhost = self.room.vhost_name
+        if access.permission(name, vhost) is None:
+            refuse(not_authorized, f"user {name!r} has no permissions in vhost {vhost!r}")
+            return None
+        return name
+
+    def _add_subscriptions(self, r: AddSubscriptions) -> None:
+        try:
+            existed = [self.room.subscribe(r.session, sub, r.subscription_id, r.filtered) for sub in r.subscriptions]
+        except Unavailable as e:
+            self.machine.fail(MqttError(SERVER_UNAVAILABLE, str(e)))
+            return
+        self.machine.subscribed(existed)
+
+    def _remove_subscriptions(self, r: RemoveSubscriptions) -> None:
+        try:
+            existed = [self.room.unsubscribe(r.session, f) for f in r.topic_filters]
+        except Unavailable as e:
+            self.machine.fail(MqttError(SERVER_UNAVAILABLE, str(e)))
+            return
+        self.machine.unsubscribed(existed)
+
+    def _match_retained(self, r: MatchRetained) -> None:
+        self.machine.retained_found([self.room.retained.match(f) for f in r.topic_filters])
+
+    def _publish_batch(self, r: PublishBatch) -> None:
+        """The PUBLISHes of this read taken so far, together (``publish_many``: routed
+        once per topic, appended in runs, each queue dispatched once)."""
+        batch = r.items
+        m = self.machine
+
+        def durable(first: int, last: int, result: Any) -> None:
+            m.durable(batch, first, last, result if isinstance(result, BaseException) else None)
+            self._drain()
+
+        try:
+            out = self.room.publish_many(_items(batch), durable)
+        except LogbusError as e:
+            m.batch_refused(batch, str(e))
+            return
+        m.routed(batch, out.unrouted, out.done, None if out.error is None else str(out.error))
+
+    def _retain(self, r: Retain) -> None:
+        self.room.retain(r.message, r.qos)
+
+    def _settle(self, r: Settle) -> None:
+        if r.durably:
+            self.room.settle_durably(r.token)
+        else:
+            self.room.settle(r.token)
+
+    def _save_session(self, r: SaveSession) -> None:
+        self.room.save(r.session)
+
+    def _consume(self, r: Consume) -> None:
+        try:
+            self.room.consume(r.session)
+        except Unavailable as e:
+            self.machine.fail(MqttError(SERVER_UNAVAILABLE, str(e)))
+
+    def _dispatch(self, r: Dispatch) -> None:
+        self.room.dispatch(r.session)
+
+    def _quick_ack(self, r: QuickAck) -> None:
+        if self._ack_now is not None:
+            self._ack_now()
+
+    def _arm_keep_alive(self, r: ArmKeepAlive) -> None:
+        self._cancel_timer()
+        if r.seconds:
+            self._timer = self.factory.reactor.callLater(r.seconds, self._keep_alive_check)
+
+    def _detach(self, r: Detach) -> None:
+        self.room.detach(r.session, self, r.will, r.will_delay)
+
+    def _close(self, r: Close) -> None:
+        self._cancel_timer()
+        self.flush_output()
+        self.transport.loseConnection()
+
+    # -- what the room and the factory call ------------------------------------------------------
+
+    def has_credit(self) -> bool:
+        return self.machine.has_credit()
+
+    def deliver(self, d: Delivery, settled: bool = False) -> None:
+        """A message from one of the session's queues (``room.SessionConsumer``)."""
+        r = self.machine.deliver(d, settled)
+        if r is not None:
+            _CARRY[type(r)](self, r)
+        if not self._queued and self.machine.out:
+            self._queued = True
+            self.factory.output_due(self)
+
+    def take_over(self) -> None:
+        """Another connection opened this session (MQTT 5: DISCONNECT 0x8E)."""
+        self.machine.take_over()
+        self._drain()
+
+    def kick(self) -> None:
+        """Closed by an administrator (``logbus mqtt kick``)."""
+        self.machine.kick()
+        self._drain()
+
+    def shutdown(self) -> None:
+        """The broker stops: no will."""
+        self.machine.shutdown()
+        self._drain()
 
     # -- timers --------------------------------------------------------------------------------
 
@@ -306,171 +360,46 @@ class MqttProtocol(Publishing, Delivering, Protocol):
 
     def _connect_timeout(self) -> None:
         self._timer = None
-        if self.state is State.AWAITING_CONNECT:
+        if self.machine.state is State.AWAITING_CONNECT:
             log.info("MQTT %s sent no CONNECT within %.0f s: closed", self.peer, CONNECT_TIMEOUT)
-            self._close()
+            self.machine.close("no CONNECT")
+            self._drain()
 
     def _keep_alive_check(self) -> None:
         self._timer = None
-        if self.state is not State.CONNECTED:
+        m = self.machine
+        if m.state is not State.CONNECTED:
             return
         idle = self.factory.reactor.seconds() - self.last_read
-        if idle >= self.keep_alive:
+        if idle >= m.keep_alive:
             log.info("MQTT %s (%s): nothing for %.1f s (keep alive): closed", self.peer,
-                     self.session.client_id if self.session else "-", idle)
-            self._disconnect_with(KEEP_ALIVE_TIMEOUT)
-            self._close()
+                     m.session.client_id if m.session else "-", idle)
+            m.keep_alive_expired()
+            self._drain()
             return
-        self._timer = self.factory.reactor.callLater(self.keep_alive - idle, self._keep_alive_check)
-
-    # -- CONNECT --------------------------------------------------------------------------------
-
-    def _connect(self, c: Connect) -> None:
-        self.version = c.protocol_level
-        self._cancel_timer()
-        decided = accept_connect(c, self.limits, self.room.new_client_id)
-        if isinstance(decided, Refused):
-            self._refuse(decided.connack.reason_code, decided.reason)
-            return
-        if c.properties.authentication_method is not None:
-            self._refuse(BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
-            return
-        user = self._login(decided)
-        if user is None:
-            return
-        try:
-            session, present = self.room.attach(self, decided, user)
-        except Unavailable as e:
-            self._refuse(SERVER_UNAVAILABLE if self.version == MQTT_5 else REFUSED_SERVER_UNAVAILABLE, str(e))
-            return
-        self.session = session
-        self.user = user
-        self.will = decided.will
-        self.will_delay = decided.will.properties.will_delay_interval or 0 if decided.will else 0
-        self.inbound = Inbound(self.limits.receive_maximum, self.limits.topic_alias_maximum)
-        self.inbound.awaiting_rel = session.awaiting_rel
-        self.state = State.CONNECTED
-        self._write(decided.connack(present, self.limits))
-        self.keep_alive = keep_alive_deadline(decided.keep_alive)
-        if self.keep_alive:
-            self._timer = self.factory.reactor.callLater(self.keep_alive, self._keep_alive_check)
-        self.room.released_gone(session)  # PUBRECed, but the record did not say so yet
-        for f in session.outbound.resend():  # PUBREL for QoS 2 messages PUBRECed before
-            if f.state == RELEASED:
-                self._write(PubRel(f.packet_id))
-        self.room.consume(session)
-
-    def _refuse(self, code: int, why: str) -> None:
-        log.info("MQTT %s: CONNECT refused (0x%02X): %s", self.peer, code, why)
-        self._emit(encode(ConnAck(False, code, _reason(why) if self.version == MQTT_5 else NO_PROPERTIES),
-                          self.version))
-        self._close()
-
-    def _login(self, acc: Accepted) -> str | None:
-        """The user the connection acts as; None: refused (CONNACK sent)."""
-        access = self.room.broker.access
-        loopback = _loopback(self.peer.rsplit(":", 1)[0])
-        bad_login = BAD_USER_NAME_OR_PASSWORD if self.version == MQTT_5 else REFUSED_BAD_USER_NAME_OR_PASSWORD
-        not_authorized = NOT_AUTHORIZED if self.version == MQTT_5 else REFUSED_NOT_AUTHORIZED
-        if acc.username is None:
-            anon = self.factory.anonymous
-            if anon == "off" or (anon == "loopback" and not loopback):
-                self._refuse(not_authorized, "anonymous clients are not allowed here (--mqtt-anonymous)")
-                return None
-            name = self.room.broker.default_user
-        else:
-            user = access.authenticate(acc.username, (acc.password or b"").decode("utf-8", "replace"))
-            if user is None:
-                self._refuse(bad_login, f"bad user name or password for {acc.username!r}")
-                return None
-            name = user.name
-            if access.loopback_only(name) and not loopback:
-                self._refuse(not_authorized, f"user {name!r} can only connect from loopback")
-                return None
-        vhost = self.room.vhost_name
-        if access.permission(name, vhost) is None:
-            self._refuse(not_authorized, f"user {name!r} has no permissions in vhost {vhost!r}")
-            return None
-        self._may_write = self._allowed(name, "write")
-        self._may_read = self._allowed(name, "read")
-        return name
-
-    def _allowed(self, user: str, perm: Perm) -> bool:
-        try:
-            self.room.broker.access.check(user, self.room.vhost_name, perm, "exchange", EXCHANGE)
-        except LogbusError:
-            return False
-        return True
-
-    def _topic_allowed(self, perm: TopicPerm, key: str) -> bool:
-        """The user's topic permission on amq.topic (none: allowed)."""
-        session = self.session
-        return self.room.broker.access.topic_allowed(self.user, self.room.vhost_name, EXCHANGE, perm, key,
-                                                     session.client_id if session is not None else "")
-
-    # -- subscriptions ----------------------------------------------------------------------------
-
-    def _subscribe(self, p: Subscribe) -> None:
-        s = self.session
-        assert s is not None
-        sid = p.properties.subscription_identifiers[0] if p.properties.subscription_identifiers else None
-        filtered, refusal = subscription_filter(p.properties)
-        refused: str | None = None  # the SUBACK's reason string
-        codes: list[int] = []
-        retained: list[tuple[str, int]] = []  # (filter, maximum QoS)
-        for sub in p.subscriptions:
-            if not self._may_read or not self._topic_allowed("read", binding_key(inner_filter(sub.topic_filter))):
-                codes.append(NOT_AUTHORIZED if self.version == MQTT_5 else 0x80)
-                continue
-            if refusal is not None:
-                codes.append(IMPLEMENTATION_SPECIFIC_ERROR)
-                refused = refusal
-                continue
-            existed = self.room.subscribe(s, sub, sid, filtered)
-            codes.append(sub.qos)
-            if retained_on_subscribe(sub, existed):
-                retained.append((inner_filter(sub.topic_filter), sub.qos))
-        self._write(SubAck(p.packet_id, tuple(codes), _reason(refused)))
-        now = self.room.clock()
-        for topic_filter, qos in retained:
-            for rec in self.room.retained.match(topic_filter):
-                if rec.topic.startswith("$") and topic_filter[:1] in ("+", "#"):
-                    continue
-                if filtered is not None and not retained_passes(rec, filtered):
-                    continue
-                out = retained_publish(rec, qos, self.version, now, sid)
-                if out is not None:
-                    self._send_retained(out)
-        self.room.dispatch(s)
-
-    def _unsubscribe(self, p: Unsubscribe) -> None:
-        s = self.session
-        assert s is not None
-        codes = tuple(0 if self.room.unsubscribe(s, f) else NO_SUBSCRIPTION_EXISTED for f in p.topic_filters)
-        self._write(UnsubAck(p.packet_id, codes if self.version == MQTT_5 else ()))
-
-    # -- the rest -------------------------------------------------------------------------------------
-
-    def _pingreq(self, p: PingReq) -> None:
-        self._write(PingResp())
-
-    def _disconnect(self, p: Disconnect) -> None:
-        s = self.session
-        assert s is not None
-        expiry = p.properties.session_expiry_interval
-        if expiry is not None:
-            if s.expiry == 0 and expiry != 0:
-                raise MqttError(PROTOCOL_ERROR, "a session expiry interval in DISCONNECT after 0 in CONNECT")
-            s.expiry = expiry
-        if p.reason_code != DISCONNECT_WITH_WILL_MESSAGE:
-            self.will = None
-        self._close()
+        self._timer = self.factory.reactor.callLater(m.keep_alive - idle, self._keep_alive_check)
 
 
-def _reason(text: str | None) -> Properties:
-    """A Reason String (MQTT 5: CONNACK and DISCONNECT may carry one whatever the client's
-    Request Problem Information), kept short enough for any client's packet size."""
-    return Properties(reason_string=text[:200]) if text else NO_PROPERTIES
+def _items(batch: list[Pending]) -> list[tuple[str, str, Any, None]]:
+    return [(EXCHANGE, b.message.envelope.routing_key, b.message, None) for b in batch]
+
+
+_CARRY: dict[type, Callable[[MqttProtocol, Any], None]] = {
+    Login: MqttProtocol._login,
+    AddSubscriptions: MqttProtocol._add_subscriptions,
+    RemoveSubscriptions: MqttProtocol._remove_subscriptions,
+    MatchRetained: MqttProtocol._match_retained,
+    PublishBatch: MqttProtocol._publish_batch,
+    Retain: MqttProtocol._retain,
+    Settle: MqttProtocol._settle,
+    SaveSession: MqttProtocol._save_session,
+    Consume: MqttProtocol._consume,
+    Dispatch: MqttProtocol._dispatch,
+    QuickAck: MqttProtocol._quick_ack,
+    ArmKeepAlive: MqttProtocol._arm_keep_alive,
+    Detach: MqttProtocol._detach,
+    Close: MqttProtocol._close,
+}
 
 
 class MqttFactory(Factory):
