@@ -71,6 +71,13 @@ log = logging.getLogger(__name__)
 _PINGRESP = b"\xd0\x00"
 
 
+class UnexpectedPacket(MqttError):
+    """A packet ``TRANSITIONS`` lacks for the connection's state (0x82 Protocol Error)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(PROTOCOL_ERROR, text)
+
+
 class _AllowNothing:
     def may_publish(self, routing_key: str) -> bool:
         return False
@@ -108,6 +115,7 @@ class Machine:
         self._next = 0  # index of the next packet to handle
         self._reading = False  # the end of the read is still to be handled
         self._error: MqttError | None = None  # the read's error, once its packets are handled
+        self.error: MqttError | None = None  # the protocol error the connection was closed for
         self._waiting = 0  # answers waiting for the disk when the read began
         self._dispatch_due = False  # acknowledgements made room: hand out more at the end of the read
         self._dispatch: Dispatch | None = None
@@ -201,12 +209,12 @@ class Machine:
 
     def _unexpected(self, p: Any) -> MqttError:
         if self.state is State.AWAITING_CONNECT:
-            return MqttError(PROTOCOL_ERROR, f"{type(p).__name__.upper()} before CONNECT")
+            return UnexpectedPacket(f"{type(p).__name__.upper()} before CONNECT")
         if isinstance(p, Connect):
-            return MqttError(PROTOCOL_ERROR, "a second CONNECT")
+            return UnexpectedPacket("a second CONNECT")
         if isinstance(p, Auth):
-            return MqttError(PROTOCOL_ERROR, "AUTH without an authentication method in CONNECT")
-        return MqttError(PROTOCOL_ERROR, f"{type(p).__name__.upper()} is sent by servers, not clients")
+            return UnexpectedPacket("AUTH without an authentication method in CONNECT")
+        return UnexpectedPacket(f"{type(p).__name__.upper()} is sent by servers, not clients")
 
     # -- inputs: the shell's answers and events --------------------------------------------------
 
@@ -388,6 +396,7 @@ class Machine:
         self._asked = self._asking = None
 
     def _protocol_error(self, e: MqttError) -> None:
+        self.error = e
         log.info("MQTT %s (%s): %s", self.peer, self.session.client_id if self.session else "-", e)
         if self.state is State.AWAITING_CONNECT:
             if isinstance(e, UnsupportedProtocolVersion):
