@@ -224,8 +224,8 @@ class LogbusService(MultiService):
 
 def build_service(settings: Settings, reactor: Any) -> LogbusService:
     from .core.broker import Broker
-    from .gateway.amqp.model import VHost
-    from .gateway.amqp.model.filtering import filter_properties
+    from .gateway.amqp.model.forms import AMQP_FORMS
+    from .gateway.amqp.model.upgrade import AMQP_LEGACY
 
     broker = Broker(
         settings.data_dir,
@@ -239,8 +239,9 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         loopback_users=settings.loopback_users,
         queue_max_message_bytes=settings.amqp_max_message_size,
         pop_retry=pop_retry_policy(settings.pop_retry_backoff, settings.pop_max_deliveries),
-        vhost_model=VHost,  # the AMQP room: vhosts as AMQP declares them
-        message_properties=filter_properties,  # AMQP headers with their types, for pop filters
+        # AMQP's forms of the neutral model's messages: typed headers, x-death (core/forms.py)
+        forms=AMQP_FORMS,
+        legacy=AMQP_LEGACY,  # definitions stored with AMQP field tables, upgraded at start (decision 0021)
     )
     service = LogbusService(broker)
     for name, description in settings.listeners().items():

@@ -15,14 +15,19 @@ import fcntl
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Sequence
+
+from google.protobuf.message import Message as ProtoMessage
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
 
 from .errors import (
+    AccessRefused,
     DataDirLocked,
+    LoginRefused,
     LogbusError,
+    LoopbackOnly,
     UnknownPartition,
 )
 from .log import AppendResult, LogManager, Record
@@ -35,10 +40,14 @@ from .pressure import (
     AlarmCollector,
     ResourceMonitor,
 )
-from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
+from .access.auth import Access, AccessChange, Action, InvalidAccess, Resource, VHostInfo, check_name
+from .connections import ConnectionRecord, Connections
+from .definitions import LegacyTranslation
+from .definitions import upgrade as upgrade_definitions
 from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
 from .routing.router import PREDECLARED
-from .state import StateStore, vhost_definitions_prefixes
+from .retained import RetainedStore
+from .state import CF_SESSIONS, StateStore, session_key, session_prefix, vhost_definitions_prefixes
 from .streams.facade import ConsumerGroups, StreamModel
 from .streams.groups import GroupCoordinator
 from ..retry.policy import POP_DEFAULT, RetryPolicy
@@ -47,7 +56,9 @@ from .queues.journal import QueueStore
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pop import Popped, PopGroups, check_delay
 from .queues.replay import DeadLetterReplay
-from .queues.feed import Feed, VHostFactory, VHostModel
+from .queues.feed import Feed
+from .forms import NEUTRAL, Forms
+from .vhost import VHost
 from .queues.timers import Timers
 from .streams.producers import ProducerRegistry
 from .topics import TopicAdmin, TopicInfo
@@ -56,7 +67,7 @@ log = logging.getLogger(__name__)
 
 EXCHANGE_TOPIC_SLACK = 1 << 20  # a record's envelope, headers and framing beside its body
 HOUSEKEEPING_SECONDS = 10.0
-EXPIRY_SECONDS = 0.1  # how often queues drop expired messages (x-message-ttl)
+EXPIRY_SECONDS = 0.1  # how often queues drop expired messages (a message TTL)
 PRESSURE_SECONDS = 1.0  # how often memory and disk are checked against their limits
 
 
@@ -75,8 +86,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         loopback_users: Sequence[str] = ("guest",),
         queue_max_message_bytes: int = 128 << 20,
         pop_retry: RetryPolicy = POP_DEFAULT,
-        vhost_model: VHostFactory | None = None,
-        message_properties: Callable[[Message, str], Mapping[str, Any]] | None = None,
+        forms: Forms = NEUTRAL,
+        legacy: LegacyTranslation | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -91,10 +102,12 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         # max_message_size): topics created for exchanges take batches that large
         self.queue_max_message_bytes = queue_max_message_bytes
         self.pop_retry = pop_retry  # pop groups' backoff and delivery limit
-        # how a vhost's queue model is made (the AMQP gateway's); None: no vhost is opened
-        self.vhost_model = vhost_model
-        # what a pop group's selector sees of a message (the AMQP gateway's decodes AMQP headers)
-        self.message_properties = message_properties
+        # what the protocols add to the neutral model: typed headers, dead-letter copies
+        # (core/forms.py; the server hands the AMQP gateway's)
+        self.forms = forms
+        # how definitions stored in the form before the neutral one read (the AMQP
+        # gateway's): they are rewritten at start (core/definitions.upgrade)
+        self.legacy = legacy
         # Made here, not at start, so gateways built before start can subscribe to it.
         self.pressure = ResourceMonitor(self.data_dir, memory_high_watermark=memory_high_watermark,
                                         disk_free_limit=disk_free_limit)
@@ -109,15 +122,19 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         # Users, vhosts, permissions: made here so gateways can subscribe before start.
         self.access = Access(loopback_users=loopback_users)
         self.default_user, self.default_pass = default_user, default_pass
-        # The queue model (AMQP), one VHost per stored vhost, opened at start. Always THIS
-        # dict: connections look their vhost up in it, so it is changed in place.
-        self.vhosts: dict[str, VHostModel] = {}
+        # every client connection of every protocol (core/connections.py)
+        self.connections = Connections(self._clock)
+        # The vhost model, one VHost per stored vhost, opened at start. Always THIS dict:
+        # connections look their vhost up in it, so it is changed in place.
+        self.vhosts: dict[str, VHost] = {}
         self._expiry: LoopingCall | None = None
         # the protocol rooms gateways keep (the MQTT sessions: "mqtt"), for the CLI and HTTP API
         self.rooms: dict[str, Any] = {}
         self.log: LogManager | None = None
         self._lock_fd: int | None = None
         self._housekeeping: LoopingCall | None = None
+        # retained messages by topic (MQTT's), loaded at start
+        self.retained = RetainedStore(None, self._clock)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -127,6 +144,10 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self._lock()
         try:
             self.state = StateStore(self.data_dir / "state")
+            if self.legacy is not None:
+                n = upgrade_definitions(self.state, self.legacy)
+                if n:
+                    log.info("%d stored definitions rewritten in the neutral form", n)
             self.producers = ProducerRegistry(self.state)
             offsets = self.groups.open(self.state)
             self.log = LogManager(
@@ -136,10 +157,10 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
                 metrics=self.metrics,
             )
             self._open_topics()
+            self._open_vhosts()
         except BaseException:
             self._close_all()
             raise
-        self._open_vhosts()
         self._housekeeping = LoopingCall(self.housekeeping)
         self._housekeeping.clock = self.reactor
         self._housekeeping.start(HOUSEKEEPING_SECONDS, now=False)
@@ -166,12 +187,13 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self.queue_store = QueueStore(self.state, self.reactor)
         self.timers = Timers(self.queue_store, self.state, self._clock, self.reactor)
         self.access.open(self.state)
+        self.retained = RetainedStore(self.state, self._clock)
+        self.retained.load()
         self.access.seed(self.default_user, self.default_pass)
         self.vhosts.clear()
         self.pop = PopGroups(self.state, self.queue_store, self.timers, MessageStore(log_batch_reader(self.log)),
                              clock=self._clock, dead_letter=self._append_dead_letter, retry=self.pop_retry)
-        if self.message_properties is not None:
-            self.pop.properties = self.message_properties
+        self.pop.properties = self.forms.properties
         self.pop.load()
         self.feed = Feed(self.vhosts, self.pop, self.timers, MessageStore(log_batch_reader(self.log)), self._clock)
         for name in self.access.vhosts:
@@ -181,7 +203,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
     def _clock(self) -> int:
         return int(self.reactor.seconds() * 1000)
 
-    def _hook(self, vhost: VHostModel) -> None:
+    def _hook(self, vhost: VHost) -> None:
         vhost.watches = self.pop.watches
         vhost.appended = self.pop.appended
         vhost.delay = self.feed.delay
@@ -195,12 +217,10 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         ``topic`` (``Feed.route_appended``): the append stands whatever happens there."""
         return self.feed.route_appended(topic, partition, base, data, infos)
 
-    def _open_vhost(self, name: str) -> VHostModel | None:
+    def _open_vhost(self, name: str) -> VHost:
         assert self.log is not None
-        if self.vhost_model is None:
-            return None
-        vhost = self.vhost_model(name, self.log, self._create_exchange_topic, self.queue_store,
-                      clock=self._clock, store=self.state, topic_owner=self._topic_owner, timers=self.timers)
+        vhost = VHost(name, self.log, self._create_exchange_topic, self.queue_store, clock=self._clock,
+                      store=self.state, topic_owner=self._topic_owner, timers=self.timers, forms=self.forms)
         self._hook(vhost)
         vhost.load()
         self.vhosts[name] = vhost
@@ -254,8 +274,102 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
             self.access.forget_vhost(name, b)
         log.info("deleted vhost %r (its log topics are kept)", name)
 
-    def vhost(self, name: str) -> VHostModel | None:
-        """The open vhost ``name``'s model (the AMQP room's ``VHost``), None if none."""
+    # -- connections and access: every gateway's one way in --------------------------------------
+
+    def connection_opened(self, protocol: str, peer: str, *, tls: bool,
+                          close: Callable[[str], object]) -> ConnectionRecord:
+        """Register a client connection; the gateway sets its user, vhost and client id on
+        the record as it learns them, and calls ``connection_closed`` when it ends.
+        ``close(reason)`` closes it in the protocol's terms (``close_connection``)."""
+        return self.connections.open(protocol, peer, tls=tls, close=close)
+
+    def connection_closed(self, connection: ConnectionRecord) -> None:
+        self.connections.closed(connection)
+
+    def list_connections(self, protocol: str | None = None) -> list[ConnectionRecord]:
+        return self.connections.list(protocol)
+
+    def close_connection(self, id: int, reason: str = "closed by an administrator") -> bool:
+        """Close connection ``id``, whatever its protocol; False when there is none."""
+        return self.connections.close(id, reason)
+
+    def authenticate(self, user: str, password: str, *, loopback: bool) -> None:
+        """Raises LoginRefused (bad user name or password) or LoopbackOnly (``user`` may
+        connect from loopback only, and ``loopback`` is False)."""
+        if self.access.authenticate(user, password) is None:
+            raise LoginRefused(f"bad user name or password for user '{user}'")
+        if self.access.loopback_only(user) and not loopback:
+            raise LoopbackOnly(f"user '{user}' can only connect via localhost")
+
+    def authorize(self, user: str, action: Action, resource: Resource) -> None:
+        """THE access check of every gateway: raises AccessRefused unless ``user`` may do
+        ``action`` to ``resource`` (RabbitMQ's model: permissions per vhost with
+        configure / write / read expressions, topic permissions by routing key)."""
+        a = self.access
+        if action == "administer":
+            u = a.users.get(user)
+            if u is None or not u.is_administrator:
+                raise AccessRefused(f"user '{user}' is not an administrator")
+            return
+        if action == "access":
+            if a.permission(user, resource.vhost) is None:
+                raise AccessRefused(f"access to vhost '{resource.vhost}' refused for user '{user}'")
+            return
+        a.check(user, resource.vhost, action, resource.kind, resource.name)
+        key = resource.routing_key
+        if key is not None and action != "configure" and a.restricts_topics(user, resource.vhost, resource.name):
+            a.check_topic(user, resource.vhost, resource.name, action, key, resource.client_id)
+
+    def topic_restricted(self, user: str, vhost: str, exchange: str) -> bool:
+        """Whether ``user`` has a topic permission on ``exchange``: then whether it may
+        publish or bind depends on each routing key (``authorize`` with one)."""
+        return self.access.restricts_topics(user, vhost, exchange)
+
+    def on_access_change(self, listener: Callable[[AccessChange], None]) -> None:
+        """``listener(change)`` before a user or vhost is deleted (a gateway closes their
+        connections first)."""
+        self.access.subscribe(listener)
+
+    def on_alarms(self, listener: Callable[[frozenset[str]], None]) -> frozenset[str]:
+        """``listener(alarms)`` whenever the memory or disk alarms change; returns the
+        alarms now (core/pressure.py)."""
+        self.pressure.subscribe(listener)
+        return self.pressure.alarms
+
+    @property
+    def access_version(self) -> int:
+        """Bumped by every change of users and permissions: a gateway that caches what
+        ``authorize`` said checks again when it moves."""
+        return self.access.version
+
+    # -- what protocol sessions keep (MQTT) ---------------------------------------------------
+
+    def stored_sessions(self, protocol: str) -> Iterator[bytes]:
+        """The stored records of ``protocol``'s sessions that outlive their connections."""
+        for _, raw in self._state.scan_prefix(CF_SESSIONS, session_prefix(protocol)):
+            yield raw
+
+    def save_session(self, protocol: str, client_id: str, record: ProtoMessage) -> None:
+        """Store (or replace) a session's record; written without a WAL sync, as queue
+        entries are (a power loss may lose the last ones)."""
+        self._state.put(CF_SESSIONS, session_key(protocol, client_id), record)
+
+    def forget_session(self, protocol: str, client_id: str) -> None:
+        self._state.delete(CF_SESSIONS, session_key(protocol, client_id))
+
+    def commit(self) -> None:
+        """Write the queues' changes of this turn now rather than at its end (a protocol
+        about to answer for a settlement it must not lose to a crash)."""
+        self.queue_store.commit()
+
+    @property
+    def _state(self) -> StateStore:
+        if self.state is None:
+            raise RuntimeError("broker is not started")
+        return self.state
+
+    def vhost(self, name: str) -> VHost | None:
+        """The open vhost ``name``'s model, None if none."""
         return self.vhosts.get(name)
 
     def list_vhosts(self) -> list[VHostInfo]:

@@ -112,6 +112,18 @@ class AccessRefused(Refused):
     code = "access_refused"
 
 
+class LoginRefused(AccessRefused):
+    """A bad user name or password."""
+
+    code = "login_refused"
+
+
+class LoopbackOnly(AccessRefused):
+    """A user who may connect only from a loopback address, from another one."""
+
+    code = "loopback_only"
+
+
 class PreconditionFailed(Refused):
     code = "precondition_failed"
 

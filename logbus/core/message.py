@@ -45,17 +45,14 @@ class Message:
     timestamp: int | None = None  # epoch milliseconds; None: the append time
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)  # user properties
     envelope: Envelope = field(default_factory=Envelope)
-    # The AMQP property list as a publisher sent it, delivered unchanged while the
-    # message is in memory (as RabbitMQ keeps the content header). Never stored: a
-    # message read back from the log has None and its properties are built from the
-    # envelope.
-    amqp_properties: bytes | None = field(default=None, compare=False, repr=False)
-    # What every AMQP delivery of this message repeats, encoded on the first one
-    # (gateway/amqp/fastpath.py ``deliver_parts``); never stored.
-    amqp_wire: tuple[bytes, bytes] | None = field(default=None, compare=False, repr=False)
-    # The last MQTT QoS 0 PUBLISH of this message encoded, with what it was encoded for
-    # (gateway/mqtt/protocol.py ``deliver``): a fan-out encodes it once; never stored.
-    mqtt_wire: tuple[Any, bytes] | None = field(default=None, compare=False, repr=False)
+    # The properties as the publisher's protocol encoded them (``envelope.protocol``;
+    # the AMQP gateway delivers them unchanged while the message is in memory, as
+    # RabbitMQ keeps the content header). Never stored: a message read back from the
+    # log has None and its properties are built from the envelope.
+    origin_properties: bytes | None = field(default=None, compare=False, repr=False)
+    # What every delivery of this message in a protocol repeats, encoded by that
+    # protocol's gateway on the first one, by protocol name; never stored.
+    encoded: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     # What ``to_record`` would make of ``headers`` and ``envelope``, when the publisher
     # already has it (messages with equal properties share one); never stored.
     record_headers: list[tuple[str, bytes | None]] | None = field(default=None, compare=False, repr=False)

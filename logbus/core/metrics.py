@@ -25,13 +25,12 @@ class Metrics:
         self.partitions = Gauge("logbus_partitions", "Open partitions", registry=r)
         self.topics = Gauge("logbus_topics", "Topics", registry=r)
         self.open_files = Gauge("logbus_open_files", "Segment files held open", registry=r)
-        self.amqp_read_lingers = Counter(
-            "logbus_amqp_read_lingers",
-            "Pauses in reading a pipelining AMQP connection, to read more at once (read linger)",
-            registry=r,
-        )
-        self.amqp_read_linger_seconds = Counter(
-            "logbus_amqp_read_linger_seconds",
-            "Seconds those pauses lasted, together (divided by the pauses: the mean linger)",
-            registry=r,
-        )
+        self._counters: dict[str, Counter] = {}
+
+    def counter(self, name: str, documentation: str) -> Counter:
+        """A gateway's own counter, made on first use and shared by every later caller
+        (a broker may serve one protocol through several factories)."""
+        c = self._counters.get(name)
+        if c is None:
+            c = self._counters[name] = Counter(name, documentation, registry=self.registry)
+        return c

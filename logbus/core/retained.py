@@ -25,10 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .state import RETAINED_PREFIX, StateStore, retained_key, retained_topic
+from .state import CF_METADATA, RETAINED_PREFIX, StateStore, retained_key, retained_topic
 from .state_pb2 import RetainedRecord
 
-CF_METADATA = "metadata"
 
 
 @dataclass(slots=True)

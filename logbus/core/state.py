@@ -19,8 +19,9 @@ metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``
                ``+ name + b"\0"``
                ``b"binding\0" + vhost + b"\0"``    ``BindingRecord`` (digest: the
                ``+ source + b"\0" + kind + b"\0"``  first 8 bytes of SHA-1 over
-               ``+ destination + b"\0" + key``      the frozen arguments)
-               ``+ b"\0" + digest``
+               ``+ destination + b"\0" + key``      the frozen arguments, and the
+               ``+ b"\0" + digest``                filter if any:
+                                                   ``definitions.binding_digest``)
                ``b"user\0" + name + b"\0"``       ``UserRecord`` (core/access/auth.py)
                ``b"vhost\0" + name + b"\0"``      ``VHostRecord``
                ``b"permission\0" + vhost``        ``PermissionRecord`` (vhost
@@ -32,6 +33,12 @@ metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``
                                                    timer id not yet reserved
                ``b"popgroup\0" + group + b"\0"``   ``PopGroupRecord``: a pop group
                ``+ topic + b"\0"``                 reading a topic
+               ``b"topicperm\0" + vhost + b"\0"``  ``TopicPermissionRecord``
+               ``+ user + b"\0" + exchange``       (core/access/auth.py)
+               ``+ b"\0"``
+               ``b"retained\0" + topic + b"\0"``   ``RetainedRecord``: the retained
+                                                   message of an MQTT topic name
+                                                   (core/retained.py)
 offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
                ``+ topic + b"\0" + partition``     (consumer-group commits;
                (partition: uint32 big-endian)      see ``group_offset_key``)
@@ -47,7 +54,9 @@ timers         ``b"timer\0" + due ms + id``        ``TimerRecord``: a retry or a
                (uint64, uint64 big-endian; the     delayed message due then
                id unique for ever: reserved in     (core/queues/timers.py)
                blocks, ``TIMER_IDS_KEY``)
-sessions       (later) client id / retained topic  MQTT session, retained message
+sessions       ``b"mqtt\0" + client id + b"\0"``  ``MqttSessionRecord``: an MQTT
+               (``session_key``)                   session that outlives its
+                                                   connection (gateway/mqtt/room.py)
 producers      ``b"producer\0" + topic + b"\0"``   ``ProducerRecord`` (idempotent
                ``+ partition + producer id``        producer's sequences; see
                (uint32, uint64 big-endian)          ``producer_key``)
@@ -114,6 +123,12 @@ from rocksdict import (
 )
 
 __all__ = [
+    "CF_METADATA",
+    "CF_OFFSETS",
+    "CF_PRODUCERS",
+    "CF_QUEUES",
+    "CF_SESSIONS",
+    "CF_TIMERS",
     "COLUMN_FAMILIES",
     "TOPIC_PREFIX",
     "DbClosedError",
@@ -124,14 +139,15 @@ __all__ = [
 
 M = TypeVar("M", bound=ProtoMessage)
 
-COLUMN_FAMILIES: tuple[str, ...] = (
-    "metadata",  # topics, exchanges, queues, bindings, users, vhosts, permissions
-    "offsets",  # consumer-group committed offsets
-    "queues",  # queue pointer indexes and ack state
-    "timers",  # leases and timers
-    "sessions",  # MQTT sessions and retained messages
-    "producers",  # producer idempotence
-)
+# One constant per column family; every module names its family by these.
+CF_METADATA = "metadata"  # topics, definitions, users, vhosts, permissions, pop groups, retained messages
+CF_OFFSETS = "offsets"  # consumer groups' committed offsets
+CF_QUEUES = "queues"  # queue entries and delivered marks
+CF_TIMERS = "timers"  # retries and delayed messages by due time
+CF_SESSIONS = "sessions"  # MQTT sessions that outlive their connection
+CF_PRODUCERS = "producers"  # idempotent producers' sequence state
+
+COLUMN_FAMILIES: tuple[str, ...] = (CF_METADATA, CF_OFFSETS, CF_QUEUES, CF_TIMERS, CF_SESSIONS, CF_PRODUCERS)
 
 TOPIC_PREFIX = b"topic\x00"
 
@@ -478,12 +494,15 @@ def retained_topic(key: bytes) -> str:
     return key[len(RETAINED_PREFIX) : -1].decode()
 
 
-MQTT_SESSION_PREFIX = b"mqtt\x00"
+def session_prefix(protocol: str) -> bytes:
+    """sessions CF: every stored session of a protocol (``"mqtt"``)."""
+    return _text(protocol)
 
 
-def mqtt_session_key(client_id: str) -> bytes:
-    """sessions CF: an MQTT session's ``MqttSessionRecord`` (gateway/mqtt/room.py)."""
-    return MQTT_SESSION_PREFIX + _text(client_id)
+def session_key(protocol: str, client_id: str) -> bytes:
+    """sessions CF: a protocol's session that outlives its connection, by client id (an
+    MQTT session's ``MqttSessionRecord``: ``b"mqtt\0" + client id + b"\0"``)."""
+    return _text(protocol) + _text(client_id)
 
 
 # -- metadata CF: AMQP definitions (logbus.core.definitions) -----------------------------
@@ -510,14 +529,20 @@ def definitions_prefix(prefix: bytes, vhost: str) -> bytes:
     return prefix + _text(vhost)
 
 
+def definition_vhost(prefix: bytes, key: bytes) -> str:
+    """The vhost of a definitions key made with ``prefix`` (an exchange's, queue's or
+    binding's)."""
+    return key[len(prefix):].split(b"\x00", 1)[0].decode()
+
+
 def vhost_definitions_prefixes(vhost: str) -> list[tuple[str, bytes]]:
     """``(column family, prefix)`` of every record that belongs to one vhost: its
     exchanges, queues, bindings and permissions (metadata) and its queue entries and
     delivered marks (queues). Deleting a vhost deletes every key under these prefixes."""
-    return [("metadata", definitions_prefix(p, vhost))
+    return [(CF_METADATA, definitions_prefix(p, vhost))
             for p in (EXCHANGE_PREFIX, QUEUE_PREFIX, BINDING_PREFIX, PERMISSION_PREFIX,
                       TOPIC_PERMISSION_PREFIX)] + [
-        ("queues", QUEUE_ENTRY_PREFIX + _text(vhost)), ("queues", QUEUE_DELIVERED_PREFIX + _text(vhost))]
+        (CF_QUEUES, QUEUE_ENTRY_PREFIX + _text(vhost)), (CF_QUEUES, QUEUE_DELIVERED_PREFIX + _text(vhost))]
 
 
 # -- metadata CF: users, vhosts, permissions (logbus.core.access.auth) -----------------------------

@@ -14,14 +14,13 @@ from .errors import InvalidConfig, LogbusError, OffsetOutOfRange, TopicExists, U
 from .log import LogManager
 from .log.batch import now_ms
 from .log.topic_config import TopicConfig, validate_topic_name
-from .state import TOPIC_PREFIX, StateStore, topic_key
+from .state import CF_METADATA, TOPIC_PREFIX, StateStore, topic_key
 from .state_pb2 import TopicRecord
 from .streams.groups import GroupCoordinator
 from .streams.producers import ProducerRegistry
 
 log = logging.getLogger(__name__)
 
-CF_METADATA = "metadata"
 
 
 @dataclass(frozen=True, slots=True)

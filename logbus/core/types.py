@@ -1,47 +1,195 @@
-"""The value types the Broker's methods take and return, for the gateways.
+"""The public types the Broker facade lists: what its methods (and the vhost model it
+hands out, ``Broker.vhost``) take and return, for the gateways.
 
 A gateway imports from ``logbus.core`` the facade (``broker.py``), the error vocabulary
-(``errors.py``) and this module; for the stream model and the log, never
-``core.log.*`` or ``core.streams.*`` themselves (tests/unit/test_layering.py checks it for
-the Kafka gateway and ``gateway/output.py``). Each name keeps its one owner: it is only
-re-exported here, except ``PartitionOffsets``, which exists for the facade.
+(``errors.py``) and this module, nothing else (tests/unit/test_layering.py). Each name
+keeps its one owner: it is only re-exported here, except ``PartitionOffsets``, which
+exists for the facade. The names are loaded on first use, so that a gateway's sans-I/O
+parts (the MQTT session machine) import what they name here without the broker's
+Twisted side.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .log.partition import AppendResult, FileSpan, ReadResult
-from .log.topic_config import TopicConfig, validate_topic_name
-from .streams.group_model import (
-    Code,
-    GroupDescription,
-    GroupListing,
-    JoinGroup,
-    JoinResult,
-    MemberDescription,
-    OffsetAndMetadata,
-    SyncResult,
-    TopicPartition,
-)
+if TYPE_CHECKING:
+    from .access.auth import SHA256, AccessChange, Action, Kind, Perm, Resource, User
+    from .access.topic_permissions import TopicPerm
+    from .connections import ConnectionRecord
+    from .definitions import LegacyTranslation
+    from .forms import DeadLetterCopy, Deaths, Forms
+    from .log.batch import Record
+    from .log.partition import AppendResult, FileSpan, ReadResult
+    from .message import ENVELOPE_HEADER, Envelope, Message
+    from .pressure import RESOURCES
+    from .queues.pop import MAX_INVISIBLE_MS, Popped, check_delay
+    from .queues.queue import OVERFLOW_MODES, Outcome, QueueLimits, Receipt
+    from .queues.service import Consumer, DeadLetterTarget, Delivery, QueueSettings, QueueState
+    from .retained import RetainedStore
+    from .routing.definitions import (
+        HEADERS,
+        QUEUE,
+        TOPIC,
+        Arguments,
+        Binding,
+        DestKind,
+        ExchangeDef,
+        HeaderMatch,
+        freeze_arguments,
+    )
+    from .state_pb2 import MqttSessionRecord, RetainedRecord
+    from .tick import tick_of
+    from .vhost import Published, PublishedMany, VHost
+    from .log.topic_config import TopicConfig, validate_topic_name
+    from .streams.group_model import (
+        Code,
+        GroupDescription,
+        GroupListing,
+        JoinGroup,
+        JoinResult,
+        MemberDescription,
+        OffsetAndMetadata,
+        SyncResult,
+        TopicPartition,
+    )
+
+_OWNER = {
+    "AccessChange": "access.auth",
+    "Action": "access.auth",
+    "AppendResult": "log.partition",
+    "Arguments": "routing.definitions",
+    "Binding": "routing.definitions",
+    "Code": "streams.group_model",
+    "ConnectionRecord": "connections",
+    "Consumer": "queues.service",
+    "DeadLetterCopy": "forms",
+    "DeadLetterTarget": "queues.service",
+    "Deaths": "forms",
+    "Delivery": "queues.service",
+    "DestKind": "routing.definitions",
+    "ENVELOPE_HEADER": "message",
+    "Envelope": "message",
+    "ExchangeDef": "routing.definitions",
+    "FileSpan": "log.partition",
+    "Forms": "forms",
+    "GroupDescription": "streams.group_model",
+    "GroupListing": "streams.group_model",
+    "HEADERS": "routing.definitions",
+    "HeaderMatch": "routing.definitions",
+    "JoinGroup": "streams.group_model",
+    "JoinResult": "streams.group_model",
+    "Kind": "access.auth",
+    "LegacyTranslation": "definitions",
+    "MAX_INVISIBLE_MS": "queues.pop",
+    "MemberDescription": "streams.group_model",
+    "Message": "message",
+    "MqttSessionRecord": "state_pb2",
+    "OVERFLOW_MODES": "queues.queue",
+    "OffsetAndMetadata": "streams.group_model",
+    "Outcome": "queues.queue",
+    "Perm": "access.auth",
+    "Popped": "queues.pop",
+    "Published": "vhost",
+    "PublishedMany": "vhost",
+    "QUEUE": "routing.definitions",
+    "QueueLimits": "queues.queue",
+    "QueueSettings": "queues.service",
+    "QueueState": "queues.service",
+    "RESOURCES": "pressure",
+    "ReadResult": "log.partition",
+    "Receipt": "queues.queue",
+    "Record": "log.batch",
+    "Resource": "access.auth",
+    "RetainedRecord": "state_pb2",
+    "RetainedStore": "retained",
+    "SHA256": "access.auth",
+    "SyncResult": "streams.group_model",
+    "TOPIC": "routing.definitions",
+    "TopicConfig": "log.topic_config",
+    "TopicPartition": "streams.group_model",
+    "TopicPerm": "access.topic_permissions",
+    "User": "access.auth",
+    "VHost": "vhost",
+    "check_delay": "queues.pop",
+    "freeze_arguments": "routing.definitions",
+    "tick_of": "tick",
+    "validate_topic_name": "log.topic_config",
+}
 
 __all__ = [
+    "ENVELOPE_HEADER",
+    "HEADERS",
+    "MAX_INVISIBLE_MS",
+    "OVERFLOW_MODES",
+    "QUEUE",
+    "RESOURCES",
+    "SHA256",
+    "TOPIC",
+    "AccessChange",
+    "Action",
     "AppendResult",
+    "Arguments",
+    "Binding",
     "Code",
+    "ConnectionRecord",
+    "Consumer",
+    "DeadLetterCopy",
+    "DeadLetterTarget",
+    "Deaths",
+    "Delivery",
+    "DestKind",
+    "Envelope",
+    "ExchangeDef",
     "FileSpan",
+    "Forms",
     "GroupDescription",
     "GroupListing",
+    "HeaderMatch",
     "JoinGroup",
     "JoinResult",
+    "Kind",
+    "LegacyTranslation",
     "MemberDescription",
+    "Message",
+    "MqttSessionRecord",
     "OffsetAndMetadata",
+    "Outcome",
     "PartitionOffsets",
+    "Perm",
+    "Popped",
+    "Published",
+    "PublishedMany",
+    "QueueLimits",
+    "QueueSettings",
+    "QueueState",
     "ReadResult",
+    "Receipt",
+    "Record",
+    "Resource",
+    "RetainedRecord",
+    "RetainedStore",
     "SyncResult",
     "TopicConfig",
     "TopicPartition",
+    "TopicPerm",
+    "User",
+    "VHost",
+    "check_delay",
+    "freeze_arguments",
+    "tick_of",
     "validate_topic_name",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    owner = _OWNER.get(name)
+    if owner is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{owner}", __package__), name)
+    globals()[name] = value
+    return value
 
 
 class PartitionOffsets(NamedTuple):

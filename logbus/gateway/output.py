@@ -215,3 +215,17 @@ def quick_ack(t: Any) -> Callable[[], None] | None:
             pass  # closing: nothing left to acknowledge
 
     return ack_now
+
+
+def peer_of(transport: Any) -> tuple[str, str]:
+    """(host, port) of a transport's peer, as text ("?" when it has none)."""
+    peer = transport.getPeer()
+    return str(getattr(peer, "host", "?")), str(getattr(peer, "port", "?"))
+
+
+def is_tls(transport: Any) -> bool:
+    """Whether a transport speaks TLS (directly, or under a WebSocket)."""
+    from twisted.internet.interfaces import ISSLTransport
+
+    inner = getattr(transport, "transport", None)  # a WebSocket's TCP or TLS transport
+    return ISSLTransport.providedBy(transport) or (inner is not None and ISSLTransport.providedBy(inner))

@@ -6,44 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from logbus.gateway.amqp.model import VHost
 from logbus.core.access.auth import AccessChange, InvalidAccess, UnknownVHost
-from logbus.core.broker import Broker
-from logbus.core.log import TopicConfig
 from logbus.core.message import Envelope, Message
 from logbus.core.state import queue_delivered_key, queue_entries_prefix
-from tests.loop import LoopReactor
-
-
-class Brokers:
-    """Start, stop and restart brokers on one data directory."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.loop = LoopReactor()
-        self.current: Broker | None = None
-
-    def start(self, **kw: Any) -> Broker:
-        kw.setdefault("topic_defaults", TopicConfig(flush="none"))
-        b = Broker(self.path, reactor=self.loop, vhost_model=VHost, **kw)
-        b.start()
-        self.current = b
-        return b
-
-    def stop(self) -> None:
-        if self.current is not None:
-            self.current.stop()
-            self.current = None
-        while self.loop.run_once():
-            pass
-
-    def restart(self, **kw: Any) -> Broker:
-        self.stop()
-        return self.start(**kw)
+from tests.core.brokers import Brokers
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from logbus.gateway.amqp.model import VHost
+from logbus.gateway.amqp.model.forms import AMQP_FORMS
 from logbus.core.broker import Broker
 from logbus.core.errors import InvalidConfig, UnknownTopic
 from logbus.core.log import Record
@@ -17,7 +17,7 @@ from tests.loop import LoopReactor
 
 def test_grow_topic_is_recorded_and_survives_restart(tmp_path: Any) -> None:
     loop = LoopReactor()
-    b = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
     b.create_topic("t", {"partitions": 2, "flush": "none"})
     assert len(b.grow_topic("t", 5).partitions) == 5
@@ -26,7 +26,7 @@ def test_grow_topic_is_recorded_and_survives_restart(tmp_path: Any) -> None:
     with pytest.raises(UnknownTopic):
         b.grow_topic("nope", 3)
     b.stop()
-    b2 = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b2 = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b2.start()
     info = b2.describe_topic("t")
     assert len(info.partitions) == 5 and info.config["flush"] == "none"
@@ -39,7 +39,7 @@ def test_retention_keeps_what_a_queue_points_into(tmp_path: Any) -> None:
     from logbus.core.message import Envelope, Message
 
     loop = LoopReactor()
-    b = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
     b.create_topic("__amqp_default", {"segment.bytes": 1024, "retention.ms": 1000, "flush": "none"})
     v = b.vhosts["/"]
@@ -63,7 +63,7 @@ def test_retention_keeps_what_a_queue_points_into(tmp_path: Any) -> None:
     b.stop()
     while loop.run_once():
         pass
-    b = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
     d = b.vhosts["/"].get("q", "me", no_ack=True)
     assert d is not None and d.message.value.startswith(b"m30") and d.entry.redelivered
@@ -82,7 +82,7 @@ def test_delete_records_moves_the_start_and_retention_drops_whole_segments(tmp_p
     from logbus.core.errors import OffsetOutOfRange, UnknownPartition
 
     loop = LoopReactor()
-    b = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
     b.create_topic("t", {"segment.bytes": 1024, "flush": "none", "partitions": 2})
     _fill(b, loop, "t", 40)
@@ -103,13 +103,13 @@ def test_delete_records_moves_the_start_and_retention_drops_whole_segments(tmp_p
     assert len(p.segments) == segments - 2 and p.log_start_offset == middle
     b.stop()
 
-    b2 = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b2 = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b2.start()
     p2 = b2.log.partition("t", 0)
     assert p2.log_start_offset == middle and b2.describe_topic("t").partitions[0].log_start_offset == middle
     assert b2.delete_records("t", {0: -1}) == {0: 40}  # -1: the high watermark
     b2.stop()
-    b3 = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b3 = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b3.start()
     assert b3.log.partition("t", 0).log_start_offset == 40
     b3.stop()
@@ -119,7 +119,7 @@ def test_alter_topic_is_recorded_applied_live_and_survives_restart(tmp_path: Any
     from logbus.core.errors import RecordTooLarge
 
     loop = LoopReactor()
-    b = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
     b.create_topic("t", {"flush": "none", "retention.ms": 60000})
     _fill(b, loop, "t", 3)
@@ -146,7 +146,7 @@ def test_alter_topic_is_recorded_applied_live_and_survives_restart(tmp_path: Any
     assert b.alter_topic("t", {"segment.ms": 5000}, validate_only=True).config["segment.ms"] == 5000
     assert p.config.segment_ms != 5000
     b.stop()
-    b2 = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b2 = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b2.start()
     config = b2.describe_topic("t").config
     assert config["flush"] == "sync" and config["max.message.bytes"] == 100
@@ -171,7 +171,7 @@ def test_creating_a_topic_never_deletes_files_it_did_not_create(tmp_path: Any) -
     before = _tree(tdir)
     assert any(before.values())
 
-    b = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
     try:
         assert "telemetry" not in b.log.topics
@@ -187,7 +187,7 @@ def test_creating_a_topic_never_deletes_files_it_did_not_create(tmp_path: Any) -
         assert len(b.create_topic("orders", {"flush": "none", "partitions": 3}).partitions) == 3
     finally:
         b.stop()
-    b2 = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b2 = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b2.start()
     assert "telemetry" not in b2.log.topics and _tree(tdir) == before
     b2.stop()
@@ -199,7 +199,7 @@ def test_retention_keeps_what_a_delayed_message_points_into(tmp_path: Any) -> No
     from logbus.core.message import Message
 
     loop = LoopReactor()
-    b = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
     b.create_topic("t", {"segment.bytes": 1024, "retention.ms": 1000, "flush": "none"})
     assert b.pop_receive("g", "t", "m", 1, 1000) == []
@@ -218,7 +218,7 @@ def test_retention_keeps_what_a_delayed_message_points_into(tmp_path: Any) -> No
     b.stop()
     while loop.run_once():
         pass
-    b = Broker(tmp_path, reactor=loop, vhost_model=VHost)
+    b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
     assert b.pop_receive("g", "t", "m", 10, 1000) == []  # not due yet
     deadline = time.monotonic() + 5

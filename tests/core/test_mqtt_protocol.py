@@ -21,7 +21,7 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
 from logbus.core.broker import Broker
-from logbus.gateway.amqp.model import VHost
+from logbus.gateway.amqp.model.forms import AMQP_FORMS
 from logbus.gateway.mqtt import (
     ConnAck, Connect, Decoder, Disconnect, PingReq, PingResp, PubAck, PubComp, Publish, PubRec, PubRel, SubAck,
     Subscribe, Subscription, UnsubAck, Unsubscribe, encode,
@@ -67,7 +67,7 @@ class MqttSessionMachine(RuleBasedStateMachine):
     def start(self) -> None:
         self._dir = tempfile.TemporaryDirectory()
         self.loop = LoopReactor()
-        self.broker = Broker(Path(self._dir.name), reactor=self.loop, vhost_model=VHost)
+        self.broker = Broker(Path(self._dir.name), reactor=self.loop, forms=AMQP_FORMS)
         self.broker.start()
         self.factory = MqttFactory(self.broker, self.loop)
         self.factory.startFactory()
@@ -217,7 +217,7 @@ test_mqtt_session_against_a_model = MqttSessionMachine.TestCase
 def _gateway(path: Path) -> Iterator[tuple[LoopReactor, Broker, MqttFactory]]:
     """A started broker on ``path`` with the MQTT gateway over it; both stopped after."""
     loop = LoopReactor()
-    broker = Broker(path, reactor=loop, vhost_model=VHost)
+    broker = Broker(path, reactor=loop, forms=AMQP_FORMS)
     broker.start()
     factory = MqttFactory(broker, loop)
     factory.startFactory()

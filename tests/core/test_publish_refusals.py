@@ -24,7 +24,9 @@ from logbus.core.message import Envelope, Message
 from logbus.core.queues.journal import QueueStore
 from logbus.core.routing.router import NotFound
 from logbus.core.state import StateStore
-from logbus.gateway.amqp.model.vhost import VHost
+from logbus.core.vhost import VHost
+from logbus.gateway.amqp.model.forms import AMQP_FORMS
+from tests.core.amqp_terms import AmqpTerms
 from tests.loop import LoopReactor
 
 QUEUES = ("q0", "q1", "q2", "capped")
@@ -52,7 +54,8 @@ class World:
                 self.lm.open_topic(d, TopicConfig(flush="none"))
         self.store = StateStore(self.tmp / "state")
         self.qs = QueueStore(self.store)
-        self.v = VHost("/", self.lm, self._create, self.qs, clock=lambda: 1_000_000, store=self.store)
+        self.v = AmqpTerms(VHost("/", self.lm, self._create, self.qs, clock=lambda: 1_000_000, store=self.store,
+                                 forms=AMQP_FORMS))
         self.v.load()
 
     def restart(self) -> None:

@@ -1,4 +1,4 @@
-"""The queue model wired together (gateway/amqp/model/vhost.py) on a temp dir: publish appends once
+"""The vhost model wired together (core/vhost.py, spoken to in AMQP's words) on a temp dir: publish appends once
 and enqueues everywhere it routes, consumers with credit get entries round-robin, acks,
 requeues in place, dead-lettering with x-death, overflow refusal, and restart of a
 durable queue from RocksDB."""
@@ -11,14 +11,17 @@ from typing import Any, Iterator
 
 import pytest
 
-from logbus.gateway.amqp.model.deadletter import amqp_headers
+from logbus.gateway.amqp.model.forms import AMQP_FORMS, amqp_headers
 from logbus.core.log import LogManager, TopicConfig
 from logbus.core.message import Envelope, Message
 from logbus.core.queues.journal import QueueStore
 from logbus.core.queues.msgstore import MESSAGE_OVERHEAD
 from logbus.core.routing.router import NotFound, PreconditionFailed, ResourceLocked
 from logbus.core.state import StateStore
-from logbus.gateway.amqp.model.vhost import Delivery, VHost
+from logbus.core.queues.queue import QueueLimits
+from logbus.core.queues.service import DeadLetterTarget, Delivery, QueueSettings
+from logbus.core.vhost import VHost
+from tests.core.amqp_terms import AmqpTerms
 from tests.loop import LoopReactor
 
 
@@ -51,8 +54,8 @@ class Env:
         self.lm = LogManager(self.tmp, self.loop)
         self.store = StateStore(self.tmp / "state")
         self.qs = QueueStore(self.store)
-        self.v = VHost("/", self.lm, lambda t: self.lm.open_topic(t, TopicConfig(flush="none"), create=True),
-                       self.qs, clock=lambda: self.now, store=self.store)
+        self.v = AmqpTerms(VHost("/", self.lm, lambda t: self.lm.open_topic(t, TopicConfig(flush="none"), create=True),
+                                 self.qs, clock=lambda: self.now, store=self.store, forms=AMQP_FORMS))
 
     def close(self) -> None:
         self.qs.commit()
@@ -66,8 +69,8 @@ class Env:
             self.lm.open_topic(d, TopicConfig(flush="none"))
         self.store = StateStore(self.tmp / "state")
         self.qs = QueueStore(self.store)
-        self.v = VHost("/", self.lm, lambda t: self.lm.open_topic(t, TopicConfig(flush="none"), create=True),
-                       self.qs, clock=lambda: self.now, store=self.store)
+        self.v = AmqpTerms(VHost("/", self.lm, lambda t: self.lm.open_topic(t, TopicConfig(flush="none"), create=True),
+                                 self.qs, clock=lambda: self.now, store=self.store, forms=AMQP_FORMS))
 
 
 @pytest.fixture
@@ -298,3 +301,36 @@ def test_x_expires_deletes_an_unused_queue(env: Env) -> None:
     env.restart()
     env.v.load()
     assert "idle" not in env.v.queues  # its definition went too
+
+
+def test_the_neutral_model_dead_letters_without_any_protocol(tmp_path: Path) -> None:
+    """The vhost model in its own terms (settings, no ``x-`` argument, the NEUTRAL forms):
+    a dead-lettered copy records where it died in ``Envelope.dead_letter``, and the
+    cycle rule holds on its deaths."""
+    loop = LoopReactor()
+    lm = LogManager(tmp_path, loop)
+    store = StateStore(tmp_path / "state")
+    now = [1_000_000]
+    v = VHost("/", lm, lambda t: lm.open_topic(t, TopicConfig(flush="none"), create=True), QueueStore(store),
+              clock=lambda: now[0], store=store)
+    try:
+        v.declare_exchange("dlx", "fanout")
+        v.declare_queue("dead")
+        v.bind("dlx", "dead")
+        ttl = QueueSettings(QueueLimits(message_ttl_ms=1000), dead_letter=DeadLetterTarget("dlx", "gone"))
+        v.declare_queue("q", ttl)
+        v.declare_queue("loop", QueueSettings(QueueLimits(message_ttl_ms=1000), dead_letter=DeadLetterTarget("")))
+        assert v.publish("", "q", msg(b"x", routing_key="q")).routed
+        assert v.publish("", "loop", msg(b"y", routing_key="loop")).routed
+        now[0] += 2000
+        v.expire()
+        c = Consumer("c", "ch", no_ack=True)
+        v.consume("dead", c)
+        (d,) = c.got
+        env = d.message.envelope
+        assert (env.dead_letter.reason, env.dead_letter.queue, env.dead_letter.time_ms) == ("expired", "q", now[0])
+        assert (env.exchange, env.routing_key, env.amqp_headers) == ("dlx", "gone", b"")
+        assert v.queue("loop").queue.message_count == 0  # expired back into itself: a cycle, dropped
+    finally:
+        lm.close()
+        store.close()

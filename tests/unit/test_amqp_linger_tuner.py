@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pamqp import body, frame, header
 from pamqp import commands as C
 
-from logbus.gateway.amqp.model import VHost
+from logbus.gateway.amqp.model.forms import AMQP_FORMS
 from logbus.core.broker import Broker
 from logbus.gateway.amqp.linger import HOLD, MAX_BYTES, MIN_MESSAGES, WINDOW, LingerTuner, lingers
 from logbus.gateway.amqp.session import Prompt, Session
@@ -131,7 +131,7 @@ class Client:
     def __init__(self, broker: Broker, loop: LoopReactor, prompt: Prompt) -> None:
         self.loop = loop
         self.out: list[bytes] = []
-        self.conn = Session(broker.vhost, broker.access, send=self.out.append, close=lambda: None,
+        self.conn = Session(broker, send=self.out.append, close=lambda: None,
                             reading=lambda on: None, reactor=loop, peer_is_loopback=True, prompt=prompt)
         self.read(HEADER, frame.marshal(C.Connection.StartOk({}, "PLAIN", "\0guest\0guest"), 0),
                   frame.marshal(C.Connection.TuneOk(2047, 131072, 0), 0),
@@ -167,7 +167,7 @@ def publishes(queue: str, n: int) -> list[bytes]:
 def test_publishes_delivered_to_a_waiting_consumer_do_not_linger_and_go_out_before_the_drain(
         tmp_path: Path) -> None:
     loop = LoopReactor()
-    broker = Broker(tmp_path, reactor=loop, vhost_model=VHost)  # flush "sync": a confirm waits for the drain's fdatasync
+    broker = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)  # flush "sync": a confirm waits for the drain's fdatasync
     broker.start()
     try:
         prompt = Prompt()

@@ -13,7 +13,7 @@ import pytest
 from pamqp import commands as C
 from pamqp import encode, frame
 
-from logbus.gateway.amqp.model import VHost
+from logbus.gateway.amqp.model.forms import AMQP_FORMS
 from logbus.core.broker import Broker
 from logbus.core.log import TopicConfig
 from logbus.gateway.amqp.session import Session
@@ -25,14 +25,14 @@ HEADER = b"AMQP\x00\x00\x09\x01"
 class Env:
     def __init__(self, tmp: Path, **broker_kw: Any) -> None:
         self.loop = LoopReactor()
-        self.broker = Broker(tmp, reactor=self.loop, vhost_model=VHost, topic_defaults=TopicConfig(flush="none"), **broker_kw)
+        self.broker = Broker(tmp, reactor=self.loop, forms=AMQP_FORMS, topic_defaults=TopicConfig(flush="none"), **broker_kw)
         self.broker.start()
 
     def login(self, user: str, password: str, vhost: str = "/", *, loopback: bool = True,
               mechanism: str = "PLAIN", before_open: Any = None) -> Any:
         """The handshake; the server's last method: Connection.OpenOk or Connection.Close."""
         out: list[bytes] = []
-        conn = Session(self.broker.vhost, self.broker.access, send=out.append, close=lambda: None,
+        conn = Session(self.broker, send=out.append, close=lambda: None,
                        reading=lambda on: None, reactor=self.loop, peer_is_loopback=loopback, peer="test")
         if mechanism == "PLAIN":
             response = f"\0{user}\0{password}"

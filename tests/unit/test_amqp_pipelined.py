@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 from pamqp import body, frame, header
 from pamqp import commands as C
 
-from logbus.gateway.amqp.model import VHost
+from logbus.gateway.amqp.model.forms import AMQP_FORMS
 from logbus.core.broker import Broker
 from logbus.core.log import TopicConfig
 from logbus.gateway.amqp.session import Session
+from tests.core.amqp_terms import AmqpTerms
 from tests.loop import LoopReactor
 
 HEADER = b"AMQP\x00\x00\x09\x01"
@@ -34,7 +35,7 @@ class Client:
     def __init__(self, broker: Broker, loop: LoopReactor, user: str = "guest", password: str = "guest") -> None:
         self.loop = loop
         self.out: list[bytes] = []
-        self.conn = Session(broker.vhost, broker.access, send=self.out.append, close=lambda: None,
+        self.conn = Session(broker, send=self.out.append, close=lambda: None,
                             reading=lambda on: None, reactor=loop, peer_is_loopback=True, peer="test")
         self.feed(HEADER, frame.marshal(C.Connection.StartOk({}, "PLAIN", f"\0{user}\0{password}"), 0),
                   frame.marshal(C.Connection.TuneOk(2047, 131072, 0), 0),
@@ -101,7 +102,7 @@ def outcome(methods: list[tuple[int, Any]], roles: dict[str, str] | None = None)
 class Env:
     def __init__(self, tmp: Path) -> None:
         self.loop = LoopReactor()
-        self.broker = Broker(tmp, reactor=self.loop, vhost_model=VHost, topic_defaults=TopicConfig(flush="none"))
+        self.broker = Broker(tmp, reactor=self.loop, forms=AMQP_FORMS, topic_defaults=TopicConfig(flush="none"))
         self.broker.start()
         self.vhost = self.broker.vhosts["/"]
 
@@ -130,7 +131,7 @@ def setup_topology(env: Env) -> dict[str, str]:
     (x-max-length 2, reject-publish) bound to the direct exchange with key s."""
     n = next(_names)
     names = {k: f"{k}{n}" for k in ("ex", "hx", "a", "b", "h", "small")}
-    v = env.vhost
+    v = AmqpTerms(env.vhost)
     v.declare_exchange(names["ex"], "direct")
     v.declare_exchange(names["hx"], "headers")
     for q in ("a", "b", "h"):

@@ -21,7 +21,7 @@ from kafka.protocol.admin import (
 )
 
 from logbus.core.broker import Broker
-from logbus.core.topics import CF_METADATA
+from logbus.core.state import CF_METADATA
 from logbus.core.log import Record, TopicConfig
 from logbus.core.state import topic_key
 from logbus.core.state_pb2 import TopicRecord

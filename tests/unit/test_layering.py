@@ -1,8 +1,12 @@
 """The arrows of docs/architecture.md section 1, checked over the source: ``logbus/core``
 imports no gateway, no protocol codec (pamqp, kafka-python's protocol classes) and not
-the server; ``logbus/retry`` imports nothing but the standard library; the Kafka gateway
-imports of ``logbus.core`` only the broker facade, ``errors`` and ``types``, and never
-names an attribute behind the broker (``broker.log``, ``broker.producers``, ...)."""
+the server, and holds no protocol's vocabulary (no ``amqp_``/``mqtt_`` name of its own, no
+``x-`` name); ``logbus/retry`` imports nothing but the standard library; no gateway
+imports another; every gateway imports of ``logbus.core`` only the broker facade,
+``errors`` and ``types`` (the public types the facade lists), never names an attribute
+behind the broker (``broker.log``, ``broker.state``, a vhost's ``service`` or
+``router``, ...) and checks access only through ``Broker.authenticate`` and
+``Broker.authorize``."""
 
 from __future__ import annotations
 
@@ -52,12 +56,17 @@ def test_the_check_sees_relative_imports() -> None:
     assert "logbus.core.queues.queue" in names and "logbus.retry.policy" in names
 
 
-# The Kafka gateway holds the broker and nothing behind it: from logbus.core it imports the
-# facade, the error vocabulary and the value types of the facade's methods (core/types.py).
-KAFKA_GATEWAY_MAY_IMPORT = ("logbus.core.broker", "logbus.core.errors", "logbus.core.types")
-# an attribute of the broker behind its methods: its log, producer registry, group
-# coordinator, vhosts, state store, queue services
-BEHIND_THE_BROKER = re.compile(r"\bbroker\s*\.\s*(log|_log|producers|groups|vhosts|state|feed|pop|timers|queue_store)\b")
+# A gateway holds the broker and nothing behind it: from logbus.core it imports the
+# facade, the error vocabulary and the public types of the facade's methods (core/types.py).
+GATEWAY_MAY_IMPORT = ("logbus.core.broker", "logbus.core.errors", "logbus.core.types")
+# an attribute behind the broker's methods: its log, producer registry, group coordinator,
+# vhosts, state store, queue services, timers, queue journal; a vhost's queue service and
+# router; the user store's checks (gateways call Broker.authenticate / authorize)
+BEHIND_THE_BROKER = re.compile(
+    r"\bbroker\s*\.\s*(log|_log|producers|groups|vhosts|state|feed|pop|timers|queue_store|connections)\b"
+    r"|\bvhost\s*\.\s*(service|router|defs|log)\b"
+    r"|\baccess\s*\.\s*(check|check_topic|topic_allowed|authenticate|permission|loopback_only|restricts_topics)\b")
+GATEWAYS = ("amqp", "mqtt", "kafka", "http")
 
 
 def core_modules(path: Path) -> list[str]:
@@ -81,33 +90,72 @@ def core_modules(path: Path) -> list[str]:
     return sorted(out)
 
 
-def kafka_gateway_files() -> list[Path]:
-    return [*sorted((ROOT / "logbus/gateway/kafka").rglob("*.py")), ROOT / "logbus/gateway/output.py"]
+def gateway_files() -> list[Path]:
+    return sorted((ROOT / "logbus/gateway").rglob("*.py"))
 
 
-def test_kafka_gateway_imports_only_the_facade_from_core() -> None:
+def test_gateways_import_only_the_facade_from_core() -> None:
     bad = [
         f"{path.relative_to(ROOT)} imports {name}"
-        for path in kafka_gateway_files()
+        for path in gateway_files()
         for name in core_modules(path)
-        if name not in KAFKA_GATEWAY_MAY_IMPORT
+        if name not in GATEWAY_MAY_IMPORT
     ]
     assert bad == []
 
 
-def test_kafka_gateway_never_reaches_past_the_broker() -> None:
+def test_no_gateway_imports_another() -> None:
+    bad = []
+    for own in GATEWAYS:
+        others = tuple(f"logbus.gateway.{g}" for g in GATEWAYS if g != own)
+        bad += offenders(f"logbus/gateway/{own}", others)
+    assert bad == []
+
+
+def test_gateways_never_reach_past_the_broker() -> None:
     bad = [
         f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
-        for path in kafka_gateway_files()
+        for path in gateway_files()
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if BEHIND_THE_BROKER.search(line)
     ]
     assert bad == []
 
 
-def test_the_kafka_checks_see_what_they_look_for() -> None:
+def protocol_vocabulary(path: Path) -> list[str]:
+    """Names ``path`` defines that start with ``amqp_`` or ``mqtt_`` (functions, classes,
+    fields, variables, attributes it assigns, parameters) and string constants that are
+    ``x-`` names (``"x-match"``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.arg):
+            names.append(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.append(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.append(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"x-[a-z-]+", node.value):
+            out.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+        out += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names  # type: ignore[attr-defined]
+                if n.lower().startswith(("amqp_", "mqtt_"))]
+    return out
+
+
+def test_core_holds_no_protocol_vocabulary() -> None:
+    bad = [hit for path in sorted((ROOT / "logbus/core").rglob("*.py")) if not path.name.endswith("_pb2.py")
+           for hit in protocol_vocabulary(path)]
+    assert bad == []
+
+
+def test_the_checks_see_what_they_look_for() -> None:
     assert core_modules(ROOT / "logbus/gateway/kafka/errors.py") == ["logbus.core.errors", "logbus.core.types"]
-    assert "logbus.core.queues.pop" in core_modules(ROOT / "logbus/gateway/http/pop.py")
     lines = ["lm = self.broker.log", "self.handlers.broker.producers.new_producer_id()", "broker.vhosts[name]",
-             "self.broker.produce(t, p, data)", "broker.logins"]
-    assert [bool(BEHIND_THE_BROKER.search(line)) for line in lines] == [True, True, True, False, False]
+             "vhost.service.consume(q, c)", "self.vhost.router.bind()", "self.access.check(u, v, p, k, n)",
+             "self.broker.produce(t, p, data)", "broker.logins", "vhost.consume(q, c)", "broker.access.put_user(n)"]
+    assert [bool(BEHIND_THE_BROKER.search(line)) for line in lines] == [True] * 6 + [False] * 4
+    sample = ROOT / "tests/unit/layering_sample.py"
+    assert [hit.split(": ", 1)[1] for hit in protocol_vocabulary(sample)] == [
+        "amqp_wire", "mqtt_topic", "'x-match'", "amqp_thing"]

@@ -181,9 +181,6 @@ def connected(version: int = 5, **kw: Any) -> tuple[Shell, Client]:
 # -- the machine alone ----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(reason="delivery.py imports gateway/amqp/model/filtering, whose package imports the AMQP "
-                   "vhost model and with it Twisted, until filtering moves out of the AMQP gateway (issue 29)",
-                   strict=False)
 def test_importing_the_machine_loads_no_twisted() -> None:
     code = "import sys, logbus.gateway.mqtt.machine; print('twisted' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -21,6 +21,8 @@ from logbus.core.routing.router import (
     Refused,
 )
 from logbus.core.routing.topic_trie import TopicTrie
+from logbus.core.types import freeze_arguments
+from logbus.gateway.amqp.model.translate import header_match
 
 VHOST = "/"  # exchange X is backed by topic X here (test_vhost_topics.py: other vhosts)
 
@@ -257,6 +259,13 @@ def test_topic_cache_follows_binding_changes() -> None:
 
 
 # -- headers -------------------------------------------------------------------------------
+# A headers binding's match is made from its arguments as the AMQP gateway makes it
+# (x-match: gateway/amqp/model/translate.py) and handed to the router.
+
+
+def hbind(r: Router, source: str, queue: str, key: str, args: dict[str, Any]) -> None:
+    r.bind(source, queue, key, args, match=header_match(freeze_arguments(args)))
+
 
 
 @pytest.mark.parametrize(("args", "headers", "matches"), [
@@ -281,7 +290,7 @@ def test_headers_examples(args: dict[str, Any], headers: dict[str, Any], matches
     assert ref_headers(args, headers) is matches
     r = router("q")
     r.declare("h", HEADERS)
-    r.bind("h", "q", "ignored", args)
+    hbind(r, "h", "q", "ignored", args)
     assert (r.route("h", "any key", headers) == {"q"}) is matches
 
 
@@ -301,7 +310,7 @@ def test_headers_match_the_reference(bindings: list[dict[str, Any]],
     r = router(*(f"q{i}" for i in range(len(bindings))))
     r.declare("h", HEADERS)
     for i, args in enumerate(bindings):
-        r.bind("h", f"q{i}", "", args)
+        hbind(r, "h", f"q{i}", "", args)
     for headers in messages:
         want = {f"q{i}" for i, args in enumerate(bindings) if ref_headers(args, headers)}
         assert r.route("h", "", headers) == want
@@ -310,8 +319,8 @@ def test_headers_match_the_reference(bindings: list[dict[str, Any]],
 def test_headers_without_headers_is_an_empty_table() -> None:
     r = router("all", "any")
     r.declare("h", HEADERS)
-    r.bind("h", "all", "", {"x-match": "all"})
-    r.bind("h", "any", "", {"x-match": "any", "a": None})
+    hbind(r, "h", "all", "", {"x-match": "all"})
+    hbind(r, "h", "any", "", {"x-match": "any", "a": None})
     assert r.route("h", "k", None) == {"all"}
 
 
@@ -323,7 +332,7 @@ def test_headers_without_headers_is_an_empty_table() -> None:
 def test_headers_binding_with_a_bad_x_match_is_refused(x_match: Any, text: str) -> None:
     r = router("q")
     r.declare("h", HEADERS)
-    err = raises(PreconditionFailed, text, r.bind, "h", "q", "", {"x-match": x_match})
+    err = raises(PreconditionFailed, text, hbind, r, "h", "q", "", {"x-match": x_match})
     assert err.code == "precondition_failed"
     assert r.bindings_from("h") == [] and r.bindings_to("q") == []
     r.declare("d", DIRECT)

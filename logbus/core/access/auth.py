@@ -10,7 +10,7 @@ store's ``metadata`` column family (key layout in core/state.py, values in state
   log in with a password. Tags (``administrator``, ...) say what the HTTP management
   API lets the user do.
 - A **vhost** is a name (plus a description and tags); its exchanges, queues and
-  bindings are the definitions stored under that name (gateway/amqp/model/definitions.py).
+  bindings are the definitions stored under that name (core/definitions.py).
 - A **permission** is per (user, vhost): three regular expressions, configure, write
   and read, searched (not anchored, as Erlang's ``re:run``) in a resource's name. An
   empty expression matches nothing, as RabbitMQ reads ``""`` as ``"^$"``. The default
@@ -47,6 +47,7 @@ from ..errors import LogbusError
 from ..routing.log_topics import DEFAULT_VHOST
 from ..routing.router import AccessRefused
 from ..state import (
+    CF_METADATA,
     AUTH_SEEDED_KEY,
     PERMISSION_PREFIX,
     TOPIC_PERMISSION_PREFIX,
@@ -64,7 +65,6 @@ from .topic_permissions import TopicPerm, TopicPermission
 
 log = logging.getLogger(__name__)
 
-CF_METADATA = "metadata"
 SHA256: Final = "rabbit_password_hashing_sha256"
 SHA512: Final = "rabbit_password_hashing_sha512"
 MD5: Final = "rabbit_password_hashing_md5"  # RabbitMQ before 3.6: verified, never produced
@@ -77,6 +77,22 @@ FULL_ACCESS: Final = ".*"
 
 Perm = Literal["configure", "write", "read"]
 Kind = Literal["exchange", "queue"]
+# "access": use the vhost at all; "administer": the broker's management (an administrator)
+Action = Literal["access", "configure", "write", "read", "administer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """What ``Broker.authorize`` is asked about: a vhost (action "access"), or an
+    exchange or queue in it; with ``routing_key`` (a publish to, or a binding from, a
+    topic exchange) the user's topic permission on it too, ``client_id`` filling in
+    its ``{client_id}`` variable."""
+
+    vhost: str
+    kind: Kind = "exchange"
+    name: str = ""
+    routing_key: str | None = None
+    client_id: str = ""
 
 
 class UnknownUser(LogbusError):

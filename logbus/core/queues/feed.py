@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 from ...retry.policy import MAX_DELAY_MS
 from ..errors import LogbusError
@@ -25,46 +25,19 @@ from ..log import batch as B
 from ..log.batch import BatchInfo
 from ..log.format import ATTR_TRANSACTIONAL
 from ..message import Message
-from ..routing.router import Router
 from ..state_pb2 import TimerRecord
 from .msgstore import MessageStore
 from .pop import PopGroups
-from .service import QueueService
 from .timers import Timers
+
+if TYPE_CHECKING:
+    from ..vhost import VHost
 
 log = logging.getLogger(__name__)
 
 
-class VHostModel(Protocol):
-    """One vhost's queue model as a protocol declares it (the AMQP gateway's
-    ``gateway/amqp/model/vhost.VHost``): its exchanges, queues and bindings over the
-    queue service. The broker opens one per stored vhost and routes to it."""
-
-    name: str
-    service: QueueService
-    router: Router
-    watches: Callable[[str], bool]
-    appended: Callable[[str, int, int, Message], None]
-    delay: Callable[..., None]
-
-    def load(self) -> None: ...
-    def publish(self, exchange: str, routing_key: str, message: Message, *,
-                on_durable: Callable[[Any], object] | None = None) -> Any: ...  # .routed, .refused
-    def publish_many(self, items: list[tuple[str, str, Message, Any]],
-                     on_durable: Callable[[int, int, Any], object] | None = None) -> Any: ...
-    def routes_topic(self, topic: str) -> bool: ...
-    def route_record(self, topic: str, partition: int, offset: int, message: Message,
-                     visible_ms: int = 0) -> bool: ...
-    def route_delayed(self, exchange: str, routing_key: str, topic: str, partition: int, offset: int,
-                      message: Message, visible_ms: int = 0) -> None: ...
-    def expire(self) -> None: ...
-    def queue_floors(self, floors: dict[tuple[str, int], int]) -> None: ...
-
-
-VHostFactory = Callable[..., VHostModel]
-
 class Feed:
-    def __init__(self, vhosts: Mapping[str, VHostModel], pop: PopGroups, timers: Timers, messages: MessageStore,
+    def __init__(self, vhosts: Mapping[str, VHost], pop: PopGroups, timers: Timers, messages: MessageStore,
                  clock: Callable[[], int]) -> None:
         self.vhosts = vhosts  # the broker's live dict
         self.pop = pop
@@ -95,7 +68,7 @@ class Feed:
         return routed
 
     def record(self, topic: str, partition: int, offset: int, message: Message,
-               vhosts: list[VHostModel] | None = None, visible_ms: int = 0) -> int:
+               vhosts: list[VHost] | None = None, visible_ms: int = 0) -> int:
         """A record of ``topic``, visible now (or staged until ``visible_ms``), to the
         queues that read the topic: those bound to the exchange behind it in every vhost,
         and the pop groups. 1 if it reached a vhost's queue."""

@@ -39,6 +39,8 @@ from typing import Any
 
 from .queue import Entry
 from ..state import (
+    CF_QUEUES,
+    CF_TIMERS,
     StateStore,
     queue_delivered_key,
     queue_entries_prefix,
@@ -48,8 +50,6 @@ from ..state import (
 )
 from ..tick import tick_of
 
-CF_QUEUES = "queues"
-CF_TIMERS = "timers"
 # partition, offset, size, priority, expires_ms, deliveries; then the topic
 _ENTRY_V0 = struct.Struct(">IqIBqI")
 # a version byte (0x81: a partition's first byte is below 0x80), the fields of

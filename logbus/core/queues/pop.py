@@ -45,7 +45,7 @@ from ...retry.policy import MAX_DELAY_MS, POP_DEFAULT, RetryPolicy
 from ..errors import InvalidRequest, UnknownGroup
 from ..log.topic_config import validate_topic_name
 from ..message import Message
-from ..state import POP_GROUP_PREFIX, StateStore, pop_group_key
+from ..state import CF_METADATA, POP_GROUP_PREFIX, StateStore, pop_group_key
 from ..state_pb2 import PopGroupRecord
 from .journal import QueueStore
 from .msgstore import MessageStore
@@ -55,7 +55,6 @@ from .timers import Timers
 
 log = logging.getLogger(__name__)
 
-CF_METADATA = "metadata"
 POP_VHOST = ""  # the queue service namespace of pop groups: no user vhost is named ""
 DLQ_PREFIX = "%DLQ%"
 MAX_INVISIBLE_MS = 12 * 3600 * 1000  # RocketMQ's longest invisible time

@@ -34,6 +34,7 @@ from collections import deque
 from typing import Any, Callable
 
 from ..state import (
+    CF_METADATA,
     TIMER_IDS_KEY,
     TIMER_PREFIX,
     StateStore,
@@ -43,11 +44,11 @@ from ..state import (
     unpack_uint64,
 )
 from ..state_pb2 import TimerRecord
-from .journal import CF_TIMERS, QueueStore
+from ..state import CF_TIMERS
+from .journal import QueueStore
 
 log = logging.getLogger(__name__)
 
-CF_METADATA = "metadata"
 TIMER_END = TIMER_PREFIX[:-1] + b"\x01"  # above every timer key
 ID_BLOCK = 1 << 16  # timer ids reserved per synced put
 RELEASE_BATCH = 2_000  # due timers released per reactor turn (a turn of ~25 ms: other work goes between)

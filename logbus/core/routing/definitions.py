@@ -1,6 +1,6 @@
 """Exchanges and bindings as values: the frozen definitions a router holds and a store
 persists (``ExchangeDef``, ``Binding``, what a mutation ``Removed``), the exchange types
-and the hashable form of their AMQP field-table arguments."""
+and the hashable form of declared arguments."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple
 
+from ...filters.message_filter import FilterSpec
+
 DIRECT, FANOUT, TOPIC, HEADERS = "direct", "fanout", "topic", "headers"
 QUEUE: Final = "queue"
 EXCHANGE: Final = "exchange"
 DestKind = Literal["queue", "exchange"]
 
 ALTERNATE_EXCHANGE: Final = "alternate-exchange"
-DELAYED_MESSAGE: Final = "x-delayed-message"  # RabbitMQ's delayed-message exchange type
-DELAYED_TYPE: Final = "x-delayed-type"  # ... and the type it routes as
 
 Arguments = tuple[tuple[str, Any], ...]
 
 
 def freeze(value: Any) -> Any:
-    """A hashable copy of an AMQP field value: tables become sorted pairs, arrays tuples."""
+    """A hashable copy of an argument value: tables become sorted pairs, lists tuples."""
     if isinstance(value, Mapping):
         return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
@@ -47,6 +47,7 @@ class ExchangeDef:
     internal: bool = False
     arguments: Arguments = ()
     topic: str | None = None  # the backing log topic; None: the exchange's own name
+    delayed: bool = False  # a publish with a delay is routed when due (RabbitMQ's delayed-message type)
 
     @property
     def log_topic(self) -> str:
@@ -58,16 +59,21 @@ class ExchangeDef:
         return ae if isinstance(ae, str) else None
 
     @property
-    def delayed(self) -> bool:
-        """A delayed-message exchange: a publish with a delay is routed when it is due."""
-        return self.kind == DELAYED_MESSAGE
-
-    @property
     def routing_kind(self) -> str:
-        """How it routes: its own type, or a delayed-message exchange's ``x-delayed-type``."""
-        if self.kind == DELAYED_MESSAGE:
-            return str(lookup(self.arguments, DELAYED_TYPE))
+        """How it routes (a delayed exchange routes as its ``kind``, when due)."""
         return self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderMatch:
+    """What a binding of a headers exchange asks of a message's headers: every one of
+    ``headers`` (``match_all``) or any; a None value asks only that the header is there."""
+
+    match_all: bool = True
+    headers: Arguments = ()
+
+
+MATCH_EVERYTHING: Final = HeaderMatch()
 
 
 class Destination(NamedTuple):
@@ -82,6 +88,8 @@ class Binding:
     destination_kind: DestKind = QUEUE
     routing_key: str = ""
     arguments: Arguments = ()
+    filter: FilterSpec | None = None  # to a queue: only what it takes is queued (docs/filters.md)
+    match: HeaderMatch | None = None  # from a headers exchange: what it asks of the headers
 
     @property
     def target(self) -> Destination:

@@ -7,9 +7,9 @@ exchange, it answers which queues and exchanges a routing key (and headers) reac
 - ``topic``: a ``TopicTrie`` (core/routing/topic_trie.py) over dot-separated words. Answers
   are cached per routing key (bounded, oldest out first); any change to the exchange's
   bindings drops the cache.
-- ``headers``: each binding precompiles its ``x-match`` mode and the arguments that
-  count (``x-`` keys only under ``all-with-x``/``any-with-x``); a ``None`` value means
-  "present". Values compare like RabbitMQ's tables: ``str`` and ``bytes`` are both
+- ``headers``: each binding's ``HeaderMatch`` (all or any of some headers; a ``None``
+  value means "present"; the AMQP gateway makes it from ``x-match`` and the binding's
+  arguments). Values compare like RabbitMQ's tables: ``str`` and ``bytes`` are both
   binaries (a Kafka header matches an AMQP binding), ``True`` is not ``1``.
 """
 
@@ -18,12 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
-from ..errors import PreconditionFailed
-from .definitions import DIRECT, FANOUT, HEADERS, TOPIC, Arguments, Binding, Destination, QUEUE, freeze, lookup
+from .definitions import (
+    DIRECT, FANOUT, HEADERS, MATCH_EVERYTHING, QUEUE, TOPIC, Arguments, Binding, Destination, freeze,
+)  # fmt: skip
 from .topic_trie import TopicTrie, ref_count, unref_count
 
-X_MATCH: Final = "x-match"
-X_MATCH_MODES: Final = ("all", "any", "all-with-x", "any-with-x")
 TOPIC_CACHE_SIZE: Final = 4096
 
 Targets = tuple[frozenset[str], frozenset[str]]  # (queues, exchanges)
@@ -115,23 +114,6 @@ def _same(want: Any, have: Any) -> bool:
     return bool(want == have) and isinstance(want, bool) == isinstance(have, bool)
 
 
-def headers_rule(arguments: Arguments) -> tuple[bool, Arguments]:
-    """(must every argument match?, the arguments that count) of a headers binding."""
-    mode = lookup(arguments, X_MATCH)
-    if mode is None:
-        mode = "all"
-    elif not isinstance(mode, str):
-        raise PreconditionFailed(f"Invalid x-match field type {type(mode).__name__} "
-                                 f"(value {mode!r}); expected longstr")
-    elif mode not in X_MATCH_MODES:
-        raise PreconditionFailed(f"Invalid x-match field value '{mode}'; "
-                                 "expected all, any, all-with-x, or any-with-x")
-    with_x = mode.endswith("-with-x")
-    counted = tuple((k, v) for k, v in arguments
-                    if k != X_MATCH and (with_x or not k.startswith("x-")))
-    return mode.startswith("all"), counted
-
-
 def headers_match(match_all: bool, counted: Arguments, headers: Mapping[str, Any]) -> bool:
     for key, want in counted:
         have = headers.get(key, _MISSING)
@@ -153,7 +135,8 @@ class HeadersMatcher:
         self._rules: dict[Binding, tuple[Destination, bool, Arguments]] = {}
 
     def add(self, b: Binding) -> None:
-        self._rules[b] = (b.target, *headers_rule(b.arguments))
+        m = b.match or MATCH_EVERYTHING
+        self._rules[b] = (b.target, m.match_all, m.headers)
 
     def remove(self, b: Binding) -> None:
         del self._rules[b]

@@ -11,8 +11,8 @@ for exchange-to-exchange bindings). Each exchange owns a *matcher* for its type
 (``MATCHERS``, core/routing/matchers.py), fed every binding added or removed; a reverse
 index (destination -> bindings) makes deleting a queue or exchange cost only its own
 bindings. The default exchange ``""`` is a direct matcher holding one implicit binding
-per queue, by the queue's name. A delayed-message exchange (``x-delayed-message``) routes
-with the matcher of its ``x-delayed-type``.
+per queue, by the queue's name. A delayed exchange (``ExchangeDef.delayed``) routes with
+the matcher of its type; its publishes with a delay are routed when due (core/vhost.py).
 
 **Routing.** The exchange's own match gives queues and destination exchanges. With no
 destination exchange and no alternate exchange to consult, its queue set is the answer
@@ -21,8 +21,8 @@ from there, each exchange visited at most once (so cycles end), and an exchange 
 own match is empty passes the message to its ``alternate-exchange``. Each queue is in
 the answer once, however many paths reach it.
 
-**Filters** (docs/filters.md). A binding to a queue whose arguments name a filter
-(``x-filter-tag``, ``x-filter-sql``: ``filters.MessageFilter``) goes to a second matcher
+**Filters** (docs/filters.md). A binding to a queue with a filter (``Binding.filter``, a
+``filters.FilterSpec``: tag expression, SQL92 selector) goes to a second matcher
 of the exchange, under a name of its own; a match there is a *candidate* (queue,
 filter) that the caller keeps only for a message the filter takes (``route_filtered``).
 A binding with a filter counts as a route for the alternate exchange whatever the filter
@@ -41,7 +41,8 @@ vhost ``/``; in any other vhost the topic is ``vhost_topic(vhost, t)``
 exchange whose topic would not be a valid topic name (over 249 bytes, ``/`` in the name,
 ...) is refused with 406.
 
-Not here: policies, exchange plugins and ``x-`` types, stripping CR/LF from names.
+Not here: policies, exchange plugins, stripping CR/LF from names, any protocol's
+arguments (the AMQP gateway translates its ``x-`` arguments into these terms).
 """
 
 from __future__ import annotations
@@ -62,8 +63,6 @@ from ..errors import InvalidTopicName
 from ..log.topic_config import validate_topic_name
 from .definitions import (
     ALTERNATE_EXCHANGE,
-    DELAYED_MESSAGE,
-    DELAYED_TYPE,
     DIRECT,
     EXCHANGE,
     FANOUT,
@@ -75,12 +74,12 @@ from .definitions import (
     DestKind,
     Destination,
     ExchangeDef,
+    HeaderMatch,
     Removed,
     freeze_arguments,
     lookup,
 )
-from ...filters import FilterError
-from ...filters.message_filter import SQL_ARG, TAG_ARG, MessageFilter
+from ...filters.message_filter import FilterSpec, MessageFilter
 from .log_topics import DEFAULT_EXCHANGE_TOPIC, DEFAULT_VHOST, vhost_topic
 from .matchers import EMPTY, MATCHERS, TOPIC_CACHE_SIZE, Matcher, TopicMatcher
 
@@ -149,24 +148,18 @@ class Router:
     def declare(self, name: str, kind: str = DIRECT, *, durable: bool = False,
                 auto_delete: bool = False, internal: bool = False,
                 arguments: Mapping[str, Any] | Arguments | None = None,
-                topic: str | None = None, passive: bool = False) -> ExchangeDef:
+                topic: str | None = None, passive: bool = False, delayed: bool = False) -> ExchangeDef:
         """``exchange.declare``: the exchange as it now is (created if new)."""
         if passive:
             self._refuse_default(name)
             return self.exchange(name)
-        if kind not in MATCHERS and kind != DELAYED_MESSAGE:
+        if kind not in MATCHERS:
             raise Unsupported(f"unknown exchange type '{kind}'")
-        if kind == DELAYED_MESSAGE:
-            delayed_type = lookup(freeze_arguments(arguments), DELAYED_TYPE)
-            if isinstance(delayed_type, bytes):
-                delayed_type = delayed_type.decode("utf-8", "replace")
-            if delayed_type not in MATCHERS:
-                raise PreconditionFailed(f"Invalid argument, '{DELAYED_TYPE}' must be an existing exchange type")
         self._refuse_default(name)
         if topic is None:
             topic = self._topic_of(name)
         wanted = ExchangeDef(name, kind, durable, auto_delete, internal,
-                             freeze_arguments(arguments), topic)
+                             freeze_arguments(arguments), topic, delayed)
         found = self._exchanges.get(name)
         if found is not None:
             self._assert_equivalent(found.definition, wanted)
@@ -229,9 +222,13 @@ class Router:
 
     def bind(self, source: str, destination: str, routing_key: str = "",
              arguments: Mapping[str, Any] | Arguments | None = None, *,
-             kind: DestKind = QUEUE) -> Binding:
-        """``queue.bind`` (``kind=QUEUE``) or ``exchange.bind`` (``kind=EXCHANGE``)."""
-        b = self._binding(source, destination, routing_key, arguments, kind)
+             kind: DestKind = QUEUE, filter: FilterSpec | None = None,
+             match: HeaderMatch | None = None) -> Binding:
+        """``queue.bind`` (``kind=QUEUE``) or ``exchange.bind`` (``kind=EXCHANGE``);
+        ``filter``: to a queue only; ``match``: what a headers exchange asks."""
+        if filter is not None and kind != QUEUE:
+            raise PreconditionFailed("a filter applies to bindings to queues, not to exchanges")
+        b = self._binding(source, destination, routing_key, arguments, kind, filter, match)
         x = self._exchanges.get(source)
         if x is None:
             raise NotFound(f"no {self._rs(EXCHANGE, source)}")
@@ -240,7 +237,7 @@ class Router:
         if b not in x.bindings:
             f = self._filter_of(b)
             if f is None:
-                x.matcher.add(b)  # first: a headers exchange validates x-match here
+                x.matcher.add(b)
             else:
                 self._add_filtered(x, b, f)
             x.bindings[b] = None
@@ -249,32 +246,24 @@ class Router:
         return b
 
     def _filter_of(self, b: Binding) -> MessageFilter | None:
-        args = dict(b.arguments) if b.arguments else {}
-        if TAG_ARG not in args and SQL_ARG not in args:
-            return None
-        if b.destination_kind != QUEUE:
-            raise PreconditionFailed(f"{TAG_ARG} and {SQL_ARG} apply to bindings to queues, not to exchanges")
-        try:
-            return MessageFilter.from_arguments(args)
-        except FilterError as e:
-            raise PreconditionFailed(f"invalid binding filter: {e}") from None
+        return None if b.filter is None else b.filter.filter
 
     def _add_filtered(self, x: _Exchange, b: Binding, f: MessageFilter) -> None:
         if x.filtered is None:
             kind = x.definition.routing_kind
             x.filtered = TopicMatcher(self.topic_cache_size) if kind == TOPIC else MATCHERS[kind]()
         name = f"{b.destination}\x00{id(b)}"
-        rest = tuple((k, v) for k, v in b.arguments if k not in (TAG_ARG, SQL_ARG))
-        stand_in = Binding(b.source, name, QUEUE, b.routing_key, rest)
+        stand_in = Binding(b.source, name, QUEUE, b.routing_key, b.arguments, match=b.match)
         x.filtered.add(stand_in)
         x.filters[b] = (name, stand_in)
         x.candidates[name] = (b.destination, f)
 
     def unbind(self, source: str, destination: str, routing_key: str = "",
                arguments: Mapping[str, Any] | Arguments | None = None, *,
-               kind: DestKind = QUEUE) -> Removed:
+               kind: DestKind = QUEUE, filter: FilterSpec | None = None,
+               match: HeaderMatch | None = None) -> Removed:
         """``queue.unbind`` / ``exchange.unbind``; a missing binding is no error."""
-        b = self._binding(source, destination, routing_key, arguments, kind)
+        b = self._binding(source, destination, routing_key, arguments, kind, filter, match)
         removed: list[Binding | ExchangeDef] = []
         x = self._exchanges.get(source)
         if x is not None and b in x.bindings:
@@ -402,14 +391,16 @@ class Router:
             raise AccessRefused("operation not permitted on the default exchange")
 
     def _binding(self, source: str, destination: str, routing_key: str,
-                 arguments: Mapping[str, Any] | Arguments | None, kind: DestKind) -> Binding:
+                 arguments: Mapping[str, Any] | Arguments | None, kind: DestKind,
+                 filter: FilterSpec | None = None, match: HeaderMatch | None = None) -> Binding:
         if kind == EXCHANGE:
             self._refuse_default(destination)
         self._refuse_default(source)
-        return Binding(source, destination, kind, routing_key, freeze_arguments(arguments))
+        return Binding(source, destination, kind, routing_key, freeze_arguments(arguments), filter, match)
 
     def _assert_equivalent(self, have: ExchangeDef, want: ExchangeDef) -> None:
-        checks = [("type", want.kind, have.kind), ("durable", want.durable, have.durable),
+        checks = [("type", want.kind, have.kind), ("delayed", want.delayed, have.delayed),
+                  ("durable", want.durable, have.durable),
                   ("auto_delete", want.auto_delete, have.auto_delete),
                   ("internal", want.internal, have.internal),
                   (ALTERNATE_EXCHANGE, lookup(want.arguments, ALTERNATE_EXCHANGE),

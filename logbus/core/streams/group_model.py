@@ -12,7 +12,6 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-CF_OFFSETS = "offsets"
 
 
 class Code(enum.Enum):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 
-from .group_model import CF_OFFSETS, OffsetAndMetadata, TopicPartition
+from ..state import CF_OFFSETS
+from .group_model import OffsetAndMetadata, TopicPartition
 from ..state import OFFSET_PREFIX, StateStore, group_offset_key, parse_group_offset_key
 from ..state_pb2 import CommittedOffset as CommittedOffsetRecord
 

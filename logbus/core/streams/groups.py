@@ -63,7 +63,6 @@ from twisted.internet.defer import Deferred, succeed
 
 from .group_model import (  # noqa: F401  (the model is part of this module's API)
     _RETRIABLE,
-    CF_OFFSETS,
     DEFAULT_MAX_METADATA_BYTES,
     DEFAULT_MAX_SESSION_TIMEOUT_MS,
     DEFAULT_MIN_SESSION_TIMEOUT_MS,

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
 from ..log.batch import BatchInfo
-from ..state import PRODUCER_IDS_KEY, pack_uint64, unpack_uint64, producer_end_key, producer_end_prefix, producer_id_of_key, producer_key, producers_prefix
+from ..state import CF_PRODUCERS, CF_METADATA, PRODUCER_IDS_KEY, pack_uint64, unpack_uint64, producer_end_key, producer_end_prefix, producer_id_of_key, producer_key, producers_prefix
 from ..state_pb2 import ProducerRecord, ProducerSnapshotEnd, RecentBatch
 
 if TYPE_CHECKING:
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from ..state import StateStore
 
 log = logging.getLogger(__name__)
-CF_PRODUCERS = "producers"
-CF_METADATA = "metadata"
 PRODUCER_ID_BLOCK = 1000  # ids reserved per store write, as Kafka's controller hands out
 
 RECENT_BATCHES = 5  # Kafka keeps the last 5 batches per producer and partition

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, Callable
 from pamqp import base
 from pamqp import commands as C
 
-from ...core.access.auth import Kind, Perm
+from ...core.types import Kind, Perm, Resource
 from ...core.errors import Refused
-from ...core.queues.queue import Receipt
+from ...core.types import Receipt
 from .confirms import Confirms
 from .consumers import ChannelConsumer, Consuming
 from .declarations import Declarations
 from .errors import COMMAND_INVALID, NOT_IMPLEMENTED, PRECONDITION_FAILED, AMQPChannelError, AMQPConnectionError, refused
-from .model.vhost import VHost
+from ...core.types import VHost
 from .publishing import Publishing
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class Channel(Declarations, Consuming, Publishing):
         self.confirms_due = False  # a flush of the confirms is scheduled for this tick
         self.tx: list[Callable[[], None]] | None = None  # pending operations in tx mode
         self.queues_touched: set[str] = set()
-        self.access = conn.access
+        self.broker = conn.broker
         self.writable: set[str] = set()  # exchanges basic.publish was allowed to write to...
         self.writable_version = -1  # ...as of this access.version (another: check again)
 
@@ -85,7 +85,7 @@ class Channel(Declarations, Consuming, Publishing):
     def _permit(self, perm: Perm, kind: Kind, name: str) -> None:
         """AccessRefused (403, closes the channel) unless the user may do ``perm`` on the
         resource; the default exchange is ``amq.default`` here, as in RabbitMQ."""
-        self.access.check(self.conn.user, self.vhost.name, perm, kind, name)
+        self.broker.authorize(self.conn.user, perm, Resource(self.vhost.name, kind, name))
 
     def _owned(self, queue: str, class_id: int, method_id: int) -> None:
         """RESOURCE_LOCKED for another connection's exclusive queue."""

@@ -4,7 +4,7 @@ the deliveries and their settlement (ack, nack, reject, recover), for ``Channel`
 
 A channel numbers what it delivers (delivery tags, from 1) and remembers, per tag not
 yet settled, which queue entry it is; acks, nacks, rejects, recover and closing settle
-or requeue through the vhost (``gateway/amqp/model/vhost.py``). Prefetch is RabbitMQ's:
+or requeue through the vhost (``core/vhost.py``). Prefetch is RabbitMQ's:
 ``basic.qos`` with ``global`` false limits each consumer started after it, with
 ``global`` true the whole channel. In tx mode settlements wait for ``tx.commit``.
 """
@@ -19,16 +19,18 @@ from typing import TYPE_CHECKING, Callable
 from pamqp import base
 from pamqp import commands as C
 
-from ...core.access.auth import Kind, Perm
-from ...core.queues.pop import MAX_INVISIBLE_MS
-from ...core.queues.queue import Receipt, StaleReceipt
+from ...core.types import Kind, Perm
+from ...core.types import MAX_INVISIBLE_MS
+from ...core.types import Receipt
+from ...core.errors import StaleReceipt
 from ...filters import FilterError
 from ...filters.message_filter import SQL_ARG, TAG_ARG, FilterSpec
 from .errors import ACCESS_REFUSED, PRECONDITION_FAILED, AMQPChannelError, AMQPConnectionError
 from .events import Ack, Nack, Reject
 from .fastpath import deliver_parts, encode_deliver_parts, encode_get_ok, encode_properties, shortstr
 from .mapping import properties_of
-from .model.vhost import Delivery, VHost
+from ...core.types import Delivery
+from ...core.types import VHost
 
 if TYPE_CHECKING:
     from .session import Session
@@ -156,13 +158,20 @@ class Consuming:
             self.unacked[tag] = (d.queue, d.receipt, c)
             c.unacked += 1
         m = d.message
-        parts = m.amqp_wire
+        encoded = m.encoded
+        parts = encoded.get(AMQP) if encoded is not None else None
         if parts is None:  # the first delivery of this message (fanout: the others reuse it)
             env = m.envelope
-            parts = m.amqp_wire = deliver_parts(env.exchange, env.routing_key, _props(d), m.value or b"")
+            parts = deliver_parts(env.exchange, env.routing_key, _props(d), m.value or b"")
+            if encoded is None:
+                m.encoded = {AMQP: parts}
+            else:
+                encoded[AMQP] = parts
         conn = self.conn
         conn.send(encode_deliver_parts(self.number, c.tag_raw, tag, d.entry.deliveries > 1, parts,
                                        m.value or b"", conn.frame_max))
+        if conn.record is not None:
+            conn.record.sent += 1
         prompt = conn.prompt
         if prompt.active:  # a publish being handled reached a consumer with credit
             prompt.deliveries += 1
@@ -184,6 +193,8 @@ class Consuming:
         env = d.message.envelope
         self.conn.send(encode_get_ok(self.number, tag, d.entry.deliveries > 1, env.exchange, env.routing_key,
                                      d.remaining, _props(d), d.message.value or b"", self.conn.frame_max))
+        if self.conn.record is not None:
+            self.conn.record.sent += 1
 
     # -- settling ----------------------------------------------------------------------------------
 
@@ -273,8 +284,9 @@ class Consuming:
 
 def _props(d: Delivery) -> bytes:
     m = d.message
-    raw = m.amqp_properties
+    raw = m.origin_properties
     return raw if raw is not None else encode_properties(properties_of(m))
 
 
 _METHOD_IDS = {"ack": 80, "nack": 120, "reject": 90}
+AMQP = "amqp"  # this gateway's key in ``Message.encoded``

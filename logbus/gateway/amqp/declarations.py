@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING
 from pamqp import base
 from pamqp import commands as C
 
-from ...core.access.auth import Access, Kind, Perm
-from ...core.routing.definitions import TOPIC
+from ...core.broker import Broker
+from ...core.types import Kind, Perm, Resource
+from ...core.types import TOPIC
 from .consumers import ChannelConsumer, new_name
 from .errors import ACCESS_REFUSED, AMQPChannelError
-from .model.vhost import VHost
+from ...core.types import VHost
+from .model import room
 
 if TYPE_CHECKING:
     from .session import Session
@@ -31,7 +33,7 @@ class Declarations:
     conn: Session
     number: int
     vhost: VHost
-    access: Access
+    broker: Broker
 
     if TYPE_CHECKING:
         def _reply(self, m: base.Frame) -> None: ...
@@ -45,7 +47,7 @@ class Declarations:
             return  # passive: no check; the default exchange: refused by the router
         self._permit("configure", "exchange", m.exchange)
         ae = (m.arguments or {}).get("alternate-exchange")
-        if isinstance(ae, str) and not self.vhost.router.has_exchange(m.exchange):
+        if isinstance(ae, str) and not self.vhost.has_exchange(m.exchange):
             self._permit("read", "exchange", m.exchange)
             self._permit("write", "exchange", ae)
 
@@ -60,8 +62,8 @@ class Declarations:
 
     def _exchange_declare(self, m: C.Exchange.Declare) -> None:
         self._permit_new_exchange(m)
-        self.vhost.declare_exchange(m.exchange, m.exchange_type, durable=m.durable, auto_delete=m.auto_delete,
-                                    internal=m.internal, arguments=m.arguments, passive=m.passive)
+        room.declare_exchange(self.vhost, m.exchange, m.exchange_type, durable=m.durable, auto_delete=m.auto_delete,
+                              internal=m.internal, arguments=m.arguments, passive=m.passive)
         if not m.nowait:
             self._reply(C.Exchange.DeclareOk())
 
@@ -74,13 +76,13 @@ class Declarations:
 
     def _exchange_bind(self, m: C.Exchange.Bind) -> None:
         self._permit_binding(m.source, m.destination, "exchange")
-        self.vhost.bind(m.source, m.destination, m.routing_key, m.arguments, kind="exchange")
+        room.bind(self.vhost, m.source, m.destination, m.routing_key, m.arguments, kind="exchange")
         if not m.nowait:
             self._reply(C.Exchange.BindOk())
 
     def _exchange_unbind(self, m: C.Exchange.Unbind) -> None:
         self._permit_binding(m.source, m.destination, "exchange")
-        self.vhost.unbind(m.source, m.destination, m.routing_key, m.arguments, kind="exchange")
+        room.unbind(self.vhost, m.source, m.destination, m.routing_key, m.arguments, kind="exchange")
         if not m.nowait:
             self._reply(C.Exchange.UnbindOk())
 
@@ -98,9 +100,9 @@ class Declarations:
             if isinstance(dlx, str) and not existed:
                 self._permit("read", "queue", name)
                 self._permit("write", "exchange", dlx)
-        qs = self.vhost.declare_queue(name, durable=m.durable, exclusive=self.conn if m.exclusive else None,
-                                      auto_delete=m.auto_delete, arguments=m.arguments, passive=m.passive,
-                                      declarer=self.conn)
+        qs = room.declare_queue(self.vhost, name, durable=m.durable, exclusive=self.conn if m.exclusive else None,
+                                auto_delete=m.auto_delete, arguments=m.arguments, passive=m.passive,
+                                declarer=self.conn)
         if qs.exclusive is not None and not existed:
             self.conn.exclusive_queues.add(name)
         if not m.nowait:
@@ -109,23 +111,23 @@ class Declarations:
     def _permit_topic_binding(self, exchange: str, binding_key: str) -> None:
         """Topic authorisation: a binding to a topic exchange the user has a topic
         permission on needs its read expression to match the binding key."""
-        router = self.vhost.router
-        if (self.access.restricts_topics(self.conn.user, self.vhost.name, exchange) and router.has_exchange(exchange)
-                and router.exchange(exchange).kind == TOPIC):
-            self.access.check_topic(self.conn.user, self.vhost.name, exchange, "read", binding_key)
+        v = self.vhost
+        if (self.broker.topic_restricted(self.conn.user, v.name, exchange) and v.has_exchange(exchange)
+                and v.exchange(exchange).kind == TOPIC):
+            self.broker.authorize(self.conn.user, "read", Resource(v.name, "exchange", exchange, binding_key))
 
     def _queue_bind(self, m: C.Queue.Bind) -> None:
         self._permit_binding(m.exchange, m.queue, "queue")
         self._permit_topic_binding(m.exchange, m.routing_key)
         self.vhost.queue(m.queue)  # NOT_FOUND first, as RabbitMQ
-        self.vhost.bind(m.exchange, m.queue, m.routing_key, m.arguments)
+        room.bind(self.vhost, m.exchange, m.queue, m.routing_key, m.arguments)
         if not m.nowait:
             self._reply(C.Queue.BindOk())
 
     def _queue_unbind(self, m: C.Queue.Unbind) -> None:
         self._permit_binding(m.exchange, m.queue, "queue")
         self._permit_topic_binding(m.exchange, m.routing_key)
-        self.vhost.unbind(m.exchange, m.queue, m.routing_key, m.arguments)
+        room.unbind(self.vhost, m.exchange, m.queue, m.routing_key, m.arguments)
         self._reply(C.Queue.UnbindOk())
 
     def _queue_purge(self, m: C.Queue.Purge) -> None:

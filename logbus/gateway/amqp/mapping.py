@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ...core.message import ENVELOPE_HEADER, Envelope, Message
+from ...core.types import ENVELOPE_HEADER, Envelope, Message
 from .events import Publish
 from .fastpath import Properties, decode_table, encode_table
 

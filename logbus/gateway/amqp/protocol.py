@@ -39,10 +39,10 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from ...core.access.auth import AccessChange
+from ...core.types import AccessChange, ConnectionRecord
 from ...core.broker import Broker
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
-from ..output import direct_writer
+from ..output import direct_writer, is_tls, peer_of
 from .session import Prompt, Session, blocked_reason
 from .linger import LingerTuner, lingers
 
@@ -60,6 +60,7 @@ class AmqpProtocol(Protocol):
     def __init__(self, factory: AmqpFactory) -> None:
         self.factory = factory
         self.conn: Session | None = None
+        self.record: ConnectionRecord | None = None  # in the broker's connection registry
         self._lingering = False  # reading paused for the read linger
         self._blocked = False  # reading paused for a resource alarm
         self._tuner = factory.tuner()
@@ -68,19 +69,26 @@ class AmqpProtocol(Protocol):
         t: Any = cast(Any, self.transport)
         if hasattr(t, "setTcpNoDelay"):
             t.setTcpNoDelay(True)
-        peer = t.getPeer()
-        host = getattr(peer, "host", "")
-        self.conn = Session(self.factory.broker.vhost, self.factory.broker.access, send=direct_writer(t),
+        host, port = peer_of(t)
+        broker = self.factory.broker
+        self.record = broker.connection_opened("amqp", f"{host}:{port}", tls=is_tls(t), close=self._close_forced)
+        self.conn = Session(broker, send=direct_writer(t),
                             close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
-                            peer_is_loopback=_loopback(host), peer=f"{host}:{getattr(peer, 'port', '')}",
-                            max_message_size=self.factory.max_message_size, prompt=self.factory.prompt)
+                            peer_is_loopback=_loopback(host), peer=f"{host}:{port}",
+                            max_message_size=self.factory.max_message_size, prompt=self.factory.prompt,
+                            record=self.record)
         t.registerProducer(self, True)
         self.factory.connections.add(self)
         if self.factory.alarm is not None:
             self.conn.resource_alarm(self.factory.alarm)
 
+    def _close_forced(self, reason: str) -> None:
+        if self.conn is not None:
+            self.conn.force_close(reason)
+
     def dataReceived(self, data: bytes) -> None:
-        assert self.conn is not None
+        assert self.conn is not None and self.record is not None
+        self.record.bytes_in += len(data)
         try:
             streamed = self.conn.data_received(data)
         except Exception:
@@ -107,6 +115,8 @@ class AmqpProtocol(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.factory.connections.discard(self)
+        if self.record is not None:
+            self.factory.broker.connection_closed(self.record)
         if self.conn is not None:
             self.conn.connection_lost()
 
@@ -141,13 +151,16 @@ class AmqpFactory(Factory):
         self.reactor = reactor
         self.read_linger = read_linger  # seconds, the shortest pause; 0: never
         self.read_linger_max = read_linger_max  # seconds, the longest (at most: a power of two times the shortest)
-        self.lingers = broker.metrics.amqp_read_lingers
-        self.linger_seconds = broker.metrics.amqp_read_linger_seconds
+        self.lingers = broker.metrics.counter(
+            "logbus_amqp_read_lingers",
+            "Pauses in reading a pipelining AMQP connection, to read more at once (read linger)")
+        self.linger_seconds = broker.metrics.counter(
+            "logbus_amqp_read_linger_seconds",
+            "Seconds those pauses lasted, together (divided by the pauses: the mean linger)")
         self.connections: set[AmqpProtocol] = set()
         self.prompt = Prompt()  # consumers fed by the read being handled
-        self.alarm = blocked_reason(broker.pressure.alarms)  # Connection.Blocked's reason
-        broker.pressure.subscribe(self._alarms_changed)
-        broker.access.subscribe(self._access_changed)
+        self.alarm = blocked_reason(broker.on_alarms(self._alarms_changed))  # Connection.Blocked's reason
+        broker.on_access_change(self._access_changed)
 
     def buildProtocol(self, addr: Any) -> AmqpProtocol:
         return AmqpProtocol(self)

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from ...core.access.auth import Access, Kind, Perm
+from ...core.broker import Broker
+from ...core.types import Kind, Perm, Resource
 from ...core.errors import Refused
-from ...core.routing.definitions import TOPIC
+from ...core.types import TOPIC
 from .confirms import Confirms
 from .errors import NO_ROUTE, AMQPChannelError, refused
 from .events import Publish
 from .fastpath import encode_ack, encode_nack, encode_return
 from .mapping import to_message
-from .model.vhost import VHost
+from ...core.types import VHost
+from .model import room
+from .model.translate import x_delay
 
 if TYPE_CHECKING:
     from .session import Session
@@ -41,7 +44,7 @@ class Publishing:
     confirms: Confirms
     confirms_due: bool  # a flush of the confirms is scheduled for this tick
     tx: list[Callable[[], None]] | None  # pending operations in tx mode
-    access: Access
+    broker: Broker
     writable: set[str]  # exchanges basic.publish was allowed to write to...
     writable_version: int  # ...as of this access.version (another: check again)
 
@@ -52,26 +55,27 @@ class Publishing:
         """basic.publish's permission check, remembered in ``writable`` until the
         permissions change; a topic exchange the user has a topic permission on is checked
         for each routing key instead (RabbitMQ's topic authorisation)."""
-        if self.writable_version != self.access.version:
+        if self.writable_version != self.broker.access_version:
             self.writable.clear()
-            self.writable_version = self.access.version
+            self.writable_version = self.broker.access_version
         try:
-            self._permit("write", "exchange", exchange)
             if self._topic_restricted(exchange):
-                self.access.check_topic(self.conn.user, self.vhost.name, exchange, "write", routing_key)
+                self.broker.authorize(self.conn.user, "write",
+                                      Resource(self.vhost.name, "exchange", exchange, routing_key))
                 return
+            self._permit("write", "exchange", exchange)
         except Refused as e:
             raise refused(e, channel=self.number,
                                    class_id=60, method_id=40) from None
         self.writable.add(exchange)
 
     def _topic_restricted(self, exchange: str) -> bool:
-        router = self.vhost.router
-        return (self.access.restricts_topics(self.conn.user, self.vhost.name, exchange)
-                and router.has_exchange(exchange) and router.exchange(exchange).kind == TOPIC)
+        v = self.vhost
+        return (self.broker.topic_restricted(self.conn.user, v.name, exchange)
+                and v.has_exchange(exchange) and v.exchange(exchange).kind == TOPIC)
 
     def publish(self, p: Publish) -> None:
-        if self.writable_version != self.access.version or p.exchange not in self.writable:
+        if self.writable_version != self.broker.access_version or p.exchange not in self.writable:
             self._check_write(p.exchange, p.routing_key)  # 403 unless the user may write to the exchange
         if self.tx is not None:
             self.tx.append(lambda: self._publish(p, None))
@@ -92,7 +96,7 @@ class Publishing:
             return
         error: AMQPChannelError | None = None
         writable = self.writable
-        if self.writable_version != self.access.version or any(p.exchange not in writable for p in run):
+        if self.writable_version != self.broker.access_version or any(p.exchange not in writable for p in run):
             for i, p in enumerate(run):
                 try:
                     self._check_write(p.exchange, p.routing_key)
@@ -119,7 +123,9 @@ class Publishing:
                     self._confirms_due()
 
         out = self.vhost.publish_many([(p.exchange, p.routing_key, to_message(p), p.properties.headers)
-                                       for p in run], on_durable)
+                                       for p in run], on_durable, x_delay)
+        if self.conn.record is not None:
+            self.conn.record.received += out.done
         for i in out.unrouted:
             p = run[i]
             if p.mandatory:
@@ -137,6 +143,8 @@ class Publishing:
 
     def _publish(self, p: Publish, seq: int | None) -> None:
         message = to_message(p)
+        if self.conn.record is not None:
+            self.conn.record.received += 1
         confirms = self.confirms
 
         def durable(result: Any) -> None:
@@ -146,8 +154,8 @@ class Publishing:
                 self._confirms_due()
 
         try:
-            out = self.vhost.publish(p.exchange, p.routing_key, message, headers=p.properties.headers,
-                                     on_durable=durable if seq else None)
+            out = room.publish(self.vhost, p.exchange, p.routing_key, message, headers=p.properties.headers,
+                               on_durable=durable if seq else None)
         except Refused as e:
             raise refused(e, channel=self.number,
                                    class_id=60, method_id=40) from None

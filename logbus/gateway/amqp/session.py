@@ -23,10 +23,12 @@ from typing import Any
 
 from pamqp import base
 
-from ...core.access.auth import Access
-from ...core.pressure import RESOURCES
-from ...core.tick import tick_of
-from .model.vhost import VHost
+from ...core.broker import Broker
+from ...core.errors import LoopbackOnly, Refused
+from ...core.types import ConnectionRecord, Resource
+from ...core.types import RESOURCES
+from ...core.types import tick_of
+from ...core.types import VHost
 from .channel import Channel
 from .codec import DEFAULT_MAX_MESSAGE_SIZE, encode_method
 from .connection import Connection
@@ -81,15 +83,16 @@ class Prompt:
 
 
 class Session:
-    def __init__(self, vhosts: Callable[[str], VHost | None], access: Access, *, send: Callable[[bytes], None],
+    def __init__(self, broker: Broker, *, send: Callable[[bytes], None],
                  close: Callable[[], None], reading: Callable[[bool], None], reactor: Any,
                  peer_is_loopback: bool, peer: str = "",
                  heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX,
-                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, prompt: Prompt | None = None) -> None:
+                 max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, prompt: Prompt | None = None,
+                 record: ConnectionRecord | None = None) -> None:
         self.machine = Connection(peer=peer, heartbeat=heartbeat, frame_max=frame_max,
                                   max_message_size=max_message_size)
-        self.vhosts = vhosts  # name -> the vhost's model, None: none (Broker.vhost)
-        self.access = access
+        self.broker = broker  # the facade: vhosts, authenticate, authorize
+        self.record = record  # this connection in the broker's registry (user, vhost, counters)
         self._send = send
         self._close = close
         self._reading = reading  # False: stop reading from the socket, True: read again
@@ -221,23 +224,32 @@ class Session:
         self.send(r.data)
 
     def _authenticate(self, r: Authenticate) -> None:
-        if self.access.authenticate(r.user, r.password) is None:
+        try:
+            self.broker.authenticate(r.user, r.password, loopback=self.peer_is_loopback)
+        except LoopbackOnly:
+            self.machine.auth_failed(AuthFailure.LOOPBACK_ONLY)
+        except Refused:
             log.info("amqp connection %s: login refused for user %r", self.peer, r.user)
             self.machine.auth_failed(AuthFailure.REFUSED)
-        elif self.access.loopback_only(r.user) and not self.peer_is_loopback:
-            self.machine.auth_failed(AuthFailure.LOOPBACK_ONLY)
         else:
             self.user = r.user
+            if self.record is not None:
+                self.record.user = r.user
             self.machine.authenticated(r.user)
 
     def _open_vhost(self, r: OpenVHost) -> None:
-        vhost = self.vhosts(r.name)
+        vhost = self.broker.vhost(r.name)
         if vhost is None:
             self.machine.vhost_refused(VHostFailure.NOT_FOUND)
-        elif self.access.permission(r.user, vhost.name) is None:
+            return
+        try:
+            self.broker.authorize(r.user, "access", Resource(vhost.name))
+        except Refused:
             self.machine.vhost_refused(VHostFailure.ACCESS_REFUSED)
         else:
             self.vhost = vhost
+            if self.record is not None:
+                self.record.vhost = vhost.name
             self.frame_max = self.machine.frame_max
             self.machine.vhost_opened(vhost.name)
 

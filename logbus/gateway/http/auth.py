@@ -21,8 +21,10 @@ from twisted.web import server
 from .resource import ApiResource
 from .responses import HttpError
 
+from ...core.errors import LoopbackOnly, Refused
+from ...core.types import Resource
+
 if TYPE_CHECKING:
-    from ...core.access.auth import Access, User
     from ...core.broker import Broker
 
 REALM = 'Basic realm="logbus"'
@@ -52,21 +54,24 @@ def _loopback(request: server.Request) -> bool:
         return False
 
 
-def require_admin(request: server.Request, access: Access) -> User:
-    """The authenticated administrator, or HttpError 401 / 403."""
+def require_admin(request: server.Request, broker: Broker) -> str:
+    """The authenticated administrator's name, or HttpError 401 / 403."""
     credentials = basic_credentials(request)
     if credentials is None:
         raise HttpError(401, "unauthorized", "HTTP Basic credentials of an administrator are required",
                         CHALLENGE)
     name, password = credentials
-    user = access.authenticate(name, password)
-    if user is None:
-        raise HttpError(401, "unauthorized", "Login failed", CHALLENGE)
-    if access.loopback_only(name) and not _loopback(request):
-        raise HttpError(401, "unauthorized", f"user '{name}' can only connect via localhost", CHALLENGE)
-    if not user.is_administrator:
-        raise HttpError(403, "forbidden", "Not administrator user")
-    return user
+    try:
+        broker.authenticate(name, password, loopback=_loopback(request))
+    except LoopbackOnly:
+        raise HttpError(401, "unauthorized", f"user '{name}' can only connect via localhost", CHALLENGE) from None
+    except Refused:
+        raise HttpError(401, "unauthorized", "Login failed", CHALLENGE) from None
+    try:
+        broker.authorize(name, "administer", Resource(""))
+    except Refused:
+        raise HttpError(403, "forbidden", "Not administrator user") from None
+    return name
 
 
 class AdminResource(ApiResource):
@@ -77,7 +82,7 @@ class AdminResource(ApiResource):
         self.broker = broker
 
     def authorize(self, request: server.Request) -> None:
-        require_admin(request, self.broker.access)
+        require_admin(request, self.broker)
 
 
 def path_name(raw: bytes, what: str) -> str:

@@ -29,8 +29,8 @@ from twisted.internet.defer import Deferred
 from twisted.web import resource, server
 
 from ...core.errors import LogbusError
-from ...core.message import Message
-from ...core.queues.pop import Popped
+from ...core.types import Message
+from ...core.types import Popped
 from .request import json_object, read_json, request_body
 from .resource import ApiResource, NotFound
 from .responses import HttpError, Response, status_for

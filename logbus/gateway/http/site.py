@@ -17,8 +17,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from twisted.internet.protocol import connectionDone
+from twisted.python.failure import Failure
 from twisted.web import http, resource, server
 
+from ...core.types import ConnectionRecord
+from ..output import is_tls, peer_of
+from .connections import Connections
 from .health import Health
 from .limits import Limits
 from .metrics import Metrics
@@ -38,9 +43,39 @@ if TYPE_CHECKING:
 access_log = logging.getLogger("logbus.http.access")
 
 
+class RegisteredChannel(http.HTTPChannel):
+    """An HTTP connection, in the broker's connection registry while it is open."""
+
+    record: ConnectionRecord | None = None
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        broker = self.site.broker  # type: ignore[attr-defined]
+        t: Any = self.transport
+        host, port = peer_of(t)
+        self.record = broker.connection_opened("http", f"{host}:{port}", tls=is_tls(t),
+                                               close=lambda reason: t.loseConnection())
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.record is not None:
+            self.record.bytes_in += len(data)
+        super().dataReceived(data)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self.record is not None:
+            self.site.broker.connection_closed(self.record)  # type: ignore[attr-defined]
+            self.record = None
+        super().connectionLost(reason)
+
+
 class ApiSite(server.Site):
     requestFactory = LimitedRequest
+    protocol = RegisteredChannel  # type: ignore[assignment]  # twisted types it as a generic factory
     noisy = False  # no "Starting factory" lines; server.py logs the bound address
+
+    def __init__(self, root: Any, broker: Broker, reactor: Any = None) -> None:
+        super().__init__(root, reactor=reactor)
+        self.broker = broker
 
     def log(self, request: http.Request) -> None:
         if access_log.isEnabledFor(logging.DEBUG):
@@ -50,6 +85,7 @@ class ApiSite(server.Site):
 def build_resource(broker: Broker) -> Directory:
     api = _directory({
         b"topics": Topics(broker),
+        b"connections": Connections(broker),
         b"limits": Limits(broker),
         b"users": Users(broker),
         b"vhosts": VHosts(broker),
@@ -74,4 +110,4 @@ def _directory(children: dict[bytes, resource.Resource]) -> Directory:
 
 
 def build_site(broker: Broker, reactor: Any = None) -> ApiSite:
-    return ApiSite(build_resource(broker), reactor=reactor)
+    return ApiSite(build_resource(broker), broker, reactor=reactor)

@@ -38,9 +38,9 @@ from urllib.parse import quote
 from twisted.internet.defer import Deferred
 from twisted.web import resource, server
 
-from ...core.envelope_pb2 import Envelope
-from ...core.message import Message
-from ...core.queues.pop import check_delay
+from ...core.types import Envelope
+from ...core.types import Message
+from ...core.types import check_delay
 from ...retry.policy import MAX_DELAY_MS
 
 from .request import json_object, read_json

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.web import resource, server
 
-from ...core.access.auth import SHA256
+from ...core.types import SHA256
 from .auth import AdminResource, path_name
 from .request import json_object, read_json
 from .responses import HttpError, Response

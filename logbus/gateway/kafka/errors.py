@@ -41,10 +41,20 @@ _BY_CODE = {
 }
 
 
+# Kafka's retriable error numbers among those above (its RetriableException subclasses):
+# a client retries the request
+RETRIABLE = frozenset({UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR})
+
+
 def code_for(error: BaseException) -> int:
-    """The Kafka error code for a failure raised by the core."""
+    """The Kafka error code for a failure raised by the core. One the core marks
+    ``retriable`` and that has no code of its own is KAFKA_STORAGE_ERROR, which clients
+    retry (the broker's passing failures are its disk's); any other, UNKNOWN_SERVER_ERROR."""
     if isinstance(error, E.LogbusError):
-        return _BY_CODE.get(error.code, UNKNOWN_SERVER_ERROR)
+        code = _BY_CODE.get(error.code)
+        if code is not None:
+            return code
+        return KAFKA_STORAGE_ERROR if error.retriable else UNKNOWN_SERVER_ERROR
     return UNKNOWN_SERVER_ERROR
 
 

@@ -13,7 +13,7 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
 from ...core.broker import Broker
-from ..output import FileOutput
+from ..output import FileOutput, is_tls, peer_of
 from . import admin, configs, groups, records_admin
 from .codec import (
     Chunks,
@@ -49,10 +49,14 @@ class KafkaProtocol(Protocol):
         self.output = FileOutput(self._t, self._abort)
         host = self._t.getHost()
         self.advertised = self._advertised or (host.host, host.port)
+        peer_host, peer_port = peer_of(self._t)
+        self.record = self.handlers.broker.connection_opened(
+            "kafka", f"{peer_host}:{peer_port}", tls=is_tls(self._t), close=self._abort)
 
     def dataReceived(self, data: bytes) -> None:
         if self._closing:
             return
+        self.record.bytes_in += len(data)
         try:
             self._received(data)
         except Exception:
@@ -74,6 +78,8 @@ class KafkaProtocol(Protocol):
                 return self._abort(str(e))
             except KafkaProtocolError as e:
                 return self._abort(str(e))
+            if req.client_id and not self.record.client_id:
+                self.record.client_id = req.client_id
             slot: list[Any] = [None, False, req, time.monotonic()]
             self._queue.append(slot)
             d: Deferred[Any] = maybeDeferred(self.handlers.handle, req, self.advertised)
@@ -110,6 +116,7 @@ class KafkaProtocol(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closing = True
+        self.handlers.broker.connection_closed(self.record)
         self.output.close()
         if self._queue:  # a long poll, or a client that gave up waiting: say on what
             now = time.monotonic()

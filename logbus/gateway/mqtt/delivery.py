@@ -11,34 +11,37 @@ once per read."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ...core.message import Envelope, Message
-from ...core.state_pb2 import RetainedRecord
+from ...core.types import Envelope, Message, RetainedRecord
 from .encoder import encode, encode_publish
 from .mapping import outgoing_properties, outgoing_topic, published_qos
 from .outbound import RELEASED
 from .packets import Publish, PubRel
 from .properties import NO_PROPERTIES, Properties
-from ..amqp.model.filtering import filter_properties, message_tag
+from ...filters.properties import message_tag, record_properties
 from .requests import SaveSession, Settle
 from .session import Session, Token
 from .subscriptions import Filtered, shared_subscription
 from .wire import MQTT_5
 
 if TYPE_CHECKING:
-    from ...core.queues.service import Delivery
+    from ...core.types import Delivery
 
+
+MQTT = "mqtt"  # this gateway's key in ``Message.encoded``
 
 class Outgoing:
     """The messages to one connection's client and their acknowledgements, written to
     ``out``; the session's ``outbound.Outbound`` keeps what is in flight."""
 
-    __slots__ = ("session", "version", "out", "clock", "paused", "waiting", "save")
+    __slots__ = ("session", "version", "out", "clock", "properties", "paused", "waiting", "save")
 
-    def __init__(self, session: Session, version: int, out: list[bytes], clock: Callable[[], int]) -> None:
+    def __init__(self, session: Session, version: int, out: list[bytes], clock: Callable[[], int],
+                 properties: Callable[[Message, str], Mapping[str, Any]] = record_properties) -> None:
+        self.properties = properties  # what a selector sees of a message (the broker's forms)
         self.session = session
         self.version = version
         self.out = out
@@ -68,8 +71,9 @@ class Outgoing:
             shared = None if d.queue == s.queue else shared_subscription(d.queue)  # whose copy this is
             if s.subscriptions.filters:  # (the properties are built once per message, kept on it)
                 copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
-                                            own=env.mqtt_client_id == s.client_id, tag=message_tag(message),
-                                            properties=lambda: filter_properties(message, d.entry.topic),
+                                            own=env.mqtt_client_id == s.client_id,
+                                            tag=message_tag(env, message.headers),
+                                            properties=lambda: self.properties(message, d.entry.topic),
                                             shared=shared)
             else:
                 copy = s.subscriptions.copy(topic, published_qos(message), env.mqtt_retain,
@@ -85,10 +89,14 @@ class Outgoing:
             if props is NO_PROPERTIES and (version < MQTT_5 or not outbound.topic_alias_maximum):
                 # the same bytes for every session that takes it so: encoded once
                 key = (topic, copy.retain, version)
-                wire = message.mqtt_wire
+                encoded = message.encoded
+                wire = encoded.get(MQTT) if encoded is not None else None
                 if wire is None or wire[0] != key:
-                    wire = message.mqtt_wire = (key, encode_publish(topic, message.value or b"", 0, copy.retain,
-                                                                    False, 0, props, version))
+                    wire = (key, encode_publish(topic, message.value or b"", 0, copy.retain, False, 0, props, version))
+                    if encoded is None:
+                        message.encoded = {MQTT: wire}
+                    else:
+                        encoded[MQTT] = wire
                 if outbound.fits(len(wire[1])):
                     self.out.append(wire[1])
                 return None if settled else Settle(Token(d.queue, d.receipt))
@@ -174,12 +182,13 @@ def _with_alias(props: Properties, alias: int) -> Properties:
     return replace(props, topic_alias=alias)
 
 
-def retained_passes(rec: RetainedRecord, filtered: Filtered) -> bool:
+def retained_passes(rec: RetainedRecord, filtered: Filtered,
+                    properties: Callable[[Message, str], Mapping[str, Any]] = record_properties) -> bool:
     """Whether a retained message passes a new subscription's filter."""
     env = Envelope.FromString(rec.envelope) if rec.envelope else Envelope()
     headers = [(h.key, h.value if h.HasField("value") else None) for h in rec.headers]
     message = Message(rec.topic.encode(), rec.payload, rec.time_ms or None, headers, env)
-    return filtered.filter.matches(message_tag(message), lambda: filter_properties(message, ""))
+    return filtered.filter.matches(message_tag(env, message.headers), lambda: properties(message, ""))
 
 
 def retained_publish(rec: RetainedRecord, qos: int, version: int, now_ms: int,

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...core.state_pb2 import RetainedRecord
+from ...core.types import Message, RetainedRecord
+from ...filters.properties import record_properties
 from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
 from .decoder import Decoder
 from .delivery import Outgoing, retained_passes, retained_publish
@@ -71,6 +72,9 @@ log = logging.getLogger(__name__)
 _PINGRESP = b"\xd0\x00"
 
 
+
+Properties_ = Callable[[Message, str], Mapping[str, Any]]  # a message in a log topic -> its properties
+
 class UnexpectedPacket(MqttError):
     """A packet ``TRANSITIONS`` lacks for the connection's state (0x82 Protocol Error)."""
 
@@ -90,11 +94,13 @@ class Machine:
     """The session state machine of one connection; see the module's docstring."""
 
     def __init__(self, *, limits: ServerLimits = ServerLimits(), max_packet_size: int = 1 << 20,
-                 clock: Callable[[], int], new_client_id: Callable[[], str], peer: str = "") -> None:
+                 clock: Callable[[], int], new_client_id: Callable[[], str], peer: str = "",
+                 properties: Properties_ = record_properties) -> None:
         self.limits = limits
         self.decoder = Decoder(max_packet_size=max_packet_size)
         self.clock = clock  # epoch ms
         self.new_client_id = new_client_id
+        self.properties = properties  # what a subscription's selector sees of a message (the broker's forms)
         self.peer = peer  # for log lines
         self.state = State.AWAITING_CONNECT
         self.version = 4
@@ -235,7 +241,7 @@ class Machine:
         inbound = Inbound(self.limits.receive_maximum, self.limits.topic_alias_maximum)
         inbound.awaiting_rel = session.awaiting_rel
         self.publishing = Publishing(inbound, self.version, self.out)
-        outgoing = self.outgoing = Outgoing(session, self.version, self.out, self.clock)
+        outgoing = self.outgoing = Outgoing(session, self.version, self.out, self.clock, self.properties)
         outgoing.paused = self.paused
         self._save = outgoing.save
         self._dispatch = Dispatch(session)
@@ -279,7 +285,7 @@ class Machine:
             for rec in records:
                 if rec.topic.startswith("$") and topic_filter[:1] in ("+", "#"):
                     continue
-                if filtered is not None and not retained_passes(rec, filtered):
+                if filtered is not None and not retained_passes(rec, filtered, self.properties):
                     continue
                 out = retained_publish(rec, qos, self.version, now, sid)
                 if out is not None:

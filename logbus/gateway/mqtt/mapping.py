@@ -20,7 +20,7 @@ properties, with the message expiry interval lowered by the time the message wai
 
 from __future__ import annotations
 
-from ...core.message import ENVELOPE_HEADER, Envelope, Message
+from ...core.types import ENVELOPE_HEADER, Envelope, Message
 from .packets import Publish
 from .properties import NO_PROPERTIES, Properties
 from .topic_map import Unmappable, to_amqp, to_mqtt_name

@@ -5,8 +5,9 @@ sans-I/O ``machine.Machine`` decides everything else (the states and ``TRANSITIO
 protocol errors and their reason codes, the QoS 1/2 flows both ways) and hands out typed
 requests (requests.py), which ``_carry`` carries out against the room (``room.MqttRoom``,
 which holds the sessions and talks to the broker) and the socket. The login and the
-access checks (``ConnectionAccess``) are the shell's: they ask the broker's users and
-permissions.
+access checks (``ConnectionAccess``) are the shell's: they ask the broker
+(``Broker.authenticate``, ``Broker.authorize``). Each connection is in the broker's
+connection registry while it is open.
 
 Per read: the bytes go to the machine, its requests are carried out in order (the
 PUBLISHes of the read as one ``publish_many``), and the output of every connection
@@ -33,10 +34,9 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from ...core.access.auth import Perm
-from ...core.access.topic_permissions import TopicPerm
-from ...core.errors import LogbusError
-from ..output import direct_writer, quick_ack
+from ...core.errors import LogbusError, LoopbackOnly, Refused
+from ...core.types import ConnectionRecord, Perm, Resource
+from ..output import direct_writer, is_tls, peer_of, quick_ack
 from .connect import Accepted, ServerLimits
 from .machine import Machine
 from .mapping import EXCHANGE
@@ -56,7 +56,7 @@ from .wire import MQTT_5
 
 if TYPE_CHECKING:
     from ...core.broker import Broker
-    from ...core.queues.service import Delivery
+    from ...core.types import Delivery
 
 log = logging.getLogger(__name__)
 
@@ -71,35 +71,44 @@ def _loopback(host: str) -> bool:
 
 
 class ConnectionAccess:
-    """A logged-in connection's rights: write and read on amq.topic, and the user's topic
-    permissions there (the machine's ``requests.Access``)."""
+    """A logged-in connection's rights (the machine's ``requests.Access``): write and read
+    on amq.topic, and, when the user has a topic permission there, that permission for
+    each routing key (``Broker.authorize``). What it learnt is kept until the broker's
+    users or permissions change (``Broker.access_version``)."""
 
-    __slots__ = ("room", "user", "client_id", "may_write", "may_read")
+    __slots__ = ("broker", "vhost", "user", "client_id", "version", "may_write", "may_read", "by_key")
 
-    def __init__(self, room: MqttRoom, user: str, client_id: str) -> None:
-        self.room = room
+    def __init__(self, broker: Broker, vhost: str, user: str, client_id: str) -> None:
+        self.broker = broker
+        self.vhost = vhost
         self.user = user
         self.client_id = client_id
+        self.version = -1
+        self.may_write = self.may_read = self.by_key = False
+
+    def _learn(self) -> None:
+        self.version = self.broker.access_version
         self.may_write = self._allowed("write")
         self.may_read = self._allowed("read")
+        self.by_key = self.broker.topic_restricted(self.user, self.vhost, EXCHANGE)
 
     def may_publish(self, routing_key: str) -> bool:
-        return self.may_write and self._topic_allowed("write", routing_key)
+        if self.version != self.broker.access_version:
+            self._learn()
+        return self.may_write and (not self.by_key or self._allowed("write", routing_key))
 
     def may_subscribe(self, topic_filter: str) -> bool:
-        return self.may_read and self._topic_allowed("read", binding_key(inner_filter(topic_filter)))
+        if self.version != self.broker.access_version:
+            self._learn()
+        return self.may_read and (not self.by_key or self._allowed("read", binding_key(inner_filter(topic_filter))))
 
-    def _allowed(self, perm: Perm) -> bool:
+    def _allowed(self, perm: Perm, routing_key: str | None = None) -> bool:
         try:
-            self.room.broker.access.check(self.user, self.room.vhost_name, perm, "exchange", EXCHANGE)
-        except LogbusError:
+            self.broker.authorize(self.user, perm, Resource(self.vhost, "exchange", EXCHANGE, routing_key,
+                                                            self.client_id))
+        except Refused:
             return False
         return True
-
-    def _topic_allowed(self, perm: TopicPerm, key: str) -> bool:
-        """The user's topic permission on amq.topic (none: allowed)."""
-        return self.room.broker.access.topic_allowed(self.user, self.room.vhost_name, EXCHANGE, perm, key,
-                                                     self.client_id)
 
 
 class MqttProtocol(Protocol):
@@ -109,7 +118,8 @@ class MqttProtocol(Protocol):
         self.factory = factory
         self.room = factory.room
         self.machine = Machine(limits=factory.limits, max_packet_size=factory.max_packet_size,
-                               clock=self.room.clock, new_client_id=self.room.new_client_id)
+                               clock=self.room.clock, new_client_id=self.room.new_client_id,
+                               properties=factory.broker.forms.properties)
         self.peer = ""
         self.last_read = 0.0
         self._timer: Any = None  # CONNECT timeout, then keep alive
@@ -117,6 +127,7 @@ class MqttProtocol(Protocol):
         self._draining = False  # carrying out the machine's requests
         self._send: Any = None  # direct_writer(transport)
         self._ack_now: Callable[[], None] | None = None  # output.quick_ack(transport)
+        self.record: ConnectionRecord | None = None  # in the broker's connection registry
 
     @property
     def session(self) -> Any:
@@ -129,8 +140,10 @@ class MqttProtocol(Protocol):
     # -- connection --------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
-        peer = self.transport.getPeer()
-        self.peer = self.machine.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        host, port = peer_of(self.transport)
+        self.peer = self.machine.peer = f"{host}:{port}"
+        self.record = self.factory.broker.connection_opened("mqtt", self.peer, tls=is_tls(self.transport),
+                                                            close=self._close_by_admin)
         if hasattr(self.transport, "setTcpNoDelay"):
             self.transport.setTcpNoDelay(True)
         self._send = direct_writer(self.transport)
@@ -140,8 +153,13 @@ class MqttProtocol(Protocol):
         self._timer = self.factory.reactor.callLater(CONNECT_TIMEOUT, self._connect_timeout)
         self.factory.connections.add(self)
 
+    def _close_by_admin(self, reason: str) -> None:
+        self.kick()
+
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.factory.connections.discard(self)
+        if self.record is not None:
+            self.factory.broker.connection_closed(self.record)
         self._cancel_timer()
         self.machine.connection_lost()
         self._drain()
@@ -163,6 +181,8 @@ class MqttProtocol(Protocol):
         factory.reading += 1
         try:
             m = self.machine
+            if self.record is not None:
+                self.record.bytes_in += len(data)
             if m.state is not State.CLOSED:
                 self.last_read = factory.reactor.seconds()
                 m.receive_data(data)
@@ -217,11 +237,14 @@ class MqttProtocol(Protocol):
                                        str(e))
             return
         self.room.released_gone(session)  # PUBRECed, but the record did not say so yet
-        self.machine.attached(session, present, user, ConnectionAccess(self.room, user, session.client_id))
+        if self.record is not None:
+            self.record.user, self.record.vhost, self.record.client_id = user, self.room.vhost_name, session.client_id
+        self.machine.attached(session, present, user,
+                              ConnectionAccess(self.room.broker, self.room.vhost_name, user, session.client_id))
 
     def _user(self, acc: Accepted) -> str | None:
         """The user the connection acts as; None: refused (the machine told)."""
-        access = self.room.broker.access
+        broker = self.room.broker
         loopback = _loopback(self.peer.rsplit(":", 1)[0])
         v5 = acc.version == MQTT_5
         bad_login = BAD_USER_NAME_OR_PASSWORD if v5 else REFUSED_BAD_USER_NAME_OR_PASSWORD
@@ -232,18 +255,21 @@ class MqttProtocol(Protocol):
             if anon == "off" or (anon == "loopback" and not loopback):
                 refuse(not_authorized, "anonymous clients are not allowed here (--mqtt-anonymous)")
                 return None
-            name = self.room.broker.default_user
+            name = broker.default_user
         else:
-            user = access.authenticate(acc.username, (acc.password or b"").decode("utf-8", "replace"))
-            if user is None:
-                refuse(bad_login, f"bad user name or password for {acc.username!r}")
-                return None
-            name = user.name
-            if access.loopback_only(name) and not loopback:
+            name = acc.username
+            try:
+                broker.authenticate(name, (acc.password or b"").decode("utf-8", "replace"), loopback=loopback)
+            except LoopbackOnly:
                 refuse(not_authorized, f"user {name!r} can only connect from loopback")
                 return None
+            except Refused:
+                refuse(bad_login, f"bad user name or password for {name!r}")
+                return None
         vhost = self.room.vhost_name
-        if access.permission(name, vhost) is None:
+        try:
+            broker.authorize(name, "access", Resource(vhost))
+        except Refused:
             refuse(not_authorized, f"user {name!r} has no permissions in vhost {vhost!r}")
             return None
         return name
@@ -277,6 +303,8 @@ class MqttProtocol(Protocol):
             m.durable(batch, first, last, result if isinstance(result, BaseException) else None)
             self._drain()
 
+        if self.record is not None:
+            self.record.received += len(batch)
         try:
             out = self.room.publish_many(_items(batch), durable)
         except LogbusError as e:
@@ -330,6 +358,8 @@ class MqttProtocol(Protocol):
     def deliver(self, d: Delivery, settled: bool = False) -> None:
         """A message from one of the session's queues (``room.SessionConsumer``)."""
         r = self.machine.deliver(d, settled)
+        if self.record is not None:
+            self.record.sent += 1
         if r is not None:
             _CARRY[type(r)](self, r)
         if not self._queued and self.machine.out:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 
-from ...core.message import Message
+from ...core.types import Message
 from .encoder import encode
 from .inbound import Inbound
 from .mapping import EnvelopeCache

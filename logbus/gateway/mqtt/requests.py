@@ -20,7 +20,7 @@ from .connect import Accepted
 from .packets import Subscription, Will
 
 if TYPE_CHECKING:
-    from ...core.message import Message
+    from ...core.types import Message
     from .publishing import Pending
     from .session import Session
     from .subscriptions import Filtered

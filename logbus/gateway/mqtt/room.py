@@ -42,12 +42,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import LogbusError
-from ...core.message import Message
-from ...core.queues.queue import Outcome
-from ...core.queues.service import Delivery, QueueSettings
-from ...core.retained import RetainedStore
-from ...core.state import MQTT_SESSION_PREFIX, mqtt_session_key
-from ...core.state_pb2 import MqttSessionRecord, RetainedRecord
+from ...core.types import Message
+from ...core.types import Outcome
+from ...core.types import Delivery, QueueSettings
+from ...core.types import RetainedStore
+from ...core.types import MqttSessionRecord, RetainedRecord
 from .connect import Accepted
 from .mapping import EXCHANGE, message_from_publish
 from .outbound import PUBLISHED, RELEASED, InFlight
@@ -58,11 +57,11 @@ from .topic_map import Unmappable, filter_to_amqp
 
 if TYPE_CHECKING:
     from ...core.broker import Broker
-    from ...core.queues.feed import VHostModel
+    from ...core.types import VHost
 
 log = logging.getLogger(__name__)
 
-CF_SESSIONS = "sessions"
+PROTOCOL = "mqtt"  # the broker's name for this protocol's stored sessions
 SESSION_QUEUE = "mqtt-session:"
 
 
@@ -116,7 +115,6 @@ class MqttRoom:
         self.sessions: dict[str, Session] = {}  # client id -> session, connected or kept
         # shared queue -> client id of each member -> its message filter
         self.shared_members: dict[str, dict[str, Filtered | None]] = {}
-        self.retained = RetainedStore(None, self.clock)
         self._consumers: dict[tuple[str, str], SessionConsumer] = {}  # (client id, queue) -> consumer
         self._timers: dict[tuple[str, str], Any] = {}  # (client id, "expiry" | "will") -> reactor call
         self.started = False
@@ -124,6 +122,11 @@ class MqttRoom:
 
     def clock(self) -> int:
         return int(self.reactor.seconds() * 1000)
+
+    @property
+    def retained(self) -> RetainedStore:
+        """The broker's retained messages."""
+        return self.broker.retained
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -133,13 +136,9 @@ class MqttRoom:
         if self.started:
             return
         self.started = True
-        self.retained = RetainedStore(self.broker.state, self.clock)
-        self.retained.load()
-        state = self.broker.state
-        assert state is not None
         now = self.clock()
         vhost = self.broker.vhost(self.vhost_name)
-        for _, raw in state.scan_prefix(CF_SESSIONS, MQTT_SESSION_PREFIX):
+        for raw in self.broker.stored_sessions(PROTOCOL):
             s = Session.from_record(MqttSessionRecord.FromString(raw))
             if vhost is None:
                 continue
@@ -159,7 +158,7 @@ class MqttRoom:
                 call.cancel()
         self._timers.clear()
 
-    def vhost(self) -> VHostModel:
+    def vhost(self) -> VHost:
         v = self.broker.vhost(self.vhost_name)
         if v is None:
             raise Unavailable(f"vhost {self.vhost_name!r} is not open")
@@ -208,15 +207,15 @@ class MqttRoom:
         for queue in (s.queue, *sorted(s.shared)):
             c = SessionConsumer(s, s.connection)
             self._consumers[(s.client_id, queue)] = c
-            vhost.service.consume(queue, c, self.shared_members.get(queue, {}).get(s.client_id))
+            vhost.consume(queue, c, self.shared_members.get(queue, {}).get(s.client_id))
 
     def dispatch(self, s: Session) -> None:
         """The connection may take more: hand out what its queues hold."""
         vhost = self.broker.vhost(self.vhost_name)
         if vhost is not None:
-            vhost.service.dispatch(s.queue)
+            vhost.dispatch(s.queue)
             for queue in s.shared:
-                vhost.service.dispatch(queue)
+                vhost.dispatch(queue)
 
     def detach(self, s: Session, connection: Any, will: Will | None = None, will_delay: int = 0) -> None:
         """``connection`` ended. Its will (if any) is published, after ``will_delay``
@@ -230,7 +229,7 @@ class MqttRoom:
             for queue in (s.queue, *sorted(s.shared)):
                 c = self._consumers.pop((s.client_id, queue), None)
                 if c is not None:
-                    vhost.service.cancel(queue, c)
+                    vhost.cancel(queue, c)
             self._give_back(vhost, s)
         if will is not None:
             delay = min(will_delay, s.expiry)
@@ -245,7 +244,7 @@ class MqttRoom:
         else:
             self.end(s)
 
-    def _give_back(self, vhost: VHostModel, s: Session) -> None:
+    def _give_back(self, vhost: VHost, s: Session) -> None:
         """The messages in flight to a connection that ended go back to their queues (to
         be sent again, DUP, with the same packet id; a shared queue's to any member),
         except QoS 2 ones already PUBRECed: only their PUBREL is left to send."""
@@ -255,7 +254,7 @@ class MqttRoom:
                 if isinstance(f.token, Token) and f.token.queue == s.queue:
                     s.restored[(f.token.queue, f.token.receipt.seq)] = (pid, f.qos)
         for queue in (s.queue, *sorted(s.shared)):
-            vhost.service.release(queue, s)
+            vhost.release(queue, s)
 
     def end(self, s: Session) -> None:
         """The session is over: its queue, its shared memberships and its record go."""
@@ -266,9 +265,7 @@ class MqttRoom:
         if vhost is not None:
             for queue in sorted(s.shared):
                 self._leave_shared(vhost, s, queue)
-            if s.queue in vhost.service.queues:
-                vhost.router.delete_queue(s.queue)
-                vhost.service.delete(s.queue)
+            vhost.close_queue(s.queue)
         self._forget_record(s.client_id)
 
     def kick(self, client_id: str) -> bool:
@@ -292,14 +289,10 @@ class MqttRoom:
     def save(self, s: Session) -> None:
         if not s.kept:
             return
-        state = self.broker.state
-        if state is not None:
-            state.put(CF_SESSIONS, mqtt_session_key(s.client_id), s.to_record())
+        self.broker.save_session(PROTOCOL, s.client_id, s.to_record())
 
     def _forget_record(self, client_id: str) -> None:
-        state = self.broker.state
-        if state is not None:
-            state.delete(CF_SESSIONS, mqtt_session_key(client_id))
+        self.broker.forget_session(PROTOCOL, client_id)
 
     def _arm_expiry(self, s: Session) -> None:
         at = s.expires_at()
@@ -321,10 +314,8 @@ class MqttRoom:
         if call is not None and call.active():
             call.cancel()
 
-    def _open_queue(self, vhost: VHostModel, name: str, *, durable: bool) -> None:
-        if name not in vhost.service.queues:
-            vhost.service.create(name, QueueSettings(), durable=durable)
-            vhost.router.add_queue(name)
+    def _open_queue(self, vhost: VHost, name: str, *, durable: bool) -> None:
+        vhost.open_queue(name, QueueSettings(), durable=durable)
 
     # -- subscriptions ---------------------------------------------------------------------
 
@@ -342,28 +333,27 @@ class MqttRoom:
         self.save(s)
         return existed
 
-    def _bind(self, vhost: VHostModel, s: Session, sub: Subscription) -> None:
+    def _bind(self, vhost: VHost, s: Session, sub: Subscription) -> None:
         f = sub.topic_filter
         filtered = s.subscriptions.filters.get(f)
         if f.startswith(SHARE_PREFIX):
             queue = shared_queue(f)
-            if queue not in vhost.service.queues:
-                self._open_queue(vhost, queue, durable=True)
+            self._open_queue(vhost, queue, durable=True)
             members = self.shared_members.setdefault(queue, {})
             if s.client_id in members:  # subscribed again, with another filter
                 self._unshare(vhost, queue, s.client_id)
             members[s.client_id] = filtered
             if list(members.values()).count(filtered) == 1:
-                vhost.router.bind(EXCHANGE, queue, shared_key(queue), filtered.arguments() if filtered else None)
+                vhost.bind(EXCHANGE, queue, shared_key(queue), filter=filtered)
             s.shared.add(queue)
             if s.connection is not None:
                 old = self._consumers.pop((s.client_id, queue), None)
                 if old is not None:
-                    vhost.service.cancel(queue, old)
+                    vhost.cancel(queue, old)
                 c = self._consumers[(s.client_id, queue)] = SessionConsumer(s, s.connection)
-                vhost.service.consume(queue, c, filtered)
+                vhost.consume(queue, c, filtered)
         else:
-            vhost.router.bind(EXCHANGE, s.queue, binding_key(f), filtered.arguments() if filtered else None)
+            vhost.bind(EXCHANGE, s.queue, binding_key(f), filter=filtered)
 
     def unsubscribe(self, s: Session, topic_filter: str) -> bool:
         """False when there was no such subscription."""
@@ -378,37 +368,35 @@ class MqttRoom:
         self.save(s)
         return True
 
-    def _unbind(self, vhost: VHostModel, s: Session, topic_filter: str, filtered: Filtered | None) -> None:
+    def _unbind(self, vhost: VHost, s: Session, topic_filter: str, filtered: Filtered | None) -> None:
         """Remove the binding of a subscription gone (or replaced), unless another of the
         session's subscriptions has the same key and filter."""
         key = binding_key(topic_filter)
         filters = s.subscriptions.filters
         if not any(binding_key(f) == key and filters.get(f) == filtered
                    for f in s.subscriptions.by_filter if not f.startswith(SHARE_PREFIX) and f != topic_filter):
-            vhost.router.unbind(EXCHANGE, s.queue, key, filtered.arguments() if filtered else None)
+            vhost.unbind(EXCHANGE, s.queue, key, filter=filtered)
 
-    def _leave_shared(self, vhost: VHostModel, s: Session, queue: str) -> None:
+    def _leave_shared(self, vhost: VHost, s: Session, queue: str) -> None:
         s.shared.discard(queue)
         c = self._consumers.pop((s.client_id, queue), None)
         if c is not None:
-            vhost.service.cancel(queue, c)
-        vhost.service.release(queue, s)
+            vhost.cancel(queue, c)
+        vhost.release(queue, s)
         members = self.shared_members.get(queue)
         if members is not None and s.client_id in members:
             if len(members) > 1:
                 self._unshare(vhost, queue, s.client_id)
                 return
             del self.shared_members[queue]
-            if queue in vhost.service.queues:
-                vhost.router.delete_queue(queue)
-                vhost.service.delete(queue)
+            vhost.close_queue(queue)
 
-    def _unshare(self, vhost: VHostModel, queue: str, client_id: str) -> None:
+    def _unshare(self, vhost: VHost, queue: str, client_id: str) -> None:
         """A member's filter leaves the group: its binding goes if no other member has it."""
         members = self.shared_members[queue]
         filtered = members.pop(client_id)
         if filtered not in members.values():
-            vhost.router.unbind(EXCHANGE, queue, shared_key(queue), filtered.arguments() if filtered else None)
+            vhost.unbind(EXCHANGE, queue, shared_key(queue), filter=filtered)
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -453,35 +441,30 @@ class MqttRoom:
         the end of the turn: a QoS 2 message PUBRECed is settled before the session says
         so and the PUBREL goes out (a kill -9 between them must not bring it back)."""
         self.settle(token)
-        self.broker.queue_store.commit()
+        self.broker.commit()
 
     def released_gone(self, s: Session) -> list[int]:
         """QoS 2 messages the session still means to send again whose entries are gone
         (settled at a PUBREC whose session record a crash lost): only their PUBREL is
         left; they move to the session's in-flight PUBRELs. Their packet ids."""
-        vhost = self.broker.vhosts.get(self.vhost_name)
+        vhost = self.broker.vhost(self.vhost_name)
         gone = []
         for (queue, seq), (pid, qos) in list(s.restored.items()):
-            qs = vhost.service.queues.get(queue) if vhost is not None else None
-            if qos == 2 and (qs is None or seq not in qs.queue.entries) and pid not in s.outbound.in_flight:
+            if qos == 2 and (vhost is None or not vhost.holds(queue, seq)) and pid not in s.outbound.in_flight:
                 del s.restored[(queue, seq)]
                 s.outbound.in_flight[pid] = InFlight(pid, 2, None, RELEASED)
                 gone.append(pid)
         return gone
 
     def settle(self, token: Token, outcome: Outcome = Outcome.ACK) -> None:
-        vhost = self.broker.vhosts.get(self.vhost_name)
+        vhost = self.broker.vhost(self.vhost_name)
         if vhost is not None:
-            vhost.service.settle(token.queue, token.receipt, outcome)
+            vhost.settle(token.queue, token.receipt, outcome)
 
     def entry_message(self, token: Token) -> Message | None:
         """The message a token's entry points at (None: settled meanwhile)."""
         vhost = self.broker.vhost(self.vhost_name)
-        if vhost is None:
-            return None
-        qs = vhost.service.queues.get(token.queue)
-        entry = qs.queue.entries.get(token.receipt.seq) if qs is not None else None
-        return vhost.service.message(entry) if entry is not None else None
+        return None if vhost is None else vhost.entry_message(token.queue, token.receipt.seq)
 
     # -- what the CLI and the HTTP API list --------------------------------------------------
 
@@ -490,7 +473,7 @@ class MqttRoom:
         out = []
         for cid in sorted(self.sessions):
             s = self.sessions[cid]
-            qs = vhost.service.queues.get(s.queue) if vhost is not None else None
+            qs = vhost.queues.get(s.queue) if vhost is not None else None
             out.append({
                 "client_id": cid, "user": s.user, "connected": s.connection is not None,
                 "peer": s.connection.peer if s.connection is not None else None,

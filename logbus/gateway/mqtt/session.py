@@ -26,8 +26,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ...core.queues.queue import Receipt
-from ...core.state_pb2 import MqttSessionRecord
+from ...core.types import Receipt
+from ...core.types import MqttSessionRecord
 from .connect import NEVER_EXPIRES
 from .outbound import RELEASED, InFlight, Outbound
 from .packets import Subscription

@@ -1,13 +1,9 @@
-"""The AMQP room: the queue model as AMQP declares it, over the broker's queue service.
+"""The AMQP room: AMQP's words for the neutral vhost model (``core/vhost.py``).
 
-RabbitMQ's vocabulary lives here and nowhere in ``logbus/core``: ``vhost.py`` (a vhost's
-exchanges, queues and bindings, publishing and dispatch, dead-lettering with ``x-death``,
-the delayed-message exchange), ``queue_args.py`` (``x-`` queue arguments with RabbitMQ's
-checks and wording), ``deadletter.py`` (the dead-lettered copy), ``definitions.py`` (the
-durable definitions, with their AMQP field tables). The broker opens one ``VHost`` per
-stored vhost through the factory the server hands it (``Broker(vhost_model=VHost)``).
+RabbitMQ's vocabulary lives here and nowhere in ``logbus/core``: ``queue_args.py``
+(``x-`` queue arguments with RabbitMQ's checks and wording, to neutral
+``QueueSettings``), ``translate.py`` (the delayed-message exchange type, ``x-delay``,
+binding filters), ``forms.py`` (typed AMQP headers, dead letters with ``x-death``: the
+``Forms`` the server hands the broker), ``upgrade.py`` (definitions stored with AMQP
+field tables, rewritten in the neutral form at start).
 """
-
-from .vhost import VHost
-
-__all__ = ["VHost"]

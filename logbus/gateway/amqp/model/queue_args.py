@@ -15,14 +15,14 @@ message given back after N + 1 deliveries, as RabbitMQ's quorum queues do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ....retry.policy import IMMEDIATE, InvalidRetryPolicy, RetryPolicy, parse_backoff
-from ....core.queues.queue import OVERFLOW_MODES, QueueLimits
-from ....core.queues.service import DeadLetterTarget, QueueSettings
-from ....core.routing.router import PreconditionFailed
+from ....core.types import OVERFLOW_MODES, QueueLimits
+from ....core.types import DeadLetterTarget, QueueSettings, QueueState
+from ....core.errors import PreconditionFailed
 
 MAX_PRIORITY = 255
 QUEUE_TYPES = ("classic", "quorum")
@@ -117,12 +117,16 @@ def parse_queue_arguments(queue: str, vhost: str, arguments: Mapping[str, Any] |
                      integer("x-delivery-limit", 0), retry)
 
 
-def per_message_ttl(expiration: str | None) -> int | None:
-    """An AMQP ``expiration`` property (milliseconds as text) as an int; None: absent.
-    RabbitMQ refuses anything but a non-negative integer (PRECONDITION_FAILED)."""
-    if expiration is None or expiration == "":
-        return None
-    if not expiration.isdigit():
-        raise PreconditionFailed(f"invalid expiration '{expiration}': {{value_negative,{expiration}}}"
-                                 if expiration.startswith("-") else f"invalid expiration '{expiration}': badarg")
-    return int(expiration)
+def check_equivalent(vhost: str) -> Callable[[QueueState, dict[str, Any]], None]:
+    """A queue.declare's check against the queue as it is (``VHost.declare_queue``'s
+    ``equivalent``): every ``x-`` argument must be as declared first, RabbitMQ's wording."""
+
+    def equivalent(qs: QueueState, arguments: dict[str, Any]) -> None:
+        where = f"for queue '{qs.name}' in vhost '{vhost}'"
+        declared = qs.declared or {}
+        for key in sorted(set(arguments) | set(declared)):
+            if key.startswith("x-") and arguments.get(key) != declared.get(key):
+                raise PreconditionFailed(f"inequivalent arg '{key}' {where}: received {arguments.get(key)!r} "
+                                         f"but current is {declared.get(key)!r}")
+
+    return equivalent

@@ -1,4 +1,4 @@
-"""One virtual host of the queue model: exchanges, queues, publishing and dispatch.
+"""One virtual host of the neutral model: exchanges, queues, publishing and dispatch.
 
 Theory of operation (docs/architecture.md sections 4 and 5). A publish routes once
 (``core/routing/router.py``) and appends the message ONCE, to the log topic behind the
@@ -13,10 +13,12 @@ round-robin to the consumers that have credit (their prefetch allows one more). 
 consumer without acks settles the entry as it is handed out.
 
 Entries that leave a queue without an ack (rejected, expired, dropped by overflow, past
-the delivery limit) go to the queue's dead-letter exchange when it has one, as a copy
-with ``x-death`` (``gateway/amqp/model/deadletter.py``) published like any message; else they are
-dropped. Nothing here touches a socket: the AMQP channel (and later MQTT, pop) calls
-these methods and implements ``Consumer``.
+the delivery limit) go to the queue's dead-letter exchange when it has one, as the copy
+the broker's ``Forms`` make (``core/forms.py``; the AMQP gateway's add ``x-death``)
+published like any message; else they are dropped. Nothing here touches a socket and
+nothing speaks a protocol: every gateway declares, publishes and consumes through these
+methods in neutral terms (settings, a delay, a filter), translating its own words (the
+AMQP gateway's ``x-`` arguments: ``gateway/amqp/model/``), and implements ``Consumer``.
 """
 
 from __future__ import annotations
@@ -27,25 +29,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ....retry.policy import MAX_DELAY_MS
-from .deadletter import amqp_headers, dead_letter_message
-from .definitions import DefinitionStore, decode_table
-from .filtering import filter_properties, passing
-from ....core.errors import LogbusError
-from ....core.envelope_pb2 import Envelope
-from ....core.log.manager import LogManager
-from ....core.message import Message
-from ....core.queues.msgstore import MessageStore, log_batch_reader
-from ....core.queues.queue import REJECTED, Entry, Outcome, Receipt
-from .queue_args import parse_queue_arguments, per_message_ttl
-from ....core.queues.journal import QueueStore
-from ....core.queues.service import Consumer, Delivery, QueueService, QueueState
-from ....core.queues.timers import Timers
-from ....filters.message_filter import FilterSpec
-from ....core.routing.definitions import QUEUE, Binding, DestKind, ExchangeDef
-from ....core.routing.definitions import Removed as Unbound
-from ....core.routing.log_topics import key_partition
-from ....core.routing.router import (
+from ..filters.message_filter import FilterSpec
+from ..filters.properties import message_tag
+from ..retry.policy import MAX_DELAY_MS
+from .definitions import DefinitionStore, binding_filter, binding_match, decode_values, settings_of
+from .errors import LogbusError
+from .envelope_pb2 import Envelope
+from .forms import NEUTRAL, Deaths, Forms
+from .log.manager import LogManager
+from .message import Message
+from .queues.journal import QueueStore
+from .queues.msgstore import MessageStore, log_batch_reader
+from .queues.queue import REJECTED, Entry, Outcome, Receipt
+from .queues.service import Consumer, Delivery, QueueService, QueueSettings, QueueState
+from .queues.timers import Timers
+from .routing.definitions import QUEUE, Binding, DestKind, ExchangeDef, HeaderMatch
+from .routing.definitions import Removed as Unbound
+from .routing.log_topics import key_partition
+from .routing.router import (
     Candidates,
     NotFound,
     PreconditionFailed,
@@ -53,7 +54,7 @@ from ....core.routing.router import (
     Router,
     Refused,
 )
-from ....core.state import StateStore
+from .state import StateStore
 
 log = logging.getLogger(__name__)
 _AMQP = Envelope.AMQP
@@ -62,14 +63,14 @@ _AMQP = Envelope.AMQP
 @dataclass(frozen=True, slots=True)
 class Published:
     routed: bool  # reached at least one queue (basic.return when mandatory and not)
-    refused: bool  # a queue refused it (x-overflow reject-publish): nack the publish
+    refused: bool  # a queue refused it (overflow reject-publish): nack the publish
 
 
 @dataclass(slots=True)
 class PublishedMany:
     done: int  # items published: all of them unless ``error``
     unrouted: list[int]  # indexes of items that reached no queue
-    refused: list[int]  # indexes of items a queue refused (x-overflow reject-publish)
+    refused: list[int]  # indexes of items a queue refused (overflow reject-publish)
     error: Refused | None  # why item ``done`` was not published
 
 
@@ -78,7 +79,7 @@ class VHost:
                  queue_store: QueueStore, *, clock: Callable[[], int],
                  store: StateStore | None = None, message_memory: int = 256 << 20,
                  topic_owner: Callable[[str], str | None] | None = None,
-                 timers: Timers | None = None) -> None:
+                 timers: Timers | None = None, forms: Forms = NEUTRAL) -> None:
         self.name = name
         self.topic_owner = topic_owner  # "exchange 'x' in vhost 'v'" backed by a topic, across vhosts
         self.defs = DefinitionStore(store, name)
@@ -86,14 +87,16 @@ class VHost:
         self._create_topic = create_topic
         self.queue_store = queue_store
         self.clock = clock  # epoch milliseconds
+        self.forms = forms
         self.router = Router(name)
         self.messages = MessageStore(log_batch_reader(log), max_bytes=message_memory)
         if timers is None:
             timers = Timers(queue_store, store, clock)
         self.service = QueueService(name, queue_store, timers, self.messages, clock=clock,
                                     dead_letter=self._dead_letter, message_for=self._message,
-                                    message_properties=filter_properties)
+                                    message_properties=forms.properties)
         self.queues: dict[str, QueueState] = self.service.queues
+        self.session_queues: set[str] = set()  # made by open_queue: not stored definitions
         # told of every record this vhost appends (pop groups read topics whatever
         # appended to them): ``watches(topic)`` first, then ``appended(...)``
         self.watches: Callable[[str], bool] = _never
@@ -107,17 +110,21 @@ class VHost:
         d = self.defs.load()
         for ex in d.exchanges:
             self.router.declare(ex.name, ex.kind, durable=True, auto_delete=ex.auto_delete, internal=ex.internal,
-                                arguments=decode_table(ex.arguments), topic=ex.topic if ex.HasField("topic") else None)
+                                arguments=decode_values(ex.arguments), topic=ex.topic if ex.HasField("topic") else None,
+                                delayed=ex.delayed)
         for q in d.queues:
-            self.declare_queue(q.name, durable=True, auto_delete=q.auto_delete,
-                               arguments=decode_table(q.arguments), _restoring=True)
+            self.declare_queue(q.name, settings_of(q.settings), durable=True, auto_delete=q.auto_delete,
+                               arguments=decode_values(q.arguments), _restoring=True)
         for b in d.bindings:
             kind: DestKind = "exchange" if b.destination_kind == "exchange" else QUEUE
-            self.router.bind(b.source, b.destination, b.routing_key, decode_table(b.arguments), kind=kind)
+            self.router.bind(b.source, b.destination, b.routing_key, decode_values(b.arguments), kind=kind,
+                             filter=binding_filter(b), match=binding_match(b))
 
     def declare_exchange(self, name: str, kind: str = "direct", *, durable: bool = False, auto_delete: bool = False,
                          internal: bool = False, arguments: Mapping[str, Any] | None = None,
-                         passive: bool = False) -> None:
+                         passive: bool = False, delayed: bool = False) -> None:
+        """Declare an exchange routing as ``kind``; ``delayed``: a publish with a delay is
+        routed through it when due."""
         new = self._find_exchange(name) is None
         if new and not passive and self.topic_owner is not None:
             topic = self.router.topic_for(name)
@@ -125,7 +132,7 @@ class VHost:
             if owner is not None:
                 raise PreconditionFailed(f"log topic '{topic}' already backs {owner}")
         ex = self.router.declare(name, kind, durable=durable, auto_delete=auto_delete, internal=internal,
-                                 arguments=arguments, passive=passive)
+                                 arguments=arguments, passive=passive, delayed=delayed)
         self._ensure_topic(ex.log_topic)
         if new:
             self.defs.save_exchange(ex, arguments)
@@ -134,20 +141,27 @@ class VHost:
         self._forget(self.router.delete(name, if_unused=if_unused))
 
     def bind(self, source: str, destination: str, routing_key: str = "",
-             arguments: Mapping[str, Any] | None = None, *, kind: DestKind = QUEUE) -> None:
-        b = self.router.bind(source, destination, routing_key, arguments, kind=kind)
+             arguments: Mapping[str, Any] | None = None, *, kind: DestKind = QUEUE,
+             filter: FilterSpec | None = None, match: HeaderMatch | None = None) -> None:
+        """Bind; with ``filter`` (to a queue) only what it takes is queued (docs/filters.md);
+        ``match``: what a headers exchange asks of a message's headers."""
+        b = self.router.bind(source, destination, routing_key, arguments, kind=kind, filter=filter, match=match)
         if self._durable_binding(b):
             self.defs.save_binding(b, arguments)
 
     def unbind(self, source: str, destination: str, routing_key: str = "",
-               arguments: Mapping[str, Any] | None = None, *, kind: DestKind = QUEUE) -> None:
-        self._forget(self.router.unbind(source, destination, routing_key, arguments, kind=kind))
+               arguments: Mapping[str, Any] | None = None, *, kind: DestKind = QUEUE,
+               filter: FilterSpec | None = None, match: HeaderMatch | None = None) -> None:
+        self._forget(self.router.unbind(source, destination, routing_key, arguments, kind=kind, filter=filter,
+                                        match=match))
 
     def _durable_binding(self, b: Binding) -> bool:
         src = self._find_exchange(b.source)
         if src is None or not src.durable:
             return False
         if b.destination_kind == QUEUE:
+            if b.destination in self.session_queues:
+                return False  # its session's record holds it
             qs = self.queues.get(b.destination)
             return qs is not None and qs.durable and qs.exclusive is None
         dst = self._find_exchange(b.destination)
@@ -168,10 +182,15 @@ class VHost:
 
     # -- queues --------------------------------------------------------------------------
 
-    def declare_queue(self, name: str, *, durable: bool = False, exclusive: Any = None,
-                      auto_delete: bool = False, arguments: Mapping[str, Any] | None = None,
-                      passive: bool = False, declarer: Any = None, _restoring: bool = False) -> QueueState:
-        """``exclusive``: the owning connection of an exclusive queue, else None.
+    def declare_queue(self, name: str, settings: QueueSettings = QueueSettings(), *, durable: bool = False,
+                      exclusive: Any = None, auto_delete: bool = False, arguments: Mapping[str, Any] | None = None,
+                      passive: bool = False, declarer: Any = None,
+                      equivalent: Callable[[QueueState, dict[str, Any]], None] | None = None,
+                      _restoring: bool = False) -> QueueState:
+        """The queue ``name``, made with ``settings`` if new. ``arguments``: what the
+        declaring protocol gave, kept (and stored) for its ``equivalent(queue,
+        arguments)`` check of a later declare, which raises PreconditionFailed.
+        ``exclusive``: the owning connection of an exclusive queue, else None.
         ``declarer``: the connection declaring; a passive declare by an exclusive queue's
         owner succeeds whatever its exclusive bit (RabbitMQ's lax check), a non-passive
         one must repeat it (the strict check)."""
@@ -183,20 +202,21 @@ class VHost:
                                      " It could be originally declared on another connection or the exclusive"
                                      " property value does not match that of the original declaration.")
             if not passive:
-                self._check_equivalent(qs, durable, auto_delete, dict(arguments or {}))
+                self._check_equivalent(qs, durable, auto_delete)
+                if equivalent is not None:
+                    equivalent(qs, dict(arguments or {}))
             qs.used_ms = self.clock()
             return qs
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
-        settings = parse_queue_arguments(name, self.name, arguments).settings()
         qs = self.service.create(name, settings, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
                                  declared=dict(arguments or {}))
         self.router.add_queue(name)
         if durable and exclusive is None and not _restoring:
-            self.defs.save_queue(name, auto_delete, arguments)
+            self.defs.save_queue(name, auto_delete, settings, arguments)
         return qs
 
-    def _check_equivalent(self, qs: QueueState, durable: bool, auto_delete: bool, arguments: dict[str, Any]) -> None:
+    def _check_equivalent(self, qs: QueueState, durable: bool, auto_delete: bool) -> None:
         where = f"for queue '{qs.name}' in vhost '{self.name}'"
         if qs.durable != durable:
             raise PreconditionFailed(f"inequivalent arg 'durable' {where}: received '{str(durable).lower()}' "
@@ -204,11 +224,24 @@ class VHost:
         if qs.auto_delete != auto_delete:
             raise PreconditionFailed(f"inequivalent arg 'auto_delete' {where}: received "
                                      f"'{str(auto_delete).lower()}' but current is '{str(qs.auto_delete).lower()}'")
-        declared = qs.declared or {}
-        for key in sorted(set(arguments) | set(declared)):
-            if key.startswith("x-") and arguments.get(key) != declared.get(key):
-                raise PreconditionFailed(f"inequivalent arg '{key}' {where}: received {arguments.get(key)!r} "
-                                         f"but current is {declared.get(key)!r}")
+
+    def open_queue(self, name: str, settings: QueueSettings = QueueSettings(), *, durable: bool = False) -> QueueState:
+        """A queue a protocol's sessions own (an MQTT session's, a shared subscription's),
+        made if new: routable like any, but not a stored definition (the session record
+        says it exists)."""
+        qs = self.queues.get(name)
+        if qs is None:
+            qs = self.service.create(name, settings, durable=durable)
+            self.router.add_queue(name)
+            self.session_queues.add(name)
+        return qs
+
+    def close_queue(self, name: str) -> None:
+        """Delete a queue ``open_queue`` made, with its bindings and entries."""
+        if name in self.queues:
+            self.router.delete_queue(name)
+            self.service.delete(name)
+        self.session_queues.discard(name)
 
     def queue(self, name: str) -> QueueState:
         return self.service.state(name)
@@ -229,21 +262,21 @@ class VHost:
     # -- publish -------------------------------------------------------------------------
 
     def publish(self, exchange: str, routing_key: str, message: Message, *,
-                headers: Mapping[str, Any] | None = None,
+                headers: Mapping[str, Any] | None = None, delay_ms: int = 0,
                 on_durable: Callable[[Any], object] | None = None,
-                dead_lettered: str | None = None) -> Published:
+                deaths: Deaths | None = None) -> Published:
         """Route, append once, enqueue; ``on_durable(result_or_exception)`` fires when
         the append is durable. Raises NotFound / AccessRefused for a bad exchange.
-        ``dead_lettered``: the reason a dead-lettered copy is published for; queues it
-        would cycle back into are left out (``dead_letter_cycles``)."""
-        delay = x_delay(headers) if headers else 0
-        if delay and self.router.exchange(exchange).delayed:
-            return self._publish_delayed(exchange, routing_key, message, delay, on_durable)
+        ``delay_ms``: to a delayed exchange, routed when due. ``deaths``: a dead-lettered
+        copy's, newest first; queues it would cycle back into are left out
+        (``dead_letter_cycles``)."""
+        if delay_ms > 0 and self.router.exchange(exchange).delayed:
+            return self._publish_delayed(exchange, routing_key, message, delay_ms, on_durable)
         topic, partition, queues, candidates = self._target(exchange, routing_key, headers)
         if candidates:
-            queues = queues | passing(candidates, message, topic)
-        if dead_lettered is not None and queues and headers:
-            queues = queues - dead_letter_cycles(queues, headers.get("x-death"))
+            queues = queues | self.passing(candidates, message, topic)
+        if deaths and queues:
+            queues = queues - dead_letter_cycles(queues, deaths)
         p = self.log.partition(topic, partition)
         record = message.to_record()
         offset = p.next_offset
@@ -262,7 +295,7 @@ class VHost:
 
     def _publish_delayed(self, exchange: str, routing_key: str, message: Message, delay: int,
                          on_durable: Callable[[Any], object] | None) -> Published:
-        """A publish to a delayed-message exchange with ``x-delay``: appended now, routed
+        """A publish to a delayed exchange with a delay: appended now, routed
         (through the exchange, as it is then) when due. Like RabbitMQ's plugin it counts
         as routed (no basic.return for mandatory)."""
         ex = self.router.exchange(exchange)
@@ -287,23 +320,26 @@ class VHost:
         ``visible_ms``): routed through ``exchange`` as it is now (gone: dropped, as
         RabbitMQ's plugin drops it)."""
         try:
-            queues, candidates = self.router.route_filtered(exchange, routing_key, amqp_headers(message.envelope))
+            queues, candidates = self.router.route_filtered(exchange, routing_key, self.forms.headers(message))
         except Refused as e:
             log.info("a delayed message for exchange %r in vhost %r was dropped: %s", exchange, self.name, e)
             return
         if candidates:
-            queues = queues | passing(candidates, message, topic)
+            queues = queues | self.passing(candidates, message, topic)
         if queues:
             self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)
 
     def publish_many(self, items: list[tuple[str, str, Message, Mapping[str, Any] | None]],
-                     on_durable: Callable[[int, int, Any], object] | None = None) -> PublishedMany:
+                     on_durable: Callable[[int, int, Any], object] | None = None,
+                     delay_of: Callable[[Mapping[str, Any]], int] | None = None) -> PublishedMany:
         """``publish`` for consecutive publishes of one client read, as (exchange, routing
         key, message, headers): each (exchange, routing key) without headers is routed
         once, a run of messages bound for one partition is appended with one call, and
         each queue is dispatched once, at the end. ``on_durable(first, last, result)``
-        fires per append for the items ``first..last``. Stops at the first item whose
-        exchange is missing: the items before it are published and ``error`` holds it."""
+        fires per append for the items ``first..last``. ``delay_of(headers)``: the delay
+        the protocol's headers ask for, read for a delayed exchange. Stops at the first
+        item whose exchange is missing: the items before it are published and ``error``
+        holds it."""
         routes: dict[tuple[str, str], tuple[str, int, frozenset[str], Candidates]] = {}
         error: Refused | None = None
         unrouted: list[int] = []
@@ -316,12 +352,12 @@ class VHost:
         now = self.clock()
         done = 0
         for i, (exchange, routing_key, message, headers) in enumerate(items):
-            if headers and "x-delay" in headers and self.router.has_exchange(exchange) \
+            if headers and delay_of is not None and self.router.has_exchange(exchange) \
                     and self.router.exchange(exchange).delayed:
                 if run:  # what came before goes first
                     self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched, items)
                     run, run_msgs, run_at = [], [], None
-                out = self.publish(exchange, routing_key, message, headers=headers,
+                out = self.publish(exchange, routing_key, message, headers=headers, delay_ms=delay_of(headers),
                                    on_durable=None if on_durable is None else partial(_one, on_durable, i))
                 if out.refused:
                     refused.append(i)
@@ -346,7 +382,7 @@ class VHost:
             run.append(message.to_record())
             queues = hit[2]
             if hit[3]:
-                queues = queues | passing(hit[3], message, hit[0])
+                queues = queues | self.passing(hit[3], message, hit[0])
             if queues:
                 run_msgs.append((i, queues, message))
             else:
@@ -362,7 +398,7 @@ class VHost:
                 headers: Mapping[str, Any] | None) -> tuple[str, int, frozenset[str], Candidates]:
         """Where a publish goes: the log topic and partition behind ``exchange`` (the
         topic created on first use), the queues it routes to and the candidates of
-        filtered bindings (``filtering.passing``). Raises NotFound."""
+        filtered bindings (``passing``). Raises NotFound."""
         ex = self.router.exchange(exchange)
         queues, candidates = self.router.route_filtered(exchange, routing_key, headers)
         topic = ex.log_topic
@@ -424,7 +460,7 @@ class VHost:
                    for k, v in message.headers} if message.headers else None
         queues, candidates = self.router.route_log_filtered(topic, key, headers)
         if candidates:
-            queues = queues | passing(candidates, message, topic)
+            queues = queues | self.passing(candidates, message, topic)
         if not queues:
             return False
         self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)
@@ -466,8 +502,8 @@ class VHost:
     # -- consumers -----------------------------------------------------------------------
 
     def consume(self, queue: str, consumer: Consumer, spec: FilterSpec | None = None) -> None:
-        """basic.consume; with ``spec`` (x-filter-tag, x-filter-sql) the consumer gets only
-        what its filter takes, the rest waits for other consumers."""
+        """A push consumer of ``queue``; with ``spec`` it gets only what its filter takes,
+        the rest waits for other consumers (decision 0020)."""
         self.service.consume(queue, consumer, spec)
 
     def cancel(self, queue: str, consumer: Consumer) -> None:
@@ -490,8 +526,30 @@ class VHost:
 
     def reject(self, queue: str, receipt: Receipt, requeue: bool) -> None:
         """nack/reject: with requeue, again at once in its old place, or after the queue's
-        x-retry-backoff; without, dead-lettered."""
+        retry policy; without, dead-lettered."""
         self.service.settle(queue, receipt, Outcome.RETRY if requeue else Outcome.DEAD_LETTER)
+
+    def settle(self, queue: str, receipt: Receipt, outcome: Outcome = Outcome.ACK) -> None:
+        """Settle a lease: ack, requeue, retry (after the queue's backoff) or dead-letter."""
+        self.service.settle(queue, receipt, outcome)
+
+    def entry_message(self, queue: str, seq: int) -> Message | None:
+        """The message entry ``seq`` of ``queue`` points at; None: settled (or no queue)."""
+        qs = self.queues.get(queue)
+        entry = qs.queue.entries.get(seq) if qs is not None else None
+        return self.service.message(entry) if entry is not None else None
+
+    def holds(self, queue: str, seq: int) -> bool:
+        """Whether entry ``seq`` of ``queue`` is still unsettled."""
+        qs = self.queues.get(queue)
+        return qs is not None and seq in qs.queue.entries
+
+    def has_exchange(self, name: str) -> bool:
+        return self.router.has_exchange(name)
+
+    def exchange(self, name: str) -> ExchangeDef:
+        """The exchange ``name`` as declared; raises NotFound."""
+        return self.router.exchange(name)
 
     def release(self, queue: str, owner: Any) -> None:
         """Requeue every lease of ``owner`` (its channel closed or recovered)."""
@@ -499,46 +557,77 @@ class VHost:
 
     def expire(self) -> None:
         """Drop (or dead-letter) expired heads of every queue, give back leases past their
-        deadline, and delete queues unused for their x-expires; the broker calls this
+        deadline, and delete queues unused for their ``expires_ms``; the broker calls this
         every 100 ms."""
         now = self.clock()
         self.service.tick(now)
         for qs in list(self.queues.values()):
             ttl = qs.settings.expires_ms
             if ttl is not None and not qs.consumers and now - qs.used_ms >= ttl:
-                log.info("queue %r unused for %d ms (x-expires): deleted", qs.name, ttl)
+                log.info("queue %r unused for %d ms (its expiry): deleted", qs.name, ttl)
                 self.delete_queue(qs.name)
 
     def _dead_letter(self, qs: QueueState, original: Message, reason: str, entry: Entry | None = None) -> None:
-        """Publish the dead-lettered copy of ``original`` to the queue's dead-letter exchange."""
+        """Publish the dead-lettered copy of ``original`` (in the broker's ``Forms``) to
+        the queue's dead-letter exchange."""
         target = qs.settings.dead_letter
         assert target is not None
         dlx = target.exchange
         if dlx is None:
             return
         try:
-            copy = dead_letter_message(original, qs.name, reason, self.clock(), dlx, target.routing_key)
-            self.publish(dlx, copy.envelope.routing_key, copy, headers=amqp_headers(copy.envelope),
-                         dead_lettered=reason)
+            copy = self.forms.dead_letter(original, qs.name, reason, self.clock(), dlx, target.routing_key)
+            self.publish(dlx, copy.message.envelope.routing_key, copy.message, headers=copy.headers,
+                         deaths=copy.deaths)
         except LogbusError as exc:
             log.info("dead-lettering from %r to %r failed: %s", qs.name, dlx, exc)
 
+    def passing(self, candidates: Candidates, message: Message, topic: str) -> frozenset[str]:
+        """The queues of ``candidates`` (filtered bindings the router matched) whose
+        filter takes ``message``; its properties are built once, and only when a
+        selector asks for them."""
+        tag = message_tag(message.envelope, message.headers)
+        properties = self.forms.properties
+        props: Mapping[str, Any] | None = None
+        out = []
+        for queue, f in candidates:
+            tags, selector = f.tags, f.selector
+            if tags is not None and not tags.matches(tag):
+                continue
+            if selector is not None:
+                if props is None:
+                    props = properties(message, topic)
+                if not selector.matches(props):
+                    continue
+            out.append(queue)
+        return frozenset(out)
 
-def dead_letter_cycles(queues: frozenset[str], deaths: Any) -> frozenset[str]:
+
+def dead_letter_cycles(queues: frozenset[str], deaths: Deaths) -> frozenset[str]:
     """The queues a dead-lettered message must not reach, as RabbitMQ decides: those it
     died in before with no rejection since (a cycle of expiries or overflows would go
-    round forever). ``deaths``: its x-death array, newest first, this death included."""
-    if not isinstance(deaths, list):
-        return frozenset()
+    round forever). ``deaths``: (queue, reason), newest first, this death included."""
     cycles = set()
     for queue in queues:
-        for d in deaths:
-            if not isinstance(d, dict) or d.get("reason") == REJECTED:
+        for q, reason in deaths:
+            if reason == REJECTED:
                 break  # a rejection (a consumer's decision) on the way: not a cycle
-            if d.get("queue") == queue:
+            if q == queue:
                 cycles.add(queue)
                 break
     return frozenset(cycles)
+
+
+def per_message_ttl(expiration: str | None) -> int | None:
+    """A message's ``expiration`` (milliseconds as text, as AMQP carries it) as an int;
+    None: absent. Anything but a non-negative integer is refused (PRECONDITION_FAILED,
+    RabbitMQ's wording)."""
+    if expiration is None or expiration == "":
+        return None
+    if not expiration.isdigit():
+        raise PreconditionFailed(f"invalid expiration '{expiration}': {{value_negative,{expiration}}}"
+                                 if expiration.startswith("-") else f"invalid expiration '{expiration}': badarg")
+    return int(expiration)
 
 
 def _ignore(_: Any) -> None:
@@ -547,17 +636,6 @@ def _ignore(_: Any) -> None:
 
 def _one(on_durable: Callable[[int, int, Any], object], i: int, result: Any) -> None:
     on_durable(i, i, result)
-
-
-def x_delay(headers: Mapping[str, Any]) -> int:
-    """RabbitMQ's ``x-delay`` header in ms (0: none; a negative delay is none)."""
-    value = headers.get("x-delay")
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, (bytes, str)):
-        text = value.decode() if isinstance(value, bytes) else value
-        value = int(text) if text.lstrip("-").isdigit() else 0
-    return value if isinstance(value, int) and value > 0 else 0
 
 
 def _no_delay(topic: str, partition: int, offset: int, due_ms: int, *, vhost: str = "", exchange: str = "",

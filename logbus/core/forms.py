@@ -1,0 +1,77 @@
+"""What a protocol adds to the neutral model's messages: its ``Forms``.
+
+The vhost model (``core/vhost.py``) and the queue service handle messages of every
+protocol alike. Two things about a message are in a protocol's own terms, and the
+broker asks its ``Forms`` for them:
+
+- ``headers(message)``: the typed headers a protocol keeps in the envelope (AMQP's
+  field table), as a mapping, for routing a message read back from the log (a delayed
+  publish, due) and for what selectors see (``filters.properties``); None: only the
+  record's text headers;
+- ``dead_letter(message, queue, reason, now_ms, exchange, routing_key)``: the copy a
+  queue's dead-letter policy publishes to an exchange, with the headers it routes by
+  and its deaths so far, newest first, as (queue, reason) (a copy that would come back
+  to a queue it died in with no rejection since is not delivered there: a cycle).
+
+``NEUTRAL`` knows no protocol: the copy keeps the message and records where it died in
+``Envelope.dead_letter``. The AMQP gateway's forms (``gateway/amqp/model/forms.py``) add
+RabbitMQ's ``x-death`` header; the server hands them to the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..filters.properties import record_properties
+from .envelope_pb2 import Envelope
+from .message import Message
+
+Deaths = tuple[tuple[str, str], ...]  # (queue, reason), newest first
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterCopy:
+    message: Message
+    headers: Mapping[str, Any] | None  # what the copy is routed by
+    deaths: Deaths
+
+
+def no_headers(message: Message) -> Mapping[str, Any] | None:
+    return None
+
+
+def neutral_dead_letter(message: Message, queue: str, reason: str, now_ms: int, exchange: str,
+                        routing_key: str | None) -> DeadLetterCopy:
+    env = Envelope()
+    env.CopyFrom(message.envelope)
+    env.dead_letter.reason = reason
+    env.dead_letter.queue = queue
+    env.dead_letter.time_ms = now_ms
+    env.expiration = ""  # it does not expire again for the same reason
+    env.exchange = exchange
+    if routing_key is not None:
+        env.routing_key = routing_key
+    copy = Message(message.key if routing_key is None else routing_key.encode(), message.value, None,
+                   list(message.headers), env)
+    return DeadLetterCopy(copy, None, ((queue, reason),))
+
+
+@dataclass(frozen=True, slots=True)
+class Forms:
+    headers: Callable[[Message], Mapping[str, Any] | None] = no_headers
+    dead_letter: Callable[[Message, str, str, int, str, str | None], DeadLetterCopy] = neutral_dead_letter
+    # what a selector sees of a message in a log topic, built once per message
+    properties: Callable[[Message, str], Mapping[str, Any]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        headers = None if self.headers is no_headers else self.headers
+
+        def properties(message: Message, topic: str) -> Mapping[str, Any]:
+            return record_properties(message, topic, headers)
+
+        object.__setattr__(self, "properties", properties)
+
+
+NEUTRAL = Forms()
