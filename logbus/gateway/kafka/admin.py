@@ -103,6 +103,7 @@ class KafkaAdmin(HandlerPart):
             try:
                 if repeated:
                     raise _repeated(t.name)
+                self.handlers.check("configure", t.name)
                 config = self._plan_topic(t)
                 if not body.validate_only:
                     self.broker.create_topic(t.name, config.to_mapping())
@@ -174,6 +175,7 @@ class KafkaAdmin(HandlerPart):
             try:
                 if repeated:
                     raise _repeated(name)
+                self.handlers.check("configure", name)
                 if self.broker.partition_count(name) is None:
                     raise UnknownTopic(f"This server does not host topic {name!r}.")
                 self.broker.delete_topic(name)

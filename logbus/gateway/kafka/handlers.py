@@ -34,8 +34,8 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProdu
 from twisted.internet.defer import Deferred, DeferredList, succeed
 
 from ...core.broker import Broker
-from ...core.errors import LogbusError, OffsetOutOfRange
-from ...core.types import FileSpan
+from ...core.errors import AccessRefused, LogbusError, OffsetOutOfRange, Refused
+from ...core.types import FileSpan, Perm, Resource
 from . import errors as K
 from .codec import Chunks, FetchPartition, Request, encode_fetch_response, frame_response
 from .operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
@@ -58,6 +58,13 @@ class KafkaHandlers:
         self.reactor = reactor
         self.node_id = node_id
         self.auto_create_topics = auto_create_topics
+        # Kafka clients have no login yet (issue 31): they act as the broker's default
+        # user, whose permissions in vhost "/" on the exchange of a topic's name decide
+        # (Broker.authorize; write: produce, read: fetch and offsets, configure: create,
+        # delete, alter). What it said is kept until the permissions change.
+        self.user = broker.default_user
+        self._allowed: dict[tuple[str, str], bool] = {}
+        self._allowed_version = -1
         H = Callable[[Request, tuple[str, int]], Any]
         self._table: dict[int, tuple[Any, Any, int, int, H]] = {
             18: (ApiVersionsRequest, ApiVersionsResponse, 0, 4, self.api_versions),
@@ -69,6 +76,28 @@ class KafkaHandlers:
         }
         # what codec.parse_request needs: api_key -> (request, response, min, max)
         self.supported = {k: v[:4] for k, v in self._table.items()}
+
+    def allowed(self, action: Perm, topic: str) -> bool:
+        """Whether Kafka clients may ``action`` (write, read, configure) on ``topic``."""
+        version = self.broker.access_version
+        if version != self._allowed_version or len(self._allowed) > 100_000:
+            self._allowed.clear()
+            self._allowed_version = version
+        key = (action, topic)
+        hit = self._allowed.get(key)
+        if hit is None:
+            try:
+                self.broker.authorize(self.user, action, Resource("/", "exchange", topic))
+                hit = True
+            except Refused:
+                hit = False
+            self._allowed[key] = hit
+        return hit
+
+    def check(self, action: Perm, topic: str) -> None:
+        """AccessRefused (TOPIC_AUTHORIZATION_FAILED) unless ``allowed``."""
+        if not self.allowed(action, topic):
+            raise AccessRefused(f"{action} access to topic {topic!r} refused for user {self.user!r}")
 
     def register(self, request_cls: Any, response_cls: Any, min_version: int, max_version: int,
                  handler: Callable[[Request, tuple[str, int]], Any]) -> None:
@@ -150,7 +179,10 @@ class KafkaHandlers:
 
     def _auto_create(self, name: str) -> int | None:
         """Create topic ``name`` with the broker's defaults; its partition count, or None
-        when it cannot be created."""
+        when it cannot be created (or Kafka clients may not configure it)."""
+        if not self.allowed("configure", name):
+            log.info("not auto-creating topic %r: configure access refused for user %r", name, self.user)
+            return None
         try:
             self.broker.create_topic(name)
         except LogbusError as e:
@@ -166,6 +198,11 @@ class KafkaHandlers:
         pending: list[Deferred[Any]] = []
         slots: list[tuple[str, int]] = []
         for td in body.topic_data:
+            if not self.allowed("write", td.name):
+                for pd in td.partition_data:
+                    slots.append((td.name, pd.index))
+                    pending.append(succeed(K.TOPIC_AUTHORIZATION_FAILED))
+                continue
             count = broker.partition_count(td.name)
             if count is None and self.auto_create_topics and not isinstance(td.name, Unmapped):
                 count = self._auto_create(td.name)
@@ -266,7 +303,11 @@ class KafkaHandlers:
         for ft in body.topics:
             count = broker.partition_count(ft.topic)
             parts = []
+            refused = not self.allowed("read", ft.topic)
             for fp in ft.partitions:
+                if refused:
+                    parts.append(FetchPartition(fp.partition, K.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, b""))
+                    continue
                 if count is None or not 0 <= fp.partition < count:
                     parts.append(FetchPartition(fp.partition, K.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, b""))
                     continue
