@@ -22,16 +22,17 @@ queues, bindings (``VHost.load``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..filters.message_filter import FilterSpec
 from ..retry.policy import RetryPolicy
-from .errors import LogbusError
+from .errors import LegacyDefinitions, LogbusError
 from .queues.queue import DROP_HEAD, QueueLimits
 from .queues.service import DeadLetterTarget, QueueSettings
 from .routing.definitions import HEADERS, QUEUE, Binding, DestKind, ExchangeDef, HeaderMatch, freeze, freeze_arguments
@@ -49,12 +50,6 @@ from .state import (
     queue_key,
 )
 from .state_pb2 import BindingRecord, ExchangeRecord, QueueRecord, QueueSettingsRecord, Table, Value
-
-
-class LegacyDefinitions(LogbusError):
-    """Stored definitions in the form before the neutral one, not upgraded yet."""
-
-    code = "legacy_definitions"
 
 
 # -- typed values ---------------------------------------------------------------------------
@@ -333,7 +328,8 @@ def upgrade(state: StateStore, translation: LegacyTranslation) -> int:
                 if ex.kind == HEADERS:
                     headers.add((vhost, ex.name))
                 continue
-            routing, delayed, args = translation.exchange(ex.kind, ex.legacy_arguments)
+            with _naming("exchange", vhost, ex.name):
+                routing, delayed, args = translation.exchange(ex.kind, ex.legacy_arguments)
             if routing == HEADERS:
                 headers.add((vhost, ex.name))
             d = ExchangeDef(ex.name, routing, True, ex.auto_delete, ex.internal, freeze_arguments(args),
@@ -345,7 +341,8 @@ def upgrade(state: StateStore, translation: LegacyTranslation) -> int:
             if q.neutral:
                 continue
             vhost = definition_vhost(QUEUE_PREFIX, key)
-            settings, args = translation.queue(q.name, vhost, q.legacy_arguments)
+            with _naming("queue", vhost, q.name):
+                settings, args = translation.queue(q.name, vhost, q.legacy_arguments)
             wb.put(CF_METADATA, queue_key(vhost, q.name), queue_record(q.name, q.auto_delete, settings, args))
             n += 1
         for key, value in state.scan_prefix(CF_METADATA, BINDING_PREFIX):
@@ -355,10 +352,21 @@ def upgrade(state: StateStore, translation: LegacyTranslation) -> int:
             vhost = definition_vhost(BINDING_PREFIX, key)
             kind: DestKind = "exchange" if b.destination_kind == "exchange" else QUEUE
             from_headers = (vhost, b.source) in headers or kinds.get(b.source) == HEADERS
-            args, spec, match = translation.binding(b.legacy_arguments, kind == QUEUE, from_headers)
+            with _naming("binding", vhost, f"{b.source} -> {b.destination} ({b.routing_key!r})"):
+                args, spec, match = translation.binding(b.legacy_arguments, kind == QUEUE, from_headers)
             binding = Binding(b.source, b.destination, kind, b.routing_key, freeze_arguments(args), spec, match)
             wb.delete(CF_METADATA, key)
             wb.put(CF_METADATA, binding_key(vhost, b.source, kind, b.destination, b.routing_key,
                                             binding_digest(binding)), binding_record(binding, args))
             n += 1
     return n
+
+
+@contextlib.contextmanager
+def _naming(kind: str, vhost: str, name: str) -> Iterator[None]:
+    """A record the translation refuses: LegacyDefinitions naming it (the upgrade's batch
+    is not written, the broker does not start, nothing is lost)."""
+    try:
+        yield
+    except LogbusError as e:
+        raise LegacyDefinitions(f"stored {kind} {name!r} in vhost {vhost!r} cannot be upgraded: {e}") from None

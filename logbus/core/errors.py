@@ -9,6 +9,13 @@ class LogbusError(Exception):
     retriable = False
 
 
+class LegacyDefinitions(LogbusError):
+    """Stored definitions in a form before the neutral one that cannot be read: not
+    upgraded yet (no translation given), or refused by the translation."""
+
+    code = "legacy_definitions"
+
+
 class InvalidTopicName(LogbusError):
     code = "invalid_topic_name"
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from logbus.core.broker import Broker
-from logbus.core.definitions import LegacyDefinitions, decode_values, encode_values, settings_of, settings_record
+from logbus.core.errors import LegacyDefinitions
+from logbus.core.definitions import decode_values, encode_values, settings_of, settings_record
 from logbus.core.message import Envelope, Message
 from logbus.core.queues.queue import QueueLimits
 from logbus.core.queues.service import DeadLetterTarget, QueueSettings
-from logbus.core.state import BINDING_PREFIX, CF_METADATA, StateStore
-from logbus.core.state_pb2 import BindingRecord, QueueSettingsRecord, Table
+from logbus.core.state import BINDING_PREFIX, CF_METADATA, QUEUE_PREFIX, StateStore, queue_key
+from logbus.core.state_pb2 import BindingRecord, QueueRecord, QueueSettingsRecord, Table
 from logbus.core.definitions import upgrade
 from logbus.gateway.amqp.model.upgrade import AMQP_LEGACY
 from logbus.retry.policy import RetryPolicy
@@ -129,3 +130,23 @@ def test_values_round_trip() -> None:
 def test_settings_round_trip(settings: QueueSettings) -> None:
     rec = QueueSettingsRecord.FromString(settings_record(settings, QueueSettingsRecord()).SerializeToString())
     assert settings_of(rec) == settings
+
+
+def test_a_record_that_does_not_decode_stops_the_start_and_changes_nothing(brokers: Brokers, data: Path) -> None:
+    store = StateStore(data / "state")
+    try:
+        key = queue_key("/", "work")
+        rec = QueueRecord.FromString(store.get(CF_METADATA, key))
+        rec.legacy_arguments = b"\x00\x00\x00\x09\x05x-bad\xff\xff\xff"  # a table that ends mid-value
+        store.put(CF_METADATA, key, rec)
+    finally:
+        store.close()
+    with pytest.raises(LegacyDefinitions, match="queue 'work' in vhost '/' cannot be upgraded"):
+        start(brokers)
+    brokers.stop()
+    store = StateStore(data / "state")
+    try:  # the batch was not written: every record is still in the old form
+        old = [QueueRecord.FromString(v) for _, v in store.scan_prefix(CF_METADATA, QUEUE_PREFIX)]
+        assert old and not any(r.neutral for r in old)
+    finally:
+        store.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 from pamqp import decode
 
-from ....core.errors import LogbusError
+from ....core.errors import LegacyDefinitions, LogbusError
 from ....core.types import HeaderMatch, QueueSettings, freeze_arguments
 from ....filters.message_filter import FilterSpec
 from .queue_args import parse_queue_arguments
@@ -28,7 +28,15 @@ log = logging.getLogger(__name__)
 
 
 def _table(raw: bytes) -> dict[str, Any]:
-    return dict(decode.field_table(raw)[1]) if raw else {}
+    """A stored AMQP field table; LegacyDefinitions when it does not decode (the broker
+    then refuses to start, changing nothing, rather than lose the definition)."""
+    if not raw:
+        return {}
+    try:
+        return dict(decode.field_table(raw)[1])
+    except Exception as e:  # pamqp raises several kinds on bad bytes
+        raise LegacyDefinitions(f"stored AMQP arguments do not decode ({type(e).__name__}: {e}): "
+                                f"{raw[:64]!r}") from None
 
 
 class AmqpLegacy:
