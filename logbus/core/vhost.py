@@ -253,7 +253,9 @@ class VHost:
         if if_empty and qs.queue.message_count:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
         count = self.service.delete(name)
-        self._forget(self.router.delete_queue(name), (name,) if qs.durable else ())
+        stored = qs.durable and name not in self.session_queues
+        self.session_queues.discard(name)
+        self._forget(self.router.delete_queue(name), (name,) if stored else ())
         return count
 
     def purge_queue(self, name: str) -> int:
