@@ -19,8 +19,6 @@ class GroupsBroker:
     """The broker's group methods (the real ones) over a coordinator, with no log: topic
     "t" has 2 partitions."""
 
-    default_user = "guest"  # who Kafka clients act as (no group request checks access)
-
     def __init__(self, clock: Clock) -> None:
         self.groups = GroupCoordinator(clock)
 

@@ -62,7 +62,6 @@ class KafkaHandlers:
         # user, whose permissions in vhost "/" on the exchange of a topic's name decide
         # (Broker.authorize; write: produce, read: fetch and offsets, configure: create,
         # delete, alter). What it said is kept until the permissions change.
-        self.user = broker.default_user
         self._allowed: dict[tuple[str, str], bool] = {}
         self._allowed_version = -1
         H = Callable[[Request, tuple[str, int]], Any]
@@ -76,6 +75,11 @@ class KafkaHandlers:
         }
         # what codec.parse_request needs: api_key -> (request, response, min, max)
         self.supported = {k: v[:4] for k, v in self._table.items()}
+
+    @property
+    def user(self) -> str:
+        """Who Kafka clients act as: the broker's default user."""
+        return self.broker.default_user
 
     def allowed(self, action: Perm, topic: str) -> bool:
         """Whether Kafka clients may ``action`` (write, read, configure) on ``topic``."""
