@@ -13,8 +13,8 @@ broker asks its ``Forms`` for them:
   and its deaths so far, newest first, as (queue, reason) (a copy that would come back
   to a queue it died in with no rejection since is not delivered there: a cycle).
 
-``NEUTRAL`` knows no protocol: the copy keeps the message and records where it died in
-``Envelope.dead_letter``. The AMQP gateway's forms (``gateway/amqp/model/forms.py``) add
+``NEUTRAL`` knows no protocol: its copy (``deadletters.neutral_dead_letter``) keeps the
+message and records where it died in ``Envelope.dead_letter``. The AMQP gateway's forms (``gateway/amqp/model/forms.py``) add
 RabbitMQ's ``x-death`` header; the server hands them to the broker.
 """
 
@@ -25,37 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..filters.properties import record_properties
-from .envelope_pb2 import Envelope
+from .deadletters import DeadLetterCopy, neutral_dead_letter
 from .message import Message
-
-Deaths = tuple[tuple[str, str], ...]  # (queue, reason), newest first
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterCopy:
-    message: Message
-    headers: Mapping[str, Any] | None  # what the copy is routed by
-    deaths: Deaths
 
 
 def no_headers(message: Message) -> Mapping[str, Any] | None:
     return None
-
-
-def neutral_dead_letter(message: Message, queue: str, reason: str, now_ms: int, exchange: str,
-                        routing_key: str | None) -> DeadLetterCopy:
-    env = Envelope()
-    env.CopyFrom(message.envelope)
-    env.dead_letter.reason = reason
-    env.dead_letter.queue = queue
-    env.dead_letter.time_ms = now_ms
-    env.expiration = ""  # it does not expire again for the same reason
-    env.exchange = exchange
-    if routing_key is not None:
-        env.routing_key = routing_key
-    copy = Message(message.key if routing_key is None else routing_key.encode(), message.value, None,
-                   list(message.headers), env)
-    return DeadLetterCopy(copy, None, ((queue, reason),))
 
 
 @dataclass(frozen=True, slots=True)

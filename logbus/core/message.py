@@ -27,7 +27,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from .envelope_pb2 import Envelope
-from .errors import CorruptBatch
+from .errors import CorruptBatch, PreconditionFailed
 from .log.batch import Record
 
 __all__ = ["ENVELOPE_HEADER", "Envelope", "Message"]
@@ -99,3 +99,15 @@ class Message:
                     f"record header {ENVELOPE_HEADER!r} is reserved and must come last"
                 )
         return cls(key, value, timestamp, headers, envelope)
+
+
+def per_message_ttl(expiration: str | None) -> int | None:
+    """A message's ``expiration`` (milliseconds as text, as AMQP carries it) as an int;
+    None: absent. Anything but a non-negative integer is refused (PRECONDITION_FAILED,
+    RabbitMQ's wording)."""
+    if expiration is None or expiration == "":
+        return None
+    if not expiration.isdigit():
+        raise PreconditionFailed(f"invalid expiration '{expiration}': {{value_negative,{expiration}}}"
+                                 if expiration.startswith("-") else f"invalid expiration '{expiration}': badarg")
+    return int(expiration)

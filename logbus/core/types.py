@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from .access.topic_permissions import TopicPerm
     from .connections import ConnectionRecord
     from .definitions import LegacyTranslation
-    from .forms import DeadLetterCopy, Deaths, Forms
+    from .deadletters import DeadLetterCopy, Deaths
+    from .forms import Forms
     from .log.batch import Record
     from .log.partition import AppendResult, FileSpan, ReadResult
     from .message import ENVELOPE_HEADER, Envelope, Message
@@ -64,9 +65,9 @@ _OWNER = {
     "Code": "streams.group_model",
     "ConnectionRecord": "connections",
     "Consumer": "queues.service",
-    "DeadLetterCopy": "forms",
+    "DeadLetterCopy": "deadletters",
     "DeadLetterTarget": "queues.service",
-    "Deaths": "forms",
+    "Deaths": "deadletters",
     "Delivery": "queues.service",
     "DestKind": "routing.definitions",
     "ENVELOPE_HEADER": "message",

@@ -30,21 +30,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..filters.message_filter import FilterSpec
-from ..filters.properties import message_tag
 from ..retry.policy import MAX_DELAY_MS
 from .definitions import DefinitionStore, binding_filter, binding_match, decode_values, settings_of
 from .errors import LogbusError
 from .envelope_pb2 import Envelope
-from .forms import NEUTRAL, Deaths, Forms
+from .deadletters import Deaths, dead_letter_cycles
+from .forms import NEUTRAL, Forms
 from .log.manager import LogManager
-from .message import Message
+from .message import Message, per_message_ttl
 from .queues.journal import QueueStore
 from .queues.msgstore import MessageStore, log_batch_reader
-from .queues.queue import REJECTED, Entry, Outcome, Receipt
+from .queues.queue import Entry, Outcome, Receipt
 from .queues.service import Consumer, Delivery, QueueService, QueueSettings, QueueState
 from .queues.timers import Timers
 from .routing.definitions import QUEUE, Binding, DestKind, ExchangeDef, HeaderMatch
 from .routing.definitions import Removed as Unbound
+from .routing.filtered import passing
 from .routing.log_topics import key_partition
 from .routing.router import (
     Candidates,
@@ -276,7 +277,7 @@ class VHost:
             return self._publish_delayed(exchange, routing_key, message, delay_ms, on_durable)
         topic, partition, queues, candidates = self._target(exchange, routing_key, headers)
         if candidates:
-            queues = queues | self.passing(candidates, message, topic)
+            queues = queues | passing(candidates, message, topic, self.forms.properties)
         if deaths and queues:
             queues = queues - dead_letter_cycles(queues, deaths)
         p = self.log.partition(topic, partition)
@@ -327,7 +328,7 @@ class VHost:
             log.info("a delayed message for exchange %r in vhost %r was dropped: %s", exchange, self.name, e)
             return
         if candidates:
-            queues = queues | self.passing(candidates, message, topic)
+            queues = queues | passing(candidates, message, topic, self.forms.properties)
         if queues:
             self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)
 
@@ -384,7 +385,7 @@ class VHost:
             run.append(message.to_record())
             queues = hit[2]
             if hit[3]:
-                queues = queues | self.passing(hit[3], message, hit[0])
+                queues = queues | passing(hit[3], message, hit[0], self.forms.properties)
             if queues:
                 run_msgs.append((i, queues, message))
             else:
@@ -462,7 +463,7 @@ class VHost:
                    for k, v in message.headers} if message.headers else None
         queues, candidates = self.router.route_log_filtered(topic, key, headers)
         if candidates:
-            queues = queues | self.passing(candidates, message, topic)
+            queues = queues | passing(candidates, message, topic, self.forms.properties)
         if not queues:
             return False
         self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)
@@ -584,52 +585,6 @@ class VHost:
         except LogbusError as exc:
             log.info("dead-lettering from %r to %r failed: %s", qs.name, dlx, exc)
 
-    def passing(self, candidates: Candidates, message: Message, topic: str) -> frozenset[str]:
-        """The queues of ``candidates`` (filtered bindings the router matched) whose
-        filter takes ``message``; its properties are built once, and only when a
-        selector asks for them."""
-        tag = message_tag(message.envelope, message.headers)
-        properties = self.forms.properties
-        props: Mapping[str, Any] | None = None
-        out = []
-        for queue, f in candidates:
-            tags, selector = f.tags, f.selector
-            if tags is not None and not tags.matches(tag):
-                continue
-            if selector is not None:
-                if props is None:
-                    props = properties(message, topic)
-                if not selector.matches(props):
-                    continue
-            out.append(queue)
-        return frozenset(out)
-
-
-def dead_letter_cycles(queues: frozenset[str], deaths: Deaths) -> frozenset[str]:
-    """The queues a dead-lettered message must not reach, as RabbitMQ decides: those it
-    died in before with no rejection since (a cycle of expiries or overflows would go
-    round forever). ``deaths``: (queue, reason), newest first, this death included."""
-    cycles = set()
-    for queue in queues:
-        for q, reason in deaths:
-            if reason == REJECTED:
-                break  # a rejection (a consumer's decision) on the way: not a cycle
-            if q == queue:
-                cycles.add(queue)
-                break
-    return frozenset(cycles)
-
-
-def per_message_ttl(expiration: str | None) -> int | None:
-    """A message's ``expiration`` (milliseconds as text, as AMQP carries it) as an int;
-    None: absent. Anything but a non-negative integer is refused (PRECONDITION_FAILED,
-    RabbitMQ's wording)."""
-    if expiration is None or expiration == "":
-        return None
-    if not expiration.isdigit():
-        raise PreconditionFailed(f"invalid expiration '{expiration}': {{value_negative,{expiration}}}"
-                                 if expiration.startswith("-") else f"invalid expiration '{expiration}': badarg")
-    return int(expiration)
 
 
 def _ignore(_: Any) -> None:

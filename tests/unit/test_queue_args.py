@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from logbus.core.queues.queue import REJECT_PUBLISH, QueueLimits
-from logbus.core.vhost import per_message_ttl
+from logbus.core.message import per_message_ttl
 from logbus.gateway.amqp.model.queue_args import QueueArgs, parse_queue_arguments
 from logbus.core.queues.service import DeadLetterTarget
 from logbus.core.routing.router import PreconditionFailed
