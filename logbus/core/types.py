@@ -15,13 +15,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from .access.auth import SHA256, AccessChange, Action, Kind, Perm, Resource, User
-    from .access.topic_permissions import TopicPerm
+    from .access.auth import SHA256, AccessChange, Kind, Perm, Resource, User
     from .connections import ConnectionRecord
     from .definitions import LegacyTranslation
-    from .deadletters import DeadLetterCopy, Deaths
+    from .deadletters import DeadLetterCopy
     from .forms import Forms
-    from .log.batch import Record
     from .log.partition import AppendResult, FileSpan, ReadResult
     from .message import ENVELOPE_HEADER, Envelope, Message
     from .pressure import RESOURCES
@@ -34,15 +32,13 @@ if TYPE_CHECKING:
         QUEUE,
         TOPIC,
         Arguments,
-        Binding,
         DestKind,
-        ExchangeDef,
         HeaderMatch,
         freeze_arguments,
     )
     from .state_pb2 import MqttSessionRecord, RetainedRecord
     from .tick import tick_of
-    from .vhost import Published, PublishedMany, VHost
+    from .vhost import Published, VHost
     from .log.topic_config import TopicConfig, validate_topic_name
     from .streams.group_model import (
         Code,
@@ -58,21 +54,17 @@ if TYPE_CHECKING:
 
 _OWNER = {
     "AccessChange": "access.auth",
-    "Action": "access.auth",
     "AppendResult": "log.partition",
     "Arguments": "routing.definitions",
-    "Binding": "routing.definitions",
     "Code": "streams.group_model",
     "ConnectionRecord": "connections",
     "Consumer": "queues.service",
     "DeadLetterCopy": "deadletters",
     "DeadLetterTarget": "queues.service",
-    "Deaths": "deadletters",
     "Delivery": "queues.service",
     "DestKind": "routing.definitions",
     "ENVELOPE_HEADER": "message",
     "Envelope": "message",
-    "ExchangeDef": "routing.definitions",
     "FileSpan": "log.partition",
     "Forms": "forms",
     "GroupDescription": "streams.group_model",
@@ -93,7 +85,6 @@ _OWNER = {
     "Perm": "access.auth",
     "Popped": "queues.pop",
     "Published": "vhost",
-    "PublishedMany": "vhost",
     "QUEUE": "routing.definitions",
     "QueueLimits": "queues.queue",
     "QueueSettings": "queues.service",
@@ -101,7 +92,6 @@ _OWNER = {
     "RESOURCES": "pressure",
     "ReadResult": "log.partition",
     "Receipt": "queues.queue",
-    "Record": "log.batch",
     "Resource": "access.auth",
     "RetainedRecord": "state_pb2",
     "RetainedStore": "retained",
@@ -110,7 +100,6 @@ _OWNER = {
     "TOPIC": "routing.definitions",
     "TopicConfig": "log.topic_config",
     "TopicPartition": "streams.group_model",
-    "TopicPerm": "access.topic_permissions",
     "User": "access.auth",
     "VHost": "vhost",
     "check_delay": "queues.pop",
@@ -129,20 +118,16 @@ __all__ = [
     "SHA256",
     "TOPIC",
     "AccessChange",
-    "Action",
     "AppendResult",
     "Arguments",
-    "Binding",
     "Code",
     "ConnectionRecord",
     "Consumer",
     "DeadLetterCopy",
     "DeadLetterTarget",
-    "Deaths",
     "Delivery",
     "DestKind",
     "Envelope",
-    "ExchangeDef",
     "FileSpan",
     "Forms",
     "GroupDescription",
@@ -161,20 +146,17 @@ __all__ = [
     "Perm",
     "Popped",
     "Published",
-    "PublishedMany",
     "QueueLimits",
     "QueueSettings",
     "QueueState",
     "ReadResult",
     "Receipt",
-    "Record",
     "Resource",
     "RetainedRecord",
     "RetainedStore",
     "SyncResult",
     "TopicConfig",
     "TopicPartition",
-    "TopicPerm",
     "User",
     "VHost",
     "check_delay",

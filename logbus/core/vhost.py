@@ -126,7 +126,7 @@ class VHost:
                          passive: bool = False, delayed: bool = False) -> None:
         """Declare an exchange routing as ``kind``; ``delayed``: a publish with a delay is
         routed through it when due."""
-        new = self._find_exchange(name) is None
+        new = not self.router.has_exchange(name)
         if new and not passive and self.topic_owner is not None:
             topic = self.router.topic_for(name)
             owner = self.topic_owner(topic)
@@ -157,7 +157,7 @@ class VHost:
                                         match=match))
 
     def _durable_binding(self, b: Binding) -> bool:
-        src = self._find_exchange(b.source)
+        src = self.router.exchange_or_none(b.source)
         if src is None or not src.durable:
             return False
         if b.destination_kind == QUEUE:
@@ -165,14 +165,8 @@ class VHost:
                 return False  # its session's record holds it
             qs = self.queues.get(b.destination)
             return qs is not None and qs.durable and qs.exclusive is None
-        dst = self._find_exchange(b.destination)
+        dst = self.router.exchange_or_none(b.destination)
         return dst is not None and dst.durable
-
-    def _find_exchange(self, name: str) -> ExchangeDef | None:
-        try:
-            return self.router.exchange(name)
-        except NotFound:
-            return None
 
     def _forget(self, removed: Unbound, queues: tuple[str, ...] = ()) -> None:
         self.defs.removed(queues=queues, exchanges=removed.exchanges, bindings=removed.bindings)
@@ -355,12 +349,13 @@ class VHost:
         now = self.clock()
         done = 0
         for i, (exchange, routing_key, message, headers) in enumerate(items):
-            if headers and delay_of is not None and self.router.has_exchange(exchange) \
-                    and self.router.exchange(exchange).delayed:
+            # the headers' delay first (a dict lookup), the exchange only for a message that has one
+            delay = delay_of(headers) if headers and delay_of is not None else 0
+            if delay and self.router.has_exchange(exchange) and self.router.exchange(exchange).delayed:
                 if run:  # what came before goes first
                     self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched, items)
                     run, run_msgs, run_at = [], [], None
-                out = self.publish(exchange, routing_key, message, headers=headers, delay_ms=delay_of(headers),
+                out = self.publish(exchange, routing_key, message, headers=headers, delay_ms=delay,
                                    on_durable=None if on_durable is None else partial(_one, on_durable, i))
                 if out.refused:
                     refused.append(i)

@@ -210,6 +210,10 @@ class Router:
             raise NotFound(f"no {self._rs(EXCHANGE, name)}")
         return x.definition
 
+    def exchange_or_none(self, name: str) -> ExchangeDef | None:
+        x = self._exchanges.get(name)
+        return None if x is None else x.definition
+
     def has_exchange(self, name: str) -> bool:
         return name in self._exchanges
 
