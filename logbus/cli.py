@@ -4,7 +4,7 @@ gateway/http/client.py.
     logbus serve [--config F] [--data-dir DIR] [--amqp EP] [--mqtt EP] [--kafka EP] [--http EP] ...
     logbus topic create NAME [--partitions N] [--config k=v ...]
     logbus topic alter NAME --config k=v ...
-    logbus topic list | describe NAME | delete NAME        [--server URL] [--json]
+    logbus topic list | describe NAME | delete NAME [--force]  [--server URL] [--json]
     logbus pop receive GROUP TOPIC [--max N] [--invisible-ms MS] [--member NAME] [--filter-tag EXPR]
                        [--filter-sql SELECTOR] [--json]
     logbus pop ack | nack GROUP TOPIC HANDLE...
@@ -145,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     delete = topic_commands.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name")
+    delete.add_argument("--force", action="store_true",
+                        help="delete it even while queues read it (their messages in it go too)")
     delete.set_defaults(command=cmd_topic_delete)
 
     pop = commands.add_parser("pop", help="receive and settle messages of pop groups (over the HTTP API)",
@@ -345,7 +347,7 @@ def cmd_topic_alter(args: argparse.Namespace) -> int:
 
 
 def cmd_topic_delete(args: argparse.Namespace) -> int:
-    _client(args).delete_topic(args.name)
+    _client(args).delete_topic(args.name, force=args.force)
     print(f"deleted topic {args.name}")
     return 0
 

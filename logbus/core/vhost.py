@@ -32,7 +32,7 @@ from typing import Any
 from ..filters.message_filter import FilterSpec
 from ..retry.policy import MAX_DELAY_MS
 from .definitions import DefinitionStore, binding_filter, binding_match, decode_values, settings_of
-from .errors import LogbusError
+from .errors import LogbusError, RecordGone
 from .envelope_pb2 import Envelope
 from .deadletters import Deaths, dead_letter_cycles
 from .forms import NEUTRAL, Forms
@@ -535,7 +535,13 @@ class VHost:
         """The message entry ``seq`` of ``queue`` points at; None: settled (or no queue)."""
         qs = self.queues.get(queue)
         entry = qs.queue.entries.get(seq) if qs is not None else None
-        return self.service.message(entry) if entry is not None else None
+        if entry is None or qs is None:
+            return None
+        try:
+            return self.service.message(entry)
+        except RecordGone as e:  # dropped, as the queue drops it where it meets it
+            self.service.gone(qs, [entry], e)
+            return None
 
     def holds(self, queue: str, seq: int) -> bool:
         """Whether entry ``seq`` of ``queue`` is still unsettled."""

@@ -9,7 +9,10 @@ segments are sealed; their indexes are checked (rebuilt if missing or damaged) a
 batch headers walked from the last index entry to the end: an older segment whose tail
 is torn (the walk does not end at the file's end, or not at the next segment's base
 offset) becomes the end of the log; it is CRC-scanned like an active segment and every
-later segment is removed, so the log stays one gap-free prefix. Bytes of a sealed
+later segment is removed, so the log stays one prefix. One kind of gap is kept: a sealed
+segment whose whole batches end below the next segment's base offset (a write failed
+there, and the partition went on in a new segment past the offsets it had given:
+partition.py). Bytes of a sealed
 segment before its last index entry are not CRC-checked at start (that would read every
 segment): a crash does not damage them, and bit rot there is left to the CRC checks of
 Kafka clients.
@@ -115,7 +118,12 @@ def _check_sealed(seg: Segment, next_base: int, clean: bool, report: RecoveryRep
         if info.base_offset != expected:
             break
         end, expected = pos + info.size, info.next_offset
-    return end == seg.size and expected == next_base
+    if end != seg.size or expected > next_base:
+        return False
+    if expected < next_base:  # offsets whose write failed (a full disk): never given again
+        seg.next_offset = expected
+        report.notes.append(f"{seg.log_path}: offsets {expected}..{next_base - 1} were never written (a gap)")
+    return True
 
 
 def _open_active(seg: Segment, clean: bool, now_ms: int, report: RecoveryReport) -> None:

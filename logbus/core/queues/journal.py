@@ -37,6 +37,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from ..errors import StorageError
 from .queue import Entry
 from ..state import (
     CF_QUEUES,
@@ -186,6 +187,8 @@ class QueueStore:
         return bool(self._puts or self._deletes or self._timer_puts or self._timer_deletes)
 
     def commit(self) -> None:
+        """Write what changed since the last commit as one batch. StorageError: the
+        store refused it; the changes are kept, and go with the next commit."""
         self._scheduled = False
         if not self.pending:
             return
@@ -195,12 +198,20 @@ class QueueStore:
         self._timer_puts, self._timer_deletes = {}, set()
         if self.store is None:
             return
-        with self.store.batch() as b:
-            b.delete_many(CF_QUEUES, deletes)
-            b.put_many(CF_QUEUES, puts.items())
-            if timer_puts or timer_deletes:
-                b.delete_many(CF_TIMERS, timer_deletes)
-                b.put_many(CF_TIMERS, timer_puts.items())
+        try:
+            with self.store.batch() as b:
+                b.delete_many(CF_QUEUES, deletes)
+                b.put_many(CF_QUEUES, puts.items())
+                if timer_puts or timer_deletes:
+                    b.delete_many(CF_TIMERS, timer_deletes)
+                    b.put_many(CF_TIMERS, timer_puts.items())
+        except StorageError:
+            # Kept for the next commit (nothing changed since the swap: one thread). No
+            # key counts as new any more: a failed batch may still be found in RocksDB's
+            # write-ahead log when it is reopened, so a later settle must delete it.
+            self._puts, self._deletes = puts, deletes
+            self._timer_puts, self._timer_deletes = timer_puts, timer_deletes
+            raise
 
 
 class QueueStoreJournal:

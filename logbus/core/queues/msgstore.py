@@ -24,6 +24,7 @@ from typing import Callable
 from ..log import batch as B
 from ..log.batch import Record
 from ..log.manager import LogManager
+from ..errors import LogbusError, RecordGone
 from ..message import Message
 
 Key = tuple[str, int, int]  # topic, partition, offset
@@ -70,7 +71,10 @@ class MessageStore:
         if item is not None:
             msg: Message = item[0]
             return msg
-        return Message.from_record(self._record(topic, partition, offset))
+        try:
+            return Message.from_record(self._record(topic, partition, offset))
+        except (KeyError, LogbusError) as e:  # no such record, topic, partition or offset
+            raise RecordGone(f"no record at offset {offset} of {topic}/{partition}: {e}") from None
 
     def _record(self, topic: str, partition: int, offset: int) -> Record:
         for bkey, records in reversed(self._batches.items()):
