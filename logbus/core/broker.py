@@ -53,7 +53,7 @@ from .streams.facade import ConsumerGroups, StreamModel
 from .streams.groups import GroupCoordinator
 from ..retry.policy import POP_DEFAULT, RetryPolicy
 from .message import Message
-from .queues.journal import QueueStore
+from .queues.journal import QueueStore, forget_from
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pop import Popped, PopGroups, check_delay
 from .queues.replay import DeadLetterReplay
@@ -163,6 +163,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
                 metrics=self.metrics,
             )
             self._open_topics()
+            self._forget_cut()
             self._open_vhosts()
             self.faults.attach(self.log, self.state, self.queue_store)
         except BaseException:
@@ -186,6 +187,19 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
             else "clean restart" if self.log.clean_start
             else "recovered after an unclean stop",
         )
+
+    def _forget_cut(self) -> None:
+        """Where recovery cut a partition's log, the queue entries and timers pointing
+        past the cut go before queues load (those offsets will be given again)."""
+        assert self.log is not None and self.state is not None
+        for r in self.log.reports:
+            if r.cut_offset is None:
+                continue
+            entries, timers = forget_from(self.state, r.topic, r.partition, r.cut_offset)
+            dropped = (f"records {r.dropped[0]}..{r.dropped[1]} ({r.dropped[2]}) dropped" if r.dropped
+                       else "no intact record found past the damage")
+            log.warning("recovery: %s/%d now ends at offset %d: %s; %d queue entries and %d timers pointing "
+                        "past it removed", r.topic, r.partition, r.cut_offset, dropped, entries, timers)
 
     def _check_resources(self) -> None:
         """Once a second: the resource alarms, and a failed state store reopened when it

@@ -252,7 +252,11 @@ class TopicAdmin:
             why = RecordGone(f"topic {name!r} was deleted")
             for service in self._queue_services():
                 for p in topic.partitions:
-                    removed += service.withdraw(name, p.index, 0, 1 << 63, why)
+                    removed += service.withdraw(name, p.index, 0, 1 << 63, why, leased=True)
+            self.queue_store.commit()
+            for key, raw in list(self.state.scan_prefix(CF_TIMERS, b"")):
+                if TimerRecord.FromString(raw).topic == name:  # (its offsets will be given again)
+                    self.queue_store.delete_timer(key)
             self.queue_store.commit()
             log.warning("deleting topic %r with force: %d queue entries removed (%s)", name, removed,
                         "; ".join(readers))

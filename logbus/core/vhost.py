@@ -90,6 +90,7 @@ class VHost:
         self.clock = clock  # epoch milliseconds
         self.forms = forms
         self.router = Router(name)
+        self._last_refusal: tuple[str, str] | None = None  # what _refused logged last
         self.messages = MessageStore(log_batch_reader(log), max_bytes=message_memory)
         if timers is None:
             timers = Timers(queue_store, store, clock)
@@ -441,7 +442,11 @@ class VHost:
                 self.appended(topic, partition, base + i - first, items[i][2])
 
     def _refused(self, topic: str, error: LogbusError) -> None:
-        log.warning("a publish in vhost '%s' was refused by the log (topic '%s'): %s", self.name, topic, error)
+        """Logged once per topic and reason (a full disk refuses thousands in a row)."""
+        said = (topic, str(error))
+        if self._last_refusal != said:
+            self._last_refusal = said
+            log.warning("publishes in vhost '%s' are refused by the log (topic '%s'): %s", self.name, topic, error)
 
     def routes_topic(self, topic: str) -> bool:
         """Whether records appended to ``topic`` outside this vhost's publishes (Kafka,

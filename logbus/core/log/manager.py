@@ -126,6 +126,7 @@ class LogManager:
             if config.flush_mode != "none":
                 fsync_dir(pdir)  # the first segment's directory entry must survive power loss
             if report.changed:
+                report.topic, report.partition = topic.name, i
                 self.reports.append(report)
             p = Partition(topic.name, i, pdir, config, segments, self.cache, self.flusher, self._schedule)
             p.before_write = self._before_write

@@ -42,6 +42,8 @@ from .queue import Entry
 from ..state import (
     CF_QUEUES,
     CF_TIMERS,
+    QUEUE_ENTRY_PREFIX,
+    TIMER_PREFIX,
     StateStore,
     queue_delivered_key,
     queue_entries_prefix,
@@ -49,6 +51,7 @@ from ..state import (
     queue_entry_seq,
     unpack_uint64,
 )
+from ..state_pb2 import TimerRecord
 from ..tick import tick_of
 
 # partition, offset, size, priority, expires_ms, deliveries; then the topic
@@ -92,6 +95,28 @@ def unpack_entry(seq: int, raw: bytes) -> tuple[Entry, int]:
         partition, offset, size, priority, expires_ms, deliveries = _ENTRY_V0.unpack_from(raw)
         deadline, topic = 0, raw[_ENTRY_V0.size :].decode()
     return Entry(seq, topic, partition, offset, size, priority, expires_ms, deliveries, visible), deadline
+
+
+def forget_from(store: StateStore, topic: str, partition: int, offset: int) -> tuple[int, int]:
+    """Delete, in one write, every queue entry and timer that points at ``offset`` or
+    later in ``topic``/``partition``: recovery cut the log there, and the offsets will be
+    given to new records (run at start, before queues are loaded). Returns (entries,
+    timers) deleted."""
+    entries: list[bytes] = []
+    for key, raw in store.scan_prefix(CF_QUEUES, QUEUE_ENTRY_PREFIX):
+        e, _ = unpack_entry(queue_entry_seq(key), raw)
+        if e.offset >= offset and e.partition == partition and e.topic == topic:
+            entries.append(key)
+    timers: list[bytes] = []
+    for key, raw in store.scan_prefix(CF_TIMERS, TIMER_PREFIX):
+        rec = TimerRecord.FromString(raw)
+        if rec.offset >= offset and rec.partition == partition and rec.topic == topic:
+            timers.append(key)
+    if entries or timers:
+        with store.batch(sync=True) as b:
+            b.delete_many(CF_QUEUES, entries)
+            b.delete_many(CF_TIMERS, timers)
+    return len(entries), len(timers)
 
 
 class QueueStore:

@@ -76,6 +76,8 @@ MAXLEN = "maxlen"
 REJECTED = "rejected"
 DELIVERY_LIMIT = "delivery_limit"
 
+GONE = -1  # the offset of an entry whose record is gone (``orphan``): no record is there
+
 DROP_HEAD = "drop-head"
 REJECT_PUBLISH = "reject-publish"
 REJECT_PUBLISH_DLX = "reject-publish-dlx"
@@ -470,6 +472,20 @@ class Queue(Viewed):
                 and e.seq not in self.leases]
         self.drop(gone)
         return gone
+
+    def orphan(self, topic: str, partition: int, first: int, end: int) -> int:
+        """Leased entries that point at offsets ``first`` up to ``end`` of
+        ``topic``/``partition`` (a topic deleted with force, whose offsets will be given
+        again) point at nothing from now on (``GONE``): their consumer still settles
+        them; given back, they are dropped where they are met. Returns how many."""
+        n = 0
+        for seq, lease in self.leases.items():
+            e = self.entries[seq]
+            if first <= e.offset < end and e.partition == partition and e.topic == topic:
+                e.offset = GONE
+                self.journal.delivered(e, lease.deadline_ms, False)
+                n += 1
+        return n
 
     def drop(self, entries: list[Entry]) -> None:
         """Remove ``entries`` whatever their state (their records are gone); the lease

@@ -539,10 +539,13 @@ class QueueService:
             self.messages.release(e.topic, e.partition, e.offset)
         self._count_gone(qs, len(entries), why)
 
-    def withdraw(self, topic: str, partition: int, first: int, end: int, why: Exception) -> int:
+    def withdraw(self, topic: str, partition: int, first: int, end: int, why: Exception, *,
+                 leased: bool = False) -> int:
         """Drop every ready or staged entry of every queue that points at offsets
         ``first`` up to ``end`` of ``topic``/``partition`` (appends refused after their
-        offsets were given: they leave no trace); returns how many."""
+        offsets were given: they leave no trace); returns how many. ``leased``: leased
+        ones too point at nothing from now on (``Queue.orphan``; a deleted topic, whose
+        offsets will be given again)."""
         n = 0
         for qs in self.queues.values():
             gone = qs.queue.withdraw(topic, partition, first, end)
@@ -551,6 +554,8 @@ class QueueService:
                     self.messages.release(e.topic, e.partition, e.offset)
                 self._count_gone(qs, len(gone), why)
                 n += len(gone)
+            if leased:
+                n += qs.queue.orphan(topic, partition, first, end)
         return n
 
     def _count_gone(self, qs: QueueState, n: int, why: Exception) -> None:
