@@ -49,6 +49,7 @@ from ..state_pb2 import TimerRecord
 from .journal import QueueStore
 from .msgstore import MessageStore
 from .queue import (
+    DROP_NEW,
     MAXLEN,
     REJECT_PUBLISH_DLX,
     Entry,
@@ -124,6 +125,8 @@ class QueueState:
     next_consumer: int = 0
     had_consumer: bool = False
     used_ms: int = 0  # last declare, get or consumer change (auto-expiry counts from here)
+    # told of each message dropped, its publisher not told, at the length limit (overflow drop-new)
+    on_dropped: Callable[[], object] | None = None
 
 
 DeadLetter = Callable[[QueueState, Message, str, Entry | None], None]  # the entry: None when refused
@@ -228,7 +231,10 @@ class QueueService:
             if removed:
                 dropped += [(qs, r) for r in removed]
             if entry is None:
-                refused.append(qs)
+                if qs.queue.limits.overflow != DROP_NEW:
+                    refused.append(qs)
+                elif qs.on_dropped is not None:
+                    qs.on_dropped()
             else:
                 refs += 1
         self.messages.remember(topic, partition, offset, message, size, refs)
