@@ -235,8 +235,11 @@ class QueueService:
                     refused.append(qs)
                 elif qs.on_dropped is not None:
                     qs.on_dropped()
-            else:
+            elif qs.consumers:
                 refs += 1
+        # kept in memory for the queues with a consumer only: the others (an offline MQTT
+        # session, a backlog nobody reads) take it from the log when its turn comes, so
+        # what waits costs its entry, not its message (issue 30)
         self.messages.remember(topic, partition, offset, message, size, refs)
         for qs, r in dropped:
             self._removed(qs, r)
