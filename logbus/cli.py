@@ -95,6 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--mqtt-anonymous", metavar="on|off|loopback",
                        help="MQTT clients without a user name act as the default user: always, never,"
                             " or only from a loopback address (default: loopback)")
+    serve.add_argument("--mqtt-max-session-expiry", metavar="SECONDS",
+                       help="the longest an MQTT session outlives its connection: a 3.1.1 persistent"
+                            " session's expiry, the cap on a 5.0 client's (told in CONNACK)"
+                            " (default: 86400, a day; 4294967295: no cap)")
+    serve.add_argument("--mqtt-max-queued-messages", metavar="COUNT",
+                       help="messages waiting in one MQTT session's queue, beyond those in flight;"
+                            " past it new messages are dropped for that session (default: 1000; 0: no limit)")
+    serve.add_argument("--mqtt-max-inflight-messages", metavar="COUNT",
+                       help="QoS 1 and 2 messages sent to an MQTT client and not yet acknowledged"
+                            " (a 5.0 client's Receive Maximum may lower it) (default: 20)")
+    serve.add_argument("--mqtt-receive-maximum", metavar="COUNT",
+                       help="QoS 1 and 2 publishes an MQTT 5 client may leave unanswered, told in CONNACK;"
+                            " more: DISCONNECT 0x93 (default: 20)")
     serve.add_argument("--pop-retry-backoff", metavar="DELAYS",
                        help="how long a pop group's message given back (nacked, or left to lapse) waits"
                             " before it comes again, per retry: levels such as '1s 5s 10s' or"
@@ -258,6 +271,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "amqp_max_message_size": args.amqp_max_message_size,
         "mqtt_max_packet_size": args.mqtt_max_packet_size,
         "mqtt_anonymous": args.mqtt_anonymous,
+        "mqtt_max_session_expiry": args.mqtt_max_session_expiry,
+        "mqtt_max_queued_messages": args.mqtt_max_queued_messages,
+        "mqtt_max_inflight_messages": args.mqtt_max_inflight_messages,
+        "mqtt_receive_maximum": args.mqtt_receive_maximum,
         "pop_retry_backoff": args.pop_retry_backoff,
         "pop_max_deliveries": args.pop_max_deliveries,
         "default_user": args.default_user,

@@ -62,6 +62,15 @@ class Settings:
     amqp_max_message_size: int = 128 << 20  # largest AMQP body accepted (RabbitMQ's max_message_size)
     mqtt_max_packet_size: int = 16 << 20  # largest MQTT packet accepted (MQTT 5's Maximum Packet Size)
     mqtt_anonymous: str = "loopback"  # clients without a user name: "on", "off", or only from loopback
+    # MQTT session limits (docs/operations.md, "MQTT session limits"): the longest a session
+    # outlives its connection (seconds; 4294967295: no cap), messages queued per session (0: no
+    # limit; past it new messages are dropped, as Mosquitto's max_queued_messages), QoS 1/2
+    # messages in flight to a client (Mosquitto's max_inflight_messages), and the Receive
+    # Maximum told to MQTT 5 clients (QoS 1/2 publishes from a client not yet answered)
+    mqtt_max_session_expiry: int = 86400
+    mqtt_max_queued_messages: int = 1000
+    mqtt_max_inflight_messages: int = 20
+    mqtt_receive_maximum: int = 20
     # pop groups (core/queues/pop.py): the wait before a given-back message comes again, and
     # the deliveries after which it goes to %DLQ%<group> (retry/policy.py parse_backoff)
     pop_retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -279,6 +288,10 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "amqp_max_message_size": lambda raw: _as_int(raw, 1, 512 << 20),  # RabbitMQ's ceiling: 512 MiB
     "mqtt_max_packet_size": lambda raw: _as_int(raw, 64, 268_435_460),  # MQTT's ceiling: 256 MiB + header
     "mqtt_anonymous": _mqtt_anonymous,
+    "mqtt_max_session_expiry": lambda raw: _as_int(raw, 1, 0xFFFFFFFF),  # MQTT 5's Session Expiry Interval
+    "mqtt_max_queued_messages": lambda raw: _as_int(raw, 0, 100_000_000),
+    "mqtt_max_inflight_messages": lambda raw: _as_int(raw, 1, 65535),  # packet ids
+    "mqtt_receive_maximum": lambda raw: _as_int(raw, 1, 65535),  # MQTT 5's Receive Maximum
     "pop_retry_backoff": _backoff,
     "pop_max_deliveries": lambda raw: _as_int(raw, 1, 1000),
     "memory_high_watermark": _watermark,

@@ -82,6 +82,9 @@ DROP_HEAD = "drop-head"
 REJECT_PUBLISH = "reject-publish"
 REJECT_PUBLISH_DLX = "reject-publish-dlx"
 OVERFLOW_MODES = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
+# the new message is dropped and its publisher not told (Mosquitto's max_queued_messages);
+# a session queue's mode, not one a client declares
+DROP_NEW = "drop-new"
 
 
 class Outcome(enum.Enum):

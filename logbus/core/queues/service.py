@@ -49,6 +49,7 @@ from ..state_pb2 import TimerRecord
 from .journal import QueueStore
 from .msgstore import MessageStore
 from .queue import (
+    DROP_NEW,
     MAXLEN,
     REJECT_PUBLISH_DLX,
     Entry,
@@ -125,6 +126,8 @@ class QueueState:
     next_consumer: int = 0
     had_consumer: bool = False
     used_ms: int = 0  # last declare, get or consumer change (auto-expiry counts from here)
+    # told of each message dropped, its publisher not told, at the length limit (overflow drop-new)
+    on_dropped: Callable[[], object] | None = None
 
 
 DeadLetter = Callable[[QueueState, Message, str, Entry | None], None]  # the entry: None when refused
@@ -231,9 +234,15 @@ class QueueService:
             if removed:
                 dropped += [(qs, r) for r in removed]
             if entry is None:
-                refused.append(qs)
-            else:
+                if qs.queue.limits.overflow != DROP_NEW:
+                    refused.append(qs)
+                elif qs.on_dropped is not None:
+                    qs.on_dropped()
+            elif qs.consumers:
                 refs += 1
+        # kept in memory for the queues with a consumer only: the others (an offline MQTT
+        # session, a backlog nobody reads) take it from the log when its turn comes, so
+        # what waits costs its entry, not its message (issue 30)
         self.messages.remember(topic, partition, offset, message, size, refs)
         for qs, r in dropped:
             self._removed(qs, r)
