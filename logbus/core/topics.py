@@ -29,6 +29,7 @@ from .streams.groups import GroupCoordinator
 from .streams.producers import ProducerRegistry
 
 if TYPE_CHECKING:
+    from .queues.feed import Feed
     from .queues.journal import QueueStore
     from .queues.service import QueueService
 
@@ -87,6 +88,7 @@ class TopicAdmin:
         def _queue_services(self) -> Iterator[QueueService]: ...
 
         queue_store: QueueStore
+        feed: Feed
 
     def _open_topics(self) -> None:
         """Open every recorded topic in the log, at its recorded log start offsets."""
@@ -260,6 +262,10 @@ class TopicAdmin:
             self.queue_store.commit()
             log.warning("deleting topic %r with force: %d queue entries removed (%s)", name, removed,
                         "; ".join(readers))
+        stores = {id(s.messages): s.messages for s in self._queue_services()}
+        stores[id(self.feed.messages)] = self.feed.messages
+        for store in stores.values():
+            store.forget_topic(name)
         # files first: a crash in between leaves the record of a topic with no files,
         # which opens empty, never files without a record, which no create may delete
         lm.delete_topic(name)

@@ -66,6 +66,14 @@ class MessageStore:
             del self._live[key]
             self.live_bytes -= item[2]
 
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic: what is kept of its records goes (its offsets will be given
+        to new records if it is made again)."""
+        for key in [k for k in self._live if k[0] == topic]:
+            self.live_bytes -= self._live.pop(key)[2]
+        for bkey in [k for k in self._batches if k[0] == topic]:
+            del self._batches[bkey]
+
     def get(self, topic: str, partition: int, offset: int) -> Message:
         item = self._live.get((topic, partition, offset))
         if item is not None:
