@@ -62,8 +62,10 @@ class StorageFaults:
                     p.topic, p.index, first, end - 1, error, n)
 
     def check(self) -> None:
-        """Once a second: a failed state store is reopened when it can be, and what the
-        queue journal kept is written."""
+        """Once a second: partitions whose write failed try again, a failed state store
+        is reopened when it can be, and what the queue journal kept is written."""
+        if self.log is not None:
+            self.log.repair()
         state, journal = self.state, self.queue_store
         if state is None or journal is None or state.failed is None:
             return

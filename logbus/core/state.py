@@ -240,7 +240,12 @@ class StateStore:
         if self.failed is None:
             log.error("state store write failed, writes are refused until it is reopened: %s", e)
             self.failed = StorageError(f"state store write failed: {e}")
-        return self.failed
+        return self._refusal()
+
+    def _refusal(self) -> StorageError:
+        """A new error for each refused write (one instance raised again and again
+        would carry every traceback it went through)."""
+        return StorageError(str(self.failed))
 
     def recover(self) -> bool:
         """After a failed write: close the database and open it again (True: writes
@@ -290,7 +295,7 @@ class StateStore:
             return self._cfs[cf]
         except KeyError:
             if self._db is None and self.failed is not None:
-                raise self.failed from None  # failed, and not open again yet
+                raise self._refusal() from None  # failed, and not open again yet
             raise KeyError(
                 f"unknown column family {cf!r}; known: {', '.join(COLUMN_FAMILIES)}"
             ) from None
@@ -310,7 +315,7 @@ class StateStore:
         if isinstance(value, ProtoMessage):
             value = value.SerializeToString(deterministic=True)
         if self.failed is not None:
-            raise self.failed
+            raise self._refusal()
         try:
             self._cf(cf).put(key, value, _SYNC if sync else _ASYNC)
         except (KeyError, DbClosedError):
@@ -320,7 +325,7 @@ class StateStore:
 
     def delete(self, cf: str, key: bytes, *, sync: bool = False) -> None:
         if self.failed is not None:
-            raise self.failed
+            raise self._refusal()
         try:
             self._cf(cf).delete(key, _SYNC if sync else _ASYNC)
         except (KeyError, DbClosedError):
@@ -366,7 +371,7 @@ class StateStore:
         if self._closed:
             raise DbClosedError("state store is closed")
         if self.failed is not None or self._db is None:
-            raise self.failed or DbClosedError("state store is closed")
+            raise self._refusal() if self.failed is not None else DbClosedError("state store is closed")
         try:
             self._db.write(wb, _SYNC if sync else _ASYNC)
         except Exception as e:  # noqa: BLE001 - RocksDB raises plain Exception
@@ -380,7 +385,7 @@ class StateStore:
         self._closed = True
         if self.failed is not None:
             self._release()
-            raise self.failed
+            raise self._refusal()
         self._handles.clear()  # handles pin the DB (and its LOCK) until dropped
         try:
             for rdict in self._cfs.values():

@@ -152,6 +152,14 @@ class LogManager:
         if self.on_lost is not None:
             self.on_lost(p, first, end, error)
 
+    def repair(self) -> None:
+        """Partitions whose write failed try a new segment now, without waiting for an
+        append (health then turns by itself once there is space)."""
+        for topic in self.topics.values():
+            for p in topic.partitions:
+                if p.failure is not None and p.offline is None:
+                    p.unavailable()
+
     def failures(self) -> list[tuple[str, int, StorageError]]:
         """Partitions that refuse appends now: (topic, partition, why)."""
         return [(t.name, p.index, p.failure) for t in self.topics.values() for p in t.partitions

@@ -458,9 +458,9 @@ class Partition:
         """Why appends are refused now (None: they are not). A partition whose write
         failed tries to start a new segment first."""
         if self._failed is not None:
-            return self._failed
+            return StorageError(str(self._failed))  # a new one each time: it gathers a traceback
         if self._broken is not None and not self._repair():
-            return self._broken
+            return StorageError(str(self._broken))
         return None
 
     @property

@@ -194,7 +194,7 @@ class QueueStore:
             self.commit()
         elif not self._scheduled:
             self._scheduled = True
-            self._tick.later(self.commit)
+            self._tick.later(self._commit_at_tick_end)
 
     def put_timer(self, key: bytes, value: bytes) -> None:
         """A timer record (CF timers), written with this tick's queue changes."""
@@ -210,6 +210,12 @@ class QueueStore:
     def pending(self) -> bool:
         """Changes not yet committed."""
         return bool(self._puts or self._deletes or self._timer_puts or self._timer_deletes)
+
+    def _commit_at_tick_end(self) -> None:
+        try:
+            self.commit()
+        except StorageError:
+            pass  # the store logged it; the changes are kept for the next commit
 
     def commit(self) -> None:
         """Write what changed since the last commit as one batch. StorageError: the
