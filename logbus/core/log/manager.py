@@ -42,6 +42,22 @@ class Topic:
         return self.partitions[index]
 
 
+def _remove_new_topic_dir(tdir: str, partitions: int) -> None:
+    """Remove what a failed create left. rmtree needs a descriptor to list a directory,
+    which the process may be out of (EMFILE): the empty directories go by path then."""
+    shutil.rmtree(tdir, ignore_errors=True)
+    for i in range(partitions):
+        try:
+            os.rmdir(os.path.join(tdir, partition_dirname(i)))
+        except OSError:
+            pass
+    try:
+        os.rmdir(tdir)
+    except OSError as e:
+        if os.path.exists(tdir):
+            log.warning("could not remove %s after a failed create: %s", tdir, e)
+
+
 class LogManager:
     def __init__(
         self,
@@ -106,9 +122,16 @@ class LogManager:
         tdir = os.path.join(self.root, topic_dirname(name))
         if create:
             _refuse_foreign_files(name, tdir)
-        os.makedirs(tdir, exist_ok=True)
         topic = Topic(name, tdir, config, [])
-        self._grow(topic, config)
+        try:
+            os.makedirs(tdir, exist_ok=True)
+            self._grow(topic, config)
+        except OSError as e:  # out of file descriptors, a full disk: nothing of it is left
+            for p in topic.partitions:
+                p.close()
+            if create:
+                _remove_new_topic_dir(tdir, config.partitions)
+            raise StorageError(f"topic {name!r} could not be opened: {e}") from None
         if create and config.flush_mode != "none":
             fsync_dir(self.root)
         self.topics[name] = topic
