@@ -31,7 +31,8 @@ from .mqtt import MqttClients, MqttSessions
 from .permissions import Permissions
 from .pop import Pop
 from .request import LimitedRequest
-from .resource import Directory
+from .resource import Directory, Refusal
+from .responses import HttpError
 from .topic_permissions import TopicPermissions
 from .topics import Topics
 from .users import Users
@@ -76,6 +77,14 @@ class ApiSite(server.Site):
     def __init__(self, root: Any, broker: Broker, reactor: Any = None) -> None:
         super().__init__(root, reactor=reactor)
         self.broker = broker
+
+    def getResourceFor(self, request: http.Request) -> resource.IResource:
+        """The resource of the request's path; a ``getChild`` that refuses a name with
+        HttpError answers with that error (not twisted.web's 500)."""
+        try:
+            return super().getResourceFor(request)  # type: ignore[no-any-return]
+        except HttpError as exc:
+            return resource.IResource(Refusal(exc))
 
     def log(self, request: http.Request) -> None:
         if access_log.isEnabledFor(logging.DEBUG):
