@@ -95,6 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--mqtt-anonymous", metavar="on|off|loopback",
                        help="MQTT clients without a user name act as the default user: always, never,"
                             " or only from a loopback address (default: loopback)")
+    serve.add_argument("--handshake-timeout-ms", metavar="MS",
+                       help="a new connection that has not finished its protocol's opening (AMQP: up to"
+                            " connection.open; MQTT: CONNECT; HTTP: a request head) within this is closed"
+                            " (default: 10000, RabbitMQ's handshake_timeout)")
+    serve.add_argument("--kafka-idle-timeout-ms", metavar="MS",
+                       help="a Kafka connection with no complete request for this long is closed"
+                            " (default: 600000, Kafka's connections.max.idle.ms)")
+    serve.add_argument("--http-idle-timeout-ms", metavar="MS",
+                       help="an HTTP keep-alive connection idle between requests for this long is closed"
+                            " (default: 75000, nginx's keepalive_timeout)")
+    serve.add_argument("--http-body-timeout-ms", metavar="MS",
+                       help="an HTTP request body not complete this long after its head is answered 408"
+                            " (default: 60000, nginx's client_body_timeout)")
     serve.add_argument("--pop-retry-backoff", metavar="DELAYS",
                        help="how long a pop group's message given back (nacked, or left to lapse) waits"
                             " before it comes again, per retry: levels such as '1s 5s 10s' or"
@@ -256,6 +269,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "amqp_max_message_size": args.amqp_max_message_size,
         "mqtt_max_packet_size": args.mqtt_max_packet_size,
         "mqtt_anonymous": args.mqtt_anonymous,
+        "handshake_timeout_ms": args.handshake_timeout_ms,
+        "kafka_idle_timeout_ms": args.kafka_idle_timeout_ms,
+        "http_idle_timeout_ms": args.http_idle_timeout_ms,
+        "http_body_timeout_ms": args.http_body_timeout_ms,
         "pop_retry_backoff": args.pop_retry_backoff,
         "pop_max_deliveries": args.pop_max_deliveries,
         "default_user": args.default_user,

@@ -52,7 +52,14 @@ GatewayBuilder = Callable[["Broker", Settings, Any], IProtocolFactory]
 def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.http.site import build_site
 
-    return IProtocolFactory(build_site(broker, reactor))
+    return IProtocolFactory(build_site(broker, reactor, timeouts=_http_timeouts(settings)))
+
+
+def _http_timeouts(settings: Settings) -> Any:
+    from .gateway.http.timeouts import Timeouts
+
+    return Timeouts(head=settings.handshake_timeout_ms / 1000, idle=settings.http_idle_timeout_ms / 1000,
+                    body=settings.http_body_timeout_ms / 1000)
 
 
 def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
@@ -64,7 +71,8 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
         host, _, port = settings.kafka_advertised.rpartition(":")
         advertised = (host, int(port))
     return IProtocolFactory(KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME, advertised,
-                                         auto_create_topics=settings.kafka_auto_create_topics))
+                                         auto_create_topics=settings.kafka_auto_create_topics,
+                                         idle_timeout=settings.kafka_idle_timeout_ms / 1000))
 
 
 def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
@@ -73,7 +81,8 @@ def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     return IProtocolFactory(AmqpFactory(broker, reactor,
                                         read_linger=settings.amqp_read_linger_ms / 1000,
                                         read_linger_max=settings.amqp_read_linger_max_ms / 1000,
-                                        max_message_size=settings.amqp_max_message_size))
+                                        max_message_size=settings.amqp_max_message_size,
+                                        handshake_timeout=settings.handshake_timeout_ms / 1000))
 
 
 def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
@@ -83,7 +92,8 @@ def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
     room = broker.rooms.get("mqtt")
     if room is None:
         factory = MqttFactory(broker, reactor, max_packet_size=settings.mqtt_max_packet_size,
-                              anonymous=settings.mqtt_anonymous)
+                              anonymous=settings.mqtt_anonymous,
+                              connect_timeout=settings.handshake_timeout_ms / 1000)
         broker.rooms["mqtt"] = room = factory.room
     return room.factory
 
@@ -96,8 +106,13 @@ def _mqtt_ws(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFacto
     from .gateway.websocket import WebSocketFactory
 
     # a WebSocket message may hold a whole MQTT packet and its framing
+    timeouts = broker.metrics.counter(
+        "logbus_mqtt_ws_handshake_timeouts",
+        "MQTT-over-WebSocket connections closed for no complete upgrade within handshake_timeout_ms")
     return IProtocolFactory(WebSocketFactory(_mqtt_factory(broker, settings, reactor), ("mqtt", "mqttv3.1"),
-                                             max_message_size=settings.mqtt_max_packet_size + 16, clock=reactor))
+                                             max_message_size=settings.mqtt_max_packet_size + 16, clock=reactor,
+                                             handshake_timeout=settings.handshake_timeout_ms / 1000,
+                                             on_handshake_timeout=timeouts.inc))
 
 
 # THE gateway table: listener name -> builder of the protocol factory that serves it.

@@ -102,22 +102,25 @@ class LimitedRequest(server.Request):
         ).encode()
         channel = self.channel
         transport = cast(_Transport, channel.transport)
-        channel.dataReceived = _discard  # type: ignore[method-assign]
+        channel.dataReceived = discard  # type: ignore[method-assign]
         channel.setTimeout(None)
+        stop = getattr(channel, "stop_deadlines", None)  # site.RegisteredChannel's timeouts
+        if stop is not None:
+            stop()
         transport.write(head + response.body)
         if hasattr(transport, "loseWriteConnection"):  # not every transport can half-close
             transport.loseWriteConnection()
             # the channel's callLater is its site's reactor.callLater (HTTPFactory.buildProtocol)
-            channel.callLater(LINGER_SECONDS, partial(_abort, transport))
+            channel.callLater(LINGER_SECONDS, partial(abort_transport, transport))
         else:
             transport.loseConnection()
 
 
-def _discard(data: bytes) -> None:
-    pass
+def discard(data: bytes) -> None:
+    """What a connection being closed does with the bytes it still receives."""
 
 
-def _abort(transport: _Transport) -> None:
+def abort_transport(transport: Any) -> None:
     if transport.connected:
         transport.abortConnection()
 
