@@ -293,7 +293,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     setup_logging(settings.log_level)
     tune_malloc()
-    return run(settings, reactor, ready_file=args.ready_file)
+    return run(settings, reactor, ready_file=args.ready_file, load=lambda: load_settings(flags))
 
 
 # --- topic ------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ Theory of operation:
 Children start in that order, so no connection is accepted before the log is recovered,
 and stop in reverse order, each waiting for the one before: listeners close first, the
 broker flushes last. ``run()`` installs the stop as a "before shutdown" trigger, so
-SIGTERM/SIGINT (which stop the reactor) flush the broker before the process exits.
+SIGTERM/SIGINT (which stop the reactor) flush the broker before the process exits;
+SIGHUP reloads the settings that can change at run time (reload.py) and never stops it.
 
 Adding a protocol: write ``build(broker, settings, reactor) -> IProtocolFactory`` in its
 gateway package and put it in GATEWAYS below (the listener name is already a config key,
@@ -38,6 +39,7 @@ from twisted.python.failure import Failure
 from .retry.policy import pop_retry_policy
 from .config import LISTENERS, Settings
 from .core.errors import LogbusError
+from .reload import Reloader, set_log_level
 
 if TYPE_CHECKING:
     from .core.broker import Broker
@@ -361,13 +363,14 @@ def setup_logging(level: str) -> None:
         force=True,
     )
     # Twisted's info lines ("Site starting on ...") repeat ours; keep its warnings and errors.
-    if level != "debug":
-        logging.getLogger("twisted").setLevel(logging.WARNING)
+    set_log_level(level)
     globalLogBeginner.beginLoggingTo([ILogObserver(STDLibLogObserver())], redirectStandardIO=False)
 
 
-def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int:
-    """Serve until SIGTERM/SIGINT; return the process exit code (0: clean stop)."""
+def run(settings: Settings, reactor: Any, ready_file: Path | None = None,
+        load: Callable[[], Settings] | None = None) -> int:
+    """Serve until SIGTERM/SIGINT; return the process exit code (0: clean stop). SIGHUP
+    loads the settings again with ``load`` and applies what can change (reload.py)."""
     exit_code = 0
     started = wrote_ready = stopping = False
 
@@ -381,6 +384,19 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name)
         reactor.callFromThread(stop_reactor)
+
+    def on_hangup(signum: int, _frame: Any) -> None:
+        reactor.callFromThread(hangup)
+
+    def hangup() -> None:
+        if stopping or reloader is None:
+            log.info("received SIGHUP: nothing to reload%s", " while stopping" if stopping else "")
+            return
+        log.info("received SIGHUP: reloading settings")
+        try:
+            reloader.reload()
+        except Exception:
+            log.exception("SIGHUP: reload failed; the broker goes on with the settings it had")
 
     def fail(message: str, *args: Any) -> None:
         nonlocal exit_code
@@ -398,6 +414,7 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int
     except LogbusError as exc:
         log.error("cannot start: %s [%s]", exc, exc.code)
         return 1
+    reloader = Reloader(service, settings, load) if load is not None else None
 
     def stop() -> defer.Deferred[None]:
         def stopped(result: Any) -> None:
@@ -455,10 +472,12 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int
     reactor.callWhenRunning(start)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)  # its default action kills the process
     reactor.run(installSignalHandlers=False)
     # stopped and flushed: a late signal must not turn a clean exit into "killed"
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if wrote_ready and ready_file is not None:
         ready_file.unlink(missing_ok=True)
     return exit_code
