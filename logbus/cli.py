@@ -102,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--kafka-idle-timeout-ms", metavar="MS",
                        help="a Kafka connection with no complete request for this long is closed"
                             " (default: 600000, Kafka's connections.max.idle.ms)")
+    serve.add_argument("--kafka-max-in-flight", metavar="N",
+                       help="requests of one Kafka connection handled before the first is answered; the"
+                            " socket is not read while that many are pending (default: 1, as Kafka mutes"
+                            " a connection)")
     serve.add_argument("--http-idle-timeout-ms", metavar="MS",
                        help="an HTTP keep-alive connection idle between requests for this long is closed"
                             " (default: 75000, nginx's keepalive_timeout)")
@@ -271,6 +275,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "mqtt_anonymous": args.mqtt_anonymous,
         "handshake_timeout_ms": args.handshake_timeout_ms,
         "kafka_idle_timeout_ms": args.kafka_idle_timeout_ms,
+        "kafka_max_in_flight": args.kafka_max_in_flight,
         "http_idle_timeout_ms": args.http_idle_timeout_ms,
         "http_body_timeout_ms": args.http_body_timeout_ms,
         "pop_retry_backoff": args.pop_retry_backoff,

@@ -68,6 +68,7 @@ class Settings:
     # upgrade, itself bounded alike), an HTTP request head
     handshake_timeout_ms: int = 10_000
     kafka_idle_timeout_ms: int = 600_000  # Kafka's connections.max.idle.ms: no complete request
+    kafka_max_in_flight: int = 1  # requests of a connection handled at once (Kafka mutes at 1)
     http_idle_timeout_ms: int = 75_000  # a keep-alive connection between requests (nginx's keepalive_timeout)
     http_body_timeout_ms: int = 60_000  # a request body, from its head to its end (nginx's client_body_timeout)
     # pop groups (core/queues/pop.py): the wait before a given-back message comes again, and
@@ -289,6 +290,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "mqtt_anonymous": _mqtt_anonymous,
     "handshake_timeout_ms": lambda raw: _as_int(raw, 100, 3_600_000),
     "kafka_idle_timeout_ms": lambda raw: _as_int(raw, 100, 7 * 86_400_000),
+    "kafka_max_in_flight": lambda raw: _as_int(raw, 1, 1000),
     "http_idle_timeout_ms": lambda raw: _as_int(raw, 100, 86_400_000),
     "http_body_timeout_ms": lambda raw: _as_int(raw, 100, 86_400_000),
     "pop_retry_backoff": _backoff,

@@ -74,7 +74,8 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
         advertised = (host, int(port))
     return IProtocolFactory(KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME, advertised,
                                          auto_create_topics=settings.kafka_auto_create_topics,
-                                         idle_timeout=settings.kafka_idle_timeout_ms / 1000))
+                                         idle_timeout=settings.kafka_idle_timeout_ms / 1000,
+                                         max_in_flight=settings.kafka_max_in_flight))
 
 
 def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:

@@ -142,3 +142,21 @@ def test_a_request_never_completed_is_closed_by_the_idle_timeout(setup: Setup) -
             break
     assert transport.disconnecting and setup.clock.seconds() <= IDLE + 1
     assert not setup.pending
+
+
+def test_a_wider_window_handles_that_many_before_the_first_answer(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    try:
+        s.factory.max_in_flight = 2
+        proto, transport = s.connect()
+        proto.dataReceived(request(1) + request(2) + request(3))
+        assert len(s.pending) == 2 and transport.producerState == "paused"
+        s.answer()
+        assert len(s.pending) == 2 and answered(transport) == [1]  # the third taken up
+        assert transport.producerState == "paused"  # two pending again
+        s.answer()
+        assert transport.producerState == "producing"  # nothing held, room for one more
+        s.answer()
+        assert answered(transport) == [1, 2, 3]
+    finally:
+        s.broker.stop()

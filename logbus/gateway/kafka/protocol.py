@@ -3,12 +3,13 @@ responses in request order (Kafka clients pipeline requests and rely on that), a
 closes only this connection, with the reason logged, when the peer breaks the protocol.
 
 One request at a time (as Kafka mutes a connection's channel while a response is
-pending): a request is handled only once every earlier one has been answered. Frames of
-a read that arrive while an answer is pending are held, and the socket is not read
-again (``pauseProducing``) until they have all been handled and answered; then reading
-resumes. So a client that pipelines is served in order at the pace of its answers, and
-what a connection holds is bounded by one read (``READ_SIZE``) plus the decoder's one
-unfinished frame. A client that waits for each answer never pauses the socket.
+pending): a request is handled only once every earlier one has been answered (or, with
+``max_in_flight`` above 1, while fewer than that are unanswered). Frames of a read that
+cannot be handled yet are held, and the socket is not read again (``pauseProducing``)
+until they have all been handled and answered; then reading resumes. So a client that
+pipelines is served in order at the pace of its answers, and what a connection holds is
+bounded by one read (``READ_SIZE``) plus the decoder's one unfinished frame. A client
+that waits for each answer never pauses the socket.
 
 Idle (Kafka's ``connections.max.idle.ms``): a connection is closed when it has sent no
 complete request for ``idle_timeout`` seconds and is owed no answer. Bytes of a request
@@ -102,14 +103,16 @@ class KafkaProtocol(Protocol):
         self._handle_held()
 
     def _handle_held(self) -> None:
-        """Handle held frames while no answer is pending; mute the socket while some
-        remain or an answer is owed after a read brought more, unmute once all are done."""
+        """Handle held frames while fewer than ``max_in_flight`` answers are pending;
+        mute the socket while some remain, unmute once all are handled and there is
+        room for another request."""
         if self._handling:
             return  # an answer written while handling: the loop below goes on
         self._handling = True
         try:
             held, queue = self._held, self._queue
-            while held and not queue and not self._closing:
+            window = self.factory.max_in_flight if self.factory is not None else 1
+            while held and len(queue) < window and not self._closing:
                 self._handle(held.popleft())
         finally:
             self._handling = False
@@ -123,7 +126,7 @@ class KafkaProtocol(Protocol):
                     self._muted_once = True
                     log.debug("kafka %s pipelines requests: read one at a time while an answer is pending",
                               self._t.getPeer())
-        elif self._muted and not self._queue:
+        elif self._muted and len(self._queue) < window:
             self._muted = False
             if not self._closing:
                 self._t.resumeProducing()
@@ -177,11 +180,10 @@ class KafkaProtocol(Protocol):
             if data is None or self._closing:
                 continue
             self.output.write(data if isinstance(data, Chunks) else (data,))
-        if not q:
-            if self.factory is not None:
-                self._active = self.factory.reactor.seconds()
-            if self._held or self._muted:
-                self._handle_held()
+        if not q and self.factory is not None:
+            self._active = self.factory.reactor.seconds()
+        if self._held or self._muted:
+            self._handle_held()
 
     def _idle_check(self) -> None:
         """The idle timer fired: close if nothing came or was owed for ``idle_timeout``,
@@ -237,10 +239,12 @@ MODULES = (groups, admin, configs, records_admin)
 
 class KafkaFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None,
-                 *, auto_create_topics: bool = True, idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> None:
+                 *, auto_create_topics: bool = True, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+                 max_in_flight: int = 1) -> None:
         self.advertised = advertised
         self.reactor = reactor
         self.idle_timeout = idle_timeout  # seconds (kafka_idle_timeout_ms)
+        self.max_in_flight = max_in_flight  # requests handled before the first is answered (Kafka: 1)
         self.idle_closed = broker.metrics.counter(
             "logbus_kafka_idle_closes",
             "Kafka connections closed with no complete request for kafka_idle_timeout_ms")
