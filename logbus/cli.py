@@ -4,7 +4,7 @@ gateway/http/client.py.
     logbus serve [--config F] [--data-dir DIR] [--amqp EP] [--mqtt EP] [--kafka EP] [--http EP] ...
     logbus topic create NAME [--partitions N] [--config k=v ...]
     logbus topic alter NAME --config k=v ...
-    logbus topic list | describe NAME | delete NAME        [--server URL] [--json]
+    logbus topic list | describe NAME | delete NAME [--force]  [--server URL] [--json]
     logbus pop receive GROUP TOPIC [--max N] [--invisible-ms MS] [--member NAME] [--filter-tag EXPR]
                        [--filter-sql SELECTOR] [--json]
     logbus pop ack | nack GROUP TOPIC HANDLE...
@@ -95,6 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--mqtt-anonymous", metavar="on|off|loopback",
                        help="MQTT clients without a user name act as the default user: always, never,"
                             " or only from a loopback address (default: loopback)")
+    serve.add_argument("--mqtt-max-session-expiry", metavar="SECONDS",
+                       help="the longest an MQTT session outlives its connection: a 3.1.1 persistent"
+                            " session's expiry, the cap on a 5.0 client's (told in CONNACK)"
+                            " (default: 86400, a day; 4294967295: no cap)")
+    serve.add_argument("--mqtt-max-queued-messages", metavar="COUNT",
+                       help="messages waiting in one MQTT session's queue, beyond those in flight;"
+                            " past it new messages are dropped for that session (default: 1000; 0: no limit)")
+    serve.add_argument("--mqtt-max-inflight-messages", metavar="COUNT",
+                       help="QoS 1 and 2 messages sent to an MQTT client and not yet acknowledged"
+                            " (a 5.0 client's Receive Maximum may lower it) (default: 20)")
+    serve.add_argument("--mqtt-receive-maximum", metavar="COUNT",
+                       help="QoS 1 and 2 publishes an MQTT 5 client may leave unanswered, told in CONNACK;"
+                            " more: DISCONNECT 0x93 (default: 20)")
     serve.add_argument("--handshake-timeout-ms", metavar="MS",
                        help="a new connection that has not finished its protocol's opening (AMQP: up to"
                             " connection.open; MQTT: CONNECT; HTTP: a request head) within this is closed"
@@ -162,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     delete = topic_commands.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name")
+    delete.add_argument("--force", action="store_true",
+                        help="delete it even while queues read it (their messages in it go too)")
     delete.set_defaults(command=cmd_topic_delete)
 
     pop = commands.add_parser("pop", help="receive and settle messages of pop groups (over the HTTP API)",
@@ -273,6 +288,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "amqp_max_message_size": args.amqp_max_message_size,
         "mqtt_max_packet_size": args.mqtt_max_packet_size,
         "mqtt_anonymous": args.mqtt_anonymous,
+        "mqtt_max_session_expiry": args.mqtt_max_session_expiry,
+        "mqtt_max_queued_messages": args.mqtt_max_queued_messages,
+        "mqtt_max_inflight_messages": args.mqtt_max_inflight_messages,
+        "mqtt_receive_maximum": args.mqtt_receive_maximum,
         "handshake_timeout_ms": args.handshake_timeout_ms,
         "kafka_idle_timeout_ms": args.kafka_idle_timeout_ms,
         "kafka_max_in_flight": args.kafka_max_in_flight,
@@ -367,7 +386,7 @@ def cmd_topic_alter(args: argparse.Namespace) -> int:
 
 
 def cmd_topic_delete(args: argparse.Namespace) -> int:
-    _client(args).delete_topic(args.name)
+    _client(args).delete_topic(args.name, force=args.force)
     print(f"deleted topic {args.name}")
     return 0
 

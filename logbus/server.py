@@ -90,12 +90,18 @@ def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
 
 def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
     """The one MQTT factory (and room of sessions) of a broker, TCP and WebSocket alike."""
+    from .gateway.mqtt.connect import ServerLimits
     from .gateway.mqtt.protocol import MqttFactory
 
     room = broker.rooms.get("mqtt")
     if room is None:
+        limits = ServerLimits(maximum_packet_size=settings.mqtt_max_packet_size, topic_alias_maximum=64,
+                              max_session_expiry=settings.mqtt_max_session_expiry,
+                              max_inflight=settings.mqtt_max_inflight_messages,
+                              receive_maximum=settings.mqtt_receive_maximum)
         factory = MqttFactory(broker, reactor, max_packet_size=settings.mqtt_max_packet_size,
-                              anonymous=settings.mqtt_anonymous,
+                              anonymous=settings.mqtt_anonymous, limits=limits,
+                              max_queued=settings.mqtt_max_queued_messages,
                               connect_timeout=settings.handshake_timeout_ms / 1000)
         broker.rooms["mqtt"] = room = factory.room
     return room.factory

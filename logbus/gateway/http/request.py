@@ -184,3 +184,18 @@ def json_object(body: Any, known: tuple[str, ...]) -> dict[str, Any]:
             f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(known)})",
         )
     return body
+
+
+def query_flag(request: server.Request, name: str) -> bool:
+    """A yes/no query parameter (``?force=true``): true/1/yes or false/0/no, absent is
+    no; anything else is 400."""
+    args: dict[bytes, list[bytes]] = request.args or {}
+    raw = args.get(name.encode())
+    if not raw:
+        return False
+    value = raw[-1].decode("utf-8", "replace").strip().lower()
+    if value in ("true", "1", "yes", ""):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise HttpError(400, "bad_request", f"query parameter {name!r} must be true or false, not {value!r}")

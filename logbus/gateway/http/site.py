@@ -212,7 +212,7 @@ def build_resource(broker: Broker) -> Directory:
         b"mqtt": _directory({b"clients": MqttClients(broker), b"sessions": MqttSessions(broker)}),
     })
     return _directory({
-        b"healthz": Health(),
+        b"healthz": Health(broker),
         b"metrics": Metrics(broker.metrics.registry),
         b"api": api,
     })
