@@ -108,6 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--mqtt-receive-maximum", metavar="COUNT",
                        help="QoS 1 and 2 publishes an MQTT 5 client may leave unanswered, told in CONNACK;"
                             " more: DISCONNECT 0x93 (default: 20)")
+    serve.add_argument("--handshake-timeout-ms", metavar="MS",
+                       help="a new connection that has not finished its protocol's opening (AMQP: up to"
+                            " connection.open; MQTT: CONNECT; HTTP: a request head) within this is closed"
+                            " (default: 10000, RabbitMQ's handshake_timeout)")
+    serve.add_argument("--kafka-idle-timeout-ms", metavar="MS",
+                       help="a Kafka connection with no complete request for this long is closed"
+                            " (default: 600000, Kafka's connections.max.idle.ms)")
+    serve.add_argument("--kafka-max-in-flight", metavar="N",
+                       help="requests of one Kafka connection handled before the first is answered; the"
+                            " socket is not read while that many are pending (default: 1, as Kafka mutes"
+                            " a connection)")
+    serve.add_argument("--http-idle-timeout-ms", metavar="MS",
+                       help="an HTTP keep-alive connection idle between requests for this long is closed"
+                            " (default: 75000, nginx's keepalive_timeout)")
+    serve.add_argument("--http-body-timeout-ms", metavar="MS",
+                       help="an HTTP request body not complete this long after its head is answered 408"
+                            " (default: 60000, nginx's client_body_timeout)")
     serve.add_argument("--pop-retry-backoff", metavar="DELAYS",
                        help="how long a pop group's message given back (nacked, or left to lapse) waits"
                             " before it comes again, per retry: levels such as '1s 5s 10s' or"
@@ -275,6 +292,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "mqtt_max_queued_messages": args.mqtt_max_queued_messages,
         "mqtt_max_inflight_messages": args.mqtt_max_inflight_messages,
         "mqtt_receive_maximum": args.mqtt_receive_maximum,
+        "handshake_timeout_ms": args.handshake_timeout_ms,
+        "kafka_idle_timeout_ms": args.kafka_idle_timeout_ms,
+        "kafka_max_in_flight": args.kafka_max_in_flight,
+        "http_idle_timeout_ms": args.http_idle_timeout_ms,
+        "http_body_timeout_ms": args.http_body_timeout_ms,
         "pop_retry_backoff": args.pop_retry_backoff,
         "pop_max_deliveries": args.pop_max_deliveries,
         "default_user": args.default_user,
@@ -295,7 +317,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     setup_logging(settings.log_level)
     tune_malloc()
-    return run(settings, reactor, ready_file=args.ready_file)
+    return run(settings, reactor, ready_file=args.ready_file, load=lambda: load_settings(flags))
 
 
 # --- topic ------------------------------------------------------------------------------------

@@ -71,6 +71,15 @@ class Settings:
     mqtt_max_queued_messages: int = 1000
     mqtt_max_inflight_messages: int = 20
     mqtt_receive_maximum: int = 20
+    # timeouts (docs/operations.md, "Timeouts and connection limits"), in milliseconds:
+    # the opening a new connection must complete in time, on every listener (RabbitMQ's
+    # handshake_timeout): AMQP header to connection.open, MQTT CONNECT (after the WebSocket
+    # upgrade, itself bounded alike), an HTTP request head
+    handshake_timeout_ms: int = 10_000
+    kafka_idle_timeout_ms: int = 600_000  # Kafka's connections.max.idle.ms: no complete request
+    kafka_max_in_flight: int = 1  # requests of a connection handled at once (Kafka mutes at 1)
+    http_idle_timeout_ms: int = 75_000  # a keep-alive connection between requests (nginx's keepalive_timeout)
+    http_body_timeout_ms: int = 60_000  # a request body, from its head to its end (nginx's client_body_timeout)
     # pop groups (core/queues/pop.py): the wait before a given-back message comes again, and
     # the deliveries after which it goes to %DLQ%<group> (retry/policy.py parse_backoff)
     pop_retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -292,6 +301,11 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "mqtt_max_queued_messages": lambda raw: _as_int(raw, 0, 100_000_000),
     "mqtt_max_inflight_messages": lambda raw: _as_int(raw, 1, 65535),  # packet ids
     "mqtt_receive_maximum": lambda raw: _as_int(raw, 1, 65535),  # MQTT 5's Receive Maximum
+    "handshake_timeout_ms": lambda raw: _as_int(raw, 100, 3_600_000),
+    "kafka_idle_timeout_ms": lambda raw: _as_int(raw, 100, 7 * 86_400_000),
+    "kafka_max_in_flight": lambda raw: _as_int(raw, 1, 1000),
+    "http_idle_timeout_ms": lambda raw: _as_int(raw, 100, 86_400_000),
+    "http_body_timeout_ms": lambda raw: _as_int(raw, 100, 86_400_000),
     "pop_retry_backoff": _backoff,
     "pop_max_deliveries": lambda raw: _as_int(raw, 1, 1000),
     "memory_high_watermark": _watermark,

@@ -20,8 +20,9 @@ the connection has credit while it is connected, its socket buffer is not full (
 transport's push-producer callbacks) and the client's receive maximum leaves room.
 
 Keep alive: a connection that sends nothing for 1.5 times its keep alive is closed and
-its will published. A connection that sends no CONNECT within ``CONNECT_TIMEOUT`` is
-closed.
+its will published. A connection that sends no CONNECT within the factory's
+``connect_timeout`` (the broker's ``handshake_timeout_ms``; over WebSocket, counted once
+the upgrade is done, which has its own limit of the same length) is closed.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT = 10.0  # seconds for a new connection to send its CONNECT
+CONNECT_TIMEOUT = 10.0  # seconds for a new connection to send its CONNECT (by default)
 
 
 def _loopback(host: str) -> bool:
@@ -152,7 +153,7 @@ class MqttProtocol(Protocol):
         self._ack_now = quick_ack(self.transport)
         self.transport.registerProducer(self, True)
         self.last_read = self.factory.reactor.seconds()
-        self._timer = self.factory.reactor.callLater(CONNECT_TIMEOUT, self._connect_timeout)
+        self._timer = self.factory.reactor.callLater(self.factory.connect_timeout, self._connect_timeout)
         self.factory.connections.add(self)
 
     def _close_by_admin(self, reason: str) -> None:
@@ -408,7 +409,9 @@ class MqttProtocol(Protocol):
     def _connect_timeout(self) -> None:
         self._timer = None
         if self.machine.state is State.AWAITING_CONNECT:
-            log.info("MQTT %s sent no CONNECT within %.0f s: closed", self.peer, CONNECT_TIMEOUT)
+            self.factory.connect_timeouts.inc()
+            log.info("MQTT %s sent no CONNECT within %.1f s (handshake_timeout_ms): closed", self.peer,
+                     self.factory.connect_timeout)
             self.machine.close("no CONNECT")
             self._drain()
 
@@ -451,8 +454,12 @@ _CARRY: dict[type, Callable[[MqttProtocol, Any], None]] = {
 
 class MqttFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, *, max_packet_size: int = 1 << 20,
-                 anonymous: str = "loopback", limits: ServerLimits | None = None, max_queued: int = 0) -> None:
+                 anonymous: str = "loopback", limits: ServerLimits | None = None, max_queued: int = 0,
+                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
         self.broker = broker
+        self.connect_timeout = connect_timeout  # seconds from accept to CONNECT
+        self.connect_timeouts = broker.metrics.counter(
+            "logbus_mqtt_connect_timeouts", "MQTT connections closed for sending no CONNECT within handshake_timeout_ms")
         self.reactor = reactor
         self.limits = limits or ServerLimits(maximum_packet_size=max_packet_size, topic_alias_maximum=64)
         counter = broker.metrics.counter
