@@ -184,7 +184,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
             len(self.log.topics),
             offsets,
             "new data directory" if self.log.fresh
-            else "clean restart" if self.log.clean_start
+            else "clean restart" if self.log.clean_start and not self.log.reports
+            else f"stopped cleanly, but {len(self.log.reports)} partitions needed repair" if self.log.clean_start
             else "recovered after an unclean stop",
         )
 
