@@ -135,9 +135,15 @@ class VHost:
                 raise PreconditionFailed(f"log topic '{topic}' already backs {owner}")
         ex = self.router.declare(name, kind, durable=durable, auto_delete=auto_delete, internal=internal,
                                  arguments=arguments, passive=passive, delayed=delayed)
-        self._ensure_topic(ex.log_topic)
-        if new:
+        if not new:
+            self._ensure_topic(ex.log_topic)
+            return
+        try:  # a declare that fails (no topic: out of descriptors, a full disk) leaves nothing
+            self._ensure_topic(ex.log_topic)
             self.defs.save_exchange(ex, arguments)
+        except BaseException:
+            self.router.delete(name)
+            raise
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
         self._forget(self.router.delete(name, if_unused=if_unused))
@@ -147,9 +153,17 @@ class VHost:
              filter: FilterSpec | None = None, match: HeaderMatch | None = None) -> None:
         """Bind; with ``filter`` (to a queue) only what it takes is queued (docs/filters.md);
         ``match``: what a headers exchange asks of a message's headers."""
+        new = not self.router.has_binding(source, destination, routing_key, arguments, kind=kind, filter=filter,
+                                          match=match)
         b = self.router.bind(source, destination, routing_key, arguments, kind=kind, filter=filter, match=match)
         if self._durable_binding(b):
-            self.defs.save_binding(b, arguments)
+            try:
+                self.defs.save_binding(b, arguments)
+            except BaseException:  # not stored: not made either
+                if new:
+                    self.router.unbind(source, destination, routing_key, arguments, kind=kind, filter=filter,
+                                       match=match)
+                raise
 
     def unbind(self, source: str, destination: str, routing_key: str = "",
                arguments: Mapping[str, Any] | None = None, *, kind: DestKind = QUEUE,
@@ -205,11 +219,11 @@ class VHost:
             return qs
         if passive:
             raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
+        if durable and exclusive is None and not _restoring:  # stored first: a failed store makes nothing
+            self.defs.save_queue(name, auto_delete, settings, arguments)
         qs = self.service.create(name, settings, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
                                  declared=dict(arguments or {}))
         self.router.add_queue(name)
-        if durable and exclusive is None and not _restoring:
-            self.defs.save_queue(name, auto_delete, settings, arguments)
         return qs
 
     def _check_equivalent(self, qs: QueueState, durable: bool, auto_delete: bool) -> None:

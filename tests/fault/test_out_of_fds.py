@@ -93,8 +93,15 @@ def test_out_of_file_descriptors_the_broker_keeps_checking_and_answers_cleanly(s
     ch2.queue_bind("after", "emfile-ex", "#")
     ch2.confirm_delivery()
     ch2.basic_publish("emfile-ex", "a.b", b"hello", pika.BasicProperties(delivery_mode=2))
+    ch2.basic_publish("emfile-ex", "a.b", b"kept", pika.BasicProperties(delivery_mode=2))
     method, _, body = ch2.basic_get("after", auto_ack=True)
     assert body == b"hello"
+    conn.close()
+    assert s.kill() == -9
+    s.start()
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", s.ports["amqp"]))
+    method, _, body = conn.channel().basic_get("after", auto_ack=True)
+    assert body == b"kept"
     conn.close()
     try:
         amqp.close()

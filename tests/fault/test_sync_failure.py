@@ -89,7 +89,8 @@ def test_a_failed_sync_takes_the_partition_offline_and_confirms_nothing_it_did_n
         assert not slow, f"/healthz took over 100 ms {len(slow)} times (max {max(slow):.3f} s)"
 
     assert "offline" in s.log_text() and f"{KAFKA_TOPIC}/0" in s.log_text()
-    s.restart()
+    assert s.kill() == -9  # the operator's restart, the hard way
+    s.start()
     with HealthProbe(s) as probe:
         probe.wait_for(200)
     got = read_back(s)

@@ -249,6 +249,14 @@ class Router:
             self._changes += 1
         return b
 
+    def has_binding(self, source: str, destination: str, routing_key: str = "",
+                    arguments: Mapping[str, Any] | Arguments | None = None, *,
+                    kind: DestKind = QUEUE, filter: FilterSpec | None = None,
+                    match: HeaderMatch | None = None) -> bool:
+        x = self._exchanges.get(source)
+        return x is not None and self._binding(source, destination, routing_key, arguments, kind, filter,
+                                               match) in x.bindings
+
     def _filter_of(self, b: Binding) -> MessageFilter | None:
         return None if b.filter is None else b.filter.filter
 
