@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from ...core.errors import LogbusError, LoopbackOnly, Refused
+from ...core.errors import LogbusError, LoopbackOnly, Refused, StorageError
 from ...core.types import ConnectionRecord, Perm, Resource
 from ..output import direct_writer, is_tls, peer_of, quick_ack
 from .connect import Accepted, ServerLimits
@@ -219,12 +219,18 @@ class MqttProtocol(Protocol):
 
     def flush_output(self) -> None:
         self._queued = False
-        if self._commit_due:  # a PUBREC's settlement, before its PUBREL
-            self._commit_due = False
-            self.room.commit()
-        if self._save_due is not None:  # the record first: it speaks for the bytes below
-            s, self._save_due = self._save_due, None
-            self.room.save(s)
+        try:
+            if self._commit_due:  # a PUBREC's settlement, before its PUBREL
+                self._commit_due = False
+                self.room.commit()
+            if self._save_due is not None:  # the record first: it speaks for the bytes below
+                s, self._save_due = self._save_due, None
+                self.room.save(s)
+        except StorageError as e:  # not stored: the bytes that speak of it must not go
+            log.warning("MQTT %s: closed, its session state could not be stored: %s", self.peer, e)
+            self.machine.out.clear()
+            self.transport.loseConnection()
+            return
         out = self.machine.out
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
