@@ -97,7 +97,15 @@ def test_out_of_file_descriptors_the_broker_keeps_checking_and_answers_cleanly(s
     method, _, body = ch2.basic_get("after", auto_ack=True)
     assert body == b"hello"
     conn.close()
+    hogs = []  # out of descriptors again, and killed so
+    for _ in range(LIMIT + 50):
+        try:
+            hogs.append(socket.create_connection(("127.0.0.1", s.ports["kafka"]), timeout=2))
+        except OSError:
+            break
     assert s.kill() == -9
+    for h in hogs:
+        h.close()
     s.start()
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", s.ports["amqp"]))
     method, _, body = conn.channel().basic_get("after", auto_ack=True)
