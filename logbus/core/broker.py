@@ -166,6 +166,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
             self._forget_cut()
             self._open_vhosts()
             self.faults.attach(self.log, self.state, self.queue_store)
+            # each sync of appends also covers what the queue journal wrote before them
+            self.log.flusher.extra = self.queue_store.wal_to_sync
         except BaseException:
             self._close_all()
             raise

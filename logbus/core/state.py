@@ -208,6 +208,9 @@ class StateStore:
         self.failed: StorageError | None = None
         self.failures = 0  # writes refused since the start
         self.recoveries = 0  # reopened after a failure
+        self._wal_fd = -1  # our descriptor of RocksDB's current write-ahead log (``wal_fd``)
+        self._wal_size = -1
+        self.retired_wal: list[int] = []  # descriptors ``wal_fd`` gave before: the caller closes them
         self._open()
 
     def _open(self) -> None:
@@ -241,6 +244,44 @@ class StateStore:
             log.error("state store write failed, writes are refused until it is reopened: %s", e)
             self.failed = StorageError(f"state store write failed: {e}")
         return self._refusal()
+
+    # -- the write-ahead log, for syncs that must cover what was just written -----------
+
+    def wal_fd(self) -> int:
+        """A descriptor (ours, read-only) of the write-ahead log file RocksDB writes now,
+        so that a sync of it makes the writes since the last one durable, as a synced
+        write would, without blocking here; -1 when there is none. Call it after a write:
+        a file that did not grow is one RocksDB left (it starts a new file when a memtable
+        is flushed), and the directory is looked at again. A descriptor given before goes
+        to ``retired_wal``, for the caller to close once no sync uses it."""
+        fd = self._wal_fd
+        if fd >= 0:
+            try:
+                size = os.fstat(fd).st_size
+            except OSError:
+                size = self._wal_size
+            if size != self._wal_size:
+                self._wal_size = size
+                return fd
+        newest = -1
+        try:
+            for entry in os.scandir(self.path):
+                stem, dot, ext = entry.name.partition(".")
+                if dot and ext == "log" and stem.isdigit() and int(stem) > newest:
+                    newest = int(stem)
+        except OSError:
+            return fd
+        if newest < 0:
+            return fd
+        try:
+            new = os.open(self.path / f"{newest:06d}.log", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return fd
+        if fd >= 0:
+            self.retired_wal.append(fd)
+        self._wal_fd = new
+        self._wal_size = os.fstat(new).st_size
+        return new
 
     def _refusal(self) -> StorageError:
         """A new error for each refused write (one instance raised again and again
@@ -383,6 +424,10 @@ class StateStore:
         if self._closed:
             return
         self._closed = True
+        for fd in (self._wal_fd, *self.retired_wal):
+            if fd >= 0:
+                os.close(fd)
+        self._wal_fd, self.retired_wal = -1, []
         if self.failed is not None:
             self._release()
             raise self._refusal()

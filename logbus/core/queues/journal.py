@@ -34,10 +34,12 @@ in one atomic write.
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Any
 
 from ..errors import StorageError
+from ..log.filecache import Handle
 from .queue import Entry
 from ..state import (
     CF_QUEUES,
@@ -132,6 +134,9 @@ class QueueStore:
         self._timer_puts: dict[bytes, bytes] = {}  # CF timers, committed with the rest
         self._timer_deletes: set[bytes] = set()
         self._scheduled = False
+        self._wal_dirty = False  # committed since the log's last sync (``wal_to_sync``)
+        self._wal: Handle | None = None
+        self._retired: list[Handle] = []
 
     def journal(self, vhost: str, queue: str, *, exact: bool = True) -> QueueStoreJournal:
         """``exact``: rewrite an entry per delivery; else only what the delivered mark
@@ -211,6 +216,39 @@ class QueueStore:
         """Changes not yet committed."""
         return bool(self._puts or self._deletes or self._timer_puts or self._timer_deletes)
 
+    def wal_to_sync(self) -> Handle | None:
+        """The state store's write-ahead log, when something was committed since the last
+        call: the log's flusher syncs it with the appends it makes durable, so a confirm
+        covers the queue entries and timers its publish made (a power loss cannot take
+        them from a confirmed message), without a synced write on the reactor."""
+        if not self._wal_dirty or self.store is None:
+            return None
+        self._wal_dirty = False
+        fd = self.store.wal_fd()
+        if fd < 0:
+            return None
+        wal = self._wal
+        if wal is None or wal.fd != fd:
+            if wal is not None:
+                self._retired.append(wal)
+            wal = self._wal = Handle("state write-ahead log", fd, False)
+        if self._retired or self.store.retired_wal:
+            self._close_retired()
+        return wal
+
+    def _close_retired(self) -> None:
+        """Close the write-ahead logs RocksDB left once no sync holds them."""
+        assert self.store is not None
+        self._retired = [h for h in self._retired if h.pins]
+        busy = {h.fd for h in self._retired}
+        still = []
+        for fd in self.store.retired_wal:
+            if fd in busy:
+                still.append(fd)
+            else:
+                os.close(fd)
+        self.store.retired_wal[:] = still
+
     def _commit_at_tick_end(self) -> None:
         try:
             self.commit()
@@ -236,6 +274,7 @@ class QueueStore:
                 if timer_puts or timer_deletes:
                     b.delete_many(CF_TIMERS, timer_deletes)
                     b.put_many(CF_TIMERS, timer_puts.items())
+            self._wal_dirty = True
         except StorageError:
             # Kept for the next commit (nothing changed since the swap: one thread). No
             # key counts as new any more: a failed batch may still be found in RocksDB's
