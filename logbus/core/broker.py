@@ -185,7 +185,11 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         data directory (RabbitMQ's first boot) vhost "/" and the default user first."""
         assert self.log is not None and self.state is not None
         self.queue_store = QueueStore(self.state, self.reactor)
-        self.timers = Timers(self.queue_store, self.state, self._clock, self.reactor)
+        self.timers = Timers(self.queue_store, self.state, self._clock, self.reactor,
+                             failed=self.metrics.counter(
+                                 "logbus_timer_failures",
+                                 "Released timers (delayed messages, retries) whose hand-over failed "
+                                 "and was retried later").inc)
         self.access.open(self.state)
         self.retained = RetainedStore(self.state, self._clock)
         self.retained.load()
@@ -198,7 +202,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self.feed = Feed(self.vhosts, self.pop, self.timers, MessageStore(log_batch_reader(self.log)), self._clock)
         for name in self.access.vhosts:
             self._open_vhost(name)
-        self.timers.arm(self.feed.timers_due)
+        self.timers.arm(self.feed.timer_due)
 
     def _clock(self) -> int:
         return int(self.reactor.seconds() * 1000)

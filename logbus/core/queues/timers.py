@@ -17,10 +17,15 @@ million pending timers cost RocksDB space, not broker memory.
 
 ``arm(on_due)`` keeps one reactor call armed for ``LEAD_MS`` before the earliest due
 time. When it fires, the records due within ``LEAD_MS`` are read in order, at most
-``RELEASE_BATCH`` per reactor turn, deleted, and handed to ``on_due`` with their due
-times in the same tick, so what ``on_due`` writes (queue entries, staged until the due
-time: ``queue.py``) and the deletions commit together: a timer is released once, even
-across a kill -9. Releasing ahead moves the cost of a release (reading the message,
+``RELEASE_BATCH`` per reactor turn, and handed to ``on_due`` one at a time with their
+due times; a timer is deleted once ``on_due`` returned for it, in the same tick, so what
+``on_due`` wrote (queue entries, staged until the due time: ``queue.py``) and the
+deletion commit together: a timer is released once, even across a kill -9. When
+``on_due`` raises for a timer, the others go on; that one is logged, counted
+(``failed``) and stored again under a later due time (``FAILED_BACKOFF_MS``, doubling
+per failure up to ``FAILED_BACKOFF_MAX_MS``), so a failure loses nothing. What
+``on_due`` did before it raised stays done: handing over again may repeat it (a queue
+that got the message may get it twice: at least once). Releasing ahead moves the cost of a release (reading the message,
 routing it, journaling its entries: about 12 µs a message) before the due time, so a
 burst of timers due in one second is visible within milliseconds of each due time,
 not after a second of CPU. At most ``MAX_AHEAD`` released timers wait for their due time
@@ -54,13 +59,18 @@ ID_BLOCK = 1 << 16  # timer ids reserved per synced put
 RELEASE_BATCH = 2_000  # due timers released per reactor turn (a turn of ~25 ms: other work goes between)
 LEAD_MS = 2_000  # timers are released this long before they are due
 MAX_AHEAD = 250_000  # released timers not yet due, at most (a staged entry costs ~310 B: ~80 MB in all)
-OnDue = Callable[[list[tuple[int, TimerRecord]]], None]  # [(due_ms, record)]
+FAILED_BACKOFF_MS = 1_000  # a timer on_due failed for is handed over again this long after, at first
+FAILED_BACKOFF_MAX_MS = 60_000  # doubling per failure up to this
+OnDue = Callable[[int, TimerRecord], None]  # (due_ms, record)
 
 
 class Timers:
     def __init__(self, queue_store: QueueStore, store: StateStore | None,
-                 clock: Callable[[], int], reactor: Any = None) -> None:
+                 clock: Callable[[], int], reactor: Any = None, *,
+                 failed: Callable[[], object] | None = None) -> None:
         self._qs = queue_store
+        self._count_failure = failed  # called once per failed hand-over (a metric's inc)
+        self._failures: dict[bytes, int] = {}  # key of a timer stored again after failing -> failures
         self._store = store
         self._clock = clock  # epoch ms
         self.reactor = reactor
@@ -199,19 +209,37 @@ class Timers:
         room = self._room(now)
         limit = min(RELEASE_BATCH, room) if room > 0 else RELEASE_BATCH
         batch = self.due(now + LEAD_MS if room > 0 else now, limit)
-        for key, due, _ in batch:
+        ahead = self._ahead
+        for key, due, rec in batch:
+            try:
+                on_due(due, rec)
+            except Exception:
+                self._failed(key, due, rec, now)
+                continue
             self.remove(key)
             if due > now:
-                self._ahead.append(due)
+                ahead.append(due)
         if batch:  # released in key order: nothing is left below the last one
             self._low = max(self._low, batch[-1][0] + b"\x00")
-            try:
-                on_due([(due, rec) for _, due, rec in batch])
-            except Exception:
-                log.exception("releasing %d due timers failed", len(batch))
+        if self._call is not None and self._call.active():  # armed by a failed timer's add
+            self._call.cancel()
+        self._call = None
         self._earliest = self.earliest()
         if len(batch) >= limit and self._earliest is not None:
             self._call_at = now  # more to release: next turn
             self._call = self.reactor.callLater(0, self._fire)
         else:
             self._rearm()
+
+    def _failed(self, key: bytes, due: int, rec: TimerRecord, now: int) -> None:
+        """``on_due`` raised for the timer at ``key``: store it again, to be handed over
+        after a backoff that doubles per failure; log and count it."""
+        failures = self._failures.pop(key, 0) + 1
+        backoff = min(FAILED_BACKOFF_MS << min(failures - 1, 16), FAILED_BACKOFF_MAX_MS)
+        log.exception("handing over the timer due at %d for %s/%d offset %d failed (%d times); again in %d ms",
+                      due, rec.topic, rec.partition, rec.offset, failures, backoff)
+        if self._count_failure is not None:
+            self._count_failure()
+        self.remove(key)
+        # released LEAD_MS ahead of its (new) due time: that is ``backoff`` from now
+        self._failures[self.add(now + LEAD_MS + backoff, rec)] = failures
