@@ -188,7 +188,7 @@ class QueueService:
 
     def purge(self, name: str) -> int:
         qs = self.state(name)
-        ready = [e for e in qs.queue.entries.values() if e.seq not in qs.queue.leases]
+        ready = [e for e in qs.queue.entries.values() if e.seq not in qs.queue.leases and not e.visible_ms]
         n = qs.queue.purge()
         for e in ready:
             self.messages.release(e.topic, e.partition, e.offset)
@@ -203,7 +203,8 @@ class QueueService:
         dispatches the queues. ``expires_ms``: the message's own expiry as its gateway
         reads it (AMQP's expiration), else the envelope's ``expires_at_ms`` (0: none).
         ``visible_ms``: a delayed message's due time (a released timer): the entries are
-        staged until then; the message is read back from the log when delivered."""
+        staged until then, the message kept in memory as a published one is (timers are
+        released at most ``timers.LEAD_MS`` ahead, so it is not kept long)."""
         if now is None:
             now = self.clock()
         env = message.envelope
@@ -212,10 +213,13 @@ class QueueService:
             expires_ms = env.expires_at_ms
         size = len(message.value or b"")
         if visible_ms:
+            n = 0
             for name in names:
                 self.queues[name].queue.publish(topic, partition, offset, size, priority=priority,
                                                 expires_ms=expires_ms, now_ms=now, visible_ms=visible_ms)
                 self._staged_in(name, visible_ms, now)
+                n += 1
+            self.messages.remember(topic, partition, offset, message, size, n)
             return False
         refs = 0
         refused: list[QueueState] = []

@@ -16,26 +16,34 @@ log's flusher can fire it). Nothing waits in memory but the earliest due time: a
 million pending timers cost RocksDB space, not broker memory.
 
 ``arm(on_due)`` keeps one reactor call armed for ``LEAD_MS`` before the earliest due
-time. When it fires, the records due within ``LEAD_MS`` are read in order, at most
-``RELEASE_BATCH`` per reactor turn, and handed to ``on_due`` one at a time with their
-due times; a timer is deleted once ``on_due`` returned for it, in the same tick, so what
-``on_due`` wrote (queue entries, staged until the due time: ``queue.py``) and the
-deletion commit together: a timer is released once, even across a kill -9. When
-``on_due`` raises for a timer, the others go on; that one is logged, counted
-(``failed``) and stored again under a later due time (``FAILED_BACKOFF_MS``, doubling
-per failure up to ``FAILED_BACKOFF_MAX_MS``), so a failure loses nothing. What
-``on_due`` did before it raised stays done: handing over again may repeat it (a queue
-that got the message may get it twice: at least once). Releasing ahead moves the cost of a release (reading the message,
-routing it, journaling its entries: about 12 µs a message) before the due time, so a
-burst of timers due in one second is visible within milliseconds of each due time,
-not after a second of CPU. At most ``MAX_AHEAD`` released timers wait for their due time
-at once (the staged entries are in memory); past that, timers are released when due.
+time. When it fires, the records due within ``LEAD_MS`` are read in key order, in
+chunks of ``RELEASE_CHUNK``, until ``RELEASE_BUDGET_S`` of the reactor call is spent (or
+``RELEASE_BATCH`` are released); if more are due, the next reactor turn goes on, so
+other clients' work goes between (a release costs 10-20 µs: 100,000 timers due in one
+second are released in the second before it, a few ms per turn). Each is handed to
+``on_due`` with its due time, and deleted once ``on_due`` returned for it, in the same
+tick, so what ``on_due`` wrote (queue entries, staged until the due time: ``queue.py``)
+and the deletion commit together: a timer is released once, even across a kill -9.
+
+When ``on_due`` raises for a timer, the others go on; that one is logged, counted
+(``failed``) and stored again to be handed over after a backoff (``FAILED_BACKOFF_MS``,
+doubling per failure up to ``FAILED_BACKOFF_MAX_MS``; it becomes visible that much
+later), so a failure loses nothing. What ``on_due`` did before it raised stays done:
+handing over again may repeat it (a queue that got the message may get it twice: at
+least once, never lost).
+
+Releasing ahead moves the cost of a release (reading the message, routing it,
+journaling its entries) before the due time, so a burst of timers due in one second is
+visible within milliseconds of each due time, not after a second of CPU. At most
+``MAX_AHEAD`` released timers wait for their due time at once (the staged entries are
+in memory); past that, timers are released when due.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from time import perf_counter
 from typing import Any, Callable
 
 from ..state import (
@@ -56,7 +64,9 @@ log = logging.getLogger(__name__)
 
 TIMER_END = TIMER_PREFIX[:-1] + b"\x01"  # above every timer key
 ID_BLOCK = 1 << 16  # timer ids reserved per synced put
-RELEASE_BATCH = 2_000  # due timers released per reactor turn (a turn of ~25 ms: other work goes between)
+RELEASE_BATCH = 2_000  # due timers released per reactor turn, at most
+RELEASE_CHUNK = 250  # timers read from the index at a time
+RELEASE_BUDGET_S = 0.005  # a reactor call releases chunks until it has spent this
 LEAD_MS = 2_000  # timers are released this long before they are due
 MAX_AHEAD = 250_000  # released timers not yet due, at most (a staged entry costs ~310 B: ~80 MB in all)
 FAILED_BACKOFF_MS = 1_000  # a timer on_due failed for is handed over again this long after, at first
@@ -201,6 +211,10 @@ class Timers:
         self._call = self.reactor.callLater(max(0.0, (at - now) / 1000.0), self._fire)
 
     def _fire(self) -> None:
+        """Release what is due within ``LEAD_MS``, in key order: chunks of
+        ``RELEASE_CHUNK`` until ``RELEASE_BUDGET_S`` of this reactor call is spent (or
+        ``RELEASE_BATCH`` are released); then again in the next turn if more are due, so
+        that other clients' work goes between."""
         self._call = None
         on_due = self._on_due
         if on_due is None:
@@ -208,24 +222,34 @@ class Timers:
         now = self._clock()
         room = self._room(now)
         limit = min(RELEASE_BATCH, room) if room > 0 else RELEASE_BATCH
-        batch = self.due(now + LEAD_MS if room > 0 else now, limit)
+        horizon = now + LEAD_MS if room > 0 else now
+        stop_at = perf_counter() + RELEASE_BUDGET_S
         ahead = self._ahead
-        for key, due, rec in batch:
-            try:
-                on_due(due, rec)
-            except Exception:
-                self._failed(key, due, rec, now)
-                continue
-            self.remove(key)
-            if due > now:
-                ahead.append(due)
-        if batch:  # released in key order: nothing is left below the last one
-            self._low = max(self._low, batch[-1][0] + b"\x00")
+        released = 0
+        full = False
+        while released < limit:
+            want = min(RELEASE_CHUNK, limit - released)
+            batch = self.due(horizon, want)
+            for key, due, rec in batch:
+                try:
+                    on_due(due, rec)
+                except Exception:
+                    self._failed(key, due, rec, now)
+                    continue
+                self.remove(key)
+                if due > now:
+                    ahead.append(due)
+            released += len(batch)
+            full = len(batch) == want
+            if batch:  # released in key order: nothing is left below the last one
+                self._low = max(self._low, batch[-1][0] + b"\x00")
+            if not full or perf_counter() >= stop_at:
+                break
         if self._call is not None and self._call.active():  # armed by a failed timer's add
             self._call.cancel()
         self._call = None
         self._earliest = self.earliest()
-        if len(batch) >= limit and self._earliest is not None:
+        if full and self._earliest is not None:
             self._call_at = now  # more to release: next turn
             self._call = self.reactor.callLater(0, self._fire)
         else:
