@@ -54,6 +54,7 @@ from ..retry.policy import POP_DEFAULT, RetryPolicy
 from .message import Message
 from .queues.journal import QueueStore
 from .queues.msgstore import MessageStore, log_batch_reader
+from .queues.pins import lowest
 from .queues.pop import Popped, PopGroups, check_delay
 from .queues.replay import DeadLetterReplay
 from .queues.feed import Feed
@@ -382,21 +383,16 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
     def housekeeping(self, now_ms: int | None = None) -> int:
         """The log's segment rolling and retention, guarded: a segment any queue entry or
         pending timer (a delayed message, a retry) points into is kept, however old (a
-        queue's message is never lost to retention).
-        The queues are scanned only when some segment is due, once per pass."""
-        floors: dict[tuple[str, int], int] | None = None
+        queue's message is never lost to retention). The lowest offset they point at is
+        kept up to date as entries and timers come and go (``queues/pins.py``), so a
+        pass costs O(partitions + vhosts), never a scan of the entries."""
+        return self._log.housekeeping(now_ms, self.pinned_from)
 
-        def keep_from(topic: str, partition: int) -> int | None:
-            nonlocal floors
-            if floors is None:
-                floors = {}
-                for vhost in self.vhosts.values():
-                    vhost.queue_floors(floors)
-                self.pop.service.floors(floors)
-                self.timers.floors(floors)  # delayed messages and retries wait in the log too
-            return floors.get((topic, partition))
-
-        return self._log.housekeeping(now_ms, keep_from)
+    def pinned_from(self, topic: str, partition: int) -> int | None:
+        """The lowest offset of (topic, partition) that a queue entry (of any vhost or pop
+        group) or a pending timer points at; None: nothing is pinned there."""
+        return lowest(self.timers.pinned_from(topic, partition), self.pop.service.pinned_from(topic, partition),
+                      *(v.pinned_from(topic, partition) for v in self.vhosts.values()))
 
     def _expire(self) -> None:
         for vhost in self.vhosts.values():

@@ -62,6 +62,7 @@ from .queue import (
     View,
     receipt,
 )
+from .pins import OffsetPins
 from .timers import Timers
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class QueueService:
         self._message_for = message_for  # how an entry's message is delivered (default: as stored)
         self._properties = message_properties  # what a consumer filter's selector sees
         self.queues: dict[str, QueueState] = {}
+        self.pins = OffsetPins()  # the log offsets the entries of every queue point at
         self._staged: set[str] = set()  # queues with staged entries
         self._wake_call: Any = None
         self._wake_at = 0
@@ -159,9 +161,11 @@ class QueueService:
         if durable:
             queue = Queue(name, settings.limits, self.queue_store.journal(self.vhost, name, exact=exact),
                           settings.retry)
+            queue.pins = self.pins
             queue.restore(*self.queue_store.load(self.vhost, name, exact=exact))
         else:
             queue = Queue(name, settings.limits, retry=settings.retry)
+            queue.pins = self.pins
         qs = QueueState(name, settings, queue, durable, exclusive, auto_delete, declared, used_ms=self.clock())
         self.queues[name] = qs
         if queue.staged_count:
@@ -180,6 +184,7 @@ class QueueService:
         count = qs.queue.message_count
         for entry in list(qs.queue.entries.values()):
             self.messages.release(entry.topic, entry.partition, entry.offset)
+        qs.queue.unpin_all()
         del self.queues[name]
         self._staged.discard(name)
         if qs.durable:
@@ -531,12 +536,8 @@ class QueueService:
 
     # -- retention -----------------------------------------------------------------------------
 
-    def floors(self, floors: dict[tuple[str, int], int]) -> None:
-        """Lower ``floors[(topic, partition)]`` to the lowest offset an entry of any queue
-        points at there (retention keeps those segments)."""
-        for qs in self.queues.values():
-            for e in qs.queue.entries.values():
-                key = (e.topic, e.partition)
-                low = floors.get(key)
-                if low is None or e.offset < low:
-                    floors[key] = e.offset
+    def pinned_from(self, topic: str, partition: int) -> int | None:
+        """The lowest offset an entry of any queue points at in (topic, partition)
+        (retention keeps the segments from there; None: none). Kept as entries come and
+        go (``pins.py``): no scan."""
+        return self.pins.floor(topic, partition)

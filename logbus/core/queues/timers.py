@@ -12,8 +12,10 @@ queue with a backoff) or a DELAY (a published message with a deliver-at time).
 Timers are written through the queue journal's per-tick batch (``QueueStore``), so a
 retry's timer and the deletion of its queue entry are one atomic write, and a delayed
 message's timer is stored before the publisher's confirm (the batch commits before the
-log's flusher can fire it). Nothing waits in memory but the earliest due time: a
-million pending timers cost RocksDB space, not broker memory.
+log's flusher can fire it). Nothing waits in memory but the earliest due time and the
+timers' pins (``pins.py``: how many timers point into each block of 1,024 offsets of a
+partition, counted from the index at start, for retention): a million pending timers
+cost RocksDB space, not broker memory.
 
 ``arm(on_due)`` keeps one reactor call armed for ``LEAD_MS`` before the earliest due
 time. When it fires, the records due within ``LEAD_MS`` are read in key order, in
@@ -59,6 +61,7 @@ from ..state import (
 from ..state_pb2 import TimerRecord
 from ..state import CF_TIMERS
 from .journal import QueueStore
+from .pins import OffsetPins
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,7 @@ RELEASE_BATCH = 2_000  # due timers released per reactor turn, at most
 RELEASE_CHUNK = 250  # timers read from the index at a time
 RELEASE_BUDGET_S = 0.005  # a reactor call releases chunks until it has spent this
 LEAD_MS = 2_000  # timers are released this long before they are due
+PIN_SHIFT = 10  # timers' pins count blocks of 1,024 offsets (memory per block, not per timer)
 MAX_AHEAD = 250_000  # released timers not yet due, at most (a staged entry costs ~310 B: ~80 MB in all)
 FAILED_BACKOFF_MS = 1_000  # a timer on_due failed for is handed over again this long after, at first
 FAILED_BACKOFF_MAX_MS = 60_000  # doubling per failure up to this
@@ -77,7 +81,7 @@ OnDue = Callable[[int, TimerRecord], None]  # (due_ms, record)
 class Timers:
     def __init__(self, queue_store: QueueStore, store: StateStore | None,
                  clock: Callable[[], int], reactor: Any = None, *,
-                 failed: Callable[[], object] | None = None) -> None:
+                 failed: Callable[[], object] | None = None, pin_shift: int = PIN_SHIFT) -> None:
         self._qs = queue_store
         self._count_failure = failed  # called once per failed hand-over (a metric's inc)
         self._failures: dict[bytes, int] = {}  # key of a timer stored again after failing -> failures
@@ -95,6 +99,13 @@ class Timers:
         self._call: Any = None
         self._call_at = 0
         self._ahead: deque[int] = deque()  # due times of timers released before due, in release order
+        # the log offsets pending timers point at, in blocks (retention keeps them): counted
+        # from the index once here, then kept as timers come and go
+        self.pins = OffsetPins(pin_shift)
+        if store is not None:
+            for _, value in self._scan(None, TIMER_PREFIX):
+                rec = TimerRecord.FromString(value)
+                self.pins.add(rec.topic, rec.partition, rec.offset)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -104,6 +115,7 @@ class Timers:
         if key < self._low:
             self._low = key
         value = record.SerializeToString()
+        self.pins.add(record.topic, record.partition, record.offset)
         if self._store is None:
             self._mem[key] = value
         else:
@@ -139,22 +151,19 @@ class Timers:
                 break
         return out
 
-    def remove(self, key: bytes) -> None:
+    def remove(self, key: bytes, record: TimerRecord) -> None:
+        """Delete the timer at ``key`` (``record``: its record, as ``due`` gave it)."""
+        self.pins.remove(record.topic, record.partition, record.offset)
         if self._store is None:
             self._mem.pop(key, None)
         else:
             self._qs.delete_timer(key)
 
-    def floors(self, floors: dict[tuple[str, int], int]) -> None:
-        """Lower ``floors[(topic, partition)]`` to the lowest offset a pending timer points
-        at (retention keeps those segments). A scan of every timer: housekeeping calls it
-        only when some segment is due for deletion."""
-        for _, value in self._scan(None, TIMER_PREFIX):
-            rec = TimerRecord.FromString(value)
-            key = (rec.topic, rec.partition)
-            low = floors.get(key)
-            if low is None or rec.offset < low:
-                floors[key] = rec.offset
+    def pinned_from(self, topic: str, partition: int) -> int | None:
+        """The lowest offset a pending timer may point at in (topic, partition) (the
+        start of its block of ``1 << PIN_SHIFT`` offsets; None: none). Retention keeps
+        the segments from there. No scan: the pins are kept as timers come and go."""
+        return self.pins.floor(topic, partition)
 
     def earliest(self) -> int | None:
         """The due time of the earliest stored timer (None: no timers)."""
@@ -236,7 +245,7 @@ class Timers:
                 except Exception:
                     self._failed(key, due, rec, now)
                     continue
-                self.remove(key)
+                self.remove(key, rec)
                 if due > now:
                     ahead.append(due)
             released += len(batch)
@@ -264,6 +273,6 @@ class Timers:
                       due, rec.topic, rec.partition, rec.offset, failures, backoff)
         if self._count_failure is not None:
             self._count_failure()
-        self.remove(key)
+        self.remove(key, rec)
         # released LEAD_MS ahead of its (new) due time: that is ``backoff`` from now
         self._failures[self.add(now + LEAD_MS + backoff, rec)] = failures
