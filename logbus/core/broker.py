@@ -70,6 +70,15 @@ EXCHANGE_TOPIC_SLACK = 1 << 20  # a record's envelope, headers and framing besid
 HOUSEKEEPING_SECONDS = 10.0
 EXPIRY_SECONDS = 0.1  # how often queues drop expired messages (a message TTL)
 PRESSURE_SECONDS = 1.0  # how often memory and disk are checked against their limits
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms: 1 day
+OFFSETS_RETENTION_MS = 7 * 86_400_000  # Kafka's offsets.retention.minutes: 7 days
+CLIENT_EXPIRY_CHECK_MAX_S = 600.0  # Kafka's *.check.interval.ms: 10 minutes
+
+
+def client_expiry_interval(*expiry_ms: int) -> float:
+    """How often expired client state is looked for (s): Kafka's 10 minutes, or half the
+    shortest expiry when that is shorter (at least 50 ms)."""
+    return max(0.05, min(CLIENT_EXPIRY_CHECK_MAX_S, min(expiry_ms) / 2000))
 
 
 class Broker(TopicAdmin, StreamModel, ConsumerGroups):
@@ -89,6 +98,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         pop_retry: RetryPolicy = POP_DEFAULT,
         forms: Forms = NEUTRAL,
         legacy: LegacyTranslation | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        offsets_retention_ms: int = OFFSETS_RETENTION_MS,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -109,6 +120,16 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         # how definitions stored in the form before the neutral one read (the AMQP
         # gateway's): they are rewritten at start (core/definitions.upgrade)
         self.legacy = legacy
+        # per-client state of the stream model that expires as in Kafka (expire_client_state)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.offsets_retention_ms = offsets_retention_ms
+        self._client_expiry: LoopingCall | None = None
+        self._producers_expired = self.metrics.counter(
+            "logbus_producer_states_expired",
+            "Idempotent producers' states forgotten after producer.id.expiration.ms (per partition)")
+        self._offsets_expired = self.metrics.counter(
+            "logbus_group_offsets_expired",
+            "Committed offsets of groups with no members deleted after offsets.retention.minutes")
         # Made here, not at start, so gateways built before start can subscribe to it.
         self.pressure = ResourceMonitor(self.data_dir, memory_high_watermark=memory_high_watermark,
                                         disk_free_limit=disk_free_limit)
@@ -168,6 +189,10 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self._expiry = LoopingCall(self._expire)
         self._expiry.clock = self.reactor
         self._expiry.start(EXPIRY_SECONDS, now=False)
+        self._client_expiry = LoopingCall(self.expire_client_state)
+        self._client_expiry.clock = self.reactor
+        self._client_expiry.start(client_expiry_interval(self.producer_id_expiration_ms, self.offsets_retention_ms),
+                                  now=False)
         self._pressure = LoopingCall(self.pressure.check)
         self._pressure.clock = self.reactor
         self._pressure.start(PRESSURE_SECONDS, now=True)  # alarms are known before any listener
@@ -394,6 +419,26 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         return lowest(self.timers.pinned_from(topic, partition), self.pop.service.pinned_from(topic, partition),
                       *(v.pinned_from(topic, partition) for v in self.vhosts.values()))
 
+    def expire_client_state(self, now_ms: int | None = None) -> tuple[int, int]:
+        """Forget idempotent producers idle past ``producer_id_expiration_ms`` and the
+        committed offsets of groups with no members past ``offsets_retention_ms`` (Kafka's
+        producer.id.expiration.ms and offsets.retention.minutes; counted in
+        logbus_producer_states_expired_total and logbus_group_offsets_expired_total).
+        Returns (producer states, offsets) expired. A failure is logged and tried again at
+        the next check: it never stops the checks. O(producers + groups), every
+        ``client_expiry_interval`` (10 minutes by default), not per tick."""
+        producers = offsets = 0
+        try:
+            producers = self.producers.expire(self.producer_id_expiration_ms, now_ms)
+            offsets = self.groups.expire_offsets(self.offsets_retention_ms, now_ms)
+        except Exception:
+            log.exception("expiring producer states and group offsets failed; trying again at the next check")
+        if producers:
+            self._producers_expired.inc(producers)
+        if offsets:
+            self._offsets_expired.inc(offsets)
+        return producers, offsets
+
     def _expire(self) -> None:
         for vhost in self.vhosts.values():
             vhost.expire()
@@ -401,7 +446,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
 
     def stop(self) -> Deferred[None]:
         """Flush everything, mark the shutdown clean and release the data directory."""
-        for call in (self._housekeeping, self._expiry, self._pressure):
+        for call in (self._housekeeping, self._expiry, self._pressure, self._client_expiry):
             if call is not None and call.running:
                 call.stop()
         if self.vhosts:
