@@ -4,7 +4,7 @@ gateway/http/client.py.
     logbus serve [--config F] [--data-dir DIR] [--amqp EP] [--mqtt EP] [--kafka EP] [--http EP] ...
     logbus topic create NAME [--partitions N] [--config k=v ...]
     logbus topic alter NAME --config k=v ...
-    logbus topic list | describe NAME | delete NAME        [--server URL] [--json]
+    logbus topic list | describe NAME | delete NAME [--force]  [--server URL] [--json]
     logbus pop receive GROUP TOPIC [--max N] [--invisible-ms MS] [--member NAME] [--filter-tag EXPR]
                        [--filter-sql SELECTOR] [--json]
     logbus pop ack | nack GROUP TOPIC HANDLE...
@@ -95,6 +95,36 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--mqtt-anonymous", metavar="on|off|loopback",
                        help="MQTT clients without a user name act as the default user: always, never,"
                             " or only from a loopback address (default: loopback)")
+    serve.add_argument("--mqtt-max-session-expiry", metavar="SECONDS",
+                       help="the longest an MQTT session outlives its connection: a 3.1.1 persistent"
+                            " session's expiry, the cap on a 5.0 client's (told in CONNACK)"
+                            " (default: 86400, a day; 4294967295: no cap)")
+    serve.add_argument("--mqtt-max-queued-messages", metavar="COUNT",
+                       help="messages waiting in one MQTT session's queue, beyond those in flight;"
+                            " past it new messages are dropped for that session (default: 1000; 0: no limit)")
+    serve.add_argument("--mqtt-max-inflight-messages", metavar="COUNT",
+                       help="QoS 1 and 2 messages sent to an MQTT client and not yet acknowledged"
+                            " (a 5.0 client's Receive Maximum may lower it) (default: 20)")
+    serve.add_argument("--mqtt-receive-maximum", metavar="COUNT",
+                       help="QoS 1 and 2 publishes an MQTT 5 client may leave unanswered, told in CONNACK;"
+                            " more: DISCONNECT 0x93 (default: 20)")
+    serve.add_argument("--handshake-timeout-ms", metavar="MS",
+                       help="a new connection that has not finished its protocol's opening (AMQP: up to"
+                            " connection.open; MQTT: CONNECT; HTTP: a request head) within this is closed"
+                            " (default: 10000, RabbitMQ's handshake_timeout)")
+    serve.add_argument("--kafka-idle-timeout-ms", metavar="MS",
+                       help="a Kafka connection with no complete request for this long is closed"
+                            " (default: 600000, Kafka's connections.max.idle.ms)")
+    serve.add_argument("--kafka-max-in-flight", metavar="N",
+                       help="requests of one Kafka connection handled before the first is answered; the"
+                            " socket is not read while that many are pending (default: 1, as Kafka mutes"
+                            " a connection)")
+    serve.add_argument("--http-idle-timeout-ms", metavar="MS",
+                       help="an HTTP keep-alive connection idle between requests for this long is closed"
+                            " (default: 75000, nginx's keepalive_timeout)")
+    serve.add_argument("--http-body-timeout-ms", metavar="MS",
+                       help="an HTTP request body not complete this long after its head is answered 408"
+                            " (default: 60000, nginx's client_body_timeout)")
     serve.add_argument("--pop-retry-backoff", metavar="DELAYS",
                        help="how long a pop group's message given back (nacked, or left to lapse) waits"
                             " before it comes again, per retry: levels such as '1s 5s 10s' or"
@@ -151,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     delete = topic_commands.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name")
+    delete.add_argument("--force", action="store_true",
+                        help="delete it even while queues read it (their messages in it go too)")
     delete.set_defaults(command=cmd_topic_delete)
 
     pop = commands.add_parser("pop", help="receive and settle messages of pop groups (over the HTTP API)",
@@ -262,6 +294,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "amqp_max_message_size": args.amqp_max_message_size,
         "mqtt_max_packet_size": args.mqtt_max_packet_size,
         "mqtt_anonymous": args.mqtt_anonymous,
+        "mqtt_max_session_expiry": args.mqtt_max_session_expiry,
+        "mqtt_max_queued_messages": args.mqtt_max_queued_messages,
+        "mqtt_max_inflight_messages": args.mqtt_max_inflight_messages,
+        "mqtt_receive_maximum": args.mqtt_receive_maximum,
+        "handshake_timeout_ms": args.handshake_timeout_ms,
+        "kafka_idle_timeout_ms": args.kafka_idle_timeout_ms,
+        "kafka_max_in_flight": args.kafka_max_in_flight,
+        "http_idle_timeout_ms": args.http_idle_timeout_ms,
+        "http_body_timeout_ms": args.http_body_timeout_ms,
         "pop_retry_backoff": args.pop_retry_backoff,
         "pop_max_deliveries": args.pop_max_deliveries,
         "kafka_producer_id_expiration_ms": args.kafka_producer_id_expiration_ms,
@@ -284,7 +325,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     setup_logging(settings.log_level)
     tune_malloc()
-    return run(settings, reactor, ready_file=args.ready_file)
+    return run(settings, reactor, ready_file=args.ready_file, load=lambda: load_settings(flags))
 
 
 # --- topic ------------------------------------------------------------------------------------
@@ -353,7 +394,7 @@ def cmd_topic_alter(args: argparse.Namespace) -> int:
 
 
 def cmd_topic_delete(args: argparse.Namespace) -> int:
-    _client(args).delete_topic(args.name)
+    _client(args).delete_topic(args.name, force=args.force)
     print(f"deleted topic {args.name}")
     return 0
 

@@ -62,6 +62,24 @@ class Settings:
     amqp_max_message_size: int = 128 << 20  # largest AMQP body accepted (RabbitMQ's max_message_size)
     mqtt_max_packet_size: int = 16 << 20  # largest MQTT packet accepted (MQTT 5's Maximum Packet Size)
     mqtt_anonymous: str = "loopback"  # clients without a user name: "on", "off", or only from loopback
+    # MQTT session limits (docs/operations.md, "MQTT session limits"): the longest a session
+    # outlives its connection (seconds; 4294967295: no cap), messages queued per session (0: no
+    # limit; past it new messages are dropped, as Mosquitto's max_queued_messages), QoS 1/2
+    # messages in flight to a client (Mosquitto's max_inflight_messages), and the Receive
+    # Maximum told to MQTT 5 clients (QoS 1/2 publishes from a client not yet answered)
+    mqtt_max_session_expiry: int = 86400
+    mqtt_max_queued_messages: int = 1000
+    mqtt_max_inflight_messages: int = 20
+    mqtt_receive_maximum: int = 20
+    # timeouts (docs/operations.md, "Timeouts and connection limits"), in milliseconds:
+    # the opening a new connection must complete in time, on every listener (RabbitMQ's
+    # handshake_timeout): AMQP header to connection.open, MQTT CONNECT (after the WebSocket
+    # upgrade, itself bounded alike), an HTTP request head
+    handshake_timeout_ms: int = 10_000
+    kafka_idle_timeout_ms: int = 600_000  # Kafka's connections.max.idle.ms: no complete request
+    kafka_max_in_flight: int = 1  # requests of a connection handled at once (Kafka mutes at 1)
+    http_idle_timeout_ms: int = 75_000  # a keep-alive connection between requests (nginx's keepalive_timeout)
+    http_body_timeout_ms: int = 60_000  # a request body, from its head to its end (nginx's client_body_timeout)
     # pop groups (core/queues/pop.py): the wait before a given-back message comes again, and
     # the deliveries after which it goes to %DLQ%<group> (retry/policy.py parse_backoff)
     pop_retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -286,6 +304,15 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "amqp_max_message_size": lambda raw: _as_int(raw, 1, 512 << 20),  # RabbitMQ's ceiling: 512 MiB
     "mqtt_max_packet_size": lambda raw: _as_int(raw, 64, 268_435_460),  # MQTT's ceiling: 256 MiB + header
     "mqtt_anonymous": _mqtt_anonymous,
+    "mqtt_max_session_expiry": lambda raw: _as_int(raw, 1, 0xFFFFFFFF),  # MQTT 5's Session Expiry Interval
+    "mqtt_max_queued_messages": lambda raw: _as_int(raw, 0, 100_000_000),
+    "mqtt_max_inflight_messages": lambda raw: _as_int(raw, 1, 65535),  # packet ids
+    "mqtt_receive_maximum": lambda raw: _as_int(raw, 1, 65535),  # MQTT 5's Receive Maximum
+    "handshake_timeout_ms": lambda raw: _as_int(raw, 100, 3_600_000),
+    "kafka_idle_timeout_ms": lambda raw: _as_int(raw, 100, 7 * 86_400_000),
+    "kafka_max_in_flight": lambda raw: _as_int(raw, 1, 1000),
+    "http_idle_timeout_ms": lambda raw: _as_int(raw, 100, 86_400_000),
+    "http_body_timeout_ms": lambda raw: _as_int(raw, 100, 86_400_000),
     "pop_retry_backoff": _backoff,
     "pop_max_deliveries": lambda raw: _as_int(raw, 1, 1000),
     "kafka_producer_id_expiration_ms": lambda raw: _as_int(raw, 1, 2**31 - 1),  # Kafka's: an int, >= 1

@@ -10,7 +10,8 @@ Theory of operation:
 Children start in that order, so no connection is accepted before the log is recovered,
 and stop in reverse order, each waiting for the one before: listeners close first, the
 broker flushes last. ``run()`` installs the stop as a "before shutdown" trigger, so
-SIGTERM/SIGINT (which stop the reactor) flush the broker before the process exits.
+SIGTERM/SIGINT (which stop the reactor) flush the broker before the process exits;
+SIGHUP reloads the settings that can change at run time (reload.py) and never stops it.
 
 Adding a protocol: write ``build(broker, settings, reactor) -> IProtocolFactory`` in its
 gateway package and put it in GATEWAYS below (the listener name is already a config key,
@@ -38,6 +39,7 @@ from twisted.python.failure import Failure
 from .retry.policy import pop_retry_policy
 from .config import LISTENERS, Settings
 from .core.errors import LogbusError
+from .reload import Reloader, set_log_level
 
 if TYPE_CHECKING:
     from .core.broker import Broker
@@ -52,7 +54,14 @@ GatewayBuilder = Callable[["Broker", Settings, Any], IProtocolFactory]
 def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.http.site import build_site
 
-    return IProtocolFactory(build_site(broker, reactor))
+    return IProtocolFactory(build_site(broker, reactor, timeouts=_http_timeouts(settings)))
+
+
+def _http_timeouts(settings: Settings) -> Any:
+    from .gateway.http.timeouts import Timeouts
+
+    return Timeouts(head=settings.handshake_timeout_ms / 1000, idle=settings.http_idle_timeout_ms / 1000,
+                    body=settings.http_body_timeout_ms / 1000)
 
 
 def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
@@ -64,7 +73,9 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
         host, _, port = settings.kafka_advertised.rpartition(":")
         advertised = (host, int(port))
     return IProtocolFactory(KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME, advertised,
-                                         auto_create_topics=settings.kafka_auto_create_topics))
+                                         auto_create_topics=settings.kafka_auto_create_topics,
+                                         idle_timeout=settings.kafka_idle_timeout_ms / 1000,
+                                         max_in_flight=settings.kafka_max_in_flight))
 
 
 def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
@@ -73,17 +84,25 @@ def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     return IProtocolFactory(AmqpFactory(broker, reactor,
                                         read_linger=settings.amqp_read_linger_ms / 1000,
                                         read_linger_max=settings.amqp_read_linger_max_ms / 1000,
-                                        max_message_size=settings.amqp_max_message_size))
+                                        max_message_size=settings.amqp_max_message_size,
+                                        handshake_timeout=settings.handshake_timeout_ms / 1000))
 
 
 def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
     """The one MQTT factory (and room of sessions) of a broker, TCP and WebSocket alike."""
+    from .gateway.mqtt.connect import ServerLimits
     from .gateway.mqtt.protocol import MqttFactory
 
     room = broker.rooms.get("mqtt")
     if room is None:
+        limits = ServerLimits(maximum_packet_size=settings.mqtt_max_packet_size, topic_alias_maximum=64,
+                              max_session_expiry=settings.mqtt_max_session_expiry,
+                              max_inflight=settings.mqtt_max_inflight_messages,
+                              receive_maximum=settings.mqtt_receive_maximum)
         factory = MqttFactory(broker, reactor, max_packet_size=settings.mqtt_max_packet_size,
-                              anonymous=settings.mqtt_anonymous)
+                              anonymous=settings.mqtt_anonymous, limits=limits,
+                              max_queued=settings.mqtt_max_queued_messages,
+                              connect_timeout=settings.handshake_timeout_ms / 1000)
         broker.rooms["mqtt"] = room = factory.room
     return room.factory
 
@@ -96,8 +115,13 @@ def _mqtt_ws(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFacto
     from .gateway.websocket import WebSocketFactory
 
     # a WebSocket message may hold a whole MQTT packet and its framing
+    timeouts = broker.metrics.counter(
+        "logbus_mqtt_ws_handshake_timeouts",
+        "MQTT-over-WebSocket connections closed for no complete upgrade within handshake_timeout_ms")
     return IProtocolFactory(WebSocketFactory(_mqtt_factory(broker, settings, reactor), ("mqtt", "mqttv3.1"),
-                                             max_message_size=settings.mqtt_max_packet_size + 16, clock=reactor))
+                                             max_message_size=settings.mqtt_max_packet_size + 16, clock=reactor,
+                                             handshake_timeout=settings.handshake_timeout_ms / 1000,
+                                             on_handshake_timeout=timeouts.inc))
 
 
 # THE gateway table: listener name -> builder of the protocol factory that serves it.
@@ -348,13 +372,14 @@ def setup_logging(level: str) -> None:
         force=True,
     )
     # Twisted's info lines ("Site starting on ...") repeat ours; keep its warnings and errors.
-    if level != "debug":
-        logging.getLogger("twisted").setLevel(logging.WARNING)
+    set_log_level(level)
     globalLogBeginner.beginLoggingTo([ILogObserver(STDLibLogObserver())], redirectStandardIO=False)
 
 
-def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int:
-    """Serve until SIGTERM/SIGINT; return the process exit code (0: clean stop)."""
+def run(settings: Settings, reactor: Any, ready_file: Path | None = None,
+        load: Callable[[], Settings] | None = None) -> int:
+    """Serve until SIGTERM/SIGINT; return the process exit code (0: clean stop). SIGHUP
+    loads the settings again with ``load`` and applies what can change (reload.py)."""
     exit_code = 0
     started = wrote_ready = stopping = False
 
@@ -368,6 +393,19 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name)
         reactor.callFromThread(stop_reactor)
+
+    def on_hangup(signum: int, _frame: Any) -> None:
+        reactor.callFromThread(hangup)
+
+    def hangup() -> None:
+        if stopping or reloader is None:
+            log.info("received SIGHUP: nothing to reload%s", " while stopping" if stopping else "")
+            return
+        log.info("received SIGHUP: reloading settings")
+        try:
+            reloader.reload()
+        except Exception:
+            log.exception("SIGHUP: reload failed; the broker goes on with the settings it had")
 
     def fail(message: str, *args: Any) -> None:
         nonlocal exit_code
@@ -385,6 +423,7 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int
     except LogbusError as exc:
         log.error("cannot start: %s [%s]", exc, exc.code)
         return 1
+    reloader = Reloader(service, settings, load) if load is not None else None
 
     def stop() -> defer.Deferred[None]:
         def stopped(result: Any) -> None:
@@ -442,10 +481,12 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None) -> int
     reactor.callWhenRunning(start)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)  # its default action kills the process
     reactor.run(installSignalHandlers=False)
     # stopped and flushed: a late signal must not turn a clean exit into "killed"
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if wrote_ready and ready_file is not None:
         ready_file.unlink(missing_ok=True)
     return exit_code

@@ -46,13 +46,14 @@ from .definitions import LegacyTranslation
 from .definitions import upgrade as upgrade_definitions
 from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
 from .routing.router import PREDECLARED
+from .faults import FaultCollector, StorageFaults
 from .retained import RetainedStore
 from .state import CF_SESSIONS, StateStore, session_key, session_prefix, vhost_definitions_prefixes
 from .streams.facade import ConsumerGroups, StreamModel
 from .streams.groups import GroupCoordinator
 from ..retry.policy import POP_DEFAULT, RetryPolicy
 from .message import Message
-from .queues.journal import QueueStore
+from .queues.journal import QueueStore, forget_from
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pins import lowest
 from .queues.pop import Popped, PopGroups, check_delay
@@ -135,6 +136,11 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
                                         disk_free_limit=disk_free_limit)
         self.metrics.registry.register(AlarmCollector(self.pressure))
         self._pressure: LoopingCall | None = None
+        # storage faults lived through without a restart (core/faults.py)
+        self.faults = StorageFaults(self._queue_services)
+        self.metrics.registry.register(FaultCollector(self.faults, self._queue_services))
+        # listeners that are not serving (the server's): name -> why, for /healthz
+        self.listener_problems: dict[str, str] = {}
         self.state: StateStore | None = None
         self.producers = ProducerRegistry(None)  # replaced at start, with the store
         self.groups = GroupCoordinator(reactor)  # consumer groups (the Kafka gateway's)
@@ -179,7 +185,9 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
                 metrics=self.metrics,
             )
             self._open_topics()
+            self._forget_cut()
             self._open_vhosts()
+            self.faults.attach(self.log, self.state, self.queue_store)
         except BaseException:
             self._close_all()
             raise
@@ -193,7 +201,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self._client_expiry.clock = self.reactor
         self._client_expiry.start(client_expiry_interval(self.producer_id_expiration_ms, self.offsets_retention_ms),
                                   now=False)
-        self._pressure = LoopingCall(self.pressure.check)
+        self._pressure = LoopingCall(self._check_resources)
         self._pressure.clock = self.reactor
         self._pressure.start(PRESSURE_SECONDS, now=True)  # alarms are known before any listener
         log.info(
@@ -202,9 +210,52 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
             len(self.log.topics),
             offsets,
             "new data directory" if self.log.fresh
-            else "clean restart" if self.log.clean_start
+            else "clean restart" if self.log.clean_start and not self.log.reports
+            else f"stopped cleanly, but {len(self.log.reports)} partitions needed repair" if self.log.clean_start
             else "recovered after an unclean stop",
         )
+
+    def _forget_cut(self) -> None:
+        """Where recovery cut a partition's log, the queue entries and timers pointing
+        past the cut go before queues load (those offsets will be given again)."""
+        assert self.log is not None and self.state is not None
+        for r in self.log.reports:
+            if r.cut_offset is None:
+                continue
+            entries, timers = forget_from(self.state, r.topic, r.partition, r.cut_offset)
+            dropped = (f"records {r.dropped[0]}..{r.dropped[1]} ({r.dropped[2]}) dropped" if r.dropped
+                       else "no intact record found past the damage")
+            log.warning("recovery: %s/%d now ends at offset %d: %s; %d queue entries and %d timers pointing "
+                        "past it removed", r.topic, r.partition, r.cut_offset, dropped, entries, timers)
+
+    def _check_resources(self) -> None:
+        """Once a second: the resource alarms, and a failed state store reopened when it
+        can be. Never raises: a failure here (out of file descriptors, say) must not end
+        the LoopingCall, or the alarms would never be checked again."""
+        try:
+            self.pressure.check()
+        except Exception:
+            log.exception("checking memory and disk failed")
+        try:
+            self.faults.check()
+        except Exception:
+            log.exception("checking the state store failed")
+
+    def _queue_services(self) -> Iterator[Any]:
+        """Every queue service: each vhost's, and the pop groups'."""
+        for vhost in list(self.vhosts.values()):
+            yield vhost.service
+        pop = getattr(self, "pop", None)
+        if pop is not None:
+            yield pop.service
+
+    def health(self) -> list[str]:
+        """Why the broker does not serve as it should now (empty: it does): partitions
+        or the state store refusing writes, resource alarms, listeners down."""
+        reasons = self.faults.reasons()
+        reasons += [f"{name} alarm: {self.pressure.describe(name)}" for name in sorted(self.pressure.alarms)]
+        reasons += [f"listener {name}: {why}" for name, why in sorted(self.listener_problems.items())]
+        return reasons
 
     def _open_vhosts(self) -> None:
         """Every stored vhost, with its durable exchanges, queues and bindings; on a fresh
@@ -454,22 +505,33 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
             for vhost in self.vhosts.values():
                 vhost.service.stop()
             self.pop.service.stop()
-            self.queue_store.commit()
+            try:
+                self.faults.check()  # a failed state store: reopened if it can be
+                self.queue_store.commit()
+            except LogbusError as e:
+                log.error("queue changes of the last moments not written: %s", e)
             self.vhosts.clear()
         self._close_all()
         return succeed(None)
 
     def _close_all(self) -> None:
+        """Close what is open; each part is closed even when one before it fails (the
+        first failure is raised then)."""
         self.groups.shutdown()  # waiting joins and syncs: COORDINATOR_NOT_AVAILABLE
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-        if self.state is not None:
-            self.state.close()
-            self.state = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        try:
+            if self.log is not None:
+                log_manager, self.log = self.log, None
+                log_manager.close()
+        finally:
+            try:
+                if self.state is not None:
+                    state, self.state = self.state, None
+                    state.close()
+            finally:
+                self.pressure.close()
+                if self._lock_fd is not None:
+                    os.close(self._lock_fd)
+                    self._lock_fd = None
 
     def _lock(self) -> None:
         path = self.data_dir / "LOCK"

@@ -56,6 +56,13 @@ class DataDirLocked(LogbusError):
     code = "data_dir_locked"
 
 
+class RecordGone(LogbusError):
+    """The record a queue entry or timer points at is not in the log (its topic was
+    deleted, retention or recovery removed it, or its write failed)."""
+
+    code = "record_gone"
+
+
 class StorageError(LogbusError):
     """The disk refused a write or a flush; the affected appends are not durable."""
 
@@ -137,6 +144,12 @@ class PreconditionFailed(Refused):
 
 class ResourceLocked(Refused):
     code = "resource_locked"
+
+
+class TopicInUse(Refused):
+    """A topic that queues, sessions or pop groups read cannot be deleted unless forced."""
+
+    code = "topic_in_use"
 
 
 class Unsupported(Refused):

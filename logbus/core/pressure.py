@@ -74,8 +74,12 @@ def total_memory() -> int:
     raise OSError("/proc/meminfo has no MemTotal line")
 
 
-def resident_memory() -> int:
-    """This process's resident set size in bytes."""
+def resident_memory(statm: int | None = None) -> int:
+    """This process's resident set size in bytes (``statm``: an open descriptor of
+    /proc/self/statm, read again without opening a file: it works when the process is
+    out of file descriptors)."""
+    if statm is not None:
+        return int(os.pread(statm, 256, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
     with open("/proc/self/statm", "rb") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
@@ -104,6 +108,8 @@ class ResourceMonitor:
         self.disk_free = 0  # bytes, as of the last check
         self.alarms: Alarms = frozenset()
         self._subscribers: list[Subscriber] = []
+        # held open for good: memory is read even when no descriptor is left to open
+        self._statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
 
     @property
     def memory_limit(self) -> int:
@@ -137,7 +143,10 @@ class ResourceMonitor:
 
     def check(self) -> Alarms:
         """Read memory and disk, update the alarms, notify subscribers if they changed."""
-        self.memory_used = resident_memory()
+        try:
+            self.memory_used = resident_memory(self._statm if self._statm >= 0 else None)
+        except OSError as exc:
+            log.warning("cannot read this process's memory use: %s", exc)
         disk_low = DISK in self.alarms  # as it was, if the directory cannot be read now
         try:
             self.disk_free = free_disk(self.directory)
@@ -156,6 +165,14 @@ class ResourceMonitor:
             for callback in list(self._subscribers):
                 callback(alarms)
         return alarms
+
+    def close(self) -> None:
+        if self._statm >= 0:
+            os.close(self._statm)
+            self._statm = -1
+
+    def describe(self, name: str) -> str:
+        return self._describe(name)
 
     def _describe(self, name: str) -> str:
         if name == MEMORY:

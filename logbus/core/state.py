@@ -106,6 +106,9 @@ rocksdict pitfalls handled here (rocksdict 0.3.29):
 
 from __future__ import annotations
 
+import gc
+import logging
+import os
 import struct as _struct
 from pathlib import Path
 from types import TracebackType
@@ -121,6 +124,12 @@ from rocksdict import (
     WriteBatch,
     WriteOptions,
 )
+
+from .errors import StorageError
+
+log = logging.getLogger(__name__)
+
+RECOVER_MIN_FREE = 4 << 20  # free bytes a reopen after a failed write waits for
 
 __all__ = [
     "CF_METADATA",
@@ -191,25 +200,102 @@ class StateStore:
     ``batch()`` for atomic multi-key changes. Keys and values are bytes."""
 
     def __init__(self, path: Path) -> None:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._closed = False
+        # the write error RocksDB stopped at (it refuses every write after one, until
+        # reopened: ``recover``); None while writes work
+        self.failed: StorageError | None = None
+        self.failures = 0  # writes refused since the start
+        self.recoveries = 0  # reopened after a failure
+        self._open()
+
+    def _open(self) -> None:
         names = list(COLUMN_FAMILIES)
-        if (path / "CURRENT").exists():  # existing database: open every family on disk
-            names += [n for n in Rdict.list_cf(str(path)) if n not in names and n != "default"]
+        if (self.path / "CURRENT").exists():  # existing database: open every family on disk
+            names += [n for n in Rdict.list_cf(str(self.path)) if n not in names and n != "default"]
         opts = _raw_options()
         opts.create_if_missing(True)
         opts.create_missing_column_families(True)
-        self._closed = False
-        self._db = Rdict(str(path), opts, column_families={n: _raw_options() for n in names})
-        self._cfs: dict[str, Rdict] = {n: self._db.get_column_family(n) for n in COLUMN_FAMILIES}
+        db = Rdict(str(self.path), opts, column_families={n: _raw_options() for n in names})
+        self._db: Rdict | None = db
+        self._cfs: dict[str, Rdict] = {n: db.get_column_family(n) for n in COLUMN_FAMILIES}
         self._handles: dict[str, ColumnFamily] = {
-            n: self._db.get_column_family_handle(n) for n in COLUMN_FAMILIES
+            n: db.get_column_family_handle(n) for n in COLUMN_FAMILIES
         }
+
+    # -- write failures ------------------------------------------------------------------
+    #
+    # Theory of operation. RocksDB answers a failed write (a full disk, an I/O error) by
+    # refusing every later write with the same error, even once the cause is gone; it
+    # has a ``Resume`` for that, which rocksdict does not expose. So the first failed
+    # write marks the store failed (``failed``) and raises StorageError; writes are
+    # then refused at once, without asking RocksDB, until ``recover()`` closes the
+    # database and opens it again, which replays its write-ahead log (a batch whose
+    # write "failed" may be found there: callers write it again, so every batch must be
+    # one that may be applied twice). Reads work throughout.
+
+    def _failed_write(self, e: Exception) -> StorageError:
+        self.failures += 1
+        if self.failed is None:
+            log.error("state store write failed, writes are refused until it is reopened: %s", e)
+            self.failed = StorageError(f"state store write failed: {e}")
+        return self._refusal()
+
+    def _refusal(self) -> StorageError:
+        """A new error for each refused write (one instance raised again and again
+        would carry every traceback it went through)."""
+        return StorageError(str(self.failed))
+
+    def recover(self) -> bool:
+        """After a failed write: close the database and open it again (True: writes
+        work again; False: the open failed, as it does while the disk is still full)."""
+        if self.failed is None:
+            return True
+        if self._closed:
+            return False
+        try:
+            st = os.statvfs(self.path)
+            if st.f_bavail * st.f_frsize < RECOVER_MIN_FREE:
+                return False  # still full: opening would fail, and leave no database to read
+        except OSError:
+            return False
+        self._release()
+        try:
+            self._open()
+        except Exception as e:  # noqa: BLE001 - RocksDB raises plain Exception
+            log.warning("state store still failing, not reopened: %s", e)
+            return False
+        log.warning("state store reopened after a failed write (%s); writes resume", self.failed)
+        self.failed = None
+        self.recoveries += 1
+        return True
+
+    def _release(self) -> None:
+        """Drop the database's handles, ignoring what a failed database says on close."""
+        self._handles = {}
+        for rdict in self._cfs.values():
+            try:
+                rdict.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self._cfs = {}
+        db, self._db = self._db, None
+        if db is not None:
+            try:
+                db.cancel_all_background(True)
+                db.close()
+            except Exception as e:  # noqa: BLE001
+                log.debug("closing the failed state store: %s", e)
+            del db
+            gc.collect()  # the last reference holds RocksDB's LOCK until collected
 
     def _cf(self, cf: str) -> Rdict:
         try:
             return self._cfs[cf]
         except KeyError:
+            if self._db is None and self.failed is not None:
+                raise self._refusal() from None  # failed, and not open again yet
             raise KeyError(
                 f"unknown column family {cf!r}; known: {', '.join(COLUMN_FAMILIES)}"
             ) from None
@@ -228,10 +314,24 @@ class StateStore:
     def put(self, cf: str, key: bytes, value: bytes | ProtoMessage, *, sync: bool = False) -> None:
         if isinstance(value, ProtoMessage):
             value = value.SerializeToString(deterministic=True)
-        self._cf(cf).put(key, value, _SYNC if sync else _ASYNC)
+        if self.failed is not None:
+            raise self._refusal()
+        try:
+            self._cf(cf).put(key, value, _SYNC if sync else _ASYNC)
+        except (KeyError, DbClosedError):
+            raise
+        except Exception as e:  # noqa: BLE001 - RocksDB raises plain Exception
+            raise self._failed_write(e) from None
 
     def delete(self, cf: str, key: bytes, *, sync: bool = False) -> None:
-        self._cf(cf).delete(key, _SYNC if sync else _ASYNC)
+        if self.failed is not None:
+            raise self._refusal()
+        try:
+            self._cf(cf).delete(key, _SYNC if sync else _ASYNC)
+        except (KeyError, DbClosedError):
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise self._failed_write(e) from None
 
     def scan_prefix(self, cf: str, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Every ``(key, value)`` whose key starts with ``prefix``, in key order.
@@ -270,17 +370,31 @@ class StateStore:
     def _commit(self, wb: WriteBatch, sync: bool) -> None:
         if self._closed:
             raise DbClosedError("state store is closed")
-        self._db.write(wb, _SYNC if sync else _ASYNC)
+        if self.failed is not None or self._db is None:
+            raise self._refusal() if self.failed is not None else DbClosedError("state store is closed")
+        try:
+            self._db.write(wb, _SYNC if sync else _ASYNC)
+        except Exception as e:  # noqa: BLE001 - RocksDB raises plain Exception
+            raise self._failed_write(e) from None
 
     def close(self) -> None:
-        """Flush and release the database (idempotent)."""
+        """Flush and release the database (idempotent). StorageError if it could not
+        be flushed (a failed store: what it holds is in its write-ahead log)."""
         if self._closed:
             return
         self._closed = True
+        if self.failed is not None:
+            self._release()
+            raise self._refusal()
         self._handles.clear()  # handles pin the DB (and its LOCK) until dropped
-        for rdict in self._cfs.values():
-            rdict.close()
-        self._db.close()
+        try:
+            for rdict in self._cfs.values():
+                rdict.close()
+            if self._db is not None:
+                self._db.close()
+        except Exception as e:  # noqa: BLE001 - RocksDB raises plain Exception
+            self._release()
+            raise self._failed_write(e) from None
 
     def __enter__(self) -> StateStore:
         return self

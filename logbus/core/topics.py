@@ -8,16 +8,31 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from .errors import InvalidConfig, LogbusError, OffsetOutOfRange, TopicExists, UnknownPartition, UnknownTopic
+from .errors import (
+    InvalidConfig,
+    LogbusError,
+    OffsetOutOfRange,
+    RecordGone,
+    TopicExists,
+    TopicInUse,
+    UnknownPartition,
+    UnknownTopic,
+)
 from .log import LogManager
 from .log.batch import now_ms
 from .log.topic_config import TopicConfig, validate_topic_name
-from .state import CF_METADATA, TOPIC_PREFIX, StateStore, topic_key
-from .state_pb2 import TopicRecord
+from .state import CF_METADATA, CF_TIMERS, TOPIC_PREFIX, StateStore, topic_key
+from .state_pb2 import TimerRecord, TopicRecord
 from .streams.groups import GroupCoordinator
 from .streams.producers import ProducerRegistry
+
+if TYPE_CHECKING:
+    from .queues.feed import Feed
+    from .queues.journal import QueueStore
+    from .queues.service import QueueService
+    from .queues.timers import Timers
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +85,12 @@ class TopicAdmin:
     if TYPE_CHECKING:
         @property
         def _log(self) -> LogManager: ...
+
+        def _queue_services(self) -> Iterator[QueueService]: ...
+
+        queue_store: QueueStore
+        timers: Timers
+        feed: Feed
 
     def _open_topics(self) -> None:
         """Open every recorded topic in the log, at its recorded log start offsets."""
@@ -199,10 +220,52 @@ class TopicAdmin:
             raise UnknownTopic(f"topic {name!r} has no metadata record")
         return rec
 
-    def delete_topic(self, name: str) -> None:
-        lm = self._log
-        lm.topic(name)  # UnknownTopic
+    def topic_readers(self, name: str) -> list[str]:
+        """What reads topic ``name`` now, for the refusal of its deletion: each queue,
+        MQTT session queue or pop group holding messages in it, and the delayed or
+        retried messages (timers) that point into it."""
+        readers = []
+        for service in self._queue_services():
+            for qs in service.queues.values():
+                n = sum(1 for e in qs.queue.entries.values() if e.topic == name)
+                if n:
+                    readers.append(f"queue {qs.name!r} of vhost {service.vhost!r} ({n} messages)")
         assert self.state is not None
+        timers = 0
+        for _, raw in self.state.scan_prefix(CF_TIMERS, b""):
+            if TimerRecord.FromString(raw).topic == name:
+                timers += 1
+        if timers:
+            readers.append(f"{timers} delayed or retried messages")
+        return readers
+
+    def delete_topic(self, name: str, *, force: bool = False) -> int:
+        """Delete a topic's files and record. A topic that queues read (``topic_readers``)
+        is refused (TopicInUse, naming them) unless ``force``: then their entries go
+        first, in one write, and are counted (returned); timers into it are dropped when
+        due. Returns the queue entries removed."""
+        lm = self._log
+        topic = lm.topic(name)  # UnknownTopic
+        assert self.state is not None
+        readers = self.topic_readers(name)
+        removed = 0
+        if readers:
+            if not force:
+                raise TopicInUse(f"topic {name!r} is read by {'; '.join(readers)}: "
+                                 "delete those first, or delete the topic with force")
+            why = RecordGone(f"topic {name!r} was deleted")
+            for service in self._queue_services():
+                for p in topic.partitions:
+                    removed += service.withdraw(name, p.index, 0, 1 << 63, why, leased=True)
+            self.queue_store.commit()
+            self.timers.forget_topic(name)  # (its offsets will be given again)
+            self.queue_store.commit()
+            log.warning("deleting topic %r with force: %d queue entries removed (%s)", name, removed,
+                        "; ".join(readers))
+        stores = {id(s.messages): s.messages for s in self._queue_services()}
+        stores[id(self.feed.messages)] = self.feed.messages
+        for store in stores.values():
+            store.forget_topic(name)
         # files first: a crash in between leaves the record of a topic with no files,
         # which opens empty, never files without a record, which no create may delete
         lm.delete_topic(name)
@@ -210,6 +273,7 @@ class TopicAdmin:
         self.producers.forget_topic(name)
         self.groups.forget_topic(name)
         log.info("deleted topic %r", name)
+        return removed
 
     def describe_topic(self, name: str) -> TopicInfo:
         t = self._log.topic(name)

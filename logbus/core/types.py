@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .message import ENVELOPE_HEADER, Envelope, Message
     from .pressure import RESOURCES
     from .queues.pop import MAX_INVISIBLE_MS, Popped, check_delay
-    from .queues.queue import OVERFLOW_MODES, Outcome, QueueLimits, Receipt
+    from .queues.queue import DROP_NEW, OVERFLOW_MODES, Outcome, QueueLimits, Receipt
     from .queues.service import Consumer, DeadLetterTarget, Delivery, QueueSettings, QueueState
     from .retained import RetainedStore
     from .routing.definitions import (
@@ -59,6 +59,7 @@ _OWNER = {
     "Code": "streams.group_model",
     "ConnectionRecord": "connections",
     "Consumer": "queues.service",
+    "DROP_NEW": "queues.queue",
     "DeadLetterCopy": "deadletters",
     "DeadLetterTarget": "queues.service",
     "Delivery": "queues.service",
@@ -109,6 +110,7 @@ _OWNER = {
 }
 
 __all__ = [
+    "DROP_NEW",
     "ENVELOPE_HEADER",
     "HEADERS",
     "MAX_INVISIBLE_MS",

@@ -32,7 +32,7 @@ from typing import Any
 from ..filters.message_filter import FilterSpec
 from ..retry.policy import MAX_DELAY_MS
 from .definitions import DefinitionStore, binding_filter, binding_match, decode_values, settings_of
-from .errors import LogbusError
+from .errors import LogbusError, RecordGone
 from .envelope_pb2 import Envelope
 from .deadletters import Deaths, dead_letter_cycles
 from .forms import NEUTRAL, Forms
@@ -90,6 +90,7 @@ class VHost:
         self.clock = clock  # epoch milliseconds
         self.forms = forms
         self.router = Router(name)
+        self._last_refusal: tuple[str, str] | None = None  # what _refused logged last
         self.messages = MessageStore(log_batch_reader(log), max_bytes=message_memory)
         if timers is None:
             timers = Timers(queue_store, store, clock)
@@ -441,7 +442,11 @@ class VHost:
                 self.appended(topic, partition, base + i - first, items[i][2])
 
     def _refused(self, topic: str, error: LogbusError) -> None:
-        log.warning("a publish in vhost '%s' was refused by the log (topic '%s'): %s", self.name, topic, error)
+        """Logged once per topic and reason (a full disk refuses thousands in a row)."""
+        said = (topic, str(error))
+        if self._last_refusal != said:
+            self._last_refusal = said
+            log.warning("publishes in vhost '%s' are refused by the log (topic '%s'): %s", self.name, topic, error)
 
     def routes_topic(self, topic: str) -> bool:
         """Whether records appended to ``topic`` outside this vhost's publishes (Kafka,
@@ -535,7 +540,13 @@ class VHost:
         """The message entry ``seq`` of ``queue`` points at; None: settled (or no queue)."""
         qs = self.queues.get(queue)
         entry = qs.queue.entries.get(seq) if qs is not None else None
-        return self.service.message(entry) if entry is not None else None
+        if entry is None or qs is None:
+            return None
+        try:
+            return self.service.message(entry)
+        except RecordGone as e:  # dropped, as the queue drops it where it meets it
+            self.service.gone(qs, [entry], e)
+            return None
 
     def holds(self, queue: str, seq: int) -> bool:
         """Whether entry ``seq`` of ``queue`` is still unsettled."""

@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,8 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.python.failure import Failure
 from zope.interface import directlyProvides, providedBy  # type: ignore[import-untyped]
+
+log = logging.getLogger(__name__)
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 MAX_HEAD = 16 * 1024
@@ -400,7 +403,7 @@ class WebSocketProtocol(ProtocolWrapper):
         self.factory.registerProtocol(self)
         factory = self._ws_factory
         if factory.handshake_timeout is not None:
-            self._timeout = factory.clock.callLater(factory.handshake_timeout, self._shut)
+            self._timeout = factory.clock.callLater(factory.handshake_timeout, self._handshake_timed_out)
 
     @property
     def _out(self) -> Any:
@@ -439,6 +442,15 @@ class WebSocketProtocol(ProtocolWrapper):
             else:
                 self._out.write(event.reply)
                 self._shut()
+
+    def _handshake_timed_out(self) -> None:
+        self._timeout = None
+        factory = self._ws_factory
+        log.info("WebSocket %s: no complete upgrade within %.1f s (handshake_timeout_ms): closed",
+                 self._out.getPeer(), factory.handshake_timeout)
+        if factory.on_handshake_timeout is not None:
+            factory.on_handshake_timeout()
+        self._shut()
 
     def _shut(self) -> None:
         self._cancel_timeout()
@@ -480,20 +492,22 @@ class WebSocketFactory(WrappingFactory[WebSocketProtocol]):
     """Serves ``wrapped_factory``'s protocol over WebSocket, e.g.
     ``WebSocketFactory(mqtt_factory, ("mqtt", "mqttv3.1"), max_message_size)``.
     A client that has not finished the handshake within ``handshake_timeout`` seconds
-    (None: no limit) is disconnected; ``clock`` defaults to the global reactor."""
+    (None: no limit) is disconnected, logged and told to ``on_handshake_timeout``; ``clock``
+    defaults to the global reactor."""
 
     protocol = WebSocketProtocol
 
     def __init__(self, wrapped_factory: IProtocolFactory | Factory[Any],
                  subprotocols: Sequence[str] = (), max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-                 clock: Any = None) -> None:  # fmt: skip
+                 clock: Any = None, on_handshake_timeout: Callable[[], None] | None = None) -> None:  # fmt: skip
         super().__init__(wrapped_factory)
         if max_message_size < 1:
             raise LocalProtocolError(f"max_message_size {max_message_size} out of range")
         self.subprotocols = tuple(subprotocols)
         self.max_message_size = max_message_size
         self.handshake_timeout = handshake_timeout
+        self.on_handshake_timeout = on_handshake_timeout  # counts it, say
         if clock is None:
             from twisted.internet import reactor as clock
         self.clock = clock  # IReactorTime

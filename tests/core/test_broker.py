@@ -290,5 +290,12 @@ def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -
     assert b.pinned_from("__amqp_default", 0) == 5
     v.delete_queue("gone")
     assert b.pinned_from("__amqp_default", 0) is None  # a deleted queue pins nothing
+    # a topic deleted with force: its timers, entries and leases pin nothing any more
+    b.publish("t", [Message(None, b"c")], partition=0)
+    run()
+    [leased] = b.pop_receive("g", "t", "m", 10, 60_000)
+    assert b.pinned_from("t", 0) == 0
+    b.delete_topic("t", force=True)
+    assert b.pinned_from("t", 0) is None
     b.stop()
     run()

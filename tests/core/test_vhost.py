@@ -93,13 +93,16 @@ def test_fanout_appends_once_and_every_queue_gets_it(env: Env) -> None:
     for q in ("a", "b", "c"):
         v.declare_queue(q)
         v.router.bind("logs", q)
+    idle = Consumer("idle", owner="ch0", prefetch=1, unacked=1)  # no credit; its queues' messages are kept in memory
+    for q in "bc":
+        v.consume(q, idle)
     assert v.publish("logs", "", msg(b"hello")).routed
     env.loop.run_once()
     assert env.lm.partition("logs", 0).next_offset == 1  # one record in the log
     assert [v.queue(q).queue.message_count for q in "abc"] == [1, 1, 1]
     assert v.messages.live_bytes == 5 + MESSAGE_OVERHEAD  # one copy in memory
     c = Consumer("c1", owner="ch1")
-    v.consume("a", c)
+    v.consume("a", c)  # (a had no consumer: its entry reads the log)
     assert [d.message.value for d in c.got] == [b"hello"]
     v.ack("a", c.got[0].receipt)
     assert v.messages.live_bytes == 5 + MESSAGE_OVERHEAD  # b and c still hold it

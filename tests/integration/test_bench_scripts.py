@@ -98,3 +98,21 @@ def test_filter_bench_runs_every_workload(tmp_path: Any) -> None:
     assert out["broker_log_problems"]["count"] == 0, out["broker_log_problems"]
     assert set(out["targets"]) == {"predicate_evals_per_s", "filter_cost_us_per_queue"}
     assert list(tmp_path.iterdir()) == []  # the broker's temp dir is removed
+
+
+def test_mqtt_sessions_bench_runs_every_workload() -> None:
+    out = run_bench("mqtt_sessions_bench.py", "--drain-messages", "300", "--live-messages", "100",
+                    "--sessions", "4", "--per-session", "20", "--processes", "2", "--settle", "0.2",
+                    "--timeout", "60")
+    assert out["bench"] == "mqtt_sessions_bench"
+    assert out["broker"]["started_here"] is True
+    assert all(p["count"] == 0 for p in out["broker_log_problems"].values()), out["broker_log_problems"]
+    d = out["drain"]
+    assert d["drain"]["missing"] == d["drain"]["duplicates"] == 0
+    assert d["live"]["missing"] == d["live"]["duplicates"] == 0
+    assert d["drain"]["msgs_per_s"] > 0 and d["live"]["msgs_per_s"] > 0
+    assert d["healthz"]["count"] > 0 and set(d["healthz"]) >= {"p50_ms", "p99_ms", "max_ms"}
+    m = out["memory"]
+    assert m["messages"] == 80 and m["missing"] == m["duplicates"] == 0
+    assert all(m[k]["vmrss_mb"] > 0 for k in ("idle", "peak", "drained", "settled"))
+    assert set(m["targets"]) == {"peak_rss_le_400mb", "settled_within_25pct_of_idle"}

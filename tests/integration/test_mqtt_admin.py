@@ -120,7 +120,7 @@ def test_list_connected_and_offline_sessions(server: LogbusServer, mgmt: Mgmt) -
     every = sessions(mgmt)
     assert (every[online_id]["connected"], every[online_id]["protocol"]) == (True, "3.1.1")
     assert every[online_id]["peer"].startswith("127.0.0.1:")
-    assert every[online_id]["expiry_interval"] == 0xFFFFFFFF  # 3.1.1 clean session 0: until a clean connect
+    assert every[online_id]["expiry_interval"] == 86400  # 3.1.1 clean session 0: mqtt_max_session_expiry
     assert (every[clean_id]["clean"], every[clean_id]["expiry_interval"]) == (True, 0)
 
     connected = sessions(mgmt, "/api/mqtt/clients")
@@ -137,7 +137,7 @@ def test_list_connected_and_offline_sessions(server: LogbusServer, mgmt: Mgmt) -
     row = next(line for line in lines[1:] if line.startswith(offline_id + " "))
     assert columns(row) == [offline_id, "guest", "offline", "5.0", "10m", f"{base}/a/#:1, {base}/b/+:0", "3", "0"]
     row = next(line for line in lines[1:] if line.startswith(online_id + " "))
-    assert columns(row)[2:5] == [every[online_id]["peer"], "3.1.1", "never"]
+    assert columns(row)[2:5] == [every[online_id]["peer"], "3.1.1", "1d"]  # mqtt_max_session_expiry
     as_json = mqtt_cli(server, "sessions", "--json")
     assert {s["client_id"]: s for s in json.loads(as_json.stdout)}[offline_id] == s
     listed = mqtt_cli(server, "clients")

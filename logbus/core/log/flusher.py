@@ -236,7 +236,7 @@ class Flusher:
         for t in tickets:
             for h in t.handles.values():
                 h.pins -= 1
-            fire_waiters(t.waiters, failure)
+            fire_waiters(t.waiters, _outcome(t.owner, failure))
 
     # -- flusher thread ------------------------------------------------------------
 
@@ -284,12 +284,26 @@ def _failure(error: OSError | None) -> StorageError | None:
     return None if error is None else StorageError(f"flush failed, appends not durable: {error}")
 
 
+def _outcome(owner: Any, failure: StorageError | None) -> StorageError | None:
+    """What a sync means for one owner's waiters. A failed sync takes its owner (a
+    partition) offline (``sync_failed``); and once one has failed, a later sync that
+    succeeds proves nothing about the pages the failed one lost (Linux reports a
+    writeback error once), so the owner's waiters fail from then on (``offline``)."""
+    if failure is not None:
+        failed = getattr(owner, "sync_failed", None)
+        if failed is not None:
+            failed(failure)
+        return failure
+    return getattr(owner, "offline", None)
+
+
 def _fire_items(items: list[Any], error: OSError | None) -> None:
     """Fire the waiters of synced items, in order (failed if ``error``)."""
     failure = _failure(error)
-    for _, _, waiters, _ in items:
+    for owner, _, waiters, _ in items:
+        outcome = _outcome(owner, failure)
         if waiters:
-            fire_waiters(waiters, failure)
+            fire_waiters(waiters, outcome)
 
 
 def _sync(fds: set[int]) -> OSError | None:

@@ -14,7 +14,7 @@ import time
 from functools import partial
 from typing import Any, Callable
 
-from ..errors import TopicExists, UnknownPartition, UnknownTopic
+from ..errors import StorageError, TopicExists, UnknownPartition, UnknownTopic
 from ..metrics import Metrics
 from ..tick import tick_of
 from . import batch as B
@@ -40,6 +40,22 @@ class Topic:
         if not 0 <= index < len(self.partitions):
             raise UnknownPartition(f"topic {self.name!r} has no partition {index}")
         return self.partitions[index]
+
+
+def _remove_new_topic_dir(tdir: str, partitions: int) -> None:
+    """Remove what a failed create left. rmtree needs a descriptor to list a directory,
+    which the process may be out of (EMFILE): the empty directories go by path then."""
+    shutil.rmtree(tdir, ignore_errors=True)
+    for i in range(partitions):
+        try:
+            os.rmdir(os.path.join(tdir, partition_dirname(i)))
+        except OSError:
+            pass
+    try:
+        os.rmdir(tdir)
+    except OSError as e:
+        if os.path.exists(tdir):
+            log.warning("could not remove %s after a failed create: %s", tdir, e)
 
 
 class LogManager:
@@ -84,6 +100,11 @@ class LogManager:
         self.topics: dict[str, Topic] = {}
         self.reports: list[RecoveryReport] = []
         self._closed = False
+        # the owner's hooks, given to every partition (partition.py): run before a
+        # tick's appends are written (the queue journal's commit), and told of appends
+        # refused after their offsets were given
+        self.before_write: Callable[[], object] | None = None
+        self.on_lost: Callable[[Partition, int, int, StorageError], object] | None = None
 
     # -- topics ---------------------------------------------------------------------
 
@@ -101,9 +122,16 @@ class LogManager:
         tdir = os.path.join(self.root, topic_dirname(name))
         if create:
             _refuse_foreign_files(name, tdir)
-        os.makedirs(tdir, exist_ok=True)
         topic = Topic(name, tdir, config, [])
-        self._grow(topic, config)
+        try:
+            os.makedirs(tdir, exist_ok=True)
+            self._grow(topic, config)
+        except OSError as e:  # out of file descriptors, a full disk: nothing of it is left
+            for p in topic.partitions:
+                p.close()
+            if create:
+                _remove_new_topic_dir(tdir, config.partitions)
+            raise StorageError(f"topic {name!r} could not be opened: {e}") from None
         if create and config.flush_mode != "none":
             fsync_dir(self.root)
         self.topics[name] = topic
@@ -121,10 +149,12 @@ class LogManager:
             if config.flush_mode != "none":
                 fsync_dir(pdir)  # the first segment's directory entry must survive power loss
             if report.changed:
+                report.topic, report.partition = topic.name, i
                 self.reports.append(report)
-            topic.partitions.append(
-                Partition(topic.name, i, pdir, config, segments, self.cache, self.flusher, self._schedule)
-            )
+            p = Partition(topic.name, i, pdir, config, segments, self.cache, self.flusher, self._schedule)
+            p.before_write = self._before_write
+            p.on_lost = self._lost
+            topic.partitions.append(p)
         if config.flush_mode != "none":
             fsync_dir(topic.directory)
         return topic
@@ -136,6 +166,27 @@ class LogManager:
         if not self._to_drain:
             self._tick.later(self.drain)
         self._to_drain.append(p)
+
+    def _before_write(self) -> None:
+        if self.before_write is not None:
+            self.before_write()
+
+    def _lost(self, p: Partition, first: int, end: int, error: StorageError) -> None:
+        if self.on_lost is not None:
+            self.on_lost(p, first, end, error)
+
+    def repair(self) -> None:
+        """Partitions whose write failed try a new segment now, without waiting for an
+        append (health then turns by itself once there is space)."""
+        for topic in self.topics.values():
+            for p in topic.partitions:
+                if p.failure is not None and p.offline is None:
+                    p.unavailable()
+
+    def failures(self) -> list[tuple[str, int, StorageError]]:
+        """Partitions that refuse appends now: (topic, partition, why)."""
+        return [(t.name, p.index, p.failure) for t in self.topics.values() for p in t.partitions
+                if p.failure is not None]
 
     def drain(self) -> None:
         """Write every partition's buffered appends (runs once per reactor tick)."""
@@ -211,17 +262,26 @@ class LogManager:
         if self._ring_reader is not None:
             self.reactor.removeReader(self._ring_reader)
             self._ring_reader.ring.close()
+        unclean = [f"{t}/{i}: {e}" for t, i, e in self.failures()]
         for topic in self.topics.values():
             for p in topic.partitions:
-                p.write_indexes()
+                try:
+                    p.write_indexes()
+                except OSError as e:
+                    unclean.append(f"{p.topic}/{p.index}: indexes not written: {e}")
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
             syncfs(fd)
+        except OSError as e:
+            unclean.append(f"the final sync failed: {e}")
         finally:
             os.close(fd)
-        with open(os.path.join(self.root, CLEAN_MARKER), "w") as f:
-            f.write("clean\n")
-        fsync_dir(self.root)
+        if unclean:  # no marker: the next start checks every active segment
+            log.error("the log was not closed cleanly: %s", "; ".join(unclean))
+        else:
+            with open(os.path.join(self.root, CLEAN_MARKER), "w") as f:
+                f.write("clean\n")
+            fsync_dir(self.root)
         self.cache.close_all()
 
 

@@ -31,6 +31,7 @@ from .topic_config import TopicConfig
 log = logging.getLogger(__name__)
 
 WRITE_BUFFER_MAX = 256 * 1024  # write at once past this many buffered bytes
+WRITE_RETRY_SECONDS = 1.0  # after a failed write, how often an append tries a new segment
 MAX_RELATIVE_OFFSET = 2**31 - 1  # offsets within a segment, as Kafka (int32 deltas)
 MAX_TICK_BATCH = 256 * 1024  # records queued in a tick are encoded at once past this (not a size limit)
 RECORD_OVERHEAD = 12  # per-record framing in the size estimate (varints, attributes)
@@ -111,7 +112,23 @@ class Partition:
         self._wpos = 0
         self._touched: list[Handle] = []
         self._waiters: list[Waiter] = []
-        self._failed: StorageError | None = None
+        self._failed: StorageError | None = None  # closed, or offline: refuses appends for good
+        # a sync failed here (the flusher's ``sync_failed``): offline, never covered by
+        # a later sync that succeeds; an operator restarts the broker (docs/operations.md)
+        self.offline: StorageError | None = None
+        # a write failed (a full disk): what it held is gone, and appends are refused
+        # until a new segment can be started at the next offset (``_repair``)
+        self._broken: StorageError | None = None
+        self._retry_at = 0.0
+        # where the last successful write ended: (segment, position, next offset)
+        self._wend: tuple[Segment, int, int] = (self.active, self.active.size, self.next_offset)
+        self._wnext = self.next_offset  # the offset after the last batch placed
+        # the owner's hooks (the log manager's): ``before_write()`` runs before a tick's
+        # appends are written and handed on (the queue journal commits: StorageError
+        # refuses them); ``on_lost(partition, first, end, error)`` hears of appends
+        # refused after their offsets were given (a failed write, state or sync)
+        self.before_write: Callable[[], object] | None = None
+        self.on_lost: Callable[[Partition, int, int, StorageError], object] | None = None
         self.records_appended = 0
         self.bytes_appended = 0
         self._watchers: list[Callable[[], object]] = []
@@ -213,8 +230,10 @@ class Partition:
         one reactor tick are stored as one record batch, up to MAX_TICK_BATCH bytes; an
         append larger than that gets a batch of its own.
         The hot path: kept flat on purpose (measured by bench/log_append.py)."""
-        if self._failed is not None:
-            return _refuse(self._failed, callback)
+        if self._failed is not None or self._broken is not None:
+            error = self.unavailable()
+            if error is not None:
+                return _refuse(error, callback)
         now = int(_time() * 1000) if now_ms is None else now_ms
         pend = self._pending
         start = len(pend)
@@ -254,7 +273,7 @@ class Partition:
         else:
             self._waiters.append((callback, result))
         if self._pending_bytes >= MAX_TICK_BATCH or self._wbytes >= WRITE_BUFFER_MAX:
-            self.drain()
+            self._write_early()
         elif first:
             self._schedule(self)  # after queueing: the scheduler may drain at once
         return d if callback is None else None
@@ -272,8 +291,10 @@ class Partition:
         """Append already validated batches ``infos`` laid out back to back in ``buf``.
         ``buf`` is not copied or changed: each batch is written as its new base offset
         (8 bytes, outside the CRC) followed by a view of the rest of it."""
-        if self._failed is not None:
-            return fail(self._failed)
+        if self._failed is not None or self._broken is not None:
+            error = self.unavailable()
+            if error is not None:
+                return fail(error)
         first = not self._pending and not self._wbuf
         now = B.now_ms()
         base = offset = self.next_offset
@@ -287,18 +308,31 @@ class Partition:
                             view[pos + 8 : pos + info.size])
                 offset = nxt
                 pos += info.size
-        except OSError as e:
-            return fail(self._fail(e))
+        except OSError as e:  # these offsets were not given; the tick's drain refuses the rest
+            error = self._write_failed(e)
+            self._schedule(self)
+            return fail(error)
         self.next_offset = offset
         self.records_appended += offset - base
         self.bytes_appended += len(buf)
         d: Deferred[AppendResult] = Deferred()
         self._waiters.append((d, _tuple_new(AppendResult, (base, offset - 1, self._bases[0]))))
         if self._wbytes >= WRITE_BUFFER_MAX:
-            self.drain()
+            self._write_early()
         elif first:
             self._schedule(self)
         return d
+
+    def _write_early(self) -> None:
+        """Past the buffer bounds in the middle of a tick: encode and write what is
+        queued, but leave the waiters to the tick's drain, which commits the state
+        first (``before_write``). A failed write is refused there too."""
+        try:
+            self._encode_pending()
+            self._write_out()
+        except OSError as e:
+            self._write_failed(e)
+        self._schedule(self)
 
     def _encode_pending(self) -> None:
         """Encode the queued records as one batch and place it."""
@@ -340,6 +374,7 @@ class Partition:
             self._wseg = seg
             self._wpos = pos
         seg.on_append(pos, base, nxt, max_ts, size, now)
+        self._wnext = nxt
         wb.append(buf)
         if tail is not None:
             wb.append(tail)
@@ -354,6 +389,7 @@ class Partition:
         self._tick_bytes += self._wbytes
         self._wbytes = 0
         handle = self._wseg.write_at(bufs, self._wpos, self._mode == "sync")
+        self._wend = (self._wseg, self._wseg.size, self._wnext)
         if handle not in self._touched:
             self._touched.append(handle)
 
@@ -365,11 +401,23 @@ class Partition:
         if not waiters and not self._pending and not self._wbuf:
             return 0
         self._waiters = []
+        if self._broken is not None and waiters:  # a write failed earlier in this tick
+            self._lose(waiters, self._broken)
+            return 0
+        refused: StorageError | None = None
+        if waiters and self.before_write is not None:
+            try:
+                self.before_write()
+            except StorageError as e:
+                refused = e
         try:
             self._encode_pending()
             self._write_out()
         except OSError as e:
-            fire_waiters(waiters, self._fail(e))
+            self._lose(waiters, self._write_failed(e))
+            return 0
+        if refused is not None:  # written, but what they changed in the state store is not
+            self._lose(waiters, refused)
             return 0
         written, self._tick_bytes = self._tick_bytes, 0
         handles = self._touched
@@ -392,15 +440,93 @@ class Partition:
             self._notify()
         return written
 
-    def _fail(self, e: OSError) -> StorageError:
-        """A write failed: nothing more is accepted here. The failed write was cut
-        back, so the log on disk ends at the last whole batch; recovery finds it."""
-        log.error("write to %s/%d failed, the partition is now read-only: %s", self.topic, self.index, e)
-        self._failed = StorageError(f"partition {self.topic}/{self.index} failed to write: {e}")
+    # -- failures ------------------------------------------------------------------
+    #
+    # Theory of operation. A failed write (ENOSPC, EIO on pwrite) loses only what it
+    # held: the segment is cut back to the end of the last write that succeeded, and the
+    # offsets handed out for the lost records are never given again (the log gets a gap
+    # there: queue entries and timers that point into it find no record, and are
+    # dropped). Appends are refused at once, without queueing, until ``_repair`` starts
+    # a new segment at the next offset, tried at most every WRITE_RETRY_SECONDS: writes
+    # resume by themselves once there is space. A failed sync is different: the kernel
+    # may have dropped the dirty pages and reports that once, so a later sync that
+    # succeeds would silently cover the hole. The partition goes offline for good
+    # (``offline``), readable up to its last durable offset, until the broker restarts
+    # and recovery checks what is on disk (docs/operations.md).
+
+    def unavailable(self) -> StorageError | None:
+        """Why appends are refused now (None: they are not). A partition whose write
+        failed tries to start a new segment first."""
+        if self._failed is not None:
+            return StorageError(str(self._failed))  # a new one each time: it gathers a traceback
+        if self._broken is not None and not self._repair():
+            return StorageError(str(self._broken))
+        return None
+
+    @property
+    def failure(self) -> StorageError | None:
+        """Why this partition refuses appends, without trying to repair (health)."""
+        return self._failed if self.offline is not None else self._broken
+
+    def _write_failed(self, e: OSError) -> StorageError:
+        """A write failed: forget every record placed but not written (the active
+        segment ends where the last good write did) and refuse appends until a new
+        segment can start past the offsets given to them."""
+        seg, position, nxt = self._wend
+        active = self.active
+        if active is seg:
+            active.cut_back(position, nxt)
+        else:  # rolled since: nothing of the new segment was written
+            active.cut_back(0, active.base_offset)
         self._pending = []
+        self._pending_bytes = 0
         self._wbuf = []
         self._wbytes = 0
-        return self._failed
+        self._retry_at = time.monotonic() + WRITE_RETRY_SECONDS
+        if self._broken is None:
+            log.error("write to %s/%d failed at offset %d: %s; appends are refused until it can be written again",
+                      self.topic, self.index, active.next_offset, e)
+        self._broken = StorageError(f"partition {self.topic}/{self.index} could not be written: {e}")
+        return self._broken
+
+    def _repair(self) -> bool:
+        """Start a new segment at the next offset, after a failed write (at most once
+        per WRITE_RETRY_SECONDS); True when appends may go on."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        self._retry_at = now + WRITE_RETRY_SECONDS
+        try:
+            self._new_segment(self.next_offset)
+        except OSError as e:
+            log.debug("%s/%d still cannot be written: %s", self.topic, self.index, e)
+            return False
+        log.warning("%s/%d is written again, from offset %d", self.topic, self.index, self.next_offset)
+        self._broken = None
+        self._wend = (self.active, 0, self.next_offset)
+        return True
+
+    def _lose(self, waiters: list[Waiter], error: StorageError) -> None:
+        """Refuse appends whose offsets were given (``waiters``, in offset order): the
+        owner hears of the offsets first (``on_lost``: queue entries made for them go),
+        then each waiter fails."""
+        if waiters and self.on_lost is not None:
+            first = waiters[0][1].base_offset
+            if first < self.next_offset:
+                self.on_lost(self, first, self.next_offset, error)
+        fire_waiters(waiters, error)
+
+    def sync_failed(self, error: StorageError) -> None:
+        """The flusher's hook: a sync of this partition's files failed. Offline for good
+        (see above); appends whose sync had not completed are lost to queues."""
+        if self.offline is not None:
+            return
+        log.critical("sync of %s/%d failed: %s; the partition is offline (readable below offset %d) "
+                     "until the broker is restarted", self.topic, self.index, error, self.durable_offset)
+        self.offline = self._failed = StorageError(
+            f"partition {self.topic}/{self.index} is offline after a failed sync: {error}")
+        if self._mode == "sync" and self.on_lost is not None and self.durable_offset < self.next_offset:
+            self.on_lost(self, self.durable_offset, self.next_offset, self.offline)
 
     def roll(self) -> Segment:
         """Seal the active segment and start a new one at the next offset."""

@@ -9,7 +9,10 @@ segments are sealed; their indexes are checked (rebuilt if missing or damaged) a
 batch headers walked from the last index entry to the end: an older segment whose tail
 is torn (the walk does not end at the file's end, or not at the next segment's base
 offset) becomes the end of the log; it is CRC-scanned like an active segment and every
-later segment is removed, so the log stays one gap-free prefix. Bytes of a sealed
+later segment is removed, so the log stays one prefix. One kind of gap is kept: a sealed
+segment whose whole batches end below the next segment's base offset (a write failed
+there, and the partition went on in a new segment past the offsets it had given:
+partition.py). Bytes of a sealed
 segment before its last index entry are not CRC-checked at start (that would read every
 segment): a crash does not damage them, and bit rot there is left to the CRC checks of
 Kafka clients.
@@ -35,6 +38,9 @@ from .segment import Segment
 log = logging.getLogger(__name__)
 
 
+SALVAGE_SCAN_MAX = 64 << 20  # bytes past a cut searched for intact batches, to report them
+
+
 @dataclass
 class RecoveryReport:
     directory: str
@@ -42,6 +48,13 @@ class RecoveryReport:
     removed_segments: list[str] = field(default_factory=list)
     rebuilt_indexes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the first offset no longer in the log after a cut (None: nothing was cut): queue
+    # entries and timers at or past it point at nothing, and the offsets are given again
+    cut_offset: int | None = None
+    # the intact records found past the cut and dropped with it: first, last, count
+    dropped: tuple[int, int, int] | None = None
+    topic: str = ""  # set by the log manager
+    partition: int = -1
 
     @property
     def changed(self) -> bool:
@@ -56,6 +69,44 @@ def scan_valid(path: str, base_offset: int, start: int = 0) -> tuple[list[tuple[
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         found, pos, reason = F.scan_valid(m, start, size, base_offset)
     return [(info.position, info) for info in found], pos, reason
+
+
+def intact_after(path: str, start: int, end: int) -> tuple[int, int, int] | None:
+    """(first offset, last offset, records) of the CRC-valid batches that lie between
+    ``start`` and ``end`` of ``path`` past damage (searched byte by byte for a batch
+    header, up to SALVAGE_SCAN_MAX bytes): what a cut there drops, for the report."""
+    end = min(end, start + SALVAGE_SCAN_MAX)
+    if end - start < F.HEADER_SIZE:
+        return None
+    first = last = -1
+    count = 0
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        pos = start
+        while pos + F.HEADER_SIZE <= end:
+            at = m.find(bytes([F.MAGIC]), pos + MAGIC_AT, end)
+            if at < 0:
+                break
+            cand = at - MAGIC_AT
+            try:
+                info = F.validate(m, cand, min(end, len(m)))
+            except F.InvalidBatch:
+                pos = cand + 1
+                continue
+            if first < 0:
+                first = info.base_offset
+            last = info.base_offset + info.last_offset_delta
+            count += info.last_offset_delta + 1
+            pos = cand + info.size
+    return None if first < 0 else (first, last, count)
+
+
+MAGIC_AT = 16  # a batch header's magic byte
+
+
+def _add_dropped(report: RecoveryReport, found: tuple[int, int, int] | None) -> None:
+    d = report.dropped
+    if found is not None:
+        report.dropped = found if d is None else (min(d[0], found[0]), max(d[1], found[1]), d[2] + found[2])
 
 
 def _zeros_only(path: str, start: int, end: int) -> bool:
@@ -115,7 +166,12 @@ def _check_sealed(seg: Segment, next_base: int, clean: bool, report: RecoveryRep
         if info.base_offset != expected:
             break
         end, expected = pos + info.size, info.next_offset
-    return end == seg.size and expected == next_base
+    if end != seg.size or expected > next_base:
+        return False
+    if expected < next_base:  # offsets whose write failed (a full disk): never given again
+        seg.next_offset = expected
+        report.notes.append(f"{seg.log_path}: offsets {expected}..{next_base - 1} were never written (a gap)")
+    return True
 
 
 def _open_active(seg: Segment, clean: bool, now_ms: int, report: RecoveryReport) -> None:
@@ -141,7 +197,13 @@ def _open_active(seg: Segment, clean: bool, now_ms: int, report: RecoveryReport)
             log.debug("recovery: %s: %d zeroed bytes after position %d cut", seg.log_path, seg.size - end, end)
         else:
             report.truncated_bytes += seg.size - end
-            report.notes.append(f"{seg.log_path}: cut {seg.size - end} bytes at position {end}: {reason}")
+            _add_dropped(report, intact_after(seg.log_path, end, seg.size))
+            cut_at = infos[-1][1].next_offset if infos else seg.base_offset
+            lost = (f"records {report.dropped[0]}..{report.dropped[1]} ({report.dropped[2]}) found intact after "
+                    f"it dropped too" if report.dropped else "no intact record found after it")
+            report.notes.append(f"{seg.log_path}: the log now ends at offset {cut_at}: {seg.size - end} bytes cut "
+                                f"at position {end} ({reason}); {lost}")
+            report.cut_offset = cut_at
         os.truncate(seg.log_path, end)
     seg.size = seg.file_end = end
     if start:
@@ -172,11 +234,16 @@ def recover_partition(
         if not _check_sealed(seg, segments[i + 1].base_offset, clean, report):
             report.notes.append(f"{seg.log_path}: damaged; the log now ends in it")
             for later in segments[i + 1 :]:
+                _add_dropped(report, intact_after(later.log_path, 0, later.size))
                 _remove_segment(later, cache)
                 report.removed_segments.append(later.log_path)
             segments = segments[: i + 1]
+            _open_active(segments[-1], clean, now_ms, report)
+            if report.cut_offset is None:  # the damaged segment itself was whole: cut at its end
+                report.cut_offset = segments[-1].next_offset
             break
-    _open_active(segments[-1], clean, now_ms, report)
+    else:
+        _open_active(segments[-1], clean, now_ms, report)
     if report.changed:
         for note in report.notes:
             log.warning("recovery: %s", note)

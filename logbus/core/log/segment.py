@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from bisect import bisect_left
 from typing import Iterator
 
 from . import format as F
@@ -104,6 +105,23 @@ class Segment:
             if self.file_end - end < ahead >> 2:
                 self._write_zeros(h.fd, end + ahead)
         return h
+
+    def cut_back(self, position: int, next_offset: int) -> None:
+        """Forget the batches placed from ``position`` on (their write failed; the file
+        was cut there or never reached): the segment ends at ``position`` and
+        ``next_offset``, its in-memory indexes without the entries past them."""
+        self.size = position
+        self.next_offset = next_offset
+        idx, tidx = self.index, self.time_index
+        keep = bisect_left(idx.positions, position)
+        del idx.positions[keep:], idx.rel_offsets[keep:]
+        keep = bisect_left(tidx.rel_offsets, next_offset - self.base_offset)
+        del tidx.timestamps[keep:], tidx.rel_offsets[keep:]
+        last = idx.positions[-1] if len(idx) else 0
+        self.max_timestamp = tidx.last_timestamp()
+        for _, info in self.walk(last, position):  # the batches after the last entry
+            self.max_timestamp = max(self.max_timestamp, info.max_timestamp)
+        self._since_index = position - last
 
     def _write_zeros(self, fd: int, until: int) -> None:
         """Zeros from ``file_end`` to ``until``; a failure (disk full) just ends them:

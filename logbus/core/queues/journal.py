@@ -37,10 +37,13 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from ..errors import StorageError
 from .queue import Entry
 from ..state import (
     CF_QUEUES,
     CF_TIMERS,
+    QUEUE_ENTRY_PREFIX,
+    TIMER_PREFIX,
     StateStore,
     queue_delivered_key,
     queue_entries_prefix,
@@ -48,6 +51,7 @@ from ..state import (
     queue_entry_seq,
     unpack_uint64,
 )
+from ..state_pb2 import TimerRecord
 from ..tick import tick_of
 
 # partition, offset, size, priority, expires_ms, deliveries; then the topic
@@ -91,6 +95,28 @@ def unpack_entry(seq: int, raw: bytes) -> tuple[Entry, int]:
         partition, offset, size, priority, expires_ms, deliveries = _ENTRY_V0.unpack_from(raw)
         deadline, topic = 0, raw[_ENTRY_V0.size :].decode()
     return Entry(seq, topic, partition, offset, size, priority, expires_ms, deliveries, visible), deadline
+
+
+def forget_from(store: StateStore, topic: str, partition: int, offset: int) -> tuple[int, int]:
+    """Delete, in one write, every queue entry and timer that points at ``offset`` or
+    later in ``topic``/``partition``: recovery cut the log there, and the offsets will be
+    given to new records (run at start, before queues are loaded). Returns (entries,
+    timers) deleted."""
+    entries: list[bytes] = []
+    for key, raw in store.scan_prefix(CF_QUEUES, QUEUE_ENTRY_PREFIX):
+        e, _ = unpack_entry(queue_entry_seq(key), raw)
+        if e.offset >= offset and e.partition == partition and e.topic == topic:
+            entries.append(key)
+    timers: list[bytes] = []
+    for key, raw in store.scan_prefix(CF_TIMERS, TIMER_PREFIX):
+        rec = TimerRecord.FromString(raw)
+        if rec.offset >= offset and rec.partition == partition and rec.topic == topic:
+            timers.append(key)
+    if entries or timers:
+        with store.batch(sync=True) as b:
+            b.delete_many(CF_QUEUES, entries)
+            b.delete_many(CF_TIMERS, timers)
+    return len(entries), len(timers)
 
 
 class QueueStore:
@@ -168,7 +194,7 @@ class QueueStore:
             self.commit()
         elif not self._scheduled:
             self._scheduled = True
-            self._tick.later(self.commit)
+            self._tick.later(self._commit_at_tick_end)
 
     def put_timer(self, key: bytes, value: bytes) -> None:
         """A timer record (CF timers), written with this tick's queue changes."""
@@ -185,7 +211,15 @@ class QueueStore:
         """Changes not yet committed."""
         return bool(self._puts or self._deletes or self._timer_puts or self._timer_deletes)
 
+    def _commit_at_tick_end(self) -> None:
+        try:
+            self.commit()
+        except StorageError:
+            pass  # the store logged it; the changes are kept for the next commit
+
     def commit(self) -> None:
+        """Write what changed since the last commit as one batch. StorageError: the
+        store refused it; the changes are kept, and go with the next commit."""
         self._scheduled = False
         if not self.pending:
             return
@@ -195,12 +229,20 @@ class QueueStore:
         self._timer_puts, self._timer_deletes = {}, set()
         if self.store is None:
             return
-        with self.store.batch() as b:
-            b.delete_many(CF_QUEUES, deletes)
-            b.put_many(CF_QUEUES, puts.items())
-            if timer_puts or timer_deletes:
-                b.delete_many(CF_TIMERS, timer_deletes)
-                b.put_many(CF_TIMERS, timer_puts.items())
+        try:
+            with self.store.batch() as b:
+                b.delete_many(CF_QUEUES, deletes)
+                b.put_many(CF_QUEUES, puts.items())
+                if timer_puts or timer_deletes:
+                    b.delete_many(CF_TIMERS, timer_deletes)
+                    b.put_many(CF_TIMERS, timer_puts.items())
+        except StorageError:
+            # Kept for the next commit (nothing changed since the swap: one thread). No
+            # key counts as new any more: a failed batch may still be found in RocksDB's
+            # write-ahead log when it is reopened, so a later settle must delete it.
+            self._puts, self._deletes = puts, deletes
+            self._timer_puts, self._timer_deletes = timer_puts, timer_deletes
+            raise
 
 
 class QueueStoreJournal:

@@ -24,6 +24,7 @@ from typing import Callable
 from ..log import batch as B
 from ..log.batch import Record
 from ..log.manager import LogManager
+from ..errors import LogbusError, RecordGone
 from ..message import Message
 
 Key = tuple[str, int, int]  # topic, partition, offset
@@ -65,12 +66,23 @@ class MessageStore:
             del self._live[key]
             self.live_bytes -= item[2]
 
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic: what is kept of its records goes (its offsets will be given
+        to new records if it is made again)."""
+        for key in [k for k in self._live if k[0] == topic]:
+            self.live_bytes -= self._live.pop(key)[2]
+        for bkey in [k for k in self._batches if k[0] == topic]:
+            del self._batches[bkey]
+
     def get(self, topic: str, partition: int, offset: int) -> Message:
         item = self._live.get((topic, partition, offset))
         if item is not None:
             msg: Message = item[0]
             return msg
-        return Message.from_record(self._record(topic, partition, offset))
+        try:
+            return Message.from_record(self._record(topic, partition, offset))
+        except (KeyError, LogbusError) as e:  # no such record, topic, partition or offset
+            raise RecordGone(f"no record at offset {offset} of {topic}/{partition}: {e}") from None
 
     def _record(self, topic: str, partition: int, offset: int) -> Record:
         for bkey, records in reversed(self._batches.items()):

@@ -45,6 +45,10 @@ class OffsetPins:
         self._parts: dict[tuple[str, int], _Partition] = {}
 
     def add(self, topic: str, partition: int, offset: int) -> None:
+        """One more pin at ``offset``; a negative one (an entry whose record is gone,
+        ``queue.GONE``) pins nothing."""
+        if offset < 0:
+            return
         part = self._parts.get((topic, partition))
         if part is None:
             part = self._parts[(topic, partition)] = _Partition()
@@ -86,6 +90,11 @@ class OffsetPins:
         while heap[0] not in counts:
             heapq.heappop(heap)
         return heap[0] << self.shift
+
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic: nothing pins it any more."""
+        for key in [k for k in self._parts if k[0] == topic]:
+            del self._parts[key]
 
     def partitions(self) -> list[tuple[str, int]]:
         """The (topic, partition) pairs with a pin."""

@@ -77,10 +77,15 @@ MAXLEN = "maxlen"
 REJECTED = "rejected"
 DELIVERY_LIMIT = "delivery_limit"
 
+GONE = -1  # the offset of an entry whose record is gone (``orphan``): no record is there
+
 DROP_HEAD = "drop-head"
 REJECT_PUBLISH = "reject-publish"
 REJECT_PUBLISH_DLX = "reject-publish-dlx"
 OVERFLOW_MODES = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
+# the new message is dropped and its publisher not told (Mosquitto's max_queued_messages);
+# a session queue's mode, not one a client declares
+DROP_NEW = "drop-new"
 
 
 class Outcome(enum.Enum):
@@ -328,7 +333,9 @@ class Queue(Viewed):
         limited = lim.max_length is not None or lim.max_length_bytes is not None
         while staged and staged[0][0] <= now_ms:
             _, seq = heapq.heappop(staged)
-            entry = self.entries.pop(seq)
+            entry = self.entries.pop(seq, None)
+            if entry is None:
+                continue  # withdrawn
             self.journal.settled(seq)
             entry.visible_ms = 0
             if limited and not self._make_room(entry.size, removed):
@@ -469,6 +476,54 @@ class Queue(Viewed):
                 self._ready_out(entry)
                 removed.append(self._settle(entry, EXPIRED))
         return removed
+
+    def withdraw(self, topic: str, partition: int, first: int, end: int) -> list[Entry]:
+        """Remove the ready and staged entries that point at offsets ``first`` up to
+        ``end`` of ``topic``/``partition`` (appends refused after their offsets were
+        given); returns them. Leased ones stay: their consumer has the message, and
+        settles them as usual."""
+        gone = [e for e in self.entries.values()
+                if first <= e.offset < end and e.partition == partition and e.topic == topic
+                and e.seq not in self.leases]
+        self.drop(gone)
+        return gone
+
+    def orphan(self, topic: str, partition: int, first: int, end: int) -> int:
+        """Leased entries that point at offsets ``first`` up to ``end`` of
+        ``topic``/``partition`` (a topic deleted with force, whose offsets will be given
+        again) point at nothing from now on (``GONE``): their consumer still settles
+        them; given back, they are dropped where they are met. Returns how many."""
+        n = 0
+        for seq, lease in self.leases.items():
+            e = self.entries[seq]
+            if first <= e.offset < end and e.partition == partition and e.topic == topic:
+                self._unpin(e)  # it points at nothing: it holds no segment
+                e.offset = GONE
+                self.journal.delivered(e, lease.deadline_ms, False)
+                n += 1
+        return n
+
+    def drop(self, entries: list[Entry]) -> None:
+        """Remove ``entries`` whatever their state (their records are gone); the lease
+        of a leased one ends, so its receipt settles nothing from now on."""
+        staged = False
+        for e in entries:
+            seq = e.seq
+            if self.entries.get(seq) is not e:
+                continue
+            if seq in self.leases:
+                del self.leases[seq]  # (its deadline stays in the heap: skipped there)
+            elif e.visible_ms:
+                staged = True
+            else:  # ready: its seq stays in a ready heap, skipped there
+                self._ready_out(e)
+                self._stale += 1
+            del self.entries[seq]
+            self._unpin(e)
+            self.journal.settled(seq)
+        if staged:
+            self._staged = [item for item in self._staged if item[1] in self.entries]
+            heapq.heapify(self._staged)
 
     def purge(self) -> int:
         """Drop every ready entry (leased ones stay); returns how many."""

@@ -43,12 +43,13 @@ from typing import Any, Mapping, Protocol
 from ...filters.message_filter import FilterSpec
 from ...filters.properties import record_properties
 from ...retry.policy import IMMEDIATE, RetryPolicy
-from ..errors import NotFound
+from ..errors import NotFound, RecordGone
 from ..message import Message
 from ..state_pb2 import TimerRecord
 from .journal import QueueStore
 from .msgstore import MessageStore
 from .queue import (
+    DROP_NEW,
     MAXLEN,
     REJECT_PUBLISH_DLX,
     Entry,
@@ -68,6 +69,7 @@ from .timers import Timers
 log = logging.getLogger(__name__)
 
 WAKE_SPACING_MS = 2  # staged entries due within this of each other are made ready by one call
+GONE_LOG_MS = 10_000  # a queue's dropped entries are logged at most this often
 FILL_BATCH = 2000  # backlog entries a new consumer filter's view judges per reactor turn (about 10 ms)
 
 
@@ -125,6 +127,8 @@ class QueueState:
     next_consumer: int = 0
     had_consumer: bool = False
     used_ms: int = 0  # last declare, get or consumer change (auto-expiry counts from here)
+    # told of each message dropped, its publisher not told, at the length limit (overflow drop-new)
+    on_dropped: Callable[[], object] | None = None
 
 
 DeadLetter = Callable[[QueueState, Message, str, Entry | None], None]  # the entry: None when refused
@@ -148,6 +152,8 @@ class QueueService:
         self._staged: set[str] = set()  # queues with staged entries
         self._wake_call: Any = None
         self._wake_at = 0
+        self.records_gone = 0  # entries dropped because their records are gone
+        self._gone_logged: dict[str, tuple[int, int]] = {}  # queue -> (last logged, not logged since)
 
     # -- queues --------------------------------------------------------------------------
 
@@ -208,8 +214,9 @@ class QueueService:
         dispatches the queues. ``expires_ms``: the message's own expiry as its gateway
         reads it (AMQP's expiration), else the envelope's ``expires_at_ms`` (0: none).
         ``visible_ms``: a delayed message's due time (a released timer): the entries are
-        staged until then, the message kept in memory as a published one is (timers are
-        released at most ``timers.LEAD_MS`` ahead, so it is not kept long)."""
+        staged until then, the message kept in memory as a published one is, for the
+        queues with a consumer (timers are released at most ``timers.LEAD_MS`` ahead, so
+        it is not kept long)."""
         if now is None:
             now = self.clock()
         env = message.envelope
@@ -220,10 +227,11 @@ class QueueService:
         if visible_ms:
             n = 0
             for name in names:
-                self.queues[name].queue.publish(topic, partition, offset, size, priority=priority,
-                                                expires_ms=expires_ms, now_ms=now, visible_ms=visible_ms)
+                qs = self.queues[name]
+                qs.queue.publish(topic, partition, offset, size, priority=priority,
+                                 expires_ms=expires_ms, now_ms=now, visible_ms=visible_ms)
                 self._staged_in(name, visible_ms, now)
-                n += 1
+                n += bool(qs.consumers)  # kept in memory for the queues with a consumer, as below
             self.messages.remember(topic, partition, offset, message, size, n)
             return False
         refs = 0
@@ -237,9 +245,15 @@ class QueueService:
             if removed:
                 dropped += [(qs, r) for r in removed]
             if entry is None:
-                refused.append(qs)
-            else:
+                if qs.queue.limits.overflow != DROP_NEW:
+                    refused.append(qs)
+                elif qs.on_dropped is not None:
+                    qs.on_dropped()
+            elif qs.consumers:
                 refs += 1
+        # kept in memory for the queues with a consumer only: the others (an offline MQTT
+        # session, a backlog nobody reads) take it from the log when its turn comes, so
+        # what waits costs its entry, not its message (issue 30)
         self.messages.remember(topic, partition, offset, message, size, refs)
         for qs, r in dropped:
             self._removed(qs, r)
@@ -294,7 +308,7 @@ class QueueService:
             if message is None:
                 try:
                     message = self.message(entry)
-                except KeyError:  # no such record any more: nothing to take
+                except RecordGone:  # no such record any more: nothing to take
                     return False
             return f.takes(message, entry.topic, properties)
 
@@ -336,7 +350,11 @@ class QueueService:
                     return
                 done.append(consumer)
                 continue
-            message = self.message(entry)
+            try:
+                message = self.message(entry)
+            except RecordGone as e:
+                self.gone(qs, [entry], e)
+                continue
             r = receipt(entry)
             if consumer.no_ack:
                 q.settle(r, Outcome.ACK)
@@ -367,14 +385,18 @@ class QueueService:
             self._unstage(qs, now)
         deadline = now + invisible_ms if invisible_ms else 0
         out: list[Delivery] = []
-        for _ in range(n):
+        while len(out) < n:
             entry, removed = q.take(owner, now, deadline)
             for rm in removed:
                 self._removed(qs, rm)
             if entry is None:
                 break
             r = receipt(entry)
-            message = self.message(entry)
+            try:
+                message = self.message(entry)
+            except RecordGone as e:
+                self.gone(qs, [entry], e)
+                continue
             if no_ack:
                 q.settle(r, Outcome.ACK)
                 self.messages.release(entry.topic, entry.partition, entry.offset)
@@ -523,6 +545,50 @@ class QueueService:
         if n:
             self.dispatch(qs.name)
 
+    # -- records that are gone -----------------------------------------------------------------
+    #
+    # An entry points at a record; the record may be gone: its topic deleted (forced),
+    # retention or recovery removed it, or its append was refused after its offset was
+    # given (a failed write). Such an entry is dropped where it is met (``gone``), counted
+    # and logged, and the next one is delivered; no consumer ever sees an error for it.
+
+    def gone(self, qs: QueueState, entries: list[Entry], why: Exception) -> None:
+        """Drop ``entries`` of ``qs`` whose records are gone."""
+        qs.queue.drop(entries)
+        for e in entries:
+            self.messages.release(e.topic, e.partition, e.offset)
+        self._count_gone(qs, len(entries), why)
+
+    def withdraw(self, topic: str, partition: int, first: int, end: int, why: Exception, *,
+                 leased: bool = False) -> int:
+        """Drop every ready or staged entry of every queue that points at offsets
+        ``first`` up to ``end`` of ``topic``/``partition`` (appends refused after their
+        offsets were given: they leave no trace); returns how many. ``leased``: leased
+        ones too point at nothing from now on (``Queue.orphan``; a deleted topic, whose
+        offsets will be given again)."""
+        n = 0
+        for qs in self.queues.values():
+            gone = qs.queue.withdraw(topic, partition, first, end)
+            if gone:
+                for e in gone:
+                    self.messages.release(e.topic, e.partition, e.offset)
+                self._count_gone(qs, len(gone), why)
+                n += len(gone)
+            if leased:
+                n += qs.queue.orphan(topic, partition, first, end)
+        return n
+
+    def _count_gone(self, qs: QueueState, n: int, why: Exception) -> None:
+        self.records_gone += n
+        now = self.clock()
+        last, count = self._gone_logged.get(qs.name, (0, 0))
+        if now - last >= GONE_LOG_MS:
+            log.warning("queue %r of vhost %r: %d entries dropped, their records are gone (%s)",
+                        qs.name, self.vhost, count + n, why)
+            self._gone_logged[qs.name] = (now, 0)
+        else:
+            self._gone_logged[qs.name] = (last, count + n)
+
     # -- dead letters --------------------------------------------------------------------------
 
     def _removed(self, qs: QueueState, r: Removed) -> None:
@@ -530,8 +596,8 @@ class QueueService:
         if r.reason and qs.settings.dead_letter is not None and self._dead_letter is not None:
             try:
                 self._dead_letter(qs, self.messages.get(e.topic, e.partition, e.offset), r.reason, e)
-            except KeyError as exc:
-                log.info("dead-lettering from %r failed: %s", qs.name, exc)
+            except RecordGone as exc:
+                self._count_gone(qs, 1, exc)
         self.messages.release(e.topic, e.partition, e.offset)
 
     # -- retention -----------------------------------------------------------------------------

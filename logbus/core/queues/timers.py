@@ -159,6 +159,21 @@ class Timers:
         else:
             self._qs.delete_timer(key)
 
+    def forget_topic(self, topic: str) -> int:
+        """Delete every timer pointing into ``topic`` (deleted with force: its offsets will
+        be given again), with its pins; returns how many. A scan of every timer: a
+        topic deletion, not a hot path."""
+        n = 0
+        for key, value in list(self._scan(None, TIMER_PREFIX)):
+            if TimerRecord.FromString(value).topic == topic:
+                if self._store is None:
+                    self._mem.pop(key, None)
+                else:
+                    self._qs.delete_timer(key)
+                n += 1
+        self.pins.forget_topic(topic)
+        return n
+
     def pinned_from(self, topic: str, partition: int) -> int | None:
         """The lowest offset a pending timer may point at in (topic, partition) (the
         start of its block of ``1 << PIN_SHIFT`` offsets; None: none). Retention keeps

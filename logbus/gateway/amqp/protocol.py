@@ -5,6 +5,14 @@ The transport's push-producer callbacks tell the connection when the socket's bu
 is full (``pauseProducing``), so consumers without acks stop being fed until it
 drains; consumers with acks are bounded by their prefetch anyway.
 
+**Handshake timeout** (RabbitMQ's ``handshake_timeout``): a connection that has not
+reached connection.open (protocol header, start-ok, tune-ok, open) within
+``handshake_timeout`` seconds of being accepted is closed, without a Connection.Close
+(none can be sent before tune), as RabbitMQ does. After the open, heartbeats bound a
+silent client; any bytes count as life (as RabbitMQ's), and a client that negotiated
+heartbeat 0 is bounded by nothing but TCP, as in RabbitMQ: what it can hold meanwhile is
+one unfinished frame (at most frame_max).
+
 The other direction is the broker's: the factory follows the resource alarms
 (core/pressure.py) and hands them to every connection, which may ask its transport to
 stop reading (the transport's own ``pauseProducing``) until they clear. It also hears
@@ -43,10 +51,14 @@ from ...core.types import AccessChange, ConnectionRecord
 from ...core.broker import Broker
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
 from ..output import direct_writer, is_tls, peer_of
+from .handshake import State
 from .session import Prompt, Session, blocked_reason
 from .linger import LingerTuner, lingers
 
 log = logging.getLogger(__name__)
+
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0  # seconds, RabbitMQ's handshake_timeout
+_OPENING = frozenset({State.START, State.AUTHENTICATING, State.TUNE, State.OPEN, State.OPENING})
 
 
 def _loopback(host: str) -> bool:
@@ -64,6 +76,7 @@ class AmqpProtocol(Protocol):
         self._lingering = False  # reading paused for the read linger
         self._blocked = False  # reading paused for a resource alarm
         self._tuner = factory.tuner()
+        self._handshake_call: Any = None
 
     def connectionMade(self) -> None:
         t: Any = cast(Any, self.transport)
@@ -79,8 +92,19 @@ class AmqpProtocol(Protocol):
                             record=self.record)
         t.registerProducer(self, True)
         self.factory.connections.add(self)
+        self._handshake_call = self.factory.reactor.callLater(self.factory.handshake_timeout, self._handshake_over)
         if self.factory.alarm is not None:
             self.conn.resource_alarm(self.factory.alarm)
+
+    def _handshake_over(self) -> None:
+        self._handshake_call = None
+        conn = self.conn
+        if conn is None or not conn.open or conn.state not in _OPENING:
+            return
+        self.factory.handshake_timeouts.inc()
+        log.info("amqp connection %s: no connection.open within %.1f s (handshake_timeout_ms), in state %s:"
+                 " closed", conn.peer, self.factory.handshake_timeout, conn.state.value)
+        cast(Any, self.transport).loseConnection()  # a FIN after what we sent (Start, Tune), as RabbitMQ
 
     def _close_forced(self, reason: str) -> None:
         if self.conn is not None:
@@ -115,6 +139,9 @@ class AmqpProtocol(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.factory.connections.discard(self)
+        if self._handshake_call is not None and self._handshake_call.active():
+            self._handshake_call.cancel()
+        self._handshake_call = None
         if self.record is not None:
             self.factory.broker.connection_closed(self.record)
         if self.conn is not None:
@@ -145,8 +172,13 @@ class AmqpProtocol(Protocol):
 
 class AmqpFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, *, read_linger: float = 0.0,
-                 read_linger_max: float = 0.0, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+                 read_linger_max: float = 0.0, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+                 handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT) -> None:
         self.broker = broker
+        self.handshake_timeout = handshake_timeout  # seconds from accept to connection.open
+        self.handshake_timeouts = broker.metrics.counter(
+            "logbus_amqp_handshake_timeouts",
+            "AMQP connections closed for not reaching connection.open within handshake_timeout_ms")
         self.max_message_size = max_message_size  # larger bodies: 406 PRECONDITION_FAILED
         self.reactor = reactor
         self.read_linger = read_linger  # seconds, the shortest pause; 0: never

@@ -24,7 +24,7 @@ from typing import Any
 from pamqp import base
 
 from ...core.broker import Broker
-from ...core.errors import LoopbackOnly, Refused
+from ...core.errors import LoopbackOnly, Refused, StorageError
 from ...core.types import ConnectionRecord, Resource
 from ...core.types import RESOURCES
 from ...core.types import tick_of
@@ -46,7 +46,7 @@ from .requests import (
     SetReading,
     VHostFailure,
 )
-from .errors import AMQPChannelError, AMQPConnectionError
+from .errors import INTERNAL_ERROR, AMQPChannelError, AMQPConnectionError
 from .events import Ack, MethodReceived, Nack, Publish, Reject
 
 log = logging.getLogger(__name__)
@@ -205,6 +205,9 @@ class Session:
                 machine.channel_error(e)
             except AMQPConnectionError as e:
                 machine.connection_error(e)
+            except StorageError as e:  # the disk failed under a declare or a bind: 541, said cleanly
+                log.error("AMQP request failed on storage: %s", e)
+                machine.connection_error(AMQPConnectionError(INTERNAL_ERROR, str(e), channel=0))
 
     def _publish(self, publish: Callable[[Any], None], what: Any) -> None:
         """``publish(what)``, noting whether it fed a consumer (``fed``)."""

@@ -69,8 +69,8 @@ class AdminClient:
     def alter_topic(self, name: str, config: dict[str, Any]) -> dict[str, Any]:
         return self._call("PUT", "/api/topics/" + quote(name, safe=""), {"config": config})
 
-    def delete_topic(self, name: str) -> None:
-        self._call("DELETE", "/api/topics/" + quote(name, safe=""))
+    def delete_topic(self, name: str, force: bool = False) -> None:
+        self._call("DELETE", "/api/topics/" + quote(name, safe="") + ("?force=true" if force else ""))
 
     def pop_receive(self, group: str, topic: str, max: int = 1, invisible_ms: int | None = None,
                     member: str | None = None, filter_tag: str | None = None,

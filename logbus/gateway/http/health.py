@@ -1,15 +1,29 @@
-"""GET /healthz: 200 ``{"status": "ok"}`` while the broker serves."""
+"""GET /healthz: 200 ``{"status": "ok"}`` while the broker serves as it should; 503
+``{"status": "failing", "reasons": [...]}`` while it does not (a partition or the state
+store refusing writes, a resource alarm, a listener down: ``Broker.health``)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from twisted.web import server
 
 from .resource import ApiResource
 from .responses import Response
 
+if TYPE_CHECKING:
+    from ...core.broker import Broker
+
 
 class Health(ApiResource):
     isLeaf = True
 
+    def __init__(self, broker: Broker) -> None:
+        super().__init__()
+        self.broker = broker
+
     def handle_GET(self, request: server.Request) -> Response:
+        reasons = self.broker.health()
+        if reasons:
+            return Response.json(503, {"status": "failing", "reasons": reasons})
         return Response.json(200, {"status": "ok"})

@@ -82,6 +82,20 @@ class NotFound(ApiResource):
         return _write(request, not_found(request).response(), request.method == b"HEAD")
 
 
+class Refusal(ApiResource):
+    """What a path that cannot be resolved answers: a ``getChild`` raised ``error``
+    (a name in the path that is no UTF-8, say)."""
+
+    isLeaf = True
+
+    def __init__(self, error: HttpError) -> None:
+        super().__init__()
+        self.error = error
+
+    def render(self, request: server.Request) -> bytes:
+        return _write(request, self.error.response(), request.method == b"HEAD")
+
+
 def _error_response(failure: Failure, method: str, request: server.Request) -> Response:
     exc = failure.value
     if isinstance(exc, HttpError):

@@ -31,6 +31,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "access_refused": 403,
     "precondition_failed": 400,
     "resource_locked": 409,
+    "topic_in_use": 409,
     "unsupported": 400,
     "replay_in_progress": 409,
 }

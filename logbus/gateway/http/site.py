@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.protocol import connectionDone
@@ -30,8 +31,10 @@ from .metrics import Metrics
 from .mqtt import MqttClients, MqttSessions
 from .permissions import Permissions
 from .pop import Pop
-from .request import LimitedRequest
-from .resource import Directory
+from .request import LimitedRequest, abort_transport, discard
+from .resource import Directory, Refusal
+from .responses import HttpError, Response
+from .timeouts import Phase, RequestClock, Timeouts
 from .topic_permissions import TopicPermissions
 from .topics import Topics
 from .users import Users
@@ -40,28 +43,124 @@ from .vhosts import VHosts
 if TYPE_CHECKING:
     from ...core.broker import Broker
 
+log = logging.getLogger(__name__)
 access_log = logging.getLogger("logbus.http.access")
+ABORT_AFTER = 5.0  # seconds a timed-out connection has to take our answer before it is reset
+
+_SETTING = {Phase.HEAD: "handshake_timeout_ms", Phase.BODY: "http_body_timeout_ms",
+            Phase.IDLE: "http_idle_timeout_ms"}
 
 
 class RegisteredChannel(http.HTTPChannel):
-    """An HTTP connection, in the broker's connection registry while it is open."""
+    """An HTTP connection, in the broker's connection registry while it is open, held
+    to the timeouts of its site (timeouts.py): a request head or body that takes too
+    long is answered 408 and the connection closed; a silent new connection or an idle
+    kept-alive one is closed."""
 
     record: ConnectionRecord | None = None
+    clock: RequestClock | None = None
+    _deadline_call: Any = None
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        broker = self.site.broker  # type: ignore[attr-defined]
+        site: ApiSite = self.site  # type: ignore[attr-defined]
+        broker = site.broker
         t: Any = self.transport
         host, port = peer_of(t)
         self.record = broker.connection_opened("http", f"{host}:{port}", tls=is_tls(t),
                                                close=lambda reason: t.loseConnection())
+        self.clock = RequestClock(site.timeouts, self._reactor().seconds())
+        self._arm()
 
     def dataReceived(self, data: bytes) -> None:
         if self.record is not None:
             self.record.bytes_in += len(data)
+        clock = self.clock
+        if clock is not None and not clock.started and clock.phase in (Phase.HEAD, Phase.IDLE):
+            idle = clock.phase is Phase.IDLE
+            clock.data(self._reactor().seconds())
+            if idle:
+                self._arm()
         super().dataReceived(data)
 
+    def allHeadersReceived(self) -> None:
+        if self.clock is not None:
+            self.clock.head_done(self._reactor().seconds())
+            self._arm()
+        super().allHeadersReceived()
+
+    def allContentReceived(self) -> None:
+        if self.clock is not None:
+            self.clock.body_done()
+        super().allContentReceived()
+
+    def requestDone(self, request: http.Request) -> None:
+        clock = self.clock
+        if clock is not None:
+            if self.persistent:
+                clock.answered(self._reactor().seconds())
+                self._arm()
+            else:
+                clock.stop()
+        super().requestDone(request)
+
+    def _reactor(self) -> Any:
+        return self.site.reactor  # type: ignore[attr-defined]
+
+    def stop_deadlines(self) -> None:
+        """The connection is being closed another way (a 413's lingering close)."""
+        if self.clock is not None:
+            self.clock.stop()
+
+    def _arm(self) -> None:
+        """One reactor call, at or before the current deadline."""
+        assert self.clock is not None
+        deadline = self.clock.deadline
+        if deadline is None:
+            return  # the call, if any, finds nothing due and goes
+        reactor = self._reactor()
+        call = self._deadline_call
+        delay = max(0.0, deadline - reactor.seconds())
+        if call is None or not call.active():
+            self._deadline_call = reactor.callLater(delay, self._deadline_passed)
+        elif call.getTime() > deadline:
+            call.reset(delay)
+
+    def _deadline_passed(self) -> None:
+        self._deadline_call = None
+        clock = self.clock
+        if clock is None:
+            return
+        now = self._reactor().seconds()
+        phase = clock.expired(now)
+        if phase is None:
+            self._arm()
+            return
+        site: ApiSite = self.site  # type: ignore[attr-defined]
+        site.timed_out(phase)
+        seconds = {Phase.HEAD: clock.timeouts.head, Phase.BODY: clock.timeouts.body,
+                   Phase.IDLE: clock.timeouts.idle}[phase]
+        answer = phase is Phase.BODY or (phase is Phase.HEAD and clock.started)
+        what = {Phase.HEAD: "request head" if clock.started else "request",
+                Phase.BODY: "request body", Phase.IDLE: "new request on a kept-alive connection"}[phase]
+        log.info("HTTP %s: no complete %s within %.1f s (%s): %s", self.record.peer if self.record else "?",
+                 what, seconds, _SETTING[phase], "answered 408, closed" if answer else "closed")
+        clock.stop()
+        t: Any = self.transport
+        self.dataReceived = discard  # type: ignore[method-assign]
+        if answer:
+            response = Response.error(408, "request_timeout",
+                                      f"the {what} was not complete within {seconds:g} s")
+            t.write(b"HTTP/1.1 408 Request Timeout\r\n"
+                    + f"Content-Type: {response.content_type}\r\nContent-Length: {len(response.body)}\r\n"
+                      "Connection: close\r\n\r\n".encode() + response.body)
+        t.loseConnection()
+        self._reactor().callLater(ABORT_AFTER, partial(abort_transport, t))
+
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self._deadline_call is not None and self._deadline_call.active():
+            self._deadline_call.cancel()
+        self._deadline_call = None
         if self.record is not None:
             self.site.broker.connection_closed(self.record)  # type: ignore[attr-defined]
             self.record = None
@@ -73,9 +172,27 @@ class ApiSite(server.Site):
     protocol = RegisteredChannel  # type: ignore[assignment]  # twisted types it as a generic factory
     noisy = False  # no "Starting factory" lines; server.py logs the bound address
 
-    def __init__(self, root: Any, broker: Broker, reactor: Any = None) -> None:
-        super().__init__(root, reactor=reactor)
+    def __init__(self, root: Any, broker: Broker, reactor: Any = None, timeouts: Timeouts | None = None) -> None:
+        # timeout=None: twisted's own idle timer (reset by every byte) gives way to ours
+        super().__init__(root, reactor=reactor, timeout=None)
         self.broker = broker
+        self.timeouts = timeouts or Timeouts()
+        self._timeout_counters = {
+            phase: broker.metrics.counter(f"logbus_http_{phase.value}_timeouts", doc) for phase, doc in (
+                (Phase.HEAD, "HTTP connections closed for no complete request head within handshake_timeout_ms"),
+                (Phase.BODY, "HTTP requests answered 408 for no complete body within http_body_timeout_ms"),
+                (Phase.IDLE, "Kept-alive HTTP connections closed idle after http_idle_timeout_ms"))}
+
+    def timed_out(self, phase: Phase) -> None:
+        self._timeout_counters[phase].inc()
+
+    def getResourceFor(self, request: http.Request) -> resource.IResource:
+        """The resource of the request's path; a ``getChild`` that refuses a name with
+        HttpError answers with that error (not twisted.web's 500)."""
+        try:
+            return super().getResourceFor(request)  # type: ignore[no-any-return]
+        except HttpError as exc:
+            return resource.IResource(Refusal(exc))
 
     def log(self, request: http.Request) -> None:
         if access_log.isEnabledFor(logging.DEBUG):
@@ -95,7 +212,7 @@ def build_resource(broker: Broker) -> Directory:
         b"mqtt": _directory({b"clients": MqttClients(broker), b"sessions": MqttSessions(broker)}),
     })
     return _directory({
-        b"healthz": Health(),
+        b"healthz": Health(broker),
         b"metrics": Metrics(broker.metrics.registry),
         b"api": api,
     })
@@ -109,5 +226,5 @@ def _directory(children: dict[bytes, resource.Resource]) -> Directory:
     return directory
 
 
-def build_site(broker: Broker, reactor: Any = None) -> ApiSite:
-    return ApiSite(build_resource(broker), broker, reactor=reactor)
+def build_site(broker: Broker, reactor: Any = None, timeouts: Timeouts | None = None) -> ApiSite:
+    return ApiSite(build_resource(broker), broker, reactor=reactor, timeouts=timeouts)

@@ -43,7 +43,7 @@ from ...core.types import Message
 from ...core.types import check_delay
 from ...retry.policy import MAX_DELAY_MS
 
-from .request import json_object, read_json
+from .request import json_object, query_flag, read_json
 from .resource import ApiResource
 from .responses import HttpError, Response
 
@@ -102,7 +102,9 @@ class Topic(ApiResource):
         return Response.json(200, self.broker.alter_topic(name, settings).to_json())
 
     def handle_DELETE(self, request: server.Request) -> Response:
-        self.broker.delete_topic(self.name())
+        """``?force=true``: a topic queues read is deleted too, their entries with it."""
+        force = query_flag(request, "force")
+        self.broker.delete_topic(self.name(), force=force)
         return Response.empty(204)
 
 

@@ -69,5 +69,8 @@ def parse_user(body: Any, name: str) -> dict[str, Any]:
     body = json_object(body, FIELDS)
     if "name" in body and body["name"] != name:
         raise HttpError(400, "bad_request", f"name {body['name']!r} in the body is not {name!r} of the path")
+    tags = body.get("tags")
+    if tags is not None and not isinstance(tags, (str, list)):
+        raise HttpError(400, "bad_request", "tags must be a comma-separated string or a list of strings")
     return {"password": body.get("password"), "password_hash": body.get("password_hash"),
             "hashing_algorithm": body.get("hashing_algorithm") or SHA256, "tags": body.get("tags")}

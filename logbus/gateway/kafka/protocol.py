@@ -1,11 +1,28 @@
 """The thin Twisted shell around the Kafka codec and handlers: it moves bytes, keeps
 responses in request order (Kafka clients pipeline requests and rely on that), and
-closes only this connection, with the reason logged, when the peer breaks the protocol."""
+closes only this connection, with the reason logged, when the peer breaks the protocol.
+
+One request at a time (as Kafka mutes a connection's channel while a response is
+pending): a request is handled only once every earlier one has been answered (or, with
+``max_in_flight`` above 1, while fewer than that are unanswered). Frames of a read that
+cannot be handled yet are held, and the socket is not read again (``pauseProducing``)
+until they have all been handled and answered; then reading resumes. So a client that
+pipelines is served in order at the pace of its answers, and what a connection holds is
+bounded by one read (``READ_SIZE``) plus the decoder's one unfinished frame. A client
+that waits for each answer never pauses the socket.
+
+Idle (Kafka's ``connections.max.idle.ms``): a connection is closed when it has sent no
+complete request for ``idle_timeout`` seconds and is owed no answer. Bytes of a request
+that never completes do not count as activity, so a request trickled in forever (a
+slowloris inside a frame) is closed by the same timeout. One reactor call per
+connection, moved forward lazily when it fires.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import Any, cast
 
 from twisted.internet.defer import Deferred, maybeDeferred
@@ -30,15 +47,24 @@ log = logging.getLogger(__name__)
 API_VERSIONS = 18
 SLOW_ANSWER = 10.0  # seconds: a request closed unanswered after this is logged as a warning
 READ_SIZE = 1 << 20  # bytes per recv: a produce request of ~1 MiB in one read, not 16
+DEFAULT_IDLE_TIMEOUT = 600.0  # seconds: Kafka's connections.max.idle.ms
 
 
 class KafkaProtocol(Protocol):
-    def __init__(self, handlers: KafkaHandlers, max_frame: int, advertised: tuple[str, int] | None = None) -> None:
+    def __init__(self, handlers: KafkaHandlers, max_frame: int, advertised: tuple[str, int] | None = None,
+                 factory: KafkaFactory | None = None) -> None:
         self.handlers = handlers
         self._advertised = advertised
+        self.factory = factory
         self.decoder = FrameDecoder(max_frame)
         self._queue: list[list[Any]] = []  # [data, done, request, received at] slots, answered in order
+        self._held: deque[bytes] = deque()  # frames read while an answer was pending, not yet handled
+        self._muted = False  # reading paused until the held frames are handled and answered
+        self._muted_once = False  # logged for this connection
+        self._handling = False  # inside _handle_held
         self._closing = False
+        self._active = 0.0  # reactor time of the last complete request or answer written
+        self._idle_call: Any = None
 
     def connectionMade(self) -> None:
         self._t: Any = cast(Any, self.transport)
@@ -52,6 +78,9 @@ class KafkaProtocol(Protocol):
         peer_host, peer_port = peer_of(self._t)
         self.record = self.handlers.broker.connection_opened(
             "kafka", f"{peer_host}:{peer_port}", tls=is_tls(self._t), close=self._abort)
+        if self.factory is not None:
+            self._active = self.factory.reactor.seconds()
+            self._idle_call = self.factory.reactor.callLater(self.factory.idle_timeout, self._idle_check)
 
     def dataReceived(self, data: bytes) -> None:
         if self._closing:
@@ -68,24 +97,60 @@ class KafkaProtocol(Protocol):
             frames = self.decoder.feed(data)
         except KafkaProtocolError as e:
             return self._abort(str(e))
-        for frame in frames:
-            try:
-                req = parse_request(frame, self.handlers.supported)
-            except UnsupportedVersion as e:
-                if e.api_key == API_VERSIONS:
-                    self._enqueue_ready(self.handlers.unsupported_api_versions(e.correlation_id))
-                    continue
-                return self._abort(str(e))
-            except KafkaProtocolError as e:
-                return self._abort(str(e))
-            if req.client_id and not self.record.client_id:
-                self.record.client_id = req.client_id
-            slot: list[Any] = [None, False, req, time.monotonic()]
-            self._queue.append(slot)
-            d: Deferred[Any] = maybeDeferred(self.handlers.handle, req, self.advertised)
-            # errback after callback: a response that fails to encode also ends in _failed
-            d.addCallback(self._answered, req, slot)
-            d.addErrback(self._failed, req, slot)
+        if not frames:
+            return
+        self._held.extend(frames)
+        self._handle_held()
+
+    def _handle_held(self) -> None:
+        """Handle held frames while fewer than ``max_in_flight`` answers are pending;
+        mute the socket while some remain, unmute once all are handled and there is
+        room for another request."""
+        if self._handling:
+            return  # an answer written while handling: the loop below goes on
+        self._handling = True
+        try:
+            held, queue = self._held, self._queue
+            window = self.factory.max_in_flight if self.factory is not None else 1
+            while held and len(queue) < window and not self._closing:
+                self._handle(held.popleft())
+        finally:
+            self._handling = False
+        if self._held and not self._closing:
+            if not self._muted:
+                self._muted = True
+                self._t.pauseProducing()
+                if self.factory is not None:
+                    self.factory.muted.inc()
+                if not self._muted_once:
+                    self._muted_once = True
+                    log.debug("kafka %s pipelines requests: read one at a time while an answer is pending",
+                              self._t.getPeer())
+        elif self._muted and len(self._queue) < window:
+            self._muted = False
+            if not self._closing:
+                self._t.resumeProducing()
+
+    def _handle(self, frame: bytes) -> None:
+        if self.factory is not None:
+            self._active = self.factory.reactor.seconds()
+        try:
+            req = parse_request(frame, self.handlers.supported)
+        except UnsupportedVersion as e:
+            if e.api_key == API_VERSIONS:
+                self._enqueue_ready(self.handlers.unsupported_api_versions(e.correlation_id))
+                return
+            return self._abort(str(e))
+        except KafkaProtocolError as e:
+            return self._abort(str(e))
+        if req.client_id and not self.record.client_id:
+            self.record.client_id = req.client_id
+        slot: list[Any] = [None, False, req, time.monotonic()]
+        self._queue.append(slot)
+        d: Deferred[Any] = maybeDeferred(self.handlers.handle, req, self.advertised)
+        # errback after callback: a response that fails to encode also ends in _failed
+        d.addCallback(self._answered, req, slot)
+        d.addErrback(self._failed, req, slot)
 
     def _enqueue_ready(self, data: bytes) -> None:
         self._queue.append([data, True, None, 0.0])
@@ -108,14 +173,47 @@ class KafkaProtocol(Protocol):
 
     def _flush(self) -> None:
         q = self._queue
+        if not (q and q[0][1]):
+            return
         while q and q[0][1]:
             data = q.pop(0)[0]
             if data is None or self._closing:
                 continue
             self.output.write(data if isinstance(data, Chunks) else (data,))
+        if not q and self.factory is not None:
+            self._active = self.factory.reactor.seconds()
+        if self._held or self._muted:
+            self._handle_held()
+
+    def _idle_check(self) -> None:
+        """The idle timer fired: close if nothing came or was owed for ``idle_timeout``,
+        else look again when that could first be true."""
+        self._idle_call = None
+        factory = self.factory
+        if self._closing or factory is None:
+            return
+        now = factory.reactor.seconds()
+        if self._queue or self._held:
+            self._active = now  # busy: answering is ours, not the client's silence
+        idle = now - self._active
+        if idle >= factory.idle_timeout:
+            factory.idle_closed.inc()
+            partial = self.decoder.buffered
+            log.info("closing kafka connection from %s: no complete request for %.1f s"
+                     " (kafka_idle_timeout_ms)%s", self._t.getPeer(), idle,
+                     f", {partial} bytes of an unfinished one" if partial else "")
+            self._closing = True
+            self.output.close()
+            self._t.loseConnection()
+            return
+        self._idle_call = factory.reactor.callLater(factory.idle_timeout - idle, self._idle_check)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closing = True
+        self._held.clear()
+        if self._idle_call is not None and self._idle_call.active():
+            self._idle_call.cancel()
+        self._idle_call = None
         self.handlers.broker.connection_closed(self.record)
         self.output.close()
         if self._queue:  # a long poll, or a client that gave up waiting: say on what
@@ -141,12 +239,22 @@ MODULES = (groups, admin, configs, records_admin)
 
 class KafkaFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None,
-                 *, auto_create_topics: bool = True) -> None:
+                 *, auto_create_topics: bool = True, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+                 max_in_flight: int = 1) -> None:
         self.advertised = advertised
+        self.reactor = reactor
+        self.idle_timeout = idle_timeout  # seconds (kafka_idle_timeout_ms)
+        self.max_in_flight = max_in_flight  # requests handled before the first is answered (Kafka: 1)
+        self.idle_closed = broker.metrics.counter(
+            "logbus_kafka_idle_closes",
+            "Kafka connections closed with no complete request for kafka_idle_timeout_ms")
+        self.muted = broker.metrics.counter(
+            "logbus_kafka_muted_reads",
+            "Times a Kafka connection's reading was paused: requests arrived while an answer was pending")
         self.handlers = KafkaHandlers(broker, reactor, auto_create_topics=auto_create_topics)
         for module in MODULES:
             module.install(self.handlers)
         self.max_frame = max_frame
 
     def buildProtocol(self, addr: Any) -> KafkaProtocol:
-        return KafkaProtocol(self.handlers, self.max_frame, self.advertised)
+        return KafkaProtocol(self.handlers, self.max_frame, self.advertised, self)

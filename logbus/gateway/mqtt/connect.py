@@ -19,7 +19,16 @@ Request Response Information (5.0): a client asking for it gets Response Informa
 
 Session expiry: 5.0 reads the Session Expiry Interval property (absent: 0, the session
 ends with the connection); 3.1.1 has none, so clean session 0 means a session kept until
-a clean connect (``NEVER_EXPIRES``), and clean session 1 means 0.
+a clean connect (``NEVER_EXPIRES``), and clean session 1 means 0. Either is capped by
+``ServerLimits.max_session_expiry`` (Mosquitto's ``persistent_client_expiration``, EMQX's
+``session_expiry_interval``); a 5.0 client asking for more is told the capped value in
+CONNACK (MQTT 5 section 3.2.2.3.2).
+
+In flight to the client: at most ``ServerLimits.max_inflight`` QoS 1/2 messages
+unacknowledged (Mosquitto's ``max_inflight_messages``); a 5.0 client's Receive Maximum
+lowers it further. From the client: a 5.0 client is told our Receive Maximum
+(``ServerLimits.receive_maximum``) and held to it (inbound.py); 3.1.1 has no way to tell
+a client, so its publishes are not limited beyond the 65,535 packet ids.
 """
 
 from __future__ import annotations
@@ -48,6 +57,8 @@ class ServerLimits:
     receive_maximum: int = DEFAULT_RECEIVE_MAXIMUM  # unacked QoS 1/2 publishes we accept
     topic_alias_maximum: int = 0  # aliases a client may set for its publishes
     maximum_packet_size: int = 0  # 0: no limit announced
+    max_session_expiry: int = NEVER_EXPIRES  # seconds a session may outlive its connection
+    max_inflight: int = DEFAULT_RECEIVE_MAXIMUM  # QoS 1/2 messages unacknowledged by a client
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +78,7 @@ class Accepted:
     username: str | None
     password: bytes | None
     response_information: bool = False  # the client asked for Response Information (5.0)
+    expiry_capped: bool = False  # the session expiry asked for was above the server's cap
 
     def connack(self, session_present: bool, limits: ServerLimits) -> ConnAck:
         """The CONNACK accepting it: in 5.0 with what the client must know of us."""
@@ -79,6 +91,7 @@ class Accepted:
             topic_alias_maximum=limits.topic_alias_maximum or None,
             maximum_packet_size=limits.maximum_packet_size or None,
             response_information=f"{RESPONSE_PREFIX}{self.client_id}" if self.response_information else None,
+            session_expiry_interval=self.session_expiry if self.expiry_capped else None,
         )
         return ConnAck(session_present, 0, props)
 
@@ -117,14 +130,18 @@ def accept_connect(c: Connect, limits: ServerLimits, new_client_id: Callable[[],
         expiry = p.session_expiry_interval or 0
     else:
         expiry = 0 if c.clean_start else NEVER_EXPIRES
+    capped = expiry > limits.max_session_expiry
+    if capped:
+        expiry = limits.max_session_expiry
     return Accepted(
         client_id=client_id, assigned=assigned, version=version, clean_start=c.clean_start,
         keep_alive=keep_alive, session_expiry=expiry,
-        receive_maximum=p.receive_maximum or DEFAULT_RECEIVE_MAXIMUM,
+        receive_maximum=min(p.receive_maximum or DEFAULT_RECEIVE_MAXIMUM, limits.max_inflight),
         maximum_packet_size=p.maximum_packet_size or 0,
         topic_alias_maximum=p.topic_alias_maximum or 0,
         will=c.will, username=c.username, password=c.password,
         response_information=version == MQTT_5 and p.request_response_information == 1,
+        expiry_capped=capped,
     )
 
 

@@ -32,15 +32,19 @@ if TYPE_CHECKING:
 
 
 MQTT = "mqtt"  # this gateway's key in ``Message.encoded``
+INFLIGHT_FULL = "inflight_full"  # a client's window of QoS 1/2 messages unacknowledged filled up
+LimitHit = Callable[[str], object]  # told the name of a server limit a connection met
 
 class Outgoing:
     """The messages to one connection's client and their acknowledgements, written to
     ``out``; the session's ``outbound.Outbound`` keeps what is in flight."""
 
-    __slots__ = ("session", "version", "out", "clock", "properties", "paused", "waiting", "save")
+    __slots__ = ("session", "version", "out", "clock", "properties", "paused", "waiting", "save", "limit_hit")
 
     def __init__(self, session: Session, version: int, out: list[bytes], clock: Callable[[], int],
-                 properties: Callable[[Message, str], Mapping[str, Any]] = record_properties) -> None:
+                 properties: Callable[[Message, str], Mapping[str, Any]] = record_properties,
+                 limit_hit: LimitHit = lambda what: None) -> None:
+        self.limit_hit = limit_hit  # told INFLIGHT_FULL when a send fills the client's window
         self.properties = properties  # what a selector sees of a message (the broker's forms)
         self.session = session
         self.version = version
@@ -117,6 +121,8 @@ class Outgoing:
                 return Settle(token)
             return settle
         self.out.append(data)
+        if len(outbound.in_flight) >= outbound.receive_maximum:
+            self.limit_hit(INFLIGHT_FULL)
         if qos == 2:
             return self.save
         return settle

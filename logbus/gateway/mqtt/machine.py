@@ -41,9 +41,9 @@ from typing import Any
 
 from ...core.types import Message, RetainedRecord
 from ...filters.properties import record_properties
-from .connect import Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
+from .connect import DEFAULT_RECEIVE_MAXIMUM, Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
 from .decoder import Decoder
-from .delivery import Outgoing, retained_passes, retained_publish
+from .delivery import INFLIGHT_FULL, LimitHit, Outgoing, retained_passes, retained_publish
 from .encoder import encode
 from .inbound import DUPLICATE, Inbound
 from .mapping import message_from_publish
@@ -56,7 +56,8 @@ from .publishing import CLOSE, SAVE, Pending, Publishing
 from .reasons import (
     ADMINISTRATIVE_ACTION, BAD_AUTHENTICATION_METHOD, DISCONNECT_WITH_WILL_MESSAGE, IMPLEMENTATION_SPECIFIC_ERROR,
     KEEP_ALIVE_TIMEOUT, NO_SUBSCRIPTION_EXISTED, NOT_AUTHORIZED, PAYLOAD_FORMAT_INVALID, PROTOCOL_ERROR,
-    SERVER_SHUTTING_DOWN, SESSION_TAKEN_OVER, LocalProtocolError, MqttError, UnsupportedProtocolVersion,
+    RECEIVE_MAXIMUM_EXCEEDED, SERVER_SHUTTING_DOWN, SESSION_TAKEN_OVER, LocalProtocolError, MqttError,
+    UnsupportedProtocolVersion,
 )  # fmt: skip
 from .requests import (
     QUICK_ACK, Access, AddSubscriptions, ArmKeepAlive, Close, Consume, Detach, Dispatch, Login, MatchRetained,
@@ -70,6 +71,11 @@ from .wire import MQTT_5
 log = logging.getLogger(__name__)
 
 _PINGRESP = b"\xd0\x00"
+
+# the server's limits a connection met, as the machine tells its shell (``limit_hit``)
+EXPIRY_CAPPED = "expiry_capped"  # a session expiry asked for above mqtt_max_session_expiry
+RECEIVE_MAXIMUM_HIT = "receive_maximum_exceeded"  # a 5.0 client past our Receive Maximum (0x93)
+LIMITS = (EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT)
 
 
 
@@ -95,8 +101,9 @@ class Machine:
 
     def __init__(self, *, limits: ServerLimits = ServerLimits(), max_packet_size: int = 1 << 20,
                  clock: Callable[[], int], new_client_id: Callable[[], str], peer: str = "",
-                 properties: Properties_ = record_properties) -> None:
+                 properties: Properties_ = record_properties, limit_hit: LimitHit | None = None) -> None:
         self.limits = limits
+        self.limit_hit: LimitHit = limit_hit or _ignore  # told each time a server limit is met (LIMITS)
         self.decoder = Decoder(max_packet_size=max_packet_size)
         self.clock = clock  # epoch ms
         self.new_client_id = new_client_id
@@ -176,6 +183,8 @@ class Machine:
             try:
                 handler(self, p)
             except MqttError as e:
+                if e.reason_code == RECEIVE_MAXIMUM_EXCEEDED:
+                    self.limit_hit(RECEIVE_MAXIMUM_HIT)
                 self._error = e
                 self._next = n
                 break
@@ -238,10 +247,13 @@ class Machine:
         self.session, self.user, self.access = session, user, access
         self.will = acc.will
         self.will_delay = acc.will.properties.will_delay_interval or 0 if acc.will else 0
-        inbound = Inbound(self.limits.receive_maximum, self.limits.topic_alias_maximum)
+        # 3.1.1 cannot be told a Receive Maximum: its publishes are not held to one
+        receive_maximum = self.limits.receive_maximum if self.version == MQTT_5 else DEFAULT_RECEIVE_MAXIMUM
+        inbound = Inbound(receive_maximum, self.limits.topic_alias_maximum)
         inbound.awaiting_rel = session.awaiting_rel
         self.publishing = Publishing(inbound, self.version, self.out)
-        outgoing = self.outgoing = Outgoing(session, self.version, self.out, self.clock, self.properties)
+        outgoing = self.outgoing = Outgoing(session, self.version, self.out, self.clock, self.properties,
+                                            self.limit_hit)
         outgoing.paused = self.paused
         self._save = outgoing.save
         self._dispatch = Dispatch(session)
@@ -446,6 +458,8 @@ class Machine:
         elif c.properties.authentication_method is not None:
             self._refuse(BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
         else:
+            if decided.expiry_capped:
+                self.limit_hit(EXPIRY_CAPPED)
             self._ask(Login(decided))
 
     def _publish(self, p: Publish) -> None:
@@ -556,6 +570,9 @@ class Machine:
         if expiry is not None:
             if s.expiry == 0 and expiry != 0:
                 raise MqttError(PROTOCOL_ERROR, "a session expiry interval in DISCONNECT after 0 in CONNECT")
+            if expiry > self.limits.max_session_expiry:  # the client cannot be told any more
+                expiry = self.limits.max_session_expiry
+                self.limit_hit(EXPIRY_CAPPED)
             s.expiry = expiry
         if p.reason_code != DISCONNECT_WITH_WILL_MESSAGE:
             self.will = None
@@ -565,6 +582,10 @@ class Machine:
     def answers_waiting(self) -> int:
         """QoS 1/2 publishes from the client not answered yet."""
         return len(self.publishing.answers)
+
+
+def _ignore(what: str) -> None:
+    pass
 
 
 def _reason(text: str | None) -> Properties:

@@ -20,8 +20,9 @@ the connection has credit while it is connected, its socket buffer is not full (
 transport's push-producer callbacks) and the client's receive maximum leaves room.
 
 Keep alive: a connection that sends nothing for 1.5 times its keep alive is closed and
-its will published. A connection that sends no CONNECT within ``CONNECT_TIMEOUT`` is
-closed.
+its will published. A connection that sends no CONNECT within the factory's
+``connect_timeout`` (the broker's ``handshake_timeout_ms``; over WebSocket, counted once
+the upgrade is done, which has its own limit of the same length) is closed.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ...core.errors import LogbusError, LoopbackOnly, Refused
 from ...core.types import ConnectionRecord, Perm, Resource
 from ..output import direct_writer, is_tls, peer_of, quick_ack
 from .connect import Accepted, ServerLimits
-from .machine import Machine
+from .machine import EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT, Machine
 from .mapping import EXCHANGE
 from .publishing import Pending
 from .reasons import (
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT = 10.0  # seconds for a new connection to send its CONNECT
+CONNECT_TIMEOUT = 10.0  # seconds for a new connection to send its CONNECT (by default)
 
 
 def _loopback(host: str) -> bool:
@@ -119,11 +120,13 @@ class MqttProtocol(Protocol):
         self.room = factory.room
         self.machine = Machine(limits=factory.limits, max_packet_size=factory.max_packet_size,
                                clock=self.room.clock, new_client_id=self.room.new_client_id,
-                               properties=factory.broker.forms.properties)
+                               properties=factory.broker.forms.properties, limit_hit=factory.limit_hit)
         self.peer = ""
         self.last_read = 0.0
         self._timer: Any = None  # CONNECT timeout, then keep alive
         self._queued = False  # in the factory's list of connections with output
+        self._save_due: Any = None  # the session whose record to store before the output goes
+        self._commit_due = False  # settlements to write to the state store before the output goes
         self._draining = False  # carrying out the machine's requests
         self._send: Any = None  # direct_writer(transport)
         self._ack_now: Callable[[], None] | None = None  # output.quick_ack(transport)
@@ -150,7 +153,7 @@ class MqttProtocol(Protocol):
         self._ack_now = quick_ack(self.transport)
         self.transport.registerProducer(self, True)
         self.last_read = self.factory.reactor.seconds()
-        self._timer = self.factory.reactor.callLater(CONNECT_TIMEOUT, self._connect_timeout)
+        self._timer = self.factory.reactor.callLater(self.factory.connect_timeout, self._connect_timeout)
         self.factory.connections.add(self)
 
     def _close_by_admin(self, reason: str) -> None:
@@ -216,6 +219,12 @@ class MqttProtocol(Protocol):
 
     def flush_output(self) -> None:
         self._queued = False
+        if self._commit_due:  # a PUBREC's settlement, before its PUBREL
+            self._commit_due = False
+            self.room.commit()
+        if self._save_due is not None:  # the record first: it speaks for the bytes below
+            s, self._save_due = self._save_due, None
+            self.room.save(s)
         out = self.machine.out
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
@@ -316,13 +325,22 @@ class MqttProtocol(Protocol):
         self.room.retain(r.message, r.qos)
 
     def _settle(self, r: Settle) -> None:
-        if r.durably:
-            self.room.settle_durably(r.token)
-        else:
-            self.room.settle(r.token)
+        self.room.settle(r.token)
+        if r.durably:  # written before the output goes (flush_output), once for the read's
+            self._commit_due = True
+            if not self._queued:
+                self._queued = True
+                self.factory.output_due(self)
 
     def _save_session(self, r: SaveSession) -> None:
-        self.room.save(r.session)
+        """Stored once for every change before the output is written (``flush_output``,
+        at the end of the read or early in the next turn): in the state store before any
+        byte it speaks for (a PUBLISH or PUBREL of QoS 2, a PUBREC), yet written once per
+        flush, not once per message: a session draining its queue costs O(1) a message."""
+        self._save_due = r.session
+        if not self._queued:
+            self._queued = True
+            self.factory.output_due(self)
 
     def _consume(self, r: Consume) -> None:
         try:
@@ -391,7 +409,9 @@ class MqttProtocol(Protocol):
     def _connect_timeout(self) -> None:
         self._timer = None
         if self.machine.state is State.AWAITING_CONNECT:
-            log.info("MQTT %s sent no CONNECT within %.0f s: closed", self.peer, CONNECT_TIMEOUT)
+            self.factory.connect_timeouts.inc()
+            log.info("MQTT %s sent no CONNECT within %.1f s (handshake_timeout_ms): closed", self.peer,
+                     self.factory.connect_timeout)
             self.machine.close("no CONNECT")
             self._drain()
 
@@ -434,18 +454,40 @@ _CARRY: dict[type, Callable[[MqttProtocol, Any], None]] = {
 
 class MqttFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, *, max_packet_size: int = 1 << 20,
-                 anonymous: str = "loopback", limits: ServerLimits | None = None) -> None:
+                 anonymous: str = "loopback", limits: ServerLimits | None = None, max_queued: int = 0,
+                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
         self.broker = broker
+        self.connect_timeout = connect_timeout  # seconds from accept to CONNECT
+        self.connect_timeouts = broker.metrics.counter(
+            "logbus_mqtt_connect_timeouts", "MQTT connections closed for sending no CONNECT within handshake_timeout_ms")
         self.reactor = reactor
-        self.room = MqttRoom(broker, reactor)
+        self.limits = limits or ServerLimits(maximum_packet_size=max_packet_size, topic_alias_maximum=64)
+        counter = broker.metrics.counter
+        self._limit_counters = {
+            EXPIRY_CAPPED: counter("logbus_mqtt_session_expiry_capped",
+                                   "MQTT session expiry intervals lowered to mqtt_max_session_expiry"),
+            INFLIGHT_FULL: counter("logbus_mqtt_inflight_full",
+                                   "Times an MQTT client's window of QoS 1/2 messages in flight filled up "
+                                   "(mqtt_max_inflight_messages, or a lower Receive Maximum of the client)"),
+            RECEIVE_MAXIMUM_HIT: counter("logbus_mqtt_receive_maximum_exceeded",
+                                         "MQTT 5 clients disconnected for more QoS 1/2 publishes unanswered "
+                                         "than mqtt_receive_maximum (0x93)"),
+        }
+        dropped = counter("logbus_mqtt_queue_dropped",
+                          "Messages dropped for an MQTT session at its queue limit (mqtt_max_queued_messages)")
+        self.room = MqttRoom(broker, reactor, max_queued=max_queued, max_session_expiry=self.limits.max_session_expiry,
+                             dropped=dropped.inc)
         self.room.factory = self
         self.max_packet_size = max_packet_size
         self.anonymous = anonymous  # "on", "off", or "loopback": only from loopback addresses
-        self.limits = limits or ServerLimits(maximum_packet_size=max_packet_size, topic_alias_maximum=64)
         self.connections: set[MqttProtocol] = set()
         self.reading = 0  # connections inside dataReceived
         self._output: list[MqttProtocol] = []  # connections with output not yet sent
         self._flush_call: Any = None
+
+    def limit_hit(self, what: str) -> None:
+        """A connection met one of the server's limits (machine.LIMITS): counted."""
+        self._limit_counters[what].inc()
 
     def output_due(self, c: MqttProtocol) -> None:
         self._output.append(c)

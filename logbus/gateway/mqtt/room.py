@@ -22,7 +22,15 @@ the vhost's queue service, not of the AMQP model:
   member takes.
 - **the session record** (``MqttSessionRecord``, CF ``sessions``) holds what the queue
   does not: subscriptions, expiry, QoS 2 hand-overs in flight. It is written when it
-  changes, not synced (a kill -9 keeps it, as it keeps queue entries).
+  changes, not synced (a kill -9 keeps it, as it keeps queue entries); while connected,
+  once per flush of the connection's output, before the bytes it speaks for
+  (``protocol.MqttProtocol.flush_output``), never once per message.
+- **limits** (docs/operations.md, "MQTT session limits"): a session's queue and a shared
+  subscription's hold at most ``max_queued`` ready messages; past it a new message is
+  dropped for that queue alone (overflow drop-new: the publisher is not told, as in
+  Mosquitto) and counted (``dropped``). Messages in flight to the client do not count.
+  Expiry is capped at ``max_session_expiry``, stored sessions included when taken up
+  again at start.
 - **retained messages** are in ``core.retained.RetainedStore``, durable and indexed.
 
 Sessions end (queue deleted, record deleted) when their connection ends with a session
@@ -44,10 +52,10 @@ from typing import TYPE_CHECKING, Any
 from ...core.errors import LogbusError
 from ...core.types import Message
 from ...core.types import Outcome
-from ...core.types import Delivery, QueueSettings
+from ...core.types import DROP_NEW, Delivery, QueueLimits, QueueSettings
 from ...core.types import RetainedStore
 from ...core.types import MqttSessionRecord, RetainedRecord
-from .connect import Accepted
+from .connect import NEVER_EXPIRES, Accepted
 from .mapping import EXCHANGE, message_from_publish
 from .outbound import PUBLISHED, RELEASED, InFlight
 from .packets import Publish, Subscription, Will
@@ -108,10 +116,15 @@ class SessionConsumer:
 
 
 class MqttRoom:
-    def __init__(self, broker: Broker, reactor: Any, *, vhost: str = "/") -> None:
+    def __init__(self, broker: Broker, reactor: Any, *, vhost: str = "/", max_queued: int = 0,
+                 max_session_expiry: int = NEVER_EXPIRES, dropped: Callable[[], object] | None = None) -> None:
         self.broker = broker
         self.reactor = reactor
         self.vhost_name = vhost
+        self.max_session_expiry = max_session_expiry
+        # a session's (or a shared subscription's) queue: ready messages past max_queued dropped
+        self.queue_settings = QueueSettings(QueueLimits(max_length=max_queued or None, overflow=DROP_NEW))
+        self._dropped = dropped  # told of each message dropped at that limit
         self.sessions: dict[str, Session] = {}  # client id -> session, connected or kept
         # shared queue -> client id of each member -> its message filter
         self.shared_members: dict[str, dict[str, Filtered | None]] = {}
@@ -144,6 +157,7 @@ class MqttRoom:
                 continue
             if not s.disconnected_ms:  # connected when the broker stopped
                 s.disconnected_ms = now
+            s.expiry = min(s.expiry, self.max_session_expiry)  # stored before the cap (or a lower one)
             self.sessions[s.client_id] = s
             self._open_queue(vhost, s.queue, durable=True)
             for sub, _ in s.subscriptions.by_filter.values():
@@ -287,7 +301,7 @@ class MqttRoom:
         return True
 
     def save(self, s: Session) -> None:
-        if not s.kept:
+        if not s.kept or self.sessions.get(s.client_id) is not s:  # not stored, or ended meanwhile
             return
         self.broker.save_session(PROTOCOL, s.client_id, s.to_record())
 
@@ -315,7 +329,8 @@ class MqttRoom:
             call.cancel()
 
     def _open_queue(self, vhost: VHost, name: str, *, durable: bool) -> None:
-        vhost.open_queue(name, QueueSettings(), durable=durable)
+        qs = vhost.open_queue(name, self.queue_settings, durable=durable)
+        qs.on_dropped = self._dropped
 
     # -- subscriptions ---------------------------------------------------------------------
 
@@ -436,11 +451,10 @@ class MqttRoom:
         self._timers.pop((client_id, "will"), None)
         self.publish_will(will, client_id)
 
-    def settle_durably(self, token: Token) -> None:
-        """Settle, and write the queue's change to the state store now rather than at
-        the end of the turn: a QoS 2 message PUBRECed is settled before the session says
-        so and the PUBREL goes out (a kill -9 between them must not bring it back)."""
-        self.settle(token)
+    def commit(self) -> None:
+        """Write the queues' changes to the state store now rather than at the end of the
+        turn: a QoS 2 message PUBRECed is settled before the session says so and the
+        PUBREL goes out (a kill -9 between them must not bring it back)."""
         self.broker.commit()
 
     def released_gone(self, s: Session) -> list[int]:

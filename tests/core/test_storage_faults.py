@@ -1,0 +1,263 @@
+"""Storage faults on a real broker in the test's thread (core tier): a full disk is a
+small tmpfs the test mounts, filled by a ballast file it later removes.
+
+What must hold (issue 30): a publish whose confirm came is in its queue, before and after
+a restart; a refused publish leaves no entry in any queue; ``health()`` names the fault
+while it lasts; writes resume without a restart once there is space again.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from logbus.core.errors import RecordGone, StorageError, TopicInUse
+from logbus.core.log import TopicConfig
+from logbus.core.log import partition as partition_module
+from logbus.core.message import Envelope, Message
+from tests.core.amqp_terms import AmqpTerms
+from tests.core.brokers import Brokers
+
+
+def mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 24 MiB tmpfs: the broker's whole data directory."""
+    fs = tmp_path / "fs"
+    mount_tmpfs(fs, "24m")
+    try:
+        yield fs
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)
+
+
+def fill(fs: Path, leave: int = 0) -> Path:
+    """A ballast file that takes all but ``leave`` bytes of ``fs``."""
+    ballast = fs / "ballast"
+    with open(ballast, "wb") as f:
+        chunk = b"\0" * (1 << 20)
+        while True:
+            st = os.statvfs(fs)
+            free = st.f_bavail * st.f_frsize - leave
+            if free <= 0:
+                break
+            try:
+                f.write(chunk[: min(len(chunk), free)])
+                f.flush()
+            except OSError:
+                break
+    return ballast
+
+
+def message(n: int, size: int) -> Message:
+    return Message(None, b"m%06d-" % n + b"x" * size, None, [], Envelope())
+
+
+class Publisher:
+    """Publishes to queue ``q`` through the default exchange and keeps what came back."""
+
+    def __init__(self, brokers: Brokers) -> None:
+        self.brokers = brokers
+        self.confirmed: list[bytes] = []
+        self.refused: list[bytes] = []
+        self.n = 0  # numbers the bodies
+        self.sent = 0
+
+    def publish(self, size: int) -> None:
+        self.n += 1
+        self.sent += 1
+        m = message(self.n, size)
+        body = m.value or b""
+
+        def on_durable(result: Any) -> None:
+            (self.refused if isinstance(result, Exception) else self.confirmed).append(body)
+
+        v = AmqpTerms(self.brokers.current.vhost("/"))  # type: ignore[union-attr]
+        v.publish("", "q", m, on_durable=on_durable)
+
+    def settle(self) -> None:
+        """Until every publish was answered (the flusher's thread answers some)."""
+        self.brokers.loop.run_until(lambda: self.answered() == self.sent)
+
+    def answered(self) -> int:
+        return len(self.confirmed) + len(self.refused)
+
+
+def queue_bodies(brokers: Brokers, name: str = "q") -> list[bytes]:
+    broker = brokers.current
+    assert broker is not None
+    v = broker.vhost("/")
+    out = []
+    while True:
+        d = v.get(name, None, True)
+        if d is None:
+            return out
+        out.append(d.message.value or b"")
+
+
+def start(brokers: Brokers) -> None:
+    b = brokers.start(topic_defaults=TopicConfig(flush="sync"), disk_free_limit=1 << 20)
+    AmqpTerms(b.vhost("/")).declare_queue("q", durable=True)
+
+
+def test_a_full_disk_refuses_cleanly_and_writes_resume_without_a_restart(small_fs: Path,
+                                                                          monkeypatch: Any) -> None:
+    monkeypatch.setattr(partition_module, "WRITE_RETRY_SECONDS", 0.05)
+    brokers = Brokers(small_fs / "data")
+    start(brokers)
+    p = Publisher(brokers)
+    for _ in range(50):
+        p.publish(200)
+    p.settle()
+    assert len(p.confirmed) == 50
+    ballast = fill(small_fs, leave=64 << 10)
+    # publish until refusals come: large and small messages, so both the log's write
+    # and the state store's may be the first to fail
+    for i in range(400):
+        p.publish(150_000 if i % 3 == 0 else 100)
+        if i % 10 == 9:
+            p.settle()
+    p.settle()
+    assert p.refused, "the disk never filled"
+    broker = brokers.current
+    assert broker is not None
+    reasons = broker.health()
+    assert reasons and any("could not be written" in r or "state store" in r for r in reasons), reasons
+    # every confirmed publish is in the queue, no refused one is
+    assert p.answered() == p.sent
+    ballast.unlink()
+    time.sleep(0.1)  # past WRITE_RETRY_SECONDS: the next append tries a new segment
+    broker._check_resources()  # once a second: the alarms, and a failed state store reopened
+    after = Publisher(brokers)
+    after.n = 10_000
+    for _ in range(20):
+        after.publish(100)
+    after.settle()
+    assert len(after.confirmed) == 20, after.refused[:1]
+    assert broker.health() == []
+    got = queue_bodies(brokers)
+    assert got == p.confirmed + after.confirmed
+    assert not set(got) & set(p.refused)
+
+
+def test_what_was_confirmed_on_a_full_disk_is_there_after_a_restart(small_fs: Path) -> None:
+    brokers = Brokers(small_fs / "data")
+    start(brokers)
+    p = Publisher(brokers)
+    fill(small_fs, leave=2 << 20)
+    for i in range(2000):
+        p.publish(20_000 if i % 2 else 50)
+        if i % 20 == 19:
+            p.settle()
+    p.settle()
+    assert p.refused and p.confirmed
+    (small_fs / "ballast").unlink()
+    brokers.restart(topic_defaults=TopicConfig(flush="sync"), disk_free_limit=1 << 20)
+    got = queue_bodies(brokers)
+    assert got == p.confirmed
+
+
+def test_an_entry_whose_record_is_gone_is_dropped_and_the_next_one_delivered(tmp_path: Path) -> None:
+    brokers = Brokers(tmp_path)
+    b = brokers.start()
+    v = AmqpTerms(b.vhost("/"))
+    v.declare_queue("q", durable=True)
+    for i in range(3):
+        v.publish("", "q", message(i, 10))
+    leased = b.vhost("/").get("q", "consumer", False)  # delivered, not acked
+    assert leased is not None
+    b.delete_topic(leased.entry.topic, force=True)  # the two ready entries go at once
+    v.publish("", "q", message(3, 10))  # the topic comes back: a new record at offset 0
+    b.vhost("/").service.release("q", "consumer")  # the leased one is ready again: its record is gone
+    got = b.vhost("/").get("q", None, True)
+    assert got is not None and got.message.value == message(3, 10).value
+    assert b.vhost("/").get("q", None, True) is None
+    assert b.vhost("/").service.records_gone == 3
+
+
+def test_a_log_cut_by_recovery_takes_the_entries_past_the_cut(tmp_path: Path, caplog: Any) -> None:
+    brokers = Brokers(tmp_path)
+    b = brokers.start()
+    v = AmqpTerms(b.vhost("/"))
+    v.declare_queue("q", durable=True)
+    for i in range(6):
+        v.publish("", "q", message(i, 100))
+        while brokers.loop.run_once():  # one batch per message
+            pass
+    entries = sorted(b.vhost("/").service.queues["q"].queue.entries.values(), key=lambda e: e.seq)
+    p = b._log.partition(entries[0].topic, 0)
+    position = p.active.position_of(entries[2].offset)
+    assert position is not None
+    brokers.stop()
+    with open(p.active.log_path, "r+b") as f:  # damage in the middle: records 2.. are cut
+        f.seek(position[0] + 30)
+        f.write(b"\xff" * 40)
+    with caplog.at_level("WARNING"):
+        b = brokers.start()
+    text = caplog.text
+    assert "now ends at offset 2: records 3..5 (3) dropped; 4 queue entries and 0 timers" in text, text
+    v = AmqpTerms(b.vhost("/"))
+    v.publish("", "q", message(6, 100))  # given offset 2 again
+    got = [b.vhost("/").get("q", None, True) for _ in range(4)]
+    assert [d.message.value if d else None for d in got] == [
+        message(0, 100).value, message(1, 100).value, message(6, 100).value, None]
+
+
+def test_deleting_a_topic_queues_read_is_refused_unless_forced(tmp_path: Path) -> None:
+    brokers = Brokers(tmp_path)
+    b = brokers.start()
+    v = AmqpTerms(b.vhost("/"))
+    v.declare_queue("q", durable=True)
+    v.declare_queue("other", durable=True)
+    for i in range(4):
+        v.publish("", "q", message(i, 10))
+    topic = next(iter(b.vhost("/").service.queues["q"].queue.entries.values())).topic
+    with pytest.raises(TopicInUse, match="queue 'q' of vhost '/' \\(4 messages\\)"):
+        b.delete_topic(topic)
+    assert b.vhost("/").service.queues["q"].queue.message_count == 4
+    assert b.delete_topic(topic, force=True) == 4
+    assert b.vhost("/").service.queues["q"].queue.message_count == 0
+    brokers.restart()
+    assert brokers.current is not None
+    assert brokers.current.vhost("/").service.queues["q"].queue.message_count == 0
+
+
+def test_msgstore_says_a_missing_record_is_gone(tmp_path: Path) -> None:
+    brokers = Brokers(tmp_path)
+    b = brokers.start()
+    with pytest.raises(RecordGone):
+        b.vhost("/").service.messages.get("no-such-topic", 0, 0)
+
+
+def test_a_state_store_that_failed_a_write_refuses_until_reopened(small_fs: Path) -> None:
+    from logbus.core.state import CF_QUEUES, StateStore
+
+    store = StateStore(small_fs / "state")
+    store.put(CF_QUEUES, b"before", b"v")
+    ballast = fill(small_fs)
+    with pytest.raises(StorageError):
+        for i in range(10_000):
+            with store.batch() as b:
+                b.put(CF_QUEUES, b"k%d" % i, b"v" * 1000)
+    assert store.failed is not None
+    assert not store.recover()  # still full
+    with pytest.raises(StorageError):
+        store.put(CF_QUEUES, b"during", b"v")
+    assert store.get(CF_QUEUES, b"before") == b"v"  # reads go on
+    ballast.unlink()
+    assert store.recover()
+    store.put(CF_QUEUES, b"after", b"v")
+    assert store.get(CF_QUEUES, b"after") == b"v"
+    store.close()

@@ -1,0 +1,162 @@
+"""The Kafka shell reads one request at a time while an answer is pending (as Kafka
+mutes a channel), and closes a connection with no complete request for the idle timeout.
+A real broker on a temporary directory; the transport is Twisted's StringTransport and
+the clock Twisted's task.Clock, so what is read, paused and written is seen exactly."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+
+from logbus.core.broker import Broker
+from logbus.gateway.kafka.protocol import KafkaFactory, KafkaProtocol
+from tests.loop import LoopReactor
+
+IDLE = 5.0
+
+
+def request(correlation_id: int) -> bytes:
+    r = ApiVersionsRequest(version=3, client_software_name="t", client_software_version="1")
+    r.with_header(correlation_id=correlation_id, client_id="test")
+    body = bytes(r.encode(header=True))
+    return struct.pack(">i", len(body)) + body
+
+
+def answered(transport: StringTransport) -> list[int]:
+    """The correlation ids of the responses written so far, in order."""
+    data, ids = transport.value(), []
+    while data:
+        size = struct.unpack_from(">i", data)[0]
+        ids.append(struct.unpack_from(">i", data, 4)[0])
+        data = data[4 + size:]
+    return ids
+
+
+class Setup:
+    def __init__(self, tmp_path: Path) -> None:
+        self.broker = Broker(tmp_path, reactor=LoopReactor())
+        self.broker.start()
+        self.clock = Clock()
+        self.factory = KafkaFactory(self.broker, self.clock, 1 << 20, idle_timeout=IDLE)
+        self.pending: list[tuple[Deferred[Any], Any]] = []
+        self.factory.handlers.register(ApiVersionsRequest, ApiVersionsResponse, 0, 3, self._handle)
+
+    def _handle(self, req: Any, advertised: Any) -> Deferred[Any]:
+        d: Deferred[Any] = Deferred()
+        self.pending.append((d, req))
+        return d
+
+    def answer(self) -> None:
+        d, req = self.pending.pop(0)
+        d.callback(ApiVersionsResponse(error_code=0, api_keys=[], throttle_time_ms=0))
+
+    def connect(self) -> tuple[KafkaProtocol, StringTransport]:
+        proto = self.factory.buildProtocol(None)
+        transport = StringTransport()
+        proto.makeConnection(transport)
+        return proto, transport
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    s = Setup(tmp_path)
+    yield s
+    s.broker.stop()
+
+
+def test_pipelined_requests_wait_for_the_answer_before_them(setup: Setup) -> None:
+    proto, transport = setup.connect()
+    proto.dataReceived(request(1) + request(2) + request(3))
+    assert len(setup.pending) == 1  # only the first is handled
+    assert transport.producerState == "paused"  # and the socket is not read meanwhile
+    setup.answer()
+    assert answered(transport) == [1] and len(setup.pending) == 1
+    assert transport.producerState == "paused"
+    setup.answer()
+    assert answered(transport) == [1, 2] and len(setup.pending) == 1
+    setup.answer()
+    assert answered(transport) == [1, 2, 3] and not setup.pending
+    assert transport.producerState == "producing"  # all answered: reading again
+
+
+def test_a_client_waiting_for_each_answer_never_pauses_the_socket(setup: Setup) -> None:
+    proto, transport = setup.connect()
+    for i in range(3):
+        proto.dataReceived(request(i))
+        assert transport.producerState == "producing"
+        setup.answer()
+    assert answered(transport) == [0, 1, 2]
+
+
+def test_a_read_during_a_pending_answer_pauses_until_it_is_answered(setup: Setup) -> None:
+    proto, transport = setup.connect()
+    proto.dataReceived(request(1))
+    proto.dataReceived(request(2)[:5])  # a part of the next: nothing to hold yet
+    assert transport.producerState == "producing"
+    proto.dataReceived(request(2)[5:])
+    assert transport.producerState == "paused" and len(setup.pending) == 1
+    setup.answer()
+    assert len(setup.pending) == 1 and answered(transport) == [1]
+    setup.answer()
+    assert answered(transport) == [1, 2] and transport.producerState == "producing"
+
+
+def test_idle_connection_is_closed_after_the_timeout(setup: Setup) -> None:
+    proto, transport = setup.connect()
+    setup.clock.advance(IDLE - 0.1)
+    assert not transport.disconnecting
+    setup.clock.advance(0.1)
+    assert transport.disconnecting
+
+
+def test_requests_and_pending_answers_keep_a_connection(setup: Setup) -> None:
+    proto, transport = setup.connect()
+    setup.clock.advance(IDLE - 1)
+    proto.dataReceived(request(1))  # a complete request: active
+    setup.clock.advance(IDLE - 1)
+    assert not transport.disconnecting
+    setup.clock.advance(IDLE * 3)  # owed an answer all along: not idle
+    assert not transport.disconnecting
+    setup.answer()
+    setup.clock.advance(IDLE - 0.5)
+    assert not transport.disconnecting
+    setup.clock.advance(1)
+    assert transport.disconnecting
+
+
+def test_a_request_never_completed_is_closed_by_the_idle_timeout(setup: Setup) -> None:
+    proto, transport = setup.connect()
+    frame = request(1)
+    for i in range(len(frame) - 1):  # a byte a second, never the last
+        proto.dataReceived(frame[i:i + 1])
+        setup.clock.advance(1.0)
+        if transport.disconnecting:
+            break
+    assert transport.disconnecting and setup.clock.seconds() <= IDLE + 1
+    assert not setup.pending
+
+
+def test_a_wider_window_handles_that_many_before_the_first_answer(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    try:
+        s.factory.max_in_flight = 2
+        proto, transport = s.connect()
+        proto.dataReceived(request(1) + request(2) + request(3))
+        assert len(s.pending) == 2 and transport.producerState == "paused"
+        s.answer()
+        assert len(s.pending) == 2 and answered(transport) == [1]  # the third taken up
+        assert transport.producerState == "paused"  # two pending again
+        s.answer()
+        assert transport.producerState == "producing"  # nothing held, room for one more
+        s.answer()
+        assert answered(transport) == [1, 2, 3]
+    finally:
+        s.broker.stop()
