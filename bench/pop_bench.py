@@ -19,8 +19,9 @@ group (``--group``), which is created by an empty receive before anything is pub
            receive returned it minus its due time (p50/p99/max). Messages are acked at
            the end, so a sampler polling GET /api/pop every --sample-ms sees how many
            are released (ready + invisible) over time: the release rate, and the release
-           lateness per quantile (the k-th message in due order counts as released at
-           the first sample showing k released; an upper bound by the sample interval).
+           lateness of every message (the k-th message in due order counts as released
+           at the first sample showing k released; an upper bound by the sample
+           interval), with its p50/p90/p99/max over all the messages.
            --delay-members 0: nobody receives, only the release is measured.
     rss    broker VmRSS (and VmHWM) from /proc before and after publishing --pending
            messages with ``delay_ms`` one hour (--pending-delay-ms), and the publish rate;

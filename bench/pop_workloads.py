@@ -143,11 +143,36 @@ class Sampler(threading.Thread):
             self.http.close()
 
 
+def release_lateness(samples: list[tuple[float, int]], count: int, due_ms: int, spread_ms: int) -> list[float]:
+    """The release lateness of every message, in due order: the k-th message (1-based) is
+    due at ``due_ms + (k - 1) * spread_ms // count`` and counts as released at the first
+    sample (time ms, released so far) showing at least k released; messages no sample
+    shows released are left out. One pass over both series."""
+    out: list[float] = []
+    k = 1
+    for t, released in samples:
+        while k <= min(released, count):
+            out.append(t - (due_ms + ((k - 1) * spread_ms) // count))
+            k += 1
+    return out
+
+
+def quantile_of_all(late: list[float], count: int, q: float) -> float | None:
+    """Nearest-rank quantile ``q`` of the lateness of all ``count`` messages, of which
+    ``late`` holds those seen released (the others are later than any of them): None
+    when it falls among the unseen."""
+    k = max(1, math.ceil(q * count))
+    return sorted(late)[k - 1] if k <= len(late) else None
+
+
 def release_figures(samples: list[tuple[float, int]], count: int, due_ms: int, spread_ms: int) -> dict[str, Any]:
-    """From the sampler's (time, released) series: the release lateness of the k-th message
-    in due order for a few quantiles, and the release rate."""
-    def due_of(k: int) -> float:  # the k-th (1-based) message in due order
-        return due_ms + ((k - 1) * spread_ms) // count
+    """From the sampler's (time, released) series: the release lateness over every
+    message (``release_lateness``: p50, p90, p99, max; each an upper bound by the sample
+    interval), and the release rate."""
+    late = release_lateness(samples, count, due_ms, spread_ms)
+    out: dict[str, Any] = {f"{name}_ms": quantile_of_all(late, count, q)
+                           for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))}
+    out["released_seen"] = len(late)
 
     def released_at(k: int) -> float | None:
         for t, r in samples:
@@ -155,11 +180,6 @@ def release_figures(samples: list[tuple[float, int]], count: int, due_ms: int, s
                 return t
         return None
 
-    out: dict[str, Any] = {}
-    for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
-        k = max(1, math.ceil(q * count))
-        t = released_at(k)
-        out[f"{name}_ms"] = None if t is None else t - due_of(k)
     first = next((t for t, r in samples if r > 0), None)
     last = released_at(count)
     if first is not None and last is not None and last > first:

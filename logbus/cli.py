@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
                             " 'exponential:1s:2:10m' (default: RocketMQ's 1s 5s 10s 30s 1m 2m ... 2h)")
     serve.add_argument("--pop-max-deliveries", metavar="N",
                        help="deliveries after which a pop group's message goes to %%DLQ%%<group> (default: 16)")
+    serve.add_argument("--kafka-producer-id-expiration-ms", metavar="MS",
+                       help="an idempotent producer's state is forgotten after this long without a batch"
+                            " from it (Kafka's producer.id.expiration.ms; default: 86400000, 1 day)")
+    serve.add_argument("--kafka-offsets-retention-ms", metavar="MS",
+                       help="a consumer group with no members loses its committed offsets after this long"
+                            " (Kafka's offsets.retention.minutes, 10080; default: 604800000, 7 days)")
     serve.add_argument("--default-user", metavar="NAME",
                        help="user created with vhost / on a fresh data directory (default: guest)")
     serve.add_argument("--default-pass", metavar="PASSWORD",
@@ -299,6 +305,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "http_body_timeout_ms": args.http_body_timeout_ms,
         "pop_retry_backoff": args.pop_retry_backoff,
         "pop_max_deliveries": args.pop_max_deliveries,
+        "kafka_producer_id_expiration_ms": args.kafka_producer_id_expiration_ms,
+        "kafka_offsets_retention_ms": args.kafka_offsets_retention_ms,
         "default_user": args.default_user,
         "default_pass": args.default_pass,
         "loopback_users": args.loopback_users,

@@ -84,6 +84,13 @@ class Settings:
     # the deliveries after which it goes to %DLQ%<group> (retry/policy.py parse_backoff)
     pop_retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     pop_max_deliveries: int = 16
+    # per-client state of the stream model expires as in Kafka (docs/operations.md): an
+    # idempotent producer's sequence state after this long without a batch from it
+    # (producer.id.expiration.ms), and the committed offsets of a group with no members
+    # after this long (Kafka's offsets.retention.minutes, 10080, in ms here; counted from
+    # the later of its last commit and the moment it became empty)
+    kafka_producer_id_expiration_ms: int = 86_400_000  # 1 day
+    kafka_offsets_retention_ms: int = 604_800_000  # 7 days
     # resource alarms (core/pressure.py): a fraction of RAM in (0, 1], or bytes above 1
     memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK
     disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT  # bytes free on the data dir's filesystem
@@ -308,6 +315,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "http_body_timeout_ms": lambda raw: _as_int(raw, 100, 86_400_000),
     "pop_retry_backoff": _backoff,
     "pop_max_deliveries": lambda raw: _as_int(raw, 1, 1000),
+    "kafka_producer_id_expiration_ms": lambda raw: _as_int(raw, 1, 2**31 - 1),  # Kafka's: an int, >= 1
+    "kafka_offsets_retention_ms": lambda raw: _as_int(raw, 1, 2**31 * 60_000),  # Kafka's: int minutes
     "memory_high_watermark": _watermark,
     "disk_free_limit": lambda raw: _as_int(raw, 0, MAX_BYTES),
     "default_user": _user_name,

@@ -263,6 +263,8 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         loopback_users=settings.loopback_users,
         queue_max_message_bytes=settings.amqp_max_message_size,
         pop_retry=pop_retry_policy(settings.pop_retry_backoff, settings.pop_max_deliveries),
+        producer_id_expiration_ms=settings.kafka_producer_id_expiration_ms,
+        offsets_retention_ms=settings.kafka_offsets_retention_ms,
         # AMQP's forms of the neutral model's messages: typed headers, x-death (core/forms.py)
         forms=AMQP_FORMS,
         legacy=AMQP_LEGACY,  # definitions stored with AMQP field tables, upgraded at start (decision 0021)

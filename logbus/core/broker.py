@@ -55,6 +55,7 @@ from ..retry.policy import POP_DEFAULT, RetryPolicy
 from .message import Message
 from .queues.journal import QueueStore, forget_from
 from .queues.msgstore import MessageStore, log_batch_reader
+from .queues.pins import lowest
 from .queues.pop import Popped, PopGroups, check_delay
 from .queues.replay import DeadLetterReplay
 from .queues.feed import Feed
@@ -70,6 +71,15 @@ EXCHANGE_TOPIC_SLACK = 1 << 20  # a record's envelope, headers and framing besid
 HOUSEKEEPING_SECONDS = 10.0
 EXPIRY_SECONDS = 0.1  # how often queues drop expired messages (a message TTL)
 PRESSURE_SECONDS = 1.0  # how often memory and disk are checked against their limits
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms: 1 day
+OFFSETS_RETENTION_MS = 7 * 86_400_000  # Kafka's offsets.retention.minutes: 7 days
+CLIENT_EXPIRY_CHECK_MAX_S = 600.0  # Kafka's *.check.interval.ms: 10 minutes
+
+
+def client_expiry_interval(*expiry_ms: int) -> float:
+    """How often expired client state is looked for (s): Kafka's 10 minutes, or half the
+    shortest expiry when that is shorter (at least 50 ms)."""
+    return max(0.05, min(CLIENT_EXPIRY_CHECK_MAX_S, min(expiry_ms) / 2000))
 
 
 class Broker(TopicAdmin, StreamModel, ConsumerGroups):
@@ -89,6 +99,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         pop_retry: RetryPolicy = POP_DEFAULT,
         forms: Forms = NEUTRAL,
         legacy: LegacyTranslation | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        offsets_retention_ms: int = OFFSETS_RETENTION_MS,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -109,6 +121,16 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         # how definitions stored in the form before the neutral one read (the AMQP
         # gateway's): they are rewritten at start (core/definitions.upgrade)
         self.legacy = legacy
+        # per-client state of the stream model that expires as in Kafka (expire_client_state)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.offsets_retention_ms = offsets_retention_ms
+        self._client_expiry: LoopingCall | None = None
+        self._producers_expired = self.metrics.counter(
+            "logbus_producer_states_expired",
+            "Idempotent producers' states forgotten after producer.id.expiration.ms (per partition)")
+        self._offsets_expired = self.metrics.counter(
+            "logbus_group_offsets_expired",
+            "Committed offsets of groups with no members deleted after offsets.retention.minutes")
         # Made here, not at start, so gateways built before start can subscribe to it.
         self.pressure = ResourceMonitor(self.data_dir, memory_high_watermark=memory_high_watermark,
                                         disk_free_limit=disk_free_limit)
@@ -177,6 +199,10 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self._expiry = LoopingCall(self._expire)
         self._expiry.clock = self.reactor
         self._expiry.start(EXPIRY_SECONDS, now=False)
+        self._client_expiry = LoopingCall(self.expire_client_state)
+        self._client_expiry.clock = self.reactor
+        self._client_expiry.start(client_expiry_interval(self.producer_id_expiration_ms, self.offsets_retention_ms),
+                                  now=False)
         self._pressure = LoopingCall(self._check_resources)
         self._pressure.clock = self.reactor
         self._pressure.start(PRESSURE_SECONDS, now=True)  # alarms are known before any listener
@@ -238,7 +264,11 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         data directory (RabbitMQ's first boot) vhost "/" and the default user first."""
         assert self.log is not None and self.state is not None
         self.queue_store = QueueStore(self.state, self.reactor)
-        self.timers = Timers(self.queue_store, self.state, self._clock, self.reactor)
+        self.timers = Timers(self.queue_store, self.state, self._clock, self.reactor,
+                             failed=self.metrics.counter(
+                                 "logbus_timer_failures",
+                                 "Released timers (delayed messages, retries) whose hand-over failed "
+                                 "and was retried later").inc)
         self.access.open(self.state)
         self.retained = RetainedStore(self.state, self._clock)
         self.retained.load()
@@ -251,7 +281,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self.feed = Feed(self.vhosts, self.pop, self.timers, MessageStore(log_batch_reader(self.log)), self._clock)
         for name in self.access.vhosts:
             self._open_vhost(name)
-        self.timers.arm(self.feed.timers_due)
+        self.timers.arm(self.feed.timer_due)
 
     def _clock(self) -> int:
         return int(self.reactor.seconds() * 1000)
@@ -431,21 +461,36 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
     def housekeeping(self, now_ms: int | None = None) -> int:
         """The log's segment rolling and retention, guarded: a segment any queue entry or
         pending timer (a delayed message, a retry) points into is kept, however old (a
-        queue's message is never lost to retention).
-        The queues are scanned only when some segment is due, once per pass."""
-        floors: dict[tuple[str, int], int] | None = None
+        queue's message is never lost to retention). The lowest offset they point at is
+        kept up to date as entries and timers come and go (``queues/pins.py``), so a
+        pass costs O(partitions + vhosts), never a scan of the entries."""
+        return self._log.housekeeping(now_ms, self.pinned_from)
 
-        def keep_from(topic: str, partition: int) -> int | None:
-            nonlocal floors
-            if floors is None:
-                floors = {}
-                for vhost in self.vhosts.values():
-                    vhost.queue_floors(floors)
-                self.pop.service.floors(floors)
-                self.timers.floors(floors)  # delayed messages and retries wait in the log too
-            return floors.get((topic, partition))
+    def pinned_from(self, topic: str, partition: int) -> int | None:
+        """The lowest offset of (topic, partition) that a queue entry (of any vhost or pop
+        group) or a pending timer points at; None: nothing is pinned there."""
+        return lowest(self.timers.pinned_from(topic, partition), self.pop.service.pinned_from(topic, partition),
+                      *(v.pinned_from(topic, partition) for v in self.vhosts.values()))
 
-        return self._log.housekeeping(now_ms, keep_from)
+    def expire_client_state(self, now_ms: int | None = None) -> tuple[int, int]:
+        """Forget idempotent producers idle past ``producer_id_expiration_ms`` and the
+        committed offsets of groups with no members past ``offsets_retention_ms`` (Kafka's
+        producer.id.expiration.ms and offsets.retention.minutes; counted in
+        logbus_producer_states_expired_total and logbus_group_offsets_expired_total).
+        Returns (producer states, offsets) expired. A failure is logged and tried again at
+        the next check: it never stops the checks. O(producers + groups), every
+        ``client_expiry_interval`` (10 minutes by default), not per tick."""
+        producers = offsets = 0
+        try:
+            producers = self.producers.expire(self.producer_id_expiration_ms, now_ms)
+            offsets = self.groups.expire_offsets(self.offsets_retention_ms, now_ms)
+        except Exception:
+            log.exception("expiring producer states and group offsets failed; trying again at the next check")
+        if producers:
+            self._producers_expired.inc(producers)
+        if offsets:
+            self._offsets_expired.inc(offsets)
+        return producers, offsets
 
     def _expire(self) -> None:
         for vhost in self.vhosts.values():
@@ -454,7 +499,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
 
     def stop(self) -> Deferred[None]:
         """Flush everything, mark the shutdown clean and release the data directory."""
-        for call in (self._housekeeping, self._expiry, self._pressure):
+        for call in (self._housekeeping, self._expiry, self._pressure, self._client_expiry):
             if call is not None and call.running:
                 call.stop()
         if self.vhosts:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .queues.feed import Feed
     from .queues.journal import QueueStore
     from .queues.service import QueueService
+    from .queues.timers import Timers
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class TopicAdmin:
         def _queue_services(self) -> Iterator[QueueService]: ...
 
         queue_store: QueueStore
+        timers: Timers
         feed: Feed
 
     def _open_topics(self) -> None:
@@ -256,9 +258,7 @@ class TopicAdmin:
                 for p in topic.partitions:
                     removed += service.withdraw(name, p.index, 0, 1 << 63, why, leased=True)
             self.queue_store.commit()
-            for key, raw in list(self.state.scan_prefix(CF_TIMERS, b"")):
-                if TimerRecord.FromString(raw).topic == name:  # (its offsets will be given again)
-                    self.queue_store.delete_timer(key)
+            self.timers.forget_topic(name)  # (its offsets will be given again)
             self.queue_store.commit()
             log.warning("deleting topic %r with force: %d queue entries removed (%s)", name, removed,
                         "; ".join(readers))

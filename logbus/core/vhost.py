@@ -508,10 +508,10 @@ class VHost:
                 env.routing_key = (message.key or b"").decode("utf-8", "replace")
         return message
 
-    def queue_floors(self, floors: dict[tuple[str, int], int]) -> None:
-        """Lower ``floors[(topic, partition)]`` to the lowest offset an entry of any of
-        this vhost's queues points at there (retention keeps those segments)."""
-        self.service.floors(floors)
+    def pinned_from(self, topic: str, partition: int) -> int | None:
+        """The lowest offset an entry of any of this vhost's queues points at in (topic,
+        partition) (retention keeps the segments from there; None: none)."""
+        return self.service.pinned_from(topic, partition)
 
     def _partition_for(self, topic: str, routing_key: str) -> int:
         return key_partition(routing_key.encode(), len(self.log.topics[topic].partitions))

@@ -227,3 +227,75 @@ def test_retention_keeps_what_a_delayed_message_points_into(tmp_path: Any) -> No
     got = b.pop_receive("g", "t", "m", 10, 1000)
     assert [m.message.value for m in got] == [b"later"] and got[0].offset == 0
     b.stop()
+
+
+def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -> None:
+    """``Broker.pinned_from`` (what retention keeps, issue 30) is the lowest offset a queue
+    entry of any vhost or pop group or a pending timer points at: right after entries
+    are added and settled, and after a restart, with no scan at housekeeping."""
+    from logbus.core.message import Envelope, Message
+    from logbus.core.queues.timers import PIN_SHIFT
+
+    loop = LoopReactor()
+
+    def run() -> None:
+        while loop.run_once():
+            pass
+
+    b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
+    b.start()
+    b.create_topic("__amqp_default", {"flush": "none"})
+    b.create_topic("t", {"flush": "none"})
+    v = b.vhosts["/"]
+    v.declare_queue("q", durable=True)
+    assert b.pinned_from("__amqp_default", 0) is None and b.pinned_from("t", 0) is None
+    for i in range(5):
+        v.publish("", "q", Message(b"q", b"m%d" % i, None, [],
+                                   Envelope(protocol=Envelope.AMQP, exchange="", routing_key="q")))
+    run()
+    assert b.pinned_from("__amqp_default", 0) == 0
+    d0, d1 = v.get("q", "me", no_ack=False), v.get("q", "me", no_ack=False)
+    assert d0 is not None and d1 is not None
+    v.ack("q", d1.receipt)
+    assert b.pinned_from("__amqp_default", 0) == 0  # offset 0 is still unsettled
+    v.ack("q", d0.receipt)
+    assert b.pinned_from("__amqp_default", 0) == 2  # settled below 2
+    # a pop group on t: its entries pin t, and so does a delayed message's timer
+    assert b.pop_receive("g", "t", "m", 1, 1000) == []
+    later = Message(None, b"later")
+    later.envelope.deliver_at_ms = int(loop.seconds() * 1000) + 3_600_000
+    b.publish("t", [Message(None, b"a"), Message(None, b"b")], partition=0)
+    b.publish("t", [later], partition=0)  # offset 2, an hour from now
+    run()
+    assert b.pinned_from("t", 0) == 0
+    for p in b.pop_receive("g", "t", "m", 10, 60_000):
+        b.pop_ack("g", "t", p.handle)
+    # only the timer is left: pinned from its block of offsets
+    assert b.pinned_from("t", 0) == (2 >> PIN_SHIFT) << PIN_SHIFT
+    b.stop()
+    run()
+    b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
+    b.start()
+    assert b.pinned_from("__amqp_default", 0) == 2  # entries 2..4 came back
+    assert b.pinned_from("t", 0) == (2 >> PIN_SHIFT) << PIN_SHIFT  # the timer's, counted from the index
+    v = b.vhosts["/"]
+    for _ in range(3):
+        d = v.get("q", "me", no_ack=True)
+        assert d is not None
+    assert b.pinned_from("__amqp_default", 0) is None
+    v.declare_queue("gone", durable=True)
+    v.publish("", "gone", Message(b"gone", b"x", None, [],
+                                  Envelope(protocol=Envelope.AMQP, exchange="", routing_key="gone")))
+    run()
+    assert b.pinned_from("__amqp_default", 0) == 5
+    v.delete_queue("gone")
+    assert b.pinned_from("__amqp_default", 0) is None  # a deleted queue pins nothing
+    # a topic deleted with force: its timers, entries and leases pin nothing any more
+    b.publish("t", [Message(None, b"c")], partition=0)
+    run()
+    [leased] = b.pop_receive("g", "t", "m", 10, 60_000)
+    assert b.pinned_from("t", 0) == 0
+    b.delete_topic("t", force=True)
+    assert b.pinned_from("t", 0) is None
+    b.stop()
+    run()

@@ -12,7 +12,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from logbus.core.log import LogManager
 from logbus.core.log import batch as B
-from logbus.core.state import StateStore
+from logbus.core.state import CF_PRODUCERS, StateStore, producer_key
 from logbus.core.streams.producers import APPEND, DUPLICATE, OUT_OF_ORDER, ProducerRegistry
 from tests.core.conftest import topic_config
 from tests.loop import LoopReactor
@@ -108,7 +108,7 @@ def test_forget_topic_and_recreate(
     assert list(s.scan_prefix("producers", b"")) == []
     lm.delete_topic("t")
     p2 = lm.open_topic("t", topic_config(), create=True).partition(0)
-    assert reg.states("t", p2).check(PID, 0, 3, 1).kind == OUT_OF_ORDER  # unknown producer again
+    assert reg.states("t", p2).check(PID, 0, 0, 3).kind == APPEND  # no state: not a duplicate any more
 
 
 def test_producer_ids_never_repeat_across_restarts(store: Callable[[], StateStore]) -> None:
@@ -118,3 +118,24 @@ def test_producer_ids_never_repeat_across_restarts(store: Callable[[], StateStor
     b = [ProducerRegistry(s).new_producer_id() for _ in range(3)]
     assert len(set(a + b)) == len(a) + len(b)
     assert ProducerRegistry(None).new_producer_id() == 0
+
+
+def test_expired_producer_states_are_forgotten_here_and_in_the_store(
+        partition: Any, loop: LoopReactor, store: Callable[[], StateStore]) -> None:
+    """producer.id.expiration.ms: a producer idle that long loses its state (a retry of
+    its last batch is no longer a duplicate; its next batch is taken at any sequence),
+    in the store too; one that appended since is kept."""
+    p = partition
+    s = store()
+    reg = ProducerRegistry(s)
+    produce(loop, reg, p, 0, 3)
+    now = B.now_ms()
+    assert reg.expire(60_000, now) == 0  # appended just now
+    assert s.get(CF_PRODUCERS, producer_key("t", 0, PID)) is not None
+    assert reg.states("t", p).check(PID, 0, 0, 3).kind == DUPLICATE
+    assert reg.expire(60_000, now + 60_001) == 1
+    assert reg.states("t", p).check(PID, 0, 0, 3).kind == APPEND  # forgotten
+    assert reg.states("t", p).check(PID, 0, 7, 1).kind == APPEND  # any sequence
+    assert s.get(CF_PRODUCERS, producer_key("t", 0, PID)) is None
+    # a restart does not bring it back from the store (the snapshot end is after its batch)
+    assert ProducerRegistry(s).states("t", p).check(PID, 0, 0, 3).kind == APPEND

@@ -92,7 +92,8 @@ class ServiceMachine(RuleBasedStateMachine):
 
     def _open(self) -> None:
         self.qs = QueueStore(self.store)
-        self.timers = Timers(self.qs, self.store, lambda: self.now)
+        # pins of single offsets, not blocks: the invariant below checks them exactly
+        self.timers = Timers(self.qs, self.store, lambda: self.now, pin_shift=0)
         messages = MessageStore(self._read_batch)
         self.svc = QueueService("/", self.qs, self.timers, messages, clock=lambda: self.now,
                                 dead_letter=self._dead_letter)
@@ -227,7 +228,7 @@ class ServiceMachine(RuleBasedStateMachine):
         them ahead of due time: staged in the queue until due."""
         self.now += dt
         for key, due, rec in self.timers.due(self.now + lead):
-            self.timers.remove(key)
+            self.timers.remove(key, rec)
             if rec.kind == TimerRecord.RETRY:
                 assert self.svc.retry_due(rec, due)
             else:  # as the broker releases a delayed message to a pop group
@@ -283,6 +284,18 @@ class ServiceMachine(RuleBasedStateMachine):
         due = sorted([(d, rec.offset, rec.deliveries) for _, d, rec in self.timers.due(2**62, limit=1000)]
                      + [(e.visible_ms, e.offset, e.deliveries) for e in self.svc.state("q").queue.staged()])
         assert due == sorted((m.due, o, m.deliveries) for o, m in self.model.items() if m.state == SCHEDULED)
+
+
+    @invariant()
+    def pins_are_the_lowest_offsets_pointed_at(self) -> None:
+        """What retention keeps, kept up to date as entries and timers come and go
+        (``pins.py``), equals the scan of every entry and timer it replaces: after
+        publishes, settles, retries, lapses, releases and restarts alike."""
+        entries = [e.offset for e in self.svc.state("q").queue.entries.values()]
+        timers = [rec.offset for _, _, rec in self.timers.due(2**62, limit=1000)]
+        assert self.svc.pinned_from("t", 0) == min(entries, default=None)
+        assert self.timers.pinned_from("t", 0) == min(timers, default=None)
+        assert self.svc.pinned_from("t", 1) is None and self.timers.pinned_from("u", 0) is None
 
 
 ServiceMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

@@ -154,10 +154,9 @@ def test_timers_are_released_ahead_of_due_and_staged(world: World) -> None:
     due = T0 + 5_000
     released: list[tuple[int, int]] = []
 
-    def on_due(batch: list[tuple[int, TimerRecord]]) -> None:
-        for due_ms, rec in batch:
-            released.append((world.now(), due_ms))
-            world.publish(rec.offset, visible_ms=due_ms)
+    def on_due(due_ms: int, rec: TimerRecord) -> None:
+        released.append((world.now(), due_ms))
+        world.publish(rec.offset, visible_ms=due_ms)
 
     world.timers.add(due, TimerRecord(kind=TimerRecord.DELAY, topic="t", partition=0, offset=7))
     world.timers.arm(on_due)
@@ -177,10 +176,9 @@ def test_timers_released_ahead_are_bounded(world: World, monkeypatch: pytest.Mon
     monkeypatch.setattr(timers_mod, "MAX_AHEAD", 3)
     released: list[int] = []
 
-    def on_due(batch: list[tuple[int, TimerRecord]]) -> None:
-        for due_ms, rec in batch:
-            released.append(rec.offset)
-            world.publish(rec.offset, visible_ms=due_ms)
+    def on_due(due_ms: int, rec: TimerRecord) -> None:
+        released.append(rec.offset)
+        world.publish(rec.offset, visible_ms=due_ms)
 
     for i in range(6):
         world.timers.add(T0 + 1_000 + i, TimerRecord(kind=TimerRecord.DELAY, topic="t", partition=0, offset=i))

@@ -336,3 +336,16 @@ def test_invalid_user_settings(flags: dict[str, object], fragment: str) -> None:
         load_settings(flags, environ={})
     assert str(info.value).startswith(f"{next(iter(flags))}: ")
     assert fragment in str(info.value)
+
+
+def test_client_state_expiry_has_kafkas_defaults_and_is_validated() -> None:
+    """producer.id.expiration.ms (1 day) and offsets.retention.minutes (7 days, in ms here)."""
+    s = Settings()
+    assert s.kafka_producer_id_expiration_ms == 86_400_000
+    assert s.kafka_offsets_retention_ms == 10_080 * 60_000
+    env = {"LOGBUS_KAFKA_PRODUCER_ID_EXPIRATION_MS": "500", "LOGBUS_KAFKA_OFFSETS_RETENTION_MS": "1000"}
+    s = load_settings({}, environ=env)
+    assert (s.kafka_producer_id_expiration_ms, s.kafka_offsets_retention_ms) == (500, 1000)
+    for key in ("kafka_producer_id_expiration_ms", "kafka_offsets_retention_ms"):
+        with pytest.raises(ConfigError, match=f"^{key}: must be between 1 and"):
+            load_settings({key: "0"}, environ={})

@@ -7,7 +7,7 @@ Theory of operation. Whoever appends tells the feed: a Kafka produce
 publish (``record`` or ``delay``), and a vhost model's own publishes (it enqueues its
 routed queues itself and hands the pop groups their copy through its hooks). A record
 with a deliver-at time in the future becomes a DELAY timer (``timers.py``); when it is
-due, ``timers_due`` routes it as its publish would have: through the exchange it was
+due, ``timer_due`` routes it as its publish would have: through the exchange it was
 published to (an AMQP publish), else as any record of its topic. Due RETRY timers go
 back to their queue service. The feed never appends and never raises into the caller:
 an append stands whatever routing does.
@@ -68,20 +68,27 @@ class Feed:
         return routed
 
     def record(self, topic: str, partition: int, offset: int, message: Message,
-               vhosts: list[VHost] | None = None, visible_ms: int = 0) -> int:
+               vhosts: list[VHost] | None = None, visible_ms: int = 0, *, strict: bool = False) -> int:
         """A record of ``topic``, visible now (or staged until ``visible_ms``), to the
         queues that read the topic: those bound to the exchange behind it in every vhost,
-        and the pop groups. 1 if it reached a vhost's queue."""
+        and the pop groups. 1 if it reached a vhost's queue. A vhost whose routing fails
+        is logged and the others go on; ``strict`` (a released timer): then the first
+        failure is raised, so that the record is handed over again."""
         if vhosts is None:
             vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
         routed = 0
+        failure: Exception | None = None
         for vhost in vhosts:
             try:
                 routed |= vhost.route_record(topic, partition, offset, message, visible_ms)
-            except Exception:
-                log.exception("routing the record at %s/%d offset %d in vhost %r failed",
-                              topic, partition, offset, vhost.name)
+            except Exception as exc:
+                if not strict:
+                    log.exception("routing the record at %s/%d offset %d in vhost %r failed",
+                                  topic, partition, offset, vhost.name)
+                failure = failure or exc
         self.pop.appended(topic, partition, offset, message, visible_ms=visible_ms)
+        if strict and failure is not None:
+            raise failure
         return routed
 
     def delay(self, topic: str, partition: int, offset: int, due_ms: int, *, vhost: str = "", exchange: str = "",
@@ -94,30 +101,31 @@ class Feed:
                                             routing_key=routing_key, topic=topic, partition=partition,
                                             offset=offset))
 
-    def timers_due(self, due: list[tuple[int, TimerRecord]]) -> None:
-        """Timers released (at most ``timers.LEAD_MS`` before due): retries go back to
-        their queues, delayed messages are routed as their publish would have routed
-        them; both staged in their queues until due. (Routing is done on release: a
-        binding made or removed in the last ``LEAD_MS`` before the due time is not seen.)"""
-        for due_ms, rec in due:
-            if rec.kind == TimerRecord.RETRY:
-                service = self.pop.service if rec.vhost == "" else getattr(self.vhosts.get(rec.vhost), "service", None)
-                if service is not None:
-                    service.retry_due(rec, due_ms)
-                continue
-            try:
-                message = self.messages.get(rec.topic, rec.partition, rec.offset)
-            except (KeyError, LogbusError) as exc:
-                log.warning("a delayed message at %s/%d offset %d is gone: %s", rec.topic, rec.partition, rec.offset,
-                            exc)
-                continue
-            vhost = self.vhosts.get(rec.vhost) if rec.vhost else None
-            if vhost is not None:
-                vhost.route_delayed(rec.exchange, rec.routing_key, rec.topic, rec.partition, rec.offset, message,
-                                    due_ms)
-                self.pop.appended(rec.topic, rec.partition, rec.offset, message, visible_ms=due_ms)
-            else:
-                self.record(rec.topic, rec.partition, rec.offset, message, visible_ms=due_ms)
+    def timer_due(self, due_ms: int, rec: TimerRecord) -> None:
+        """A timer released (at most ``timers.LEAD_MS`` before due): a retry goes back to
+        its queue, a delayed message is routed as its publish would have routed it; both
+        staged in their queues until due. (Routing is done on release: a binding made or
+        removed in the last ``LEAD_MS`` before the due time is not seen.) A delayed
+        message no longer in the log is logged and dropped; any other failure raises, and
+        the timer is handed over again later (``Timers``)."""
+        if rec.kind == TimerRecord.RETRY:
+            service = self.pop.service if rec.vhost == "" else getattr(self.vhosts.get(rec.vhost), "service", None)
+            if service is not None:
+                service.retry_due(rec, due_ms)
+            return
+        try:
+            message = self.messages.get(rec.topic, rec.partition, rec.offset)
+        except (KeyError, LogbusError) as exc:
+            log.warning("a delayed message at %s/%d offset %d is gone: %s", rec.topic, rec.partition, rec.offset,
+                        exc)
+            return
+        vhost = self.vhosts.get(rec.vhost) if rec.vhost else None
+        if vhost is not None:
+            vhost.route_delayed(rec.exchange, rec.routing_key, rec.topic, rec.partition, rec.offset, message,
+                                due_ms)
+            self.pop.appended(rec.topic, rec.partition, rec.offset, message, visible_ms=due_ms)
+        else:
+            self.record(rec.topic, rec.partition, rec.offset, message, visible_ms=due_ms, strict=True)
 
 
 def decode_appended(base: int, data: bytes, infos: list[BatchInfo]) -> list[tuple[int, Message]]:

@@ -66,6 +66,7 @@ from typing import Any, Protocol
 
 from ...retry.policy import IMMEDIATE, RetryPolicy
 from ..errors import StaleReceipt
+from .pins import OffsetPins
 from .views import View, Viewed
 
 __all__ = ["StaleReceipt", "View"]  # re-exported for the queue's callers
@@ -220,6 +221,8 @@ class Queue(Viewed):
         self.ready_bytes = 0
         self.views: dict[Any, View] = {}  # a consumer filter's key -> its view
         self._stale = 0  # copies in the ready heaps of seqs taken through a view
+        # the service's count of log offsets its entries point at (retention keeps them)
+        self.pins: OffsetPins | None = None
 
     # -- counts ------------------------------------------------------------------------
 
@@ -283,6 +286,9 @@ class Queue(Viewed):
         pri = min(max(priority, 0), lim.max_priority)
         entry = Entry(seq, topic, partition, offset, size, pri, expires_ms)
         self.entries[seq] = entry
+        pins = self.pins
+        if pins is not None:
+            pins.add(topic, partition, offset)
         self._push_ready(entry, message)
         self.journal.added(entry)
         return entry, removed
@@ -298,6 +304,8 @@ class Queue(Viewed):
         back.seq = self.next_seq
         self.next_seq += 1
         self.entries[back.seq] = back
+        if self.pins is not None:
+            self.pins.add(back.topic, back.partition, back.offset)
         self._push_ready(back)
         self.journal.added(back)
         return back
@@ -306,6 +314,8 @@ class Queue(Viewed):
         entry.seq = seq = self.next_seq
         self.next_seq = seq + 1
         self.entries[seq] = entry
+        if self.pins is not None:
+            self.pins.add(entry.topic, entry.partition, entry.offset)
         heapq.heappush(self._staged, (entry.visible_ms, seq))
         self.journal.added(entry)
         return entry
@@ -329,6 +339,7 @@ class Queue(Viewed):
             self.journal.settled(seq)
             entry.visible_ms = 0
             if limited and not self._make_room(entry.size, removed):
+                self._unpin(entry)
                 removed.append(Removed(entry, MAXLEN if lim.overflow == REJECT_PUBLISH_DLX else ""))
                 continue
             entry.seq = seq = self.next_seq
@@ -417,6 +428,7 @@ class Queue(Viewed):
         delay = policy.delay_ms(entry.deliveries) if backoff else 0
         if delay > 0:  # the caller keeps it as a timer, written with this settle
             del self.entries[entry.seq]
+            self._unpin(entry)
             self.journal.settled(entry.seq)
             return Scheduled(entry, now_ms + delay)
         self._push_ready(entry)
@@ -485,6 +497,7 @@ class Queue(Viewed):
         for seq, lease in self.leases.items():
             e = self.entries[seq]
             if first <= e.offset < end and e.partition == partition and e.topic == topic:
+                self._unpin(e)  # it points at nothing: it holds no segment
                 e.offset = GONE
                 self.journal.delivered(e, lease.deadline_ms, False)
                 n += 1
@@ -506,6 +519,7 @@ class Queue(Viewed):
                 self._ready_out(e)
                 self._stale += 1
             del self.entries[seq]
+            self._unpin(e)
             self.journal.settled(seq)
         if staged:
             self._staged = [item for item in self._staged if item[1] in self.entries]
@@ -530,8 +544,11 @@ class Queue(Viewed):
         ready, redelivered if delivered before. Numbering goes on above them, and from ``next_seq`` if that is
         higher."""
         assert not self.entries, "restore into an empty queue"
+        pins = self.pins
         for e, deadline in sorted(entries, key=lambda item: item[0].seq):
             self.entries[e.seq] = e
+            if pins is not None:
+                pins.add(e.topic, e.partition, e.offset)
             if e.visible_ms:
                 heapq.heappush(self._staged, (e.visible_ms, e.seq))
             elif deadline and e.deliveries:
@@ -575,5 +592,18 @@ class Queue(Viewed):
 
     def _settle(self, entry: Entry, reason: str | None) -> Removed:
         del self.entries[entry.seq]
+        pins = self.pins
+        if pins is not None:
+            pins.remove(entry.topic, entry.partition, entry.offset)
         self.journal.settled(entry.seq)
         return Removed(entry, reason or "")
+
+    def _unpin(self, entry: Entry) -> None:
+        if self.pins is not None:
+            self.pins.remove(entry.topic, entry.partition, entry.offset)
+
+    def unpin_all(self) -> None:
+        """The queue is deleted: its entries pin nothing any more."""
+        if self.pins is not None:
+            for e in self.entries.values():
+                self.pins.remove(e.topic, e.partition, e.offset)

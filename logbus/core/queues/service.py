@@ -63,6 +63,7 @@ from .queue import (
     View,
     receipt,
 )
+from .pins import OffsetPins
 from .timers import Timers
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ class QueueService:
         self._message_for = message_for  # how an entry's message is delivered (default: as stored)
         self._properties = message_properties  # what a consumer filter's selector sees
         self.queues: dict[str, QueueState] = {}
+        self.pins = OffsetPins()  # the log offsets the entries of every queue point at
         self._staged: set[str] = set()  # queues with staged entries
         self._wake_call: Any = None
         self._wake_at = 0
@@ -165,9 +167,11 @@ class QueueService:
         if durable:
             queue = Queue(name, settings.limits, self.queue_store.journal(self.vhost, name, exact=exact),
                           settings.retry)
+            queue.pins = self.pins
             queue.restore(*self.queue_store.load(self.vhost, name, exact=exact))
         else:
             queue = Queue(name, settings.limits, retry=settings.retry)
+            queue.pins = self.pins
         qs = QueueState(name, settings, queue, durable, exclusive, auto_delete, declared, used_ms=self.clock())
         self.queues[name] = qs
         if queue.staged_count:
@@ -186,6 +190,7 @@ class QueueService:
         count = qs.queue.message_count
         for entry in list(qs.queue.entries.values()):
             self.messages.release(entry.topic, entry.partition, entry.offset)
+        qs.queue.unpin_all()
         del self.queues[name]
         self._staged.discard(name)
         if qs.durable:
@@ -194,7 +199,7 @@ class QueueService:
 
     def purge(self, name: str) -> int:
         qs = self.state(name)
-        ready = [e for e in qs.queue.entries.values() if e.seq not in qs.queue.leases]
+        ready = [e for e in qs.queue.entries.values() if e.seq not in qs.queue.leases and not e.visible_ms]
         n = qs.queue.purge()
         for e in ready:
             self.messages.release(e.topic, e.partition, e.offset)
@@ -209,7 +214,9 @@ class QueueService:
         dispatches the queues. ``expires_ms``: the message's own expiry as its gateway
         reads it (AMQP's expiration), else the envelope's ``expires_at_ms`` (0: none).
         ``visible_ms``: a delayed message's due time (a released timer): the entries are
-        staged until then; the message is read back from the log when delivered."""
+        staged until then, the message kept in memory as a published one is, for the
+        queues with a consumer (timers are released at most ``timers.LEAD_MS`` ahead, so
+        it is not kept long)."""
         if now is None:
             now = self.clock()
         env = message.envelope
@@ -218,10 +225,14 @@ class QueueService:
             expires_ms = env.expires_at_ms
         size = len(message.value or b"")
         if visible_ms:
+            n = 0
             for name in names:
-                self.queues[name].queue.publish(topic, partition, offset, size, priority=priority,
-                                                expires_ms=expires_ms, now_ms=now, visible_ms=visible_ms)
+                qs = self.queues[name]
+                qs.queue.publish(topic, partition, offset, size, priority=priority,
+                                 expires_ms=expires_ms, now_ms=now, visible_ms=visible_ms)
                 self._staged_in(name, visible_ms, now)
+                n += bool(qs.consumers)  # kept in memory for the queues with a consumer, as below
+            self.messages.remember(topic, partition, offset, message, size, n)
             return False
         refs = 0
         refused: list[QueueState] = []
@@ -591,12 +602,8 @@ class QueueService:
 
     # -- retention -----------------------------------------------------------------------------
 
-    def floors(self, floors: dict[tuple[str, int], int]) -> None:
-        """Lower ``floors[(topic, partition)]`` to the lowest offset an entry of any queue
-        points at there (retention keeps those segments)."""
-        for qs in self.queues.values():
-            for e in qs.queue.entries.values():
-                key = (e.topic, e.partition)
-                low = floors.get(key)
-                if low is None or e.offset < low:
-                    floors[key] = e.offset
+    def pinned_from(self, topic: str, partition: int) -> int | None:
+        """The lowest offset an entry of any queue points at in (topic, partition)
+        (retention keeps the segments from there; None: none). Kept as entries come and
+        go (``pins.py``): no scan."""
+        return self.pins.floor(topic, partition)

@@ -12,25 +12,40 @@ queue with a backoff) or a DELAY (a published message with a deliver-at time).
 Timers are written through the queue journal's per-tick batch (``QueueStore``), so a
 retry's timer and the deletion of its queue entry are one atomic write, and a delayed
 message's timer is stored before the publisher's confirm (the batch commits before the
-log's flusher can fire it). Nothing waits in memory but the earliest due time: a
-million pending timers cost RocksDB space, not broker memory.
+log's flusher can fire it). Nothing waits in memory but the earliest due time and the
+timers' pins (``pins.py``: how many timers point into each block of 1,024 offsets of a
+partition, counted from the index at start, for retention): a million pending timers
+cost RocksDB space, not broker memory.
 
 ``arm(on_due)`` keeps one reactor call armed for ``LEAD_MS`` before the earliest due
-time. When it fires, the records due within ``LEAD_MS`` are read in order, at most
-``RELEASE_BATCH`` per reactor turn, deleted, and handed to ``on_due`` with their due
-times in the same tick, so what ``on_due`` writes (queue entries, staged until the due
-time: ``queue.py``) and the deletions commit together: a timer is released once, even
-across a kill -9. Releasing ahead moves the cost of a release (reading the message,
-routing it, journaling its entries: about 12 µs a message) before the due time, so a
-burst of timers due in one second is visible within milliseconds of each due time,
-not after a second of CPU. At most ``MAX_AHEAD`` released timers wait for their due time
-at once (the staged entries are in memory); past that, timers are released when due.
+time. When it fires, the records due within ``LEAD_MS`` are read in key order, in
+chunks of ``RELEASE_CHUNK``, until ``RELEASE_BUDGET_S`` of the reactor call is spent (or
+``RELEASE_BATCH`` are released); if more are due, the next reactor turn goes on, so
+other clients' work goes between (a release costs 10-20 µs: 100,000 timers due in one
+second are released in the second before it, a few ms per turn). Each is handed to
+``on_due`` with its due time, and deleted once ``on_due`` returned for it, in the same
+tick, so what ``on_due`` wrote (queue entries, staged until the due time: ``queue.py``)
+and the deletion commit together: a timer is released once, even across a kill -9.
+
+When ``on_due`` raises for a timer, the others go on; that one is logged, counted
+(``failed``) and stored again to be handed over after a backoff (``FAILED_BACKOFF_MS``,
+doubling per failure up to ``FAILED_BACKOFF_MAX_MS``; it becomes visible that much
+later), so a failure loses nothing. What ``on_due`` did before it raised stays done:
+handing over again may repeat it (a queue that got the message may get it twice: at
+least once, never lost).
+
+Releasing ahead moves the cost of a release (reading the message, routing it,
+journaling its entries) before the due time, so a burst of timers due in one second is
+visible within milliseconds of each due time, not after a second of CPU. At most
+``MAX_AHEAD`` released timers wait for their due time at once (the staged entries are
+in memory); past that, timers are released when due.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from time import perf_counter
 from typing import Any, Callable
 
 from ..state import (
@@ -46,21 +61,30 @@ from ..state import (
 from ..state_pb2 import TimerRecord
 from ..state import CF_TIMERS
 from .journal import QueueStore
+from .pins import OffsetPins
 
 log = logging.getLogger(__name__)
 
 TIMER_END = TIMER_PREFIX[:-1] + b"\x01"  # above every timer key
 ID_BLOCK = 1 << 16  # timer ids reserved per synced put
-RELEASE_BATCH = 2_000  # due timers released per reactor turn (a turn of ~25 ms: other work goes between)
+RELEASE_BATCH = 2_000  # due timers released per reactor turn, at most
+RELEASE_CHUNK = 250  # timers read from the index at a time
+RELEASE_BUDGET_S = 0.005  # a reactor call releases chunks until it has spent this
 LEAD_MS = 2_000  # timers are released this long before they are due
+PIN_SHIFT = 10  # timers' pins count blocks of 1,024 offsets (memory per block, not per timer)
 MAX_AHEAD = 250_000  # released timers not yet due, at most (a staged entry costs ~310 B: ~80 MB in all)
-OnDue = Callable[[list[tuple[int, TimerRecord]]], None]  # [(due_ms, record)]
+FAILED_BACKOFF_MS = 1_000  # a timer on_due failed for is handed over again this long after, at first
+FAILED_BACKOFF_MAX_MS = 60_000  # doubling per failure up to this
+OnDue = Callable[[int, TimerRecord], None]  # (due_ms, record)
 
 
 class Timers:
     def __init__(self, queue_store: QueueStore, store: StateStore | None,
-                 clock: Callable[[], int], reactor: Any = None) -> None:
+                 clock: Callable[[], int], reactor: Any = None, *,
+                 failed: Callable[[], object] | None = None, pin_shift: int = PIN_SHIFT) -> None:
         self._qs = queue_store
+        self._count_failure = failed  # called once per failed hand-over (a metric's inc)
+        self._failures: dict[bytes, int] = {}  # key of a timer stored again after failing -> failures
         self._store = store
         self._clock = clock  # epoch ms
         self.reactor = reactor
@@ -75,6 +99,13 @@ class Timers:
         self._call: Any = None
         self._call_at = 0
         self._ahead: deque[int] = deque()  # due times of timers released before due, in release order
+        # the log offsets pending timers point at, in blocks (retention keeps them): counted
+        # from the index once here, then kept as timers come and go
+        self.pins = OffsetPins(pin_shift)
+        if store is not None:
+            for _, value in self._scan(None, TIMER_PREFIX):
+                rec = TimerRecord.FromString(value)
+                self.pins.add(rec.topic, rec.partition, rec.offset)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -84,6 +115,7 @@ class Timers:
         if key < self._low:
             self._low = key
         value = record.SerializeToString()
+        self.pins.add(record.topic, record.partition, record.offset)
         if self._store is None:
             self._mem[key] = value
         else:
@@ -119,22 +151,34 @@ class Timers:
                 break
         return out
 
-    def remove(self, key: bytes) -> None:
+    def remove(self, key: bytes, record: TimerRecord) -> None:
+        """Delete the timer at ``key`` (``record``: its record, as ``due`` gave it)."""
+        self.pins.remove(record.topic, record.partition, record.offset)
         if self._store is None:
             self._mem.pop(key, None)
         else:
             self._qs.delete_timer(key)
 
-    def floors(self, floors: dict[tuple[str, int], int]) -> None:
-        """Lower ``floors[(topic, partition)]`` to the lowest offset a pending timer points
-        at (retention keeps those segments). A scan of every timer: housekeeping calls it
-        only when some segment is due for deletion."""
-        for _, value in self._scan(None, TIMER_PREFIX):
-            rec = TimerRecord.FromString(value)
-            key = (rec.topic, rec.partition)
-            low = floors.get(key)
-            if low is None or rec.offset < low:
-                floors[key] = rec.offset
+    def forget_topic(self, topic: str) -> int:
+        """Delete every timer pointing into ``topic`` (deleted with force: its offsets will
+        be given again), with its pins; returns how many. A scan of every timer: a
+        topic deletion, not a hot path."""
+        n = 0
+        for key, value in list(self._scan(None, TIMER_PREFIX)):
+            if TimerRecord.FromString(value).topic == topic:
+                if self._store is None:
+                    self._mem.pop(key, None)
+                else:
+                    self._qs.delete_timer(key)
+                n += 1
+        self.pins.forget_topic(topic)
+        return n
+
+    def pinned_from(self, topic: str, partition: int) -> int | None:
+        """The lowest offset a pending timer may point at in (topic, partition) (the
+        start of its block of ``1 << PIN_SHIFT`` offsets; None: none). Retention keeps
+        the segments from there. No scan: the pins are kept as timers come and go."""
+        return self.pins.floor(topic, partition)
 
     def earliest(self) -> int | None:
         """The due time of the earliest stored timer (None: no timers)."""
@@ -191,6 +235,10 @@ class Timers:
         self._call = self.reactor.callLater(max(0.0, (at - now) / 1000.0), self._fire)
 
     def _fire(self) -> None:
+        """Release what is due within ``LEAD_MS``, in key order: chunks of
+        ``RELEASE_CHUNK`` until ``RELEASE_BUDGET_S`` of this reactor call is spent (or
+        ``RELEASE_BATCH`` are released); then again in the next turn if more are due, so
+        that other clients' work goes between."""
         self._call = None
         on_due = self._on_due
         if on_due is None:
@@ -198,20 +246,48 @@ class Timers:
         now = self._clock()
         room = self._room(now)
         limit = min(RELEASE_BATCH, room) if room > 0 else RELEASE_BATCH
-        batch = self.due(now + LEAD_MS if room > 0 else now, limit)
-        for key, due, _ in batch:
-            self.remove(key)
-            if due > now:
-                self._ahead.append(due)
-        if batch:  # released in key order: nothing is left below the last one
-            self._low = max(self._low, batch[-1][0] + b"\x00")
-            try:
-                on_due([(due, rec) for _, due, rec in batch])
-            except Exception:
-                log.exception("releasing %d due timers failed", len(batch))
+        horizon = now + LEAD_MS if room > 0 else now
+        stop_at = perf_counter() + RELEASE_BUDGET_S
+        ahead = self._ahead
+        released = 0
+        full = False
+        while released < limit:
+            want = min(RELEASE_CHUNK, limit - released)
+            batch = self.due(horizon, want)
+            for key, due, rec in batch:
+                try:
+                    on_due(due, rec)
+                except Exception:
+                    self._failed(key, due, rec, now)
+                    continue
+                self.remove(key, rec)
+                if due > now:
+                    ahead.append(due)
+            released += len(batch)
+            full = len(batch) == want
+            if batch:  # released in key order: nothing is left below the last one
+                self._low = max(self._low, batch[-1][0] + b"\x00")
+            if not full or perf_counter() >= stop_at:
+                break
+        if self._call is not None and self._call.active():  # armed by a failed timer's add
+            self._call.cancel()
+        self._call = None
         self._earliest = self.earliest()
-        if len(batch) >= limit and self._earliest is not None:
+        if full and self._earliest is not None:
             self._call_at = now  # more to release: next turn
             self._call = self.reactor.callLater(0, self._fire)
         else:
             self._rearm()
+
+    def _failed(self, key: bytes, due: int, rec: TimerRecord, now: int) -> None:
+        """``on_due`` raised for the timer at ``key``: store it again, to be handed over
+        after a backoff that doubles per failure; log and count it."""
+        failures = self._failures.pop(key, 0) + 1
+        backoff = min(FAILED_BACKOFF_MS << min(failures - 1, 16), FAILED_BACKOFF_MAX_MS)
+        log.exception("handing over the timer due at %d for %s/%d offset %d failed (%d times); again in %d ms",
+                      due, rec.topic, rec.partition, rec.offset, failures, backoff)
+        if self._count_failure is not None:
+            self._count_failure()
+        self.remove(key, rec)
+        # released LEAD_MS ahead of its (new) due time: that is ``backoff`` from now
+        self._failures[self.add(now + LEAD_MS + backoff, rec)] = failures

@@ -189,6 +189,7 @@ class Group:
     pending: dict[str, Any] = field(default_factory=dict)  # MEMBER_ID_REQUIRED ids -> expiry
     pending_sync: set[str] = field(default_factory=set)
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    empty_since_ms: int = 0  # epoch ms when it last became Empty (0: never had members here)
     join_timer: Any = None
     sync_timer: Any = None
 

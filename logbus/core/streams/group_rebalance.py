@@ -23,6 +23,7 @@ from .group_model import (
     S,
     SyncResult,
 )
+from ..log.batch import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ class GroupRebalance:
     def _transition(self, group: Group, new: GroupState) -> None:
         if group.state not in TRANSITIONS[new]:
             raise IllegalTransition(f"group {group.group_id}: {group.state.value} -> {new.value}")
+        if new is S.EMPTY:
+            group.empty_since_ms = now_ms()  # its offsets' retention counts from here
         group.state = new
 
     def _prepare_rebalance(self, group: Group, reason: str) -> None:

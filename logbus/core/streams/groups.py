@@ -49,7 +49,15 @@ fired exactly once, so a Kafka connection's ordered responses never stall behind
 
 Differences from Apache Kafka: no initial rebalance delay; group membership is not
 persisted (after a restart groups hold only their offsets, and members rejoin, static
-ones included); offsets do not expire.
+ones included).
+
+**Offset expiry** (Kafka's ``offsets.retention.minutes``, ``expire_offsets``): a group
+with no members loses all its committed offsets once the retention has passed since
+the later of its last commit and the moment it became Empty; it is then Dead and gone.
+Kafka counts from the moment it became Empty, or for a group that never had members
+per offset from its commit; membership is not stored here, so after a restart a group
+counts from its last commit. A consumer of such a group starts again from its
+``auto.offset.reset`` position.
 """
 
 from __future__ import annotations
@@ -159,6 +167,28 @@ class GroupCoordinator(GroupRebalance):
                 gone.append((group.group_id, tp))
             self._maybe_forget(group)
         if self.store is not None:
+            delete_offsets(self.store, gone, sync=self.sync_commits)
+        return len(gone)
+
+    def expire_offsets(self, retention_ms: int, now: int | None = None) -> int:
+        """Delete the committed offsets of every group with no members (and none
+        pending) whose last commit and last becoming Empty are both ``retention_ms`` or
+        more before ``now`` (epoch ms; default: the wall clock, as commit times are), in
+        one WriteBatch; such a group is Dead and forgotten. Returns how many offsets."""
+        now = now_ms() if now is None else now
+        gone: list[tuple[str, TopicPartition]] = []
+        for group in list(self.groups.values()):
+            if group.members or group.pending or group.state is not S.EMPTY or not group.offsets:
+                continue
+            last = max(group.empty_since_ms, max(om.commit_timestamp_ms for om in group.offsets.values()))
+            if now - last < retention_ms:
+                continue
+            gone += [(group.group_id, tp) for tp in group.offsets]
+            log.info("group %s: %d committed offsets expired (no members, nothing committed for %d ms)",
+                     group.group_id, len(group.offsets), now - last)
+            group.offsets.clear()
+            self._maybe_forget(group)
+        if gone and self.store is not None:
             delete_offsets(self.store, gone, sync=self.sync_commits)
         return len(gone)
 

@@ -25,6 +25,12 @@ after a crash the states match exactly what the log holds:
   is durable, and holds no later batch); a snapshot that claims offsets the log does
   not have (a log lost behind an unsynced store) is ignored and the whole log replayed,
   so a retry is never acknowledged with an offset that does not hold it.
+
+**Expiry** (Kafka's ``producer.id.expiration.ms``, ``ProducerRegistry.expire``): a
+producer that appended nothing to a partition for that long is forgotten there, in
+memory and in the store. A producer with no state is taken at any sequence, as Kafka
+does since 2.5: a producer idle past the expiry goes on without an error, though a
+retry of a batch from before it would not be recognised as a duplicate.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
-from ..log.batch import BatchInfo
+from ..log.batch import BatchInfo, now_ms
 from ..state import CF_PRODUCERS, CF_METADATA, PRODUCER_IDS_KEY, pack_uint64, unpack_uint64, producer_end_key, producer_end_prefix, producer_id_of_key, producer_key, producers_prefix
 from ..state_pb2 import ProducerRecord, ProducerSnapshotEnd, RecentBatch
 
@@ -60,6 +66,7 @@ class ProducerState:
     epoch: int
     last_seq: int
     recent: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
+    last_ms: int = 0  # when its last batch was appended here (or its state loaded): epoch ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +88,9 @@ class ProducerStates:
         last = (first_seq + records - 1) % SEQUENCE_WRAP
         st = self.producers.get(producer_id)
         if st is None:
-            # unknown here: a new producer starts at 0 (Kafka also accepts other
-            # sequences once its state has expired; we keep state for every producer seen)
-            return Verdict(APPEND if first_seq == 0 else OUT_OF_ORDER)
+            # no state here: a new producer, or one whose state expired (``expire``): as
+            # Kafka (since 2.5), any sequence is taken, since there is nothing to check it against
+            return Verdict(APPEND)
         if epoch < st.epoch:
             return Verdict(FENCED)
         if epoch > st.epoch:
@@ -105,6 +112,7 @@ class ProducerStates:
             st = self.producers[producer_id] = ProducerState(epoch, last)
         st.last_seq = last
         st.recent.append((first_seq, last, base_offset))
+        st.last_ms = now_ms()
 
     def rebuild(self, batches: Iterable[BatchInfo]) -> None:
         """Replay the headers of the batches in a log, oldest first."""
@@ -121,8 +129,18 @@ class ProducerStates:
         )
 
     def load_record(self, producer_id: int, rec: ProducerRecord) -> None:
-        st = self.producers[producer_id] = ProducerState(rec.epoch, rec.last_sequence)
+        """A stored state; it counts as used now (the record has no time: a restart
+        gives every producer the full expiration time again)."""
+        st = self.producers[producer_id] = ProducerState(rec.epoch, rec.last_sequence, last_ms=now_ms())
         st.recent.extend((r.first_sequence, r.last_sequence, r.base_offset) for r in rec.recent)
+
+    def expire(self, before_ms: int) -> list[int]:
+        """Forget every producer whose last batch was appended before ``before_ms``;
+        returns their ids."""
+        gone = [pid for pid, st in self.producers.items() if st.last_ms < before_ms]
+        for pid in gone:
+            del self.producers[pid]
+        return gone
 
     def max_offset(self) -> int:
         """The highest base offset remembered (-1: none)."""
@@ -194,6 +212,29 @@ class ProducerRegistry:
                 b.put(CF_PRODUCERS, producer_end_key(topic, partition), ProducerSnapshotEnd(offset=end))
         except Exception:  # the log still has the batch: the next load replays it
             log.exception("storing producer %d state for %s/%d failed", producer_id, topic, partition)
+
+    def expire(self, max_age_ms: int, now: int | None = None) -> int:
+        """Kafka's producer.id.expiration.ms: forget, here and in the store, the state of
+        every producer that appended no batch to a partition for ``max_age_ms``; its next
+        batch there is taken whatever its sequence (``ProducerStates.check``). Only the
+        partitions loaded since the start are looked at (a stored state is loaded, and
+        its time starts, on a partition's first idempotent produce). Returns how many
+        (producer, partition) states were forgotten."""
+        before = (now_ms() if now is None else now) - max_age_ms
+        gone: list[bytes] = []
+        for (topic, partition), (_, states) in self._states.items():
+            for pid in states.expire(before):
+                gone.append(producer_key(topic, partition, pid))
+                log.info("producer %d on %s/%d: state expired (no batch for %d ms)", pid, topic, partition,
+                         max_age_ms)
+        if gone and self.store is not None:
+            try:
+                with self.store.batch() as b:
+                    for key in gone:
+                        b.delete(CF_PRODUCERS, key)
+            except Exception:  # kept in memory as forgotten; a restart loads them again, to expire later
+                log.exception("deleting %d expired producer states failed", len(gone))
+        return len(gone)
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's states, in memory and in the store."""
