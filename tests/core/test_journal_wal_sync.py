@@ -1,0 +1,74 @@
+"""A confirm covers the queue entries its publish made, against a power loss too: the
+sync that makes a turn's appends durable also syncs the state store's write-ahead log
+when the queue journal wrote since the last sync (core tier: a real broker and RocksDB
+on a temp dir; what the flusher synced is read from its own count of files)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from logbus.core.log import Record, TopicConfig
+from logbus.core.message import Envelope, Message
+from logbus.core.state import CF_QUEUES
+from tests.core.amqp_terms import AmqpTerms
+from tests.core.brokers import Brokers
+
+
+def files_synced(broker: Any) -> float:
+    return broker.metrics.registry.get_sample_value("logbus_flush_files_total") or 0.0
+
+
+def settle(brokers: Brokers, done: list[Any], n: int) -> None:
+    brokers.loop.run_until(lambda: len(done) == n)
+
+
+def test_a_publish_that_made_queue_entries_syncs_the_write_ahead_log_with_its_record(tmp_path: Path) -> None:
+    brokers = Brokers(tmp_path)
+    b = brokers.start(topic_defaults=TopicConfig(flush="sync"))
+    v = AmqpTerms(b.vhost("/"))
+    v.declare_queue("q", durable=True)
+    done: list[Any] = []
+    v.publish("", "q", Message(None, b"warm", None, [], Envelope()), on_durable=done.append)
+    settle(brokers, done, 1)
+
+    before = files_synced(b)
+    v.publish("", "q", Message(None, b"one", None, [], Envelope()), on_durable=done.append)
+    settle(brokers, done, 2)
+    assert files_synced(b) - before == 2  # the segment and the write-ahead log
+
+    b.create_topic("plain", {"flush": "sync"})  # read by no queue: no journal write
+    before = files_synced(b)
+    d = b.append("plain", 0, [Record(None, b"x", None, [])])
+    got: list[Any] = []
+    d.addBoth(got.append)
+    settle(brokers, got, 1)
+    assert files_synced(b) - before == 1
+
+
+def test_the_write_ahead_log_followed_when_rocksdb_starts_a_new_one(tmp_path: Path) -> None:
+    brokers = Brokers(tmp_path)
+    b = brokers.start(topic_defaults=TopicConfig(flush="sync"))
+    store = b.state
+    assert store is not None
+    store.put(CF_QUEUES, b"k", b"v")
+    first = store.wal_fd()
+    assert first >= 0
+    wal = os.readlink(f"/proc/self/fd/{first}")
+    assert wal.endswith(".log") and Path(wal).parent == tmp_path / "state"
+    store._cfs[CF_QUEUES].flush()  # its memtable to an SST file: RocksDB starts a new log
+    store.put(CF_QUEUES, b"k2", b"v")
+    second = store.wal_fd()
+    assert second != first and os.readlink(f"/proc/self/fd/{second}") != wal
+    assert first in store.retired_wal
+    # the journal closes a retired descriptor once no sync holds it
+    v = AmqpTerms(b.vhost("/"))
+    v.declare_queue("q", durable=True)
+    done: list[Any] = []
+    v.publish("", "q", Message(None, b"x", None, [], Envelope()), on_durable=done.append)
+    settle(brokers, done, 1)
+    b.queue_store._retired.clear()
+    b.queue_store._close_retired()
+    assert store.retired_wal == []
+    brokers.stop()
