@@ -137,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--kafka-offsets-retention-ms", metavar="MS",
                        help="a consumer group with no members loses its committed offsets after this long"
                             " (Kafka's offsets.retention.minutes, 10080; default: 604800000, 7 days)")
+    serve.add_argument("--queue-max-pinned-ms", metavar="MS",
+                       help="a queue's messages older than this hold its topic's log past retention no longer:"
+                            " they are dead-lettered or dropped when retention runs (default: 0, no bound)")
+    serve.add_argument("--queue-max-pinned-bytes", metavar="BYTES",
+                       help="a queue's messages hold at most this much of a topic's log past retention"
+                            " (default: 0, no bound)")
     serve.add_argument("--default-user", metavar="NAME",
                        help="user created with vhost / on a fresh data directory (default: guest)")
     serve.add_argument("--default-pass", metavar="PASSWORD",
@@ -307,6 +313,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "pop_max_deliveries": args.pop_max_deliveries,
         "kafka_producer_id_expiration_ms": args.kafka_producer_id_expiration_ms,
         "kafka_offsets_retention_ms": args.kafka_offsets_retention_ms,
+        "queue_max_pinned_ms": args.queue_max_pinned_ms,
+        "queue_max_pinned_bytes": args.queue_max_pinned_bytes,
         "default_user": args.default_user,
         "default_pass": args.default_pass,
         "loopback_users": args.loopback_users,

@@ -91,6 +91,11 @@ class Settings:
     # the later of its last commit and the moment it became empty)
     kafka_producer_id_expiration_ms: int = 86_400_000  # 1 day
     kafka_offsets_retention_ms: int = 604_800_000  # 7 days
+    # how far a queue's messages may hold a topic's log against its retention (0: no
+    # bound, as a RabbitMQ queue keeps its messages): past it, the messages holding it are
+    # dead-lettered ("expired" / "maxlen") or dropped when retention runs (docs/operations.md)
+    queue_max_pinned_ms: int = 0
+    queue_max_pinned_bytes: int = 0
     # resource alarms (core/pressure.py): a fraction of RAM in (0, 1], or bytes above 1
     memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK
     disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT  # bytes free on the data dir's filesystem
@@ -317,6 +322,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "pop_max_deliveries": lambda raw: _as_int(raw, 1, 1000),
     "kafka_producer_id_expiration_ms": lambda raw: _as_int(raw, 1, 2**31 - 1),  # Kafka's: an int, >= 1
     "kafka_offsets_retention_ms": lambda raw: _as_int(raw, 1, 2**31 * 60_000),  # Kafka's: int minutes
+    "queue_max_pinned_ms": lambda raw: _as_int(raw, 0, 2**62),
+    "queue_max_pinned_bytes": lambda raw: _as_int(raw, 0, MAX_BYTES),
     "memory_high_watermark": _watermark,
     "disk_free_limit": lambda raw: _as_int(raw, 0, MAX_BYTES),
     "default_user": _user_name,

@@ -265,6 +265,8 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         pop_retry=pop_retry_policy(settings.pop_retry_backoff, settings.pop_max_deliveries),
         producer_id_expiration_ms=settings.kafka_producer_id_expiration_ms,
         offsets_retention_ms=settings.kafka_offsets_retention_ms,
+        queue_max_pinned_ms=settings.queue_max_pinned_ms,
+        queue_max_pinned_bytes=settings.queue_max_pinned_bytes,
         # AMQP's forms of the neutral model's messages: typed headers, x-death (core/forms.py)
         forms=AMQP_FORMS,
         legacy=AMQP_LEGACY,  # definitions stored with AMQP field tables, upgraded at start (decision 0021)

@@ -101,6 +101,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         legacy: LegacyTranslation | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         offsets_retention_ms: int = OFFSETS_RETENTION_MS,
+        queue_max_pinned_ms: int = 0,
+        queue_max_pinned_bytes: int = 0,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -124,6 +126,12 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         # per-client state of the stream model that expires as in Kafka (expire_client_state)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.offsets_retention_ms = offsets_retention_ms
+        # how far queue entries may hold a topic's log past its retention (0: no bound)
+        self.queue_max_pinned_ms = queue_max_pinned_ms
+        self.queue_max_pinned_bytes = queue_max_pinned_bytes
+        self._pins_evicted = self.metrics.counter(
+            "logbus_queue_pinned_evicted", "Queue messages dead-lettered or dropped because they held a topic's "
+            "log past queue_max_pinned_ms / queue_max_pinned_bytes")
         self._client_expiry: LoopingCall | None = None
         self._producers_expired = self.metrics.counter(
             "logbus_producer_states_expired",
@@ -464,7 +472,36 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         queue's message is never lost to retention). The lowest offset they point at is
         kept up to date as entries and timers come and go (``queues/pins.py``), so a
         pass costs O(partitions + vhosts), never a scan of the entries."""
-        return self._log.housekeeping(now_ms, self.pinned_from)
+        return self._log.housekeeping(now_ms, self._keep_from)
+
+    def _keep_from(self, topic: str, partition: int) -> int | None:
+        """``pinned_from`` for retention (asked only where a segment is due to go), with the
+        bounds applied first: queue messages that hold the log past ``queue_max_pinned_ms``
+        or ``queue_max_pinned_bytes`` are dead-lettered (reason "expired" or "maxlen") or
+        dropped. Timers are not bounded: a delayed message keeps its segment."""
+        pin = self.pinned_from(topic, partition)
+        if pin is None or not (self.queue_max_pinned_ms or self.queue_max_pinned_bytes):
+            return pin
+        p = self._log.partition(topic, partition)
+        below, reason = 0, ""
+        if self.queue_max_pinned_ms:
+            found = p.offset_for_time(self._clock() - self.queue_max_pinned_ms)
+            below, reason = (p.next_offset if found is None else found[0]), "expired"
+        if self.queue_max_pinned_bytes:
+            kept, start = 0, p.next_offset
+            for seg in reversed(p.segments):
+                if kept + seg.size > self.queue_max_pinned_bytes:
+                    break
+                kept += seg.size
+                start = seg.base_offset
+            if start > below:
+                below, reason = start, "maxlen"
+        if pin >= below:
+            return pin
+        n = sum(s.evict(topic, partition, below, reason) for s in self._queue_services())
+        if n:
+            self._pins_evicted.inc(n)
+        return self.pinned_from(topic, partition)
 
     def pinned_from(self, topic: str, partition: int) -> int | None:
         """The lowest offset of (topic, partition) that a queue entry (of any vhost or pop

@@ -261,3 +261,38 @@ def test_a_state_store_that_failed_a_write_refuses_until_reopened(small_fs: Path
     store.put(CF_QUEUES, b"after", b"v")
     assert store.get(CF_QUEUES, b"after") == b"v"
     store.close()
+
+
+def test_messages_holding_the_log_past_the_bound_are_dead_lettered_when_retention_runs(tmp_path: Path) -> None:
+    brokers = Brokers(tmp_path)
+    b = brokers.start(topic_defaults=TopicConfig(flush="none", segment_bytes=2048, retention_bytes=4096),
+                      queue_max_pinned_bytes=8192)
+    v = AmqpTerms(b.vhost("/"))
+    v.declare_exchange("dlx", "fanout", durable=True)  # its own topic: the queue's holds only q's
+    v.declare_queue("dlq", durable=True)
+    v.bind("dlx", "dlq")
+    v.declare_queue("q", durable=True, arguments={"x-dead-letter-exchange": "dlx"})
+    for i in range(100):
+        v.publish("", "q", message(i, 200))
+        while brokers.loop.run_once():  # a batch per message: many segments
+            pass
+    topic = next(iter(b.vhost("/").service.queues["q"].queue.entries.values())).topic
+    p = b._log.partition(topic, 0)
+    segments = len(p.segments)
+    assert segments > 10
+    kept_bytes, start = 0, p.next_offset  # the bound: whole segments from the end, 8 KiB at most
+    for seg in reversed(p.segments):
+        if kept_bytes + seg.size > 8192:
+            break
+        kept_bytes, start = kept_bytes + seg.size, seg.base_offset
+    b.housekeeping()
+    q = b.vhost("/").service.queues["q"].queue
+    kept = sorted(e.offset for e in q.entries.values())
+    assert kept == list(range(start, 100))
+    evicted = start
+    assert b.vhost("/").service.queues["dlq"].queue.message_count == evicted  # dead-lettered, reason maxlen
+    d = b.vhost("/").get("dlq", None, True)
+    assert d is not None and d.message.value == message(0, 200).value  # the oldest first
+    assert b.metrics.registry.get_sample_value("logbus_queue_pinned_evicted_total") == evicted
+    assert len(p.segments) < segments  # retention ran once they were gone
+    assert p.segments[0].base_offset <= start

@@ -503,6 +503,16 @@ class Queue(Viewed):
                 n += 1
         return n
 
+    def evict(self, topic: str, partition: int, below: int, reason: str) -> list[Removed]:
+        """Remove the ready and staged entries that point below offset ``below`` of
+        ``topic``/``partition`` (they held the log past a bound: ``QueueService.evict``),
+        with ``reason`` for dead-lettering. Leased ones stay."""
+        gone = [e for e in self.entries.values()
+                if 0 <= e.offset < below and e.partition == partition and e.topic == topic
+                and e.seq not in self.leases]
+        self.drop(gone)
+        return [Removed(e, reason) for e in gone]
+
     def drop(self, entries: list[Entry]) -> None:
         """Remove ``entries`` whatever their state (their records are gone); the lease
         of a leased one ends, so its receipt settles nothing from now on."""

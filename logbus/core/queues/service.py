@@ -578,6 +578,23 @@ class QueueService:
                 n += qs.queue.orphan(topic, partition, first, end)
         return n
 
+    def evict(self, topic: str, partition: int, below: int, reason: str) -> int:
+        """Remove every queue's ready and staged entries pointing below offset ``below``
+        of ``topic``/``partition``, dead-lettered with ``reason`` where the queue has a
+        target (they held the log past ``queue_max_pinned_ms`` / ``_bytes``); returns
+        how many."""
+        n = 0
+        for qs in list(self.queues.values()):
+            removed = qs.queue.evict(topic, partition, below, reason)
+            for r in removed:
+                self._removed(qs, r)
+            if removed:
+                n += len(removed)
+                log.warning("queue %r of vhost %r: %d messages in %s/%d below offset %d evicted (%s): they held "
+                            "the log past its bound", qs.name, self.vhost, len(removed), topic, partition, below,
+                            reason)
+        return n
+
     def _count_gone(self, qs: QueueState, n: int, why: Exception) -> None:
         self.records_gone += n
         now = self.clock()
