@@ -19,6 +19,13 @@ Messages to the client come from the queue service through ``room.SessionConsume
 the connection has credit while it is connected, its socket buffer is not full (the
 transport's push-producer callbacks) and the client's receive maximum leaves room.
 
+Resource alarms (core/pressure.py, alarms.py): while one is set, a connection that has
+published is not read (the transport's ``pauseProducing``), as Mosquitto and EMQX apply
+back-pressure; its client's writes wait in TCP. A connection that only subscribes goes on
+being read, so consumers drain. Reading resumes when every alarm has cleared. The factory
+counts each connection stopped and logs once per alarm. The keep alive does not run out
+on a connection we do not read.
+
 Keep alive: a connection that sends nothing for 1.5 times its keep alive is closed and
 its will published. A connection that sends no CONNECT within the factory's
 ``connect_timeout`` (the broker's ``handshake_timeout_ms``; over WebSocket, counted once
@@ -48,7 +55,7 @@ from .reasons import (
 )  # fmt: skip
 from .requests import (
     AddSubscriptions, ArmKeepAlive, Close, Consume, Detach, Dispatch, Login, MatchRetained, PublishBatch,
-    QuickAck, RemoveSubscriptions, Retain, SaveSession, Settle,
+    QuickAck, RemoveSubscriptions, Retain, SaveSession, SetReading, Settle,
 )  # fmt: skip
 from .room import MqttRoom, Unavailable, binding_key
 from .states import State
@@ -155,6 +162,8 @@ class MqttProtocol(Protocol):
         self.last_read = self.factory.reactor.seconds()
         self._timer = self.factory.reactor.callLater(self.factory.connect_timeout, self._connect_timeout)
         self.factory.connections.add(self)
+        if self.factory.alarms:
+            self.machine.resource_alarm(self.factory.alarms)
 
     def _close_by_admin(self, reason: str) -> None:
         self.kick()
@@ -363,6 +372,19 @@ class MqttProtocol(Protocol):
     def _detach(self, r: Detach) -> None:
         self.room.detach(r.session, self, r.will, r.will_delay)
 
+    def _set_reading(self, r: SetReading) -> None:
+        if r.on:
+            self.last_read = self.factory.reactor.seconds()  # the keep alive counts from now
+            self.transport.resumeProducing()
+        else:
+            self.transport.pauseProducing()
+            self.factory.publisher_blocked(self)
+
+    def resource_alarm(self, alarms: frozenset[str]) -> None:
+        """The broker's alarms changed (``MqttFactory``)."""
+        self.machine.resource_alarm(alarms)
+        self._drain()
+
     def _close(self, r: Close) -> None:
         self._cancel_timer()
         self.flush_output()
@@ -420,6 +442,9 @@ class MqttProtocol(Protocol):
         m = self.machine
         if m.state is not State.CONNECTED:
             return
+        if m.blocked:  # our silence, not the client's: look again a keep alive later
+            self._timer = self.factory.reactor.callLater(m.keep_alive, self._keep_alive_check)
+            return
         idle = self.factory.reactor.seconds() - self.last_read
         if idle >= m.keep_alive:
             log.info("MQTT %s (%s): nothing for %.1f s (keep alive): closed", self.peer,
@@ -447,6 +472,7 @@ _CARRY: dict[type, Callable[[MqttProtocol, Any], None]] = {
     Dispatch: MqttProtocol._dispatch,
     QuickAck: MqttProtocol._quick_ack,
     ArmKeepAlive: MqttProtocol._arm_keep_alive,
+    SetReading: MqttProtocol._set_reading,
     Detach: MqttProtocol._detach,
     Close: MqttProtocol._close,
 }
@@ -478,6 +504,11 @@ class MqttFactory(Factory):
         self.room = MqttRoom(broker, reactor, max_queued=max_queued, max_session_expiry=self.limits.max_session_expiry,
                              dropped=dropped.inc)
         self.room.factory = self
+        self.blocked_publishers = counter(
+            "logbus_mqtt_blocked_publishers",
+            "MQTT connections not read while a resource alarm was set (each time one is stopped)")
+        self._blocked_logged = False  # for the alarm now set
+        self.alarms: frozenset[str] = broker.on_alarms(self._alarms_changed)
         self.max_packet_size = max_packet_size
         self.anonymous = anonymous  # "on", "off", or "loopback": only from loopback addresses
         self.connections: set[MqttProtocol] = set()
@@ -488,6 +519,23 @@ class MqttFactory(Factory):
     def limit_hit(self, what: str) -> None:
         """A connection met one of the server's limits (machine.LIMITS): counted."""
         self._limit_counters[what].inc()
+
+    def _alarms_changed(self, alarms: frozenset[str]) -> None:
+        was, self.alarms = self.alarms, alarms
+        if alarms - was:
+            self._blocked_logged = False
+        elif not alarms and self._blocked_logged:
+            log.info("resource alarms cleared: MQTT publishers are read again")
+        for c in list(self.connections):
+            c.resource_alarm(alarms)
+
+    def publisher_blocked(self, c: MqttProtocol) -> None:
+        """A connection is not read for an alarm: counted; the first of each alarm logged."""
+        self.blocked_publishers.inc()
+        if not self._blocked_logged:
+            self._blocked_logged = True
+            log.warning("%s alarm: MQTT connections that publish are not read until it clears (first: %s)",
+                        " & ".join(sorted(self.alarms)), c.peer)
 
     def output_due(self, c: MqttProtocol) -> None:
         self._output.append(c)
