@@ -36,6 +36,7 @@ from twisted.python.failure import Failure
 
 from ...core.broker import Broker
 from ..output import FileOutput, is_tls, peer_of
+from ..unread import UnreadWatch
 from . import admin, configs, groups, records_admin
 from .alarms import LARGE_UNFINISHED, PRODUCE, hold_seconds, timed_out
 from .codec import (
@@ -150,8 +151,12 @@ class KafkaProtocol(Protocol):
             self._paused = stop
             if stop:
                 self._t.pauseProducing()
+                if self.factory is not None:
+                    self.factory.unread.add(self._t)  # a client closing meanwhile is noticed (unread.py)
             else:
                 self._t.resumeProducing()
+                if self.factory is not None:
+                    self.factory.unread.discard(self._t)
 
     def memory_alarm(self, on: bool) -> None:
         """The memory alarm is set (a large unfinished request: stop reading) or cleared."""
@@ -284,6 +289,7 @@ class KafkaProtocol(Protocol):
         self.alarm_held.clear()
         if self.factory is not None:
             self.factory.connections.discard(self)
+            self.factory.unread.discard(self._t)
         if self._idle_call is not None and self._idle_call.active():
             self._idle_call.cancel()
         self._idle_call = None
@@ -331,6 +337,7 @@ class KafkaFactory(Factory):
             "logbus_kafka_unfinished_paused",
             "Times a Kafka connection in the middle of a large request was not read under the memory alarm")
         self.connections: set[KafkaProtocol] = set()
+        self.unread = UnreadWatch(reactor)  # connections not read: gone meanwhile?
         self._logged: set[str] = set()  # what was logged for the alarms now set
         self.alarms: frozenset[str] = broker.on_alarms(self._alarms_changed)
         self.handlers = KafkaHandlers(broker, reactor, auto_create_topics=auto_create_topics)

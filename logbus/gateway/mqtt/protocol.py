@@ -45,6 +45,7 @@ from twisted.python.failure import Failure
 from ...core.errors import LogbusError, LoopbackOnly, Refused
 from ...core.types import ConnectionRecord, Perm, Resource
 from ..output import direct_writer, is_tls, peer_of, quick_ack
+from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
 from .machine import EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT, Machine
 from .mapping import EXCHANGE
@@ -170,6 +171,7 @@ class MqttProtocol(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.factory.connections.discard(self)
+        self.factory.unread.discard(self.transport)
         if self.record is not None:
             self.factory.broker.connection_closed(self.record)
         self._cancel_timer()
@@ -375,9 +377,11 @@ class MqttProtocol(Protocol):
     def _set_reading(self, r: SetReading) -> None:
         if r.on:
             self.last_read = self.factory.reactor.seconds()  # the keep alive counts from now
+            self.factory.unread.discard(self.transport)
             self.transport.resumeProducing()
         else:
             self.transport.pauseProducing()
+            self.factory.unread.add(self.transport)  # a client closing meanwhile is noticed (unread.py)
             self.factory.publisher_blocked(self)
 
     def resource_alarm(self, alarms: frozenset[str]) -> None:
@@ -512,6 +516,7 @@ class MqttFactory(Factory):
         self.max_packet_size = max_packet_size
         self.anonymous = anonymous  # "on", "off", or "loopback": only from loopback addresses
         self.connections: set[MqttProtocol] = set()
+        self.unread = UnreadWatch(reactor)  # publishers not read for an alarm: gone meanwhile?
         self.reading = 0  # connections inside dataReceived
         self._output: list[MqttProtocol] = []  # connections with output not yet sent
         self._flush_call: Any = None
