@@ -363,6 +363,51 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
+MEMORY_RETURN_SECONDS = 1.0
+
+
+def start_memory_return(broker: Broker, reactor: Any) -> Any:
+    """Once a second: freed heap given back to the system (memory.py, decision 0024).
+    Returns the LoopingCall (None where the C library is not glibc)."""
+    from twisted.internet.task import LoopingCall
+
+    from .core.pressure import MEMORY, resident_memory
+    from .memory import Allocator, MemoryReturn
+
+    allocator = Allocator.load()
+    if allocator is None:
+        log.info("memory: not glibc, freed memory is returned as the C library decides")
+        return None
+    counters = {
+        "trims": broker.metrics.counter("logbus_malloc_trims", "Times freed heap was returned to the system"),
+        "returned_bytes": broker.metrics.counter(
+            "logbus_malloc_returned_bytes", "Bytes of resident memory returned to the system by those trims"),
+        "collections": broker.metrics.counter(
+            "logbus_gc_alarm_collections", "Full garbage collections run while the memory alarm was set"),
+    }
+    pressure = broker.pressure
+
+    def resident() -> int:
+        try:
+            return resident_memory()
+        except OSError:  # out of file descriptors: the last check's figure
+            return pressure.memory_used
+
+    memory = MemoryReturn(allocator, resident, lambda: MEMORY in pressure.alarms,
+                          count=lambda what, amount: counters[what].inc(amount))
+
+    def tick() -> None:
+        try:
+            memory.tick()
+        except Exception:  # never let the LoopingCall die: it would not run again
+            log.exception("memory: returning freed memory failed")
+
+    call = LoopingCall(tick)
+    call.clock = reactor
+    call.start(MEMORY_RETURN_SECONDS, now=False)
+    return call
+
+
 def setup_logging(level: str) -> None:
     """Everything to stderr, one line per record; Twisted's own log is bridged into it."""
     from twisted.logger import ILogObserver, STDLibLogObserver, globalLogBeginner
@@ -458,6 +503,7 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None,
                 return
             wrote_ready = True
         tune_gc()
+        start_memory_return(service.broker, reactor)
         log.info("logbus ready (pid %d)", os.getpid())
 
     def start() -> None:

@@ -10,17 +10,22 @@ import asyncio
 import http.client
 import json
 import logging
+import struct
 import threading
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import aio_pika
 import pika  # type: ignore[import-untyped]
 import pytest
+from pamqp import commands, frame, header
 from pamqp.commands import Basic as AmqpBasic
 from pika.spec import Basic  # type: ignore[import-untyped]
 
+from tests.integration.alarms import EVERY_BYTE, bytes_in, send_until_stalled, wait_for
 from tests.integration.amqp_target import run
+from tests.integration.test_amqp_bad_input import RawAmqp
 from tests.serverproc import LogbusServer
 
 ABOVE_ANY_DISK = 2**60  # more free bytes than any filesystem here has: the disk alarm
@@ -227,3 +232,33 @@ def test_aio_pika_publish_waits_while_blocked(
             await connection.close()
 
     run(body())
+
+
+
+def test_an_unfinished_body_is_not_read_under_the_memory_alarm(server: LogbusServer) -> None:
+    """A raw client in the middle of a 90 MiB body (its first publish): under the memory
+    alarm the broker reads no more of it (its bytes_in stops while the client's socket
+    buffers fill), and reads on once the alarm clears. Logbus's own counter of the
+    connection's bytes is the evidence; the client has no connection.blocked capability."""
+    host, port = server.host_port("amqp")
+    raw = RawAmqp(SimpleNamespace(host=host, port=port))  # type: ignore[arg-type]
+    try:
+        raw.open()
+        raw.open_channel(1)
+        peer = "%s:%d" % raw.sock.getsockname()
+        payload = raw.frame_max - 8
+        piece = struct.pack(">BHI", 3, 1, payload) + b"\0" * payload + b"\xce"  # one body frame
+        raw.send_method(1, commands.Basic.Publish(exchange="", routing_key="alarms.raw"))
+        raw.send(frame.marshal(header.ContentHeader(0, 90 << 20, commands.Basic.Properties()), 1))
+        raw.send(piece * 16)  # 2 MiB of the body
+        wait_for(lambda: bytes_in(server, peer) >= 16 * len(piece))
+        assert set_limits(server, memory_high_watermark=EVERY_BYTE)["alarms"] == ["memory"]
+        rest = piece * 600  # 75 MiB more: never the whole body
+        sent = send_until_stalled(raw.sock, rest)
+        assert sent < len(rest)  # the broker stopped reading: only the socket buffers took some
+        before = bytes_in(server, peer)
+        set_limits(server, memory_high_watermark=0.9)
+        wait_for(lambda: bytes_in(server, peer) > before)  # read again
+    finally:
+        set_limits(server, memory_high_watermark=0.9)
+        raw.close()

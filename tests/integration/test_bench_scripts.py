@@ -116,3 +116,16 @@ def test_mqtt_sessions_bench_runs_every_workload() -> None:
     assert m["messages"] == 80 and m["missing"] == m["duplicates"] == 0
     assert all(m[k]["vmrss_mb"] > 0 for k in ("idle", "peak", "drained", "settled"))
     assert set(m["targets"]) == {"peak_rss_le_400mb", "settled_within_25pct_of_idle"}
+
+
+def test_unfinished_bodies_bench_runs() -> None:
+    out = run_bench("unfinished_bodies_bench.py", "--connections", "2", "--body-mib", "8", "--alarm-above-mb", "4",
+                    "--send-seconds", "10", "--stall", "0.5", "--alarm-wait", "3", "--idle-wait", "0.5",
+                    "--settle-timeout", "5", "--timeout", "30")
+    assert out["bench"] == "unfinished_bodies_bench"
+    assert out["broker"]["started_here"] is True
+    u = out["unfinished"]
+    assert "error" not in u, u
+    assert u["connections"] == 2 and len(u["sent_mb"]) == 2
+    assert all(u[k]["vmrss_mb"] > 0 for k in ("idle", "peak", "after"))
+    assert set(u["targets"]) == {"alarm_cleared_within_30s", "rss_within_25pct_of_idle_within_30s"}

@@ -327,6 +327,32 @@ def test_first_publish_under_an_alarm_blocks_after_the_read() -> None:
     assert s.conn.streamed == 2
 
 
+def test_an_unfinished_body_under_an_alarm_blocks() -> None:
+    """A first publish whose body is still arriving is memory held: blocked (as RabbitMQ
+    blocks a connection that publishes), whether the alarm came before or during it."""
+    big = publish(1, b"x" * 100_000)
+    for alarm_first in (True, False):
+        s = Shell()
+        s.login()
+        s.feed(m(C.Channel.Open(), 1))
+        if alarm_first:
+            s.conn.resource_alarm("low on memory")
+            assert s.drain() == []
+        out = s.feed(big[:50_000])  # method, header, half the body
+        assert s.conn.decoder.assembling and not s.conn.published
+        if not alarm_first:
+            assert SetReading(False) not in out
+            s.conn.resource_alarm("low on memory")
+            out = s.drain()
+        assert out[-1] == SetReading(False) and s.conn.blocked
+        s.conn.resource_alarm(None)
+        assert s.drain()[-1] == SetReading(True)
+        out = s.feed(big[50_000:])
+        assert [r.body for r in out if isinstance(r, Publish)] == [b"x" * 100_000]
+        s.conn.connection_lost()
+        assert s.conn.decoder.buffered == 0
+
+
 @pytest.mark.parametrize(("frames", "code", "text"), [
     ([m(C.Connection.TuneOk(0, 0, 0))], 503, "COMMAND_INVALID - unexpected Connection.TuneOk in state start"),
     ([start_ok(), m(C.Connection.Open("/"))], 503, "COMMAND_INVALID - unexpected Connection.Open in state tune"),

@@ -36,7 +36,7 @@ from logbus.gateway.mqtt.properties import Properties
 from logbus.gateway.mqtt.reasons import LocalProtocolError
 from logbus.gateway.mqtt.requests import (
     AddSubscriptions, ArmKeepAlive, Close, Consume, Detach, Dispatch, Login, MatchRetained, PublishBatch,
-    QuickAck, RemoveSubscriptions, Retain, SaveSession, Settle,
+    QuickAck, RemoveSubscriptions, Retain, SaveSession, SetReading, Settle,
 )  # fmt: skip
 from logbus.gateway.mqtt.session import Session
 from logbus.gateway.mqtt.states import State
@@ -134,7 +134,8 @@ class Shell:
             elif isinstance(r, Close):
                 self.closed = r.reason
             else:
-                assert isinstance(r, (Retain, SaveSession, Consume, Dispatch, ArmKeepAlive, QuickAck, Detach)), r
+                assert isinstance(r, (Retain, SaveSession, Consume, Dispatch, ArmKeepAlive, QuickAck, Detach,
+                                      SetReading)), r
         return out
 
     def take_out(self) -> bytes:

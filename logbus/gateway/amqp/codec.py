@@ -186,6 +186,19 @@ class Decoder:
         """The protocol header has arrived (frames follow)."""
         return self._greeting is None
 
+    def clear(self) -> None:
+        """Forget unfinished frames and bodies (the connection is gone): freed now, not at
+        the next collection of the connection's reference cycles."""
+        self._parts, self._have, self._need = [], 0, 0
+        self._content.clear()
+        self._pending = self._held = 0
+        self._events = []
+
+    @property
+    def assembling(self) -> bool:
+        """A basic.publish is in progress: its method has arrived, its content has not."""
+        return bool(self._content)
+
     @property
     def buffered(self) -> int:
         """Bytes held: a frame cut short and the bodies of messages not yet complete."""

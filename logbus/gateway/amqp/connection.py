@@ -34,9 +34,10 @@ Heartbeats: the shell calls ``heartbeat_due`` every half interval; we send one w
 nothing was sent for half the interval, and drop the connection when nothing arrived for
 two (RabbitMQ's rule), unless we are the ones not reading (a resource alarm).
 
-Resource alarms: a connection that has published is blocked (not read) while any is set,
-and told so with Connection.Blocked, then Unblocked, if it has RabbitMQ's
-``connection.blocked`` capability.
+Resource alarms: a connection that has published, or is in the middle of a publish (its
+basic.publish method has arrived, its body has not: an unfinished body is memory held),
+is blocked (not read) while any is set, and told so with Connection.Blocked, then
+Unblocked, if it has RabbitMQ's ``connection.blocked`` capability.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ class Connection(Handshake):
             self._fail(error, wait_close_ok=False)
         elif self._check_alarm:
             self._check_alarm = False
-            if self._alarm is not None and self.published:
+            if self._alarm is not None and self.publishing:
                 self._block(self._alarm)  # the first publish under an alarm: read no further
         return pending.popleft() if pending else None  # type: ignore[no-any-return]
 
@@ -257,16 +258,21 @@ class Connection(Handshake):
 
     def resource_alarm(self, reason: str | None) -> None:
         """The broker's alarms changed: Connection.Blocked's ``reason`` while any is set,
-        None once all have cleared. Only a connection that has published is blocked; one
+        None once all have cleared. Only a connection that has published (or is publishing) is blocked; one
         that only consumes goes on, so consumers can drain what fills memory or disk."""
         self._alarm = reason
-        if reason is not None and self.published:
+        if reason is not None and self.publishing:
             self._block(reason)
         elif reason is None and self.blocked:
             self.blocked = False
             if self.blocked_notify:
                 self._send_method(C.Connection.Unblocked())
             self._pending.append(SetReading(True))
+
+    @property
+    def publishing(self) -> bool:
+        """Has published, or a publish is unfinished (its body still arriving)."""
+        return self.published or self.decoder.assembling
 
     def shutdown(self) -> None:
         """The broker is stopping: CONNECTION_FORCED, as RabbitMQ."""
@@ -283,6 +289,7 @@ class Connection(Handshake):
         """The socket is gone."""
         self.state = State.CLOSED
         self._events, self._next = [], 0
+        self.decoder.clear()
         self._pending.clear()
         self._asked = None
         self.channels.clear()

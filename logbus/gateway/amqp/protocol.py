@@ -51,6 +51,7 @@ from ...core.types import AccessChange, ConnectionRecord
 from ...core.broker import Broker
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
 from ..output import direct_writer, is_tls, peer_of
+from ..unread import UnreadWatch
 from .handshake import State
 from .session import Prompt, Session, blocked_reason
 from .linger import LingerTuner, lingers
@@ -139,6 +140,7 @@ class AmqpProtocol(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.factory.connections.discard(self)
+        self.factory.unread.discard(self.transport)
         if self._handshake_call is not None and self._handshake_call.active():
             self._handshake_call.cancel()
         self._handshake_call = None
@@ -152,10 +154,12 @@ class AmqpProtocol(Protocol):
         t = cast(Any, self.transport)
         self._blocked = not on
         if on:
+            self.factory.unread.discard(t)
             if not self._lingering:
                 t.resumeProducing()
         else:
             t.pauseProducing()
+            self.factory.unread.add(t)  # a client closing meanwhile is noticed (unread.py)
 
     # IPushProducer: the transport's buffer filled up / drained
     def pauseProducing(self) -> None:
@@ -190,6 +194,7 @@ class AmqpFactory(Factory):
             "logbus_amqp_read_linger_seconds",
             "Seconds those pauses lasted, together (divided by the pauses: the mean linger)")
         self.connections: set[AmqpProtocol] = set()
+        self.unread = UnreadWatch(reactor)  # connections blocked by an alarm: gone meanwhile?
         self.prompt = Prompt()  # consumers fed by the read being handled
         self.alarm = blocked_reason(broker.on_alarms(self._alarms_changed))  # Connection.Blocked's reason
         broker.on_access_change(self._access_changed)

@@ -9,7 +9,8 @@
     POST /api/pop/<group>/<topic>/invisible         204
          body {"handle": "<handle>", "invisible_ms": 60000}
     POST /api/pop/<group>/dlq/replay                200 {"group", "replayed", "topics": {t: n}, "skipped", "more"}
-         body {"topic": "orders", "max": 100}       (both optional, as the body; core/queues/replay.py)
+         body {"topic": "orders", "max": 100}       (both optional, as the body; core/queues/replay.py);
+                                                    503 + Retry-After while a resource alarm is set (alarms.py)
 
 A received message is ``{"handle", "topic", "partition", "offset", "deliveries", "key",
 "value", "headers", "timestamp"}``; key and value are UTF-8 text when they decode,
@@ -31,6 +32,7 @@ from twisted.web import resource, server
 from ...core.errors import LogbusError
 from ...core.types import Message
 from ...core.types import Popped
+from .alarms import AlarmGate
 from .request import json_object, read_json, request_body
 from .resource import ApiResource, NotFound
 from .responses import HttpError, Response, status_for
@@ -72,6 +74,7 @@ class Pop(ApiResource):
     def __init__(self, broker: Broker) -> None:
         super().__init__()
         self.broker = broker
+        self.gate = AlarmGate(broker)  # a replay appends; receive, ack, nack go on
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
@@ -82,7 +85,7 @@ class Pop(ApiResource):
         topic, action = postpath
         request.postpath = []
         if (topic, action) == (b"dlq", b"replay"):  # no topic action is named "replay"
-            return DlqReplay(self.broker, _segment(path, "group"))
+            return DlqReplay(self.broker, _segment(path, "group"), self.gate)
         handler = _ACTIONS.get(action)
         if handler is None:
             return NotFound()
@@ -107,11 +110,12 @@ class PopAction(ApiResource):
 class DlqReplay(ApiResource):
     isLeaf = True
 
-    def __init__(self, broker: Broker, group: str) -> None:
+    def __init__(self, broker: Broker, group: str, gate: AlarmGate) -> None:
         super().__init__()
-        self.broker, self.group = broker, group
+        self.broker, self.group, self.gate = broker, group, gate
 
     def handle_POST(self, request: server.Request) -> Deferred[Response]:
+        self.gate.check()
         body = read_json(request) if request_body(request).strip() else {}
         b = json_object(body, ("topic", "max"))
         topic = b.get("topic")

@@ -7,7 +7,8 @@
     PUT    /api/topics/<name>   200 TopicInfo | 400 | 404
                                 body {"config": {"retention.ms": 3600000, "flush": null}}
     DELETE /api/topics/<name>   204 | 404
-    POST   /api/topics/<name>/messages   200 {"partition": p, "offsets": [...]} once durable
+    POST   /api/topics/<name>/messages   200 {"partition": p, "offsets": [...]} once durable;
+                                503 + Retry-After while a resource alarm is set (alarms.py)
                                 body {"messages": [{"key": "k", "value": "v", "headers": {"h": "x"},
                                       "delay_ms": 5000}], "partition": 0}
 
@@ -43,6 +44,7 @@ from ...core.types import Message
 from ...core.types import check_delay
 from ...retry.policy import MAX_DELAY_MS
 
+from .alarms import AlarmGate
 from .request import json_object, query_flag, read_json
 from .resource import ApiResource
 from .responses import HttpError, Response
@@ -58,13 +60,14 @@ class Topics(ApiResource):
     def __init__(self, broker: Broker) -> None:
         super().__init__()
         self.broker = broker
+        self.gate = AlarmGate(broker)
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/topics/
         if request.postpath == [b"messages"]:
             request.postpath = []
-            return TopicMessages(self.broker, path)
+            return TopicMessages(self.broker, path, self.gate)
         return Topic(self.broker, path)
 
     def handle_GET(self, request: server.Request) -> Response:
@@ -113,7 +116,12 @@ class TopicMessages(Topic):
 
     handle_GET = handle_PUT = handle_DELETE = None  # type: ignore[assignment]
 
+    def __init__(self, broker: Broker, raw_name: bytes, gate: AlarmGate) -> None:
+        super().__init__(broker, raw_name)
+        self.gate = gate
+
     def handle_POST(self, request: server.Request) -> Deferred[Response]:
+        self.gate.check()
         name = self.name()
         body = json_object(read_json(request), ("messages", "partition"))
         raw = body.get("messages")

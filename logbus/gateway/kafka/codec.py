@@ -76,6 +76,12 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._head) + self._have + (4 if self._size >= 0 else 0)
 
+    def clear(self) -> None:
+        """Forget an unfinished frame (the connection is gone): its memory is freed now."""
+        self._head.clear()
+        self._parts.clear()
+        self._size, self._have = -1, 0
+
     def feed(self, data: bytes) -> list[bytes]:
         frames: list[bytes] = []
         view = memoryview(data)

@@ -14,6 +14,7 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+REQUEST_TIMED_OUT = 7  # a produce held past its timeout_ms by a resource alarm: nothing appended
 MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 TOPIC_AUTHORIZATION_FAILED = 29
@@ -47,7 +48,7 @@ _BY_CODE = {
 
 # Kafka's retriable error numbers among those above (its RetriableException subclasses):
 # a client retries the request
-RETRIABLE = frozenset({UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE, KAFKA_STORAGE_ERROR})
+RETRIABLE = frozenset({UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE, REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR})
 
 
 def code_for(error: BaseException) -> int:

@@ -16,6 +16,11 @@ complete request for ``idle_timeout`` seconds and is owed no answer. Bytes of a 
 that never completes do not count as activity, so a request trickled in forever (a
 slowloris inside a frame) is closed by the same timeout. One reactor call per
 connection, moved forward lazily when it fires.
+
+Resource alarms (alarms.py): a Produce is held while one is set (the connection, muted
+as above, is not read meanwhile) and handled when it clears, or answered
+REQUEST_TIMED_OUT before the client's timeout; under the memory alarm a connection in
+the middle of a large request is not read.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from twisted.python.failure import Failure
 
 from ...core.broker import Broker
 from ..output import FileOutput, is_tls, peer_of
+from ..unread import UnreadWatch
 from . import admin, configs, groups, records_admin
+from .alarms import LARGE_UNFINISHED, PRODUCE, hold_seconds, timed_out
 from .codec import (
     Chunks,
     FrameDecoder,
@@ -60,6 +67,9 @@ class KafkaProtocol(Protocol):
         self._queue: list[list[Any]] = []  # [data, done, request, received at] slots, answered in order
         self._held: deque[bytes] = deque()  # frames read while an answer was pending, not yet handled
         self._muted = False  # reading paused until the held frames are handled and answered
+        self._unfinished = False  # reading paused: a large unfinished request under the memory alarm
+        self._paused = False  # the transport is not read (for either reason)
+        self.alarm_held: list[list[Any]] = []  # [request, slot, timer] of Produces held for an alarm
         self._muted_once = False  # logged for this connection
         self._handling = False  # inside _handle_held
         self._closing = False
@@ -81,6 +91,7 @@ class KafkaProtocol(Protocol):
         if self.factory is not None:
             self._active = self.factory.reactor.seconds()
             self._idle_call = self.factory.reactor.callLater(self.factory.idle_timeout, self._idle_check)
+            self.factory.connections.add(self)
 
     def dataReceived(self, data: bytes) -> None:
         if self._closing:
@@ -97,6 +108,8 @@ class KafkaProtocol(Protocol):
             frames = self.decoder.feed(data)
         except KafkaProtocolError as e:
             return self._abort(str(e))
+        if self.decoder.buffered >= LARGE_UNFINISHED and self.factory is not None and self.factory.memory_alarm:
+            self.memory_alarm(True)
         if not frames:
             return
         self._held.extend(frames)
@@ -119,7 +132,7 @@ class KafkaProtocol(Protocol):
         if self._held and not self._closing:
             if not self._muted:
                 self._muted = True
-                self._t.pauseProducing()
+                self._reading_changed()
                 if self.factory is not None:
                     self.factory.muted.inc()
                 if not self._muted_once:
@@ -128,8 +141,31 @@ class KafkaProtocol(Protocol):
                               self._t.getPeer())
         elif self._muted and len(self._queue) < window:
             self._muted = False
-            if not self._closing:
+            self._reading_changed()
+
+    def _reading_changed(self) -> None:
+        """Pause or resume the transport: not read while muted or, under the memory
+        alarm, while a large request is unfinished."""
+        stop = self._muted or self._unfinished
+        if stop != self._paused and not self._closing:
+            self._paused = stop
+            if stop:
+                self._t.pauseProducing()
+                if self.factory is not None:
+                    self.factory.unread.add(self._t)  # a client closing meanwhile is noticed (unread.py)
+            else:
                 self._t.resumeProducing()
+                if self.factory is not None:
+                    self.factory.unread.discard(self._t)
+
+    def memory_alarm(self, on: bool) -> None:
+        """The memory alarm is set (a large unfinished request: stop reading) or cleared."""
+        stop = on and self.decoder.buffered >= LARGE_UNFINISHED
+        if stop != self._unfinished:
+            self._unfinished = stop
+            if stop and self.factory is not None:
+                self.factory.unfinished_paused(self)
+            self._reading_changed()
 
     def _handle(self, frame: bytes) -> None:
         if self.factory is not None:
@@ -147,10 +183,45 @@ class KafkaProtocol(Protocol):
             self.record.client_id = req.client_id
         slot: list[Any] = [None, False, req, time.monotonic()]
         self._queue.append(slot)
+        if req.api_key == PRODUCE and self.factory is not None and self.factory.alarms:
+            self._hold(req, slot)
+            return
+        self._run(req, slot)
+
+    def _run(self, req: Any, slot: list[Any]) -> None:
         d: Deferred[Any] = maybeDeferred(self.handlers.handle, req, self.advertised)
         # errback after callback: a response that fails to encode also ends in _failed
         d.addCallback(self._answered, req, slot)
         d.addErrback(self._failed, req, slot)
+
+    def _hold(self, req: Any, slot: list[Any]) -> None:
+        """A Produce under a resource alarm: neither appended nor answered until the
+        alarms clear (``release_held``) or for most of its ``timeout_ms``."""
+        factory = self.factory
+        assert factory is not None
+        held: list[Any] = [req, slot, None]
+        seconds = hold_seconds(req.body)
+        if seconds is not None:
+            held[2] = factory.reactor.callLater(seconds, self._held_too_long, held)
+        self.alarm_held.append(held)
+        factory.produce_held(self)
+
+    def release_held(self) -> None:
+        """The alarms cleared: handle the held Produces, in order."""
+        held, self.alarm_held = self.alarm_held, []
+        for req, slot, timer in held:
+            if timer is not None and timer.active():
+                timer.cancel()
+            if not self._closing:
+                self._run(req, slot)
+
+    def _held_too_long(self, held: list[Any]) -> None:
+        """Held for most of its timeout: REQUEST_TIMED_OUT (retriable), nothing appended."""
+        if held not in self.alarm_held:
+            return
+        self.alarm_held.remove(held)
+        req, slot, _ = held
+        self._answered(timed_out(req.body), req, slot)
 
     def _enqueue_ready(self, data: bytes) -> None:
         self._queue.append([data, True, None, 0.0])
@@ -211,6 +282,14 @@ class KafkaProtocol(Protocol):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closing = True
         self._held.clear()
+        self.decoder.clear()  # an unfinished request's bytes go now, not with the next garbage collection
+        for _, _, timer in self.alarm_held:
+            if timer is not None and timer.active():
+                timer.cancel()
+        self.alarm_held.clear()
+        if self.factory is not None:
+            self.factory.connections.discard(self)
+            self.factory.unread.discard(self._t)
         if self._idle_call is not None and self._idle_call.active():
             self._idle_call.cancel()
         self._idle_call = None
@@ -251,10 +330,47 @@ class KafkaFactory(Factory):
         self.muted = broker.metrics.counter(
             "logbus_kafka_muted_reads",
             "Times a Kafka connection's reading was paused: requests arrived while an answer was pending")
+        self.produces_held = broker.metrics.counter(
+            "logbus_kafka_produces_held",
+            "Kafka Produce requests held (not appended, not answered) while a resource alarm was set")
+        self.unfinished_reads_paused = broker.metrics.counter(
+            "logbus_kafka_unfinished_paused",
+            "Times a Kafka connection in the middle of a large request was not read under the memory alarm")
+        self.connections: set[KafkaProtocol] = set()
+        self.unread = UnreadWatch(reactor)  # connections not read: gone meanwhile?
+        self._logged: set[str] = set()  # what was logged for the alarms now set
+        self.alarms: frozenset[str] = broker.on_alarms(self._alarms_changed)
         self.handlers = KafkaHandlers(broker, reactor, auto_create_topics=auto_create_topics)
         for module in MODULES:
             module.install(self.handlers)
         self.max_frame = max_frame
+
+    @property
+    def memory_alarm(self) -> bool:
+        return "memory" in self.alarms
+
+    def _alarms_changed(self, alarms: frozenset[str]) -> None:
+        self.alarms = alarms
+        if not alarms:
+            self._logged.clear()
+        for p in list(self.connections):
+            p.memory_alarm(self.memory_alarm)
+            if not alarms and p.alarm_held:
+                p.release_held()
+
+    def produce_held(self, p: KafkaProtocol) -> None:
+        self.produces_held.inc()
+        if "held" not in self._logged:
+            self._logged.add("held")
+            log.warning("%s alarm: Kafka produce requests are held until it clears (first from %s)",
+                        " & ".join(sorted(self.alarms)), p._t.getPeer())
+
+    def unfinished_paused(self, p: KafkaProtocol) -> None:
+        self.unfinished_reads_paused.inc()
+        if "unfinished" not in self._logged:
+            self._logged.add("unfinished")
+            log.warning("memory alarm: Kafka connections in the middle of a large request are not read until"
+                        " it clears (first: %s, %d bytes unfinished)", p._t.getPeer(), p.decoder.buffered)
 
     def buildProtocol(self, addr: Any) -> KafkaProtocol:
         return KafkaProtocol(self.handlers, self.max_frame, self.advertised, self)

@@ -30,6 +30,9 @@ come through ``routed`` and ``durable`` (publishing.py); acknowledgements that m
 for more messages ask for one ``Dispatch`` at the end of the read; a read that starts
 answers waiting for the disk asks for a ``QuickAck`` (decision 0017). Messages to the
 client come through ``deliver`` (delivery.py), which returns its one request at most.
+
+Resource alarms (``resource_alarm``, alarms.py): a connection that has published is not
+read while one is set (``SetReading``); one that only subscribes goes on.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from ...core.types import Message, RetainedRecord
 from ...filters.properties import record_properties
 from .connect import DEFAULT_RECEIVE_MAXIMUM, Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
 from .decoder import Decoder
+from .alarms import ReadGate
 from .delivery import INFLIGHT_FULL, LimitHit, Outgoing, retained_passes, retained_publish
 from .encoder import encode
 from .inbound import DUPLICATE, Inbound
@@ -133,6 +137,7 @@ class Machine:
         self._dispatch_due = False  # acknowledgements made room: hand out more at the end of the read
         self._dispatch: Dispatch | None = None
         self._save: SaveSession | None = None  # the request storing the session, if it is kept
+        self.gate = ReadGate()  # not read under a resource alarm once it has published
 
     # -- inputs: bytes and packets -------------------------------------------------------------
 
@@ -221,6 +226,8 @@ class Machine:
         error, self._error = self._error, None
         if error is not None:
             self._protocol_error(error)
+        elif self.gate.active and (stop := self.gate.end_of_read()) is not None:
+            self._pending.append(stop)
 
     def _unexpected(self, p: Any) -> MqttError:
         if self.state is State.AWAITING_CONNECT:
@@ -379,6 +386,18 @@ class Machine:
         outgoing.send_waiting()
         return True
 
+    def resource_alarm(self, alarms: frozenset[str]) -> None:
+        """The broker's alarms changed (the set now): a publisher stops being read while
+        any is set (``SetReading``), and is read again once all have cleared."""
+        change = self.gate.alarms(alarms)
+        if change is not None and self.state is not State.CLOSED:
+            self._pending.append(change)
+
+    @property
+    def blocked(self) -> bool:
+        """Not read because of a resource alarm (the keep alive waits meanwhile)."""
+        return self.gate.blocked
+
     # -- endings -----------------------------------------------------------------------------------
 
     def keep_alive_expired(self) -> None:
@@ -463,6 +482,7 @@ class Machine:
             self._ask(Login(decided))
 
     def _publish(self, p: Publish) -> None:
+        self.gate.published()
         publishing = self.publishing
         received = publishing.inbound.publish(p)
         if received.kind == DUPLICATE:

@@ -19,6 +19,13 @@ Messages to the client come from the queue service through ``room.SessionConsume
 the connection has credit while it is connected, its socket buffer is not full (the
 transport's push-producer callbacks) and the client's receive maximum leaves room.
 
+Resource alarms (core/pressure.py, alarms.py): while one is set, a connection that has
+published is not read (the transport's ``pauseProducing``), as Mosquitto and EMQX apply
+back-pressure; its client's writes wait in TCP. A connection that only subscribes goes on
+being read, so consumers drain. Reading resumes when every alarm has cleared. The factory
+counts each connection stopped and logs once per alarm. The keep alive does not run out
+on a connection we do not read.
+
 Keep alive: a connection that sends nothing for 1.5 times its keep alive is closed and
 its will published. A connection that sends no CONNECT within the factory's
 ``connect_timeout`` (the broker's ``handshake_timeout_ms``; over WebSocket, counted once
@@ -38,6 +45,7 @@ from twisted.python.failure import Failure
 from ...core.errors import LogbusError, LoopbackOnly, Refused, StorageError
 from ...core.types import ConnectionRecord, Perm, Resource
 from ..output import direct_writer, is_tls, peer_of, quick_ack
+from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
 from .machine import EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT, Machine
 from .mapping import EXCHANGE
@@ -48,7 +56,7 @@ from .reasons import (
 )  # fmt: skip
 from .requests import (
     AddSubscriptions, ArmKeepAlive, Close, Consume, Detach, Dispatch, Login, MatchRetained, PublishBatch,
-    QuickAck, RemoveSubscriptions, Retain, SaveSession, Settle,
+    QuickAck, RemoveSubscriptions, Retain, SaveSession, SetReading, Settle,
 )  # fmt: skip
 from .room import MqttRoom, Unavailable, binding_key
 from .states import State
@@ -155,12 +163,15 @@ class MqttProtocol(Protocol):
         self.last_read = self.factory.reactor.seconds()
         self._timer = self.factory.reactor.callLater(self.factory.connect_timeout, self._connect_timeout)
         self.factory.connections.add(self)
+        if self.factory.alarms:
+            self.machine.resource_alarm(self.factory.alarms)
 
     def _close_by_admin(self, reason: str) -> None:
         self.kick()
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.factory.connections.discard(self)
+        self.factory.unread.discard(self.transport)
         if self.record is not None:
             self.factory.broker.connection_closed(self.record)
         self._cancel_timer()
@@ -369,6 +380,21 @@ class MqttProtocol(Protocol):
     def _detach(self, r: Detach) -> None:
         self.room.detach(r.session, self, r.will, r.will_delay)
 
+    def _set_reading(self, r: SetReading) -> None:
+        if r.on:
+            self.last_read = self.factory.reactor.seconds()  # the keep alive counts from now
+            self.factory.unread.discard(self.transport)
+            self.transport.resumeProducing()
+        else:
+            self.transport.pauseProducing()
+            self.factory.unread.add(self.transport)  # a client closing meanwhile is noticed (unread.py)
+            self.factory.publisher_blocked(self)
+
+    def resource_alarm(self, alarms: frozenset[str]) -> None:
+        """The broker's alarms changed (``MqttFactory``)."""
+        self.machine.resource_alarm(alarms)
+        self._drain()
+
     def _close(self, r: Close) -> None:
         self._cancel_timer()
         self.flush_output()
@@ -426,6 +452,9 @@ class MqttProtocol(Protocol):
         m = self.machine
         if m.state is not State.CONNECTED:
             return
+        if m.blocked:  # our silence, not the client's: look again a keep alive later
+            self._timer = self.factory.reactor.callLater(m.keep_alive, self._keep_alive_check)
+            return
         idle = self.factory.reactor.seconds() - self.last_read
         if idle >= m.keep_alive:
             log.info("MQTT %s (%s): nothing for %.1f s (keep alive): closed", self.peer,
@@ -453,6 +482,7 @@ _CARRY: dict[type, Callable[[MqttProtocol, Any], None]] = {
     Dispatch: MqttProtocol._dispatch,
     QuickAck: MqttProtocol._quick_ack,
     ArmKeepAlive: MqttProtocol._arm_keep_alive,
+    SetReading: MqttProtocol._set_reading,
     Detach: MqttProtocol._detach,
     Close: MqttProtocol._close,
 }
@@ -484,9 +514,15 @@ class MqttFactory(Factory):
         self.room = MqttRoom(broker, reactor, max_queued=max_queued, max_session_expiry=self.limits.max_session_expiry,
                              dropped=dropped.inc)
         self.room.factory = self
+        self.blocked_publishers = counter(
+            "logbus_mqtt_blocked_publishers",
+            "MQTT connections not read while a resource alarm was set (each time one is stopped)")
+        self._blocked_logged = False  # for the alarm now set
+        self.alarms: frozenset[str] = broker.on_alarms(self._alarms_changed)
         self.max_packet_size = max_packet_size
         self.anonymous = anonymous  # "on", "off", or "loopback": only from loopback addresses
         self.connections: set[MqttProtocol] = set()
+        self.unread = UnreadWatch(reactor)  # publishers not read for an alarm: gone meanwhile?
         self.reading = 0  # connections inside dataReceived
         self._output: list[MqttProtocol] = []  # connections with output not yet sent
         self._flush_call: Any = None
@@ -494,6 +530,23 @@ class MqttFactory(Factory):
     def limit_hit(self, what: str) -> None:
         """A connection met one of the server's limits (machine.LIMITS): counted."""
         self._limit_counters[what].inc()
+
+    def _alarms_changed(self, alarms: frozenset[str]) -> None:
+        was, self.alarms = self.alarms, alarms
+        if alarms - was:
+            self._blocked_logged = False
+        elif not alarms and self._blocked_logged:
+            log.info("resource alarms cleared: MQTT publishers are read again")
+        for c in list(self.connections):
+            c.resource_alarm(alarms)
+
+    def publisher_blocked(self, c: MqttProtocol) -> None:
+        """A connection is not read for an alarm: counted; the first of each alarm logged."""
+        self.blocked_publishers.inc()
+        if not self._blocked_logged:
+            self._blocked_logged = True
+            log.warning("%s alarm: MQTT connections that publish are not read until it clears (first: %s)",
+                        " & ".join(sorted(self.alarms)), c.peer)
 
     def output_due(self, c: MqttProtocol) -> None:
         self._output.append(c)

@@ -132,6 +132,13 @@ class ArmKeepAlive:
 
 
 @dataclass(frozen=True, slots=True)
+class SetReading:
+    """Read the socket again (``on``) or stop reading it: a resource alarm (alarms.py)."""
+
+    on: bool
+
+
+@dataclass(frozen=True, slots=True)
 class QuickAck:
     """This read's answers wait for the disk: acknowledge its bytes at the TCP level now
     (decision 0017)."""
@@ -157,4 +164,4 @@ class Close:
 QUICK_ACK = QuickAck()
 
 Request = (Login | AddSubscriptions | RemoveSubscriptions | MatchRetained | PublishBatch | Retain | Settle
-           | SaveSession | Consume | Dispatch | ArmKeepAlive | QuickAck | Detach | Close)
+           | SaveSession | Consume | Dispatch | ArmKeepAlive | SetReading | QuickAck | Detach | Close)
