@@ -109,6 +109,8 @@ class FaultCollector:
                                   value=0 if state is None else state.failures)
         yield GaugeMetricFamily("logbus_state_store_failed", "1 while the state store refuses writes",
                                 value=1.0 if state is not None and state.failed is not None else 0.0)
+        yield GaugeMetricFamily("logbus_state_memtable_bytes", "Memory the state store holds in memtables",
+                                value=0 if state is None or state.failed is not None else state.memtable_bytes())
         failed = GaugeMetricFamily("logbus_partition_failed", "1 while a partition refuses appends "
                                    "(offline: after a failed sync)", labels=["topic", "partition", "offline"])
         if f.log is not None:

@@ -283,6 +283,16 @@ class StateStore:
         self._wal_size = os.fstat(new).st_size
         return new
 
+    def memtable_bytes(self) -> int:
+        """Memory RocksDB holds in memtables, every column family (its biggest share)."""
+        total = 0
+        for rdict in self._cfs.values():
+            try:
+                total += rdict.property_int_value("rocksdb.size-all-mem-tables") or 0
+            except Exception:  # noqa: BLE001 - a failed or closed store
+                return total
+        return total
+
     def _refusal(self) -> StorageError:
         """A new error for each refused write (one instance raised again and again
         would carry every traceback it went through)."""
