@@ -177,7 +177,10 @@ class LogbusBroker:
         (self.port,) = free_ports(1)
         self.listen = f"tcp:{self.port}:interface=127.0.0.1"
         try:
+            # no queue limit per session, as Mosquitto is run here (max_queued_messages 0):
+            # the default of 1,000 drops what a slower subscriber has not taken yet
             self.proc, addresses = start_logbus(self.workdir, {"mqtt": self.listen},
+                                                ["--mqtt-max-queued-messages", "0"],
                                                 timeout=self.start_timeout, expect=())
             why = mqtt_answers(self.port, self.connect_timeout)
             if why is not None:

@@ -295,6 +295,22 @@ def drain(a: argparse.Namespace, addresses: dict[str, Any], pid: int) -> dict[st
     return out
 
 
+def state_memtables_mb(addresses: dict[str, Any]) -> float | None:
+    """The broker's logbus_state_memtable_bytes (RocksDB's memtables), in MB."""
+    host, port = host_port(addresses["http"])
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("logbus_state_memtable_bytes "):
+            return round(float(line.split()[1]) / 1e6, 1)
+    return None
+
+
 def memory_workload(a: argparse.Namespace, addresses: dict[str, Any], pid: int) -> dict[str, Any]:
     port = host_port(addresses["mqtt"])[1]
     tag = f"{os.getpid()}-{time.monotonic_ns()}"
@@ -336,6 +352,7 @@ def memory_workload(a: argparse.Namespace, addresses: dict[str, Any], pid: int) 
         "publish_seconds": publish_s, "drain_seconds": drain_s,
         "missing": a.sessions * a.per_session - received["distinct"], "duplicates": received["duplicates"],
         "idle": idle, "peak": peak, "drained": drained, "settled": settled, "settle_seconds": a.settle,
+        "state_memtables_mb_settled": state_memtables_mb(addresses),
     }
     out["targets"] = {
         "peak_rss_le_400mb": max(peak["vmrss_mb"], drained.get("vmhwm_mb", 0)) <= 400,
