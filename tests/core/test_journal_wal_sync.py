@@ -72,3 +72,29 @@ def test_the_write_ahead_log_followed_when_rocksdb_starts_a_new_one(tmp_path: Pa
     b.queue_store._close_retired()
     assert store.retired_wal == []
     brokers.stop()
+
+
+def test_memtables_of_a_quiet_state_store_are_written_out(tmp_path: Path, monkeypatch: Any) -> None:
+    import logbus.core.faults as faults
+
+    monkeypatch.setattr(faults, "QUIET_FLUSH_SECONDS", 0.0)
+    monkeypatch.setattr(faults, "QUIET_FLUSH_BYTES", 0)
+    brokers = Brokers(tmp_path)
+    b = brokers.start()
+    v = AmqpTerms(b.vhost("/"))
+    v.declare_queue("q", durable=True)
+    for i in range(2000):
+        v.publish("", "q", Message(None, b"m%d" % i, None, [], Envelope()))
+    while brokers.loop.run_once():
+        pass
+    assert b.state is not None
+    before = b.state.memtable_bytes()
+    assert before > 100_000
+    b.faults.check()  # sees the journal's writes
+    assert b.state.memtable_bytes() >= before  # not quiet yet
+    b.faults.check()  # nothing written since: quiet, flushed
+    brokers.loop.run_until(lambda: b.state.memtable_bytes() < before // 4)  # type: ignore[union-attr]
+    assert b.vhost("/").service.queues["q"].queue.message_count == 2000
+    brokers.restart()
+    assert brokers.current is not None
+    assert brokers.current.vhost("/").service.queues["q"].queue.message_count == 2000
