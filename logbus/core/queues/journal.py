@@ -23,10 +23,12 @@ The delivery count survives a restart in both ways a queue is kept
   a delete.
 
 Writes are collected and committed as one ``StateBatch`` once per reactor tick, before
-the log's flusher can fire a publisher confirm for the same tick (a sync flush takes at
-least one fdatasync), and without a WAL sync: a process crash (kill -9) keeps what
-was written; a power loss may lose the last ticks of queue changes, as RabbitMQ's queue
-index may. A put followed by a delete of the same key within one tick cancels out
+the tick's appends are written (the log calls ``commit`` first: ``Partition.before_write``;
+a commit the store refuses refuses those appends, and its changes are kept for the next
+one), without a WAL sync on the reactor: the log's flusher syncs RocksDB's write-ahead
+log with the appends it makes durable (``wal_to_sync``, decision 0025), so a confirm
+covers the entries and timers its publish made against a power loss too. Changes with
+no confirm behind them (deliveries, acks) may be lost to a power loss (a redelivery). A put followed by a delete of the same key within one tick cancels out
 before it reaches RocksDB. Timers (CF ``timers``, ``timers.py``) are written through the
 same batch, so an entry given back with a backoff leaves the queue and becomes a timer
 in one atomic write.
