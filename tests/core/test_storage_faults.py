@@ -18,7 +18,7 @@ import pytest
 
 from logbus.core.errors import RecordGone, StorageError, TopicInUse
 from logbus.core.log import TopicConfig
-from logbus.core.log import partition as partition_module
+from logbus.core.log import failures as failures_module
 from logbus.core.message import Envelope, Message
 from tests.core.amqp_terms import AmqpTerms
 from tests.core.brokers import Brokers
@@ -114,7 +114,7 @@ def start(brokers: Brokers) -> None:
 
 def test_a_full_disk_refuses_cleanly_and_writes_resume_without_a_restart(small_fs: Path,
                                                                           monkeypatch: Any) -> None:
-    monkeypatch.setattr(partition_module, "WRITE_RETRY_SECONDS", 0.05)
+    monkeypatch.setattr(failures_module, "WRITE_RETRY_SECONDS", 0.05)
     brokers = Brokers(small_fs / "data")
     start(brokers)
     p = Publisher(brokers)
