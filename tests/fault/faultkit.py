@@ -12,15 +12,17 @@ counting what the broker confirmed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pika
 import pytest
@@ -239,3 +241,17 @@ def read_back(server: LogbusServer) -> dict[str, list[bytes]]:
         out[protocol] = [m.value for m in c]
         c.close()
     return out
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, *, needs: str | None = None) -> Iterator[LogbusServer]:
+    """A `logbus serve` (flush ``sync`` by default) in ``tmp_path``/srv, cleaned up after;
+    ``needs``: a command the test drives (strace, prlimit), skipped when it is missing."""
+    if needs is not None and shutil.which(needs) is None:
+        pytest.skip(f"{needs} is not installed")
+    s = LogbusServer(tmp_path / "srv", args=["--default-flush", "sync"])
+    try:
+        s.start()
+        yield s
+    finally:
+        s.cleanup()

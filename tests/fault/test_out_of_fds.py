@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -21,6 +20,7 @@ from typing import Iterator
 import pika
 import pytest
 
+from tests.fault.faultkit import serving
 from tests.serverproc import LogbusServer
 
 LIMIT = 200
@@ -28,14 +28,8 @@ LIMIT = 200
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LogbusServer]:
-    if shutil.which("prlimit") is None:
-        pytest.skip("prlimit is not installed")
-    s = LogbusServer(tmp_path / "srv", args=["--default-flush", "sync"])
-    try:
-        s.start()
+    with serving(tmp_path, needs="prlimit") as s:
         yield s
-    finally:
-        s.cleanup()
 
 
 def get_json(conn: http.client.HTTPConnection, path: str) -> tuple[int, float, object]:

@@ -19,7 +19,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError
 
-from tests.fault.faultkit import http
+from tests.fault.faultkit import serving, http
 from tests.integration.mqtt_clients import Paho
 from tests.serverproc import LogbusServer
 
@@ -28,12 +28,8 @@ DEFAULT_TOPIC = "__amqp_default"  # the default exchange's topic: queue q's mess
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LogbusServer]:
-    s = LogbusServer(tmp_path / "srv", args=["--default-flush", "sync"])
-    try:
-        s.start()
+    with serving(tmp_path) as s:
         yield s
-    finally:
-        s.cleanup()
 
 
 def amqp(server: LogbusServer) -> tuple[pika.BlockingConnection, object]:

@@ -11,7 +11,6 @@ durable offset; /healthz says so; a restart brings it back with every confirmed 
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import time
@@ -20,20 +19,14 @@ from typing import Iterator
 
 import pytest
 
-from tests.fault.faultkit import KAFKA_TOPIC, HealthProbe, Publishers, read_back
+from tests.fault.faultkit import serving, KAFKA_TOPIC, HealthProbe, Publishers, read_back
 from tests.serverproc import LogbusServer
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LogbusServer]:
-    if shutil.which("strace") is None:
-        pytest.skip("strace is not installed")
-    s = LogbusServer(tmp_path / "srv", args=["--default-flush", "sync"])
-    try:
-        s.start()
+    with serving(tmp_path, needs="strace") as s:
         yield s
-    finally:
-        s.cleanup()
 
 
 class FailingSyncs:
