@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import errno
 import logging
+import time
 from typing import Any
 
 from twisted.internet.epollreactor import EPollReactor
+
+from .stalls import StallTrace
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +51,55 @@ class Reactor(EPollReactor):
     doIteration = doPoll
 
 
+class TracingReactor(Reactor):
+    """``Reactor`` writing what held the thread past a threshold (logbus/stalls.py)."""
+
+    def __init__(self, trace: StallTrace) -> None:
+        self._trace = trace
+        super().__init__()
+        trace.attach_gc()
+
+    def runUntilCurrent(self) -> None:
+        now = self.seconds()
+        # a cancelled call waiting to be dropped from the heap has no func any more
+        due = [getattr(c, "func", None) for calls in (self._pendingTimedCalls, self._newTimedCalls)
+               for c in calls if c.time <= now]
+        start, cpu = time.monotonic_ns(), time.thread_time_ns()
+        super().runUntilCurrent()
+        if due or self.threadCallQueue:
+            names = sorted({getattr(f, "__qualname__", repr(f)) for f in due if f is not None})
+            self._trace.note(start, "timed", ",".join(names), cpu)
+
+    def doPoll(self, timeout: float | None) -> None:
+        try:
+            events = self._poller.poll(-1 if timeout is None else timeout, len(self._selectables))
+        except OSError as err:
+            if err.errno == errno.EINTR:
+                return
+            raise
+        selectables = self._selectables
+        handle = self._doReadOrWrite
+        note = self._trace.note
+        for fd, event in events:
+            selectable = selectables.get(fd)
+            if selectable is None:
+                continue
+            start, cpu = time.monotonic_ns(), time.thread_time_ns()
+            try:
+                handle(selectable, fd, event)
+            except Exception:
+                log.exception("I/O event on %r", selectable)
+            note(start, "io", f"{type(selectable).__name__}/{event:#x}", cpu)
+
+    doIteration = doPoll
+
+
 def install() -> Any:
-    """Install ``Reactor`` as Twisted's global reactor; before anything imports it."""
+    """Install ``Reactor`` as Twisted's global reactor; before anything imports it
+    (``TracingReactor`` when the environment asks for a stall trace)."""
     from twisted.internet.main import installReactor
 
-    reactor = Reactor()
+    trace = StallTrace.from_environment()
+    reactor = Reactor() if trace is None else TracingReactor(trace)
     installReactor(reactor)
     return reactor
