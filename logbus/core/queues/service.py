@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from time import perf_counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
@@ -373,10 +374,13 @@ class QueueService:
     # -- pull and pop -------------------------------------------------------------------------
 
     def take(self, name: str, owner: Any, n: int = 1, *, invisible_ms: int = 0,
-             no_ack: bool = False) -> list[Delivery]:
+             no_ack: bool = False, budget_s: float = 0.0) -> list[Delivery]:
         """Up to ``n`` ready messages, leased to ``owner`` (for ``invisible_ms`` if not 0:
         then they are given back unless settled or extended), or settled at once with
-        ``no_ack``. The last delivery's ``remaining`` counts the ready messages left."""
+        ``no_ack``; with ``budget_s``, fewer once that much time is spent (at least one:
+        a large take must not hold the reactor). The last delivery's ``remaining``
+        counts the ready messages left."""
+        stop_at = perf_counter() + budget_s if budget_s else 0.0
         qs = self.state(name)
         now = self.clock()
         qs.used_ms = now
@@ -401,6 +405,8 @@ class QueueService:
                 q.settle(r, Outcome.ACK)
                 self.messages.release(entry.topic, entry.partition, entry.offset)
             out.append(Delivery(name, entry, message, r))
+            if stop_at and perf_counter() >= stop_at:
+                break
         if out:
             last = out[-1]
             out[-1] = Delivery(last.queue, last.entry, last.message, last.receipt, q.message_count)

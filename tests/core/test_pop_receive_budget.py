@@ -1,0 +1,40 @@
+"""A pop receive is bounded in time (core/queues/pop.py RECEIVE_BUDGET_S): past its
+budget it returns fewer messages than asked, at least one, and the next receive takes
+the rest; nothing is lost or taken twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logbus.core.broker import Broker
+from logbus.core.message import Message
+from logbus.core.queues import pop
+from tests.core.test_dlq_replay import settle
+from tests.loop import LoopReactor
+
+
+def test_a_receive_past_its_budget_returns_fewer_and_the_next_takes_the_rest(tmp_path: Any, monkeypatch: Any) -> None:
+    loop = LoopReactor()
+    b = Broker(tmp_path, reactor=loop)
+    b.start()
+    try:
+        b.create_topic("t", {"flush": "none", "partitions": 1})
+        assert b.pop_receive("g", "t", "m", 1, 60_000) == []
+        settle(loop, b.publish("t", [Message(b"k", str(i).encode()) for i in range(300)]))
+
+        unbounded = b.pop_receive("g", "t", "m", 100, 60_000)
+        assert len(unbounded) == 100  # 100 messages take far less than 3 ms
+
+        monkeypatch.setattr(pop, "RECEIVE_BUDGET_S", 1e-9)  # spent at the first message
+        seen = [p.message.value for p in unbounded]
+        while True:
+            got = b.pop_receive("g", "t", "m", 100, 60_000)
+            if not got:
+                break
+            assert len(got) == 1
+            seen.extend(p.message.value for p in got)
+        assert seen == [str(i).encode() for i in range(300)]
+    finally:
+        b.stop()
+        while loop.run_once():
+            pass
