@@ -274,11 +274,11 @@ def connected_peers(server: LogbusServer) -> set[str]:
 def test_an_abandoned_unfinished_body_is_dropped_under_the_memory_alarm(server: LogbusServer) -> None:
     """A raw client (heartbeat 0, no connection.blocked capability) in the middle of a
     90 MiB body, blocked by the memory alarm, sends until its socket stalls: our receive
-    window is full. Blocked and alive, it is kept, and gets a heartbeat frame (AMQP lets
-    one be sent at any time). Then it closes, having read all it got: its FIN waits in its
-    kernel behind the bytes our window refuses, and our side stays ESTABLISHED. The next
-    heartbeat frame is answered with a reset, and the connection is dropped, with the
-    body it held."""
+    window is full. Blocked and alive, it is kept, and gets a heartbeat frame (which a
+    client without heartbeats must discard). Then it closes, having read all it got: its
+    FIN waits in its kernel behind the bytes our window refuses, and our side stays
+    ESTABLISHED. The next heartbeat frame is answered with a reset, and the connection
+    is dropped, with the body it held."""
     host, port = server.host_port("amqp")
     raw = RawAmqp(SimpleNamespace(host=host, port=port))  # type: ignore[arg-type]
     try:

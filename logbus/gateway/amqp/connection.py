@@ -43,9 +43,9 @@ against it; it goes on getting heartbeats, which is how a client that has gone i
 (RabbitMQ: "the only portable way to detect disconnect on blocked connection is to wait
 for heartbeat send failure"). We send one also when no heartbeat was negotiated, at
 most every ``BLOCKED_PROBE`` seconds of silence (``probe_due``, which the shell calls
-while it does not read us): AMQP lets a peer send heartbeat frames at any time, and one
-that does not use them must discard them (0-9-1, 4.2.7). A client gone meanwhile answers
-that frame with a reset (gateway/unread.py), so the unfinished body it left is freed.
+while it does not read us): a peer that does not use heartbeats must discard a
+heartbeat frame without error (0-9-1, 4.2.7). A client gone meanwhile answers that frame
+with a reset (gateway/unread.py), so the unfinished body it left is freed.
 """
 
 from __future__ import annotations
