@@ -8,7 +8,9 @@ stops reading (the socket unwritable for --stall s: the memory alarm blocks them
 --send-seconds. The memory high watermark is set over PUT /api/limits to the idle broker's
 RSS plus --alarm-above-mb, so the memory alarm is set on the way. Then every connection
 is closed, the bodies abandoned, and the broker's RSS and alarms are sampled every
---sample-ms for --settle-timeout s.
+--sample-ms for --settle-timeout s. Like a real client, each connection reads (and drops)
+what the broker sends it: heartbeats (--heartbeat: the interval it negotiates; it sends
+none itself) and connection.blocked (--blocked-notify: it lists that capability).
 
 Measured: RSS (VmRSS) idle, at the peak, and after; seconds from the close until the
 memory alarm cleared and until RSS came back within 25% of idle. Targets (issue 30): both
@@ -67,16 +69,17 @@ def api(address: str, method: str, path: str, body: Any = None) -> Any:
 class Raw:
     """One AMQP connection on a socket, opened with a channel, every read with a deadline."""
 
-    def __init__(self, address: str, timeout: float) -> None:
+    def __init__(self, address: str, timeout: float, heartbeat: int, blocked_notify: bool) -> None:
         self.sock = socket.create_connection(host_port(address), timeout=timeout)
         self.buf = b""
         self.send(PROTOCOL_HEADER)
         self.expect(commands.Connection.Start)
         self.send(frame.marshal(commands.Connection.StartOk(
-            client_properties={"product": "unfinished_bodies_bench"}, mechanism="PLAIN",
+            client_properties={"product": "unfinished_bodies_bench",
+                               "capabilities": {"connection.blocked": blocked_notify}}, mechanism="PLAIN",
             response="\0guest\0guest", locale="en_US"), 0))
         tune = self.expect(commands.Connection.Tune)
-        self.send(frame.marshal(commands.Connection.TuneOk(tune.channel_max, FRAME_MAX, 0), 0))
+        self.send(frame.marshal(commands.Connection.TuneOk(tune.channel_max, FRAME_MAX, heartbeat), 0))
         self.send(frame.marshal(commands.Connection.Open("/"), 0))
         self.expect(commands.Connection.OpenOk)
         self.send(frame.marshal(commands.Channel.Open(), 1))
@@ -100,10 +103,20 @@ class Raw:
                 raise BenchError("the broker closed the connection")
             self.buf += chunk
 
+    def discard_input(self) -> None:
+        """Read and drop what the broker sent (heartbeats, connection.blocked), as a
+        client does: unread bytes would make our close a reset."""
+        try:
+            while self.sock.recv(65536, socket.MSG_DONTWAIT):
+                pass
+        except BlockingIOError:
+            pass
+
 
 def send_bodies(raws: list[Raw], body: int, seconds: float, stall: float) -> list[int]:
     """Start a publish of ``body`` bytes on each connection and send all its body frames
-    but the last, until done, stalled (unwritable for ``stall`` s) or ``seconds`` are up."""
+    but the last, until done, stalled (unwritable for ``stall`` s) or ``seconds`` are up;
+    what the broker sends meanwhile is read and dropped."""
     payload = FRAME_MAX - 8
     piece = struct.pack(">BHI", 3, 1, payload) + b"\0" * payload + b"\xce"
     frames = body // payload - 1  # the body never completes
@@ -116,10 +129,16 @@ def send_bodies(raws: list[Raw], body: int, seconds: float, stall: float) -> lis
         r.sock.setblocking(False)
         left[r.sock] = frames * len(piece)
     sent = {s: 0 for s in left}
+    by_sock = {r.sock: r for r in raws}
     deadline = time.monotonic() + seconds
+    stalled_since = time.monotonic()
     while left and time.monotonic() < deadline:
-        _, writable, _ = select.select([], list(left), [], stall)
-        if not writable:
+        readable, writable, _ = select.select(list(by_sock), list(left), [], stall)
+        for s in readable:
+            by_sock[s].discard_input()
+        if writable:
+            stalled_since = time.monotonic()
+        elif time.monotonic() - stalled_since >= stall:
             break  # the broker reads none of them
         for s in writable:
             offset = sent[s] % len(piece)
@@ -145,7 +164,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         watermark = int(idle["vmrss_mb"] * 1e6 + a.alarm_above_mb * 1e6)
         api(http_address, "PUT", "/api/limits", {"memory_high_watermark": watermark})
         log(f"logbus pid {pid}: idle RSS {idle['vmrss_mb']:.0f} MB, memory watermark {watermark / 1e6:.0f} MB")
-        raws = [Raw(addresses["amqp"], a.timeout) for _ in range(a.connections)]
+        raws = [Raw(addresses["amqp"], a.timeout, a.heartbeat, a.blocked_notify) for _ in range(a.connections)]
         t0 = time.perf_counter()
         sent = send_bodies(raws, a.body_mib << 20, a.send_seconds, a.stall)
         send_s = time.perf_counter() - t0
@@ -157,6 +176,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         peak = memory(pid)
         log(f"sent {sum(sent) / 1e6:.0f} MB in {send_s:.1f} s; RSS {peak['vmrss_mb']:.0f} MB, alarms {limits['alarms']}")
         for r in raws:
+            r.discard_input()
             r.sock.close()
         closed = time.monotonic()
         samples = []
@@ -208,6 +228,10 @@ def main() -> int:
     ap.add_argument("--idle-wait", type=float, default=2.0, help="seconds after start before the idle RSS")
     ap.add_argument("--settle-timeout", type=float, default=60.0, help="longest wait after the close, seconds")
     ap.add_argument("--sample-ms", type=float, default=250.0, help="between RSS and alarm samples")
+    ap.add_argument("--heartbeat", type=int, default=0,
+                    help="heartbeat interval the connections negotiate, seconds (they send none themselves)")
+    ap.add_argument("--blocked-notify", action="store_true",
+                    help="the connections list the connection.blocked capability (pika's and most clients' default)")
     ap.add_argument("--timeout", type=float, default=60.0, help="deadline of every socket read, seconds")
     a = ap.parse_args()
     out: dict[str, Any] = {"bench": "unfinished_bodies_bench", "args": vars(a),

@@ -21,10 +21,13 @@ import pika  # type: ignore[import-untyped]
 import pytest
 from pamqp import commands, frame, header
 from pamqp.commands import Basic as AmqpBasic
+from pamqp.heartbeat import Heartbeat
 from pika.spec import Basic  # type: ignore[import-untyped]
 
+from logbus.gateway.amqp.connection import BLOCKED_PROBE
 from tests.integration.alarms import EVERY_BYTE, bytes_in, send_until_stalled, wait_for
 from tests.integration.amqp_target import run
+from tests.integration.mgmt import Mgmt
 from tests.integration.test_amqp_bad_input import RawAmqp
 from tests.serverproc import LogbusServer
 
@@ -262,3 +265,67 @@ def test_an_unfinished_body_is_not_read_under_the_memory_alarm(server: LogbusSer
     finally:
         set_limits(server, memory_high_watermark=0.9)
         raw.close()
+
+
+def connected_peers(server: LogbusServer) -> set[str]:
+    return {c["peer"] for c in Mgmt(server).call("GET", "/api/connections").json()}
+
+
+def test_an_abandoned_unfinished_body_is_dropped_under_the_memory_alarm(server: LogbusServer) -> None:
+    """A raw client (heartbeat 0, no connection.blocked capability) in the middle of a
+    90 MiB body, blocked by the memory alarm, sends until its socket stalls: our receive
+    window is full. Blocked and alive, it is kept, and gets a heartbeat frame (which a
+    client without heartbeats must discard). Then it closes, having read all it got: its
+    FIN waits in its kernel behind the bytes our window refuses, and our side stays
+    ESTABLISHED. The next heartbeat frame is answered with a reset, and the connection
+    is dropped, with the body it held."""
+    host, port = server.host_port("amqp")
+    raw = RawAmqp(SimpleNamespace(host=host, port=port))  # type: ignore[arg-type]
+    try:
+        raw.open()
+        raw.open_channel(1)
+        peer = "%s:%d" % raw.sock.getsockname()
+        payload = raw.frame_max - 8
+        piece = struct.pack(">BHI", 3, 1, payload) + b"\0" * payload + b"\xce"  # one body frame
+        raw.send_method(1, commands.Basic.Publish(exchange="", routing_key="alarms.abandoned"))
+        raw.send(frame.marshal(header.ContentHeader(0, 90 << 20, commands.Basic.Properties()), 1))
+        raw.send(piece * 16)
+        wait_for(lambda: bytes_in(server, peer) >= 16 * len(piece))
+        assert set_limits(server, memory_high_watermark=EVERY_BYTE)["alarms"] == ["memory"]
+        rest = piece * 600
+        assert send_until_stalled(raw.sock, rest) < len(rest)  # our window and its buffer are full
+
+        channel, beat = raw.read_frame(timeout=BLOCKED_PROBE + 5)
+        assert (channel, type(beat), raw.buf) == (0, Heartbeat, b"")
+        assert peer in connected_peers(server)  # alive: kept, however long the alarm lasts
+        raw.close()  # nothing unread: a FIN, which our full window holds back
+        wait_for(lambda: peer not in connected_peers(server), BLOCKED_PROBE + 10)
+        assert "closed by its peer while not read" in server.log_text()
+    finally:
+        set_limits(server, memory_high_watermark=0.9)
+        raw.close()
+
+
+def test_pika_without_heartbeats_discards_the_probes_of_a_blocked_connection(
+    server: LogbusServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pika with heartbeat 0, blocked: the heartbeat frames that look for a client gone
+    are discarded (AMQP 0-9-1, 4.2.7; pika logs them), and it publishes on once the
+    alarm clears."""
+    caplog.set_level(logging.WARNING, logger="pika.connection")
+    connection = pika.BlockingConnection(parameters(server, heartbeat=0))
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("alarms.probed")
+        channel.basic_publish("", "alarms.probed", b"before")
+        set_limits(server, disk_free_limit=ABOVE_ANY_DISK)
+        pump(connection, lambda: "heartbeat frame without a heartbeat checker" in caplog.text,
+             timeout=BLOCKED_PROBE + 5)
+        assert connection.is_open
+        set_limits(server, disk_free_limit=1)
+        channel.basic_publish("", "alarms.probed", b"after")  # returns once confirmed
+        assert channel.queue_declare("alarms.probed", passive=True).method.message_count == 2
+    finally:
+        set_limits(server, disk_free_limit=1)
+        connection.close()

@@ -17,7 +17,7 @@ from pamqp import body, encode, frame, header
 from pamqp import commands as C
 
 from logbus.gateway.amqp.codec import HEARTBEAT_FRAME
-from logbus.gateway.amqp.connection import CLOSE_GRACE, Connection
+from logbus.gateway.amqp.connection import BLOCKED_PROBE, CLOSE_GRACE, Connection
 from logbus.gateway.amqp.handshake import TRANSITIONS, State
 from logbus.gateway.amqp.requests import (
     Authenticate,
@@ -314,6 +314,27 @@ def test_blocked_connection_is_not_dropped_for_silence() -> None:
     s.conn.resource_alarm(None)
     out = s.drain()
     assert sent(out) == [method(0, C.Connection.Unblocked())] and out[-1] == SetReading(True)
+
+
+def test_blocked_connection_is_probed_with_heartbeats() -> None:
+    """Not read for an alarm, a connection gets a heartbeat frame after BLOCKED_PROBE s of
+    silence, though it negotiated none: a client gone meanwhile answers it with a reset."""
+    s = Shell()
+    s.login()  # heartbeat 0
+    s.feed(m(C.Channel.Open(), 1))
+    s.conn.probe_due(idle=BLOCKED_PROBE)
+    assert s.drain() == []  # read: nothing to find out
+    s.feed(publish(1))
+    s.conn.resource_alarm("low on memory")
+    assert s.drain() == [SetReading(False)]
+    s.conn.probe_due(idle=BLOCKED_PROBE - 0.1)
+    assert s.drain() == []
+    s.conn.probe_due(idle=BLOCKED_PROBE)
+    assert s.drain() == [SendBytes(HEARTBEAT_FRAME)]
+    s.conn.resource_alarm(None)
+    assert s.drain() == [SetReading(True)]
+    s.conn.probe_due(idle=100)
+    assert s.drain() == []
 
 
 def test_first_publish_under_an_alarm_blocks_after_the_read() -> None:

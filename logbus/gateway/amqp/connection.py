@@ -37,7 +37,15 @@ two (RabbitMQ's rule), unless we are the ones not reading (a resource alarm).
 Resource alarms: a connection that has published, or is in the middle of a publish (its
 basic.publish method has arrived, its body has not: an unfinished body is memory held),
 is blocked (not read) while any is set, and told so with Connection.Blocked, then
-Unblocked, if it has RabbitMQ's ``connection.blocked`` capability.
+Unblocked, if it has RabbitMQ's ``connection.blocked`` capability. As in RabbitMQ, a
+blocked connection is kept however long the alarm lasts, and its silence is not held
+against it; it goes on getting heartbeats, which is how a client that has gone is found
+(RabbitMQ: "the only portable way to detect disconnect on blocked connection is to wait
+for heartbeat send failure"). We send one also when no heartbeat was negotiated, at
+most every ``BLOCKED_PROBE`` seconds of silence (``probe_due``, which the shell calls
+while it does not read us): a peer that does not use heartbeats must discard a
+heartbeat frame without error (0-9-1, 4.2.7). A client gone meanwhile answers that frame
+with a reset (gateway/unread.py), so the unfinished body it left is freed.
 """
 
 from __future__ import annotations
@@ -68,6 +76,7 @@ from .requests import ChannelInput, CloseChannel, CloseTransport, OpenChannel, R
 log = logging.getLogger(__name__)
 
 CLOSE_GRACE = 5.0  # seconds to wait for Close-Ok before dropping the socket
+BLOCKED_PROBE = 5.0  # seconds of silence after which a blocked connection gets a heartbeat frame
 
 
 class Connection(Handshake):
@@ -254,6 +263,13 @@ class Connection(Handshake):
             log.info("amqp connection %s: missed heartbeats, closing", self.peer)
             self._drop("missed heartbeats")
         elif idle >= self.heartbeat / 2:
+            self._send(HEARTBEAT_FRAME)
+
+    def probe_due(self, idle: float) -> None:
+        """Blocked (the shell does not read us), nothing sent for ``idle`` seconds: a
+        heartbeat frame once that is ``BLOCKED_PROBE`` or more, whatever was negotiated
+        (see the module's docstring)."""
+        if self.blocked and self.state is State.RUNNING and idle >= BLOCKED_PROBE:
             self._send(HEARTBEAT_FRAME)
 
     def resource_alarm(self, reason: str | None) -> None:

@@ -15,7 +15,9 @@ one unfinished frame (at most frame_max).
 
 The other direction is the broker's: the factory follows the resource alarms
 (core/pressure.py) and hands them to every connection, which may ask its transport to
-stop reading (the transport's own ``pauseProducing``) until they clear. It also hears
+stop reading (the transport's own ``pauseProducing``) until they clear; meanwhile the
+connection is looked at once a second, and probed with a heartbeat frame after a
+silence, so that a client gone is found (gateway/unread.py). It also hears
 when a user or a vhost is deleted (core/access/auth.py) and closes the connections of that
 user, or to that vhost, with 320 CONNECTION_FORCED, as RabbitMQ does.
 
@@ -159,7 +161,11 @@ class AmqpProtocol(Protocol):
                 t.resumeProducing()
         else:
             t.pauseProducing()
-            self.factory.unread.add(t)  # a client closing meanwhile is noticed (unread.py)
+            self.factory.unread.add(t, self._probe)  # a client closing meanwhile is noticed (unread.py)
+
+    def _probe(self) -> None:
+        if self.conn is not None:
+            self.conn.probe()
 
     # IPushProducer: the transport's buffer filled up / drained
     def pauseProducing(self) -> None:

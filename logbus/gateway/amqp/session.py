@@ -317,6 +317,14 @@ class Session:
         self.machine.resource_alarm(reason)
         self._run()
 
+    def probe(self) -> None:
+        """We do not read the connection (an alarm) and look once a second whether its
+        client has gone (gateway/unread.py): a heartbeat frame after a silence, which a
+        client gone meanwhile answers with a reset (``Connection.probe_due``)."""
+        if self.open:
+            self.machine.probe_due(idle=self.reactor.seconds() - self._sent)
+            self._run()
+
     def shutdown(self) -> None:
         """The broker is stopping: CONNECTION_FORCED, as RabbitMQ."""
         if self.open:
