@@ -78,6 +78,9 @@ REJECTED = "rejected"
 DELIVERY_LIMIT = "delivery_limit"
 
 GONE = -1  # the offset of an entry whose record is gone (``orphan``): no record is there
+# entries added since a queue's dicts were last made anew, before emptying makes them anew
+# again (``_emptied``): a dict of 64 entries holds a table of about 4.7 KiB
+REBUILD_AFTER = 64
 
 DROP_HEAD = "drop-head"
 REJECT_PUBLISH = "reject-publish"
@@ -223,6 +226,7 @@ class Queue(Viewed):
         self._stale = 0  # copies in the ready heaps of seqs taken through a view
         # the service's count of log offsets its entries point at (retention keeps them)
         self.pins: OffsetPins | None = None
+        self._rebuilt_at = 0  # next_seq when ``entries`` and ``leases`` were last made anew
 
     # -- counts ------------------------------------------------------------------------
 
@@ -430,6 +434,8 @@ class Queue(Viewed):
             del self.entries[entry.seq]
             self._unpin(entry)
             self.journal.settled(entry.seq)
+            if not self.entries:
+                self._emptied()
             return Scheduled(entry, now_ms + delay)
         self._push_ready(entry)
         self.journal.unleased(entry)
@@ -534,6 +540,8 @@ class Queue(Viewed):
         if staged:
             self._staged = [item for item in self._staged if item[1] in self.entries]
             heapq.heapify(self._staged)
+        if not self.entries:
+            self._emptied()
 
     def purge(self) -> int:
         """Drop every ready entry (leased ones stay); returns how many."""
@@ -601,12 +609,29 @@ class Queue(Viewed):
         self.ready_bytes -= entry.size
 
     def _settle(self, entry: Entry, reason: str | None) -> Removed:
-        del self.entries[entry.seq]
+        entries = self.entries
+        del entries[entry.seq]
         pins = self.pins
         if pins is not None:
             pins.remove(entry.topic, entry.partition, entry.offset)
         self.journal.settled(entry.seq)
+        if not entries:
+            self._emptied()
         return Removed(entry, reason or "")
+
+    def _emptied(self) -> None:
+        """Every entry is settled. A dict keeps its table as keys go (36 KiB for 1,000
+        entries) until something is added again, so a queue drained and then left idle
+        (an offline MQTT session's) would hold its largest size for good: ``entries``
+        and ``leases`` are made anew, and the lease deadlines (all stale now) dropped.
+        Only once ``REBUILD_AFTER`` entries came since the last time: a queue that
+        empties after every message does not get new dicts per message."""
+        if self.next_seq - self._rebuilt_at < REBUILD_AFTER:
+            return
+        self._rebuilt_at = self.next_seq
+        self.entries = {}
+        self.leases = {}
+        self._deadlines = []
 
     def _unpin(self, entry: Entry) -> None:
         if self.pins is not None:
