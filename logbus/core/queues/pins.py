@@ -52,7 +52,8 @@ class OffsetPins:
         part = self._parts.get((topic, partition))
         if part is None:
             part = self._parts[(topic, partition)] = _Partition()
-        key = offset >> self.shift
+        shift = self.shift
+        key = offset >> shift if shift else offset  # (``>> 0`` makes a new int: one per pin)
         counts = part.counts
         n = counts.get(key)
         if n is None:
@@ -66,7 +67,8 @@ class OffsetPins:
         part = self._parts.get((topic, partition))
         if part is None:
             return
-        key = offset >> self.shift
+        shift = self.shift
+        key = offset >> shift if shift else offset
         counts = part.counts
         n = counts.get(key)
         if n is None:
