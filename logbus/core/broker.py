@@ -47,6 +47,7 @@ from .definitions import upgrade as upgrade_definitions
 from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
 from .routing.router import PREDECLARED
 from .faults import FaultCollector, StorageFaults
+from .quiet import QuietSpell, release_burst_memory
 from .retained import RetainedStore
 from .state import CF_SESSIONS, StateStore, session_key, session_prefix, vhost_definitions_prefixes
 from .streams.facade import ConsumerGroups, StreamModel
@@ -147,6 +148,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         # storage faults lived through without a restart (core/faults.py)
         self.faults = StorageFaults(self._queue_services)
         self.metrics.registry.register(FaultCollector(self.faults, self._queue_services))
+        # what a burst left behind, given back once quiet (core/quiet.py)
+        self.quiet = QuietSpell(self._activity, lambda: release_burst_memory(self.state, self._message_stores()))
         # listeners that are not serving (the server's): name -> why, for /healthz
         self.listener_problems: dict[str, str] = {}
         self.state: StateStore | None = None
@@ -250,6 +253,10 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
             self.faults.check()
         except Exception:
             log.exception("checking the state store failed")
+        try:
+            self.quiet.check()
+        except Exception:
+            log.exception("giving back what a burst left failed")
 
     def _queue_services(self) -> Iterator[Any]:
         """Every queue service: each vhost's, and the pop groups'."""
@@ -258,6 +265,17 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         pop = getattr(self, "pop", None)
         if pop is not None:
             yield pop.service
+
+    def _message_stores(self) -> list[MessageStore]:
+        """Every message store: the queue services' and the feed's."""
+        stores = [s.messages for s in self._queue_services()]
+        feed = getattr(self, "feed", None)
+        return stores if feed is None else [*stores, feed.messages]
+
+    def _activity(self) -> int:
+        """A count that moves while queues work: the journal's commits, the log reads."""
+        commits = self.queue_store.commits if getattr(self, "queue_store", None) is not None else 0
+        return commits + sum(s.log_reads for s in self._message_stores())
 
     def health(self) -> list[str]:
         """Why the broker does not serve as it should now (empty: it does): partitions

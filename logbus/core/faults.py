@@ -21,7 +21,6 @@ leaves no trace in any queue. ``reasons`` is what ``/healthz`` answers.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-QUIET_FLUSH_SECONDS = 10.0
-QUIET_FLUSH_BYTES = 8 << 20
-
 
 class StorageFaults:
     def __init__(self, services: Callable[[], Iterable[QueueService]]) -> None:
@@ -48,8 +44,6 @@ class StorageFaults:
         self.log: LogManager | None = None
         self.state: StateStore | None = None
         self.queue_store: QueueStore | None = None
-        self._commits_seen = -1
-        self._quiet_since = 0.0
         self.appends_lost = 0  # offsets given to appends that were then refused
         self.entries_withdrawn = 0  # queue entries made for them, removed
 
@@ -72,7 +66,6 @@ class StorageFaults:
         is reopened when it can be, and what the queue journal kept is written."""
         if self.log is not None:
             self.log.repair()
-        self._flush_quiet_memtables()
         state, journal = self.state, self.queue_store
         if state is None or journal is None or state.failed is None:
             return
@@ -81,24 +74,6 @@ class StorageFaults:
                 journal.commit()
             except StorageError as e:
                 log.warning("queue journal still not written: %s", e)
-
-    def _flush_quiet_memtables(self) -> None:
-        """RocksDB keeps what was written in memtables until one fills (64 MiB each): after
-        a burst of queue entries that were all settled, they hold that memory for good. Once
-        the queue journal has written nothing for QUIET_FLUSH_SECONDS, memtables holding
-        more than QUIET_FLUSH_BYTES are flushed (in RocksDB's background thread)."""
-        state, journal = self.state, self.queue_store
-        if state is None or journal is None or state.failed is not None:
-            return
-        commits = journal.commits
-        if commits != self._commits_seen:
-            self._commits_seen, self._quiet_since = commits, time.monotonic()
-            return
-        if self._quiet_since and time.monotonic() - self._quiet_since >= QUIET_FLUSH_SECONDS:
-            self._quiet_since = 0.0  # once per quiet spell
-            if state.memtable_bytes() > QUIET_FLUSH_BYTES:
-                log.info("state store quiet: its memtables are written out to give their memory back")
-                state.flush_memtables()
 
     def reasons(self) -> list[str]:
         """What keeps the broker from taking writes now (empty: nothing)."""

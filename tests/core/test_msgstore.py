@@ -32,6 +32,18 @@ def test_memory_until_released_then_the_log(open_log: Callable[..., LogManager],
     assert store.log_reads == 1  # the batch was decoded once
 
 
+def test_dropped_batches_are_decoded_again(open_log: Callable[..., LogManager], loop: LoopReactor) -> None:
+    """What a quiet broker does (core/quiet.py): the decoded batches go, and a later
+    read decodes its batch again."""
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+    loop.wait(p.append([msg(i).to_record() for i in range(10)]))
+    store = MessageStore(log_batch_reader(lm))
+    assert store.get("t", 0, 4) == msg(4) and store.log_reads == 1
+    assert store.drop_batches() == 1 and store.drop_batches() == 0
+    assert store.get("t", 0, 5) == msg(5) and store.log_reads == 2
+
+
 def test_memory_is_bounded(open_log: Callable[..., LogManager], loop: LoopReactor) -> None:
     lm = open_log()
     p = lm.open_topic("t", topic_config(), create=True).partition(0)

@@ -13,7 +13,9 @@ header), so the bound holds for small messages too: counting values alone, 256 M
 
 Reading from the log decodes the whole batch holding the offset. The decoded batches
 sit in a small LRU cache, so a queue that is drained in order after a restart decodes
-each batch once rather than once per message.
+each batch once rather than once per message. Once the broker is quiet the cache goes
+(``drop_batches``, from ``core/quiet.py``): 64 batches of small records are thousands of
+objects nothing will read.
 """
 
 from __future__ import annotations
@@ -73,6 +75,13 @@ class MessageStore:
             self.live_bytes -= self._live.pop(key)[2]
         for bkey in [k for k in self._batches if k[0] == topic]:
             del self._batches[bkey]
+
+    def drop_batches(self) -> int:
+        """Forget the decoded batches (the next read decodes its batch again); returns
+        how many there were."""
+        n = len(self._batches)
+        self._batches = OrderedDict()
+        return n
 
     def get(self, topic: str, partition: int, offset: int) -> Message:
         item = self._live.get((topic, partition, offset))

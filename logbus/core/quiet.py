@@ -1,0 +1,75 @@
+"""Memory a burst left behind, given back once the broker has been quiet a while.
+
+Theory of operation. After a burst (a backlog published, then drained) some memory is
+held that nothing uses until the next one:
+
+- RocksDB keeps what was written in memtables until one fills (64 MiB each): the queue
+  entries' records, deleted since, hold that memory for good.
+- The message stores keep the last log batches they decoded (``queues/msgstore.py``),
+  for a queue drained in order: thousands of small records.
+- Connections closed since the last full collection wait in reference cycles (protocol
+  and transport, session and callbacks): ``server.tune_gc`` makes full collections
+  rare, and an idle broker allocates too little to run one.
+
+None of it is worth giving back while the work goes on. ``QuietSpell.check`` runs once a
+second (``Broker._check_resources``): once ``activity()`` (a count that moves with the
+work: the queue journal's commits, the message stores' log reads) has not moved for
+``QUIET_SECONDS``, ``release()`` runs, once per quiet spell. What it frees goes back to
+the system with the next trim of ``memory.py``.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .queues.msgstore import MessageStore
+    from .state import StateStore
+
+log = logging.getLogger(__name__)
+
+QUIET_SECONDS = 10.0
+MEMTABLE_BYTES = 8 << 20  # memtables worth writing out when quiet
+
+
+class QuietSpell:
+    """Calls ``release`` once ``activity()`` has not moved for ``quiet_seconds``, and
+    again only after it moved."""
+
+    def __init__(self, activity: Callable[[], int], release: Callable[[], None], *,
+                 quiet_seconds: float = QUIET_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.activity = activity
+        self.release = release
+        self.quiet_seconds = quiet_seconds
+        self.clock = clock
+        self._seen = -1
+        self._since = 0.0  # 0: released in this spell (or no spell yet)
+        self.spells = 0  # releases run (for tests)
+
+    def check(self) -> None:
+        seen = self.activity()
+        if seen != self._seen:
+            self._seen, self._since = seen, self.clock()
+            return
+        if self._since and self.clock() - self._since >= self.quiet_seconds:
+            self._since = 0.0
+            self.spells += 1
+            self.release()
+
+
+def release_burst_memory(state: StateStore | None, stores: Iterable[MessageStore]) -> None:
+    """What a quiet broker gives back: memtables written out (in RocksDB's background
+    thread) when they hold more than MEMTABLE_BYTES, the message stores' decoded
+    batches, and a full collection."""
+    if state is not None and state.failed is None and state.memtable_bytes() > MEMTABLE_BYTES:
+        log.info("state store quiet: its memtables are written out to give their memory back")
+        state.flush_memtables()
+    batches = sum(s.drop_batches() for s in stores)
+    started = time.perf_counter()
+    found = gc.collect()
+    log.debug("quiet: %d decoded log batches dropped; full collection, %d objects unreachable, %.1f ms",
+              batches, found, (time.perf_counter() - started) * 1000)
