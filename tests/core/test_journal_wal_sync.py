@@ -75,12 +75,12 @@ def test_the_write_ahead_log_followed_when_rocksdb_starts_a_new_one(tmp_path: Pa
 
 
 def test_memtables_of_a_quiet_state_store_are_written_out(tmp_path: Path, monkeypatch: Any) -> None:
-    import logbus.core.faults as faults
+    import logbus.core.quiet as quiet
 
-    monkeypatch.setattr(faults, "QUIET_FLUSH_SECONDS", 0.0)
-    monkeypatch.setattr(faults, "QUIET_FLUSH_BYTES", 0)
+    monkeypatch.setattr(quiet, "MEMTABLE_BYTES", 0)
     brokers = Brokers(tmp_path)
     b = brokers.start()
+    b.quiet.quiet_seconds = 0.0
     v = AmqpTerms(b.vhost("/"))
     v.declare_queue("q", durable=True)
     for i in range(2000):
@@ -90,9 +90,9 @@ def test_memtables_of_a_quiet_state_store_are_written_out(tmp_path: Path, monkey
     assert b.state is not None
     before = b.state.memtable_bytes()
     assert before > 100_000
-    b.faults.check()  # sees the journal's writes
+    b.quiet.check()  # sees the journal's writes
     assert b.state.memtable_bytes() >= before  # not quiet yet
-    b.faults.check()  # nothing written since: quiet, flushed
+    b.quiet.check()  # nothing written since: quiet, flushed
     brokers.loop.run_until(lambda: b.state.memtable_bytes() < before // 4)  # type: ignore[union-attr]
     assert b.vhost("/").service.queues["q"].queue.message_count == 2000
     brokers.restart()
