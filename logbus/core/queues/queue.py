@@ -78,7 +78,7 @@ REJECTED = "rejected"
 DELIVERY_LIMIT = "delivery_limit"
 
 GONE = -1  # the offset of an entry whose record is gone (``orphan``): no record is there
-# entries added since a queue's dicts were last made anew, before emptying makes them anew
+# entries added since a queue's dict tables were last freed, before emptying frees them
 # again (``_emptied``): a dict of 64 entries holds a table of about 4.7 KiB
 REBUILD_AFTER = 64
 
@@ -226,7 +226,7 @@ class Queue(Viewed):
         self._stale = 0  # copies in the ready heaps of seqs taken through a view
         # the service's count of log offsets its entries point at (retention keeps them)
         self.pins: OffsetPins | None = None
-        self._rebuilt_at = 0  # next_seq when ``entries`` and ``leases`` were last made anew
+        self._rebuilt_at = 0  # next_seq when the tables of ``entries`` and ``leases`` were last freed
 
     # -- counts ------------------------------------------------------------------------
 
@@ -622,16 +622,18 @@ class Queue(Viewed):
     def _emptied(self) -> None:
         """Every entry is settled. A dict keeps its table as keys go (36 KiB for 1,000
         entries) until something is added again, so a queue drained and then left idle
-        (an offline MQTT session's) would hold its largest size for good: ``entries``
-        and ``leases`` are made anew, and the lease deadlines (all stale now) dropped.
-        Only once ``REBUILD_AFTER`` entries came since the last time: a queue that
-        empties after every message does not get new dicts per message."""
+        (an offline MQTT session's) would hold its largest size for good: ``clear()``
+        frees the tables of ``entries`` and ``leases`` (and the lease deadlines, all
+        stale now), keeping the objects, so nothing new is allocated in the middle of a
+        drain to outlive it. Only once ``REBUILD_AFTER`` entries came since the last
+        time: a queue that empties after every message does not get new tables per
+        message."""
         if self.next_seq - self._rebuilt_at < REBUILD_AFTER:
             return
         self._rebuilt_at = self.next_seq
-        self.entries = {}
-        self.leases = {}
-        self._deadlines = []
+        self.entries.clear()
+        self.leases.clear()
+        self._deadlines.clear()
 
     def _unpin(self, entry: Entry) -> None:
         if self.pins is not None:
