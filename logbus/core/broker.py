@@ -47,7 +47,7 @@ from .definitions import upgrade as upgrade_definitions
 from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
 from .routing.router import PREDECLARED
 from .faults import FaultCollector, StorageFaults
-from .quiet import QuietSpell, release_burst_memory
+from .quiet import Leftovers, QuietSpell
 from .retained import RetainedStore
 from .state import CF_SESSIONS, StateStore, session_key, session_prefix, vhost_definitions_prefixes
 from .streams.facade import ConsumerGroups, StreamModel
@@ -149,7 +149,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self.faults = StorageFaults(self._queue_services)
         self.metrics.registry.register(FaultCollector(self.faults, self._queue_services))
         # what a burst left behind, given back once quiet (core/quiet.py)
-        self.quiet = QuietSpell(self._activity, lambda: release_burst_memory(self.state, self._message_stores()))
+        leftovers = Leftovers(lambda: self.state, self._message_stores, lambda: self.connections.closes)
+        self.quiet = QuietSpell(self._activity, leftovers.release)
         # listeners that are not serving (the server's): name -> why, for /healthz
         self.listener_problems: dict[str, str] = {}
         self.state: StateStore | None = None
@@ -273,9 +274,10 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         return stores if feed is None else [*stores, feed.messages]
 
     def _activity(self) -> int:
-        """A count that moves while queues work: the journal's commits, the log reads."""
+        """A count that moves with the work: the journal's commits, the log reads, the
+        connections closed."""
         commits = self.queue_store.commits if getattr(self, "queue_store", None) is not None else 0
-        return commits + sum(s.log_reads for s in self._message_stores())
+        return commits + sum(s.log_reads for s in self._message_stores()) + self.connections.closes
 
     def health(self) -> list[str]:
         """Why the broker does not serve as it should now (empty: it does): partitions

@@ -48,6 +48,7 @@ class Connections:
         self.clock = clock  # epoch ms
         self._open: dict[int, ConnectionRecord] = {}
         self._ids = itertools.count(1)
+        self.closes = 0  # connections closed so far
 
     def open(self, protocol: str, peer: str, *, tls: bool, close: Callable[[str], object]) -> ConnectionRecord:
         if protocol not in PROTOCOLS:
@@ -57,7 +58,8 @@ class Connections:
         return c
 
     def closed(self, c: ConnectionRecord) -> None:
-        self._open.pop(c.id, None)
+        if self._open.pop(c.id, None) is not None:
+            self.closes += 1
 
     def get(self, id: int) -> ConnectionRecord | None:
         return self._open.get(id)

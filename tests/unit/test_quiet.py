@@ -3,7 +3,10 @@ the work's count has stood still for QUIET_SECONDS, and not while it moves."""
 
 from __future__ import annotations
 
-from logbus.core.quiet import QuietSpell
+import gc
+import weakref
+
+from logbus.core.quiet import Leftovers, QuietSpell
 
 
 class Clock:
@@ -42,3 +45,33 @@ def test_not_released_while_the_count_moves_now_and_then() -> None:
         spell.check()
         clock.now += 1
     assert released == []
+
+
+class Node:
+    me: Node | None = None
+
+
+def cycle() -> weakref.ref[Node]:
+    """An object only a reference cycle keeps (as a closed connection's protocol and
+    transport): freed by a full collection, not by reference counting."""
+    n = Node()
+    n.me = n
+    return weakref.ref(n)
+
+
+def test_a_full_collection_only_when_connections_closed() -> None:
+    closes = [0]
+    leftovers = Leftovers(lambda: None, lambda: [], lambda: closes[0])
+    gc.disable()
+    try:
+        ref = cycle()
+        leftovers.release()
+        assert ref() is not None  # nothing closed since start: no collection
+        closes[0] += 1
+        leftovers.release()
+        assert ref() is None
+        ref = cycle()
+        leftovers.release()  # none closed since
+        assert ref() is not None
+    finally:
+        gc.enable()
