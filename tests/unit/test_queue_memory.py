@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from logbus.core.queues.queue import REBUILD_AFTER, Outcome, Queue, receipt
+from logbus.core.queues.queue import FREE_TABLES_AFTER, Outcome, Queue, receipt
 from logbus.retry.policy import RetryPolicy
 
 
@@ -50,12 +50,12 @@ def test_dropped_and_retried_entries_empty_it_too() -> None:
 
 
 def test_a_queue_emptied_after_each_message_keeps_its_tables() -> None:
-    """Freed at most once per REBUILD_AFTER entries, not per message; the dicts are the
+    """Freed at most once per FREE_TABLES_AFTER entries, not per message; the dicts are the
     queue's own throughout (cleared, not made anew in the middle of a drain)."""
     q = Queue("q")
     entries, leases = q.entries, q.leases
     frees = 0
-    for i in range(10 * REBUILD_AFTER):
+    for i in range(10 * FREE_TABLES_AFTER):
         q.publish("t", 0, i, 100)
         entry, _ = q.take("owner")
         assert entry is not None

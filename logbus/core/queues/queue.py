@@ -80,7 +80,7 @@ DELIVERY_LIMIT = "delivery_limit"
 GONE = -1  # the offset of an entry whose record is gone (``orphan``): no record is there
 # entries added since a queue's dict tables were last freed, before emptying frees them
 # again (``_emptied``): a dict of 64 entries holds a table of about 4.7 KiB
-REBUILD_AFTER = 64
+FREE_TABLES_AFTER = 64
 
 DROP_HEAD = "drop-head"
 REJECT_PUBLISH = "reject-publish"
@@ -226,7 +226,7 @@ class Queue(Viewed):
         self._stale = 0  # copies in the ready heaps of seqs taken through a view
         # the service's count of log offsets its entries point at (retention keeps them)
         self.pins: OffsetPins | None = None
-        self._rebuilt_at = 0  # next_seq when the tables of ``entries`` and ``leases`` were last freed
+        self._tables_freed_at = 0  # next_seq when the tables of ``entries`` and ``leases`` were last freed
 
     # -- counts ------------------------------------------------------------------------
 
@@ -625,12 +625,12 @@ class Queue(Viewed):
         (an offline MQTT session's) would hold its largest size for good: ``clear()``
         frees the tables of ``entries`` and ``leases`` (and the lease deadlines, all
         stale now), keeping the objects, so nothing new is allocated in the middle of a
-        drain to outlive it. Only once ``REBUILD_AFTER`` entries came since the last
+        drain to outlive it. Only once ``FREE_TABLES_AFTER`` entries came since the last
         time: a queue that empties after every message does not get new tables per
         message."""
-        if self.next_seq - self._rebuilt_at < REBUILD_AFTER:
+        if self.next_seq - self._tables_freed_at < FREE_TABLES_AFTER:
             return
-        self._rebuilt_at = self.next_seq
+        self._tables_freed_at = self.next_seq
         self.entries.clear()
         self.leases.clear()
         self._deadlines.clear()
