@@ -72,8 +72,16 @@ class Http:
     def raw(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200,)) -> bytes:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
-        self.conn.request(method, self.prefix + path, body=data, headers=headers)
-        r = self.conn.getresponse()
+        try:
+            self.conn.request(method, self.prefix + path, body=data, headers=headers)
+            r = self.conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            if method != "GET":
+                raise
+            # the broker closed the idle connection (handshake_timeout_ms): a GET again
+            self.conn.close()
+            self.conn.request(method, self.prefix + path, body=data, headers=headers)
+            r = self.conn.getresponse()
         raw = r.read()
         if r.status not in ok:
             raise BenchError(f"{method} {path}: HTTP {r.status} {raw[:300]!r}")
@@ -177,11 +185,13 @@ def delay_member(a: dict[str, Any], go: Callable[[], None], shared: Any) -> dict
     """Poll receive until the group's members together have a["count"] messages; the
     lateness of each (receive returned - due); ack everything once the parent says so
     (when its sampler has seen every message released)."""
-    http_ = Http(a["url"], a["timeout"])
     receive = pop_path(a["group"], a["topic"], "receive")
     body = {"max": a["batch"], "invisible_ms": a["invisible_ms"], "member": a["member"]}
     poll = a["poll_ms"] / 1000
     go()
+    # connected after the wait for the due time (~20 s), which is longer than the
+    # broker's handshake_timeout_ms: an idle connection without a request is closed
+    http_ = Http(a["url"], a["timeout"])
     cpu0 = self_cpu()
     deadline = time.monotonic() + a["timeout"]
     late: list[float] = []

@@ -120,7 +120,7 @@ class Sampler(threading.Thread):
 
     def __init__(self, url: str, group: str, topic: str, interval: float, timeout: float, count: int) -> None:
         super().__init__(daemon=True)
-        self.http = Http(url, timeout)
+        self.url, self.timeout = url, timeout
         self.group, self.topic, self.interval = group, topic, interval
         self.count, self.deadline = count, time.monotonic() + timeout
         self.samples: list[tuple[float, int]] = []
@@ -128,10 +128,14 @@ class Sampler(threading.Thread):
         self.error: Exception | None = None
 
     def run(self) -> None:
+        # connected when sampling starts: a connection idle past the broker's
+        # handshake_timeout_ms, while the bench waits for the due time, is closed
+        http_ = None
         try:
+            http_ = Http(self.url, self.timeout)
             while not self.stopping.is_set():
                 t0 = time.time()
-                ready, invisible = group_counts(self.http, self.group, self.topic)
+                ready, invisible = group_counts(http_, self.group, self.topic)
                 t1 = time.time()
                 self.samples.append((t1 * 1000, ready + invisible))  # released by then at the latest
                 if ready + invisible >= self.count or time.monotonic() > self.deadline:
@@ -140,7 +144,8 @@ class Sampler(threading.Thread):
         except Exception as exc:  # reported by the workload
             self.error = exc
         finally:
-            self.http.close()
+            if http_ is not None:
+                http_.close()
 
 
 def release_lateness(samples: list[tuple[float, int]], count: int, due_ms: int, spread_ms: int) -> list[float]:
