@@ -69,6 +69,15 @@ def test_sync_ahead_probe_measures_every_mode(tmp_path: Any) -> None:
     assert list(tmp_path.iterdir()) == []  # its files are removed
 
 
+def test_uring_sync_probe_measures_every_mode(tmp_path: Any) -> None:
+    out = run_bench("uring_sync_probe.py", "--syncs", "20", "--rounds", "2", "--dir", str(tmp_path))
+    assert out["bench"] == "uring_sync_probe" and len(out["rounds"]) == 2
+    for r in out["rounds"]:
+        assert set(r) == {"one", "two", "two_linked"}
+        assert all(0 < m["p50_us"] <= m["p99_us"] <= m["max_us"] and m["cpu_us_per_sync"] > 0 for m in r.values())
+    assert list(tmp_path.iterdir()) == []  # its files are removed
+
+
 def test_filter_bench_runs_every_workload(tmp_path: Any) -> None:
     out = run_bench("filter_bench.py", "--messages", "200", "--warmup", "20", "--evals", "20000",
                     "--repeats", "1", "--queues", "0,1,2", "--consumers", "1,3", "--rounds", "1",
