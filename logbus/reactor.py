@@ -70,28 +70,12 @@ class TracingReactor(Reactor):
             names = sorted({getattr(f, "__qualname__", repr(f)) for f in due if f is not None})
             self._trace.note(start, "timed", ",".join(names), cpu)
 
-    def doPoll(self, timeout: float | None) -> None:
+    def _doReadOrWrite(self, selectable: Any, fd: int, event: int) -> None:
+        start, cpu = time.monotonic_ns(), time.thread_time_ns()
         try:
-            events = self._poller.poll(-1 if timeout is None else timeout, len(self._selectables))
-        except OSError as err:
-            if err.errno == errno.EINTR:
-                return
-            raise
-        selectables = self._selectables
-        handle = self._doReadOrWrite
-        note = self._trace.note
-        for fd, event in events:
-            selectable = selectables.get(fd)
-            if selectable is None:
-                continue
-            start, cpu = time.monotonic_ns(), time.thread_time_ns()
-            try:
-                handle(selectable, fd, event)
-            except Exception:
-                log.exception("I/O event on %r", selectable)
-            note(start, "io", f"{type(selectable).__name__}/{event:#x}", cpu)
-
-    doIteration = doPoll
+            super()._doReadOrWrite(selectable, fd, event)
+        finally:
+            self._trace.note(start, "io", f"{type(selectable).__name__}/{event:#x}", cpu)
 
 
 def install() -> Any:

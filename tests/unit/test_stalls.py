@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import io
+import socket
 import time
 
 from logbus.reactor import TracingReactor
@@ -59,5 +60,39 @@ def test_timed_calls_are_traced_beside_cancelled_ones() -> None:
         assert ran == [1]
         assert "timed list.append" in out.getvalue()
     finally:
+        gc.callbacks.remove(reactor._trace.on_gc)
+        reactor._poller.close()
+
+
+def test_io_events_are_traced() -> None:
+    out = io.StringIO()
+    reactor = TracingReactor(StallTrace(out, threshold_ms=0))
+    a, b = socket.socketpair()
+    try:
+        got: list[bytes] = []
+
+        class Reader:
+            def fileno(self) -> int:
+                return a.fileno()
+
+            def doRead(self) -> None:
+                got.append(a.recv(10))
+
+            def logPrefix(self) -> str:
+                return "Reader"
+
+            def connectionLost(self, reason: object) -> None:
+                pass
+
+        reader = Reader()
+        reactor.addReader(reader)
+        b.send(b"x")
+        reactor.doPoll(1.0)
+        reactor.removeReader(reader)
+        assert got == [b"x"]
+        assert " io Reader/0x1" in out.getvalue()
+    finally:
+        a.close()
+        b.close()
         gc.callbacks.remove(reactor._trace.on_gc)
         reactor._poller.close()
