@@ -55,6 +55,7 @@ from .streams.groups import GroupCoordinator
 from ..retry.policy import POP_DEFAULT, RetryPolicy
 from .message import Message
 from .queues.journal import QueueStore, forget_from
+from .queues.lateness import Lateness
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pins import lowest
 from .queues.pop import Popped, PopGroups, check_delay
@@ -148,6 +149,9 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         # storage faults lived through without a restart (core/faults.py)
         self.faults = StorageFaults(self._queue_services)
         self.metrics.registry.register(FaultCollector(self.faults, self._queue_services))
+        # how late delayed messages and retries became ready (core/queues/lateness.py)
+        self.release_lateness = Lateness()
+        self.metrics.registry.register(self.release_lateness)
         # what a burst left behind, given back once quiet (core/quiet.py)
         leftovers = Leftovers(lambda: self.state, self._message_stores, lambda: self.connections.closes)
         self.quiet = QuietSpell(self._activity, leftovers.release)
@@ -297,6 +301,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
                                  "logbus_timer_failures",
                                  "Released timers (delayed messages, retries) whose hand-over failed "
                                  "and was retried later").inc)
+        self.timers.lateness = self.release_lateness
         self.access.open(self.state)
         self.retained = RetainedStore(self.state, self._clock)
         self.retained.load()

@@ -14,6 +14,7 @@ from logbus.core.log.batch import Record
 from logbus.core.message import Message
 from logbus.core.queues import timers as timers_mod
 from logbus.core.queues.journal import QueueStore
+from logbus.core.queues.lateness import BOUNDS_MS, Lateness
 from logbus.core.queues.msgstore import MessageStore
 from logbus.core.queues.queue import DROP_HEAD, MAXLEN, REJECT_PUBLISH_DLX, Entry, Outcome, QueueLimits
 from logbus.core.queues.service import DeadLetterTarget, QueueService, QueueSettings, QueueState
@@ -35,6 +36,7 @@ class World:
         self.dead: list[tuple[int, str]] = []
         self.settings = settings
         self.store: StateStore | None = None
+        self.lateness = Lateness()
         self.open()
 
     def now(self) -> int:
@@ -44,6 +46,7 @@ class World:
         self.store = StateStore(self.path)
         self.qs = QueueStore(self.store)
         self.timers = Timers(self.qs, self.store, self.now, self.reactor)
+        self.timers.lateness = self.lateness
         self.svc = QueueService("/", self.qs, self.timers, MessageStore(self.read_batch), clock=self.now,
                                 dead_letter=self.dead_letter)
         self.svc.create("q", self.settings, durable=True)
@@ -95,6 +98,19 @@ def test_a_staged_entry_is_invisible_until_due_then_joins_the_tail(world: World)
     world.reactor.advance(0.001)  # the service's wake call fires at the visible time
     assert world.queue.message_count == 3
     assert world.take() == [0, 2, 1]  # at the tail, as if published when due
+
+
+def test_how_late_each_staged_entry_became_ready_is_counted(world: World) -> None:
+    world.publish(0, visible_ms=T0 + 100)
+    world.publish(1, visible_ms=T0 + 100)
+    world.reactor.advance(0.1)  # the wake call fires at the visible time: 0 ms late
+    assert world.queue.message_count == 2
+    world.publish(2, visible_ms=T0 + 150)
+    world.reactor.advance(0.2)  # the clock jumps past it: the wake runs 150 ms late
+    assert world.queue.message_count == 3
+    counts = world.lateness.counts
+    assert counts[0] == 2 and counts[BOUNDS_MS.index(200)] == 1 and sum(counts) == 3
+    assert world.lateness.total_ms == 150
 
 
 def test_staged_entries_become_ready_in_visible_order(world: World) -> None:

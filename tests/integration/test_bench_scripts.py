@@ -43,6 +43,7 @@ def test_pop_bench_runs_every_workload() -> None:
     assert delay["received"]["lateness"]["count"] == 200
     assert delay["received"]["lateness"]["min_ms"] >= 0  # none before its due time
     assert set(delay["released"]) >= {"p50_ms", "p99_ms", "max_ms", "samples"}
+    assert delay["released_broker"]["count"] == 200  # the broker's histogram: every one
 
     rss = out["rss"]
     assert rss["publish"]["messages"] == 500
@@ -56,6 +57,7 @@ def test_pop_bench_release_only() -> None:
                     "--delay-lead", "2", "--delay-spread-ms", "0", "--publishers", "1", "--timeout", "60")
     assert out["delay"]["release_only"]["left_ready"] == 100
     assert out["delay"]["released"]["max_ms"] is not None
+    assert out["delay"]["released_broker"]["count"] == 100 and out["delay"]["released_broker"]["max_ms"] is not None
 
 
 def test_sync_ahead_probe_measures_every_mode(tmp_path: Any) -> None:

@@ -57,3 +57,23 @@ def test_a_message_never_seen_released_counts_as_later_than_all(pw: Any) -> None
     assert fig["released_seen"] == 99 and fig["p99_ms"] == 200.0 and fig["max_ms"] is None
     assert pw.quantile_of_all([1.0, 2.0], 4, 0.75) is None
     assert pw.quantile_of_all([3.0, 1.0, 2.0], 4, 0.75) == 3.0
+
+
+def test_broker_release_figures_from_two_scrapes_of_the_histogram(pw: Any) -> None:
+    """100 entries between the scrapes: 90 at most 10 ms late, 9 at most 100 ms, 1 at
+    most 500 ms; 50 counted before are not theirs."""
+    inf = float("inf")
+    before = {0.001: 50.0, 0.01: 50.0, 0.1: 50.0, 0.5: 50.0, inf: 50.0}
+    after = {0.001: 80.0, 0.01: 140.0, 0.1: 149.0, 0.5: 150.0, inf: 150.0}
+    got = pw.broker_release_figures(before, after)
+    assert got["count"] == 100
+    assert got["p50_ms"] == 10.0  # 30 within 1 ms, 90 within 10
+    assert got["p90_ms"] == 10.0
+    assert got["p99_ms"] == 100.0  # the 99th is within 100 ms
+    assert got["max_ms"] == 500.0
+
+
+def test_broker_release_figures_past_the_last_bound_are_unknown(pw: Any) -> None:
+    inf = float("inf")
+    got = pw.broker_release_figures({}, {0.001: 0.0, 30.0: 1.0, inf: 2.0})
+    assert got["p50_ms"] == 30000.0 and got["max_ms"] is None

@@ -66,6 +66,7 @@ from typing import Any, Protocol
 
 from ...retry.policy import IMMEDIATE, RetryPolicy
 from ..errors import StaleReceipt
+from .lateness import Lateness
 from .pins import OffsetPins
 from .views import View, Viewed
 
@@ -219,6 +220,7 @@ class Queue(Viewed):
         self._priorities: list[int] = []  # priorities with a heap, highest first
         self._deadlines: list[tuple[int, int, int]] = []  # heap of (deadline, seq, delivery); lazy
         self._staged: list[tuple[int, int]] = []  # heap of (visible_ms, seq) of staged entries
+        self.lateness: Lateness | None = None  # how late staged entries became ready (the broker's)
         self.next_seq = 0
         self.ready_count = 0
         self.ready_bytes = 0
@@ -335,11 +337,14 @@ class Queue(Viewed):
         removed: list[Removed] = []
         lim = self.limits
         limited = lim.max_length is not None or lim.max_length_bytes is not None
+        late = self.lateness
         while staged and staged[0][0] <= now_ms:
-            _, seq = heapq.heappop(staged)
+            visible_ms, seq = heapq.heappop(staged)
             entry = self.entries.pop(seq, None)
             if entry is None:
                 continue  # withdrawn
+            if late is not None:
+                late.add(now_ms - visible_ms)
             self.journal.settled(seq)
             entry.visible_ms = 0
             if limited and not self._make_room(entry.size, removed):

@@ -169,10 +169,12 @@ class QueueService:
             queue = Queue(name, settings.limits, self.queue_store.journal(self.vhost, name, exact=exact),
                           settings.retry)
             queue.pins = self.pins
+            queue.lateness = self.timers.lateness
             queue.restore(*self.queue_store.load(self.vhost, name, exact=exact))
         else:
             queue = Queue(name, settings.limits, retry=settings.retry)
             queue.pins = self.pins
+            queue.lateness = self.timers.lateness
         qs = QueueState(name, settings, queue, durable, exclusive, auto_delete, declared, used_ms=self.clock())
         self.queues[name] = qs
         if queue.staged_count:

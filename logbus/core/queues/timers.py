@@ -61,6 +61,7 @@ from ..state import (
 from ..state_pb2 import TimerRecord
 from ..state import CF_TIMERS
 from .journal import QueueStore
+from .lateness import Lateness
 from .pins import OffsetPins
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ class Timers:
         # the log offsets pending timers point at, in blocks (retention keeps them): counted
         # from the index once here, then kept as timers come and go
         self.pins = OffsetPins(pin_shift)
+        # how late what they release becomes ready, kept by the queues (the broker's)
+        self.lateness: Lateness | None = None
         if store is not None:
             for _, value in self._scan(None, TIMER_PREFIX):
                 rec = TimerRecord.FromString(value)
