@@ -238,6 +238,23 @@ def test_aio_pika_publish_waits_while_blocked(
 
 
 
+def body_under_memory_alarm(server: LogbusServer, raw: RawAmqp, routing_key: str) -> tuple[str, bytes]:
+    """On ``raw``: a channel, then the publish of a 90 MiB message and 2 MiB of its body,
+    read by the broker; then the memory alarm set. Returns the client's address as the
+    broker lists it, and one body frame to send more of."""
+    raw.open()
+    raw.open_channel(1)
+    peer = "%s:%d" % raw.sock.getsockname()
+    payload = raw.frame_max - 8
+    piece = struct.pack(">BHI", 3, 1, payload) + b"\0" * payload + b"\xce"  # one body frame
+    raw.send_method(1, commands.Basic.Publish(exchange="", routing_key=routing_key))
+    raw.send(frame.marshal(header.ContentHeader(0, 90 << 20, commands.Basic.Properties()), 1))
+    raw.send(piece * 16)
+    wait_for(lambda: bytes_in(server, peer) >= 16 * len(piece))
+    assert set_limits(server, memory_high_watermark=EVERY_BYTE)["alarms"] == ["memory"]
+    return peer, piece
+
+
 def test_an_unfinished_body_is_not_read_under_the_memory_alarm(server: LogbusServer) -> None:
     """A raw client in the middle of a 90 MiB body (its first publish): under the memory
     alarm the broker reads no more of it (its bytes_in stops while the client's socket
@@ -246,16 +263,7 @@ def test_an_unfinished_body_is_not_read_under_the_memory_alarm(server: LogbusSer
     host, port = server.host_port("amqp")
     raw = RawAmqp(SimpleNamespace(host=host, port=port))  # type: ignore[arg-type]
     try:
-        raw.open()
-        raw.open_channel(1)
-        peer = "%s:%d" % raw.sock.getsockname()
-        payload = raw.frame_max - 8
-        piece = struct.pack(">BHI", 3, 1, payload) + b"\0" * payload + b"\xce"  # one body frame
-        raw.send_method(1, commands.Basic.Publish(exchange="", routing_key="alarms.raw"))
-        raw.send(frame.marshal(header.ContentHeader(0, 90 << 20, commands.Basic.Properties()), 1))
-        raw.send(piece * 16)  # 2 MiB of the body
-        wait_for(lambda: bytes_in(server, peer) >= 16 * len(piece))
-        assert set_limits(server, memory_high_watermark=EVERY_BYTE)["alarms"] == ["memory"]
+        peer, piece = body_under_memory_alarm(server, raw, "alarms.raw")
         rest = piece * 600  # 75 MiB more: never the whole body
         sent = send_until_stalled(raw.sock, rest)
         assert sent < len(rest)  # the broker stopped reading: only the socket buffers took some
@@ -282,16 +290,7 @@ def test_an_abandoned_unfinished_body_is_dropped_under_the_memory_alarm(server: 
     host, port = server.host_port("amqp")
     raw = RawAmqp(SimpleNamespace(host=host, port=port))  # type: ignore[arg-type]
     try:
-        raw.open()
-        raw.open_channel(1)
-        peer = "%s:%d" % raw.sock.getsockname()
-        payload = raw.frame_max - 8
-        piece = struct.pack(">BHI", 3, 1, payload) + b"\0" * payload + b"\xce"  # one body frame
-        raw.send_method(1, commands.Basic.Publish(exchange="", routing_key="alarms.abandoned"))
-        raw.send(frame.marshal(header.ContentHeader(0, 90 << 20, commands.Basic.Properties()), 1))
-        raw.send(piece * 16)
-        wait_for(lambda: bytes_in(server, peer) >= 16 * len(piece))
-        assert set_limits(server, memory_high_watermark=EVERY_BYTE)["alarms"] == ["memory"]
+        peer, piece = body_under_memory_alarm(server, raw, "alarms.abandoned")
         rest = piece * 600
         assert send_until_stalled(raw.sock, rest) < len(rest)  # our window and its buffer are full
 
