@@ -21,8 +21,12 @@ cost RocksDB space, not broker memory.
 time. When it fires, the records due within ``LEAD_MS`` are read in key order, in
 chunks of ``RELEASE_CHUNK``, until ``RELEASE_BUDGET_S`` of the reactor call is spent (or
 ``RELEASE_BATCH`` are released); if more are due, the next reactor turn goes on, so
-other clients' work goes between (a release costs 10-20 µs: 100,000 timers due in one
-second are released in the second before it, a few ms per turn). Each is handed to
+other clients' work goes between. A release costs about 25 µs of reactor time here
+(reading the message, routing it, journaling its entries), so 100,000 timers due in one
+second take 2.5-3 s to release: the lead is long enough that they are all staged before
+the first is due, and the due second itself is left to making them ready and to the
+consumers (with 2 s, the last few thousand were still being released while four pop
+members received, and became ready up to 200-500 ms late: docs/decisions/0028). Each is handed to
 ``on_due`` with its due time, and deleted once ``on_due`` returned for it, in the same
 tick, so what ``on_due`` wrote (queue entries, staged until the due time: ``queue.py``)
 and the deletion commit together: a timer is released once, even across a kill -9.
@@ -71,7 +75,7 @@ ID_BLOCK = 1 << 16  # timer ids reserved per synced put
 RELEASE_BATCH = 2_000  # due timers released per reactor turn, at most
 RELEASE_CHUNK = 250  # timers read from the index at a time
 RELEASE_BUDGET_S = 0.005  # a reactor call releases chunks until it has spent this
-LEAD_MS = 2_000  # timers are released this long before they are due
+LEAD_MS = 5_000  # timers are released this long before they are due (decision 0028)
 PIN_SHIFT = 10  # timers' pins count blocks of 1,024 offsets (memory per block, not per timer)
 MAX_AHEAD = 250_000  # released timers not yet due, at most (a staged entry costs ~310 B: ~80 MB in all)
 FAILED_BACKOFF_MS = 1_000  # a timer on_due failed for is handed over again this long after, at first
