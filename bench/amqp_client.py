@@ -326,13 +326,13 @@ class ConsumerProcess:
     """Parent side: start the child; read its messages without blocking the event loop."""
 
     def __init__(self, run: Run, queues: list[str], expected: int,
-                 latency_warmup: int | None = None) -> None:
+                 latency_warmup: int | None = None, main: Callable[..., None] | None = None) -> None:
         ctx = multiprocessing.get_context("spawn")  # never fork a running event loop
         self.pipe, child_end = ctx.Pipe()
         self.progress = run.progress
         self.finished = False
         self.proc = ctx.Process(
-            target=consumer_process_main, daemon=True,
+            target=main or consumer_process_main, daemon=True,
             args=(run.args, run.url, queues, expected, latency_warmup, child_end))
         self.proc.start()
         child_end.close()

@@ -140,3 +140,17 @@ def test_unfinished_bodies_bench_runs() -> None:
     assert u["connections"] == 2 and len(u["sent_mb"]) == 2
     assert all(u[k]["vmrss_mb"] > 0 for k in ("idle", "peak", "after"))
     assert set(u["targets"]) == {"alarm_cleared_within_30s", "rss_within_25pct_of_idle_within_30s"}
+
+
+def test_amqp_bench_latency_with_each_client() -> None:
+    """Both latency clients (aio-pika, and bench/amqp_raw.py's pre-encoded frames) deliver
+    every message once, with the latency of each measured one."""
+    for client in ("aio-pika", "raw"):
+        out = run_bench("amqp_bench.py", "--target", "logbus", "--workloads", "latency",
+                        "--latency-client", client, "--latency-rate", "200", "--latency-seconds", "1",
+                        "--latency-warmup", "0.25", "--idle-seconds", "0", "--timeout", "60")
+        lat = out["logbus"]["latency"]
+        assert lat["client"] == client
+        assert lat["measured_messages"] == 200, lat
+        assert set(lat["latency"]) >= {"p50_ms", "p99_ms", "max_ms"}
+        assert lat["latency"]["max_ms"] > 0 and lat["broker_cpu_us_per_msg"] > 0
