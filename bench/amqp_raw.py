@@ -26,7 +26,6 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pamqp import commands, frame, header
-from pamqp.base import Frame
 
 from common import BenchError
 
@@ -48,7 +47,7 @@ class RawAmqp(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
-        self.slow: asyncio.Queue[Frame | Exception] = asyncio.Queue()
+        self.slow: asyncio.Queue[Any] = asyncio.Queue()  # frames (setup), or the failure
         self.fast = False  # after setup: frames parsed by hand
         self.failed: BenchError | None = None
         self.on_method: Any = None  # (class_id, method_id, payload) -> None

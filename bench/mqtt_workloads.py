@@ -22,6 +22,7 @@ import os
 import time
 from typing import Any
 
+import mqtt_raw
 from common import BenchError, Meter, distribution_ms, memory
 from mqtt_client import LATENCY_HEAD, ClientProcess, Publisher, idle_main, subscriber_main
 
@@ -32,14 +33,14 @@ def topic_root() -> str:
 
 def subscribers(a: argparse.Namespace, port: int, topic_filter: str, qos: int, clients: int,
                 processes: int, expected: int, latency_warmup: int | None = None,
-                timeout: float | None = None) -> list[ClientProcess]:
+                timeout: float | None = None, target: Any = subscriber_main) -> list[ClientProcess]:
     """``clients`` subscribers spread over ``processes`` processes, all ready (SUBACK)."""
     procs: list[ClientProcess] = []
     per = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     try:
         for n in per:
             if n:
-                procs.append(ClientProcess(subscriber_main, {
+                procs.append(ClientProcess(target, {
                     "port": port, "filter": topic_filter, "qos": qos, "clients": n,
                     "expected": expected, "latency_warmup": latency_warmup,
                     "timeout": timeout or a.timeout, "settle": a.settle}))
@@ -111,13 +112,14 @@ def w_latency(a: argparse.Namespace, port: int, pid: int) -> dict[str, Any]:
         raise BenchError("nothing to measure (--latency-rate x --latency-seconds < 1)")
     topic = f"{topic_root()}/latency"
     paced = a.latency_warmup + a.latency_seconds
+    raw = a.latency_client == "raw"  # bench/mqtt_raw.py at both ends: the broker is what is measured
     procs = subscribers(a, port, topic, 1, 1, 1, total, latency_warmup=warmup,
-                        timeout=a.timeout + paced)
-    pub = None
+                        timeout=a.timeout + paced, target=mqtt_raw.subscriber_main if raw else subscriber_main)
+    pub: Publisher | mqtt_raw.RawPublisher | None = None
     pad = bytes(max(0, a.size - LATENCY_HEAD.size))
     lag_max = 0
     try:
-        pub = Publisher(port, 1, a.window, a.timeout)
+        pub = mqtt_raw.RawPublisher(port, a.window, a.timeout) if raw else Publisher(port, 1, a.window, a.timeout)
         meter = Meter(pid)
         # Paced without drift: message i is due at t0 + i/rate; after each wake-up every
         # message already due is sent, then we sleep until the next one is due.
@@ -149,7 +151,7 @@ def w_latency(a: argparse.Namespace, port: int, pid: int) -> dict[str, Any]:
     cpu = meter.stop(total, "msg", "msgs", child_cpu=result["cpu"])
     achieved = total / send_seconds
     return {
-        "qos": 1, "rate_per_s": rate, "seconds": a.latency_seconds,
+        "client": a.latency_client, "qos": 1, "rate_per_s": rate, "seconds": a.latency_seconds,
         "warmup_seconds": a.latency_warmup, "measured_messages": len(result["latencies"]),
         "achieved_send_rate_per_s": achieved, "rate_kept": achieved >= 0.99 * rate,
         "latency": distribution_ms([v / 1e6 for v in result["latencies"]]),

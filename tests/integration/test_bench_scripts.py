@@ -154,3 +154,17 @@ def test_amqp_bench_latency_with_each_client() -> None:
         assert lat["measured_messages"] == 200, lat
         assert set(lat["latency"]) >= {"p50_ms", "p99_ms", "max_ms"}
         assert lat["latency"]["max_ms"] > 0 and lat["broker_cpu_us_per_msg"] > 0
+
+
+def test_mqtt_bench_latency_with_each_client() -> None:
+    """Both MQTT latency clients (paho, and bench/mqtt_raw.py's packets by hand) get every
+    message once, with the latency of each measured one."""
+    for client in ("paho", "raw"):
+        out = run_bench("mqtt_bench.py", "--target", "logbus", "--workloads", "latency",
+                        "--latency-client", client, "--latency-rate", "200", "--latency-seconds", "1",
+                        "--latency-warmup", "0.25", "--timeout", "60")
+        (lat,) = [r["logbus"]["latency"] for r in out["rounds"]]
+        assert lat["client"] == client
+        assert lat["measured_messages"] == 200, lat
+        assert lat["latency"]["count"] == 200 and lat["latency"]["max_ms"] > 0
+        assert lat["broker_cpu_us_per_msg"] > 0
