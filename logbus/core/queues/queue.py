@@ -12,7 +12,10 @@ An entry is in exactly one of these states:
 
 - **ready**: waiting for a consumer. Ready entries are taken highest priority first,
   then lowest ``seq`` first, so a requeued message goes back to its old place (as in
-  RabbitMQ). Per priority there is a heap of seqs.
+  RabbitMQ). Per priority, the entries never taken are rows of arrays (``ready.py``:
+  no object per queued message, decision 0027) and those given back a heap of seqs;
+  the lower seq of the two heads goes first. An entry is an ``Entry`` object from the
+  moment it is taken (and while staged) until it is settled.
 - **leased**: handed to a consumer (``take``), not yet settled. A lease names its owner
   (an AMQP channel, a pop group member, ...) and the delivery it was made for, and may
   carry a deadline (an invisible time). The consumer holds a ``Receipt``: the seq and the
