@@ -153,7 +153,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         self.release_lateness = Lateness()
         self.metrics.registry.register(self.release_lateness)
         # what a burst left behind, given back once quiet (core/quiet.py)
-        leftovers = Leftovers(lambda: self.state, self._message_stores, lambda: self.connections.closes)
+        leftovers = Leftovers(lambda: self.state, self._message_stores, lambda: self.connections.closes,
+                              lambda: [v.router for v in self.vhosts.values()])
         self.quiet = QuietSpell(self._activity, leftovers.release)
         # listeners that are not serving (the server's): name -> why, for /healthz
         self.listener_problems: dict[str, str] = {}

@@ -35,7 +35,8 @@ def test_grow_topic_is_recorded_and_survives_restart(tmp_path: Any) -> None:
 
 def test_retention_keeps_what_a_queue_points_into(tmp_path: Any) -> None:
     """Retention may delete old segments of an exchange's topic, but never one holding a
-    message a queue has not settled: after a restart that message is still delivered."""
+    message a queue has not settled: after a restart that message is still delivered.
+    (Queue pins count blocks of 64 offsets: retention keeps from the start of the block.)"""
     from logbus.core.message import Envelope, Message
 
     loop = LoopReactor()
@@ -44,7 +45,7 @@ def test_retention_keeps_what_a_queue_points_into(tmp_path: Any) -> None:
     b.create_topic("__amqp_default", {"segment.bytes": 1024, "retention.ms": 1000, "flush": "none"})
     v = b.vhosts["/"]
     v.declare_queue("q", durable=True)
-    for i in range(60):
+    for i in range(200):
         v.publish("", "q", Message(b"q", b"m%02d" % i + b"." * 80, None, [],
                                    Envelope(protocol=Envelope.AMQP, exchange="", routing_key="q")))
         while loop.run_once():
@@ -53,12 +54,12 @@ def test_retention_keeps_what_a_queue_points_into(tmp_path: Any) -> None:
     assert len(p.segments) > 4
     later = 10**13  # every segment is past retention.ms
     assert b.housekeeping(later) == 0  # the queue points into the first segment
-    taken = [v.get("q", "me", no_ack=False) for _ in range(60)]
+    taken = [v.get("q", "me", no_ack=False) for _ in range(200)]
     for d in taken:
-        if d is not None and d.entry.offset != 30:
+        if d is not None and d.entry.offset != 130:
             v.ack("q", d.receipt)
     assert b.housekeeping(later) > 0
-    assert p.log_start_offset <= 30
+    assert 64 < p.log_start_offset <= 128 < 130  # kept from the block of 130
     assert b.housekeeping(later) == 0  # still guarded
     b.stop()
     while loop.run_once():
@@ -66,7 +67,7 @@ def test_retention_keeps_what_a_queue_points_into(tmp_path: Any) -> None:
     b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
     d = b.vhosts["/"].get("q", "me", no_ack=True)
-    assert d is not None and d.message.value.startswith(b"m30") and d.entry.redelivered
+    assert d is not None and d.message.value.startswith(b"m130") and d.entry.redelivered
     assert b.vhosts["/"].get("q", "me", no_ack=True) is None
     b.stop()
 
@@ -231,10 +232,15 @@ def test_retention_keeps_what_a_delayed_message_points_into(tmp_path: Any) -> No
 
 def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -> None:
     """``Broker.pinned_from`` (what retention keeps, issue 30) is the lowest offset a queue
-    entry of any vhost or pop group or a pending timer points at: right after entries
-    are added and settled, and after a restart, with no scan at housekeeping."""
+    entry of any vhost or pop group or a pending timer points at (the start of its block
+    of offsets): right after entries are added and settled, and after a restart, with no
+    scan at housekeeping."""
     from logbus.core.message import Envelope, Message
+    from logbus.core.queues.pins import QUEUE_SHIFT
     from logbus.core.queues.timers import PIN_SHIFT
+
+    def block(offset: int) -> int:
+        return (offset >> QUEUE_SHIFT) << QUEUE_SHIFT
 
     loop = LoopReactor()
 
@@ -249,17 +255,21 @@ def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -
     v = b.vhosts["/"]
     v.declare_queue("q", durable=True)
     assert b.pinned_from("__amqp_default", 0) is None and b.pinned_from("t", 0) is None
-    for i in range(5):
+    n = block(100) + 3  # the last 3 in a block of their own
+    for i in range(n):
         v.publish("", "q", Message(b"q", b"m%d" % i, None, [],
                                    Envelope(protocol=Envelope.AMQP, exchange="", routing_key="q")))
     run()
     assert b.pinned_from("__amqp_default", 0) == 0
-    d0, d1 = v.get("q", "me", no_ack=False), v.get("q", "me", no_ack=False)
-    assert d0 is not None and d1 is not None
-    v.ack("q", d1.receipt)
+    taken = [v.get("q", "me", no_ack=False) for _ in range(n - 3)]
+    assert all(taken)
+    for d in taken[1:]:
+        assert d is not None
+        v.ack("q", d.receipt)
     assert b.pinned_from("__amqp_default", 0) == 0  # offset 0 is still unsettled
-    v.ack("q", d0.receipt)
-    assert b.pinned_from("__amqp_default", 0) == 2  # settled below 2
+    assert taken[0] is not None
+    v.ack("q", taken[0].receipt)
+    assert b.pinned_from("__amqp_default", 0) == n - 3 == block(n - 1)  # settled below n - 3
     # a pop group on t: its entries pin t, and so does a delayed message's timer
     assert b.pop_receive("g", "t", "m", 1, 1000) == []
     later = Message(None, b"later")
@@ -276,7 +286,7 @@ def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -
     run()
     b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
-    assert b.pinned_from("__amqp_default", 0) == 2  # entries 2..4 came back
+    assert b.pinned_from("__amqp_default", 0) == n - 3  # the last 3 entries came back
     assert b.pinned_from("t", 0) == (2 >> PIN_SHIFT) << PIN_SHIFT  # the timer's, counted from the index
     v = b.vhosts["/"]
     for _ in range(3):
@@ -287,7 +297,7 @@ def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -
     v.publish("", "gone", Message(b"gone", b"x", None, [],
                                   Envelope(protocol=Envelope.AMQP, exchange="", routing_key="gone")))
     run()
-    assert b.pinned_from("__amqp_default", 0) == 5
+    assert b.pinned_from("__amqp_default", 0) == block(n)
     v.delete_queue("gone")
     assert b.pinned_from("__amqp_default", 0) is None  # a deleted queue pins nothing
     # a topic deleted with force: its timers, entries and leases pin nothing any more

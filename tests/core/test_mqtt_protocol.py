@@ -278,3 +278,29 @@ def test_a_restored_qos2_message_whose_entry_is_gone_is_released(tmp_path: Path)
         got = c.received_all()
         assert [p.packet_id for p in got if isinstance(p, PubRel)] == [5]
         c.drop()
+
+
+def test_an_offline_session_holds_no_table_its_connection_grew(tmp_path: Path) -> None:
+    """A kept session whose connection ends: its in-flight table is made anew at the
+    size of what is left and its remembered copies go (issue 30: a thousand offline
+    sessions each held the tables of their last connection)."""
+    import sys
+
+    from logbus.gateway.mqtt import Properties
+
+    with _gateway(tmp_path) as (loop, broker, factory):
+        sub = Client(factory, loop)
+        sub.send(Connect("keeper", 5, clean_start=False, properties=Properties(session_expiry_interval=600)))
+        sub.send(Subscribe(1, (Subscription("t/#", 1),)))
+        pub = Client(factory, loop)
+        pub.send(Connect("pub", 5))
+        for i in range(30):
+            pub.send(Publish("t/x", b"m%d" % i, 1, packet_id=i + 1))
+        loop.run_until(lambda: sum(isinstance(p, Publish) for p in sub.received_all()) >= 20)
+        s = factory.room.sessions["keeper"]
+        grown = sys.getsizeof(s.outbound.in_flight)
+        assert len(s.outbound.in_flight) >= 20 and s.subscriptions._copies
+        sub.drop()
+        assert not s.outbound.in_flight and sys.getsizeof(s.outbound.in_flight) < grown
+        assert not s.subscriptions._copies
+        pub.drop()

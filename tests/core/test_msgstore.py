@@ -74,3 +74,21 @@ def test_the_bound_counts_what_a_message_costs_in_memory_not_only_its_value() ->
     finally:
         tracemalloc.stop()
     assert store.live_bytes >= 0.8 * used, (store.live_bytes, used)
+
+
+def test_the_cached_batches_are_bounded_by_their_records(open_log: Callable[..., LogManager],
+                                                          loop: LoopReactor) -> None:
+    """At most ``cached_records`` decoded records are kept (whole batches, the newest one
+    always): a drain churning thousands of small objects leaves arenas held (decision 0027)."""
+    lm = open_log()
+    p = lm.open_topic("t", topic_config(), create=True).partition(0)
+    for b in range(4):
+        loop.wait(p.append([msg(i).to_record() for i in range(b * 10, b * 10 + 10)]))  # four batches of 10
+    store = MessageStore(log_batch_reader(lm), cached_records=25)
+    assert [store.get("t", 0, i) for i in range(40)] == [msg(i) for i in range(40)]
+    assert store.log_reads == 4 and len(store._batches) == 2 and store._records == 20
+    assert store.get("t", 0, 25) == msg(25) and store.log_reads == 4  # still cached
+    assert store.get("t", 0, 5) == msg(5) and store.log_reads == 5  # dropped, decoded again
+    tiny = MessageStore(log_batch_reader(lm), cached_records=1)
+    assert tiny.get("t", 0, 3) == msg(3) and tiny.get("t", 0, 4) == msg(4) and tiny.log_reads == 1
+    assert store.drop_batches() == 2 and store._records == 0

@@ -17,6 +17,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from logbus.core.queues import queue as queue_module
+from logbus.core.queues import ready
 from logbus.core.queues.journal import QueueStore
 from logbus.core.queues.queue import (
     DELIVERY_LIMIT,
@@ -82,9 +84,13 @@ class QueueMachine(RuleBasedStateMachine):
         self.backlog: dict[str, tuple[list[int], int]] = {}  # view -> (its backlog, how far judged)
         self.judged: dict[str, set[int]] = {}  # view -> seqs judged since they last became ready
         Queue.slack = 1  # rebuild heaps of stale seqs early, so that the rebuilds run
+        ready.Rows.slack = 0  # squeeze removed rows out early, so that the squeezes run
+        queue_module.FREE_TABLES_AFTER = 1  # a queue emptied frees its tables and rows each time
 
     def teardown(self) -> None:
         Queue.slack = 64
+        ready.Rows.slack = 64
+        queue_module.FREE_TABLES_AFTER = 64
         if hasattr(self, "store"):
             self.store.close()
             shutil.rmtree(self.dir, ignore_errors=True)

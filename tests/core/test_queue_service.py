@@ -96,7 +96,7 @@ class ServiceMachine(RuleBasedStateMachine):
         self.timers = Timers(self.qs, self.store, lambda: self.now, pin_shift=0)
         messages = MessageStore(self._read_batch)
         self.svc = QueueService("/", self.qs, self.timers, messages, clock=lambda: self.now,
-                                dead_letter=self._dead_letter)
+                                dead_letter=self._dead_letter, pin_shift=0)
         self.svc.create("q", self.settings, durable=True)
 
     def _read_batch(self, topic: str, partition: int, offset: int) -> list[tuple[int, Record]]:

@@ -26,6 +26,24 @@ def test_qos1_and_qos2_flows_settle_their_tokens() -> None:
     assert o.pubrec(p2) == (PACKET_IDENTIFIER_NOT_FOUND, None)
 
 
+def test_shrink_gives_back_the_table_and_keeps_what_is_in_flight() -> None:
+    """An offline session keeps its outbound: the table a dict grew to while 20 messages
+    were in flight goes with the connection (gateway/mqtt/room.py ``detach``)."""
+    import sys
+
+    o = Outbound()
+    small = sys.getsizeof(o.in_flight)
+    pids = [o.send(1, i) for i in range(20)]
+    o.pubrec(o.send(2, "kept"))
+    grown = sys.getsizeof(o.in_flight)
+    for pid in pids:
+        o.puback(pid)
+    assert sys.getsizeof(o.in_flight) == grown  # a dict keeps its table as keys go
+    o.shrink()
+    assert small < sys.getsizeof(o.in_flight) <= sys.getsizeof({1: 1}) < grown
+    assert [(f.token, f.state) for f in o.resend()] == [("kept", RELEASED)]
+
+
 def test_a_refusing_pubrec_ends_the_flow() -> None:
     o = Outbound()
     pid = o.send(2, "m")

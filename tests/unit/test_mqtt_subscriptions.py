@@ -30,6 +30,18 @@ def test_one_copy_with_the_highest_qos_and_every_id() -> None:
     assert s.copy("b", 2, False, own=False) is None
 
 
+def test_forgotten_copies_are_made_again() -> None:
+    """A session's connection gone (gateway/mqtt/room.py ``detach``): the copies its
+    deliveries remembered go, and the next delivery makes them again."""
+    s = Subscriptions()
+    s.subscribe(Subscription("a/+", 1), 7)
+    assert s.copy("a/b", 2, False, own=False) == Copy(1, False, (7,))
+    assert len(s._copies) == 1
+    s.forget_copies()
+    assert not s._copies
+    assert s.copy("a/b", 2, False, own=False) == Copy(1, False, (7,)) and len(s._copies) == 1
+
+
 def test_replace_and_unsubscribe() -> None:
     s = Subscriptions()
     assert s.subscribe(Subscription("t", 0)) is False

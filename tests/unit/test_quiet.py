@@ -75,3 +75,17 @@ def test_a_full_collection_only_when_connections_closed() -> None:
         assert ref() is not None
     finally:
         gc.enable()
+
+
+def test_the_routers_forget_their_routes() -> None:
+    from logbus.core.routing.definitions import TOPIC
+    from logbus.core.routing.router import Router
+
+    r = Router("/")
+    r.add_queue("q")
+    r.declare("t", TOPIC)
+    r.bind("t", "q", "#")
+    assert r.route("t", "a") == {"q"}
+    Leftovers(lambda: None, lambda: [], lambda: 0, lambda: [r]).release()
+    assert r.forget_routes() == 0  # gone already
+    assert r.route("t", "a") == {"q"}

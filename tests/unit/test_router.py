@@ -113,6 +113,18 @@ def test_direct_routes_on_the_exact_key() -> None:
     assert r.route("d", "") == frozenset()
 
 
+def test_forgotten_routes_are_found_again() -> None:
+    """What a quiet broker does (core/quiet.py): the topic exchanges' cached routes go,
+    and routing finds them again from the bindings."""
+    r = router("q1", "q2")
+    r.declare("t", TOPIC)
+    r.bind("t", "q1", "a.*")
+    r.bind("t", "q2", "#")
+    assert r.route("t", "a.b") == {"q1", "q2"} and r.route("t", "c") == {"q2"}
+    assert r.forget_routes() == 2 and r.forget_routes() == 0
+    assert r.route("t", "a.b") == {"q1", "q2"} and r.forget_routes() == 1
+
+
 def test_a_queue_bound_twice_stays_routed_until_its_last_binding_goes() -> None:
     r = router("q")
     r.declare("d", DIRECT)

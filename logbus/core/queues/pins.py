@@ -26,6 +26,9 @@ from __future__ import annotations
 import heapq
 
 _COMPACT_SLACK = 64  # heap keys beyond 2x the counted ones before a rebuild
+# queue entries' pins count blocks of 64 offsets: a key per 64 offsets, not per entry
+# (a million queued messages would hold a million ints and dict slots; decision 0027)
+QUEUE_SHIFT = 6
 
 
 class _Partition:

@@ -12,7 +12,10 @@ An entry is in exactly one of these states:
 
 - **ready**: waiting for a consumer. Ready entries are taken highest priority first,
   then lowest ``seq`` first, so a requeued message goes back to its old place (as in
-  RabbitMQ). Per priority there is a heap of seqs.
+  RabbitMQ). Per priority, the entries never taken are rows of arrays (``ready.py``:
+  no object per queued message, decision 0027) and those given back a heap of seqs;
+  the lower seq of the two heads goes first. An entry is an ``Entry`` object from the
+  moment it is taken (and while staged) until it is settled.
 - **leased**: handed to a consumer (``take``), not yet settled. A lease names its owner
   (an AMQP channel, a pop group member, ...) and the delivery it was made for, and may
   carry a deadline (an invisible time). The consumer holds a ``Receipt``: the seq and the
@@ -59,151 +62,28 @@ the first ready entry a view's filter takes, out of seq order.
 
 from __future__ import annotations
 
-import enum
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ...retry.policy import IMMEDIATE, RetryPolicy
 from ..errors import StaleReceipt
+from .entry import (DELIVERY_LIMIT, DROP_HEAD, DROP_NEW, EXPIRED, GONE, MAXLEN, OVERFLOW_MODES, REJECT_PUBLISH,
+                    REJECT_PUBLISH_DLX, REJECTED, RESTORED, Entry, Lease, NullJournal, Outcome, QueueJournal,
+                    QueueLimits, Receipt, Removed, Returned, Scheduled, receipt)
 from .lateness import Lateness
 from .pins import OffsetPins
+from .ready import Entries, Rows
 from .views import View, Viewed
 
-__all__ = ["StaleReceipt", "View"]  # re-exported for the queue's callers
+__all__ = [  # the queue's terms (entry.py), re-exported for its callers
+    "DELIVERY_LIMIT", "DROP_HEAD", "DROP_NEW", "EXPIRED", "GONE", "MAXLEN", "OVERFLOW_MODES", "REJECT_PUBLISH",
+    "REJECT_PUBLISH_DLX", "REJECTED", "RESTORED", "Entry", "Lease", "NullJournal", "Outcome", "QueueJournal",
+    "QueueLimits", "Receipt", "Removed", "Returned", "Scheduled", "StaleReceipt", "View", "receipt"]
 
-# why an entry left without an ack (the dead-letter reason)
-EXPIRED = "expired"
-MAXLEN = "maxlen"
-REJECTED = "rejected"
-DELIVERY_LIMIT = "delivery_limit"
-
-GONE = -1  # the offset of an entry whose record is gone (``orphan``): no record is there
 # entries added since a queue's dict tables were last freed, before emptying frees them
 # again (``_emptied``): a dict of 64 entries holds a table of about 4.7 KiB
 FREE_TABLES_AFTER = 64
-
-DROP_HEAD = "drop-head"
-REJECT_PUBLISH = "reject-publish"
-REJECT_PUBLISH_DLX = "reject-publish-dlx"
-OVERFLOW_MODES = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
-# the new message is dropped and its publisher not told (Mosquitto's max_queued_messages);
-# a session queue's mode, not one a client declares
-DROP_NEW = "drop-new"
-
-
-class Outcome(enum.Enum):
-    """How a consumer settles a leased message."""
-
-    ACK = "ack"  # done: settled
-    REQUEUE = "requeue"  # back to ready at once, in its old place
-    RETRY = "retry"  # again later, after the queue's backoff
-    DEAD_LETTER = "dead-letter"  # removed, to the dead-letter target (reason "rejected")
-
-
-@dataclass(slots=True)
-class Entry:
-    seq: int
-    topic: str
-    partition: int
-    offset: int
-    size: int
-    priority: int = 0
-    expires_ms: int = 0  # epoch ms after which it is dead; 0: never
-    deliveries: int = 0  # times handed to a consumer; > 0 means "redelivered" next time
-    visible_ms: int = 0  # staged until this epoch ms (0: not staged)
-
-    @property
-    def redelivered(self) -> bool:
-        return self.deliveries > 0
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """Names one lease: the entry and the delivery it was leased for."""
-
-    seq: int
-    delivery: int
-
-
-def receipt(entry: Entry) -> Receipt:
-    """The receipt of the lease ``take`` just made of ``entry``."""
-    return Receipt(entry.seq, entry.deliveries)
-
-
-@dataclass(frozen=True, slots=True)
-class Removed:
-    """An entry that left the queue: acked (``reason`` "") or to be dead-lettered."""
-
-    entry: Entry
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Scheduled:
-    """An entry given back with a backoff: out of the queue until ``due_ms``."""
-
-    entry: Entry
-    due_ms: int
-
-
-@dataclass(slots=True)
-class Returned:
-    """What giving leases back did: entries ready again, scheduled, or removed."""
-
-    requeued: int = 0
-    scheduled: list[Scheduled] = field(default_factory=list)
-    removed: list[Removed] = field(default_factory=list)
-
-    def add(self, result: Removed | Scheduled | None) -> None:
-        if result is None:
-            self.requeued += 1
-        elif isinstance(result, Scheduled):
-            self.scheduled.append(result)
-        else:
-            self.removed.append(result)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueLimits:
-    max_length: int | None = None  # ready messages
-    max_length_bytes: int | None = None  # ready bytes
-    overflow: str = DROP_HEAD
-    max_priority: int = 0  # 0: priorities ignored
-    message_ttl_ms: int | None = None
-
-
-class QueueJournal(Protocol):
-    """Told of every change that must survive a restart."""
-
-    def added(self, entry: Entry) -> None: ...
-    def delivered(self, entry: Entry, deadline_ms: int, in_order: bool = True) -> None: ...
-    def unleased(self, entry: Entry) -> None: ...
-    def settled(self, seq: int) -> None: ...
-
-
-class NullJournal:
-    def added(self, entry: Entry) -> None:
-        pass
-
-    def delivered(self, entry: Entry, deadline_ms: int, in_order: bool = True) -> None:
-        pass
-
-    def unleased(self, entry: Entry) -> None:
-        pass
-
-    def settled(self, seq: int) -> None:
-        pass
-
-
-@dataclass(slots=True)
-class Lease:
-    owner: Any
-    delivery: int  # the entry's delivery count when leased: the receipt names it
-    deadline_ms: int = 0  # 0: until settled or released
-
-
-RESTORED = "restored"  # the owner of leases with a deadline brought back by a restart
 
 
 @dataclass
@@ -214,10 +94,12 @@ class Queue(Viewed):
     retry: RetryPolicy = IMMEDIATE
 
     def __post_init__(self) -> None:
-        self.entries: dict[int, Entry] = {}  # every unsettled entry, ready or leased
+        self._objects: dict[int, Entry] = {}  # the entries taken at least once (leased, given back) and staged
+        self._rows: dict[int, Rows] = {}  # priority -> the ready entries never taken (ready.py)
+        self.entries: Entries = Entries(self._objects, self._rows)  # every unsettled entry, by seq
         self.leases: dict[int, Lease] = {}
-        self._ready: dict[int, list[int]] = {}  # priority -> heap of ready seqs
-        self._priorities: list[int] = []  # priorities with a heap, highest first
+        self._ready: dict[int, list[int]] = {}  # priority -> heap of the seqs of ready objects (given back)
+        self._priorities: list[int] = []  # priorities with rows or a heap, highest first
         self._deadlines: list[tuple[int, int, int]] = []  # heap of (deadline, seq, delivery); lazy
         self._staged: list[tuple[int, int]] = []  # heap of (visible_ms, seq) of staged entries
         self.lateness: Lateness | None = None  # how late staged entries became ready (the broker's)
@@ -225,10 +107,10 @@ class Queue(Viewed):
         self.ready_count = 0
         self.ready_bytes = 0
         self.views: dict[Any, View] = {}  # a consumer filter's key -> its view
-        self._stale = 0  # copies in the ready heaps of seqs taken through a view
+        self._stale = 0  # copies in the ready heaps of seqs taken through a view or dropped
         # the service's count of log offsets its entries point at (retention keeps them)
         self.pins: OffsetPins | None = None
-        self._tables_freed_at = 0  # next_seq when the tables of ``entries`` and ``leases`` were last freed
+        self._tables_freed_at = 0  # next_seq when the tables of ``_objects`` and ``leases`` were last freed
 
     # -- counts ------------------------------------------------------------------------
 
@@ -247,7 +129,8 @@ class Queue(Viewed):
     @property
     def floor(self) -> int:
         """The smallest unsettled seq (``next_seq`` when everything is settled)."""
-        return min(self.entries, default=self.next_seq)
+        firsts = [rows.seqs[rows.first()] for rows in self._rows.values() if rows.live]
+        return min([min(self._objects, default=self.next_seq), *firsts])
 
     @property
     def staged_count(self) -> int:
@@ -260,7 +143,7 @@ class Queue(Viewed):
 
     def staged(self) -> list[Entry]:
         """The staged entries, earliest visible first."""
-        return [self.entries[seq] for _, seq in sorted(self._staged)]
+        return [self._objects[seq] for _, seq in sorted(self._staged)]
 
     @property
     def next_deadline(self) -> int:
@@ -291,35 +174,34 @@ class Queue(Viewed):
         self.next_seq = seq + 1
         pri = min(max(priority, 0), lim.max_priority)
         entry = Entry(seq, topic, partition, offset, size, pri, expires_ms)
-        self.entries[seq] = entry
         pins = self.pins
         if pins is not None:
             pins.add(topic, partition, offset)
-        self._push_ready(entry, message)
+        self._append(entry, message)
         self.journal.added(entry)
         return entry, removed
 
     def readd(self, entry: Entry, visible_ms: int = 0) -> Entry:
         """A scheduled entry back from its timer: ready again under a new seq (staged
         until ``visible_ms`` if not 0), its delivery count kept. Limits are not applied
-        again: the queue accepted it before."""
+        again: the queue accepted it before. Returns the new entry (once ready, a copy:
+        ``publish`` too returns a copy of what it keeps)."""
         back = Entry(0, entry.topic, entry.partition, entry.offset, entry.size,
                      min(entry.priority, self.limits.max_priority), entry.expires_ms, entry.deliveries, visible_ms)
         if visible_ms:
             return self._stage(back)
         back.seq = self.next_seq
         self.next_seq += 1
-        self.entries[back.seq] = back
         if self.pins is not None:
             self.pins.add(back.topic, back.partition, back.offset)
-        self._push_ready(back)
+        self._append(back)
         self.journal.added(back)
         return back
 
     def _stage(self, entry: Entry) -> Entry:
         entry.seq = seq = self.next_seq
         self.next_seq = seq + 1
-        self.entries[seq] = entry
+        self._objects[seq] = entry
         if self.pins is not None:
             self.pins.add(entry.topic, entry.partition, entry.offset)
         heapq.heappush(self._staged, (entry.visible_ms, seq))
@@ -340,7 +222,7 @@ class Queue(Viewed):
         late = self.lateness
         while staged and staged[0][0] <= now_ms:
             visible_ms, seq = heapq.heappop(staged)
-            entry = self.entries.pop(seq, None)
+            entry = self._objects.pop(seq, None)
             if entry is None:
                 continue  # withdrawn
             if late is not None:
@@ -353,8 +235,7 @@ class Queue(Viewed):
                 continue
             entry.seq = seq = self.next_seq
             self.next_seq = seq + 1
-            self.entries[seq] = entry
-            self._push_ready(entry)
+            self._append(entry)
             self.journal.added(entry)
             n += 1
         return n, removed
@@ -411,7 +292,7 @@ class Queue(Viewed):
         reason ""; or to dead-letter), Scheduled (retry later) or None (ready again)."""
         self.lease(r)
         del self.leases[r.seq]
-        entry = self.entries[r.seq]
+        entry = self._objects[r.seq]
         if outcome is Outcome.ACK:
             return self._settle(entry, "")
         if outcome is Outcome.DEAD_LETTER:
@@ -424,9 +305,9 @@ class Queue(Viewed):
         lease.deadline_ms = deadline_ms
         if deadline_ms:
             heapq.heappush(self._deadlines, (deadline_ms, r.seq, r.delivery))
-            self.journal.delivered(self.entries[r.seq], deadline_ms)
+            self.journal.delivered(self._objects[r.seq], deadline_ms)
         else:
-            self.journal.unleased(self.entries[r.seq])
+            self.journal.unleased(self._objects[r.seq])
 
     def _give_back(self, entry: Entry, backoff: bool, now_ms: int) -> Removed | Scheduled | None:
         """A lease ended without an ack: dead-letter past the delivery limit, else
@@ -436,13 +317,13 @@ class Queue(Viewed):
             return self._settle(entry, DELIVERY_LIMIT)
         delay = policy.delay_ms(entry.deliveries) if backoff else 0
         if delay > 0:  # the caller keeps it as a timer, written with this settle
-            del self.entries[entry.seq]
+            del self._objects[entry.seq]
             self._unpin(entry)
             self.journal.settled(entry.seq)
-            if not self.entries:
+            if not self._objects and not self.ready_count:
                 self._emptied()
             return Scheduled(entry, now_ms + delay)
-        self._push_ready(entry)
+        self._ready_again(entry)
         self.journal.unleased(entry)
         return None
 
@@ -456,7 +337,7 @@ class Queue(Viewed):
             if lease is None or lease.delivery != delivery or lease.deadline_ms != deadline:
                 continue  # settled, leased again or its deadline moved since
             del self.leases[seq]
-            out.add(self._give_back(self.entries[seq], True, now_ms))
+            out.add(self._give_back(self._objects[seq], True, now_ms))
         return out
 
     def release(self, owner: Any, now_ms: int = 0) -> Returned:
@@ -465,7 +346,7 @@ class Queue(Viewed):
         out = Returned()
         for seq in mine:
             del self.leases[seq]
-            out.add(self._give_back(self.entries[seq], False, now_ms))
+            out.add(self._give_back(self._objects[seq], False, now_ms))
         return out
 
     # -- housekeeping ----------------------------------------------------------------------
@@ -474,17 +355,12 @@ class Queue(Viewed):
         """Remove expired entries at the head of each priority."""
         removed = []
         for pri in list(self._priorities):
-            heap = self._ready.get(pri)
-            while heap:
-                if self._stale and not self._is_ready(heap[0]):
-                    heapq.heappop(heap)
-                    self._stale -= 1
-                    continue
-                entry = self.entries[heap[0]]
-                if not entry.expires_ms or entry.expires_ms > now_ms:
+            while True:
+                expires_ms = self._head_expires(pri)
+                if not expires_ms or expires_ms > now_ms:
                     break
-                heapq.heappop(heap)
-                self._ready_out(entry)
+                entry = self._pop(pri)
+                assert entry is not None
                 removed.append(self._settle(entry, EXPIRED))
         return removed
 
@@ -493,9 +369,7 @@ class Queue(Viewed):
         ``end`` of ``topic``/``partition`` (appends refused after their offsets were
         given); returns them. Leased ones stay: their consumer has the message, and
         settles them as usual."""
-        gone = [e for e in self.entries.values()
-                if first <= e.offset < end and e.partition == partition and e.topic == topic
-                and e.seq not in self.leases]
+        gone = self._pointing(topic, partition, first, end)
         self.drop(gone)
         return gone
 
@@ -506,7 +380,7 @@ class Queue(Viewed):
         them; given back, they are dropped where they are met. Returns how many."""
         n = 0
         for seq, lease in self.leases.items():
-            e = self.entries[seq]
+            e = self._objects[seq]
             if first <= e.offset < end and e.partition == partition and e.topic == topic:
                 self._unpin(e)  # it points at nothing: it holds no segment
                 e.offset = GONE
@@ -518,34 +392,55 @@ class Queue(Viewed):
         """Remove the ready and staged entries that point below offset ``below`` of
         ``topic``/``partition`` (they held the log past a bound: ``QueueService.evict``),
         with ``reason`` for dead-lettering. Leased ones stay."""
-        gone = [e for e in self.entries.values()
-                if 0 <= e.offset < below and e.partition == partition and e.topic == topic
-                and e.seq not in self.leases]
+        gone = self._pointing(topic, partition, 0, below)
         self.drop(gone)
         return [Removed(e, reason) for e in gone]
 
+    def _pointing(self, topic: str, partition: int, first: int, end: int) -> list[Entry]:
+        """The ready and staged entries that point at offsets ``first`` up to ``end`` of
+        ``topic``/``partition``, in seq order."""
+        out = [e for e in self._objects.values()
+               if first <= e.offset < end and e.partition == partition and e.topic == topic
+               and e.seq not in self.leases]
+        for rows in self._rows.values():
+            if topic in rows.names:
+                ix, offsets, partitions, topics = rows.names.index(topic), rows.offsets, rows.partitions, rows.topics
+                out += [rows.entry(row) for row in rows.rows()
+                        if first <= offsets[row] < end and partitions[row] == partition and topics[row] == ix]
+        out.sort(key=lambda e: e.seq)
+        return out
+
     def drop(self, entries: list[Entry]) -> None:
         """Remove ``entries`` whatever their state (their records are gone); the lease
-        of a leased one ends, so its receipt settles nothing from now on."""
+        of a leased one ends, so its receipt settles nothing from now on. An entry is
+        named by its seq and its record (one of ``entries`` may be a copy)."""
         staged = False
         for e in entries:
             seq = e.seq
-            if self.entries.get(seq) is not e:
-                continue
-            if seq in self.leases:
-                del self.leases[seq]  # (its deadline stays in the heap: skipped there)
-            elif e.visible_ms:
-                staged = True
-            else:  # ready: its seq stays in a ready heap, skipped there
+            cur = self._objects.get(seq)
+            if cur is None:  # ready, never taken: in rows, or gone
+                found = self.entries.locate(seq)
+                if found is None or found[0].offsets[found[1]] != e.offset:
+                    continue
+                found[0].take(found[1])
                 self._ready_out(e)
-                self._stale += 1
-            del self.entries[seq]
+            elif cur is not e and (cur.offset != e.offset or cur.partition != e.partition or cur.topic != e.topic):
+                continue
+            else:
+                if seq in self.leases:
+                    del self.leases[seq]  # (its deadline stays in the heap: skipped there)
+                elif cur.visible_ms:
+                    staged = True
+                else:  # ready again: its seq stays in a ready heap, skipped there
+                    self._ready_out(cur)
+                    self._stale += 1
+                del self._objects[seq]
             self._unpin(e)
             self.journal.settled(seq)
         if staged:
-            self._staged = [item for item in self._staged if item[1] in self.entries]
+            self._staged = [item for item in self._staged if item[1] in self._objects]
             heapq.heapify(self._staged)
-        if not self.entries:
+        if not self._objects and not self.ready_count:
             self._emptied()
 
     def purge(self) -> int:
@@ -569,58 +464,125 @@ class Queue(Viewed):
         assert not self.entries, "restore into an empty queue"
         pins = self.pins
         for e, deadline in sorted(entries, key=lambda item: item[0].seq):
-            self.entries[e.seq] = e
             if pins is not None:
                 pins.add(e.topic, e.partition, e.offset)
             if e.visible_ms:
+                self._objects[e.seq] = e
                 heapq.heappush(self._staged, (e.visible_ms, e.seq))
             elif deadline and e.deliveries:
+                self._objects[e.seq] = e
                 self.leases[e.seq] = Lease(RESTORED, e.deliveries, deadline)
                 heapq.heappush(self._deadlines, (deadline, e.seq, e.deliveries))
             else:
-                self._push_ready(e)
+                self._append(e)
             self.next_seq = e.seq + 1
         self.next_seq = max(self.next_seq, next_seq)
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _push_ready(self, entry: Entry, message: Any = None) -> None:
-        heap = self._ready.get(entry.priority)
-        if heap is None:
-            heap = self._ready[entry.priority] = []
-            self._priorities.append(entry.priority)
-            self._priorities.sort(reverse=True)
-        heapq.heappush(heap, entry.seq)
+    def _append(self, entry: Entry, message: Any = None) -> None:
+        """A new ready entry (a new seq, above every other): a row of its priority's rows."""
+        pri = entry.priority
+        rows = self._rows.get(pri)
+        if rows is None:
+            rows = self._rows[pri] = Rows(pri)
+            self._add_priority(pri)
+        rows.append(entry.seq, entry.topic, entry.partition, entry.offset, entry.size, entry.expires_ms,
+                    entry.deliveries)
         self.ready_count += 1
         self.ready_bytes += entry.size
         if self.views:
             self._judge(entry, message)
 
+    def _ready_again(self, entry: Entry) -> None:
+        """A taken entry given back: ready in its old place, an object in its priority's heap."""
+        heap = self._ready.get(entry.priority)
+        if heap is None:
+            heap = self._ready[entry.priority] = []
+            self._add_priority(entry.priority)
+        heapq.heappush(heap, entry.seq)
+        self.ready_count += 1
+        self.ready_bytes += entry.size
+        if self.views:
+            self._judge(entry, None)
+
+    def _add_priority(self, pri: int) -> None:
+        if pri not in self._priorities:
+            self._priorities.append(pri)
+            self._priorities.sort(reverse=True)
+
+    def _head(self, pri: int) -> Rows | list[int] | None:
+        """Where the first ready entry of ``pri`` is: the heap of given-back objects (its
+        top), the rows (their first), or None: no ready entry. Stale seqs are dropped off
+        the heap's top on the way."""
+        heap = self._ready.get(pri)
+        if heap and self._stale:
+            while heap and not self._object_ready(heap[0]):
+                heapq.heappop(heap)
+                self._stale -= 1  # taken through a view, or dropped
+        rows = self._rows.get(pri)
+        row = -1 if rows is None else rows.first()
+        if heap and (row < 0 or heap[0] < rows.seqs[row]):  # type: ignore[union-attr]
+            return heap
+        return rows if row >= 0 else None
+
+    def _head_expires(self, pri: int) -> int:
+        """The expiry of the first ready entry of ``pri`` (0: none, or it never expires)."""
+        where = self._head(pri)
+        if where is None:
+            return 0
+        if isinstance(where, Rows):
+            return where.expires[where.head]
+        return self._objects[where[0]].expires_ms
+
+    def _pop(self, pri: int) -> Entry | None:
+        """Take the first ready entry of ``pri``: an object from then on."""
+        where = self._head(pri)
+        if where is None:
+            return None
+        if isinstance(where, Rows):
+            entry = where.pop_head()
+            self._objects[entry.seq] = entry
+        else:
+            entry = self._objects[heapq.heappop(where)]
+        self._ready_out(entry)
+        return entry
+
     def _pop_ready(self) -> Entry | None:
         for pri in self._priorities:
-            heap = self._ready[pri]
-            while heap:
-                seq = heapq.heappop(heap)
-                if self._stale and not self._is_ready(seq):
-                    self._stale -= 1  # taken through a view
-                    continue
-                entry = self.entries[seq]
-                self._ready_out(entry)
+            entry = self._pop(pri)
+            if entry is not None:
                 return entry
         return None
+
+    def _object_ready(self, seq: int) -> bool:
+        e = self._objects.get(seq)
+        return e is not None and not e.visible_ms and seq not in self.leases
+
+    def _take_ready(self, seq: int) -> Entry:
+        """Take the ready entry ``seq`` out of order (through a view): an object from then on."""
+        entry = self._objects.get(seq)
+        if entry is not None:
+            self._stale += 1  # its copy in a ready heap
+        else:
+            found = self.entries.locate(seq)
+            assert found is not None
+            entry = self._objects[seq] = found[0].take(found[1])
+        self._ready_out(entry)
+        return entry
 
     def _ready_out(self, entry: Entry) -> None:
         self.ready_count -= 1
         self.ready_bytes -= entry.size
 
     def _settle(self, entry: Entry, reason: str | None) -> Removed:
-        entries = self.entries
-        del entries[entry.seq]
+        objects = self._objects
+        del objects[entry.seq]
         pins = self.pins
         if pins is not None:
             pins.remove(entry.topic, entry.partition, entry.offset)
         self.journal.settled(entry.seq)
-        if not entries:
+        if not objects and not self.ready_count:
             self._emptied()
         return Removed(entry, reason or "")
 
@@ -628,17 +590,23 @@ class Queue(Viewed):
         """Every entry is settled. A dict keeps its table as keys go (36 KiB for 1,000
         entries) until something is added again, so a queue drained and then left idle
         (an offline MQTT session's) would hold its largest size for good: ``clear()``
-        frees the tables of ``entries`` and ``leases`` (and the lease deadlines, all
+        frees the tables of ``_objects`` and ``leases`` (and the lease deadlines, all
         stale now), keeping the objects, so nothing new is allocated in the middle of a
-        drain to outlive it. Only once ``FREE_TABLES_AFTER`` entries came since the last
-        time: a queue that empties after every message does not get new tables per
+        drain to outlive it. The rows and ready heaps go too (what is left in the heaps
+        is stale): made during a burst, kept after it, they would hold the allocator's
+        arenas the burst filled. Only once ``FREE_TABLES_AFTER`` entries came since the
+        last time: a queue that empties after every message does not get new tables per
         message."""
         if self.next_seq - self._tables_freed_at < FREE_TABLES_AFTER:
             return
         self._tables_freed_at = self.next_seq
-        self.entries.clear()
+        self._objects.clear()
         self.leases.clear()
         self._deadlines.clear()
+        self._rows.clear()
+        self._ready.clear()
+        self._priorities.clear()
+        self._stale = 0
 
     def _unpin(self, entry: Entry) -> None:
         if self.pins is not None:

@@ -64,7 +64,7 @@ from .queue import (
     View,
     receipt,
 )
-from .pins import OffsetPins
+from .pins import QUEUE_SHIFT, OffsetPins
 from .timers import Timers
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,8 @@ class QueueService:
     def __init__(self, vhost: str, queue_store: QueueStore, timers: Timers, messages: MessageStore, *,
                  clock: Callable[[], int], dead_letter: DeadLetter | None = None,
                  message_for: Callable[[Entry], Message] | None = None,
-                 message_properties: Callable[[Message, str], Mapping[str, Any]] = record_properties) -> None:
+                 message_properties: Callable[[Message, str], Mapping[str, Any]] = record_properties,
+                 pin_shift: int = QUEUE_SHIFT) -> None:
         self.vhost = vhost
         self.queue_store = queue_store
         self.timers = timers
@@ -149,7 +150,7 @@ class QueueService:
         self._message_for = message_for  # how an entry's message is delivered (default: as stored)
         self._properties = message_properties  # what a consumer filter's selector sees
         self.queues: dict[str, QueueState] = {}
-        self.pins = OffsetPins()  # the log offsets the entries of every queue point at
+        self.pins = OffsetPins(pin_shift)  # the log offsets the entries of every queue point at (per block)
         self._staged: set[str] = set()  # queues with staged entries
         self._wake_call: Any = None
         self._wake_at = 0
@@ -628,7 +629,8 @@ class QueueService:
     # -- retention -----------------------------------------------------------------------------
 
     def pinned_from(self, topic: str, partition: int) -> int | None:
-        """The lowest offset an entry of any queue points at in (topic, partition)
-        (retention keeps the segments from there; None: none). Kept as entries come and
-        go (``pins.py``): no scan."""
+        """The lowest offset an entry of any queue may point at in (topic, partition):
+        the start of its block of ``1 << pin_shift`` offsets (retention keeps the
+        segments from there; None: none). Kept as entries come and go (``pins.py``): no
+        scan."""
         return self.pins.floor(topic, partition)

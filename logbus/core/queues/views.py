@@ -13,13 +13,14 @@ Consumers with the same filter share one view (``watch`` / ``unwatch`` count the
   them as a backlog (their seqs, in seq order) that ``fill`` judges a bounded number at
   a time (the queue service calls it once per reactor turn). Until the backlog is done
   the view hands out nothing at or above its first unjudged seq, so the order holds.
-- **Lazy removal.** An entry taken through a view leaves the main heaps' copy behind,
-  and one taken otherwise leaves the views' copies: a popped seq that is not ready any
-  more is skipped. ``_stale`` counts such copies in the main heaps (so a queue without
-  views never checks), and a heap holding more of them than ready entries (``slack``
-  beyond) is rebuilt.
+- **Lazy removal.** An entry taken otherwise leaves the views' copies: a popped seq
+  that is not ready any more is skipped. One taken through a view is marked removed in
+  the queue's rows (``ready.py``) if it was never taken before; if it was (given back,
+  it is in a main heap), it leaves that heap's copy behind: ``_stale`` counts such
+  copies (so a queue without views never checks), and a heap holding more of them than
+  ready entries (``slack`` beyond) is rebuilt.
 
-A mixin of ``queue.Queue``: it uses the queue's entries, leases and ready heaps.
+A mixin of ``queue.Queue``: it uses the queue's entries, leases, rows and ready heaps.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:
     from .queue import Entry
+    from .ready import Entries, Rows
 
 
 @dataclass(slots=True)
@@ -54,7 +56,9 @@ class Viewed:
     slack: ClassVar[int] = 64  # stale seqs a heap may hold beyond what it must before it is rebuilt
 
     # the queue's own
-    entries: dict[int, Entry]
+    entries: Entries
+    _objects: dict[int, Entry]
+    _rows: dict[int, Rows]
     leases: dict[int, Any]
     views: dict[Any, View]
     ready_count: int
@@ -63,7 +67,8 @@ class Viewed:
     _stale: int
 
     if TYPE_CHECKING:
-        def _ready_out(self, entry: Entry) -> None: ...
+        def _object_ready(self, seq: int) -> bool: ...
+        def _take_ready(self, seq: int) -> Entry: ...
 
     def watch(self, key: Any, accept: Callable[[Entry, Any], bool]) -> View:
         """The view of ``key`` (a consumer filter): made now, with every ready entry in
@@ -73,7 +78,10 @@ class Viewed:
             view.users += 1
             return view
         view = self.views[key] = View(accept)
-        view.backlog = [seq for seq in self.entries if self._is_ready(seq)]  # (entries are in seq order)
+        ready = [seq for seq in self._objects if self._object_ready(seq)]
+        for rows in self._rows.values():
+            ready += rows.ready_seqs()
+        view.backlog = sorted(ready)
         return view
 
     def unwatch(self, key: Any) -> None:
@@ -92,7 +100,7 @@ class Viewed:
             seq = backlog[i]
             i += 1
             if self._is_ready(seq):
-                e = entries[seq]
+                e = entries[seq]  # (a copy, if never taken)
                 if accept(e, None):
                     heapq.heappush(heap, (-e.priority, seq))
         view.judged = i
@@ -112,8 +120,7 @@ class Viewed:
                     heapq.heapify(vh)
 
     def _is_ready(self, seq: int) -> bool:
-        e = self.entries.get(seq)
-        return e is not None and not e.visible_ms and seq not in self.leases
+        return self._object_ready(seq) or (seq not in self._objects and self.entries.locate(seq) is not None)
 
     def _pop_view(self, view: View) -> Entry | None:
         if self._stale > self.slack and self._stale > self.ready_count:
@@ -128,17 +135,14 @@ class Viewed:
             if limit is not None and seq >= limit:
                 return None  # what comes first may be in the backlog still
             heapq.heappop(heap)
-            entry = self.entries[seq]
-            self._ready_out(entry)
-            self._stale += 1  # its copy in the main heap
-            return entry
+            return self._take_ready(seq)
         return None
 
     def _rebuild(self) -> None:
         """The ready heaps again, without the seqs taken through views."""
         ready: dict[int, list[int]] = {pri: [] for pri in self._priorities}
-        for seq, e in self.entries.items():
-            if self._is_ready(seq):
+        for seq, e in self._objects.items():
+            if self._object_ready(seq):
                 ready[e.priority].append(seq)
         for heap in ready.values():
             heapq.heapify(heap)

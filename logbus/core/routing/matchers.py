@@ -94,6 +94,13 @@ class TopicMatcher:
         self._trie.remove(b.routing_key, b.target)
         self._cache.clear()
 
+    def forget_routes(self) -> int:
+        """Empty the cache of routes (a quiet broker's: ``core/quiet.py``); returns how
+        many there were."""
+        n = len(self._cache)
+        self._cache = {}
+        return n
+
     def match(self, routing_key: str, headers: Mapping[str, Any] | None) -> Targets:
         route = self._cache.get(routing_key)
         if route is None:

@@ -127,6 +127,16 @@ class Router:
             self._add(ExchangeDef(name, kind, durable=True, topic=self._topic_of(name)))
         self._default = self._exchanges[DEFAULT_EXCHANGE].matcher
 
+    def forget_routes(self) -> int:
+        """Empty the topic exchanges' caches of routes (filled again as messages are
+        routed); returns how many routes there were."""
+        n = 0
+        for x in self._exchanges.values():
+            for m in (x.matcher, x.filtered):
+                if isinstance(m, TopicMatcher):
+                    n += m.forget_routes()
+        return n
+
     def add_queue(self, name: str) -> None:
         if name not in self._queues:
             self._queues.add(name)

@@ -132,6 +132,11 @@ class Outbound:
 
     # -- reconnecting --------------------------------------------------------------------
 
+    def shrink(self) -> None:
+        """The connection is gone: the in-flight table, which a dict keeps at its largest
+        size, is made anew at the size of what is left (an offline session holds it)."""
+        self.in_flight = {pid: f for pid, f in self.in_flight.items()}  # (dict() would keep a larger table)
+
     def resend(self) -> list[InFlight]:
         """What to send again on a new connection of the same session, in the order it was
         first sent: PUBLISH (DUP) for state PUBLISHED, PUBREL for RELEASED. Topic aliases

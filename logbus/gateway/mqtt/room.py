@@ -267,6 +267,8 @@ class MqttRoom:
                 del s.outbound.in_flight[pid]
                 if isinstance(f.token, Token) and f.token.queue == s.queue:
                     s.restored[(f.token.queue, f.token.receipt.seq)] = (pid, f.qos)
+        s.outbound.shrink()
+        s.subscriptions.forget_copies()
         for queue in (s.queue, *sorted(s.shared)):
             vhost.release(queue, s)
 

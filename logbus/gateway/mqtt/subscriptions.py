@@ -113,6 +113,11 @@ class Subscriptions:
         self._changed()
         return gone
 
+    def forget_copies(self) -> None:
+        """The connection is gone: what its deliveries remembered goes (an offline session
+        would hold it for nothing)."""
+        self._copies = {}
+
     def _changed(self) -> None:
         self._copies.clear()
         self.max_qos = max((s.qos for s, _ in self.by_filter.values()), default=-1)
