@@ -4,7 +4,6 @@ across reads is found whole, and nothing is taken before it is complete."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,19 +16,14 @@ from logbus.gateway.mqtt.encoder import encode_publish
 from logbus.gateway.mqtt.packets import Publish
 from logbus.gateway.mqtt.properties import NO_PROPERTIES
 from logbus.gateway.mqtt.wire import MQTT_3_1_1 as MQTT_311
-from tests.serverproc import REPO_ROOT
-
-BENCH = str(REPO_ROOT / "bench")
+from tests.bench_path import bench_on_path
 
 
 @pytest.fixture(scope="module")
 def raw() -> Iterator[Any]:
-    sys.path.insert(0, BENCH)
-    try:
+    with bench_on_path():
         import mqtt_raw
         yield mqtt_raw
-    finally:
-        sys.path.remove(BENCH)
 
 
 @given(n=st.integers(0, 268_435_455))

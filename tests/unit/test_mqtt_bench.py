@@ -6,26 +6,20 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.serverproc import REPO_ROOT
-
-BENCH = str(REPO_ROOT / "bench")
+from tests.bench_path import bench_on_path
 
 
 @pytest.fixture(scope="module")
 def mb() -> Iterator[Any]:
     pytest.importorskip("paho.mqtt")
-    sys.path.insert(0, BENCH)
-    try:
+    with bench_on_path():
         import mqtt_bench
         yield mqtt_bench
-    finally:
-        sys.path.remove(BENCH)
 
 
 def test_defaults_are_issue_17s(mb: Any) -> None:

@@ -5,25 +5,19 @@ message in due order (issue 30: that read 31-58 ms where every message's p99 was
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.serverproc import REPO_ROOT
-
-BENCH = str(REPO_ROOT / "bench")
+from tests.bench_path import bench_on_path
 
 
 @pytest.fixture(scope="module")
 def pw() -> Iterator[Any]:
-    sys.path.insert(0, BENCH)
-    try:
+    with bench_on_path():
         import pop_workloads
         yield pop_workloads
-    finally:
-        sys.path.remove(BENCH)
 
 
 def test_lateness_of_every_message_from_the_samples(pw: Any) -> None:
