@@ -261,6 +261,7 @@ class LatencyRecorder:
         self.duplicates = 0
         self.latencies: list[int] = []
         self.from_schedule: list[int] = []
+        self.received: list[int] = []
 
     def __call__(self, body: bytes) -> None:
         now = time.monotonic_ns()
@@ -272,6 +273,7 @@ class LatencyRecorder:
         if seq >= self.warmup:
             self.latencies.append(now - sent)
             self.from_schedule.append(now - due)
+            self.received.append(now)
 
 
 async def child_consume(args: argparse.Namespace, url: str, queues: list[str], expected: int,
@@ -306,7 +308,8 @@ async def child_consume(args: argparse.Namespace, url: str, queues: list[str], e
             return {}
         if recorder.duplicates:
             raise BenchError(f"{recorder.duplicates} messages received twice")
-        return {"latencies": recorder.latencies, "from_schedule": recorder.from_schedule}
+        return {"latencies": recorder.latencies, "from_schedule": recorder.from_schedule,
+                "received": recorder.received}
     finally:
         await run.close()
 

@@ -311,7 +311,8 @@ async def consume_latency(args: Any, url: str, queues: list[str], expected: int,
             raise BenchError(f"{left} messages left in {queue}, {consumer.redelivered} redelivered")
         if recorder.duplicates:
             raise BenchError(f"{recorder.duplicates} messages received twice")
-        return {"latencies": recorder.latencies, "from_schedule": recorder.from_schedule}
+        return {"latencies": recorder.latencies, "from_schedule": recorder.from_schedule,
+                "received": recorder.received}
     finally:
         await conn.close(args.timeout)
 

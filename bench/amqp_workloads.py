@@ -20,7 +20,7 @@ from amqp_client import (
     persistent,
     round_trip,
 )
-from common import BenchError, Meter
+from common import BenchError, Meter, slowest
 
 MIN_SLEEP_S = 0.001  # the latency publisher's shortest sleep: uvloop's timer resolution
 
@@ -170,6 +170,7 @@ async def w_latency(run: Run) -> dict[str, Any]:
         # from the time each message was due: adds whatever the sender fell behind
         "latency_from_schedule": percentiles_ms(result["from_schedule"]),
         "sender_max_lag_ms": lag_max / 1e6,
+        "slowest": slowest(result["latencies"], result["received"]),
         "broker_cpu_us_per_msg": cpu["broker_cpu_us_per_msg"],
         "broker_cpu_percent": cpu["broker_cpu_percent"],
         "client_cpu_us_per_msg": cpu["client_cpu_us_per_msg"],

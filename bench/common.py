@@ -94,6 +94,15 @@ def distribution_ms(values: list[float]) -> dict[str, float]:
 # -- a `logbus serve` of our own ---------------------------------------------------
 
 
+def slowest(latencies: Sequence[int], received: Sequence[int], count: int = 20) -> list[dict[str, float]]:
+    """The ``count`` slowest messages: when each was sent (CLOCK_MONOTONIC, seconds, as
+    logbus's LOGBUS_STALL_TRACE stamps its lines) and its latency in ms, slowest first,
+    so that a stall can be matched with what the broker was doing then."""
+    order = sorted(range(len(latencies)), key=latencies.__getitem__, reverse=True)[:count]
+    return [{"sent_s": round((received[i] - latencies[i]) / 1e9, 6), "ms": round(latencies[i] / 1e6, 3)}
+            for i in order]
+
+
 def tail(path: str, lines: int = 20) -> str:
     """The last lines of a text file ("" if it cannot be read)."""
     try:

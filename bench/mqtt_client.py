@@ -185,6 +185,7 @@ def subscriber_main(spec: dict[str, Any], pipe: Any) -> None:
         dup = [0]
         latencies: list[int] = []
         from_schedule: list[int] = []
+        received: list[int] = []
         seen = bytearray(expected if warmup is not None else 0)
 
         def on_message_for(i: int) -> Any:
@@ -201,6 +202,7 @@ def subscriber_main(spec: dict[str, Any], pipe: Any) -> None:
                     if seq >= warmup:
                         latencies.append(now - sent)
                         from_schedule.append(now - due)
+                        received.append(now)
             return on_message
 
         for i in range(spec["clients"]):
@@ -226,7 +228,8 @@ def subscriber_main(spec: dict[str, Any], pipe: Any) -> None:
         cpu = self_cpu() - cpu0
         pipe.send(("done", {"counts": counts, "last_ns": max(last_ns), "cpu": cpu,
                             "duplicates": dup[0], "latencies": latencies,
-                            "from_schedule": from_schedule}))
+                            "from_schedule": from_schedule,
+                            "received": received}))
     except BaseException as exc:  # noqa: BLE001 -- whatever it is, the parent reports it
         pipe.send(("error", str(exc) if isinstance(exc, BenchError) else repr(exc)))
     finally:

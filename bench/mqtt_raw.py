@@ -174,6 +174,7 @@ def subscriber_main(spec: dict[str, Any], pipe: Any) -> None:
         last_ns = 0
         latencies: list[int] = []
         from_schedule: list[int] = []
+        received: list[int] = []
         deadline = time.monotonic() + spec["timeout"]
         sock = conn.sock
         while count < expected:
@@ -204,10 +205,12 @@ def subscriber_main(spec: dict[str, Any], pipe: Any) -> None:
                 if seq >= warmup:
                     latencies.append(now - sent)
                     from_schedule.append(now - due)
+                    received.append(now)
             if acks:
                 sock.sendall(acks)
         pipe.send(("done", {"counts": [count], "last_ns": last_ns, "cpu": self_cpu() - cpu0,
-                            "duplicates": dup, "latencies": latencies, "from_schedule": from_schedule}))
+                            "duplicates": dup, "latencies": latencies, "from_schedule": from_schedule,
+                            "received": received}))
     except BaseException as exc:  # noqa: BLE001 -- whatever it is, the parent reports it
         pipe.send(("error", str(exc) if isinstance(exc, BenchError) else repr(exc)))
     finally:

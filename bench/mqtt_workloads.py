@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import mqtt_raw
-from common import BenchError, Meter, distribution_ms, memory
+from common import BenchError, Meter, distribution_ms, memory, slowest
 from mqtt_client import LATENCY_HEAD, ClientProcess, Publisher, idle_main, subscriber_main
 
 
@@ -158,6 +158,7 @@ def w_latency(a: argparse.Namespace, port: int, pid: int) -> dict[str, Any]:
         # from the time each message was due: adds whatever the sender fell behind
         "latency_from_schedule": distribution_ms([v / 1e6 for v in result["from_schedule"]]),
         "sender_max_lag_ms": lag_max / 1e6,
+        "slowest": slowest(result["latencies"], result["received"]),
         "broker_cpu_us_per_msg": cpu["broker_cpu_us_per_msg"],
         "client_cpu_us_per_msg": cpu["client_cpu_us_per_msg"],
     }

@@ -96,3 +96,24 @@ def test_io_events_are_traced() -> None:
         b.close()
         gc.callbacks.remove(reactor._trace.on_gc)
         reactor._poller.close()
+
+
+def test_sampled_stacks_are_written_under_a_slow_part() -> None:
+    out = io.StringIO()
+    trace = StallTrace(out, threshold_ms=0)
+    trace.start_sampling(100)
+    try:
+        start, cpu = time.monotonic_ns(), time.thread_time_ns()
+        while not trace.samples or time.monotonic_ns() - start < 20_000_000:
+            busy_for_the_sampler()
+        trace.note(start, "io", "Server/0x1", cpu)
+    finally:
+        trace.stop_sampling()
+    head, *stacks = out.getvalue().splitlines()
+    assert head.split()[3:] == ["io", "Server/0x1"]
+    assert stacks and all(line.startswith("    ") for line in stacks)
+    assert any("busy_for_the_sampler" in line for line in stacks)
+
+
+def busy_for_the_sampler() -> int:
+    return sum(range(1000))
