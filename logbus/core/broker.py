@@ -279,10 +279,11 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         return stores if feed is None else [*stores, feed.messages]
 
     def _activity(self) -> int:
-        """A count that moves with the work: the journal's commits, the log reads, the
-        connections closed."""
+        """A count that moves with the work: the log's appends (by the turn), the
+        journal's commits, the log reads, the connections closed."""
         commits = self.queue_store.commits if getattr(self, "queue_store", None) is not None else 0
-        return commits + sum(s.log_reads for s in self._message_stores()) + self.connections.closes
+        drains = self.log.drains if self.log is not None else 0
+        return drains + commits + sum(s.log_reads for s in self._message_stores()) + self.connections.closes
 
     def health(self) -> list[str]:
         """Why the broker does not serve as it should now (empty: it does): partitions

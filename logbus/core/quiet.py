@@ -16,7 +16,9 @@ held that nothing uses until the next one:
 
 None of it is worth giving back while the work goes on. ``QuietSpell.check`` runs once a
 second (``Broker._check_resources``): once ``activity()`` (a count that moves with the
-work: the queue journal's commits, the message stores' log reads, connections closed)
+work: the log's appends, the queue journal's commits, the message stores' log reads,
+connections closed; appends count because messages through queues that journal
+nothing, an MQTT clean session's, are work too)
 has not moved for ``QUIET_SECONDS``, ``Leftovers.release`` runs, once per quiet spell.
 What it frees goes back to the system with the next trim of ``memory.py``.
 """

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
 from tests.serverproc import REPO_ROOT, logbus_env
@@ -154,6 +155,7 @@ def test_amqp_bench_latency_with_each_client() -> None:
         assert lat["measured_messages"] == 200, lat
         assert set(lat["latency"]) >= {"p50_ms", "p99_ms", "max_ms"}
         assert lat["latency"]["max_ms"] > 0 and lat["broker_cpu_us_per_msg"] > 0
+        assert_slowest(lat)
 
 
 def test_mqtt_bench_latency_with_each_client() -> None:
@@ -168,3 +170,28 @@ def test_mqtt_bench_latency_with_each_client() -> None:
         assert lat["measured_messages"] == 200, lat
         assert lat["latency"]["count"] == 200 and lat["latency"]["max_ms"] > 0
         assert lat["broker_cpu_us_per_msg"] > 0
+        assert_slowest(lat)
+
+
+def assert_slowest(lat: dict[str, Any]) -> None:
+    """The slowest messages, slowest first, the first of them the maximum, each sent
+    within the measured span (CLOCK_MONOTONIC seconds, as the stall trace stamps)."""
+    slowest = lat["slowest"]
+    assert len(slowest) == 20
+    assert [s["ms"] for s in slowest] == sorted((s["ms"] for s in slowest), reverse=True)
+    assert abs(slowest[0]["ms"] - lat["latency"]["max_ms"]) < 0.01
+    now = time.monotonic()
+    assert all(now - 120 < s["sent_s"] < now for s in slowest)
+
+
+def test_relay_jitter_runs_each_work_in_each_round() -> None:
+    out = run_bench("relay_jitter.py", "--rate", "500", "--seconds", "0.5", "--warmup", "0.1",
+                    "--work-us", "0,50", "--rounds", "2")
+    assert out["bench"] == "relay_jitter"
+    assert len(out["rounds"]) == 2
+    for rnd in out["rounds"]:
+        assert sorted(r["work_us"] for r in rnd) == [0.0, 50.0]
+        for r in rnd:
+            assert r["latency"]["count"] == 250 and r["latency"]["max_ms"] > 0
+    # the relay spends at least the CPU it was told to (tick-counted: over a whole round)
+    assert sum(r["relay_cpu_us_per_msg"] for rnd in out["rounds"] for r in rnd if r["work_us"] == 50) > 0

@@ -88,6 +88,7 @@ class LogManager:
         if self._ring_reader is not None:
             reactor.addReader(self._ring_reader)
         self._to_drain: list[Partition] = []
+        self.drains = 0  # turns that wrote appends: a count that moves with the work
         m.registry.register(_LogCollector(self))
         marker = os.path.join(self.root, CLEAN_MARKER)
         self.clean_start = os.path.exists(marker)
@@ -191,6 +192,7 @@ class LogManager:
     def drain(self) -> None:
         """Write every partition's buffered appends (runs once per reactor tick)."""
         parts, self._to_drain = self._to_drain, []
+        self.drains += 1
         handoff: list[Any] = []
         written = 0
         for p in parts:
