@@ -58,9 +58,9 @@ import aio_pika
 import uvloop
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from amqp_client import LATENCY_HEAD, Run, proc_comm
+from amqp_client import Run, proc_comm
 from amqp_workloads import w_consume, w_fanout, w_latency, w_publish
-from common import LOOPBACK, BenchError, cancelled_by_sigterm, cpu_split, exit_on_sigterm, start_logbus, stop_logbus
+from common import LATENCY_HEAD, LOOPBACK, BenchError, cancelled_by_sigterm, cpu_split, exit_on_sigterm, start_logbus, stop_logbus
 from rabbitmq import RabbitMQ, RabbitMQError
 
 WORKLOADS = ("publish", "consume", "fanout", "latency")

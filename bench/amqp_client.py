@@ -19,9 +19,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
-import struct
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -34,11 +32,9 @@ from aio_pika.abc import (
     AbstractIncomingMessage,
     AbstractQueue,
 )
-from common import BenchError, end_process, quantile, self_cpu
+from common import BenchError, LatencyRecorder, end_process, quantile, self_cpu
 
 T = TypeVar("T")
-# latency body head: sequence, time due, time sent (time.monotonic_ns)
-LATENCY_HEAD = struct.Struct("<Qqq")
 CLEANUP_TIMEOUT = 15.0
 
 
@@ -252,30 +248,6 @@ async def round_trip(ch: AbstractChannel, queue: str) -> int:
 # ("error", text).
 
 
-class LatencyRecorder:
-    """``on_body`` for Drain: the latency of each body that starts with LATENCY_HEAD."""
-
-    def __init__(self, total: int, warmup: int) -> None:
-        self.warmup = warmup
-        self.seen = bytearray(total)
-        self.duplicates = 0
-        self.latencies: list[int] = []
-        self.from_schedule: list[int] = []
-        self.received: list[int] = []
-
-    def __call__(self, body: bytes) -> None:
-        now = time.monotonic_ns()
-        seq, due, sent = LATENCY_HEAD.unpack_from(body)
-        if self.seen[seq]:
-            self.duplicates += 1
-            return
-        self.seen[seq] = 1
-        if seq >= self.warmup:
-            self.latencies.append(now - sent)
-            self.from_schedule.append(now - due)
-            self.received.append(now)
-
-
 async def child_consume(args: argparse.Namespace, url: str, queues: list[str], expected: int,
                         latency_warmup: int | None, pipe: Any) -> dict[str, Any]:
     run = Run(url, 0, args)
@@ -308,8 +280,7 @@ async def child_consume(args: argparse.Namespace, url: str, queues: list[str], e
             return {}
         if recorder.duplicates:
             raise BenchError(f"{recorder.duplicates} messages received twice")
-        return {"latencies": recorder.latencies, "from_schedule": recorder.from_schedule,
-                "received": recorder.received}
+        return recorder.result()
     finally:
         await run.close()
 

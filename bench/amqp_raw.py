@@ -274,8 +274,7 @@ async def consume_latency(args: Any, url: str, queues: list[str], expected: int,
                           pipe: Any) -> dict[str, Any]:
     """The latency consumer, as ``amqp_client.child_consume`` runs it with aio-pika: the
     same pipe messages, the same result."""
-    from amqp_client import LatencyRecorder  # (imported here: amqp_client imports this module's users)
-    from common import self_cpu
+    from common import LatencyRecorder, self_cpu
 
     (queue,) = queues
     recorder = LatencyRecorder(expected, latency_warmup or 0)
@@ -311,8 +310,7 @@ async def consume_latency(args: Any, url: str, queues: list[str], expected: int,
             raise BenchError(f"{left} messages left in {queue}, {consumer.redelivered} redelivered")
         if recorder.duplicates:
             raise BenchError(f"{recorder.duplicates} messages received twice")
-        return {"latencies": recorder.latencies, "from_schedule": recorder.from_schedule,
-                "received": recorder.received}
+        return recorder.result()
     finally:
         await conn.close(args.timeout)
 

@@ -11,7 +11,6 @@ from typing import Any
 import aio_pika
 import amqp_raw
 from amqp_client import (
-    LATENCY_HEAD,
     ConfirmWindow,
     ConsumerProcess,
     Drain,
@@ -20,7 +19,7 @@ from amqp_client import (
     persistent,
     round_trip,
 )
-from common import BenchError, Meter, slowest
+from common import LATENCY_HEAD, BenchError, Meter, slowest
 
 MIN_SLEEP_S = 0.001  # the latency publisher's shortest sleep: uvloop's timer resolution
 

@@ -23,6 +23,7 @@ import math
 import os
 import resource
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -92,6 +93,40 @@ def distribution_ms(values: list[float]) -> dict[str, float]:
 
 
 # -- a `logbus serve` of our own ---------------------------------------------------
+
+
+# A latency message's head: sequence number, time due, time sent (time.monotonic_ns).
+LATENCY_HEAD = struct.Struct("<Qqq")
+
+
+class LatencyRecorder:
+    """What a latency workload's receiver keeps of each message (``payload`` starts with
+    LATENCY_HEAD): duplicates counted; past the first ``warmup`` messages, the latency
+    from its send and from its due time, and when it came (ns)."""
+
+    def __init__(self, total: int, warmup: int) -> None:
+        self.warmup = warmup
+        self.seen = bytearray(total)
+        self.duplicates = 0
+        self.latencies: list[int] = []
+        self.from_schedule: list[int] = []
+        self.received: list[int] = []
+
+    def __call__(self, payload: Any, now: int | None = None) -> None:
+        now = time.monotonic_ns() if now is None else now
+        seq, due, sent = LATENCY_HEAD.unpack_from(payload)
+        if self.seen[seq]:
+            self.duplicates += 1
+            return
+        self.seen[seq] = 1
+        if seq >= self.warmup:
+            self.latencies.append(now - sent)
+            self.from_schedule.append(now - due)
+            self.received.append(now)
+
+    def result(self) -> dict[str, Any]:
+        return {"duplicates": self.duplicates, "latencies": self.latencies,
+                "from_schedule": self.from_schedule, "received": self.received}
 
 
 def slowest(latencies: Sequence[int], received: Sequence[int], count: int = 20) -> list[dict[str, float]]:

@@ -55,8 +55,8 @@ import tempfile
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BenchError, free_ports, start_logbus, stop_logbus
-from mqtt_client import LATENCY_HEAD, raise_nofile
+from common import LATENCY_HEAD, BenchError, free_ports, start_logbus, stop_logbus
+from mqtt_client import raise_nofile
 from mqtt_peers import PEERS, mqtt_answers
 from mqtt_workloads import WORKLOADS
 

@@ -25,16 +25,14 @@ import multiprocessing
 import os
 import resource
 import selectors
-import struct
 import threading
 import time
 from typing import Any
 
 import paho.mqtt.client as mqtt
-from common import BenchError, end_process, self_cpu
+from common import BenchError, LatencyRecorder, end_process, self_cpu
 
 HOST = "127.0.0.1"
-LATENCY_HEAD = struct.Struct("<Qqq")  # payload head: sequence, time due, time sent (monotonic ns)
 DISCONNECT = b"\xe0\x00"
 KEEPALIVE = 600  # s: no PINGREQ during a run; the idle connections have no network thread
 
@@ -182,11 +180,7 @@ def subscriber_main(spec: dict[str, Any], pipe: Any) -> None:
         expected, warmup = spec["expected"], spec.get("latency_warmup")
         counts = [0] * spec["clients"]
         last_ns = [0] * spec["clients"]
-        dup = [0]
-        latencies: list[int] = []
-        from_schedule: list[int] = []
-        received: list[int] = []
-        seen = bytearray(expected if warmup is not None else 0)
+        recorder = LatencyRecorder(expected if warmup is not None else 0, warmup or 0)
 
         def on_message_for(i: int) -> Any:
             def on_message(_c: Any, _u: Any, msg: Any) -> None:
@@ -194,15 +188,7 @@ def subscriber_main(spec: dict[str, Any], pipe: Any) -> None:
                 counts[i] += 1
                 last_ns[i] = now
                 if warmup is not None:
-                    seq, due, sent = LATENCY_HEAD.unpack_from(msg.payload)
-                    if seen[seq]:
-                        dup[0] += 1
-                        return
-                    seen[seq] = 1
-                    if seq >= warmup:
-                        latencies.append(now - sent)
-                        from_schedule.append(now - due)
-                        received.append(now)
+                    recorder(msg.payload, now)
             return on_message
 
         for i in range(spec["clients"]):
@@ -226,10 +212,7 @@ def subscriber_main(spec: dict[str, Any], pipe: Any) -> None:
                 raise BenchError(f"subscribers: {sum(counts)} of {expected * len(clients)} "
                                  f"deliveries within {spec['timeout']:g} s")
         cpu = self_cpu() - cpu0
-        pipe.send(("done", {"counts": counts, "last_ns": max(last_ns), "cpu": cpu,
-                            "duplicates": dup[0], "latencies": latencies,
-                            "from_schedule": from_schedule,
-                            "received": received}))
+        pipe.send(("done", {"counts": counts, "last_ns": max(last_ns), "cpu": cpu, **recorder.result()}))
     except BaseException as exc:  # noqa: BLE001 -- whatever it is, the parent reports it
         pipe.send(("error", str(exc) if isinstance(exc, BenchError) else repr(exc)))
     finally:

@@ -21,8 +21,7 @@ import struct
 import time
 from typing import Any
 
-from common import BenchError, self_cpu
-from mqtt_client import LATENCY_HEAD
+from common import BenchError, LatencyRecorder, self_cpu
 
 KEEPALIVE_S = 60  # longer than any run here: no PINGREQ needed
 _U16 = struct.Struct(">H")
@@ -169,12 +168,9 @@ def subscriber_main(spec: dict[str, Any], pipe: Any) -> None:
             raise BenchError(f"SUBACK granting QoS {spec['qos']} expected: type {kind >> 4}, {bytes(body)!r}")
         pipe.send(("ready", None))
         cpu0 = self_cpu()
-        seen = bytearray(expected)
-        count = dup = 0
+        recorder = LatencyRecorder(expected, warmup)
+        count = 0
         last_ns = 0
-        latencies: list[int] = []
-        from_schedule: list[int] = []
-        received: list[int] = []
         deadline = time.monotonic() + spec["timeout"]
         sock = conn.sock
         while count < expected:
@@ -197,20 +193,11 @@ def subscriber_main(spec: dict[str, Any], pipe: Any) -> None:
                 payload = memoryview(body)[4 + tlen:]
                 count += 1
                 last_ns = now
-                seq, due, sent = LATENCY_HEAD.unpack_from(payload)
-                if seen[seq]:
-                    dup += 1
-                    continue
-                seen[seq] = 1
-                if seq >= warmup:
-                    latencies.append(now - sent)
-                    from_schedule.append(now - due)
-                    received.append(now)
+                recorder(payload, now)
             if acks:
                 sock.sendall(acks)
         pipe.send(("done", {"counts": [count], "last_ns": last_ns, "cpu": self_cpu() - cpu0,
-                            "duplicates": dup, "latencies": latencies, "from_schedule": from_schedule,
-                            "received": received}))
+                            **recorder.result()}))
     except BaseException as exc:  # noqa: BLE001 -- whatever it is, the parent reports it
         pipe.send(("error", str(exc) if isinstance(exc, BenchError) else repr(exc)))
     finally:

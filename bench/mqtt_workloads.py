@@ -23,8 +23,8 @@ import time
 from typing import Any
 
 import mqtt_raw
-from common import BenchError, Meter, distribution_ms, memory, slowest
-from mqtt_client import LATENCY_HEAD, ClientProcess, Publisher, idle_main, subscriber_main
+from common import LATENCY_HEAD, BenchError, Meter, distribution_ms, memory, slowest
+from mqtt_client import ClientProcess, Publisher, idle_main, subscriber_main
 
 
 def topic_root() -> str:

@@ -37,7 +37,10 @@ def relay_main(port: int, target: int, work_us: float) -> None:
     from twisted.internet import epollreactor
 
     epollreactor.install()
-    from twisted.internet import protocol, reactor
+    from twisted.internet import protocol
+    from twisted.internet import reactor as installed
+
+    reactor: Any = installed
 
     work_ns = int(work_us * 1000)
     out: list[Any] = []
