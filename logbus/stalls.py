@@ -40,7 +40,9 @@ class StallTrace:
         self.out = out
         self.threshold = int(threshold_ms * 1e6)
         self._gc_start = 0
-        self.samples: collections.deque[tuple[int, tuple[str, ...]]] = collections.deque(maxlen=20_000)
+        # (monotonic ns, (code, line, code, line, ...) innermost first): formatted only
+        # when written, so that a sample costs little more than the walk
+        self.samples: collections.deque[tuple[int, tuple[Any, ...]]] = collections.deque(maxlen=20_000)
 
     @classmethod
     def from_environment(cls) -> StallTrace | None:
@@ -63,13 +65,11 @@ class StallTrace:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
     def _sample(self, _signum: int, frame: FrameType | None) -> None:
-        names: list[str] = []
-        while frame is not None and len(names) < STACK_DEPTH:
-            code = frame.f_code
-            names.append(f"{code.co_qualname}:{frame.f_lineno}")
+        stack: list[Any] = []
+        while frame is not None and len(stack) < 2 * STACK_DEPTH:
+            stack += (frame.f_code, frame.f_lineno)
             frame = frame.f_back
-        names.reverse()
-        self.samples.append((time.monotonic_ns(), tuple(names)))
+        self.samples.append((time.monotonic_ns(), tuple(stack)))
 
     def note(self, start: int, kind: str, what: str, cpu_start: int = -1) -> None:
         """``start``: monotonic ns; ``cpu_start``: this thread's CPU ns then (-1: not
@@ -82,7 +82,7 @@ class StallTrace:
                 self._write_samples(start, start + took)
 
     def _write_samples(self, start: int, end: int) -> None:
-        stacks: collections.Counter[tuple[str, ...]] = collections.Counter()
+        stacks: collections.Counter[tuple[Any, ...]] = collections.Counter()
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])  # no sample while they are read
         try:
             for t, names in reversed(self.samples):  # newest first, back to the part's start
@@ -92,7 +92,8 @@ class StallTrace:
                     stacks[names] += 1
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])
-        for names, count in stacks.most_common():
+        for stack, count in stacks.most_common():
+            names = [f"{stack[i].co_qualname}:{stack[i + 1]}" for i in range(len(stack) - 2, -1, -2)]
             self.out.write(f"    {count} {';'.join(names)}\n")
 
     def on_gc(self, phase: str, info: dict[str, Any]) -> None:
