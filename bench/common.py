@@ -92,9 +92,6 @@ def distribution_ms(values: list[float]) -> dict[str, float]:
             "min_ms": v[0] if v else float("nan")}
 
 
-# -- a `logbus serve` of our own ---------------------------------------------------
-
-
 # A latency message's head: sequence number, time due, time sent (time.monotonic_ns).
 LATENCY_HEAD = struct.Struct("<Qqq")
 
@@ -136,6 +133,9 @@ def slowest(latencies: Sequence[int], received: Sequence[int], count: int = 20) 
     order = sorted(range(len(latencies)), key=latencies.__getitem__, reverse=True)[:count]
     return [{"sent_s": round((received[i] - latencies[i]) / 1e9, 6), "ms": round(latencies[i] / 1e6, 3)}
             for i in order]
+
+
+# -- a `logbus serve` of our own ---------------------------------------------------
 
 
 def tail(path: str, lines: int = 20) -> str:
