@@ -18,6 +18,7 @@ from another module: a second copy of it would bring a second BenchError that it
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -32,6 +33,12 @@ from types import TracebackType
 from typing import Any, Self
 
 LOOPBACK = "tcp:0:interface=127.0.0.1"  # a `logbus serve` listener on a free loopback port
+
+
+def basic_auth(user: str = "guest", password: str = "guest") -> dict[str, str]:
+    """The header of HTTP Basic credentials (every logbus API endpoint but /healthz asks;
+    a broker started here has guest/guest)."""
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")}
 LISTENERS = ("amqp", "kafka", "mqtt", "http")
 
 

@@ -87,7 +87,8 @@ def git_commit() -> str | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: pop,delay,rss")
-    ap.add_argument("--url", help="a running broker's HTTP listener (needs --broker-pid)")
+    ap.add_argument("--url", help="a running broker's HTTP listener, http://[user:password@]host:port"
+                    " (default credentials guest/guest; needs --broker-pid)")
     ap.add_argument("--broker-pid", type=int, help="its pid, for CPU and RSS from /proc")
     ap.add_argument("--broker-arg", action="append", default=[],
                     help="an extra `logbus serve` argument for the broker this script starts (repeatable)")

@@ -25,7 +25,7 @@ import traceback
 from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
-from common import BenchError, cpu_split, self_cpu
+from common import BenchError, basic_auth, cpu_split, self_cpu
 
 MAX_PUBLISH = 1000  # messages per publish request (gateway/http/topics.py)
 MAX_RECEIVE = 1024  # messages per receive (core/queues/pop.py)
@@ -64,6 +64,7 @@ class Http:
         if u.scheme != "http" or not u.hostname:
             raise BenchError(f"--url must be http://host:port, not {url!r}")
         self.prefix = u.path.rstrip("/")
+        self.auth = basic_auth(u.username or "guest", u.password or "guest")  # from http://user:pw@host:port
         self.conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
         self.conn.connect()
         assert self.conn.sock is not None
@@ -71,7 +72,7 @@ class Http:
 
     def raw(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200,)) -> bytes:
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
+        headers = {"Content-Type": "application/json", **self.auth} if data is not None else dict(self.auth)
         try:
             self.conn.request(method, self.prefix + path, body=data, headers=headers)
             r = self.conn.getresponse()

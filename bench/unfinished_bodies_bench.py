@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BenchError, LOOPBACK, log_problems, memory, start_logbus, stop_logbus
+from common import BenchError, LOOPBACK, basic_auth, log_problems, memory, start_logbus, stop_logbus
 
 from pamqp import commands, frame, header
 
@@ -56,7 +56,7 @@ def host_port(address: str) -> tuple[str, int]:
 def api(address: str, method: str, path: str, body: Any = None) -> Any:
     conn = http.client.HTTPConnection(*host_port(address), timeout=30)
     try:
-        conn.request(method, path, body=None if body is None else json.dumps(body).encode())
+        conn.request(method, path, body=None if body is None else json.dumps(body).encode(), headers=basic_auth())
         r = conn.getresponse()
         data = r.read()
         if r.status != 200:

@@ -4,16 +4,19 @@ gateway/http/client.py.
     logbus serve [--config F] [--data-dir DIR] [--amqp EP] [--mqtt EP] [--kafka EP] [--http EP] ...
     logbus topic create NAME [--partitions N] [--config k=v ...]
     logbus topic alter NAME --config k=v ...
-    logbus topic list | describe NAME | delete NAME [--force]  [--server URL] [--json]
+    logbus topic list | describe NAME | delete NAME [--force] [--json]
     logbus pop receive GROUP TOPIC [--max N] [--invisible-ms MS] [--member NAME] [--filter-tag EXPR]
                        [--filter-sql SELECTOR] [--json]
     logbus pop ack | nack GROUP TOPIC HANDLE...
     logbus pop invisible GROUP TOPIC HANDLE MS
     logbus pop list [--json]
     logbus dlq replay GROUP [--topic T] [--max N] [--json]
-    logbus mqtt clients | sessions [--json]          [--server URL] [--user U] [--password P]
+    logbus mqtt clients | sessions [--json]
     logbus mqtt kick | delete-session CLIENT_ID
     logbus export parquet --topic T --out DIR [--data-dir DIR] [--include-headers]
+
+Every command but serve and export talks to the HTTP API: [--server URL] [--user U]
+[--password P] (or LOGBUS_SERVER, LOGBUS_USER, LOGBUS_PASSWORD).
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from typing import Any
 from .config import LISTENERS, ConfigError, load_settings
 from .gateway.http.client import DEFAULT_SERVER, AdminClient, AdminError
 
-# The administrator the `mqtt` commands log in as (HTTP Basic): the first boot's default
-# user unless the flags or these variables say otherwise.
+# The user the HTTP API commands log in as (HTTP Basic): the first boot's default user
+# unless the flags or these variables say otherwise.
 USER_ENV, PASSWORD_ENV = "LOGBUS_USER", "LOGBUS_PASSWORD"
 DEFAULT_USER = DEFAULT_PASSWORD = "guest"
 NEVER_EXPIRES = 0xFFFFFFFF  # an MQTT session expiry interval that means "never"
@@ -125,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-body-timeout-ms", metavar="MS",
                        help="an HTTP request body not complete this long after its head is answered 408"
                             " (default: 60000, nginx's client_body_timeout)")
+    serve.add_argument("--http-metrics-auth", metavar="BOOL",
+                       help="whether GET /metrics asks for the credentials of a user tagged monitoring or"
+                            " administrator (default: false, open as RabbitMQ's Prometheus endpoint;"
+                            " every other endpoint but /healthz always asks)")
     serve.add_argument("--pop-retry-backoff", metavar="DELAYS",
                        help="how long a pop group's message given back (nacked, or left to lapse) waits"
                             " before it comes again, per retry: levels such as '1s 5s 10s' or"
@@ -162,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--server", metavar="URL", default=os.environ.get("LOGBUS_SERVER") or DEFAULT_SERVER,
         help=f"logbus HTTP API (default: LOGBUS_SERVER or {DEFAULT_SERVER})")
+    common.add_argument("--user", metavar="NAME", default=os.environ.get(USER_ENV) or DEFAULT_USER,
+                        help=f"the user to log in as (HTTP Basic; default: {USER_ENV} or {DEFAULT_USER})")
+    common.add_argument("--password", metavar="PASSWORD", default=os.environ.get(PASSWORD_ENV) or DEFAULT_PASSWORD,
+                        help=f"its password (default: {PASSWORD_ENV} or {DEFAULT_PASSWORD}; prefer the"
+                             " variable to the flag, which ps shows)")
 
     create = topic_commands.add_parser("create", parents=[common], help="create a topic")
     create.add_argument("name")
@@ -238,29 +250,23 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", action="store_true", help="print the counts as JSON")
     replay.set_defaults(command=cmd_dlq_replay)
 
-    admin = argparse.ArgumentParser(add_help=False, parents=[common])
-    admin.add_argument("--user", metavar="NAME", default=os.environ.get(USER_ENV) or DEFAULT_USER,
-                       help=f"an administrator's user name (default: {USER_ENV} or {DEFAULT_USER})")
-    admin.add_argument("--password", metavar="PASSWORD", default=os.environ.get(PASSWORD_ENV) or DEFAULT_PASSWORD,
-                       help=f"its password (default: {PASSWORD_ENV} or {DEFAULT_PASSWORD}; prefer the"
-                            " variable to the flag, which ps shows)")
     mqtt = commands.add_parser("mqtt", help="MQTT clients and sessions (over the HTTP API, as an administrator)",
                                description="List the MQTT clients and sessions of a running broker, disconnect"
                                " a client, end a session (docs/mqtt.md, Administration).")
     mqtt_commands = mqtt.add_subparsers(title="mqtt commands", metavar="COMMAND", required=True)
-    clients = mqtt_commands.add_parser("clients", parents=[admin], help="list the connected clients")
+    clients = mqtt_commands.add_parser("clients", parents=[common], help="list the connected clients")
     clients.add_argument("--json", action="store_true", help="print the API's JSON")
     clients.set_defaults(command=cmd_mqtt_list, what="clients")
-    sessions = mqtt_commands.add_parser("sessions", parents=[admin],
+    sessions = mqtt_commands.add_parser("sessions", parents=[common],
                                         help="list every session, connected or kept offline")
     sessions.add_argument("--json", action="store_true", help="print the API's JSON")
     sessions.set_defaults(command=cmd_mqtt_list, what="sessions")
-    kick = mqtt_commands.add_parser("kick", parents=[admin], help="disconnect a client", description=(
+    kick = mqtt_commands.add_parser("kick", parents=[common], help="disconnect a client", description=(
         "Close a connected client's connection (MQTT 5: DISCONNECT 0x98 Administrative action)."
         " Its session stays if it outlives its connection; its will, if any, is published."))
     kick.add_argument("client_id", metavar="CLIENT_ID")
     kick.set_defaults(command=cmd_mqtt_kick)
-    delete_session = mqtt_commands.add_parser("delete-session", parents=[admin], help="end a session", description=(
+    delete_session = mqtt_commands.add_parser("delete-session", parents=[common], help="end a session", description=(
         "End a client's session: its subscriptions and queued messages go. A connected client is"
         " disconnected first (MQTT 5: DISCONNECT 0x98); its next connect opens a new session."))
     delete_session.add_argument("client_id", metavar="CLIENT_ID")
@@ -309,6 +315,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "kafka_max_in_flight": args.kafka_max_in_flight,
         "http_idle_timeout_ms": args.http_idle_timeout_ms,
         "http_body_timeout_ms": args.http_body_timeout_ms,
+        "http_metrics_auth": args.http_metrics_auth,
         "pop_retry_backoff": args.pop_retry_backoff,
         "pop_max_deliveries": args.pop_max_deliveries,
         "kafka_producer_id_expiration_ms": args.kafka_producer_id_expiration_ms,
@@ -408,7 +415,7 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> AdminClient:
-    return AdminClient(args.server)
+    return AdminClient(args.server, auth=(args.user, args.password))
 
 
 # --- pop --------------------------------------------------------------------------------------
@@ -479,8 +486,9 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
 
 _HINTS = {"stale_receipt": "it was settled, its invisible time lapsed, or it was received again",
-          "unauthorized": f"an administrator's credentials are needed: --user and --password, or {USER_ENV}"
-                          f" and {PASSWORD_ENV}"}
+          "unauthorized": f"give a user's credentials: --user and --password, or {USER_ENV}"
+                          f" and {PASSWORD_ENV}",
+          "forbidden": "that user lacks the tag or the permission (docs/security.md)"}
 
 
 def error_line(code: str, message: str) -> str:
@@ -526,7 +534,7 @@ def replay_summary(result: dict[str, Any]) -> str:
 
 
 def cmd_mqtt_list(args: argparse.Namespace) -> int:
-    client = _admin_client(args)
+    client = _client(args)
     connected = args.what == "clients"
     sessions = client.mqtt_clients() if connected else client.mqtt_sessions()
     if args.json:
@@ -540,19 +548,17 @@ def cmd_mqtt_list(args: argparse.Namespace) -> int:
 
 
 def cmd_mqtt_kick(args: argparse.Namespace) -> int:
-    _admin_client(args).mqtt_kick(args.client_id)
+    _client(args).mqtt_kick(args.client_id)
     print(f"disconnected MQTT client {printable(args.client_id)}")
     return 0
 
 
 def cmd_mqtt_delete_session(args: argparse.Namespace) -> int:
-    _admin_client(args).mqtt_delete_session(args.client_id)
+    _client(args).mqtt_delete_session(args.client_id)
     print(f"deleted the MQTT session of {printable(args.client_id)}")
     return 0
 
 
-def _admin_client(args: argparse.Namespace) -> AdminClient:
-    return AdminClient(args.server, auth=(args.user, args.password))
 
 
 def session_row(s: dict[str, Any]) -> list[str]:

@@ -80,6 +80,7 @@ class Settings:
     kafka_max_in_flight: int = 1  # requests of a connection handled at once (Kafka mutes at 1)
     http_idle_timeout_ms: int = 75_000  # a keep-alive connection between requests (nginx's keepalive_timeout)
     http_body_timeout_ms: int = 60_000  # a request body, from its head to its end (nginx's client_body_timeout)
+    http_metrics_auth: bool = False  # /metrics asks for a monitoring user's credentials (else open, as RabbitMQ's)
     # pop groups (core/queues/pop.py): the wait before a given-back message comes again, and
     # the deliveries after which it goes to %DLQ%<group> (retry/policy.py parse_backoff)
     pop_retry_backoff: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -318,6 +319,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "kafka_max_in_flight": lambda raw: _as_int(raw, 1, 1000),
     "http_idle_timeout_ms": lambda raw: _as_int(raw, 100, 86_400_000),
     "http_body_timeout_ms": lambda raw: _as_int(raw, 100, 86_400_000),
+    "http_metrics_auth": _as_bool,
     "pop_retry_backoff": _backoff,
     "pop_max_deliveries": lambda raw: _as_int(raw, 1, 1000),
     "kafka_producer_id_expiration_ms": lambda raw: _as_int(raw, 1, 2**31 - 1),  # Kafka's: an int, >= 1

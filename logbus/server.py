@@ -54,7 +54,8 @@ GatewayBuilder = Callable[["Broker", Settings, Any], IProtocolFactory]
 def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.http.site import build_site
 
-    return IProtocolFactory(build_site(broker, reactor, timeouts=_http_timeouts(settings)))
+    return IProtocolFactory(build_site(broker, reactor, timeouts=_http_timeouts(settings),
+                                       metrics_auth=settings.http_metrics_auth))
 
 
 def _http_timeouts(settings: Settings) -> Any:

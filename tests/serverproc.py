@@ -28,6 +28,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK_ANY_PORT = "tcp:0:interface=127.0.0.1"
 LISTENERS = ("amqp", "mqtt", "kafka", "http")
 READY_TIMEOUT = 20.0
+# HTTP Basic credentials of the first boot's administrator (guest/guest): every API
+# endpoint but /healthz asks for a user (docs/security.md)
+ADMIN_AUTH = {"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="}
 STOP_TIMEOUT = 30.0
 
 

@@ -40,11 +40,11 @@ from .pressure import (
     AlarmCollector,
     ResourceMonitor,
 )
-from .access.auth import Access, AccessChange, Action, InvalidAccess, Resource, VHostInfo, check_name
+from .access.auth import REFUSED_TAG, TAGS_FOR, Access, AccessChange, Action, InvalidAccess, Perm, Resource, VHostInfo, check_name
 from .connections import ConnectionRecord, Connections
 from .definitions import LegacyTranslation
 from .definitions import upgrade as upgrade_definitions
-from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
+from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, topic_exchange, vhost_topic
 from .routing.router import PREDECLARED
 from .faults import FaultCollector, StorageFaults
 from .quiet import Leftovers, QuietSpell
@@ -424,19 +424,37 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         ``action`` to ``resource`` (RabbitMQ's model: permissions per vhost with
         configure / write / read expressions, topic permissions by routing key)."""
         a = self.access
-        if action == "administer":
-            u = a.users.get(user)
-            if u is None or not u.is_administrator:
-                raise AccessRefused(f"user '{user}' is not an administrator")
+        if action == "configure" or action == "write" or action == "read":
+            a.check(user, resource.vhost, action, resource.kind, resource.name)
+            key = resource.routing_key
+            if key is not None and action != "configure" and a.restricts_topics(user, resource.vhost, resource.name):
+                a.check_topic(user, resource.vhost, resource.name, action, key, resource.client_id)
             return
         if action == "access":
             if a.permission(user, resource.vhost) is None:
                 raise AccessRefused(f"access to vhost '{resource.vhost}' refused for user '{user}'")
             return
-        a.check(user, resource.vhost, action, resource.kind, resource.name)
-        key = resource.routing_key
-        if key is not None and action != "configure" and a.restricts_topics(user, resource.vhost, resource.name):
-            a.check_topic(user, resource.vhost, resource.name, action, key, resource.client_id)
+        tags = TAGS_FOR[action]  # the management API's actions
+        u = a.users.get(user)
+        if u is None or tags.isdisjoint(u.tags):
+            raise AccessRefused(REFUSED_TAG[action])
+
+    def authorize_topic(self, user: str, action: Perm, topic: str, key: str | None = None) -> None:
+        """``authorize`` on the exchange a log topic stands for (``topic_exchange``: the
+        vhost is in the topic's name), the way every protocol that names topics checks:
+        write to produce or publish (with ``key``, the record key, as the routing key of
+        a topic permission), read to fetch or pop, configure to create, alter or delete."""
+        vhost, exchange = topic_exchange(topic)
+        self.authorize(user, action, Resource(vhost, "exchange", exchange, routing_key=key))
+
+    def sees_vhost(self, user: str, vhost: str) -> bool:
+        """Whether the management API shows ``user`` what is in ``vhost``: a monitoring
+        user (or an administrator) sees every vhost, any other only those it has a
+        permission in (as RabbitMQ's management plugin)."""
+        u = self.access.users.get(user)
+        if u is None:
+            return False
+        return not TAGS_FOR["monitor"].isdisjoint(u.tags) or self.access.permission(user, vhost) is not None
 
     def topic_restricted(self, user: str, vhost: str, exchange: str) -> bool:
         """Whether ``user`` has a topic permission on ``exchange``: then whether it may
@@ -703,10 +721,12 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         except LogbusError as e:
             log.warning("dead letter to %r refused: %s", topic, e)
 
-    def dlq_replay(self, group: str, topic: str | None = None, max: int | None = None) -> Deferred[dict[str, Any]]:
+    def dlq_replay(self, group: str, topic: str | None = None, max: int | None = None,
+                   may_publish: Callable[[str], object] | None = None) -> Deferred[dict[str, Any]]:
         """Publish ``group``'s dead letters (topic ``%DLQ%<group>``) not yet replayed
         again to the topics they died in (only ``topic`` if given; at most ``max``, else
         ``queues.replay.MAX_REPLAY``), as new messages that every queue reading those
         topics gets. Fires with the counts once they are durable and the group's replay
-        cursor is committed (core/queues/replay.py)."""
-        return self._dlq_replay.run(group, topic, max)
+        cursor is committed (core/queues/replay.py). ``may_publish(topic)`` may refuse
+        (raise) a topic before anything is published."""
+        return self._dlq_replay.run(group, topic, max, may_publish)

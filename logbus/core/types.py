@@ -23,10 +23,11 @@ if TYPE_CHECKING:
     from .log.partition import AppendResult, FileSpan, ReadResult
     from .message import ENVELOPE_HEADER, Envelope, Message
     from .pressure import RESOURCES
-    from .queues.pop import MAX_INVISIBLE_MS, Popped, check_delay
+    from .queues.pop import MAX_INVISIBLE_MS, Popped, check_delay, dlq_topic
     from .queues.queue import DROP_NEW, OVERFLOW_MODES, Outcome, QueueLimits, Receipt
     from .queues.service import Consumer, DeadLetterTarget, Delivery, QueueSettings, QueueState
     from .retained import RetainedStore
+    from .routing.log_topics import topic_exchange
     from .routing.definitions import (
         HEADERS,
         QUEUE,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 _OWNER = {
     "AccessChange": "access.auth",
+    "Action": "access.auth",
     "AppendResult": "log.partition",
     "Arguments": "routing.definitions",
     "Code": "streams.group_model",
@@ -104,6 +106,8 @@ _OWNER = {
     "User": "access.auth",
     "VHost": "vhost",
     "check_delay": "queues.pop",
+    "dlq_topic": "queues.pop",
+    "topic_exchange": "routing.log_topics",
     "freeze_arguments": "routing.definitions",
     "tick_of": "tick",
     "validate_topic_name": "log.topic_config",
@@ -162,8 +166,10 @@ __all__ = [
     "User",
     "VHost",
     "check_delay",
+    "dlq_topic",
     "freeze_arguments",
     "tick_of",
+    "topic_exchange",
     "validate_topic_name",
 ]
 

@@ -30,7 +30,7 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer
 
 from tests.integration.mqtt_clients import Paho
-from tests.serverproc import LogbusServer
+from tests.serverproc import ADMIN_AUTH, LogbusServer
 
 AMQP_QUEUE = "faults-amqp"
 MQTT_QUEUE = "faults-mqtt"  # an AMQP queue bound to amq.topic: where MQTT publishes land
@@ -113,7 +113,7 @@ class HealthProbe:
 def http(server: LogbusServer, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(server.http_url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **ADMIN_AUTH})
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             raw = r.read()

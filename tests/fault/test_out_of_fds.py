@@ -21,7 +21,7 @@ import pika
 import pytest
 
 from tests.fault.faultkit import serving
-from tests.serverproc import LogbusServer
+from tests.serverproc import ADMIN_AUTH, LogbusServer
 
 LIMIT = 200
 
@@ -34,7 +34,7 @@ def server(tmp_path: Path) -> Iterator[LogbusServer]:
 
 def get_json(conn: http.client.HTTPConnection, path: str) -> tuple[int, float, object]:
     t0 = time.perf_counter()
-    conn.request("GET", path)
+    conn.request("GET", path, headers=ADMIN_AUTH)
     r = conn.getresponse()
     body = json.loads(r.read())
     return r.status, time.perf_counter() - t0, body

@@ -110,7 +110,9 @@ def test_a_topic_queues_read_is_not_deleted_unless_forced_and_then_nothing_reset
 def http_text(server: LogbusServer, path: str) -> str:
     import urllib.request
 
-    with urllib.request.urlopen(server.http_url + path, timeout=10) as r:
+    from tests.serverproc import ADMIN_AUTH
+
+    with urllib.request.urlopen(urllib.request.Request(server.http_url + path, headers=ADMIN_AUTH), timeout=10) as r:
         return r.read().decode()
 
 

@@ -21,7 +21,7 @@ def servers(tmp_path: Any) -> Iterator[ServerFactory]:
 
 
 def call(server: LogbusServer, path: str, body: Any) -> Reply:
-    reply = Mgmt(server, auth=None).call("POST", path, body)
+    reply = Mgmt(server).call("POST", path, body)
     assert reply.status in (200, 201, 204), reply
     return reply
 

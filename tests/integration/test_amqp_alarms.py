@@ -29,7 +29,7 @@ from tests.integration.alarms import EVERY_BYTE, bytes_in, send_until_stalled, w
 from tests.integration.amqp_target import run
 from tests.integration.mgmt import Mgmt
 from tests.integration.test_amqp_bad_input import RawAmqp
-from tests.serverproc import LogbusServer
+from tests.serverproc import ADMIN_AUTH, LogbusServer
 
 ABOVE_ANY_DISK = 2**60  # more free bytes than any filesystem here has: the disk alarm
 BLOCKED_WAIT = 3.0  # how long a blocked publish is shown to wait (heartbeat 1 s: 2 missed)
@@ -44,7 +44,7 @@ def call(server: LogbusServer, method: str, path: str, body: Any = None) -> tupl
     host, port = server.host_port("http")
     conn = http.client.HTTPConnection(host, port, timeout=10)
     try:
-        conn.request(method, path, body=None if body is None else json.dumps(body).encode())
+        conn.request(method, path, body=None if body is None else json.dumps(body).encode(), headers=ADMIN_AUTH)
         response = conn.getresponse()
         raw = response.read()
         return response.status, json.loads(raw) if raw.startswith((b"{", b"[")) else raw

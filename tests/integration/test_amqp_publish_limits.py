@@ -30,7 +30,7 @@ MiB = 1 << 20
 
 
 def _topic_with_max(server: LogbusServer, name: str, max_bytes: int) -> None:
-    reply = Mgmt(server, None).call("POST", "/api/topics",
+    reply = Mgmt(server).call("POST", "/api/topics",
                                     {"name": name, "config": {"max.message.bytes": max_bytes}})
     assert reply.status == 201, reply
 
@@ -191,7 +191,7 @@ def test_accepted_and_refused_publishes_held_by_an_alarm(logbus_server) -> None:
     acked and queued in order, with nothing else, before and after a restart."""
     server = logbus_server(args=["--disk-free-limit", "1"])
     _topic_with_max(server, "small-z", 2000)
-    mgmt = Mgmt(server, None)
+    mgmt = Mgmt(server)
     bodies = [b"a", b"B" * 5000, b"b", b"C" * 5000, b"c"]
 
     async def body() -> None:

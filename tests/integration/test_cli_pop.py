@@ -38,13 +38,13 @@ def received(server: LogbusServer, group: str, topic: str, *args: str) -> list[d
 
 
 def publish(server: LogbusServer, topic: str, values: list[str]) -> None:
-    reply = Mgmt(server, auth=None).call("POST", f"/api/topics/{topic}/messages",
+    reply = Mgmt(server).call("POST", f"/api/topics/{topic}/messages",
                                          {"messages": [{"value": v} for v in values]})
     assert reply.status == 200, reply
 
 
 def pop_http(server: LogbusServer, group: str, topic: str, invisible_ms: int) -> list[dict[str, Any]]:
-    reply = Mgmt(server, auth=None).call("POST", f"/api/pop/{group}/{topic}/receive",
+    reply = Mgmt(server).call("POST", f"/api/pop/{group}/{topic}/receive",
                                          {"max": 32, "invisible_ms": invisible_ms})
     assert reply.status == 200, reply
     messages: list[dict[str, Any]] = reply.json()["messages"]

@@ -2,7 +2,7 @@
 (pika), an MQTT (paho) and a Kafka (kafka-python) client, and the HTTP API's own
 connection, are each listed by /api/connections with their protocol, user, vhost, client
 id and counts, and closed by id in their protocol's terms (AMQP 320 CONNECTION_FORCED,
-MQTT 5 DISCONNECT 0x98); an unknown id is 404, and only an administrator may look."""
+MQTT 5 DISCONNECT 0x98); an unknown id is 404; who sees and closes which is RabbitMQ's."""
 
 from __future__ import annotations
 
@@ -112,8 +112,36 @@ def test_every_protocol_is_listed_and_closed_by_id(server: LogbusServer, mgmt: M
             connection.close()
 
 
-def test_only_an_administrator_may_look(server: LogbusServer, mgmt: Mgmt) -> None:
-    monitor, wrong = mgmt.as_user(("monitor", "pw")), mgmt.as_user(("guest", "wrong"))
-    assert monitor.call("GET", "/api/connections").status == 403
-    assert wrong.call("GET", "/api/connections").status == 401
-    assert monitor.call("DELETE", "/api/connections/1").status == 403
+def test_each_user_sees_its_own_monitoring_sees_all_administrators_close_any(server: LogbusServer,
+                                                                                 mgmt: Mgmt) -> None:
+    """RabbitMQ's tags: management sees and closes its own connections, monitoring sees
+    every one and closes none, an administrator closes any; wrong credentials are 401."""
+    mgmt.add_user("manager", "pw", "management")
+    mgmt.grant("/", "manager")
+    manager, monitor = mgmt.as_user(("manager", "pw")), mgmt.as_user(("monitor", "pw"))
+    assert mgmt.as_user(("guest", "wrong")).call("GET", "/api/connections").status == 401
+    host, port = server.host_port("amqp")
+    params = dict(host=host, port=port, connection_attempts=1, socket_timeout=5, stack_timeout=15)
+    own = pika.BlockingConnection(pika.ConnectionParameters(credentials=pika.PlainCredentials("manager", "pw"),
+                                                            **params))  # type: ignore[arg-type]
+    other = amqp(server)
+    try:
+        everyone = listed(monitor, lambda cs: sum(c["protocol"] == "amqp" for c in cs) >= 2)
+        assert {"guest", "manager"} <= {c["user"] for c in everyone if c["protocol"] == "amqp"}
+        mine = manager.ok("GET", "/api/connections").json()
+        assert mine and {c["user"] for c in mine} == {"manager"}, mine  # its AMQP and this HTTP one
+        theirs = next(c for c in everyone if c["protocol"] == "amqp" and c["user"] == "guest")
+        its = next(c for c in mine if c["protocol"] == "amqp")
+        assert monitor.call("DELETE", f"/api/connections/{its['id']}").status == 403
+        assert manager.call("DELETE", f"/api/connections/{theirs['id']}").status == 403
+        assert other.is_open and own.is_open
+        assert manager.call("DELETE", f"/api/connections/{its['id']}").status == 204
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            own.process_data_events(time_limit=WAIT)
+        assert closed.value.reply_code == CONNECTION_FORCED
+        other.process_data_events(time_limit=0)
+        assert other.is_open
+    finally:
+        for c in (own, other):
+            if c.is_open:
+                c.close()

@@ -17,7 +17,7 @@ from tests.serverproc import LogbusServer
 
 
 def call(server: LogbusServer, method: str, path: str, body: Any = None) -> Reply:
-    return Mgmt(server, auth=None).call(method, path, body)
+    return Mgmt(server).call(method, path, body)
 
 
 def receive(server: LogbusServer, group: str, topic: str, **filters: str) -> list[str]:

@@ -13,8 +13,7 @@ from tests.integration.mgmt import Mgmt, Reply, q
 from tests.serverproc import LogbusServer, module_server
 
 RABBITMQ_HASH = "fOC0HhN9jd35fgdugCrUmtJEDBykNKlPSAkkQrMfQfuWjx2w"  # "secret", from RabbitMQ 3.10.8
-MANAGEMENT = ["/api/users", "/api/users/guest", "/api/vhosts", "/api/vhosts/%2F", "/api/permissions",
-              "/api/permissions/%2F/guest"]
+ADMIN_ONLY = ["/api/users", "/api/users/guest", "/api/permissions", "/api/permissions/%2F/guest"]
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +38,8 @@ def error(reply: Reply, status: int, code: str) -> str:
 # -- who may use it ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", MANAGEMENT)
-def test_management_needs_an_administrator(mgmt: Mgmt, path: str) -> None:
+@pytest.mark.parametrize("path", ADMIN_ONLY)
+def test_users_and_permissions_need_an_administrator(mgmt: Mgmt, path: str) -> None:
     for auth, headers in [(None, {}), (("guest", "wrong"), {}), (("nobody", "guest"), {}),
                           (None, {"Authorization": "Bearer abc"}),
                           (None, {"Authorization": "Basic !!!"})]:
@@ -55,10 +54,23 @@ def test_management_needs_an_administrator(mgmt: Mgmt, path: str) -> None:
     assert mgmt.call("GET", path).status == 200
 
 
-def test_the_other_endpoints_stay_open(mgmt: Mgmt) -> None:
+def test_only_health_and_metrics_are_open(mgmt: Mgmt) -> None:
     anonymous = mgmt.as_user(None)
-    for path in ("/api/topics", "/api/limits", "/metrics", "/healthz"):
+    for path in ("/metrics", "/healthz"):
         assert anonymous.call("GET", path).status == 200, path
+    for path in ("/api/topics", "/api/limits", "/api/vhosts", "/api/connections", "/api/pop", "/api/whoami"):
+        reply = anonymous.call("GET", path)
+        error(reply, 401, "unauthorized")
+        assert reply.headers["WWW-Authenticate"] == 'Basic realm="logbus"'
+
+
+def test_vhosts_are_seen_by_monitoring_and_changed_by_administrators(mgmt: Mgmt) -> None:
+    monitor = mgmt.as_user(("monitor", "pw"))
+    assert [v["name"] for v in monitor.ok("GET", "/api/vhosts").json()] == ["/"]
+    assert monitor.ok("GET", "/api/vhosts/%2F").json()["name"] == "/"
+    error(monitor.call("PUT", "/api/vhosts/sneaky"), 403, "forbidden")
+    error(monitor.call("DELETE", "/api/vhosts/%2F"), 403, "forbidden")
+    assert mgmt.call("GET", "/api/vhosts/sneaky").status == 404
 
 
 # -- users ----------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ def call(
     raw: bytes | None = None,
     headers: dict[str, str] | None = None,
 ) -> Reply:
-    return Mgmt(server, auth=None).call(method, path, body, raw=raw, headers=headers)
+    return Mgmt(server).call(method, path, body, raw=raw, headers=headers)
 
 
 def assert_error(reply: Reply, status: int, code: str) -> str:

@@ -1,6 +1,6 @@
 """Kafka clients and the one access check (``Broker.authorize``) against a real `logbus
-serve`: with no login yet they act as the broker's default user, whose permissions in vhost
-"/" on the exchange of a topic's name decide: write to produce, read to fetch, configure
+serve`: with no login yet they act as the broker's default user, whose permissions on the
+exchange a topic stands for (in the topic's vhost: docs/security.md) decide: write to produce, read to fetch, configure
 to create (also by auto-creation) or delete. A refusal is TOPIC_AUTHORIZATION_FAILED (29)
 for that topic alone; a permission change takes effect on the next request."""
 
@@ -66,3 +66,30 @@ def test_produce_fetch_and_create_follow_the_default_users_permissions(server: L
     finally:
         producer.close()
         admin.close()
+
+
+def test_another_vhosts_topic_needs_that_vhosts_permissions(server: LogbusServer, mgmt: Mgmt) -> None:
+    """Topic prod@orders (Kafka name logbus-x-prod_40orders) is exchange orders of vhost
+    prod: the default user's permissions on "/" do not reach it (they did before: the
+    check read every topic as an exchange of "/")."""
+    mgmt.add_vhost("prod")
+    mgmt.grant("prod", "guest")
+    mgmt.ok("POST", "/api/topics", {"name": "prod@orders"})
+    mgmt.ok("POST", "/api/topics/prod%40orders/messages", {"messages": [{"value": "secret"}]})
+    mgmt.ok("DELETE", "/api/permissions/prod/guest")
+    addr = server.addresses["kafka"]
+    producer = KafkaProducer(bootstrap_servers=addr, enable_idempotence=False, retries=0, max_block_ms=3000)
+    consumer = KafkaConsumer(bootstrap_servers=addr, enable_auto_commit=False, consumer_timeout_ms=3000)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            producer.send("logbus-x-prod_40orders", b"v").get(timeout=WAIT)
+        tp = TopicPartition("logbus-x-prod_40orders", 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        with pytest.raises(TopicAuthorizationFailedError):
+            list(consumer)
+        partition = mgmt.ok("GET", "/api/topics/prod%40orders").json()["partition_detail"][0]
+        assert partition["log_end_offset"] == 1  # the refused produce appended nothing
+    finally:
+        producer.close()
+        consumer.close()

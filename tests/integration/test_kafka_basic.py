@@ -188,5 +188,8 @@ def test_auto_creation_can_be_turned_off(logbus_server: Any) -> None:
     import json
     import urllib.request
 
-    with urllib.request.urlopen(server.http_url + "/api/topics", timeout=5) as r:
+    from tests.serverproc import ADMIN_AUTH
+
+    with urllib.request.urlopen(urllib.request.Request(server.http_url + "/api/topics", headers=ADMIN_AUTH),
+                                timeout=5) as r:
         assert "not-there" not in json.dumps(json.load(r))

@@ -35,7 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
 
 
 def call(server: LogbusServer, method: str, path: str, body: Any = None) -> Reply:
-    return Mgmt(server, auth=None).call(method, path, body)
+    return Mgmt(server).call(method, path, body)
 
 
 def topic_info(server: LogbusServer, name: str) -> dict[str, Any] | None:

@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from tests.serverproc import LOOPBACK_ANY_PORT, run_logbus
+from tests.serverproc import ADMIN_AUTH, LOOPBACK_ANY_PORT, run_logbus
 
 
 def get(url: str) -> tuple[int, str, bytes]:
-    with urllib.request.urlopen(url, timeout=10) as response:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=ADMIN_AUTH), timeout=10) as response:
         return response.status, response.headers["Content-Type"], response.read()
 
 
 def post_json(url: str, body: Any) -> int:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), method="POST",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **ADMIN_AUTH},
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return response.status

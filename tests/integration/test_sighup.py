@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.serverproc import ServerFactory
+from tests.serverproc import ADMIN_AUTH, ServerFactory
 
 WAIT = 20.0
 
@@ -29,7 +29,8 @@ def wait_for_log(server: object, text: str, start: int) -> str:
 
 
 def limits(server: object) -> dict[str, object]:
-    with urllib.request.urlopen(server.http_url + "/api/limits", timeout=10) as r:  # type: ignore[attr-defined]
+    request = urllib.request.Request(server.http_url + "/api/limits", headers=ADMIN_AUTH)  # type: ignore[attr-defined]
+    with urllib.request.urlopen(request, timeout=10) as r:
         return json.loads(r.read())  # type: ignore[no-any-return]
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
-from tests.serverproc import LOOPBACK_ANY_PORT, LogbusServer, ServerFactory
+from tests.serverproc import ADMIN_AUTH, LOOPBACK_ANY_PORT, LogbusServer, ServerFactory
 
 HANDSHAKE = 1.0  # seconds: --handshake-timeout-ms 1000
 KAFKA_IDLE = 1.5
@@ -182,7 +182,7 @@ def test_http_body_trickled_is_answered_408(server: LogbusServer) -> None:
 def test_http_keep_alive_connection_is_closed_when_idle(server: LogbusServer) -> None:
     before = metric(server, "logbus_http_idle_timeouts")
     sock = connect(server, "http")
-    sock.sendall(b"GET /api/topics HTTP/1.1\r\nHost: x\r\n\r\n")
+    sock.sendall(b"GET /api/topics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\r\n")
     sock.settimeout(10)
     answer = b""
     while b"\r\n\r\n" not in answer or not answer.endswith(b"]\n"):
@@ -205,7 +205,7 @@ def test_http_requests_in_time_keep_the_connection(server: LogbusServer) -> None
     end = time.monotonic() + HANDSHAKE + HTTP_IDLE + 0.5
     n = 0
     while time.monotonic() < end or n < 3:
-        sock.sendall(b"GET /api/topics HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /api/topics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\r\n")
         answer = b""
         while not answer.endswith(b"]\n"):
             chunk = sock.recv(65536)
@@ -267,7 +267,7 @@ def test_kafka_pipelined_requests_are_all_answered_in_order(server: LogbusServer
 
     wait_ms = 300
     req = urllib.request.Request(server.http_url + "/api/topics", data=b'{"name": "long-poll"}', method="POST",
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **ADMIN_AUTH})
     assert urllib.request.urlopen(req, timeout=10).status == 201
     before = metric(server, "logbus_kafka_muted_reads")
     T = FetchRequest.FetchTopic

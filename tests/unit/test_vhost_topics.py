@@ -6,9 +6,11 @@ X (test_router_lifecycle.py)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from logbus.core.log.topic_config import MAX_TOPIC_NAME, validate_topic_name
-from logbus.core.routing.log_topics import DEFAULT_EXCHANGE_TOPIC, vhost_topic
+from logbus.core.routing.log_topics import DEFAULT_EXCHANGE_TOPIC, topic_exchange, vhost_topic
 from logbus.core.routing.router import (
     PREDECLARED,
     PreconditionFailed,
@@ -26,6 +28,27 @@ def test_vhost_topic_names() -> None:
     assert vhost_topic("v", "x@y") == "v@x@y"  # vhost v, exchange x@y: unambiguous
     for vhost in ("prod", "a/b", "\\", "\x01", "é"):
         validate_topic_name(vhost_topic(vhost, "amq.topic"))
+
+
+def test_a_topic_stands_for_the_exchange_of_the_vhost_in_its_name() -> None:
+    """What permission checks read a log topic as (docs/security.md, "What names mean")."""
+    assert topic_exchange("orders") == ("/", "orders")
+    assert topic_exchange("__amqp_default") == ("/", "")  # the default exchange
+    assert topic_exchange("prod@orders") == ("prod", "orders")
+    assert topic_exchange("prod@__amqp_default") == ("prod", "")
+    assert topic_exchange("a%2Fb@orders") == ("a/b", "orders")
+    assert topic_exchange("%DLQ%billing") == ("/", "%DLQ%billing")
+    assert topic_exchange("v@x@y") == ("v", "x@y")
+
+
+@given(st.text(min_size=1).filter(lambda v: v != "/"), st.text())
+def test_topic_exchange_inverts_vhost_topic(vhost: str, exchange_topic: str) -> None:
+    """Every exchange of every vhost is read back from its topic's name, so a name
+    cannot stand for an exchange of another vhost than the one whose topic it is."""
+    expected = "" if exchange_topic == DEFAULT_EXCHANGE_TOPIC else exchange_topic
+    assert topic_exchange(vhost_topic(vhost, exchange_topic)) == (vhost, expected)
+    if "@" not in exchange_topic:
+        assert topic_exchange(vhost_topic("/", exchange_topic)) == ("/", expected)
 
 
 def test_a_router_names_every_exchange_of_its_vhost() -> None:

@@ -75,10 +75,25 @@ DEFAULT_EXCHANGE_RESOURCE: Final = "amq.default"
 DEFAULT_VHOST_DESCRIPTION: Final = "Default virtual host"
 FULL_ACCESS: Final = ".*"
 
+MANAGEMENT: Final = "management"
+POLICYMAKER: Final = "policymaker"
+MONITORING: Final = "monitoring"
+
 Perm = Literal["configure", "write", "read"]
 Kind = Literal["exchange", "queue"]
-# "access": use the vhost at all; "administer": the broker's management (an administrator)
-Action = Literal["access", "configure", "write", "read", "administer"]
+# "access": use the vhost at all; the others are the management API's, granted by tags
+Action = Literal["access", "configure", "write", "read", "manage", "policy", "monitor", "administer"]
+# The tags that grant each management action, as RabbitMQ's: management may use the API
+# on the vhosts it has permissions in; policymaker adds policies (here: topic settings);
+# monitoring adds every vhost's and connection's figures; administrator may do everything.
+TAGS_FOR: Final[dict[str, frozenset[str]]] = {
+    "manage": frozenset({MANAGEMENT, POLICYMAKER, MONITORING, ADMINISTRATOR}),
+    "policy": frozenset({POLICYMAKER, ADMINISTRATOR}),
+    "monitor": frozenset({MONITORING, ADMINISTRATOR}),
+    "administer": frozenset({ADMINISTRATOR}),
+}
+REFUSED_TAG: Final = {"manage": "Not management user", "policy": "Not policymaker user",
+                      "monitor": "Not monitor user", "administer": "Not administrator user"}  # RabbitMQ's words
 
 
 @dataclass(frozen=True, slots=True)

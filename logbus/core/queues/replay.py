@@ -196,10 +196,13 @@ class DeadLetterReplay:
         self._is_pop_group = is_pop_group
         self._running: set[str] = set()
 
-    def run(self, group: str, topic: str | None = None, limit: Any = None) -> Deferred[dict[str, Any]]:
+    def run(self, group: str, topic: str | None = None, limit: Any = None,
+            may_publish: Callable[[str], object] | None = None) -> Deferred[dict[str, Any]]:
         """Replay ``group``'s dead letters (only those that died in ``topic`` if given, at
         most ``limit``). Fires, once the replayed messages are durable and the cursor is
-        committed, with ``{"group", "replayed", "topics": {topic: n}, "skipped", "more"}``."""
+        committed, with ``{"group", "replayed", "topics": {topic: n}, "skipped", "more"}``.
+        ``may_publish(topic)`` is called for each topic a replay would publish to before
+        anything is published, and may raise (AccessRefused): then nothing is."""
         check_group(group)
         n = check_limit(limit)
         lm = self._log()
@@ -240,6 +243,9 @@ class DeadLetterReplay:
                     raise InvalidRequest(f"too many topics of {dlq.name!r} replayed on their own; "
                                          "replay them all (no topic) first")
                 commits[(dlq.name, p.index)] = OffsetAndMetadata(pl.cursor.offset, metadata)
+        if may_publish is not None:
+            for target in sorted({r.topic for r in replays}):
+                may_publish(target)
 
         self._running.add(group)
         try:

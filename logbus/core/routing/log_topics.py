@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import zlib
 from typing import Final
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 DEFAULT_EXCHANGE_TOPIC: Final = "__amqp_default"
 DEFAULT_VHOST: Final = "/"
@@ -32,3 +32,17 @@ def vhost_topic(vhost: str, topic: str) -> str:
     if vhost == DEFAULT_VHOST:
         return topic
     return quote(vhost, safe="") + VHOST_SEPARATOR + topic
+
+
+def topic_exchange(topic: str) -> tuple[str, str]:
+    """The (vhost, exchange) a log topic stands for in permission checks: the inverse of
+    ``vhost_topic`` (the default exchange's topic is exchange ``""``). A topic
+    no exchange backs (one created over Kafka or HTTP) is the exchange of its own name
+    in vhost ``/``, and ``v@t`` is always exchange ``t`` of vhost ``v``: a name cannot
+    reach into another vhost without that vhost's permissions."""
+    vhost, sep, rest = topic.partition(VHOST_SEPARATOR)
+    if not sep:
+        vhost, rest = DEFAULT_VHOST, topic
+    else:
+        vhost = unquote(vhost)
+    return vhost, "" if rest == DEFAULT_EXCHANGE_TOPIC else rest

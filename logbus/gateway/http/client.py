@@ -1,15 +1,16 @@
 """AdminClient: the HTTP admin API from the outside, with urllib (no Twisted), for the CLI.
 
-    client = AdminClient("http://127.0.0.1:8080")
+    client = AdminClient("http://127.0.0.1:8080", auth=("guest", "guest"))   # HTTP Basic
     client.create_topic("orders", partitions=3, config={"flush": "none"})   # -> TopicInfo JSON
     client.list_topics(); client.describe_topic("orders"); client.delete_topic("orders")
     client.pop_receive("billing", "orders", max=10, invisible_ms=30000)   # -> [message JSON]
     client.pop_ack("billing", "orders", [handle]); client.pop_nack(...); client.pop_invisible(...)
     client.pop_groups(); client.dlq_replay("billing", topic="orders")   # -> counts
 
-    admin = AdminClient(url, auth=("guest", "guest"))   # HTTP Basic, for the administrators' endpoints
-    admin.mqtt_clients(); admin.mqtt_sessions()          # -> [session JSON]
-    admin.mqtt_kick("sensor-1"); admin.mqtt_delete_session("sensor-1")
+    client.mqtt_clients(); client.mqtt_sessions()        # -> [session JSON]
+    client.mqtt_kick("sensor-1"); client.mqtt_delete_session("sensor-1")
+
+Every call but /healthz needs a user (docs/security.md has which tag or permission).
 
 Failures raise AdminError: ``Unreachable`` when no logbus answers at the URL, otherwise
 the server's ``{"error": code, "message": text}`` with the HTTP status.

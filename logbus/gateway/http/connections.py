@@ -1,5 +1,7 @@
-"""Client connections of every protocol (administrators only: auth.py), from the broker's
-connection registry (``Broker.list_connections``).
+"""Client connections of every protocol, from the broker's connection registry
+(``Broker.list_connections``). As RabbitMQ's management API: a user with the
+``management`` tag sees and may close its own connections, ``monitoring`` sees every
+one, an administrator may close any.
 
     GET    /api/connections               200 [connection, ...], oldest first
     GET    /api/connections?protocol=P    only those of P (amqp, mqtt, kafka, http)
@@ -18,7 +20,9 @@ from typing import TYPE_CHECKING
 
 from twisted.web import resource, server
 
+from ...core.types import Action
 from .auth import AdminResource
+from .credentials import allowed, user_of
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
@@ -28,6 +32,8 @@ PROTOCOLS = ("amqp", "mqtt", "kafka", "http")
 
 
 class Connections(AdminResource):
+    needs: Action | None = "manage"
+
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self
@@ -40,11 +46,15 @@ class Connections(AdminResource):
         if protocol is not None and protocol not in PROTOCOLS:
             raise HttpError(400, "bad_request", f"protocol must be one of {', '.join(PROTOCOLS)}")
         records = sorted(self.broker.list_connections(protocol), key=lambda c: c.id)
+        if not allowed(request, self.broker, "monitor"):
+            user = user_of(request)
+            records = [c for c in records if c.user == user]
         return Response.json(200, [c.to_json() for c in records])
 
 
 class OneConnection(AdminResource):
     isLeaf = True
+    needs: Action | None = "manage"
 
     def __init__(self, broker: Broker, raw_id: bytes) -> None:
         super().__init__(broker)
@@ -55,6 +65,11 @@ class OneConnection(AdminResource):
             id = int(self.raw_id)
         except ValueError:
             raise HttpError(404, "unknown_connection", f"no connection {self.raw_id!r}") from None
+        if not allowed(request, self.broker, "administer"):
+            user = user_of(request)
+            own = [c for c in self.broker.list_connections() if c.id == id and c.user == user]
+            if not own:
+                raise HttpError(403, "forbidden", f"user '{user}' may close only its own connections")
         if not self.broker.close_connection(id):
             raise HttpError(404, "unknown_connection", f"no connection {id}")
         return Response.empty(204)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 class Health(ApiResource):
     isLeaf = True
+    public = True  # what a load balancer or an orchestrator asks, without credentials
 
     def __init__(self, broker: Broker) -> None:
         super().__init__()

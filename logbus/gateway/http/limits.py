@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.web import server
 
+from .credentials import require
 from .request import json_object, read_json
 from .resource import ApiResource
 from .responses import HttpError, Response
@@ -37,9 +38,11 @@ class Limits(ApiResource):
         self.broker = broker
 
     def handle_GET(self, request: server.Request) -> Response:
+        require(request, self.broker, "monitor")
         return Response.json(200, self.broker.pressure.to_json())
 
     def handle_PUT(self, request: server.Request) -> Response:
+        require(request, self.broker, "administer")
         self.broker.pressure.set_limits(**parse_limits(read_json(request)))
         return Response.json(200, self.broker.pressure.to_json())
 

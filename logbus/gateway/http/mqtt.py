@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from twisted.web import resource, server
 
+from ...core.types import Action
 from .auth import AdminResource, path_name
 from .responses import HttpError, Response
 
@@ -51,6 +52,8 @@ def mqtt_room(broker: Broker) -> MqttAdmin:
 
 
 class MqttClients(AdminResource):
+    needs: Action | None = "monitor"  # the listing; MqttOne (a kick) is an administrator's
+
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/mqtt/clients/
@@ -61,6 +64,8 @@ class MqttClients(AdminResource):
 
 
 class MqttSessions(AdminResource):
+    needs: Action | None = "monitor"
+
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/mqtt/sessions/

@@ -32,7 +32,11 @@ from twisted.web import resource, server
 from ...core.errors import LogbusError
 from ...core.types import Message
 from ...core.types import Popped
+from ...core.types import dlq_topic
+from ...core.types import topic_exchange
+from ...core.types import Resource
 from .alarms import AlarmGate
+from .credentials import require, require_topic
 from .request import json_object, read_json, request_body
 from .resource import ApiResource, NotFound
 from .responses import HttpError, Response, status_for
@@ -92,7 +96,9 @@ class Pop(ApiResource):
         return PopAction(self.broker, _segment(path, "group"), _segment(topic, "topic"), handler)
 
     def handle_GET(self, request: server.Request) -> Response:
-        return Response.json(200, self.broker.pop_groups())
+        user = require(request, self.broker, "manage")
+        return Response.json(200, [g for g in self.broker.pop_groups()
+                                   if self.broker.sees_vhost(user, topic_exchange(g["topic"])[0])])
 
 
 class PopAction(ApiResource):
@@ -103,6 +109,9 @@ class PopAction(ApiResource):
         self.broker, self.group, self.topic, self.action = broker, group, topic, action
 
     def handle_POST(self, request: server.Request) -> Response | Deferred[Response]:
+        # a pop group reads a topic as a queue bound to its exchange: read on both
+        require_topic(request, self.broker, "read", self.topic)
+        require(request, self.broker, "read", Resource(topic_exchange(self.topic)[0], "queue", self.group))
         response: Response | Deferred[Response] = self.action(self, read_json(request))
         return response
 
@@ -115,13 +124,17 @@ class DlqReplay(ApiResource):
         self.broker, self.group, self.gate = broker, group, gate
 
     def handle_POST(self, request: server.Request) -> Deferred[Response]:
+        # read the group's dead letters; write to each topic they go back to (checked
+        # by the replay before it publishes anything)
+        require_topic(request, self.broker, "read", dlq_topic(self.group))
         self.gate.check()
         body = read_json(request) if request_body(request).strip() else {}
         b = json_object(body, ("topic", "max"))
         topic = b.get("topic")
         if topic is not None and not isinstance(topic, str):
             raise HttpError(400, "invalid_request", "topic must be a string")
-        d = self.broker.dlq_replay(self.group, topic, b.get("max"))
+        d = self.broker.dlq_replay(self.group, topic, b.get("max"),
+                                   lambda target: require_topic(request, self.broker, "write", target))
         return d.addCallback(lambda result: Response.json(200, result))
 
 

@@ -10,13 +10,15 @@ other exception is a bug: logged with its traceback, answered 500.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
+from ...core.types import Action
 from ...core.errors import LogbusError
+from .credentials import authenticate, require
 from .responses import HttpError, Response, status_for
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,9 @@ Handler = Callable[[server.Request], Union[Response, "Deferred[Response]"]]
 
 
 class ApiResource(resource.Resource):
+    public = False  # True: no credentials asked (/healthz)
+    needs: Action | None = None  # a tag's action every method needs ("administer", "monitor", ...)
+
     def render(self, request: server.Request) -> bytes | int:
         method = request.method.decode("latin-1").upper()
         head = method == "HEAD"
@@ -55,8 +60,18 @@ class ApiResource(resource.Resource):
         return _write(request, response, head)
 
     def authorize(self, request: server.Request) -> None:
-        """Raise HttpError (401, 403) unless the request may be handled; open by default
-        (the management resources require an administrator: auth.AdminResource)."""
+        """Raise HttpError (401, 403) unless the request may be handled: every endpoint
+        needs a user's credentials (credentials.py) but a ``public`` one, and the tag's
+        action in ``needs`` if set (auth.AdminResource: an administrator); a handler
+        checks the permissions of what it touches."""
+        if self.public:
+            return
+        site: Any = request.site  # an ApiSite (site.py)
+        broker = site.broker
+        if self.needs is None:
+            authenticate(request, broker)
+        else:
+            require(request, broker, self.needs)
 
     def allowed_methods(self) -> list[str]:
         allowed = [m for m in METHODS if hasattr(self, f"handle_{m}")]

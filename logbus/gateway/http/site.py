@@ -1,15 +1,24 @@
 """The resource tree of the HTTP gateway and the Site (protocol factory) serving it.
 
-    /healthz                 health.Health
-    /metrics                 metrics.Metrics
-    /api/topics[/<name>]     topics.Topics, topics.Topic
-    /api/limits              limits.Limits (resource alarm limits, at run time)
-    /api/users[/<name>]      users.Users, users.UserResource        } administrators only
-    /api/vhosts[/<name>]     vhosts.VHosts, vhosts.VHostResource    } (HTTP Basic,
-    /api/permissions[/<vhost>/<user>]  permissions.*                } auth.py)
-    /api/topic-permissions[/<vhost>/<user>]  topic_permissions.*    }
-    /api/mqtt/clients[/<id>]   mqtt.MqttClients, mqtt.MqttOne       }
-    /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttOne      }
+    /healthz                 health.Health                          open
+    /metrics                 metrics.Metrics                        open, or monitoring (http_metrics_auth)
+    /api/whoami              whoami.WhoAmI                          any user
+    /api/topics[/<name>]     topics.Topics, topics.Topic            management + permissions
+    /api/topics/<name>/messages  topics.TopicMessages               write permission
+    /api/pop[/...]           pop.Pop, pop.PopAction, pop.DlqReplay  read (write) permissions
+    /api/connections[/<id>]  connections.*                          management: its own; monitoring
+    /api/limits              limits.Limits (alarm limits)           monitoring; PUT: administrator
+    /api/vhosts[/<name>]     vhosts.VHosts, vhosts.VHostResource    management; PUT, DELETE: administrator
+    /api/users[/<name>]      users.Users, users.UserResource        administrator
+    /api/permissions[/<vhost>/<user>]  permissions.*                administrator
+    /api/topic-permissions[/<vhost>/<user>]  topic_permissions.*    administrator
+    /api/mqtt/clients[/<id>]   mqtt.MqttClients, mqtt.MqttOne       monitoring; DELETE: administrator
+    /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttOne      monitoring; DELETE: administrator
+
+Every endpoint but /healthz (and /metrics unless ``http_metrics_auth``) asks for HTTP
+Basic credentials of a broker user (credentials.py): 401 without them, 403 without the
+tag (RabbitMQ's management, policymaker, monitoring, administrator) or permission the
+operation needs. docs/security.md has the table.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from .topic_permissions import TopicPermissions
 from .topics import Topics
 from .users import Users
 from .vhosts import VHosts
+from .whoami import WhoAmI
 
 if TYPE_CHECKING:
     from ...core.broker import Broker
@@ -199,8 +209,9 @@ class ApiSite(server.Site):
             access_log.debug("%s", http.combinedLogFormatter(self._logDateTime, request))
 
 
-def build_resource(broker: Broker) -> Directory:
+def build_resource(broker: Broker, metrics_auth: bool = False) -> Directory:
     api = _directory({
+        b"whoami": WhoAmI(broker),
         b"topics": Topics(broker),
         b"connections": Connections(broker),
         b"limits": Limits(broker),
@@ -213,7 +224,7 @@ def build_resource(broker: Broker) -> Directory:
     })
     return _directory({
         b"healthz": Health(broker),
-        b"metrics": Metrics(broker.metrics.registry),
+        b"metrics": Metrics(broker.metrics.registry, authenticated=metrics_auth),
         b"api": api,
     })
 
@@ -226,5 +237,6 @@ def _directory(children: dict[bytes, resource.Resource]) -> Directory:
     return directory
 
 
-def build_site(broker: Broker, reactor: Any = None, timeouts: Timeouts | None = None) -> ApiSite:
-    return ApiSite(build_resource(broker), broker, reactor=reactor, timeouts=timeouts)
+def build_site(broker: Broker, reactor: Any = None, timeouts: Timeouts | None = None,
+               metrics_auth: bool = False) -> ApiSite:
+    return ApiSite(build_resource(broker, metrics_auth), broker, reactor=reactor, timeouts=timeouts)

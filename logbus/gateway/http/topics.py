@@ -44,7 +44,9 @@ from ...core.types import Message
 from ...core.types import check_delay
 from ...retry.policy import MAX_DELAY_MS
 
+from ...core.types import topic_exchange
 from .alarms import AlarmGate
+from .credentials import require, require_topic, user_of
 from .request import json_object, query_flag, read_json
 from .resource import ApiResource
 from .responses import HttpError, Response
@@ -71,10 +73,14 @@ class Topics(ApiResource):
         return Topic(self.broker, path)
 
     def handle_GET(self, request: server.Request) -> Response:
-        return Response.json(200, [info.to_json() for info in self.broker.list_topics()])
+        user = require(request, self.broker, "manage")
+        return Response.json(200, [info.to_json() for info in self.broker.list_topics()
+                                   if self.broker.sees_vhost(user, topic_exchange(info.name)[0])])
 
     def handle_POST(self, request: server.Request) -> Response:
+        require(request, self.broker, "manage")
         name, settings = parse_create(read_json(request))
+        require_topic(request, self.broker, "configure", name)
         info = self.broker.create_topic(name, settings)
         location = "/api/topics/" + quote(info.name, safe="")
         return Response.json(201, info.to_json(), (("Location", location),))
@@ -97,17 +103,27 @@ class Topic(ApiResource):
             ) from None
 
     def handle_GET(self, request: server.Request) -> Response:
-        return Response.json(200, self.broker.describe_topic(self.name()).to_json())
+        user = require(request, self.broker, "manage")
+        name = self.name()
+        vhost = topic_exchange(name)[0]
+        if not self.broker.sees_vhost(user, vhost):
+            raise HttpError(403, "forbidden", f"access to vhost '{vhost}' refused for user '{user}'")
+        return Response.json(200, self.broker.describe_topic(name).to_json())
 
     def handle_PUT(self, request: server.Request) -> Response:
+        require(request, self.broker, "policy")  # a topic's settings are its policy
         name = self.name()
+        require_topic(request, self.broker, "configure", name)
         settings = parse_alter(read_json(request))
         return Response.json(200, self.broker.alter_topic(name, settings).to_json())
 
     def handle_DELETE(self, request: server.Request) -> Response:
         """``?force=true``: a topic queues read is deleted too, their entries with it."""
+        require(request, self.broker, "manage")
+        name = self.name()
+        require_topic(request, self.broker, "configure", name)
         force = query_flag(request, "force")
-        self.broker.delete_topic(self.name(), force=force)
+        self.broker.delete_topic(name, force=force)
         return Response.empty(204)
 
 
@@ -121,8 +137,9 @@ class TopicMessages(Topic):
         self.gate = gate
 
     def handle_POST(self, request: server.Request) -> Deferred[Response]:
-        self.gate.check()
         name = self.name()
+        require_topic(request, self.broker, "write", name)
+        self.gate.check()
         body = json_object(read_json(request), ("messages", "partition"))
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw or len(raw) > MAX_PUBLISH:
@@ -132,6 +149,10 @@ class TopicMessages(Topic):
             raise HttpError(400, "bad_request", "\"partition\" must be an integer")
         now = int(time.time() * 1000)
         messages = [parse_message(m, now) for m in raw]
+        vhost, exchange = topic_exchange(name)
+        if self.broker.topic_restricted(user_of(request), vhost, exchange):  # the key is the routing key
+            for key in {m.key or b"" for m in messages}:
+                require_topic(request, self.broker, "write", name, key.decode("utf-8", "replace"))
         if partition is None:
             partition = self.broker.partition_for(name, messages[0].key)
         d = self.broker.publish(name, messages, partition=partition)

@@ -1,4 +1,6 @@
-"""Virtual hosts, as RabbitMQ's management API has them (administrators only: auth.py).
+"""Virtual hosts, as RabbitMQ's management API has them: a user with the ``management``
+tag sees those it has a permission in (``monitoring``: all), an administrator may create
+and delete them.
 
     GET    /api/vhosts          200 [{"name", "description", "tags", "metadata"}, ...]
     GET    /api/vhosts/<name>   200 one of them | 404
@@ -18,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.web import resource, server
 
+from ...core.types import Action
 from .auth import AdminResource, path_name
+from .credentials import require, user_of
 from .request import json_object, read_json, request_body
 from .responses import HttpError, Response
 
@@ -29,26 +33,36 @@ FIELDS = ("name", "description", "tags")
 
 
 class VHosts(AdminResource):
+    needs: Action | None = "manage"
+
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/vhosts/
         return VHostResource(self.broker, path)
 
     def handle_GET(self, request: server.Request) -> Response:
-        return Response.json(200, [v.to_json() for v in self.broker.list_vhosts()])
+        user = user_of(request)
+        return Response.json(200, [v.to_json() for v in self.broker.list_vhosts()
+                                   if self.broker.sees_vhost(user, v.name)])
 
 
 class VHostResource(AdminResource):
     isLeaf = True
+    needs: Action | None = "manage"
 
     def __init__(self, broker: Broker, raw_name: bytes) -> None:
         super().__init__(broker)
         self.raw_name = raw_name
 
     def handle_GET(self, request: server.Request) -> Response:
-        return Response.json(200, self.broker.access.vhost(path_name(self.raw_name, "vhost")).to_json())
+        name = path_name(self.raw_name, "vhost")
+        vhost = self.broker.access.vhost(name)
+        if not self.broker.sees_vhost(user_of(request), name):
+            raise HttpError(403, "forbidden", f"access to vhost '{name}' refused for user '{user_of(request)}'")
+        return Response.json(200, vhost.to_json())
 
     def handle_PUT(self, request: server.Request) -> Response:
+        require(request, self.broker, "administer")
         name = path_name(self.raw_name, "vhost")
         raw = request_body(request)
         body = parse_vhost(read_json(request) if raw.strip() else {}, name)
@@ -56,6 +70,7 @@ class VHostResource(AdminResource):
         return Response.empty(201 if created else 204)
 
     def handle_DELETE(self, request: server.Request) -> Response:
+        require(request, self.broker, "administer")
         self.broker.delete_vhost(path_name(self.raw_name, "vhost"))
         return Response.empty(204)
 

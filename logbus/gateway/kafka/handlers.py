@@ -35,7 +35,7 @@ from twisted.internet.defer import Deferred, DeferredList, succeed
 
 from ...core.broker import Broker
 from ...core.errors import AccessRefused, LogbusError, OffsetOutOfRange, Refused
-from ...core.types import FileSpan, Perm, Resource
+from ...core.types import FileSpan, Perm
 from . import errors as K
 from .codec import Chunks, FetchPartition, Request, encode_fetch_response, frame_response
 from .operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
@@ -59,9 +59,10 @@ class KafkaHandlers:
         self.node_id = node_id
         self.auto_create_topics = auto_create_topics
         # Kafka clients have no login yet (issue 31): they act as the broker's default
-        # user, whose permissions in vhost "/" on the exchange of a topic's name decide
-        # (Broker.authorize; write: produce, read: fetch and offsets, configure: create,
-        # delete, alter). What it said is kept until the permissions change.
+        # user, whose permissions on the exchange a topic stands for decide, in the
+        # topic's vhost (Broker.authorize_topic; write: produce, read: fetch and
+        # offsets, configure: create, delete, alter). What it said is kept until the
+        # permissions change.
         self._allowed: dict[tuple[str, str], bool] = {}
         self._allowed_version = -1
         H = Callable[[Request, tuple[str, int]], Any]
@@ -91,7 +92,7 @@ class KafkaHandlers:
         hit = self._allowed.get(key)
         if hit is None:
             try:
-                self.broker.authorize(self.user, action, Resource("/", "exchange", topic))
+                self.broker.authorize_topic(self.user, action, topic)
                 hit = True
             except Refused:
                 hit = False
