@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--mqtt-max-packet-size", metavar="BYTES",
                        help="largest MQTT packet accepted; a larger one closes the connection (MQTT 5:"
                             " DISCONNECT 0x95), and MQTT 5 clients are told it (default: 16777216, 16 MiB)")
+    serve.add_argument("--kafka-anonymous", metavar="on|off|loopback",
+                       help="Kafka clients that do not authenticate (SASL) act as the default user: always,"
+                            " never (the listener asks for SASL first), or only from a loopback address"
+                            " (default: loopback)")
+    serve.add_argument("--kafka-sasl-mechanisms", metavar="LIST",
+                       help="SASL mechanisms offered to Kafka clients, comma-separated"
+                            " (default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)")
     serve.add_argument("--mqtt-anonymous", metavar="on|off|loopback",
                        help="MQTT clients without a user name act as the default user: always, never,"
                             " or only from a loopback address (default: loopback)")
@@ -306,6 +313,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "amqp_max_message_size": args.amqp_max_message_size,
         "mqtt_max_packet_size": args.mqtt_max_packet_size,
         "mqtt_anonymous": args.mqtt_anonymous,
+        "kafka_anonymous": args.kafka_anonymous,
+        "kafka_sasl_mechanisms": args.kafka_sasl_mechanisms,
         "mqtt_max_session_expiry": args.mqtt_max_session_expiry,
         "mqtt_max_queued_messages": args.mqtt_max_queued_messages,
         "mqtt_max_inflight_messages": args.mqtt_max_inflight_messages,

@@ -57,6 +57,8 @@ class Settings:
     log_level: str = "info"
     kafka_advertised: str = ""  # host:port Kafka clients are told to connect to; "": the address they used
     kafka_auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
+    kafka_anonymous: str = "loopback"  # Kafka clients without SASL: "on", "off", or only from loopback
+    kafka_sasl_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"  # offered by SaslHandshake
     amqp_read_linger_ms: float = 1.0  # pause after a pipelined read (gateway/amqp/protocol.py)
     amqp_read_linger_max_ms: float = 8.0  # the longest it grows to, for a client that goes on sending
     amqp_max_message_size: int = 128 << 20  # largest AMQP body accepted (RabbitMQ's max_message_size)
@@ -273,12 +275,20 @@ def _user_list(raw: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_user_name(i) for i in items if i.strip()))
 
 
-MQTT_ANONYMOUS = ("on", "off", "loopback")
+ANONYMOUS = ("on", "off", "loopback")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
-def _mqtt_anonymous(raw: Any) -> str:
-    if raw not in MQTT_ANONYMOUS:
-        raise InvalidConfig(f"must be one of {', '.join(MQTT_ANONYMOUS)}, not {raw!r}")
+def _sasl_mechanisms(raw: Any) -> str:
+    names = [m.strip() for m in str(raw).replace(" ", ",").split(",") if m.strip()] if isinstance(raw, str) else None
+    if not names or any(m not in SASL_MECHANISMS for m in names):
+        raise InvalidConfig(f"a comma-separated list of {', '.join(SASL_MECHANISMS)}, not {raw!r}")
+    return ",".join(dict.fromkeys(names))
+
+
+def _anonymous(raw: Any) -> str:
+    if raw not in ANONYMOUS:
+        raise InvalidConfig(f"must be one of {', '.join(ANONYMOUS)}, not {raw!r}")
     return str(raw)
 
 
@@ -305,11 +315,13 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "log_level": _log_level,
     "kafka_advertised": _host_port,
     "kafka_auto_create_topics": _as_bool,
+    "kafka_anonymous": _anonymous,
+    "kafka_sasl_mechanisms": _sasl_mechanisms,
     "amqp_read_linger_ms": lambda raw: _as_float(raw, 0.0, 100.0),
     "amqp_read_linger_max_ms": lambda raw: _as_float(raw, 0.0, 1000.0),
     "amqp_max_message_size": lambda raw: _as_int(raw, 1, 512 << 20),  # RabbitMQ's ceiling: 512 MiB
     "mqtt_max_packet_size": lambda raw: _as_int(raw, 64, 268_435_460),  # MQTT's ceiling: 256 MiB + header
-    "mqtt_anonymous": _mqtt_anonymous,
+    "mqtt_anonymous": _anonymous,
     "mqtt_max_session_expiry": lambda raw: _as_int(raw, 1, 0xFFFFFFFF),  # MQTT 5's Session Expiry Interval
     "mqtt_max_queued_messages": lambda raw: _as_int(raw, 0, 100_000_000),
     "mqtt_max_inflight_messages": lambda raw: _as_int(raw, 1, 65535),  # packet ids

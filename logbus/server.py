@@ -76,7 +76,9 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
     return IProtocolFactory(KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME, advertised,
                                          auto_create_topics=settings.kafka_auto_create_topics,
                                          idle_timeout=settings.kafka_idle_timeout_ms / 1000,
-                                         max_in_flight=settings.kafka_max_in_flight))
+                                         max_in_flight=settings.kafka_max_in_flight,
+                                         anonymous=settings.kafka_anonymous,
+                                         sasl_mechanisms=tuple(settings.kafka_sasl_mechanisms.split(","))))
 
 
 def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:

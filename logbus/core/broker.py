@@ -40,6 +40,7 @@ from .pressure import (
     AlarmCollector,
     ResourceMonitor,
 )
+from .access.scram import ScramCredential
 from .access.auth import REFUSED_TAG, TAGS_FOR, Access, AccessChange, Action, InvalidAccess, Perm, Resource, VHostInfo, check_name
 from .connections import ConnectionRecord, Connections
 from .definitions import LegacyTranslation
@@ -418,6 +419,17 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
             raise LoginRefused(f"bad user name or password for user '{user}'")
         if self.access.loopback_only(user) and not loopback:
             raise LoopbackOnly(f"user '{user}' can only connect via localhost")
+
+    def loopback_only(self, user: str) -> bool:
+        """Whether ``user`` may log in from a loopback address only (``loopback_users``)."""
+        return self.access.loopback_only(user)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """``user``'s SCRAM credential for ``mechanism`` (SCRAM-SHA-256, SCRAM-SHA-512), or
+        None: no such user, or none made yet (a hash imported alone gets them at its next
+        login with the password; core/access/scram.py)."""
+        u = self.access.users.get(user)
+        return None if u is None else u.scram_credential(mechanism)
 
     def authorize(self, user: str, action: Action, resource: Resource) -> None:
         """THE access check of every gateway: raises AccessRefused unless ``user`` may do

@@ -15,7 +15,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from .access.auth import SHA256, AccessChange, Kind, Perm, Resource, User
+    from .access.auth import SHA256, AccessChange, Action, Kind, Perm, Resource, User
+    from .access.scram import ScramCredential, scram_signature, scram_verify
     from .connections import ConnectionRecord
     from .definitions import LegacyTranslation
     from .deadletters import DeadLetterCopy
@@ -106,6 +107,9 @@ _OWNER = {
     "User": "access.auth",
     "VHost": "vhost",
     "check_delay": "queues.pop",
+    "ScramCredential": "access.scram",
+    "scram_signature": "access.scram",
+    "scram_verify": "access.scram",
     "dlq_topic": "queues.pop",
     "topic_exchange": "routing.log_topics",
     "freeze_arguments": "routing.definitions",
@@ -124,6 +128,7 @@ __all__ = [
     "SHA256",
     "TOPIC",
     "AccessChange",
+    "Action",
     "AppendResult",
     "Arguments",
     "Code",
@@ -166,6 +171,9 @@ __all__ = [
     "User",
     "VHost",
     "check_delay",
+    "ScramCredential",
+    "scram_signature",
+    "scram_verify",
     "dlq_topic",
     "freeze_arguments",
     "tick_of",

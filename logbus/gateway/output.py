@@ -19,6 +19,7 @@ bytes.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import socket
@@ -221,6 +222,15 @@ def peer_of(transport: Any) -> tuple[str, str]:
     """(host, port) of a transport's peer, as text ("?" when it has none)."""
     peer = transport.getPeer()
     return str(getattr(peer, "host", "?")), str(getattr(peer, "port", "?"))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a peer's host (as ``peer_of`` gives it) is a loopback address: where the
+    users of ``loopback_users`` and anonymous clients may come from."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def is_tls(transport: Any) -> bool:

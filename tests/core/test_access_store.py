@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from logbus.core.access.auth import AccessChange, InvalidAccess, UnknownVHost
+from logbus.core.access.scram import derive
 from logbus.core.message import Envelope, Message
 from logbus.core.state import queue_delivered_key, queue_entries_prefix
 from tests.core.brokers import Brokers
@@ -65,6 +66,33 @@ def test_users_vhosts_and_permissions_survive_a_restart(brokers: Brokers) -> Non
     b = brokers.restart()
     assert sorted(b.access.permissions) == [("guest", "/")]
     assert sorted(b.access.users) == ["bob", "guest"]
+
+
+def test_scram_credentials_are_kept_never_the_password_and_made_at_the_first_login(brokers: Brokers) -> None:
+    """Kafka's SCRAM needs StoredKey and ServerKey per mechanism: made when a password is
+    set (and at first boot), kept across restarts; a user imported with a RabbitMQ hash
+    alone gets them at its first login with the password."""
+    b = brokers.start()
+    assert {c.mechanism for c in b.access.user("guest").scram} == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+    b.access.put_user("alice", password="alice-pw-Zq7")
+    b.access.put_user("bob", password_hash="fOC0HhN9jd35fgdugCrUmtJEDBykNKlPSAkkQrMfQfuWjx2w")  # "secret"
+    assert b.scram_credential("bob", "SCRAM-SHA-256") is None
+    alice = b.scram_credential("alice", "SCRAM-SHA-512")
+    assert alice is not None and alice.iterations == 4096 and len(alice.salt) == 16
+    assert alice == derive("SCRAM-SHA-512", "alice-pw-Zq7", salt=alice.salt)
+    b = brokers.restart()
+    assert b.scram_credential("alice", "SCRAM-SHA-512") == alice
+    assert b.access.authenticate("bob", "wrong") is None and b.scram_credential("bob", "SCRAM-SHA-256") is None
+    assert b.access.authenticate("bob", "secret") is not None
+    bob = b.scram_credential("bob", "SCRAM-SHA-256")
+    assert bob is not None and bob == derive("SCRAM-SHA-256", "secret", salt=bob.salt)
+    b = brokers.restart()
+    assert b.scram_credential("bob", "SCRAM-SHA-256") == bob  # stored, not made again
+    b.access.put_user("alice", password="alice-new-Xk9")
+    assert b.scram_credential("alice", "SCRAM-SHA-512") not in (None, alice)
+    assert b.state is not None
+    records = b"".join(v for _, v in b.state.scan_prefix("metadata", b""))
+    assert b"alice-new-Xk9" not in records and b"alice-pw-Zq7" not in records
 
 
 def test_each_vhost_has_its_own_definitions_and_topics(brokers: Brokers) -> None:

@@ -10,6 +10,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from logbus.core.broker import Broker
+from logbus.gateway.kafka.caller import Caller
 from logbus.gateway.kafka.errors import group_error
 from logbus.core.streams.groups import Code, GroupCoordinator, OffsetAndMetadata
 from tests.unit.group_helpers import G, REBALANCE_MS, SESSION_MS
@@ -54,7 +55,7 @@ def call(handlers: Any, request: Any, version: int) -> Any:
     request.with_header(correlation_id=9, client_id="cli")
     req = parse_request(bytes(request.encode(header=True)), handlers.supported)
     box: list[Any] = []
-    res = handlers.handle(req, ("127.0.0.1", 9092))
+    res = handlers.handle(req, Caller(("127.0.0.1", 9092), "guest"))
     if isinstance(res, Deferred):
         res.addCallback(box.append)
     else:

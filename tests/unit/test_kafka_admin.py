@@ -26,6 +26,7 @@ from logbus.core.log import Record, TopicConfig
 from logbus.core.state import topic_key
 from logbus.core.state_pb2 import TopicRecord
 from logbus.gateway.kafka import admin
+from logbus.gateway.kafka.caller import Caller
 from logbus.gateway.kafka import configs as kconfigs
 from logbus.gateway.kafka import errors as K
 from logbus.gateway.kafka.codec import encode_response, parse_request
@@ -76,7 +77,7 @@ class Env:
         the size prefix)."""
         assert self.handlers is not None
         req = parse_request(frame, self.handlers.supported)
-        resp = self.handlers.handle(req, ADDR)
+        resp = self.handlers.handle(req, Caller(ADDR, "guest"))
         out = encode_response(req, resp)
         assert struct.unpack(">i", out[:4])[0] == len(out) - 4
         return resp, out[4:]

@@ -11,6 +11,7 @@ from kafka.protocol.consumer import FetchRequest
 
 from logbus.core.broker import Broker
 from logbus.core.log import Record, TopicConfig
+from logbus.gateway.kafka.caller import Caller
 from logbus.gateway.kafka.handlers import KafkaHandlers
 from tests.loop import LoopReactor
 
@@ -37,7 +38,7 @@ def test_the_wait_ends_once_when_its_last_read_wakes_it(tmp_path: Path) -> None:
         req = fetch_request(30)
         from logbus.gateway.kafka.codec import parse_request
 
-        d = handlers.handle(parse_request(bytes(req.encode(header=True)), handlers.supported), ADDR)
+        d = handlers.handle(parse_request(bytes(req.encode(header=True)), handlers.supported), Caller(ADDR, "guest"))
         answers: list[Any] = []
         d.addCallback(answers.append)
         time.sleep(0.05)  # the wait is over ...

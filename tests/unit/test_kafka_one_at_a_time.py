@@ -49,7 +49,7 @@ class Setup:
         self.pending: list[tuple[Deferred[Any], Any]] = []
         self.factory.handlers.register(ApiVersionsRequest, ApiVersionsResponse, 0, 3, self._handle)
 
-    def _handle(self, req: Any, advertised: Any) -> Deferred[Any]:
+    def _handle(self, req: Any, caller: Any) -> Deferred[Any]:
         d: Deferred[Any] = Deferred()
         self.pending.append((d, req))
         return d

@@ -40,7 +40,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, Self
 
 from ..errors import LogbusError
@@ -60,7 +60,8 @@ from ..state import (
     user_key,
     vhost_key,
 )
-from ..state_pb2 import PermissionRecord, TopicPermissionRecord, UserRecord, VHostRecord
+from ..state_pb2 import PermissionRecord, ScramCredential as ScramRecord, TopicPermissionRecord, UserRecord, VHostRecord
+from .scram import ScramCredential, derive_all
 from .topic_permissions import TopicPerm, TopicPermission
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,10 @@ class User:
     password_hash: str = ""
     hashing_algorithm: str = SHA256
     tags: tuple[str, ...] = ()
+    scram: tuple[ScramCredential, ...] = ()  # Kafka's SASL/SCRAM credentials (scram.py)
+
+    def scram_credential(self, mechanism: str) -> ScramCredential | None:
+        return next((c for c in self.scram if c.mechanism == mechanism), None)
 
     @property
     def is_administrator(self) -> bool:
@@ -302,7 +307,9 @@ class Access:
     def open(self, store: StateStore) -> None:
         """Read every record from ``store`` (the broker calls this at start)."""
         self.store = store
-        self.users = {r.name: User(r.name, r.password_hash, r.hashing_algorithm or SHA256, tuple(r.tags))
+        self.users = {r.name: User(r.name, r.password_hash, r.hashing_algorithm or SHA256, tuple(r.tags),
+                                   tuple(ScramCredential(c.mechanism, c.salt, c.iterations, c.stored_key,
+                                                         c.server_key) for c in r.scram))
                       for r in self._scan(USER_PREFIX, UserRecord)}
         self.vhosts = {r.name: VHostInfo(r.name, r.description, tuple(r.tags))
                        for r in self._scan(VHOST_PREFIX, VHostRecord)}
@@ -333,7 +340,7 @@ class Access:
             return False
         check_name("user", user)
         vhost = VHostInfo(DEFAULT_VHOST, DEFAULT_VHOST_DESCRIPTION)
-        u = User(user, hash_password(password), SHA256, (ADMINISTRATOR,))
+        u = User(user, hash_password(password), SHA256, (ADMINISTRATOR,), derive_all(password))
         perm = Permission(user, DEFAULT_VHOST, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
         with self._write() as b:
             _put_vhost(b, vhost)
@@ -354,7 +361,15 @@ class Access:
         if user is None:
             check_password(password, _DUMMY_HASH)  # as long as for a known name
             return None
-        return user if check_password(password, user.password_hash, user.hashing_algorithm) else None
+        if not check_password(password, user.password_hash, user.hashing_algorithm):
+            return None
+        if not user.scram:  # a hash imported from RabbitMQ: now the SCRAM credentials can be made
+            user = replace(user, scram=derive_all(password))
+            with self._write() as b:
+                _put_user(b, user)
+            self.users[name] = user
+            log.info("user %r: SCRAM credentials made at its login (Kafka SASL/SCRAM can use them now)", name)
+        return user
 
     def loopback_only(self, name: str) -> bool:
         """May ``name`` connect only from a loopback address (``loopback_users``)?"""
@@ -399,16 +414,17 @@ class Access:
         check_name("user", name)
         if password is not None and password_hash is not None:
             raise InvalidAccess("give password or password_hash, not both")
+        scram: tuple[ScramCredential, ...] = ()  # a hash alone: made at the first login
         if password is not None:
             if not isinstance(password, str):
                 raise InvalidAccess("password must be a string")
-            stored, algorithm = hash_password(password), SHA256
+            stored, algorithm, scram = hash_password(password), SHA256, derive_all(password)
         else:
             stored, algorithm = password_hash or "", hashing_algorithm
             if not isinstance(stored, str):
                 raise InvalidAccess("password_hash must be a string")
             check_password_hash(stored, algorithm)
-        user = User(name, stored, algorithm, parse_tags(tags))
+        user = User(name, stored, algorithm, parse_tags(tags), scram)
         new = name not in self.users
         with self._write() as b:
             _put_user(b, user)
@@ -565,8 +581,11 @@ class _NoStore:
 
 
 def _put_user(b: StateBatch | _NoStore, u: User) -> None:
+    scram = [ScramRecord(mechanism=c.mechanism, salt=c.salt, iterations=c.iterations, stored_key=c.stored_key,
+                         server_key=c.server_key) for c in u.scram]
     b.put(CF_METADATA, user_key(u.name), UserRecord(name=u.name, password_hash=u.password_hash,
-                                                    hashing_algorithm=u.hashing_algorithm, tags=list(u.tags)))
+                                                    hashing_algorithm=u.hashing_algorithm, tags=list(u.tags),
+                                                    scram=scram))
 
 
 def _put_vhost(b: StateBatch | _NoStore, v: VHostInfo) -> None:

@@ -41,7 +41,6 @@ waits for us (a small confirm window or prefetch).
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from typing import Any, cast
 
@@ -52,7 +51,7 @@ from twisted.python.failure import Failure
 from ...core.types import AccessChange, ConnectionRecord
 from ...core.broker import Broker
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
-from ..output import direct_writer, is_tls, peer_of
+from ..output import direct_writer, is_loopback, is_tls, peer_of
 from ..unread import UnreadWatch
 from .handshake import State
 from .session import Prompt, Session, blocked_reason
@@ -62,13 +61,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0  # seconds, RabbitMQ's handshake_timeout
 _OPENING = frozenset({State.START, State.AUTHENTICATING, State.TUNE, State.OPEN, State.OPENING})
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 class AmqpProtocol(Protocol):
@@ -90,7 +82,7 @@ class AmqpProtocol(Protocol):
         self.record = broker.connection_opened("amqp", f"{host}:{port}", tls=is_tls(t), close=self._close_forced)
         self.conn = Session(broker, send=direct_writer(t),
                             close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
-                            peer_is_loopback=_loopback(host), peer=f"{host}:{port}",
+                            peer_is_loopback=is_loopback(host), peer=f"{host}:{port}",
                             max_message_size=self.factory.max_message_size, prompt=self.factory.prompt,
                             record=self.record)
         t.registerProducer(self, True)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 from typing import TYPE_CHECKING
 
 from twisted.web import server
 
 from ...core.errors import LoopbackOnly, Refused
 from ...core.types import Resource
+from ..output import is_loopback
 from .responses import HttpError
 
 if TYPE_CHECKING:
@@ -46,12 +46,8 @@ def basic_credentials(request: server.Request) -> tuple[str, str] | None:
     return (user, password) if sep else None
 
 
-def is_loopback(request: server.Request) -> bool:
-    host = getattr(request.getClientAddress(), "host", "")
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def from_loopback(request: server.Request) -> bool:
+    return is_loopback(str(getattr(request.getClientAddress(), "host", "")))
 
 
 def authenticate(request: server.Request, broker: Broker) -> str:
@@ -65,7 +61,7 @@ def authenticate(request: server.Request, broker: Broker) -> str:
         raise HttpError(401, "unauthorized", "HTTP Basic credentials are required", CHALLENGE)
     name, password = credentials
     try:
-        broker.authenticate(name, password, loopback=is_loopback(request))
+        broker.authenticate(name, password, loopback=from_loopback(request))
     except LoopbackOnly:
         raise HttpError(401, "unauthorized", f"user '{name}' can only connect via localhost", CHALLENGE) from None
     except Refused:

@@ -38,6 +38,7 @@ from kafka.protocol.admin import (
 from ...core.errors import LogbusError, UnknownTopic
 from ...core.types import TopicConfig, validate_topic_name
 from . import errors as K
+from .caller import Caller
 from .codec import Request
 from .configs import topic_entries, topic_settings
 from .errors import INVALID_CONFIG, TOPIC_ALREADY_EXISTS, AdminError  # noqa: F401  (tests name them here)
@@ -94,7 +95,7 @@ class KafkaAdmin(HandlerPart):
 
     # -- CreateTopics -----------------------------------------------------------------
 
-    def create_topics(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def create_topics(self, req: Request, caller: Caller) -> Any:
         body = req.body
         R = CreateTopicsResponse.CreatableTopicResult
         C = R.CreatableTopicConfigs
@@ -103,7 +104,7 @@ class KafkaAdmin(HandlerPart):
             try:
                 if repeated:
                     raise _repeated(t.name)
-                self.handlers.check("configure", t.name)
+                self.handlers.check(caller.user, "configure", t.name)
                 config = self._plan_topic(t)
                 if not body.validate_only:
                     self.broker.create_topic(t.name, config.to_mapping())
@@ -159,7 +160,7 @@ class KafkaAdmin(HandlerPart):
 
     # -- DeleteTopics -----------------------------------------------------------------
 
-    def delete_topics(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def delete_topics(self, req: Request, caller: Caller) -> Any:
         body = req.body
         R = DeleteTopicsResponse.DeletableTopicResult
         if req.api_version >= 6:
@@ -175,7 +176,7 @@ class KafkaAdmin(HandlerPart):
             try:
                 if repeated:
                     raise _repeated(name)
-                self.handlers.check("configure", name)
+                self.handlers.check(caller.user, "configure", name)
                 if self.broker.partition_count(name) is None:
                     raise UnknownTopic(f"This server does not host topic {name!r}.")
                 self.broker.delete_topic(name)
@@ -188,7 +189,7 @@ class KafkaAdmin(HandlerPart):
 
     # -- CreatePartitions -------------------------------------------------------------
 
-    def create_partitions(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def create_partitions(self, req: Request, caller: Caller) -> Any:
         body = req.body
         R = CreatePartitionsResponse.CreatePartitionsTopicResult
         results = []
@@ -233,5 +234,5 @@ def install(handlers: KafkaHandlers) -> None:
     """Register this module's APIs with ``handlers``."""
     admin = KafkaAdmin(handlers)
     for method, (req_cls, resp_cls, lo, hi) in VERSIONS.items():
-        fn: Callable[[Request, tuple[str, int]], Any] = getattr(admin, method)
+        fn: Callable[[Request, Caller], Any] = getattr(admin, method)
         handlers.register(req_cls, resp_cls, lo, hi, fn)

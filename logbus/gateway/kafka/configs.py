@@ -46,6 +46,7 @@ from kafka.protocol.admin import (
 from ...core.errors import LogbusError, UnknownTopic
 from ...core.types import TopicConfig
 from . import errors as K
+from .caller import Caller
 from .codec import Request
 from .errors import AdminError
 from .handlers import HandlerPart, KafkaHandlers
@@ -233,7 +234,7 @@ class KafkaConfigs(HandlerPart):
 
     # -- DescribeConfigs --------------------------------------------------------------
 
-    def describe_configs(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def describe_configs(self, req: Request, caller: Caller) -> Any:
         body = req.body
         version = req.api_version
         synonyms = version >= 1 and body.include_synonyms
@@ -280,7 +281,7 @@ class KafkaConfigs(HandlerPart):
 
     # -- AlterConfigs / IncrementalAlterConfigs ---------------------------------------
 
-    def alter_configs(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def alter_configs(self, req: Request, caller: Caller) -> Any:
         R = AlterConfigsResponse.AlterConfigsResourceResponse
         results = []
         for r in req.body.resources:
@@ -289,7 +290,7 @@ class KafkaConfigs(HandlerPart):
                                            partial(replacement_settings, entries), [n for n, _ in entries])))
         return AlterConfigsResponse(throttle_time_ms=0, responses=results)
 
-    def incremental_alter_configs(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def incremental_alter_configs(self, req: Request, caller: Caller) -> Any:
         R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
         results = []
         for r in req.body.resources:
@@ -326,5 +327,5 @@ def install(handlers: KafkaHandlers) -> None:
     """Register this module's APIs with ``handlers``."""
     configs = KafkaConfigs(handlers)
     for method, (req_cls, resp_cls, lo, hi) in VERSIONS.items():
-        fn: Callable[[Request, tuple[str, int]], Any] = getattr(configs, method)
+        fn: Callable[[Request, Caller], Any] = getattr(configs, method)
         handlers.register(req_cls, resp_cls, lo, hi, fn)

@@ -56,6 +56,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 
 from ...core.broker import Broker
 from ...core.types import Code, JoinGroup, JoinResult, OffsetAndMetadata, SyncResult
+from .caller import Caller
 from .codec import Request
 from .errors import group_error
 from .handlers import KafkaHandlers
@@ -97,9 +98,9 @@ class _GroupApi:
 
     # -- FindCoordinator -----------------------------------------------------------------
 
-    def find_coordinator(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def find_coordinator(self, req: Request, caller: Caller) -> Any:
         body = req.body
-        host, port = advertised
+        host, port = caller.advertised
         node = self.handlers.node_id
         ok = body.key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION)
         code = NONE if ok else INVALID_REQUEST
@@ -119,7 +120,7 @@ class _GroupApi:
 
     # -- JoinGroup / SyncGroup -----------------------------------------------------------
 
-    def join_group(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def join_group(self, req: Request, caller: Caller) -> Any:
         body, v = req.body, req.api_version
         join = JoinGroup(
             group_id=body.group_id,
@@ -153,7 +154,7 @@ class _GroupApi:
 
         return self.broker.join_group(join).addCallback(build)
 
-    def sync_group(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def sync_group(self, req: Request, caller: Caller) -> Any:
         body, v = req.body, req.api_version
         assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
         d = self.broker.sync_group(
@@ -173,13 +174,13 @@ class _GroupApi:
 
     # -- Heartbeat / LeaveGroup ----------------------------------------------------------
 
-    def heartbeat(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def heartbeat(self, req: Request, caller: Caller) -> Any:
         body = req.body
         instance = body.group_instance_id if req.api_version >= 3 else None
         code = self.broker.heartbeat(body.group_id, body.generation_id, body.member_id, instance)
         return HeartbeatResponse(throttle_time_ms=0, error_code=group_error(code))
 
-    def leave_group(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def leave_group(self, req: Request, caller: Caller) -> Any:
         body = req.body
         if req.api_version < 3:
             (code,) = self.broker.leave_group(body.group_id, [body.member_id])
@@ -200,7 +201,7 @@ class _GroupApi:
         count = self.broker.partition_count(topic)
         return count is not None and 0 <= partition < count
 
-    def offset_commit(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def offset_commit(self, req: Request, caller: Caller) -> Any:
         body = req.body
         offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         for t in body.topics:
@@ -232,7 +233,7 @@ class _GroupApi:
             topics.append(T(name=t.name, partitions=parts))
         return OffsetCommitResponse(throttle_time_ms=0, topics=topics)
 
-    def offset_fetch(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def offset_fetch(self, req: Request, caller: Caller) -> Any:
         body, v = req.body, req.api_version
         if v >= 8:
             G = OffsetFetchResponse.OffsetFetchResponseGroup
@@ -278,7 +279,7 @@ class _GroupApi:
 
     # -- ListGroups / DescribeGroups -----------------------------------------------------
 
-    def list_groups(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def list_groups(self, req: Request, caller: Caller) -> Any:
         body = req.body
         states = {s.lower() for s in body.states_filter} if req.api_version >= 4 else set()
         L = ListGroupsResponse.ListedGroup
@@ -289,7 +290,7 @@ class _GroupApi:
         ]
         return ListGroupsResponse(throttle_time_ms=0, error_code=NONE, groups=groups)
 
-    def describe_groups(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def describe_groups(self, req: Request, caller: Caller) -> Any:
         D = DescribeGroupsResponse.DescribedGroup
         DM = D.DescribedGroupMember
         asked = req.api_version >= 3 and req.body.include_authorized_operations
@@ -312,7 +313,7 @@ class _GroupApi:
                          authorized_operations=operations))
         return DescribeGroupsResponse(throttle_time_ms=0, groups=out)
 
-    def delete_groups(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def delete_groups(self, req: Request, caller: Caller) -> Any:
         R = DeleteGroupsResponse.DeletableGroupResult
         results = [R(group_id=g, error_code=group_error(self.broker.delete_group(g))) for g in req.body.groups_names]
         return DeleteGroupsResponse(throttle_time_ms=0, results=results)

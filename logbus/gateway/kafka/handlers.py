@@ -37,6 +37,7 @@ from ...core.broker import Broker
 from ...core.errors import AccessRefused, LogbusError, OffsetOutOfRange, Refused
 from ...core.types import FileSpan, Perm
 from . import errors as K
+from .caller import Caller
 from .codec import Chunks, FetchPartition, Request, encode_fetch_response, frame_response
 from .operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
 from .topic_fields import Unmapped, outbound, rename_request, rename_response
@@ -53,9 +54,11 @@ def _kafka_names(answer: Any) -> Any:
 
 
 class KafkaHandlers:
-    def __init__(self, broker: Broker, reactor: Any, *, node_id: int = 0, auto_create_topics: bool = True) -> None:
+    def __init__(self, broker: Broker, reactor: Any, *, node_id: int = 0, auto_create_topics: bool = True,
+                 sasl_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")) -> None:
         self.broker = broker
         self.reactor = reactor
+        self.sasl_mechanisms = sasl_mechanisms  # what SaslHandshake offers (sasl.py)
         self.node_id = node_id
         self.auto_create_topics = auto_create_topics
         # Kafka clients have no login yet (issue 31): they act as the broker's default
@@ -63,9 +66,9 @@ class KafkaHandlers:
         # topic's vhost (Broker.authorize_topic; write: produce, read: fetch and
         # offsets, configure: create, delete, alter). What it said is kept until the
         # permissions change.
-        self._allowed: dict[tuple[str, str], bool] = {}
+        self._allowed: dict[tuple[str, str, str], bool] = {}
         self._allowed_version = -1
-        H = Callable[[Request, tuple[str, int]], Any]
+        H = Callable[[Request, Caller], Any]
         self._table: dict[int, tuple[Any, Any, int, int, H]] = {
             18: (ApiVersionsRequest, ApiVersionsResponse, 0, 4, self.api_versions),
             3: (MetadataRequest, MetadataResponse, 0, 9, self.metadata),
@@ -77,48 +80,45 @@ class KafkaHandlers:
         # what codec.parse_request needs: api_key -> (request, response, min, max)
         self.supported = {k: v[:4] for k, v in self._table.items()}
 
-    @property
-    def user(self) -> str:
-        """Who Kafka clients act as: the broker's default user."""
-        return self.broker.default_user
-
-    def allowed(self, action: Perm, topic: str) -> bool:
-        """Whether Kafka clients may ``action`` (write, read, configure) on ``topic``."""
+    def allowed(self, user: str | None, action: Perm, topic: str) -> bool:
+        """Whether ``user`` (a Caller's) may ``action`` (write, read, configure) on ``topic``."""
+        if user is None:
+            return False
         version = self.broker.access_version
         if version != self._allowed_version or len(self._allowed) > 100_000:
             self._allowed.clear()
             self._allowed_version = version
-        key = (action, topic)
+        key = (user, action, topic)
         hit = self._allowed.get(key)
         if hit is None:
             try:
-                self.broker.authorize_topic(self.user, action, topic)
+                self.broker.authorize_topic(user, action, topic)
                 hit = True
             except Refused:
                 hit = False
             self._allowed[key] = hit
         return hit
 
-    def check(self, action: Perm, topic: str) -> None:
+    def check(self, user: str | None, action: Perm, topic: str) -> None:
         """AccessRefused (TOPIC_AUTHORIZATION_FAILED) unless ``allowed``."""
-        if not self.allowed(action, topic):
-            raise AccessRefused(f"{action} access to topic {topic!r} refused for user {self.user!r}")
+        if not self.allowed(user, action, topic):
+            raise AccessRefused(f"{action} access to topic {topic!r} refused for user {user!r}")
 
     def register(self, request_cls: Any, response_cls: Any, min_version: int, max_version: int,
-                 handler: Callable[[Request, tuple[str, int]], Any]) -> None:
+                 handler: Callable[[Request, Caller], Any]) -> None:
         """Add an API (used by the install() functions of groups.py, admin.py, ...).
         ApiVersions then advertises exactly what is registered."""
         key = request_cls.API_KEY
         self._table[key] = (request_cls, response_cls, min_version, max_version, handler)
         self.supported[key] = (request_cls, response_cls, min_version, max_version)
 
-    def handle(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def handle(self, req: Request, caller: Caller) -> Any:
         """The response to ``req`` (an object or a Deferred), or None when the request
         expects no answer (Produce with acks=0). Handlers see logbus topic names: the
         request's Kafka names are renamed before, the response's after
         (topic_fields.py)."""
         rename_request(req.body)
-        answer = self._table[req.api_key][4](req, advertised)
+        answer = self._table[req.api_key][4](req, caller)
         if isinstance(answer, Deferred):
             return answer.addCallback(_kafka_names)
         return _kafka_names(answer)
@@ -129,7 +129,7 @@ class KafkaHandlers:
         AV = ApiVersionsResponse.ApiVersion
         return [AV(api_key=k, min_version=lo, max_version=hi) for k, (_, _, lo, hi, _) in sorted(self._table.items())]
 
-    def api_versions(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def api_versions(self, req: Request, caller: Caller) -> Any:
         return ApiVersionsResponse(error_code=K.NONE, api_keys=self._api_keys(), throttle_time_ms=0)
 
     def unsupported_api_versions(self, correlation_id: int) -> bytes:
@@ -140,7 +140,7 @@ class KafkaHandlers:
 
     # -- Metadata ---------------------------------------------------------------------
 
-    def metadata(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def metadata(self, req: Request, caller: Caller) -> Any:
         body = req.body
         broker = self.broker
         if body.topics is None or (req.api_version == 0 and not body.topics):
@@ -159,7 +159,7 @@ class KafkaHandlers:
             count = broker.partition_count(name)
             unmapped = isinstance(name, Unmapped)
             if count is None and allow_create and not unmapped:
-                count = self._auto_create(name)
+                count = self._auto_create(name, caller.user)
             if count is None:
                 code = K.INVALID_TOPIC_EXCEPTION if unmapped or not name else K.UNKNOWN_TOPIC_OR_PARTITION
                 topics.append(T(error_code=code, name=name, is_internal=False, partitions=[],
@@ -172,7 +172,7 @@ class KafkaHandlers:
             ]
             topics.append(T(error_code=K.NONE, name=name, is_internal=False, partitions=parts,
                             authorized_operations=topic_ops))
-        host, port = advertised
+        host, port = caller.advertised
         return MetadataResponse(
             throttle_time_ms=0,
             brokers=[MetadataResponse.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)],
@@ -182,11 +182,11 @@ class KafkaHandlers:
             authorized_operations=cluster_ops,
         )
 
-    def _auto_create(self, name: str) -> int | None:
+    def _auto_create(self, name: str, user: str | None) -> int | None:
         """Create topic ``name`` with the broker's defaults; its partition count, or None
         when it cannot be created (or Kafka clients may not configure it)."""
-        if not self.allowed("configure", name):
-            log.info("not auto-creating topic %r: configure access refused for user %r", name, self.user)
+        if not self.allowed(user, "configure", name):
+            log.info("not auto-creating topic %r: configure access refused for user %r", name, user)
             return None
         try:
             self.broker.create_topic(name)
@@ -197,20 +197,20 @@ class KafkaHandlers:
 
     # -- Produce ----------------------------------------------------------------------
 
-    def produce(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def produce(self, req: Request, caller: Caller) -> Any:
         body = req.body
         broker = self.broker
         pending: list[Deferred[Any]] = []
         slots: list[tuple[str, int]] = []
         for td in body.topic_data:
-            if not self.allowed("write", td.name):
+            if not self.allowed(caller.user, "write", td.name):
                 for pd in td.partition_data:
                     slots.append((td.name, pd.index))
                     pending.append(succeed(K.TOPIC_AUTHORIZATION_FAILED))
                 continue
             count = broker.partition_count(td.name)
             if count is None and self.auto_create_topics and not isinstance(td.name, Unmapped):
-                count = self._auto_create(td.name)
+                count = self._auto_create(td.name, caller.user)
             for pd in td.partition_data:
                 slots.append((td.name, pd.index))
                 if count is None or not 0 <= pd.index < count:
@@ -246,7 +246,7 @@ class KafkaHandlers:
 
     # -- InitProducerId -----------------------------------------------------------------
 
-    def init_producer_id(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def init_producer_id(self, req: Request, caller: Caller) -> Any:
         """A fresh producer id (or, KIP-360, the same id with the next epoch). Ids come
         from blocks reserved in the state store, so they never repeat across restarts."""
         body = req.body
@@ -263,12 +263,12 @@ class KafkaHandlers:
 
     # -- Fetch ------------------------------------------------------------------------
 
-    def fetch(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def fetch(self, req: Request, caller: Caller) -> Any:
         """Answer at once when ``min_bytes`` are there (or max_wait_ms is 0); otherwise
         wait, woken by every partition asked for when its high watermark moves, until
         ``min_bytes`` are there or ``max_wait_ms`` has passed."""
         body = req.body
-        resp, size = self._read(req)
+        resp, size = self._read(req, caller.user)
         if size >= body.min_bytes or body.max_wait_ms <= 0:
             return resp
         d: Deferred[Any] = Deferred()
@@ -284,19 +284,19 @@ class KafkaHandlers:
         def wake() -> None:
             if d.called:
                 return
-            answer, got = self._read(req)
+            answer, got = self._read(req, caller.user)
             if got >= body.min_bytes:
                 finish(answer)
 
         def expired() -> None:
-            answer = self._read(req)[0]  # may drain appends, and so wake() first
+            answer = self._read(req, caller.user)[0]  # may drain appends, and so wake() first
             finish(answer)
 
         unwatch = self.broker.watch([(ft.topic, fp.partition) for ft in body.topics for fp in ft.partitions], wake)
         timer = self.reactor.callLater(body.max_wait_ms / 1000.0, expired)
         return d
 
-    def _read(self, req: Request) -> tuple[Chunks, int]:
+    def _read(self, req: Request, user: str | None) -> tuple[Chunks, int]:
         """Read every partition asked for; the response is encoded at once as chunks in
         which the records are ranges of segment files, sent by the connection with
         sendfile (codec.encode_fetch_response, protocol.OutputQueue)."""
@@ -308,7 +308,7 @@ class KafkaHandlers:
         for ft in body.topics:
             count = broker.partition_count(ft.topic)
             parts = []
-            refused = not self.allowed("read", ft.topic)
+            refused = not self.allowed(user, "read", ft.topic)
             for fp in ft.partitions:
                 if refused:
                     parts.append(FetchPartition(fp.partition, K.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, b""))
@@ -339,7 +339,7 @@ class KafkaHandlers:
 
     # -- ListOffsets ------------------------------------------------------------------
 
-    def list_offsets(self, req: Request, advertised: tuple[str, int]) -> Any:
+    def list_offsets(self, req: Request, caller: Caller) -> Any:
         broker = self.broker
         T = ListOffsetsResponse.ListOffsetsTopicResponse
         P = T.ListOffsetsPartitionResponse

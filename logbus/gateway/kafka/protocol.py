@@ -35,9 +35,11 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
 from ...core.broker import Broker
-from ..output import FileOutput, is_tls, peer_of
+from ..output import FileOutput, is_loopback, is_tls, peer_of
 from ..unread import UnreadWatch
-from . import admin, configs, groups, records_admin
+from . import admin, configs, groups, records_admin, sasl
+from .caller import Caller
+from .sasl import State as SaslState
 from .alarms import LARGE_UNFINISHED, PRODUCE, hold_seconds, timed_out
 from .codec import (
     Chunks,
@@ -52,6 +54,8 @@ from .handlers import KafkaHandlers
 log = logging.getLogger(__name__)
 
 API_VERSIONS = 18
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+BEFORE_LOGIN = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})  # what an unauthenticated connection may ask
 SLOW_ANSWER = 10.0  # seconds: a request closed unanswered after this is logged as a warning
 READ_SIZE = 1 << 20  # bytes per recv: a produce request of ~1 MiB in one read, not 16
 DEFAULT_IDLE_TIMEOUT = 600.0  # seconds: Kafka's connections.max.idle.ms
@@ -88,6 +92,13 @@ class KafkaProtocol(Protocol):
         peer_host, peer_port = peer_of(self._t)
         self.record = self.handlers.broker.connection_opened(
             "kafka", f"{peer_host}:{peer_port}", tls=is_tls(self._t), close=self._abort)
+        loopback = is_loopback(peer_host)
+        anonymous = self.factory.anonymous if self.factory is not None else "on"
+        user = self.handlers.broker.default_user if anonymous == "on" or (anonymous == "loopback" and loopback) \
+            else None
+        self.caller = Caller(self.advertised, user, f"{peer_host}:{peer_port}", loopback, self.record)
+        if user is not None:
+            self.record.user = user
         if self.factory is not None:
             self._active = self.factory.reactor.seconds()
             self._idle_call = self.factory.reactor.callLater(self.factory.idle_timeout, self._idle_check)
@@ -170,6 +181,16 @@ class KafkaProtocol(Protocol):
     def _handle(self, frame: bytes) -> None:
         if self.factory is not None:
             self._active = self.factory.reactor.seconds()
+        sasl = self.caller.sasl
+        if sasl is not None and sasl.raw and sasl.state in (SaslState.HANDSHAKEN, SaslState.FIRST):
+            step = sasl.authenticate(bytes(frame))  # a bare token after SaslHandshake v0
+            if step.failed:
+                return self._abort(f"SASL {sasl.mechanism} authentication failed: {sasl.why or step.error_message}")
+            if sasl.user is not None:
+                self.record.user = sasl.user
+                log.info("kafka %s: authenticated as %r (SASL %s)", self.caller.peer, sasl.user, sasl.mechanism)
+            self._enqueue_ready(len(step.auth_bytes).to_bytes(4, "big") + step.auth_bytes)
+            return
         try:
             req = parse_request(frame, self.handlers.supported)
         except UnsupportedVersion as e:
@@ -181,6 +202,10 @@ class KafkaProtocol(Protocol):
             return self._abort(str(e))
         if req.client_id and not self.record.client_id:
             self.record.client_id = req.client_id
+        if self.caller.user is None and req.api_key not in BEFORE_LOGIN:
+            why = "SASL authentication is not finished" if self.caller.sasl is not None else \
+                "this listener asks for SASL authentication first (kafka_anonymous)"
+            return self._abort(f"{req.body.name} refused: {why}")
         slot: list[Any] = [None, False, req, time.monotonic()]
         self._queue.append(slot)
         if req.api_key == PRODUCE and self.factory is not None and self.factory.alarms:
@@ -189,7 +214,7 @@ class KafkaProtocol(Protocol):
         self._run(req, slot)
 
     def _run(self, req: Any, slot: list[Any]) -> None:
-        d: Deferred[Any] = maybeDeferred(self.handlers.handle, req, self.advertised)
+        d: Deferred[Any] = maybeDeferred(self.handlers.handle, req, self.caller)
         # errback after callback: a response that fails to encode also ends in _failed
         d.addCallback(self._answered, req, slot)
         d.addErrback(self._failed, req, slot)
@@ -251,6 +276,10 @@ class KafkaProtocol(Protocol):
             if data is None or self._closing:
                 continue
             self.output.write(data if isinstance(data, Chunks) else (data,))
+        if self.caller.close_after_answer and not q and not self._closing:
+            self._closing = True  # told why (a failed SASL authentication): now the end, as Kafka
+            self._t.loseConnection()
+            return
         if not q and self.factory is not None:
             self._active = self.factory.reactor.seconds()
         if self._held or self._muted:
@@ -313,14 +342,16 @@ class KafkaProtocol(Protocol):
 
 
 # the modules whose install() registers more APIs beside handlers.py's own (docs/kafka.md lists them all)
-MODULES = (groups, admin, configs, records_admin)
+MODULES = (groups, admin, configs, records_admin, sasl)
 
 
 class KafkaFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None,
                  *, auto_create_topics: bool = True, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
-                 max_in_flight: int = 1) -> None:
+                 max_in_flight: int = 1, anonymous: str = "loopback",
+                 sasl_mechanisms: tuple[str, ...] = sasl.MECHANISMS) -> None:
         self.advertised = advertised
+        self.anonymous = anonymous  # "on", "off", or "loopback": who may skip SASL (acting as the default user)
         self.reactor = reactor
         self.idle_timeout = idle_timeout  # seconds (kafka_idle_timeout_ms)
         self.max_in_flight = max_in_flight  # requests handled before the first is answered (Kafka: 1)
@@ -340,7 +371,8 @@ class KafkaFactory(Factory):
         self.unread = UnreadWatch(reactor)  # connections not read: gone meanwhile?
         self._logged: set[str] = set()  # what was logged for the alarms now set
         self.alarms: frozenset[str] = broker.on_alarms(self._alarms_changed)
-        self.handlers = KafkaHandlers(broker, reactor, auto_create_topics=auto_create_topics)
+        self.handlers = KafkaHandlers(broker, reactor, auto_create_topics=auto_create_topics,
+                                      sasl_mechanisms=sasl_mechanisms)
         for module in MODULES:
             module.install(self.handlers)
         self.max_frame = max_frame

@@ -18,6 +18,7 @@ from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
 from ...core.errors import LogbusError
 from . import errors as K
+from .caller import Caller
 from .codec import Request
 from .handlers import KafkaHandlers
 
@@ -27,7 +28,7 @@ NO_WATERMARK = -1
 def install(handlers: KafkaHandlers) -> None:
     """Register this module's API with ``handlers``."""
 
-    def delete_records(req: Request, advertised: tuple[str, int]) -> Any:
+    def delete_records(req: Request, caller: Caller) -> Any:
         T = DeleteRecordsResponse.DeleteRecordsTopicResult
         P = T.DeleteRecordsPartitionResult
         topics = []

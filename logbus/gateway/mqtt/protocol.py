@@ -34,7 +34,6 @@ the upgrade is done, which has its own limit of the same length) is closed.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -44,7 +43,7 @@ from twisted.python.failure import Failure
 
 from ...core.errors import LogbusError, LoopbackOnly, Refused, StorageError
 from ...core.types import ConnectionRecord, Perm, Resource
-from ..output import direct_writer, is_tls, peer_of, quick_ack
+from ..output import direct_writer, is_loopback, is_tls, peer_of, quick_ack
 from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
 from .machine import EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT, Machine
@@ -70,13 +69,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 10.0  # seconds for a new connection to send its CONNECT (by default)
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 class ConnectionAccess:
@@ -271,7 +263,7 @@ class MqttProtocol(Protocol):
     def _user(self, acc: Accepted) -> str | None:
         """The user the connection acts as; None: refused (the machine told)."""
         broker = self.room.broker
-        loopback = _loopback(self.peer.rsplit(":", 1)[0])
+        loopback = is_loopback(self.peer.rsplit(":", 1)[0])
         v5 = acc.version == MQTT_5
         bad_login = BAD_USER_NAME_OR_PASSWORD if v5 else REFUSED_BAD_USER_NAME_OR_PASSWORD
         not_authorized = NOT_AUTHORIZED if v5 else REFUSED_NOT_AUTHORIZED
