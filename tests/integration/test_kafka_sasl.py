@@ -2,7 +2,7 @@
 SASL_PLAINTEXT listener), with kafka-python, aiokafka, confluent-kafka and kcat: PLAIN,
 SCRAM-SHA-256 and SCRAM-SHA-512 log in as logbus users; a wrong password or no SASL at all
 gets nowhere and appends nothing; the authenticated user's permissions decide, and the
-connection registry shows who it is."""
+connection registry shows who it is. Over TLS (SASL_SSL) every client logs in alike."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # type: ignore[import-untyped]
 from kafka.errors import KafkaError, TopicAuthorizationFailedError  # type: ignore[import-untyped]
 
+from tests.integration.certs import self_signed
 from tests.integration.mgmt import Mgmt
 from tests.serverproc import LogbusServer, module_server
 
@@ -189,3 +191,67 @@ def test_the_connection_registry_shows_the_sasl_user(server: LogbusServer, mgmt:
         assert {c["user"] for c in mine} == {"alice"}
     finally:
         consumer.close()
+
+
+# -- SASL_SSL: the same logins over TLS ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LogbusServer, Path]]:
+    cert, key = self_signed(tmp_path_factory.mktemp("kafka-certs"))
+    endpoint = f"ssl:0:interface=127.0.0.1:privateKey={key}:certKey={cert}"
+    for server in module_server(tmp_path_factory, "kafka-sasl-ssl", listeners={"kafka": endpoint, "amqp": "off",
+                                                                               "mqtt": "off"},
+                                args=["--kafka-anonymous", "off"]):
+        m = Mgmt(server)
+        m.add_user("alice", "alice-secret")
+        m.grant("/", "alice")
+        m.ok("POST", "/api/topics", {"name": TOPIC})
+        yield server, cert
+
+
+def test_scram_sha_512_over_tls_with_every_client(tls: tuple[LogbusServer, Path]) -> None:
+    """Kafka's SASL_SSL: kafka-python, aiokafka, confluent-kafka and kcat each produce one
+    message with SCRAM-SHA-512 over TLS (verifying the certificate) and read all four."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context  # type: ignore[import-untyped]
+    from confluent_kafka import Producer  # type: ignore[import-untyped]
+
+    server, cert = tls
+    boot = server.addresses["kafka"]
+    python_sasl = {**sasl("SCRAM-SHA-512"), "security_protocol": "SASL_SSL", "ssl_cafile": str(cert)}
+    producer = KafkaProducer(bootstrap_servers=boot, **python_sasl)
+    try:
+        producer.send(TOPIC, b"kafka-python").get(timeout=WAIT)
+    finally:
+        producer.close()
+
+    async def aio() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=boot, security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                             sasl_plain_username="alice", sasl_plain_password="alice-secret",
+                             ssl_context=create_ssl_context(cafile=str(cert)))
+        await p.start()
+        try:
+            await p.send_and_wait(TOPIC, b"aiokafka")
+        finally:
+            await p.stop()
+
+    asyncio.run(aio())
+    confluent = Producer({"bootstrap.servers": boot, "security.protocol": "SASL_SSL", "ssl.ca.location": str(cert),
+                          "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "alice",
+                          "sasl.password": "alice-secret"})
+    confluent.produce(TOPIC, b"confluent-kafka")
+    assert confluent.flush(WAIT) == 0
+    kcat_auth = ["-X", "security.protocol=SASL_SSL", "-X", f"ssl.ca.location={cert}", "-X",
+                 "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=alice", "-X", "sasl.password=alice-secret"]
+    subprocess.run(["kcat", "-P", "-b", boot, "-t", TOPIC, *kcat_auth], input=b"kcat\n", check=True, timeout=30)
+    out = subprocess.run(["kcat", "-C", "-b", boot, "-t", TOPIC, "-o", "beginning", "-c", "4", "-q", *kcat_auth],
+                         capture_output=True, check=True, timeout=30)
+    assert sorted(out.stdout.split()) == [b"aiokafka", b"confluent-kafka", b"kafka-python", b"kcat"]
+    with pytest.raises(KafkaError):  # TLS without a login: refused as over TCP
+        p = KafkaProducer(bootstrap_servers=boot, security_protocol="SSL", ssl_cafile=str(cert), max_block_ms=3000,
+                  request_timeout_ms=3000, bootstrap_timeout_ms=3000)
+        try:
+            p.send(TOPIC, b"no login").get(timeout=5)
+        finally:
+            p.close()
