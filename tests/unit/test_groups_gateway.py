@@ -10,6 +10,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from logbus.core.broker import Broker
+from logbus.core.access.auth import Access
 from logbus.gateway.kafka.caller import Caller
 from logbus.gateway.kafka.errors import group_error
 from logbus.core.streams.groups import Code, GroupCoordinator, OffsetAndMetadata
@@ -22,6 +23,8 @@ class GroupsBroker:
 
     def __init__(self, clock: Clock) -> None:
         self.groups = GroupCoordinator(clock)
+        self.access = Access()  # the real access check, in memory: guest may do anything in "/"
+        self.access.seed("guest", "guest")
 
     def partition_count(self, topic: str) -> int | None:
         return 2 if topic == "t" else None
@@ -35,6 +38,9 @@ class GroupsBroker:
     list_groups = Broker.list_groups
     describe_group = Broker.describe_group
     delete_group = Broker.delete_group
+    authorize = Broker.authorize
+    authorize_topic = Broker.authorize_topic
+    access_version = Broker.access_version
 
 
 def gateway() -> tuple[Any, Clock]:

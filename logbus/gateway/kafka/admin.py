@@ -38,6 +38,7 @@ from kafka.protocol.admin import (
 from ...core.errors import LogbusError, UnknownTopic
 from ...core.types import TopicConfig, validate_topic_name
 from . import errors as K
+from .operations import ALTER
 from .caller import Caller
 from .codec import Request
 from .configs import topic_entries, topic_settings
@@ -197,6 +198,8 @@ class KafkaAdmin(HandlerPart):
             try:
                 if repeated:
                     raise _repeated(t.name)
+                if not self.handlers.access.topic(caller.user, ALTER, t.name):
+                    raise AdminError(K.TOPIC_AUTHORIZATION_FAILED, f"not authorized to alter topic {t.name!r}")
                 config = self._plan_growth(t)
                 if not body.validate_only:
                     self.broker.grow_topic(t.name, config.partitions)

@@ -46,6 +46,7 @@ from kafka.protocol.admin import (
 from ...core.errors import LogbusError, UnknownTopic
 from ...core.types import TopicConfig
 from . import errors as K
+from .operations import ALTER_CONFIGS, DESCRIBE_CONFIGS
 from .caller import Caller
 from .codec import Request
 from .errors import AdminError
@@ -245,6 +246,9 @@ class KafkaConfigs(HandlerPart):
         results = []
         for r in body.resources:
             try:
+                if r.resource_type == RESOURCE_TOPIC and not self.handlers.access.topic(
+                        caller.user, DESCRIBE_CONFIGS, r.resource_name):
+                    raise AdminError(K.TOPIC_AUTHORIZATION_FAILED, f"not authorized to describe {r.resource_name!r}")
                 entries = self._entries(r.resource_type, r.resource_name)
             except (AdminError, LogbusError) as e:
                 code, message = K.admin_result(e)
@@ -286,7 +290,7 @@ class KafkaConfigs(HandlerPart):
         results = []
         for r in req.body.resources:
             entries = [(c.name, c.value) for c in r.configs]
-            results.append(R(**self._alter(r.resource_type, r.resource_name, req.body.validate_only,
+            results.append(R(**self._alter(caller, r.resource_type, r.resource_name, req.body.validate_only,
                                            partial(replacement_settings, entries), [n for n, _ in entries])))
         return AlterConfigsResponse(throttle_time_ms=0, responses=results)
 
@@ -295,19 +299,24 @@ class KafkaConfigs(HandlerPart):
         results = []
         for r in req.body.resources:
             ops = [(c.name, c.config_operation, c.value) for c in r.configs]
-            results.append(R(**self._alter(r.resource_type, r.resource_name, req.body.validate_only,
+            results.append(R(**self._alter(caller, r.resource_type, r.resource_name, req.body.validate_only,
                                            partial(incremental_settings, ops), [n for n, _, _ in ops])))
         return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)
 
-    def _alter(self, resource_type: int, name: str, validate_only: bool,
+    def _alter(self, caller: Caller, resource_type: int, name: str, validate_only: bool,
                settings: Callable[[], dict[str, Any]], keys: list[str]) -> dict[str, Any]:
         """One resource's result fields."""
+        access = self.handlers.access
         try:
             if resource_type == RESOURCE_TOPIC:
+                if not access.topic(caller.user, ALTER_CONFIGS, name):
+                    raise AdminError(K.TOPIC_AUTHORIZATION_FAILED, f"not authorized to alter topic {name!r}")
                 if self.broker.partition_count(name) is None:
                     raise UnknownTopic(f"Topic {name!r} does not exist.")
                 self.broker.alter_topic(name, settings(), validate_only=validate_only)
             elif resource_type == RESOURCE_BROKER:
+                if not access.cluster(caller.user, ALTER_CONFIGS):
+                    raise AdminError(K.CLUSTER_AUTHORIZATION_FAILED, "not authorized to alter the broker's configs")
                 node = self.handlers.node_id
                 if name not in ("", str(node)):
                     raise AdminError(K.INVALID_REQUEST, f"Unexpected broker id, expected {node} but received {name!r}")

@@ -58,9 +58,9 @@ from ...core.broker import Broker
 from ...core.types import Code, JoinGroup, JoinResult, OffsetAndMetadata, SyncResult
 from .caller import Caller
 from .codec import Request
-from .errors import group_error
+from .errors import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, group_error
 from .handlers import KafkaHandlers
-from .operations import GROUP_OPERATIONS, authorized
+from .operations import DELETE, DESCRIBE, READ, authorized
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,10 @@ class _GroupApi:
     def __init__(self, handlers: KafkaHandlers) -> None:
         self.handlers = handlers
 
+    def _may(self, caller: Caller, op: int, group: str) -> bool:
+        """May the caller's user do ``op`` on ``group`` (access.py: read on queue ``group``)?"""
+        return self.handlers.access.group(caller.user, op, group)
+
     @property
     def broker(self) -> Broker:
         return self.handlers.broker
@@ -102,26 +106,39 @@ class _GroupApi:
         body = req.body
         host, port = caller.advertised
         node = self.handlers.node_id
-        ok = body.key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION)
-        code = NONE if ok else INVALID_REQUEST
+        known = body.key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION)
+
+        def answer(key: str) -> tuple[int, str | None]:
+            if not known:
+                return INVALID_REQUEST, f"unknown key type {body.key_type}"
+            if body.key_type == KEY_TYPE_GROUP and not self._may(caller, DESCRIBE, key):
+                return GROUP_AUTHORIZATION_FAILED, f"not authorized to describe group {key!r}"
+            return NONE, None
+
         if req.api_version < 4:
+            code, message = answer(body.key)
+            ok = code == NONE
             return FindCoordinatorResponse(
-                throttle_time_ms=0, error_code=code,
-                error_message=None if ok else f"unknown key type {body.key_type}",
+                throttle_time_ms=0, error_code=code, error_message=message,
                 node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1,
             )
         C = FindCoordinatorResponse.Coordinator
-        coordinators = [
-            C(key=key, node_id=node if ok else -1, host=host if ok else "", port=port if ok else -1,
-              error_code=code, error_message=None if ok else f"unknown key type {body.key_type}")
-            for key in body.coordinator_keys
-        ]
+        coordinators = []
+        for key in body.coordinator_keys:
+            code, message = answer(key)
+            ok = code == NONE
+            coordinators.append(C(key=key, node_id=node if ok else -1, host=host if ok else "",
+                                  port=port if ok else -1, error_code=code, error_message=message))
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
 
     # -- JoinGroup / SyncGroup -----------------------------------------------------------
 
     def join_group(self, req: Request, caller: Caller) -> Any:
         body, v = req.body, req.api_version
+        if not self._may(caller, READ, body.group_id):
+            return JoinGroupResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, generation_id=-1,
+                                     protocol_type=None, protocol_name=None if v >= 7 else "", leader="",
+                                     skip_assignment=False, member_id=body.member_id or "", members=[])
         join = JoinGroup(
             group_id=body.group_id,
             member_id=body.member_id or "",
@@ -156,6 +173,9 @@ class _GroupApi:
 
     def sync_group(self, req: Request, caller: Caller) -> Any:
         body, v = req.body, req.api_version
+        if not self._may(caller, READ, body.group_id):
+            return SyncGroupResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, protocol_type=None,
+                                     protocol_name=None, assignment=b"")
         assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
         d = self.broker.sync_group(
             body.group_id, body.generation_id, body.member_id, assignments,
@@ -176,12 +196,16 @@ class _GroupApi:
 
     def heartbeat(self, req: Request, caller: Caller) -> Any:
         body = req.body
+        if not self._may(caller, READ, body.group_id):
+            return HeartbeatResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED)
         instance = body.group_instance_id if req.api_version >= 3 else None
         code = self.broker.heartbeat(body.group_id, body.generation_id, body.member_id, instance)
         return HeartbeatResponse(throttle_time_ms=0, error_code=group_error(code))
 
     def leave_group(self, req: Request, caller: Caller) -> Any:
         body = req.body
+        if not self._may(caller, READ, body.group_id):
+            return LeaveGroupResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, members=[])
         if req.api_version < 3:
             (code,) = self.broker.leave_group(body.group_id, [body.member_id])
             return LeaveGroupResponse(throttle_time_ms=0, error_code=group_error(code))
@@ -203,10 +227,12 @@ class _GroupApi:
 
     def offset_commit(self, req: Request, caller: Caller) -> Any:
         body = req.body
+        group_ok = self._may(caller, READ, body.group_id)
+        refused = {t.name for t in body.topics if not self.handlers.access.topic(caller.user, READ, t.name)}
         offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         for t in body.topics:
             for p in t.partitions:
-                if self._partition_exists(t.name, p.partition_index):
+                if group_ok and t.name not in refused and self._partition_exists(t.name, p.partition_index):
                     offsets[(t.name, p.partition_index)] = OffsetAndMetadata(
                         p.committed_offset,
                         p.committed_metadata if p.committed_metadata is not None else NO_METADATA,
@@ -215,7 +241,7 @@ class _GroupApi:
         code, codes = self.broker.commit_offsets(
             body.group_id, body.generation_id_or_member_epoch, body.member_id or "", offsets,
             body.group_instance_id if req.api_version >= 7 else None,
-        )
+        ) if group_ok else (Code.NONE, {})
         T = OffsetCommitResponse.OffsetCommitResponseTopic
         P = T.OffsetCommitResponsePartition
         topics = []
@@ -223,7 +249,11 @@ class _GroupApi:
             parts = []
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
-                if tp not in offsets:
+                if not group_ok:
+                    c = GROUP_AUTHORIZATION_FAILED
+                elif t.name in refused:
+                    c = TOPIC_AUTHORIZATION_FAILED
+                elif tp not in offsets:
                     c = UNKNOWN_TOPIC_OR_PARTITION
                 elif code is not Code.NONE:
                     c = group_error(code)
@@ -241,33 +271,47 @@ class _GroupApi:
             GP = GT.OffsetFetchResponsePartitions
             groups = []
             for g in body.groups:
+                if not self._may(caller, DESCRIBE, g.group_id):
+                    groups.append(G(group_id=g.group_id, topics=[], error_code=GROUP_AUTHORIZATION_FAILED))
+                    continue
                 wanted = None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
                 topics = [
                     GT(name=name, partitions=[GP(**fields) for fields in parts])
-                    for name, parts in self._fetch(g.group_id, wanted)
+                    for name, parts in self._fetch(caller, g.group_id, wanted)
                 ]
                 groups.append(G(group_id=g.group_id, topics=topics, error_code=NONE))
             return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
         T = OffsetFetchResponse.OffsetFetchResponseTopic
         P = T.OffsetFetchResponsePartition
+        if not self._may(caller, DESCRIBE, body.group_id):
+            return OffsetFetchResponse(throttle_time_ms=0, topics=[], error_code=GROUP_AUTHORIZATION_FAILED)
         wanted = None if body.topics is None else [(t.name, t.partition_indexes) for t in body.topics]
         topics = [
             T(name=name, partitions=[P(**fields) for fields in parts])
-            for name, parts in self._fetch(body.group_id, wanted)
+            for name, parts in self._fetch(caller, body.group_id, wanted)
         ]
         return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=NONE)
 
     def _fetch(
-        self, group_id: str, wanted: list[tuple[str, list[int]]] | None
+        self, caller: Caller, group_id: str, wanted: list[tuple[str, list[int]]] | None
     ) -> list[tuple[str, list[dict[str, Any]]]]:
-        """[(topic, [partition fields])] in request order (or topic order for null)."""
-        tps = None if wanted is None else [(name, p) for name, parts in wanted for p in parts]
+        """[(topic, [partition fields])] in request order (or topic order for null): a
+        topic the caller may not describe is TOPIC_AUTHORIZATION_FAILED when named, left
+        out when every topic is asked for (as Kafka)."""
+        def may(topic: str) -> bool:
+            return self.handlers.access.topic(caller.user, DESCRIBE, topic)
+
+        tps = None if wanted is None else [(name, p) for name, parts in wanted for p in parts if may(name)]
         found = self.broker.fetch_offsets(group_id, tps)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         if wanted is not None:
-            for name, _ in wanted:
-                by_topic.setdefault(name, [])
+            for name, parts in wanted:
+                by_topic.setdefault(name, [] if may(name) else [
+                    {"partition_index": p, "committed_offset": NO_OFFSET, "committed_leader_epoch": -1,
+                     "metadata": NO_METADATA, "error_code": TOPIC_AUTHORIZATION_FAILED} for p in parts])
         for (topic, partition), om in found.items():
+            if wanted is None and not may(topic):
+                continue
             by_topic.setdefault(topic, []).append({
                 "partition_index": partition,
                 "committed_offset": om.offset if om is not None else NO_OFFSET,
@@ -286,7 +330,7 @@ class _GroupApi:
         groups = [
             L(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=GROUP_TYPE)
             for g in self.broker.list_groups()
-            if not states or g.state.lower() in states
+            if (not states or g.state.lower() in states) and self._may(caller, DESCRIBE, g.group_id)
         ]
         return ListGroupsResponse(throttle_time_ms=0, error_code=NONE, groups=groups)
 
@@ -294,9 +338,14 @@ class _GroupApi:
         D = DescribeGroupsResponse.DescribedGroup
         DM = D.DescribedGroupMember
         asked = req.api_version >= 3 and req.body.include_authorized_operations
-        operations = authorized(GROUP_OPERATIONS, asked)
         out = []
         for group_id in req.body.groups:
+            if not self._may(caller, DESCRIBE, group_id):
+                out.append(D(error_code=GROUP_AUTHORIZATION_FAILED, error_message=None, group_id=group_id,
+                             group_state="", protocol_type="", protocol_data="", members=[],
+                             authorized_operations=authorized(frozenset(), asked)))
+                continue
+            operations = authorized(self.handlers.access.group_operations(caller.user, group_id), asked)
             g = self.broker.describe_group(group_id)
             if g is None:  # Kafka describes an unknown group as Dead, without an error
                 out.append(D(error_code=NONE, error_message=None, group_id=group_id, group_state="Dead",
@@ -315,5 +364,6 @@ class _GroupApi:
 
     def delete_groups(self, req: Request, caller: Caller) -> Any:
         R = DeleteGroupsResponse.DeletableGroupResult
-        results = [R(group_id=g, error_code=group_error(self.broker.delete_group(g))) for g in req.body.groups_names]
+        results = [R(group_id=g, error_code=group_error(self.broker.delete_group(g)) if self._may(caller, DELETE, g)
+                     else GROUP_AUTHORIZATION_FAILED) for g in req.body.groups_names]
         return DeleteGroupsResponse(throttle_time_ms=0, results=results)

@@ -15,8 +15,9 @@ return); a Produce's checks, idempotence and routing are ``Broker.produce``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from aiokafka.record.memory_records import MemoryRecords
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -35,14 +36,23 @@ from twisted.internet.defer import Deferred, DeferredList, succeed
 
 from ...core.broker import Broker
 from ...core.errors import AccessRefused, LogbusError, OffsetOutOfRange, Refused
-from ...core.types import FileSpan, Perm
+from ...core.types import FileSpan, Perm, topic_exchange
 from . import errors as K
+from .access import KafkaAccess
 from .caller import Caller
 from .codec import Chunks, FetchPartition, Request, encode_fetch_response, frame_response
-from .operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
+from .operations import ALTER, DESCRIBE, READ, WRITE, authorized
 from .topic_fields import Unmapped, outbound, rename_request, rename_response
 
 log = logging.getLogger(__name__)
+
+
+def _batches(records: bytes) -> Iterator[Any]:
+    m = MemoryRecords(records)
+    while (batch := m.next_batch()) is not None:
+        yield batch
+
+_OPERATION: dict[str, int] = {"read": READ, "write": WRITE, "configure": ALTER}  # a permission as Kafka's operation
 
 EARLIEST, LATEST = -2, -1
 
@@ -61,13 +71,9 @@ class KafkaHandlers:
         self.sasl_mechanisms = sasl_mechanisms  # what SaslHandshake offers (sasl.py)
         self.node_id = node_id
         self.auto_create_topics = auto_create_topics
-        # Kafka clients have no login yet (issue 31): they act as the broker's default
-        # user, whose permissions on the exchange a topic stands for decide, in the
-        # topic's vhost (Broker.authorize_topic; write: produce, read: fetch and
-        # offsets, configure: create, delete, alter). What it said is kept until the
-        # permissions change.
-        self._allowed: dict[tuple[str, str, str], bool] = {}
-        self._allowed_version = -1
+        # what each request's user (its Caller's: SASL, or the default user) may do in
+        # Kafka's terms, from logbus's permissions (access.py)
+        self.access = KafkaAccess(broker)
         H = Callable[[Request, Caller], Any]
         self._table: dict[int, tuple[Any, Any, int, int, H]] = {
             18: (ApiVersionsRequest, ApiVersionsResponse, 0, 4, self.api_versions),
@@ -82,22 +88,7 @@ class KafkaHandlers:
 
     def allowed(self, user: str | None, action: Perm, topic: str) -> bool:
         """Whether ``user`` (a Caller's) may ``action`` (write, read, configure) on ``topic``."""
-        if user is None:
-            return False
-        version = self.broker.access_version
-        if version != self._allowed_version or len(self._allowed) > 100_000:
-            self._allowed.clear()
-            self._allowed_version = version
-        key = (user, action, topic)
-        hit = self._allowed.get(key)
-        if hit is None:
-            try:
-                self.broker.authorize_topic(user, action, topic)
-                hit = True
-            except Refused:
-                hit = False
-            self._allowed[key] = hit
-        return hit
+        return self.access.topic(user, _OPERATION[action], topic)
 
     def check(self, user: str | None, action: Perm, topic: str) -> None:
         """AccessRefused (TOPIC_AUTHORIZATION_FAILED) unless ``allowed``."""
@@ -147,17 +138,25 @@ class KafkaHandlers:
             names = broker.topic_names()
         else:
             names = [t.name for t in body.topics]
+        every = body.topics is None or (req.api_version == 0 and not body.topics)
         allow_create = self.auto_create_topics and (req.api_version < 4 or body.allow_auto_topic_creation)
         v8 = req.api_version >= 8
-        topic_ops = authorized(TOPIC_OPERATIONS, v8 and body.include_topic_authorized_operations)
-        cluster_ops = authorized(CLUSTER_OPERATIONS, v8 and body.include_cluster_authorized_operations)
+        user, access = caller.user, self.access
+        asked_topic_ops = v8 and body.include_topic_authorized_operations
+        cluster_ops = authorized(access.cluster_operations(user), v8 and body.include_cluster_authorized_operations)
         T = MetadataResponse.MetadataResponseTopic
         P = T.MetadataResponsePartition
         node = self.node_id
         topics = []
         for name in names:
-            count = broker.partition_count(name)
             unmapped = isinstance(name, Unmapped)
+            if not unmapped and name and not access.topic(user, DESCRIBE, name):
+                if not every:  # named, not to be described: refused, whether it exists or not (as Kafka)
+                    topics.append(T(error_code=K.TOPIC_AUTHORIZATION_FAILED, name=name, is_internal=False,
+                                    partitions=[], authorized_operations=authorized(frozenset(), asked_topic_ops)))
+                continue  # every topic: only those the user may describe
+            topic_ops = authorized(access.topic_operations(user, name), asked_topic_ops)
+            count = broker.partition_count(name)
             if count is None and allow_create and not unmapped:
                 count = self._auto_create(name, caller.user)
             if count is None:
@@ -211,12 +210,18 @@ class KafkaHandlers:
             count = broker.partition_count(td.name)
             if count is None and self.auto_create_topics and not isinstance(td.name, Unmapped):
                 count = self._auto_create(td.name, caller.user)
+            vhost, exchange = topic_exchange(td.name)
+            by_key = caller.user is not None and broker.topic_restricted(caller.user, vhost, exchange)
             for pd in td.partition_data:
                 slots.append((td.name, pd.index))
                 if count is None or not 0 <= pd.index < count:
                     pending.append(succeed(K.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
-                pending.append(broker.produce(td.name, pd.index, bytes(pd.records or b"")))
+                records = bytes(pd.records or b"")
+                if by_key and not self._keys_allowed(caller.user, td.name, records):
+                    pending.append(succeed(K.TOPIC_AUTHORIZATION_FAILED))
+                    continue
+                pending.append(broker.produce(td.name, pd.index, records))
         if body.acks == 0:
             for d in pending:
                 d.addErrback(lambda f: log.info("acks=0 produce failed: %s", f.getErrorMessage()))
@@ -243,6 +248,25 @@ class KafkaHandlers:
             return ProduceResponse(responses=topics, throttle_time_ms=0)
 
         return DeferredList(pending, consumeErrors=True).addCallback(build)
+
+    def _keys_allowed(self, user: str | None, topic: str, records: bytes) -> bool:
+        """A user held to topic permissions on the topic's exchange (as an AMQP publisher
+        to a topic exchange): each record's key is its routing key, and every one must
+        be allowed, or nothing of the batch is appended."""
+        if user is None:
+            return False
+        try:
+            keys = {r.key or b"" for batch in _batches(records) for r in batch}
+        except Exception:  # noqa: BLE001 -- a batch that does not decode: Broker.produce says why
+            return True
+        try:
+            for key in keys:
+                self.broker.authorize_topic(user, "write", topic, key.decode("utf-8", "replace"))
+        except Refused:
+            log.info("kafka produce to %r refused for user %r: a record key its topic permission does not allow",
+                     topic, user)
+            return False
+        return True
 
     # -- InitProducerId -----------------------------------------------------------------
 
@@ -346,7 +370,12 @@ class KafkaHandlers:
         topics = []
         for t in req.body.topics:
             parts = []
+            described = self.access.topic(caller.user, DESCRIBE, t.name)
             for lp in t.partitions:
+                if not described:
+                    parts.append(P(partition_index=lp.partition_index, error_code=K.TOPIC_AUTHORIZATION_FAILED,
+                                   old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1))
+                    continue
                 try:
                     o = broker.offsets(t.name, lp.partition_index)
                 except LogbusError:

@@ -18,6 +18,8 @@ from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
 from ...core.errors import LogbusError
 from . import errors as K
+from .errors import AdminError
+from .operations import DELETE
 from .caller import Caller
 from .codec import Request
 from .handlers import KafkaHandlers
@@ -35,8 +37,10 @@ def install(handlers: KafkaHandlers) -> None:
         for t in req.body.topics:
             wanted = {p.partition_index: p.offset for p in t.partitions}
             try:
+                if not handlers.access.topic(caller.user, DELETE, t.name):
+                    raise AdminError(K.TOPIC_AUTHORIZATION_FAILED, f"not authorized to delete records of {t.name!r}")
                 results: dict[int, Any] = handlers.broker.delete_records(t.name, wanted)
-            except (LogbusError, OSError) as e:
+            except (LogbusError, AdminError, OSError) as e:
                 results = dict.fromkeys(wanted, e)
             parts = []
             for index, result in results.items():
