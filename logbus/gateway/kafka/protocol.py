@@ -37,7 +37,7 @@ from twisted.python.failure import Failure
 from ...core.broker import Broker
 from ..output import FileOutput, is_loopback, is_tls, peer_of
 from ..unread import UnreadWatch
-from . import admin, configs, groups, records_admin, sasl
+from . import acls, admin, configs, groups, records_admin, sasl
 from .caller import Caller
 from .sasl import State as SaslState
 from .alarms import LARGE_UNFINISHED, PRODUCE, hold_seconds, timed_out
@@ -342,7 +342,7 @@ class KafkaProtocol(Protocol):
 
 
 # the modules whose install() registers more APIs beside handlers.py's own (docs/kafka.md lists them all)
-MODULES = (groups, admin, configs, records_admin, sasl)
+MODULES = (groups, admin, configs, records_admin, sasl, acls)
 
 
 class KafkaFactory(Factory):
