@@ -405,6 +405,16 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
     def connection_closed(self, connection: ConnectionRecord) -> None:
         self.connections.closed(connection)
 
+    def connection_logged_in(self, connection: ConnectionRecord | None, user: str, vhost: str = "",
+                             how: str = "") -> None:
+        """The connection acts as ``user`` (in ``vhost``) now: set on its record, logged."""
+        if connection is not None:
+            self.connections.logged_in(connection, user, vhost, how)
+
+    def connection_refused(self, connection: ConnectionRecord | None, user: str, reason: str) -> None:
+        """A login (or a vhost) refused on the connection: logged with who tried and why."""
+        self.connections.refused(connection, user, reason)
+
     def list_connections(self, protocol: str | None = None) -> list[ConnectionRecord]:
         return self.connections.list(protocol)
 

@@ -10,16 +10,24 @@ terms (AMQP: connection.close 320 CONNECTION_FORCED; MQTT 5: DISCONNECT 0x98).
 
 Nothing here touches a socket or a protocol: a record is plain data plus the close
 callable its gateway gave.
+
+The log (logger ``logbus.connections``) has one line for each connection accepted, logged
+in (``logged_in``: the user and vhost), refused (``refused``: who tried and why, a
+warning) and closed (with its user, how long it lasted and what it carried), each with
+the connection's id, protocol, peer and whether it is TLS, as RabbitMQ logs its
+connections.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 PROTOCOLS = ("amqp", "mqtt", "kafka", "http")
+log = logging.getLogger("logbus.connections")
 
 
 @dataclass(slots=True, eq=False)
@@ -31,11 +39,16 @@ class ConnectionRecord:
     opened_ms: int  # epoch ms
     close_with: Callable[[str], object] = field(repr=False)  # closes it, with a reason for the client
     user: str = ""  # once logged in
+    login: str = ""  # how (the mechanism, "anonymous"), when the gateway says
     vhost: str = ""
     client_id: str = ""  # MQTT client id, Kafka client.id, AMQP connection_name
     received: int = 0  # messages from the client
     sent: int = 0  # messages to the client
     bytes_in: int = 0
+
+    def describe(self) -> str:
+        """"amqp connection 7 from 127.0.0.1:5555 (TLS)": how the log names it."""
+        return f"{self.protocol} connection {self.id} from {self.peer}{' (TLS)' if self.tls else ''}"
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "protocol": self.protocol, "peer": self.peer, "tls": self.tls,
@@ -55,11 +68,28 @@ class Connections:
             raise ValueError(f"unknown protocol {protocol!r}")
         c = ConnectionRecord(next(self._ids), protocol, peer, tls, self.clock(), close)
         self._open[c.id] = c
+        log.info("%s accepted", c.describe())
         return c
+
+    def logged_in(self, c: ConnectionRecord, user: str, vhost: str = "", how: str = "") -> None:
+        """``c`` acts as ``user`` (in ``vhost``) from now on; ``how``: the mechanism."""
+        if (c.user, c.vhost, c.login) == (user, vhost or c.vhost, how or c.login):
+            return  # an HTTP connection's next request, say
+        c.user = user
+        c.vhost = vhost or c.vhost
+        c.login = how or c.login
+        log.info("%s: user %r logged in%s%s", c.describe(), user, f" to vhost {c.vhost!r}" if c.vhost else "",
+                 f" ({how})" if how else "")
+
+    def refused(self, c: ConnectionRecord | None, user: str, reason: str) -> None:
+        """A login or a vhost refused on ``c``: who tried, and why."""
+        log.warning("%s: login refused for user %r: %s", c.describe() if c else "a connection", user, reason)
 
     def closed(self, c: ConnectionRecord) -> None:
         if self._open.pop(c.id, None) is not None:
             self.closes += 1
+            log.info("%s closed: user %r, %.1f s, %d messages in, %d out, %d bytes in", c.describe(),
+                     c.user or None, (self.clock() - c.opened_ms) / 1000, c.received, c.sent, c.bytes_in)
 
     def get(self, id: int) -> ConnectionRecord | None:
         return self._open.get(id)

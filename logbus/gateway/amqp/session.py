@@ -230,29 +230,29 @@ class Session:
         try:
             self.broker.authenticate(r.user, r.password, loopback=self.peer_is_loopback)
         except LoopbackOnly:
+            self.broker.connection_refused(self.record, r.user, "may connect from loopback only")
             self.machine.auth_failed(AuthFailure.LOOPBACK_ONLY)
         except Refused:
-            log.info("amqp connection %s: login refused for user %r", self.peer, r.user)
+            self.broker.connection_refused(self.record, r.user, "bad user name or password")
             self.machine.auth_failed(AuthFailure.REFUSED)
         else:
             self.user = r.user
-            if self.record is not None:
-                self.record.user = r.user
             self.machine.authenticated(r.user)
 
     def _open_vhost(self, r: OpenVHost) -> None:
         vhost = self.broker.vhost(r.name)
         if vhost is None:
+            self.broker.connection_refused(self.record, r.user, f"no vhost {r.name!r}")
             self.machine.vhost_refused(VHostFailure.NOT_FOUND)
             return
         try:
             self.broker.authorize(r.user, "access", Resource(vhost.name))
         except Refused:
+            self.broker.connection_refused(self.record, r.user, f"no permission in vhost {vhost.name!r}")
             self.machine.vhost_refused(VHostFailure.ACCESS_REFUSED)
         else:
             self.vhost = vhost
-            if self.record is not None:
-                self.record.vhost = vhost.name
+            self.broker.connection_logged_in(self.record, r.user, vhost.name)
             self.frame_max = self.machine.frame_max
             self.machine.vhost_opened(vhost.name)
 

@@ -22,6 +22,7 @@ class AdminResource(ApiResource):
     less with ``needs``)."""
 
     needs: Action | None = "administer"
+    audited = True
 
     def __init__(self, broker: Broker) -> None:
         super().__init__()

@@ -60,16 +60,17 @@ def authenticate(request: server.Request, broker: Broker) -> str:
     if credentials is None:
         raise HttpError(401, "unauthorized", "HTTP Basic credentials are required", CHALLENGE)
     name, password = credentials
+    record = getattr(request.channel, "record", None)  # site.RegisteredChannel's
     try:
         broker.authenticate(name, password, loopback=from_loopback(request))
     except LoopbackOnly:
+        broker.connection_refused(record, name, "may connect from loopback only")
         raise HttpError(401, "unauthorized", f"user '{name}' can only connect via localhost", CHALLENGE) from None
     except Refused:
+        broker.connection_refused(record, name, "bad user name or password")
         raise HttpError(401, "unauthorized", "Login failed", CHALLENGE) from None
     setattr(request, _USER, name)
-    record = getattr(request.channel, "record", None)  # site.RegisteredChannel's
-    if record is not None:
-        record.user = name
+    broker.connection_logged_in(record, name, how="HTTP Basic")
     return name
 
 

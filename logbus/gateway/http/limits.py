@@ -32,6 +32,7 @@ FIELDS = ("memory_high_watermark", "disk_free_limit")
 
 class Limits(ApiResource):
     isLeaf = True
+    audited = True
 
     def __init__(self, broker: Broker) -> None:
         super().__init__()

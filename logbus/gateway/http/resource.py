@@ -22,6 +22,8 @@ from .credentials import authenticate, require
 from .responses import HttpError, Response, status_for
 
 log = logging.getLogger(__name__)
+audit_log = logging.getLogger("logbus.audit")
+CHANGES = ("POST", "PUT", "PATCH", "DELETE")
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
@@ -31,6 +33,7 @@ Handler = Callable[[server.Request], Union[Response, "Deferred[Response]"]]
 class ApiResource(resource.Resource):
     public = False  # True: no credentials asked (/healthz)
     needs: Action | None = None  # a tag's action every method needs ("administer", "monitor", ...)
+    audited = False  # a change made here is a management change: one line in the audit log
 
     def render(self, request: server.Request) -> bytes | int:
         method = request.method.decode("latin-1").upper()
@@ -52,11 +55,15 @@ class ApiResource(resource.Resource):
             result = handler(request)
             if isinstance(result, Deferred):  # answered when it fires
                 result.addErrback(_error_response, method, request)
+                if self.audited and method in CHANGES:
+                    result.addCallback(_audited, method, request)
                 result.addCallback(_finish, request, head)
                 return server.NOT_DONE_YET  # the request is finished by _finish
             response = result
         except Exception as exc:
             response = _error_response(Failure(exc), method, request)
+        if self.audited and method in CHANGES:
+            _audited(response, method, request)
         return _write(request, response, head)
 
     def authorize(self, request: server.Request) -> None:
@@ -119,6 +126,16 @@ def _error_response(failure: Failure, method: str, request: server.Request) -> R
         return Response.error(status_for(exc.code), exc.code, str(exc))
     log.error("%s %r failed: %s", method, request.uri, failure.getTraceback())
     return Response.error(500, "internal_error", "internal error (see the broker log)")
+
+
+def _audited(response: Response, method: str, request: server.Request) -> Response:
+    """The audit line of a management change that was made: who, what, from where."""
+    if response.status < 400:
+        user = getattr(request, "logbus_user", None)
+        host = getattr(request.getClientAddress(), "host", "?")
+        audit_log.info("user %r from %s: %s %s -> %d", user, host, method,
+                       request.uri.decode("latin-1", "replace"), response.status)
+    return response
 
 
 def _finish(response: Response, request: server.Request, head: bool) -> None:

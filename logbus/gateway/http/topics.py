@@ -59,6 +59,7 @@ ALTER_FIELDS = ("config",)
 
 
 class Topics(ApiResource):
+    audited = True
     def __init__(self, broker: Broker) -> None:
         super().__init__()
         self.broker = broker
@@ -88,6 +89,7 @@ class Topics(ApiResource):
 
 class Topic(ApiResource):
     isLeaf = True
+    audited = True
 
     def __init__(self, broker: Broker, raw_name: bytes) -> None:
         super().__init__()
@@ -131,6 +133,7 @@ class TopicMessages(Topic):
     """POST /api/topics/<name>/messages: publish."""
 
     handle_GET = handle_PUT = handle_DELETE = None  # type: ignore[assignment]
+    audited = False  # publishing is data, not management
 
     def __init__(self, broker: Broker, raw_name: bytes, gate: AlarmGate) -> None:
         super().__init__(broker, raw_name)

@@ -45,6 +45,22 @@ from .operations import ALTER, DESCRIBE, READ, WRITE, authorized
 from .topic_fields import Unmapped, outbound, rename_request, rename_response
 
 log = logging.getLogger(__name__)
+audit_log = logging.getLogger("logbus.audit")
+# the Kafka requests that change what the broker holds beside records: one audit line each
+# (CreateTopics, DeleteTopics, DeleteRecords, CreateAcls, DeleteAcls, AlterConfigs,
+# CreatePartitions, DeleteGroups, IncrementalAlterConfigs)
+AUDITED = frozenset({19, 20, 21, 30, 31, 33, 37, 42, 44})
+
+
+def _subject(body: Any) -> str:
+    """What an audited Kafka request names: its topics, resources, groups or ACLs."""
+    for field in ("topics", "topic_names", "resources", "groups_names", "creations", "filters"):
+        items = getattr(body, field, None)
+        if items is not None:
+            names = [i if isinstance(i, str) else getattr(i, "name", None) or getattr(i, "resource_name", None)
+                     or getattr(i, "principal", None) or getattr(i, "principal_filter", None) or "?" for i in items]
+            return f"{field} {names}"
+    return ""
 
 
 def _batches(records: bytes) -> Iterator[Any]:
@@ -109,6 +125,9 @@ class KafkaHandlers:
         request's Kafka names are renamed before, the response's after
         (topic_fields.py)."""
         rename_request(req.body)
+        if req.api_key in AUDITED:
+            audit_log.info("user %r from %s: Kafka %s %s", caller.user, caller.peer, req.body.name,
+                           _subject(req.body))
         answer = self._table[req.api_key][4](req, caller)
         if isinstance(answer, Deferred):
             return answer.addCallback(_kafka_names)

@@ -98,7 +98,7 @@ class KafkaProtocol(Protocol):
             else None
         self.caller = Caller(self.advertised, user, f"{peer_host}:{peer_port}", loopback, self.record)
         if user is not None:
-            self.record.user = user
+            self.handlers.broker.connection_logged_in(self.record, user, how="anonymous (kafka_anonymous)")
         if self.factory is not None:
             self._active = self.factory.reactor.seconds()
             self._idle_call = self.factory.reactor.callLater(self.factory.idle_timeout, self._idle_check)
@@ -185,10 +185,11 @@ class KafkaProtocol(Protocol):
         if sasl is not None and sasl.raw and sasl.state in (SaslState.HANDSHAKEN, SaslState.FIRST):
             step = sasl.authenticate(bytes(frame))  # a bare token after SaslHandshake v0
             if step.failed:
-                return self._abort(f"SASL {sasl.mechanism} authentication failed: {sasl.why or step.error_message}")
+                self.handlers.broker.connection_refused(self.record, sasl.attempted,
+                                                        f"SASL {sasl.mechanism}: {sasl.why or step.error_message}")
+                return self._abort(f"SASL {sasl.mechanism} authentication failed")
             if sasl.user is not None:
-                self.record.user = sasl.user
-                log.info("kafka %s: authenticated as %r (SASL %s)", self.caller.peer, sasl.user, sasl.mechanism)
+                self.handlers.broker.connection_logged_in(self.record, sasl.user, how=f"SASL {sasl.mechanism}")
             self._enqueue_ready(len(step.auth_bytes).to_bytes(4, "big") + step.auth_bytes)
             return
         try:

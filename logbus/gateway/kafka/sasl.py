@@ -107,6 +107,7 @@ class SaslSession:
         self.raw = False  # SaslHandshake v0: the tokens come as bare size-prefixed frames (KIP-43)
         self.mechanism = ""
         self.user: str | None = None
+        self.attempted = ""  # the user name the client gave, for the log
         self.why = ""  # why the last failure failed, for the log
         self._scram: _ScramFirst | None = None
 
@@ -144,6 +145,7 @@ class SaslSession:
             authzid, user, password = (p.decode("utf-8") for p in parts)
         except UnicodeDecodeError:
             raise SaslFailure("a PLAIN token that is not UTF-8") from None
+        self.attempted = user
         if authzid and authzid != user:
             raise SaslFailure(f"authorization id {authzid!r} is not the user {user!r}")
         self._login(user, lambda: self._authenticate(user, password, self.loopback))
@@ -174,6 +176,7 @@ class SaslSession:
         if "m" in attrs:
             raise SaslFailure("SCRAM extensions (m=) are not supported")
         user, client_nonce = _unescape(attrs.get("n", "")), attrs.get("r", "")
+        self.attempted = user
         if not user or not client_nonce:
             raise SaslFailure("a SCRAM client-first message needs n= and r=")
         if authzid and (not authzid.startswith("a=") or _unescape(authzid[2:]) != user):
@@ -299,12 +302,11 @@ def install(handlers: KafkaHandlers) -> None:
             else sasl.authenticate(bytes(req.body.auth_bytes))
         if step.failed:
             caller.close_after_answer = True  # as Kafka: the connection ends after a failed authentication
-            log.info("kafka %s: SASL %s authentication failed: %s", caller.peer, sasl.mechanism if sasl else "-",
-                     sasl.why if sasl and sasl.why else step.error_message)
-        elif sasl is not None and sasl.state is State.DONE:
-            log.info("kafka %s: authenticated as %r (SASL %s)", caller.peer, sasl.user, sasl.mechanism)
-            if caller.record is not None:
-                caller.record.user = sasl.user or ""
+            broker.connection_refused(caller.record, sasl.attempted if sasl else "",
+                                      f"SASL {sasl.mechanism if sasl else '-'}: "
+                                      f"{sasl.why if sasl and sasl.why else step.error_message}")
+        elif sasl is not None and sasl.state is State.DONE and sasl.user is not None:
+            broker.connection_logged_in(caller.record, sasl.user, how=f"SASL {sasl.mechanism}")
         return SaslAuthenticateResponse(error_code=step.error_code, error_message=step.error_message,
                                         auth_bytes=step.auth_bytes, session_lifetime_ms=0)
 

@@ -256,7 +256,9 @@ class MqttProtocol(Protocol):
             return
         self.room.released_gone(session)  # PUBRECed, but the record did not say so yet
         if self.record is not None:
-            self.record.user, self.record.vhost, self.record.client_id = user, self.room.vhost_name, session.client_id
+            self.record.client_id = session.client_id
+        self.room.broker.connection_logged_in(self.record, user, self.room.vhost_name,
+                                              "anonymous" if acc.username is None else "")
         self.machine.attached(session, present, user,
                               ConnectionAccess(self.room.broker, self.room.vhost_name, user, session.client_id))
 
@@ -267,7 +269,10 @@ class MqttProtocol(Protocol):
         v5 = acc.version == MQTT_5
         bad_login = BAD_USER_NAME_OR_PASSWORD if v5 else REFUSED_BAD_USER_NAME_OR_PASSWORD
         not_authorized = NOT_AUTHORIZED if v5 else REFUSED_NOT_AUTHORIZED
-        refuse = self.machine.login_refused
+        def refuse(code: int, why: str) -> None:
+            broker.connection_refused(self.record, acc.username or "(anonymous)", why)
+            self.machine.login_refused(code, why)
+
         if acc.username is None:
             anon = self.factory.anonymous
             if anon == "off" or (anon == "loopback" and not loopback):

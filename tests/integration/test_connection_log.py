@@ -1,0 +1,87 @@
+"""The log of a real `logbus serve` says who connected, logged in, was refused and left,
+on every protocol (pika, paho, kafka-python, curl), and has one audit line per
+management change (HTTP API and Kafka admin requests): who, what, from where."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pika  # type: ignore[import-untyped]
+import pika.exceptions  # type: ignore[import-untyped]
+import pytest
+from kafka import KafkaAdminClient  # type: ignore[import-untyped]
+from kafka.admin import NewTopic  # type: ignore[import-untyped]
+
+from tests.integration.mgmt import Mgmt
+from tests.integration.mqtt_clients import Paho, unique
+from tests.serverproc import LogbusServer, module_server
+
+WAIT = 15
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
+    yield from module_server(tmp_path_factory, "connection-log")
+
+
+def logged(server: LogbusServer, pattern: str) -> list[str]:
+    """The log lines matching ``pattern``, once there is at least one (lines are written as
+    things happen; a close is logged when the broker notices it)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        lines = [line for line in server.log_text().splitlines() if re.search(pattern, line)]
+        if lines or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
+def test_amqp_connections_are_logged_in_and_out(server: LogbusServer) -> None:
+    host, port = server.host_port("amqp")
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(pika.ConnectionParameters(host, port, credentials=pika.PlainCredentials(
+            "guest", "wrong"), connection_attempts=1))
+    conn = pika.BlockingConnection(pika.ConnectionParameters(host, port))
+    conn.close()
+    assert logged(server, r"amqp connection \d+ from 127\.0\.0\.1:\d+: login refused for user 'guest': "
+                          r"bad user name or password")
+    assert logged(server, r"amqp connection \d+ from 127\.0\.0\.1:\d+ accepted")
+    assert logged(server, r"amqp connection \d+ from .*: user 'guest' logged in to vhost '/'")
+    assert logged(server, r"amqp connection \d+ from .* closed: user 'guest', \d+\.\d s")
+
+
+def test_mqtt_and_kafka_logins_are_logged(server: LogbusServer) -> None:
+    cid = unique("logged")
+    paho = Paho(server, cid, version=5, username="guest", password="guest")
+    paho.close()
+    refused = Paho(server, unique("bad"), version=5, username="guest", password="nope", connect=False)
+    try:
+        refused.connect()
+    finally:
+        refused.close()
+    assert logged(server, r"mqtt connection \d+ from .*: user 'guest' logged in to vhost '/'")
+    assert logged(server, r"mqtt connection \d+ from .*: login refused for user 'guest': bad user name or password")
+    kafka = KafkaAdminClient(bootstrap_servers=server.addresses["kafka"], security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="guest", sasl_plain_password="guest")
+    try:
+        kafka.create_topics([NewTopic("audited-topic", 1, 1)])
+    finally:
+        kafka.close()
+    assert logged(server, r"kafka connection \d+ from .*: user 'guest' logged in \(SASL SCRAM-SHA-256\)")
+    assert logged(server, r"logbus\.audit: user 'guest' from 127\.0\.0\.1:\d+: Kafka CreateTopicsRequest "
+                          r"topics \['audited-topic'\]")
+
+
+def test_http_management_changes_are_audited_and_failed_logins_logged(server: LogbusServer) -> None:
+    mgmt = Mgmt(server)
+    mgmt.add_user("eve", "eve-pw")
+    mgmt.ok("POST", "/api/topics/audited-topic/messages", {"messages": [{"value": "data, not management"}]})
+    status = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-u", "eve:wrong",
+                             server.http_url + "/api/topics"], capture_output=True, text=True, check=True).stdout
+    assert status == "401"
+    assert logged(server, r"logbus\.audit: user 'guest' from 127\.0\.0\.1: PUT /api/users/eve -> 201")
+    assert logged(server, r"http connection \d+ from .*: login refused for user 'eve': bad user name or password")
+    assert not [line for line in server.log_text().splitlines() if "logbus.audit" in line and "messages" in line]
+    assert "eve-pw" not in server.log_text()  # no password in any line
