@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", metavar="FILE", help="TOML settings file (or LOGBUS_CONFIG)")
     serve.add_argument("--data-dir", metavar="DIR", help="data directory (default ./data)")
     for name in LISTENERS:
-        serve.add_argument(f"--{name.replace('_', '-')}", metavar="EP", help=f"{name} listener endpoint, or off"
+        serve.add_argument(f"--{name.replace('_', '-')}", metavar="EP", nargs="+",
+                           help=f"{name} listener endpoints (several side by side, plain and TLS), or off"
                            + (" (default: off; MQTT over WebSocket, subprotocol mqtt)" if name == "mqtt_ws" else ""))
     serve.add_argument("--default-partitions", metavar="N", help="partitions of new topics")
     serve.add_argument("--default-flush", metavar="POLICY",
@@ -300,7 +301,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     flags = {
         "config": args.config,
         "data_dir": args.data_dir,
-        **{name: getattr(args, name) for name in LISTENERS},
+        **{name: " ".join(eps) if (eps := getattr(args, name)) else None for name in LISTENERS},
         "default_partitions": args.default_partitions,
         "default_flush": args.default_flush,
         "max_open_files": args.max_open_files,

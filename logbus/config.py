@@ -5,7 +5,7 @@ Every key can come from four places; a later one wins:
     default  <  TOML file (--config FILE or LOGBUS_CONFIG)  <  LOGBUS_* environment  <  CLI flag
 
     settings = load_settings({"http": "tcp:0:interface=127.0.0.1"})   # flags; None values are unset
-    settings.listeners()        # {"amqp": "tcp:5672:interface=127.0.0.1", ..., "http": "tcp:0:..."}
+    settings.listeners()        # {"amqp": ["tcp:5672:interface=127.0.0.1"], ..., "http": ["tcp:0:..."]}
     settings.topic_defaults()   # TopicConfig for topics created without explicit settings
 
 Every value is validated here, once; a bad one raises ConfigError naming the key and where
@@ -109,9 +109,10 @@ class Settings:
     loopback_users: tuple[str, ...] = ("guest",)
     config_file: Path | None = None  # the TOML file these settings were read from, if any
 
-    def listeners(self) -> dict[str, str]:
-        """Listener name -> endpoint description, for every listener that is not ``off``."""
-        return {name: ep for name in LISTENERS if (ep := getattr(self, name)) != OFF}
+    def listeners(self) -> dict[str, list[str]]:
+        """Listener name -> its endpoint descriptions (one or more, side by side: plain
+        and TLS, say), for every listener that is not ``off``."""
+        return {name: ep.split() for name in LISTENERS if (ep := getattr(self, name)) != OFF}
 
     def topic_defaults(self) -> TopicConfig:
         return TopicConfig(partitions=self.default_partitions, flush=self.default_flush)
@@ -155,6 +156,21 @@ def _data_dir(raw: Any) -> Path:
 class _ParseOnlyReactor:
     """Stands in for the reactor while an endpoint string is parsed: parsing must not
     install the global reactor (``logbus serve`` installs epoll explicitly, later)."""
+
+
+def check_endpoints(raw: Any) -> str:
+    """One listener's endpoints: a description, several separated by whitespace, or (in
+    TOML) an array of them; each checked by ``check_endpoint``. Returned joined by one
+    space (``off`` normalised)."""
+    items = raw if isinstance(raw, list) else _as_str(raw).split()
+    if not items:
+        raise ValueError("must name at least one endpoint, or off")
+    values = [check_endpoint(item) for item in items]
+    if OFF in values:
+        if len(values) > 1:
+            raise ValueError(f"off cannot be listed beside endpoints: {raw!r}")
+        return OFF
+    return " ".join(values)
 
 
 def check_endpoint(description: str) -> str:
@@ -304,11 +320,11 @@ def _backoff(raw: Any) -> str:
 
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "data_dir": _data_dir,
-    "amqp": check_endpoint,
-    "mqtt": check_endpoint,
-    "kafka": check_endpoint,
-    "http": check_endpoint,
-    "mqtt_ws": check_endpoint,
+    "amqp": check_endpoints,
+    "mqtt": check_endpoints,
+    "kafka": check_endpoints,
+    "http": check_endpoints,
+    "mqtt_ws": check_endpoints,
     "default_partitions": lambda raw: _as_int(raw, 1, 100_000),
     "default_flush": _flush,
     "max_open_files": lambda raw: _as_int(raw, 16, 1_000_000),

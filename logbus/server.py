@@ -171,9 +171,10 @@ class ListenerService(Service):
     # twisted declares Service.name = None (IService: a str or None)
     name: str  # type: ignore[assignment]
 
-    def __init__(self, name: str, description: str, endpoint: Any, factory: IProtocolFactory):
+    def __init__(self, name: str, description: str, endpoint: Any, factory: IProtocolFactory, tls: bool = False):
         self.name = name
         self.description = description
+        self.tls = tls
         self.endpoint = endpoint
         self.factory = factory
         self.port: ListeningPort | None = None
@@ -275,16 +276,43 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         legacy=AMQP_LEGACY,  # definitions stored with AMQP field tables, upgraded at start (decision 0021)
     )
     service = LogbusService(broker)
-    for name, description in settings.listeners().items():
+    for name, descriptions in settings.listeners().items():
         builder = GATEWAYS[name]
         if builder is None:
-            log.info("%s gateway is not built yet; not listening on %s", name, description)
+            log.info("%s gateway is not built yet; not listening on %s", name, " ".join(descriptions))
             continue
-        endpoint = serverFromString(reactor, description)
-        service.add_listener(
-            ListenerService(name, description, endpoint, builder(broker, settings, reactor))
-        )
+        factory = builder(broker, settings, reactor)  # one gateway, however many endpoints it listens on
+        for i, description in enumerate(descriptions):
+            endpoint = hardened(serverFromString(reactor, description))
+            service.add_listener(ListenerService(name if i == 0 else f"{name}.{i + 1}", description, endpoint,
+                                                 factory, tls=is_tls_endpoint(description)))
     return service
+
+
+# Mozilla's "intermediate" TLS 1.2 suites (forward secret, AEAD only); TLS 1.3's are OpenSSL's
+TLS12_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+                 "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:"
+                 "DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384:DHE-RSA-CHACHA20-POLY1305")
+
+
+def is_tls_endpoint(description: str) -> bool:
+    return description.split(":", 1)[0] == "ssl"
+
+
+def hardened(endpoint: Any) -> Any:
+    """A TLS server endpoint (``ssl:``) made to refuse what is weak: TLS 1.2 at least (no
+    SSLv3, TLS 1.0, 1.1), and for TLS 1.2 only forward-secret AEAD cipher suites. Any
+    other endpoint as it is."""
+    options = getattr(endpoint, "_sslContextFactory", None)  # twisted's SSL4ServerEndpoint
+    if options is None:
+        return endpoint
+    from twisted.internet.ssl import AcceptableCiphers, CertificateOptions, TLSVersion
+
+    endpoint._sslContextFactory = CertificateOptions(
+        privateKey=options.privateKey, certificate=options.certificate, extraCertChain=options.extraCertChain,
+        dhParameters=options.dhParameters, raiseMinimumTo=TLSVersion.TLSv1_2,
+        acceptableCiphers=AcceptableCiphers.fromOpenSSLCipherString(TLS12_CIPHERS))
+    return endpoint
 
 
 def format_address(address: IAddress) -> str:
@@ -496,8 +524,9 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None,
                      value.getErrorMessage())
                 return
             addresses[listener.name] = format_address(value.getHost())
-        for name, address in addresses.items():
-            log.info("%s listening on %s", name, address)
+        for listener in service.listeners:
+            log.info("%s listening on %s (%s)", listener.name, addresses[listener.name],
+                     "TLS 1.2+" if listener.tls else "plain, no TLS")
         if ready_file is not None:
             try:
                 write_ready_file(ready_file, addresses)

@@ -1,11 +1,14 @@
 """MQTT over TLS through an ``ssl:`` endpoint string (Twisted's, with a certificate and key
 in PEM files): paho connects with the certificate as its CA, verifying the address, and
-publishes and receives as over TCP; a plain-TCP client on the TLS port gets nothing."""
+publishes and receives as over TCP; a plain-TCP client on the TLS port gets nothing. Plain
+and TLS listen side by side; TLS below 1.2 and weak cipher suites are refused."""
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,3 +62,66 @@ def test_plain_tcp_on_the_tls_port_gets_no_connack(tls: tuple[LogbusServer, Path
         except (ConnectionResetError, TimeoutError):
             reply = b""
     assert not reply.startswith(b"\x20")  # never a CONNACK in the clear
+
+
+@pytest.fixture(scope="module")
+def side_by_side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LogbusServer, Path]]:
+    cert, key = self_signed(tmp_path_factory.mktemp("certs2"))
+    endpoints = f"tcp:0:interface=127.0.0.1 ssl:0:interface=127.0.0.1:privateKey={key}:certKey={cert}"
+    for server in module_server(tmp_path_factory, "mqtt_both", listeners={"mqtt": endpoints, "amqp": "off",
+                                                                          "kafka": "off", "http": "off"}):
+        yield server, cert
+
+
+def test_plain_and_tls_side_by_side(side_by_side: tuple[LogbusServer, Path]) -> None:
+    """One MQTT gateway on two endpoints (Mosquitto's 1883 and 8883): a message published
+    over TLS reaches a subscriber on the plain port; the log says which listener is TLS."""
+    server, cert = side_by_side
+    base = unique("both")
+    plain = Paho(server, unique("plain"), version=5)
+    secure = Paho(server, unique("tls"), version=5, port=server.host_port("mqtt.2")[1], connect=False)
+    secure.client.tls_set(ca_certs=str(cert), cert_reqs=ssl.CERT_REQUIRED)
+    secure.connect()
+    try:
+        plain.subscribe(f"{base}/#", 1)
+        secure.publish(f"{base}/x", b"over tls", 1)
+        assert plain.next_message().payload == b"over tls"
+    finally:
+        plain.close()
+        secure.close()
+    log = server.log_text()
+    assert re.search(r"mqtt listening on 127\.0\.0\.1:\d+ \(plain, no TLS\)", log), log
+    assert re.search(r"mqtt\.2 listening on 127\.0\.0\.1:\d+ \(TLS 1\.2\+\)", log), log
+
+
+def _handshake(server: LogbusServer, context: ssl.SSLContext) -> str | None:
+    """The TLS version a handshake with the TLS listener gets, or None if it is refused."""
+    host, port = server.host_port("mqtt.2")
+    with socket.create_connection((host, port), timeout=5) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                return s.version()
+        except (ssl.SSLError, ConnectionResetError, OSError):
+            return None
+
+
+def test_tls_below_1_2_and_weak_suites_are_refused(side_by_side: tuple[LogbusServer, Path]) -> None:
+    server, _ = side_by_side
+
+    def client(maximum: ssl.TLSVersion, ciphers: str = "DEFAULT:@SECLEVEL=0") -> ssl.SSLContext:
+        c = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        c.check_hostname, c.verify_mode = False, ssl.CERT_NONE
+        with warnings.catch_warnings():  # a client willing to speak what the broker must refuse
+            warnings.simplefilter("ignore", DeprecationWarning)
+            c.minimum_version, c.maximum_version = ssl.TLSVersion.MINIMUM_SUPPORTED, maximum
+        c.set_ciphers(ciphers)
+        return c
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1]
+    for version in old:
+        assert _handshake(server, client(version)) is None
+    assert _handshake(server, client(ssl.TLSVersion.TLSv1_2, "ECDHE-ECDSA-AES128-SHA:@SECLEVEL=0")) is None  # CBC
+    assert _handshake(server, client(ssl.TLSVersion.TLSv1_2, "ECDHE-ECDSA-AES128-GCM-SHA256")) == "TLSv1.2"
+    assert _handshake(server, client(ssl.TLSVersion.TLSv1_3)) == "TLSv1.3"

@@ -23,10 +23,10 @@ def test_defaults() -> None:
     assert s == Settings()
     assert s.data_dir == Path("data")
     assert s.listeners() == {
-        "amqp": "tcp:5672:interface=127.0.0.1",
-        "mqtt": "tcp:1883:interface=127.0.0.1",
-        "kafka": "tcp:9092:interface=127.0.0.1",
-        "http": "tcp:8080:interface=127.0.0.1",
+        "amqp": ["tcp:5672:interface=127.0.0.1"],
+        "mqtt": ["tcp:1883:interface=127.0.0.1"],
+        "kafka": ["tcp:9092:interface=127.0.0.1"],
+        "http": ["tcp:8080:interface=127.0.0.1"],
     }
     assert s.topic_defaults() == TopicConfig()
     assert s.config_file is None
@@ -82,7 +82,20 @@ def test_unrelated_env_vars_are_ignored() -> None:
 def test_off_disables_a_listener() -> None:
     s = load_settings({"amqp": "off", "kafka": "OFF"}, environ={"LOGBUS_MQTT": "off"})
     assert s.amqp == s.kafka == s.mqtt == "off"
-    assert s.listeners() == {"http": Settings().http}
+    assert s.listeners() == {"http": [Settings().http]}
+
+
+def test_a_listener_has_one_or_more_endpoints(tmp_path: Path) -> None:
+    """Plain and TLS side by side: several endpoints separated by whitespace (flags,
+    environment) or a TOML array; "off" alone."""
+    s = load_settings({"mqtt": "tcp:1883:interface=127.0.0.1  tcp:1884:interface=127.0.0.1"}, environ={})
+    assert s.listeners()["mqtt"] == ["tcp:1883:interface=127.0.0.1", "tcp:1884:interface=127.0.0.1"]
+    path = write_toml(tmp_path, 'kafka = ["tcp:9092:interface=127.0.0.1", "tcp:9093:interface=127.0.0.1"]\n')
+    assert load_settings({"config": str(path)}, environ={}).listeners()["kafka"] == [
+        "tcp:9092:interface=127.0.0.1", "tcp:9093:interface=127.0.0.1"]
+    for bad in ("off tcp:1:interface=127.0.0.1", "tcp:1:interface=127.0.0.1 tcp:x", "   "):
+        with pytest.raises(ConfigError, match="mqtt"):
+            load_settings({"mqtt": bad}, environ={})
 
 
 def test_off_from_the_file(tmp_path: Path) -> None:
@@ -300,7 +313,7 @@ def test_every_key_is_a_serve_flag() -> None:
     for key in KEYS:
         args += [f"--{key.replace('_', '-')}", "x"]
     parsed = vars(build_parser().parse_args(args))
-    assert all(parsed[key] == "x" for key in KEYS)
+    assert all(parsed[key] in ("x", ["x"]) for key in KEYS)  # listeners take one or more
 
 
 def test_default_user_and_loopback_users_are_rabbitmqs() -> None:
