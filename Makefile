@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PROTOS := logbus/core/envelope.proto logbus/core/state.proto
 
-.PHONY: run test install install-test proto bench clean debian-tools
+.PHONY: run test install install-test proto bench clean debian-tools sslyze
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ debian-tools:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# sslyze (PyPI), the TLS scanner tests/integration/test_tls_scan.py runs against every TLS
+# listener, in a venv of its own: it pins a cryptography older than the broker's.
+SSLYZE_VENV := .venv-sslyze
+$(SSLYZE_VENV)/.installed:
+	$(PYTHON) -m venv $(SSLYZE_VENV)
+	$(SSLYZE_VENV)/bin/python -m pip install -q sslyze==6.3.1
+	touch $@
+sslyze: $(SSLYZE_VENV)/.installed
+
 install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
@@ -45,7 +54,7 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(VENV)/bin/logbus serve --data-dir ./data
 
-test: debian-tools install-test
+test: debian-tools install-test sslyze
 	$(PY) -m pytest -q
 
 # Regenerate the committed protobuf modules (tests/unit/test_proto_fresh.py fails when stale).
@@ -56,4 +65,4 @@ bench: install
 	$(PY) bench/log_append.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(SSLYZE_VENV) build *.egg-info
