@@ -16,6 +16,8 @@ What applies at run time:
 - the timeouts (``handshake_timeout_ms``, ``kafka_idle_timeout_ms``,
   ``http_idle_timeout_ms``, ``http_body_timeout_ms``): for connections accepted from
   then on (a Kafka connection's idle timer takes the new value when it next fires).
+- every TLS listener's certificate and key, read again from their files (tls.py): for
+  connections accepted from then on; a pair that does not load leaves the old one.
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ class Reloader:
     def reload(self) -> None:
         from .config import ConfigError
 
+        for listener in self.service.listeners:  # renewed certificates, for new connections (first:
+            if listener.tls is not None:  # a settings file that does not load does not stop them)
+                listener.tls.reload()
         try:
             new = self.load()
         except ConfigError as exc:

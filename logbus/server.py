@@ -40,6 +40,7 @@ from .retry.policy import pop_retry_policy
 from .config import LISTENERS, Settings
 from .core.errors import LogbusError
 from .reload import Reloader, set_log_level
+from .tls import ServerTLS, server_tls
 
 if TYPE_CHECKING:
     from .core.broker import Broker
@@ -171,10 +172,11 @@ class ListenerService(Service):
     # twisted declares Service.name = None (IService: a str or None)
     name: str  # type: ignore[assignment]
 
-    def __init__(self, name: str, description: str, endpoint: Any, factory: IProtocolFactory, tls: bool = False):
+    def __init__(self, name: str, description: str, endpoint: Any, factory: IProtocolFactory,
+                 tls: ServerTLS | None = None):
         self.name = name
         self.description = description
-        self.tls = tls
+        self.tls = tls  # a TLS endpoint's certificate, reloaded on SIGHUP
         self.endpoint = endpoint
         self.factory = factory
         self.port: ListeningPort | None = None
@@ -283,36 +285,11 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
             continue
         factory = builder(broker, settings, reactor)  # one gateway, however many endpoints it listens on
         for i, description in enumerate(descriptions):
-            endpoint = hardened(serverFromString(reactor, description))
-            service.add_listener(ListenerService(name if i == 0 else f"{name}.{i + 1}", description, endpoint,
-                                                 factory, tls=is_tls_endpoint(description)))
+            listener_name = name if i == 0 else f"{name}.{i + 1}"
+            endpoint = serverFromString(reactor, description)
+            tls = server_tls(listener_name, endpoint, description)  # hardened, reloaded on SIGHUP (tls.py)
+            service.add_listener(ListenerService(listener_name, description, endpoint, factory, tls=tls))
     return service
-
-
-# Mozilla's "intermediate" TLS 1.2 suites (forward secret, AEAD only); TLS 1.3's are OpenSSL's
-TLS12_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
-                 "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:"
-                 "DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384:DHE-RSA-CHACHA20-POLY1305")
-
-
-def is_tls_endpoint(description: str) -> bool:
-    return description.split(":", 1)[0] == "ssl"
-
-
-def hardened(endpoint: Any) -> Any:
-    """A TLS server endpoint (``ssl:``) made to refuse what is weak: TLS 1.2 at least (no
-    SSLv3, TLS 1.0, 1.1), and for TLS 1.2 only forward-secret AEAD cipher suites. Any
-    other endpoint as it is."""
-    options = getattr(endpoint, "_sslContextFactory", None)  # twisted's SSL4ServerEndpoint
-    if options is None:
-        return endpoint
-    from twisted.internet.ssl import AcceptableCiphers, CertificateOptions, TLSVersion
-
-    endpoint._sslContextFactory = CertificateOptions(
-        privateKey=options.privateKey, certificate=options.certificate, extraCertChain=options.extraCertChain,
-        dhParameters=options.dhParameters, raiseMinimumTo=TLSVersion.TLSv1_2,
-        acceptableCiphers=AcceptableCiphers.fromOpenSSLCipherString(TLS12_CIPHERS))
-    return endpoint
 
 
 def format_address(address: IAddress) -> str:

@@ -1,13 +1,16 @@
 """MQTT over TLS through an ``ssl:`` endpoint string (Twisted's, with a certificate and key
 in PEM files): paho connects with the certificate as its CA, verifying the address, and
 publishes and receives as over TCP; a plain-TCP client on the TLS port gets nothing. Plain
-and TLS listen side by side; TLS below 1.2 and weak cipher suites are refused."""
+and TLS listen side by side; TLS below 1.2 and weak cipher suites are refused; SIGHUP
+brings a renewed certificate in."""
 
 from __future__ import annotations
 
 import re
+import signal
 import socket
 import ssl
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,3 +128,47 @@ def test_tls_below_1_2_and_weak_suites_are_refused(side_by_side: tuple[LogbusSer
     assert _handshake(server, client(ssl.TLSVersion.TLSv1_2, "ECDHE-ECDSA-AES128-SHA:@SECLEVEL=0")) is None  # CBC
     assert _handshake(server, client(ssl.TLSVersion.TLSv1_2, "ECDHE-ECDSA-AES128-GCM-SHA256")) == "TLSv1.2"
     assert _handshake(server, client(ssl.TLSVersion.TLSv1_3)) == "TLSv1.3"
+
+
+def _served_certificate(server: LogbusServer) -> bytes:
+    host, port = server.host_port("mqtt.2")
+    c = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    c.check_hostname, c.verify_mode = False, ssl.CERT_NONE
+    with socket.create_connection((host, port), timeout=5) as raw, c.wrap_socket(raw) as s:
+        cert = s.getpeercert(binary_form=True)
+    assert cert is not None
+    return cert
+
+
+def _sighup_and_wait(server: LogbusServer, text: str) -> None:
+    seen = server.log_text().count(text)
+    server.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+    deadline = time.monotonic() + 15
+    while server.log_text().count(text) == seen:
+        assert time.monotonic() < deadline, f"no {text!r} in the log after SIGHUP"
+        time.sleep(0.05)
+
+
+def test_sighup_reloads_a_renewed_certificate(side_by_side: tuple[LogbusServer, Path]) -> None:
+    """As Mosquitto: a certificate renewed on disk is served to new connections after
+    SIGHUP, connections already open go on, and a pair that does not load leaves the
+    old one in force."""
+    server, cert = side_by_side
+    before = _served_certificate(server)
+    open_one = Paho(server, unique("kept"), version=5, port=server.host_port("mqtt.2")[1], connect=False)
+    open_one.client.tls_set(ca_certs=str(cert), cert_reqs=ssl.CERT_REQUIRED)
+    open_one.connect()
+    try:
+        self_signed(cert.parent)  # a new key and certificate, where the endpoint string names them
+        _sighup_and_wait(server, "mqtt.2: TLS certificate reloaded")
+        renewed = _served_certificate(server)
+        assert renewed != before
+        topic = unique("kept") + "/x"
+        open_one.subscribe(topic, 1)
+        open_one.publish(topic, b"still here", 1)
+        assert open_one.next_message().payload == b"still here"
+        (cert.parent / "key.pem").write_text("not a key")
+        _sighup_and_wait(server, "mqtt.2: TLS certificate not reloaded")
+        assert _served_certificate(server) == renewed
+    finally:
+        open_one.close()
