@@ -103,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--kafka-sasl-mechanisms", metavar="LIST",
                        help="SASL mechanisms offered to Kafka clients, comma-separated"
                             " (default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)")
+    serve.add_argument("--tls-cert-login", metavar="off|common_name|subject_alternative_name",
+                       help="a client certificate verified by a TLS listener (one with caCertsDir=) logs in as"
+                            " the user its common name or subject alternative name names: AMQP EXTERNAL,"
+                            " MQTT and Kafka without a password (default: off)")
     serve.add_argument("--mqtt-anonymous", metavar="on|off|loopback",
                        help="MQTT clients without a user name act as the default user: always, never,"
                             " or only from a loopback address (default: loopback)")
@@ -314,6 +318,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "amqp_max_message_size": args.amqp_max_message_size,
         "mqtt_max_packet_size": args.mqtt_max_packet_size,
         "mqtt_anonymous": args.mqtt_anonymous,
+        "tls_cert_login": args.tls_cert_login,
         "kafka_anonymous": args.kafka_anonymous,
         "kafka_sasl_mechanisms": args.kafka_sasl_mechanisms,
         "mqtt_max_session_expiry": args.mqtt_max_session_expiry,

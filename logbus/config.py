@@ -64,6 +64,9 @@ class Settings:
     amqp_max_message_size: int = 128 << 20  # largest AMQP body accepted (RabbitMQ's max_message_size)
     mqtt_max_packet_size: int = 16 << 20  # largest MQTT packet accepted (MQTT 5's Maximum Packet Size)
     mqtt_anonymous: str = "loopback"  # clients without a user name: "on", "off", or only from loopback
+    # a verified TLS client certificate as the user (tls.py): its subject's common_name or its
+    # subject_alternative_name; "off": certificates are not logins
+    tls_cert_login: str = "off"
     # MQTT session limits (docs/operations.md, "MQTT session limits"): the longest a session
     # outlives its connection (seconds; 4294967295: no cap), messages queued per session (0: no
     # limit; past it new messages are dropped, as Mosquitto's max_queued_messages), QoS 1/2
@@ -181,12 +184,19 @@ def check_endpoint(description: str) -> str:
     value = _as_str(description)
     if value.lower() == OFF:
         return OFF
+    from .tls import split_ca_dir
+
+    parsed, ca_dir = split_ca_dir(value)  # logbus's own option: client certificates' CAs
+    if ca_dir is not None and not value.startswith("ssl:"):
+        raise ValueError(f"caCertsDir= is for ssl: endpoints only, in {value!r}")
+    if ca_dir is not None and not Path(ca_dir).is_dir():
+        raise ValueError(f"caCertsDir {ca_dir!r} is not a directory, in {value!r}")
     kind, _, rest = value.partition(":")
     first = rest.split(":", 1)[0]
     if kind in ("tcp", "tcp6", "ssl") and first.isdigit() and int(first) > 65535:
         raise ValueError(f"port {first} is out of range (0..65535) in {value!r}")
     try:
-        serverFromString(_ParseOnlyReactor(), value)
+        serverFromString(_ParseOnlyReactor(), parsed)
     except ImportError as exc:
         raise ValueError(f"cannot use {value!r}: {exc} (TLS needs: pip install 'twisted[tls]')")
     except TypeError as exc:
@@ -295,6 +305,15 @@ ANONYMOUS = ("on", "off", "loopback")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
+CERT_LOGIN = ("off", "common_name", "subject_alternative_name")
+
+
+def _cert_login(raw: Any) -> str:
+    if raw not in CERT_LOGIN:
+        raise InvalidConfig(f"must be one of {', '.join(CERT_LOGIN)}, not {raw!r}")
+    return str(raw)
+
+
 def _sasl_mechanisms(raw: Any) -> str:
     names = [m.strip() for m in str(raw).replace(" ", ",").split(",") if m.strip()] if isinstance(raw, str) else None
     if not names or any(m not in SASL_MECHANISMS for m in names):
@@ -338,6 +357,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "amqp_max_message_size": lambda raw: _as_int(raw, 1, 512 << 20),  # RabbitMQ's ceiling: 512 MiB
     "mqtt_max_packet_size": lambda raw: _as_int(raw, 64, 268_435_460),  # MQTT's ceiling: 256 MiB + header
     "mqtt_anonymous": _anonymous,
+    "tls_cert_login": _cert_login,
     "mqtt_max_session_expiry": lambda raw: _as_int(raw, 1, 0xFFFFFFFF),  # MQTT 5's Session Expiry Interval
     "mqtt_max_queued_messages": lambda raw: _as_int(raw, 0, 100_000_000),
     "mqtt_max_inflight_messages": lambda raw: _as_int(raw, 1, 65535),  # packet ids

@@ -40,7 +40,7 @@ from .retry.policy import pop_retry_policy
 from .config import LISTENERS, Settings
 from .core.errors import LogbusError
 from .reload import Reloader, set_log_level
-from .tls import ServerTLS, server_tls
+from .tls import ServerTLS, server_tls, split_ca_dir
 
 if TYPE_CHECKING:
     from .core.broker import Broker
@@ -79,7 +79,8 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
                                          idle_timeout=settings.kafka_idle_timeout_ms / 1000,
                                          max_in_flight=settings.kafka_max_in_flight,
                                          anonymous=settings.kafka_anonymous,
-                                         sasl_mechanisms=tuple(settings.kafka_sasl_mechanisms.split(","))))
+                                         sasl_mechanisms=tuple(settings.kafka_sasl_mechanisms.split(",")),
+                                         cert_login=settings.tls_cert_login))
 
 
 def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
@@ -89,7 +90,8 @@ def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
                                         read_linger=settings.amqp_read_linger_ms / 1000,
                                         read_linger_max=settings.amqp_read_linger_max_ms / 1000,
                                         max_message_size=settings.amqp_max_message_size,
-                                        handshake_timeout=settings.handshake_timeout_ms / 1000))
+                                        handshake_timeout=settings.handshake_timeout_ms / 1000,
+                                        cert_login=settings.tls_cert_login))
 
 
 def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
@@ -106,7 +108,8 @@ def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
         factory = MqttFactory(broker, reactor, max_packet_size=settings.mqtt_max_packet_size,
                               anonymous=settings.mqtt_anonymous, limits=limits,
                               max_queued=settings.mqtt_max_queued_messages,
-                              connect_timeout=settings.handshake_timeout_ms / 1000)
+                              connect_timeout=settings.handshake_timeout_ms / 1000,
+                              cert_login=settings.tls_cert_login)
         broker.rooms["mqtt"] = room = factory.room
     return room.factory
 
@@ -286,8 +289,9 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         factory = builder(broker, settings, reactor)  # one gateway, however many endpoints it listens on
         for i, description in enumerate(descriptions):
             listener_name = name if i == 0 else f"{name}.{i + 1}"
-            endpoint = serverFromString(reactor, description)
-            tls = server_tls(listener_name, endpoint, description)  # hardened, reloaded on SIGHUP (tls.py)
+            plain_description, ca_dir = split_ca_dir(description)  # caCertsDir= is logbus's, not Twisted's
+            endpoint = serverFromString(reactor, plain_description)
+            tls = server_tls(listener_name, endpoint, plain_description, ca_dir)  # hardened, reloaded on SIGHUP
             service.add_listener(ListenerService(listener_name, description, endpoint, factory, tls=tls))
     return service
 

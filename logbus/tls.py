@@ -8,11 +8,20 @@ list; TLS 1.3's suites are all such). Each new connection takes the context in f
 ``reload()`` loads the files again and, if they are a valid pair, puts a new context in
 force for the connections that come after. Connections already open keep theirs. A pair
 that does not load is logged and the old one stays.
+
+Client certificates: with ``caCertsDir=DIR`` in the endpoint string (logbus's option,
+taken out before Twisted parses the rest: ``split_ca_dir``), a client may present a
+certificate; it must then be signed by one of the CA
+certificates (``*.pem``) in DIR, or the handshake fails. A client without one is let in,
+to log in with a password. ``gateway.output.peer_identity`` gives the verified certificate's identity,
+which the gateways take as the user when ``tls_cert_login`` says so (RabbitMQ's EXTERNAL
+mechanism, Mosquitto's ``use_identity_as_username``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +41,10 @@ TLS12_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDH
 class ServerTLS:
     """A reloadable, hardened context factory for one TLS endpoint."""
 
-    def __init__(self, name: str, key_path: str, cert_path: str, chain_path: str | None = None) -> None:
+    def __init__(self, name: str, key_path: str, cert_path: str, chain_path: str | None = None,
+                 ca_dir: str | None = None) -> None:
         self.name = name
-        self.key_path, self.cert_path, self.chain_path = key_path, cert_path, chain_path
+        self.key_path, self.cert_path, self.chain_path, self.ca_dir = key_path, cert_path, chain_path, ca_dir
         self._options = self._load()
 
     def _load(self) -> CertificateOptions:
@@ -48,10 +58,17 @@ class ServerTLS:
         leaf = certs[0]
         if leaf.getPublicKey().keyHash() != key.keyHash():
             raise ValueError(f"the key in {self.key_path} does not belong to the certificate in {self.cert_path}")
+        verify: dict[str, Any] = {}
+        if self.ca_dir:
+            cas = [Certificate.loadPEM(block).original for f in sorted(Path(self.ca_dir).glob("*.pem"))
+                   for block in _pem_blocks(f.read_bytes())]
+            if not cas:
+                raise ValueError(f"no CA certificate (*.pem) in {self.ca_dir}")
+            verify = {"verify": True, "caCerts": cas, "requireCertificate": False}
         options = CertificateOptions(
             privateKey=key.original, certificate=leaf.original,
             extraCertChain=[c.original for c in certs[1:]], raiseMinimumTo=TLSVersion.TLSv1_2,
-            acceptableCiphers=AcceptableCiphers.fromOpenSSLCipherString(TLS12_CIPHERS))
+            acceptableCiphers=AcceptableCiphers.fromOpenSSLCipherString(TLS12_CIPHERS), **verify)
         options.getContext()  # fails now, not at the first connection, if OpenSSL refuses the pair
         return options
 
@@ -76,7 +93,18 @@ def _pem_blocks(data: bytes) -> list[bytes]:
     return [block + end + b"\n" for block in data.split(end) if b"-----BEGIN CERTIFICATE-----" in block]
 
 
-def server_tls(name: str, endpoint: Any, description: str) -> ServerTLS | None:
+_CA_DIR = re.compile(r":caCertsDir=((?:[^:\\]|\\.)*)")
+
+
+def split_ca_dir(description: str) -> tuple[str, str | None]:
+    """(the endpoint string without ``:caCertsDir=DIR``, DIR or None)."""
+    m = _CA_DIR.search(description)
+    if m is None:
+        return description, None
+    return description[:m.start()] + description[m.end():], m.group(1).replace("\\:", ":")
+
+
+def server_tls(name: str, endpoint: Any, description: str, ca_dir: str | None = None) -> ServerTLS | None:
     """Put a ServerTLS on a TLS endpoint made from ``description`` (an ``ssl:`` one, whose
     ``privateKey``, ``certKey`` and ``extraCertChain`` it reads); None for any other."""
     if getattr(endpoint, "_sslContextFactory", None) is None:  # twisted's SSL4ServerEndpoint
@@ -85,6 +113,7 @@ def server_tls(name: str, endpoint: Any, description: str) -> ServerTLS | None:
 
     _, kwargs = _parse(description)
     key = kwargs["privateKey"]
-    tls = ServerTLS(name, key, kwargs.get("certKey", key), kwargs.get("extraCertChain"))
+    tls = ServerTLS(name, key, kwargs.get("certKey", key), kwargs.get("extraCertChain"), ca_dir)
     endpoint._sslContextFactory = tls
     return tls
+

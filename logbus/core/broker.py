@@ -430,6 +430,15 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         if self.access.loopback_only(user) and not loopback:
             raise LoopbackOnly(f"user '{user}' can only connect via localhost")
 
+    def authenticate_certificate(self, user: str, *, loopback: bool) -> None:
+        """A client certificate verified by a TLS listener names ``user`` (RabbitMQ's
+        EXTERNAL): LoginRefused when there is no such user, LoopbackOnly as
+        ``authenticate``. No password is asked: the certificate is the credential."""
+        if user not in self.access.users:
+            raise LoginRefused(f"no user '{user}' for the client certificate")
+        if self.access.loopback_only(user) and not loopback:
+            raise LoopbackOnly(f"user '{user}' can only connect via localhost")
+
     def loopback_only(self, user: str) -> bool:
         """Whether ``user`` may log in from a loopback address only (``loopback_users``)."""
         return self.access.loopback_only(user)

@@ -239,3 +239,37 @@ def is_tls(transport: Any) -> bool:
 
     inner = getattr(transport, "transport", None)  # a WebSocket's TCP or TLS transport
     return ISSLTransport.providedBy(transport) or (inner is not None and ISSLTransport.providedBy(inner))
+
+
+def peer_identity(transport: Any, source: str) -> str | None:
+    """The identity in the client certificate a TLS connection verified: its subject's
+    common name (``source`` "common_name") or its first DNS or e-mail subject alternative
+    name ("subject_alternative_name"); None without a verified certificate (or with
+    ``source`` "off"). A WebSocket's transport is looked through."""
+    if source == "off":
+        return None
+    for t in (transport, getattr(transport, "transport", None)):
+        getter = getattr(t, "getPeerCertificate", None)
+        if getter is None:
+            continue
+        try:
+            x509 = getter()
+        except Exception:  # noqa: BLE001 -- not a TLS connection after all
+            return None
+        if x509 is None:
+            return None
+        cert = x509.to_cryptography()
+        if source == "common_name":
+            from cryptography.x509.oid import NameOID
+
+            names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+            return str(names[0].value) if names else None
+        from cryptography import x509 as cx
+
+        try:
+            san = cert.extensions.get_extension_for_class(cx.SubjectAlternativeName).value
+        except cx.ExtensionNotFound:
+            return None
+        found = san.get_values_for_type(cx.DNSName) + san.get_values_for_type(cx.RFC822Name)
+        return str(found[0]) if found else None
+    return None

@@ -118,7 +118,9 @@ class Connection(Handshake):
             self._decoder_error = e  # the decoder is dead: no Close-Ok can be read
         if not self._started and self.decoder.greeted:
             self._started = True
-            self._send_method(C.Connection.Start(0, 9, SERVER_PROPERTIES, " ".join(MECHANISMS), "en_US"))
+            self.external = self.identity()  # a verified client certificate's user: EXTERNAL too
+            mechanisms = MECHANISMS + (("EXTERNAL",) if self.external is not None else ())
+            self._send_method(C.Connection.Start(0, 9, SERVER_PROPERTIES, " ".join(mechanisms), "en_US"))
         if events:
             if self._next < len(self._events):
                 events = self._events[self._next:] + events

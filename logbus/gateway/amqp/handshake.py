@@ -112,6 +112,8 @@ class Handshake:
         self.channel_max = CHANNEL_MAX
         self.heartbeat = 0
         self.mechanism = ""
+        self.identity: Callable[[], str | None] = lambda: None  # the TLS client certificate's user, if any
+        self.external: str | None = None  # ... as found when Start was sent
         self.user = ""
         self.vhost = ""  # set once the vhost is open
         self.cancel_notify = False  # the client has the consumer_cancel_notify capability
@@ -158,6 +160,10 @@ class Handshake:
         caps: Any = (m.client_properties or {}).get("capabilities")
         self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
         self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
+        if m.mechanism == "EXTERNAL" and self.external is not None:  # RabbitMQ's rabbitmq_auth_mechanism_ssl
+            self.mechanism = m.mechanism
+            self._ask(Authenticate(m.mechanism, self.external, ""))
+            return
         if m.mechanism not in MECHANISMS:
             raise AMQPConnectionError(ACCESS_REFUSED, f"unsupported authentication mechanism {m.mechanism!r}")
         self.mechanism = m.mechanism

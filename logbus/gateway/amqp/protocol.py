@@ -51,7 +51,7 @@ from twisted.python.failure import Failure
 from ...core.types import AccessChange, ConnectionRecord
 from ...core.broker import Broker
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
-from ..output import direct_writer, is_loopback, is_tls, peer_of
+from ..output import direct_writer, is_loopback, is_tls, peer_identity, peer_of
 from ..unread import UnreadWatch
 from .handshake import State
 from .session import Prompt, Session, blocked_reason
@@ -85,6 +85,7 @@ class AmqpProtocol(Protocol):
                             peer_is_loopback=is_loopback(host), peer=f"{host}:{port}",
                             max_message_size=self.factory.max_message_size, prompt=self.factory.prompt,
                             record=self.record)
+        self.conn.machine.identity = lambda: peer_identity(t, self.factory.cert_login)
         t.registerProducer(self, True)
         self.factory.connections.add(self)
         self._handshake_call = self.factory.reactor.callLater(self.factory.handshake_timeout, self._handshake_over)
@@ -175,8 +176,9 @@ class AmqpProtocol(Protocol):
 class AmqpFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, *, read_linger: float = 0.0,
                  read_linger_max: float = 0.0, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT) -> None:
+                 handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT, cert_login: str = "off") -> None:
         self.broker = broker
+        self.cert_login = cert_login  # tls_cert_login: a verified client certificate's identity may log in
         self.handshake_timeout = handshake_timeout  # seconds from accept to connection.open
         self.handshake_timeouts = broker.metrics.counter(
             "logbus_amqp_handshake_timeouts",

@@ -228,12 +228,16 @@ class Session:
 
     def _authenticate(self, r: Authenticate) -> None:
         try:
-            self.broker.authenticate(r.user, r.password, loopback=self.peer_is_loopback)
+            if r.mechanism == "EXTERNAL":  # the handshake took the user from the TLS client certificate
+                self.broker.authenticate_certificate(r.user, loopback=self.peer_is_loopback)
+            else:
+                self.broker.authenticate(r.user, r.password, loopback=self.peer_is_loopback)
         except LoopbackOnly:
             self.broker.connection_refused(self.record, r.user, "may connect from loopback only")
             self.machine.auth_failed(AuthFailure.LOOPBACK_ONLY)
         except Refused:
-            self.broker.connection_refused(self.record, r.user, "bad user name or password")
+            self.broker.connection_refused(self.record, r.user, "no such user for the client certificate"
+                                           if r.mechanism == "EXTERNAL" else "bad user name or password")
             self.machine.auth_failed(AuthFailure.REFUSED)
         else:
             self.user = r.user

@@ -35,7 +35,8 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
 from ...core.broker import Broker
-from ..output import FileOutput, is_loopback, is_tls, peer_of
+from ...core.errors import Refused
+from ..output import FileOutput, is_loopback, is_tls, peer_identity, peer_of
 from ..unread import UnreadWatch
 from . import acls, admin, configs, groups, records_admin, sasl
 from .caller import Caller
@@ -77,6 +78,7 @@ class KafkaProtocol(Protocol):
         self._muted_once = False  # logged for this connection
         self._handling = False  # inside _handle_held
         self._closing = False
+        self._identity_seen = False  # the client certificate looked at (tls_cert_login)
         self._active = 0.0  # reactor time of the last complete request or answer written
         self._idle_call: Any = None
 
@@ -203,6 +205,9 @@ class KafkaProtocol(Protocol):
             return self._abort(str(e))
         if req.client_id and not self.record.client_id:
             self.record.client_id = req.client_id
+        if not self._identity_seen:  # the TLS handshake is over by the first request
+            self._identity_seen = True
+            self._certificate_login()
         if self.caller.user is None and req.api_key not in BEFORE_LOGIN:
             why = "SASL authentication is not finished" if self.caller.sasl is not None else \
                 "this listener asks for SASL authentication first (kafka_anonymous)"
@@ -219,6 +224,23 @@ class KafkaProtocol(Protocol):
         # errback after callback: a response that fails to encode also ends in _failed
         d.addCallback(self._answered, req, slot)
         d.addErrback(self._failed, req, slot)
+
+    def _certificate_login(self) -> None:
+        """A verified TLS client certificate (``tls_cert_login``) names the user the
+        connection acts as until it authenticates otherwise (Kafka's SSL principal)."""
+        factory = self.factory
+        identity = peer_identity(self._t, factory.cert_login) if factory is not None else None
+        if identity is None:
+            return
+        broker = self.handlers.broker
+        try:
+            broker.authenticate_certificate(identity, loopback=self.caller.loopback)
+        except Refused as e:
+            broker.connection_refused(self.record, identity, str(e))
+            self.caller.anonymous = None  # a certificate that names no user: no anonymous fallback either
+            return
+        self.caller.anonymous = identity
+        broker.connection_logged_in(self.record, identity, how="client certificate")
 
     def _hold(self, req: Any, slot: list[Any]) -> None:
         """A Produce under a resource alarm: neither appended nor answered until the
@@ -350,7 +372,8 @@ class KafkaFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None,
                  *, auto_create_topics: bool = True, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
                  max_in_flight: int = 1, anonymous: str = "loopback",
-                 sasl_mechanisms: tuple[str, ...] = sasl.MECHANISMS) -> None:
+                 sasl_mechanisms: tuple[str, ...] = sasl.MECHANISMS, cert_login: str = "off") -> None:
+        self.cert_login = cert_login  # tls_cert_login: a verified client certificate's identity is the user
         self.advertised = advertised
         self.anonymous = anonymous  # "on", "off", or "loopback": who may skip SASL (acting as the default user)
         self.reactor = reactor

@@ -43,7 +43,7 @@ from twisted.python.failure import Failure
 
 from ...core.errors import LogbusError, LoopbackOnly, Refused, StorageError
 from ...core.types import ConnectionRecord, Perm, Resource
-from ..output import direct_writer, is_loopback, is_tls, peer_of, quick_ack
+from ..output import direct_writer, is_loopback, is_tls, peer_identity, peer_of, quick_ack
 from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
 from .machine import EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT, Machine
@@ -131,6 +131,7 @@ class MqttProtocol(Protocol):
         self._send: Any = None  # direct_writer(transport)
         self._ack_now: Callable[[], None] | None = None  # output.quick_ack(transport)
         self.record: ConnectionRecord | None = None  # in the broker's connection registry
+        self._how = ""  # how it logged in, for the log
 
     @property
     def session(self) -> Any:
@@ -257,8 +258,7 @@ class MqttProtocol(Protocol):
         self.room.released_gone(session)  # PUBRECed, but the record did not say so yet
         if self.record is not None:
             self.record.client_id = session.client_id
-        self.room.broker.connection_logged_in(self.record, user, self.room.vhost_name,
-                                              "anonymous" if acc.username is None else "")
+        self.room.broker.connection_logged_in(self.record, user, self.room.vhost_name, self._how)
         self.machine.attached(session, present, user,
                               ConnectionAccess(self.room.broker, self.room.vhost_name, user, session.client_id))
 
@@ -269,11 +269,25 @@ class MqttProtocol(Protocol):
         v5 = acc.version == MQTT_5
         bad_login = BAD_USER_NAME_OR_PASSWORD if v5 else REFUSED_BAD_USER_NAME_OR_PASSWORD
         not_authorized = NOT_AUTHORIZED if v5 else REFUSED_NOT_AUTHORIZED
+        identity = peer_identity(self.transport, self.factory.cert_login)
+
         def refuse(code: int, why: str) -> None:
-            broker.connection_refused(self.record, acc.username or "(anonymous)", why)
+            broker.connection_refused(self.record, identity or acc.username or "(anonymous)", why)
             self.machine.login_refused(code, why)
 
-        if acc.username is None:
+        if identity is not None:  # Mosquitto's use_identity_as_username: the certificate is the login
+            name = identity
+            self._how = "client certificate"
+            try:
+                broker.authenticate_certificate(name, loopback=loopback)
+            except LoopbackOnly:
+                refuse(not_authorized, f"user {name!r} can only connect from loopback")
+                return None
+            except Refused:
+                refuse(bad_login, f"no user {name!r} for the client certificate")
+                return None
+        elif acc.username is None:
+            self._how = "anonymous"
             anon = self.factory.anonymous
             if anon == "off" or (anon == "loopback" and not loopback):
                 refuse(not_authorized, "anonymous clients are not allowed here (--mqtt-anonymous)")
@@ -281,6 +295,7 @@ class MqttProtocol(Protocol):
             name = broker.default_user
         else:
             name = acc.username
+            self._how = ""
             try:
                 broker.authenticate(name, (acc.password or b"").decode("utf-8", "replace"), loopback=loopback)
             except LoopbackOnly:
@@ -488,8 +503,9 @@ _CARRY: dict[type, Callable[[MqttProtocol, Any], None]] = {
 class MqttFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, *, max_packet_size: int = 1 << 20,
                  anonymous: str = "loopback", limits: ServerLimits | None = None, max_queued: int = 0,
-                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
+                 connect_timeout: float = CONNECT_TIMEOUT, cert_login: str = "off") -> None:
         self.broker = broker
+        self.cert_login = cert_login  # tls_cert_login: a verified client certificate's identity is the user
         self.connect_timeout = connect_timeout  # seconds from accept to CONNECT
         self.connect_timeouts = broker.metrics.counter(
             "logbus_mqtt_connect_timeouts", "MQTT connections closed for sending no CONNECT within handshake_timeout_ms")
