@@ -97,9 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest MQTT packet accepted; a larger one closes the connection (MQTT 5:"
                             " DISCONNECT 0x95), and MQTT 5 clients are told it (default: 16777216, 16 MiB)")
     serve.add_argument("--kafka-anonymous", metavar="on|off|loopback",
-                       help="Kafka clients that do not authenticate (SASL) act as the default user: always,"
-                            " never (the listener asks for SASL first), or only from a loopback address"
-                            " (default: loopback)")
+                       help="Kafka clients that do not authenticate (SASL) act as anonymous_user: never (the"
+                            " listener asks for SASL first), or only from a loopback address (default: loopback)")
     serve.add_argument("--kafka-sasl-mechanisms", metavar="LIST",
                        help="SASL mechanisms offered to Kafka clients, comma-separated"
                             " (default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)")
@@ -108,8 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
                             " the user its common name or subject alternative name names: AMQP EXTERNAL,"
                             " MQTT and Kafka without a password (default: off)")
     serve.add_argument("--mqtt-anonymous", metavar="on|off|loopback",
-                       help="MQTT clients without a user name act as the default user: always, never,"
-                            " or only from a loopback address (default: loopback)")
+                       help="MQTT clients without a user name act as anonymous_user: never, or only from a"
+                            " loopback address (default: loopback)")
+    serve.add_argument("--anonymous-user", metavar="NAME",
+                       help="the user MQTT and Kafka clients without credentials act as, from loopback"
+                            " (default: guest)")
     serve.add_argument("--mqtt-max-session-expiry", metavar="SECONDS",
                        help="the longest an MQTT session outlives its connection: a 3.1.1 persistent"
                             " session's expiry, the cap on a 5.0 client's (told in CONNACK)"
@@ -318,6 +320,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "amqp_max_message_size": args.amqp_max_message_size,
         "mqtt_max_packet_size": args.mqtt_max_packet_size,
         "mqtt_anonymous": args.mqtt_anonymous,
+        "anonymous_user": args.anonymous_user,
         "tls_cert_login": args.tls_cert_login,
         "kafka_anonymous": args.kafka_anonymous,
         "kafka_sasl_mechanisms": args.kafka_sasl_mechanisms,

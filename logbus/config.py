@@ -57,13 +57,14 @@ class Settings:
     log_level: str = "info"
     kafka_advertised: str = ""  # host:port Kafka clients are told to connect to; "": the address they used
     kafka_auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
-    kafka_anonymous: str = "loopback"  # Kafka clients without SASL: "on", "off", or only from loopback
+    kafka_anonymous: str = "loopback"  # Kafka clients without SASL: "off", or from loopback only
     kafka_sasl_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"  # offered by SaslHandshake
     amqp_read_linger_ms: float = 1.0  # pause after a pipelined read (gateway/amqp/protocol.py)
     amqp_read_linger_max_ms: float = 8.0  # the longest it grows to, for a client that goes on sending
     amqp_max_message_size: int = 128 << 20  # largest AMQP body accepted (RabbitMQ's max_message_size)
     mqtt_max_packet_size: int = 16 << 20  # largest MQTT packet accepted (MQTT 5's Maximum Packet Size)
-    mqtt_anonymous: str = "loopback"  # clients without a user name: "on", "off", or only from loopback
+    mqtt_anonymous: str = "loopback"  # clients without a user name: "off", or from loopback only
+    anonymous_user: str = "guest"  # who MQTT and Kafka clients without credentials act as (from loopback)
     # a verified TLS client certificate as the user (tls.py): its subject's common_name or its
     # subject_alternative_name; "off": certificates are not logins
     tls_cert_login: str = "off"
@@ -301,7 +302,7 @@ def _user_list(raw: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_user_name(i) for i in items if i.strip()))
 
 
-ANONYMOUS = ("on", "off", "loopback")
+ANONYMOUS = ("off", "loopback")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -310,30 +311,33 @@ CERT_LOGIN = ("off", "common_name", "subject_alternative_name")
 
 def _cert_login(raw: Any) -> str:
     if raw not in CERT_LOGIN:
-        raise InvalidConfig(f"must be one of {', '.join(CERT_LOGIN)}, not {raw!r}")
+        raise ValueError(f"must be one of {', '.join(CERT_LOGIN)}, not {raw!r}")
     return str(raw)
 
 
 def _sasl_mechanisms(raw: Any) -> str:
     names = [m.strip() for m in str(raw).replace(" ", ",").split(",") if m.strip()] if isinstance(raw, str) else None
     if not names or any(m not in SASL_MECHANISMS for m in names):
-        raise InvalidConfig(f"a comma-separated list of {', '.join(SASL_MECHANISMS)}, not {raw!r}")
+        raise ValueError(f"a comma-separated list of {', '.join(SASL_MECHANISMS)}, not {raw!r}")
     return ",".join(dict.fromkeys(names))
 
 
 def _anonymous(raw: Any) -> str:
+    if raw == "on":
+        raise ValueError("'on' is gone: anonymous access is refused beyond loopback on every protocol;"
+                            " give remote clients a user (docs/security.md), or 'loopback'")
     if raw not in ANONYMOUS:
-        raise InvalidConfig(f"must be one of {', '.join(ANONYMOUS)}, not {raw!r}")
+        raise ValueError(f"must be one of {', '.join(ANONYMOUS)}, not {raw!r}")
     return str(raw)
 
 
 def _backoff(raw: Any) -> str:
     if not isinstance(raw, str):
-        raise InvalidConfig(f"a backoff is a string such as '1s 5s 30s', not {raw!r}")
+        raise ValueError(f"a backoff is a string such as '1s 5s 30s', not {raw!r}")
     try:
         parse_backoff(raw)
     except InvalidRetryPolicy as e:
-        raise InvalidConfig(str(e)) from None
+        raise ValueError(str(e)) from None
     return raw
 
 
@@ -357,6 +361,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "amqp_max_message_size": lambda raw: _as_int(raw, 1, 512 << 20),  # RabbitMQ's ceiling: 512 MiB
     "mqtt_max_packet_size": lambda raw: _as_int(raw, 64, 268_435_460),  # MQTT's ceiling: 256 MiB + header
     "mqtt_anonymous": _anonymous,
+    "anonymous_user": _user_name,
     "tls_cert_login": _cert_login,
     "mqtt_max_session_expiry": lambda raw: _as_int(raw, 1, 0xFFFFFFFF),  # MQTT 5's Session Expiry Interval
     "mqtt_max_queued_messages": lambda raw: _as_int(raw, 0, 100_000_000),

@@ -80,7 +80,8 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
                                          max_in_flight=settings.kafka_max_in_flight,
                                          anonymous=settings.kafka_anonymous,
                                          sasl_mechanisms=tuple(settings.kafka_sasl_mechanisms.split(",")),
-                                         cert_login=settings.tls_cert_login))
+                                         cert_login=settings.tls_cert_login,
+                                         anonymous_user=settings.anonymous_user))
 
 
 def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
@@ -109,7 +110,7 @@ def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
                               anonymous=settings.mqtt_anonymous, limits=limits,
                               max_queued=settings.mqtt_max_queued_messages,
                               connect_timeout=settings.handshake_timeout_ms / 1000,
-                              cert_login=settings.tls_cert_login)
+                              cert_login=settings.tls_cert_login, anonymous_user=settings.anonymous_user)
         broker.rooms["mqtt"] = room = factory.room
     return room.factory
 

@@ -434,8 +434,18 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         """A client certificate verified by a TLS listener names ``user`` (RabbitMQ's
         EXTERNAL): LoginRefused when there is no such user, LoopbackOnly as
         ``authenticate``. No password is asked: the certificate is the credential."""
+        self._passwordless(user, loopback, "the client certificate")
+
+    def authenticate_anonymous(self, user: str, *, loopback: bool) -> None:
+        """A connection without credentials acts as ``user`` (``anonymous_user``), from a
+        loopback address only: LoginRefused otherwise, or when there is no such user."""
+        if not loopback:
+            raise LoginRefused("anonymous access is refused beyond loopback: log in as a user")
+        self._passwordless(user, loopback, "anonymous connections (anonymous_user)")
+
+    def _passwordless(self, user: str, loopback: bool, what: str) -> None:
         if user not in self.access.users:
-            raise LoginRefused(f"no user '{user}' for the client certificate")
+            raise LoginRefused(f"no user '{user}' for {what}")
         if self.access.loopback_only(user) and not loopback:
             raise LoopbackOnly(f"user '{user}' can only connect via localhost")
 

@@ -95,6 +95,23 @@ def test_scram_credentials_are_kept_never_the_password_and_made_at_the_first_log
     assert b"alice-new-Xk9" not in records and b"alice-pw-Zq7" not in records
 
 
+def test_anonymous_and_certificate_logins_need_a_user_and_anonymous_needs_loopback(brokers: Brokers) -> None:
+    from logbus.core.errors import LoginRefused, LoopbackOnly
+
+    b = brokers.start()
+    b.access.put_user("anon", password=None)
+    b.authenticate_anonymous("anon", loopback=True)
+    with pytest.raises(LoginRefused, match="beyond loopback"):
+        b.authenticate_anonymous("anon", loopback=False)
+    with pytest.raises(LoginRefused):
+        b.authenticate_anonymous("nobody", loopback=True)
+    b.authenticate_certificate("anon", loopback=False)  # a certificate is a credential from anywhere
+    with pytest.raises(LoopbackOnly):
+        b.authenticate_certificate("guest", loopback=False)  # loopback_users still apply
+    with pytest.raises(LoginRefused):
+        b.authenticate_certificate("nobody", loopback=True)
+
+
 def test_each_vhost_has_its_own_definitions_and_topics(brokers: Brokers) -> None:
     b = brokers.start()
     b.create_vhost("a/b")

@@ -85,6 +85,23 @@ def test_off_disables_a_listener() -> None:
     assert s.listeners() == {"http": [Settings().http]}
 
 
+@pytest.mark.parametrize(("key", "value"), [("pop_retry_backoff", "1x"), ("pop_retry_backoff", 5),
+                                          ("mqtt_anonymous", "sometimes"), ("tls_cert_login", "cn"),
+                                          ("kafka_sasl_mechanisms", "GSSAPI")])
+def test_every_bad_value_is_a_config_error_naming_its_key(key: str, value: object) -> None:
+    """Not an exception of another kind (it escaped as a traceback with exit code 1)."""
+    with pytest.raises(ConfigError, match=f"^{key}: .*from command-line flag"):
+        load_settings({key: value}, environ={})
+
+
+def test_anonymous_access_is_loopback_or_nothing() -> None:
+    for key in ("mqtt_anonymous", "kafka_anonymous"):
+        assert getattr(load_settings({key: "off"}, environ={}), key) == "off"
+        with pytest.raises(ConfigError, match="beyond loopback"):
+            load_settings({key: "on"}, environ={})
+    assert load_settings({}, environ={}).anonymous_user == "guest"
+
+
 def test_a_listener_has_one_or_more_endpoints(tmp_path: Path) -> None:
     """Plain and TLS side by side: several endpoints separated by whitespace (flags,
     environment) or a TOML array; "off" alone."""

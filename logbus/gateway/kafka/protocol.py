@@ -95,9 +95,15 @@ class KafkaProtocol(Protocol):
         self.record = self.handlers.broker.connection_opened(
             "kafka", f"{peer_host}:{peer_port}", tls=is_tls(self._t), close=self._abort)
         loopback = is_loopback(peer_host)
-        anonymous = self.factory.anonymous if self.factory is not None else "on"
-        user = self.handlers.broker.default_user if anonymous == "on" or (anonymous == "loopback" and loopback) \
-            else None
+        anonymous = self.factory.anonymous if self.factory is not None else "loopback"
+        user = None
+        if anonymous == "loopback" and loopback:
+            name = self.factory.anonymous_user if self.factory is not None else self.handlers.broker.default_user
+            try:
+                self.handlers.broker.authenticate_anonymous(name, loopback=loopback)
+                user = name
+            except Refused as e:
+                self.handlers.broker.connection_refused(self.record, name, str(e))
         self.caller = Caller(self.advertised, user, f"{peer_host}:{peer_port}", loopback, self.record)
         if user is not None:
             self.handlers.broker.connection_logged_in(self.record, user, how="anonymous (kafka_anonymous)")
@@ -372,10 +378,12 @@ class KafkaFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None,
                  *, auto_create_topics: bool = True, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
                  max_in_flight: int = 1, anonymous: str = "loopback",
-                 sasl_mechanisms: tuple[str, ...] = sasl.MECHANISMS, cert_login: str = "off") -> None:
+                 sasl_mechanisms: tuple[str, ...] = sasl.MECHANISMS, cert_login: str = "off",
+                 anonymous_user: str = "guest") -> None:
         self.cert_login = cert_login  # tls_cert_login: a verified client certificate's identity is the user
+        self.anonymous_user = anonymous_user  # who a client that does not authenticate acts as, from loopback
         self.advertised = advertised
-        self.anonymous = anonymous  # "on", "off", or "loopback": who may skip SASL (acting as the default user)
+        self.anonymous = anonymous  # "off", or "loopback": who may skip SASL (acting as anonymous_user)
         self.reactor = reactor
         self.idle_timeout = idle_timeout  # seconds (kafka_idle_timeout_ms)
         self.max_in_flight = max_in_flight  # requests handled before the first is answered (Kafka: 1)

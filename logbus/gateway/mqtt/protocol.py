@@ -288,11 +288,16 @@ class MqttProtocol(Protocol):
                 return None
         elif acc.username is None:
             self._how = "anonymous"
-            anon = self.factory.anonymous
-            if anon == "off" or (anon == "loopback" and not loopback):
-                refuse(not_authorized, "anonymous clients are not allowed here (--mqtt-anonymous)")
+            name = self.factory.anonymous_user
+            if self.factory.anonymous == "off" or not loopback:
+                refuse(not_authorized, "anonymous clients are not allowed here (mqtt_anonymous: from loopback only,"
+                                       " if at all)")
                 return None
-            name = broker.default_user
+            try:
+                broker.authenticate_anonymous(name, loopback=loopback)
+            except Refused as e:
+                refuse(not_authorized, str(e))
+                return None
         else:
             name = acc.username
             self._how = ""
@@ -503,8 +508,10 @@ _CARRY: dict[type, Callable[[MqttProtocol, Any], None]] = {
 class MqttFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, *, max_packet_size: int = 1 << 20,
                  anonymous: str = "loopback", limits: ServerLimits | None = None, max_queued: int = 0,
-                 connect_timeout: float = CONNECT_TIMEOUT, cert_login: str = "off") -> None:
+                 connect_timeout: float = CONNECT_TIMEOUT, cert_login: str = "off",
+                 anonymous_user: str = "guest") -> None:
         self.broker = broker
+        self.anonymous_user = anonymous_user  # who a CONNECT without a user name acts as
         self.cert_login = cert_login  # tls_cert_login: a verified client certificate's identity is the user
         self.connect_timeout = connect_timeout  # seconds from accept to CONNECT
         self.connect_timeouts = broker.metrics.counter(
@@ -533,7 +540,7 @@ class MqttFactory(Factory):
         self._blocked_logged = False  # for the alarm now set
         self.alarms: frozenset[str] = broker.on_alarms(self._alarms_changed)
         self.max_packet_size = max_packet_size
-        self.anonymous = anonymous  # "on", "off", or "loopback": only from loopback addresses
+        self.anonymous = anonymous  # "off", or "loopback": anonymous clients from loopback addresses only
         self.connections: set[MqttProtocol] = set()
         self.unread = UnreadWatch(reactor)  # publishers not read for an alarm: gone meanwhile?
         self.reading = 0  # connections inside dataReceived
