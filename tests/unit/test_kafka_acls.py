@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from logbus.gateway.kafka.acls import (
@@ -53,9 +53,12 @@ def test_expressions_read_as_alternatives() -> None:
     assert [a for _, a in alternatives("^(a|b)$")] == [None]  # one alternative, not two
     assert [a for _, a in alternatives("^alice-")] == [Alt("prefix", "alice-")]  # RabbitMQ's usual form
     assert alternatives("") == []
+    assert [a for _, a in alternatives("^\\\\$")] == [Alt("literal", "\\")]  # an escaped backslash, then the end
+    assert [a for _, a in alternatives("^a\\$")] == [Alt("prefix", "a$")]  # an escaped "$": a character
 
 
 @given(st.lists(alts, max_size=5), alts)
+@example([], Alt("literal", "\\"))  # found by Hypothesis in CI: "^\\\\$" read as an escaped "$"
 def test_adding_and_removing_an_alternative(existing: list[Alt], alt: Alt) -> None:
     expression = ""
     for a in existing:

@@ -162,7 +162,8 @@ def parse_alternative(alt: str) -> Alt | None:
         return Alt("any")
     if not alt.startswith("^"):
         return None
-    literal = alt.endswith("$") and not alt.endswith("\\$")
+    backslashes = len(alt[:-1]) - len(alt[:-1].rstrip("\\"))
+    literal = alt.endswith("$") and backslashes % 2 == 0  # an escaped "$" is a character, not the end
     name = _plain(alt[1:-1] if literal else alt[1:])
     if name is None:
         return None
