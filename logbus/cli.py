@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--mqtt-max-packet-size", metavar="BYTES",
                        help="largest MQTT packet accepted; a larger one closes the connection (MQTT 5:"
                             " DISCONNECT 0x95), and MQTT 5 clients are told it (default: 16777216, 16 MiB)")
-    serve.add_argument("--kafka-anonymous", metavar="on|off|loopback",
+    serve.add_argument("--kafka-anonymous", metavar="off|loopback",
                        help="Kafka clients that do not authenticate (SASL) act as anonymous_user: never (the"
                             " listener asks for SASL first), or only from a loopback address (default: loopback)")
     serve.add_argument("--kafka-sasl-mechanisms", metavar="LIST",
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a client certificate verified by a TLS listener (one with caCertsDir=) logs in as"
                             " the user its common name or subject alternative name names: AMQP EXTERNAL,"
                             " MQTT and Kafka without a password (default: off)")
-    serve.add_argument("--mqtt-anonymous", metavar="on|off|loopback",
+    serve.add_argument("--mqtt-anonymous", metavar="off|loopback",
                        help="MQTT clients without a user name act as anonymous_user: never, or only from a"
                             " loopback address (default: loopback)")
     serve.add_argument("--anonymous-user", metavar="NAME",

@@ -275,16 +275,22 @@ class MqttProtocol(Protocol):
             broker.connection_refused(self.record, identity or acc.username or "(anonymous)", why)
             self.machine.login_refused(code, why)
 
+        def logged_in(name: str, check: Callable[[], None], bad: str) -> bool:
+            try:
+                check()
+            except LoopbackOnly:
+                refuse(not_authorized, f"user {name!r} can only connect from loopback")
+                return False
+            except Refused:
+                refuse(bad_login, bad)
+                return False
+            return True
+
         if identity is not None:  # Mosquitto's use_identity_as_username: the certificate is the login
             name = identity
             self._how = "client certificate"
-            try:
-                broker.authenticate_certificate(name, loopback=loopback)
-            except LoopbackOnly:
-                refuse(not_authorized, f"user {name!r} can only connect from loopback")
-                return None
-            except Refused:
-                refuse(bad_login, f"no user {name!r} for the client certificate")
+            if not logged_in(name, lambda: broker.authenticate_certificate(identity, loopback=loopback),
+                             f"no user {name!r} for the client certificate"):
                 return None
         elif acc.username is None:
             self._how = "anonymous"
@@ -301,13 +307,9 @@ class MqttProtocol(Protocol):
         else:
             name = acc.username
             self._how = ""
-            try:
-                broker.authenticate(name, (acc.password or b"").decode("utf-8", "replace"), loopback=loopback)
-            except LoopbackOnly:
-                refuse(not_authorized, f"user {name!r} can only connect from loopback")
-                return None
-            except Refused:
-                refuse(bad_login, f"bad user name or password for {name!r}")
+            password = (acc.password or b"").decode("utf-8", "replace")
+            if not logged_in(name, lambda: broker.authenticate(acc.username or "", password, loopback=loopback),
+                             f"bad user name or password for {name!r}"):
                 return None
         vhost = self.room.vhost_name
         try:
