@@ -23,11 +23,8 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
 
 from .errors import (
-    AccessRefused,
     DataDirLocked,
-    LoginRefused,
     LogbusError,
-    LoopbackOnly,
     UnknownPartition,
 )
 from .log import AppendResult, LogManager, Record
@@ -40,12 +37,12 @@ from .pressure import (
     AlarmCollector,
     ResourceMonitor,
 )
-from .access.scram import ScramCredential
-from .access.auth import REFUSED_TAG, TAGS_FOR, Access, AccessChange, Action, InvalidAccess, Perm, Resource, VHostInfo, check_name
+from .access.facade import AccessFacade
+from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
 from .connections import ConnectionRecord, Connections
 from .definitions import LegacyTranslation
 from .definitions import upgrade as upgrade_definitions
-from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, topic_exchange, vhost_topic
+from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
 from .routing.router import PREDECLARED
 from .faults import FaultCollector, StorageFaults
 from .quiet import Leftovers, QuietSpell
@@ -85,7 +82,7 @@ def client_expiry_interval(*expiry_ms: int) -> float:
     return max(0.05, min(CLIENT_EXPIRY_CHECK_MAX_S, min(expiry_ms) / 2000))
 
 
-class Broker(TopicAdmin, StreamModel, ConsumerGroups):
+class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade):
     def __init__(
         self,
         data_dir: str | os.PathLike[str],
@@ -422,102 +419,11 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups):
         """Close connection ``id``, whatever its protocol; False when there is none."""
         return self.connections.close(id, reason)
 
-    def authenticate(self, user: str, password: str, *, loopback: bool) -> None:
-        """Raises LoginRefused (bad user name or password) or LoopbackOnly (``user`` may
-        connect from loopback only, and ``loopback`` is False)."""
-        if self.access.authenticate(user, password) is None:
-            raise LoginRefused(f"bad user name or password for user '{user}'")
-        if self.access.loopback_only(user) and not loopback:
-            raise LoopbackOnly(f"user '{user}' can only connect via localhost")
-
-    def authenticate_certificate(self, user: str, *, loopback: bool) -> None:
-        """A client certificate verified by a TLS listener names ``user`` (RabbitMQ's
-        EXTERNAL): LoginRefused when there is no such user, LoopbackOnly as
-        ``authenticate``. No password is asked: the certificate is the credential."""
-        self._passwordless(user, loopback, "the client certificate")
-
-    def authenticate_anonymous(self, user: str, *, loopback: bool) -> None:
-        """A connection without credentials acts as ``user`` (``anonymous_user``), from a
-        loopback address only: LoginRefused otherwise, or when there is no such user."""
-        if not loopback:
-            raise LoginRefused("anonymous access is refused beyond loopback: log in as a user")
-        self._passwordless(user, loopback, "anonymous connections (anonymous_user)")
-
-    def _passwordless(self, user: str, loopback: bool, what: str) -> None:
-        if user not in self.access.users:
-            raise LoginRefused(f"no user '{user}' for {what}")
-        if self.access.loopback_only(user) and not loopback:
-            raise LoopbackOnly(f"user '{user}' can only connect via localhost")
-
-    def loopback_only(self, user: str) -> bool:
-        """Whether ``user`` may log in from a loopback address only (``loopback_users``)."""
-        return self.access.loopback_only(user)
-
-    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        """``user``'s SCRAM credential for ``mechanism`` (SCRAM-SHA-256, SCRAM-SHA-512), or
-        None: no such user, or none made yet (a hash imported alone gets them at its next
-        login with the password; core/access/scram.py)."""
-        u = self.access.users.get(user)
-        return None if u is None else u.scram_credential(mechanism)
-
-    def authorize(self, user: str, action: Action, resource: Resource) -> None:
-        """THE access check of every gateway: raises AccessRefused unless ``user`` may do
-        ``action`` to ``resource`` (RabbitMQ's model: permissions per vhost with
-        configure / write / read expressions, topic permissions by routing key)."""
-        a = self.access
-        if action == "configure" or action == "write" or action == "read":
-            a.check(user, resource.vhost, action, resource.kind, resource.name)
-            key = resource.routing_key
-            if key is not None and action != "configure" and a.restricts_topics(user, resource.vhost, resource.name):
-                a.check_topic(user, resource.vhost, resource.name, action, key, resource.client_id)
-            return
-        if action == "access":
-            if a.permission(user, resource.vhost) is None:
-                raise AccessRefused(f"access to vhost '{resource.vhost}' refused for user '{user}'")
-            return
-        tags = TAGS_FOR[action]  # the management API's actions
-        u = a.users.get(user)
-        if u is None or tags.isdisjoint(u.tags):
-            raise AccessRefused(REFUSED_TAG[action])
-
-    def authorize_topic(self, user: str, action: Perm, topic: str, key: str | None = None) -> None:
-        """``authorize`` on the exchange a log topic stands for (``topic_exchange``: the
-        vhost is in the topic's name), the way every protocol that names topics checks:
-        write to produce or publish (with ``key``, the record key, as the routing key of
-        a topic permission), read to fetch or pop, configure to create, alter or delete."""
-        vhost, exchange = topic_exchange(topic)
-        self.authorize(user, action, Resource(vhost, "exchange", exchange, routing_key=key))
-
-    def sees_vhost(self, user: str, vhost: str) -> bool:
-        """Whether the management API shows ``user`` what is in ``vhost``: a monitoring
-        user (or an administrator) sees every vhost, any other only those it has a
-        permission in (as RabbitMQ's management plugin)."""
-        u = self.access.users.get(user)
-        if u is None:
-            return False
-        return not TAGS_FOR["monitor"].isdisjoint(u.tags) or self.access.permission(user, vhost) is not None
-
-    def topic_restricted(self, user: str, vhost: str, exchange: str) -> bool:
-        """Whether ``user`` has a topic permission on ``exchange``: then whether it may
-        publish or bind depends on each routing key (``authorize`` with one)."""
-        return self.access.restricts_topics(user, vhost, exchange)
-
-    def on_access_change(self, listener: Callable[[AccessChange], None]) -> None:
-        """``listener(change)`` before a user or vhost is deleted (a gateway closes their
-        connections first)."""
-        self.access.subscribe(listener)
-
     def on_alarms(self, listener: Callable[[frozenset[str]], None]) -> frozenset[str]:
         """``listener(alarms)`` whenever the memory or disk alarms change; returns the
         alarms now (core/pressure.py)."""
         self.pressure.subscribe(listener)
         return self.pressure.alarms
-
-    @property
-    def access_version(self) -> int:
-        """Bumped by every change of users and permissions: a gateway that caches what
-        ``authorize`` said checks again when it moves."""
-        return self.access.version
 
     # -- what protocol sessions keep (MQTT) ---------------------------------------------------
 
