@@ -408,9 +408,11 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade):
         if connection is not None:
             self.connections.logged_in(connection, user, vhost, how)
 
-    def connection_refused(self, connection: ConnectionRecord | None, user: str, reason: str) -> None:
-        """A login (or a vhost) refused on the connection: logged with who tried and why."""
-        self.connections.refused(connection, user, reason)
+    def connection_refused(self, connection: ConnectionRecord | None, user: str, reason: str) -> float:
+        """A login (or a vhost) refused on the connection: logged with who tried and why.
+        Returns the seconds the gateway should wait before it answers: repeated failures
+        from one host are slowed down (access/throttle.py)."""
+        return self.connections.refused(connection, user, reason)
 
     def list_connections(self, protocol: str | None = None) -> list[ConnectionRecord]:
         return self.connections.list(protocol)

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .access.throttle import LoginThrottle
+
 PROTOCOLS = ("amqp", "mqtt", "kafka", "http")
 log = logging.getLogger("logbus.connections")
 
@@ -46,6 +48,11 @@ class ConnectionRecord:
     sent: int = 0  # messages to the client
     bytes_in: int = 0
 
+    @property
+    def host(self) -> str:
+        """The peer's host, without its port."""
+        return self.peer.rsplit(":", 1)[0]
+
     def describe(self) -> str:
         """"amqp connection 7 from 127.0.0.1:5555 (TLS)": how the log names it."""
         return f"{self.protocol} connection {self.id} from {self.peer}{' (TLS)' if self.tls else ''}"
@@ -59,6 +66,7 @@ class ConnectionRecord:
 class Connections:
     def __init__(self, clock: Callable[[], int]) -> None:
         self.clock = clock  # epoch ms
+        self.throttle = LoginThrottle(lambda: self.clock() / 1000)  # failed logins per source host
         self._open: dict[int, ConnectionRecord] = {}
         self._ids = itertools.count(1)
         self.closes = 0  # connections closed so far
@@ -78,12 +86,18 @@ class Connections:
         c.user = user
         c.vhost = vhost or c.vhost
         c.login = how or c.login
+        self.throttle.succeeded(c.host)
         log.info("%s: user %r logged in%s%s", c.describe(), user, f" to vhost {c.vhost!r}" if c.vhost else "",
                  f" ({how})" if how else "")
 
-    def refused(self, c: ConnectionRecord | None, user: str, reason: str) -> None:
-        """A login or a vhost refused on ``c``: who tried, and why."""
-        log.warning("%s: login refused for user %r: %s", c.describe() if c else "a connection", user, reason)
+    def refused(self, c: ConnectionRecord | None, user: str, reason: str) -> float:
+        """A login or a vhost refused on ``c``: who tried, and why. Returns how many
+        seconds the gateway waits before it says so (failed logins from one host are
+        slowed down after a burst: access/throttle.py)."""
+        delay = self.throttle.failed(c.host) if c is not None else 0.0
+        log.warning("%s: login refused for user %r: %s%s", c.describe() if c else "a connection", user, reason,
+                    f" (answered after {delay:.1f} s: repeated failures from {c.host})" if c and delay else "")
+        return delay
 
     def closed(self, c: ConnectionRecord) -> None:
         if self._open.pop(c.id, None) is not None:

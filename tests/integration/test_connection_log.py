@@ -85,3 +85,22 @@ def test_http_management_changes_are_audited_and_failed_logins_logged(server: Lo
     assert logged(server, r"http connection \d+ from .*: login refused for user 'eve': bad user name or password")
     assert not [line for line in server.log_text().splitlines() if "logbus.audit" in line and "messages" in line]
     assert "eve-pw" not in server.log_text()  # no password in any line
+
+
+def test_failed_logins_from_one_host_are_slowed_down_after_a_burst(server: LogbusServer) -> None:
+    """Five failures are answered at once; after that each waits (0.2 s, then twice as long
+    each time), on HTTP as on Kafka, and the log says so. A success forgets the failures."""
+    url = server.http_url + "/api/whoami"
+    assert Mgmt(server).ok("GET", "/api/whoami")  # a success: whatever failed before is forgotten
+    for _ in range(7):
+        status = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-u", "mallory:guess", url],
+                                capture_output=True, text=True, check=True, timeout=30).stdout
+        assert status == "401"
+    slowed = logged(server, r"login refused for user 'mallory'.*answered after \d\.\d s")
+    assert [re.search(r"answered after (\d\.\d) s", line).group(1) for line in slowed][:2] == ["0.2", "0.4"]  # type: ignore[union-attr]
+    ok = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-u", "guest:guest", url],
+                        capture_output=True, text=True, check=True, timeout=30).stdout
+    assert ok == "200"
+    before = len(logged(server, r"answered after"))
+    subprocess.run(["curl", "-s", "-o", "/dev/null", "-u", "mallory:guess", url], check=True, timeout=30)
+    assert len(logged(server, r"answered after")) == before  # forgotten: answered at once again

@@ -64,11 +64,13 @@ def authenticate(request: server.Request, broker: Broker) -> str:
     try:
         broker.authenticate(name, password, loopback=from_loopback(request))
     except LoopbackOnly:
-        broker.connection_refused(record, name, "may connect from loopback only")
-        raise HttpError(401, "unauthorized", f"user '{name}' can only connect via localhost", CHALLENGE) from None
+        error = HttpError(401, "unauthorized", f"user '{name}' can only connect via localhost", CHALLENGE)
+        error.delay = broker.connection_refused(record, name, "may connect from loopback only")
+        raise error from None
     except Refused:
-        broker.connection_refused(record, name, "bad user name or password")
-        raise HttpError(401, "unauthorized", "Login failed", CHALLENGE) from None
+        error = HttpError(401, "unauthorized", "Login failed", CHALLENGE)
+        error.delay = broker.connection_refused(record, name, "bad user name or password")
+        raise error from None
     setattr(request, _USER, name)
     broker.connection_logged_in(record, name, how="HTTP Basic")
     return name

@@ -62,6 +62,11 @@ class ApiResource(resource.Resource):
             response = result
         except Exception as exc:
             response = _error_response(Failure(exc), method, request)
+            delay = getattr(exc, "delay", 0.0)
+            if delay:  # a refused login from a host that failed too often: answered later
+                site: Any = request.site
+                site.reactor.callLater(delay, _finish, response, request, head)
+                return server.NOT_DONE_YET
         if self.audited and method in CHANGES:
             _audited(response, method, request)
         return _write(request, response, head)

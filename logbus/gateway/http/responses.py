@@ -74,6 +74,7 @@ class HttpError(Exception):
         self.code = code
         self.message = message
         self.headers = headers
+        self.delay = 0.0  # seconds to wait before answering (a login refused once too often)
 
     def response(self) -> Response:
         return Response.error(self.status, self.code, self.message, self.headers)

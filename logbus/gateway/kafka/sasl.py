@@ -42,6 +42,8 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from twisted.internet.task import deferLater
+
 from ...core.errors import LoopbackOnly, Refused
 from ...core.types import ScramCredential, scram_signature, scram_verify
 from .caller import Caller
@@ -300,15 +302,18 @@ def install(handlers: KafkaHandlers) -> None:
         sasl = caller.sasl
         step = Step(ILLEGAL_SASL_STATE, error_message="SaslAuthenticate before SaslHandshake") if sasl is None \
             else sasl.authenticate(bytes(req.body.auth_bytes))
+        response = SaslAuthenticateResponse(error_code=step.error_code, error_message=step.error_message,
+                                            auth_bytes=step.auth_bytes, session_lifetime_ms=0)
         if step.failed:
             caller.close_after_answer = True  # as Kafka: the connection ends after a failed authentication
-            broker.connection_refused(caller.record, sasl.attempted if sasl else "",
-                                      f"SASL {sasl.mechanism if sasl else '-'}: "
-                                      f"{sasl.why if sasl and sasl.why else step.error_message}")
+            delay = broker.connection_refused(caller.record, sasl.attempted if sasl else "",
+                                              f"SASL {sasl.mechanism if sasl else '-'}: "
+                                              f"{sasl.why if sasl and sasl.why else step.error_message}")
+            if delay:  # repeated failures from this host: answered later (Kafka's
+                return deferLater(handlers.reactor, delay, lambda: response)  # failed.authentication.delay)
         elif sasl is not None and sasl.state is State.DONE and sasl.user is not None:
             broker.connection_logged_in(caller.record, sasl.user, how=f"SASL {sasl.mechanism}")
-        return SaslAuthenticateResponse(error_code=step.error_code, error_message=step.error_message,
-                                        auth_bytes=step.auth_bytes, session_lifetime_ms=0)
+        return response
 
     handlers.register(SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, sasl_handshake)
     handlers.register(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, sasl_authenticate)
