@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .queues.queue import DROP_NEW, OVERFLOW_MODES, Outcome, QueueLimits, Receipt
     from .queues.service import Consumer, DeadLetterTarget, Delivery, QueueSettings, QueueState
     from .retained import RetainedStore
-    from .routing.log_topics import topic_exchange
+    from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, topic_exchange, vhost_topic
     from .routing.definitions import (
         HEADERS,
         QUEUE,
@@ -112,6 +112,8 @@ _OWNER = {
     "scram_verify": "access.scram",
     "dlq_topic": "queues.pop",
     "topic_exchange": "routing.log_topics",
+    "vhost_topic": "routing.log_topics",
+    "DEFAULT_EXCHANGE_TOPIC": "routing.log_topics",
     "freeze_arguments": "routing.definitions",
     "tick_of": "tick",
     "validate_topic_name": "log.topic_config",
@@ -178,6 +180,8 @@ __all__ = [
     "freeze_arguments",
     "tick_of",
     "topic_exchange",
+    "vhost_topic",
+    "DEFAULT_EXCHANGE_TOPIC",
     "validate_topic_name",
 ]
 

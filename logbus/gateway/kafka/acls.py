@@ -48,7 +48,7 @@ from kafka.protocol.admin.acl import (
 )
 
 from ...core.errors import LogbusError
-from ...core.types import topic_exchange
+from ...core.types import DEFAULT_EXCHANGE_TOPIC, topic_exchange, vhost_topic
 from . import errors as K
 from .caller import Caller
 from .codec import Request
@@ -74,7 +74,6 @@ ALLOW = 3  # permission type
 ALL = 2  # operation
 PRINCIPAL = "User:"
 VHOST_ROOT = "/"
-DEFAULT_EXCHANGE_TOPIC = "__amqp_default"
 PERMS = ("configure", "write", "read")
 TOPIC_OPS = {"read": (READ,), "write": (WRITE,), "configure": (CREATE, DELETE, ALTER, ALTER_CONFIGS)}
 GROUP_OPS = {"read": (READ,), "configure": (DELETE,)}
@@ -190,17 +189,10 @@ def without_alternative(expression: str, alt: Alt) -> str:
 
 def topic_pattern(vhost: str, alt: Alt) -> tuple[str, int]:
     """The topic name and pattern type of an exchange alternative of ``vhost``."""
-    prefix = "" if vhost == VHOST_ROOT else _vhost_prefix(vhost)
     if alt.kind == "any":
-        return ("*", LITERAL) if vhost == VHOST_ROOT else (prefix, PREFIXED)
+        return ("*", LITERAL) if vhost == VHOST_ROOT else (vhost_topic(vhost, ""), PREFIXED)
     name = DEFAULT_EXCHANGE_TOPIC if alt.kind == "literal" and alt.name == "amq.default" else alt.name
-    return prefix + name, LITERAL if alt.kind == "literal" else PREFIXED
-
-
-def _vhost_prefix(vhost: str) -> str:
-    from urllib.parse import quote
-
-    return quote(vhost, safe="") + "@"
+    return vhost_topic(vhost, name), LITERAL if alt.kind == "literal" else PREFIXED
 
 
 def bindings(permissions: Iterable[Any]) -> list[Binding]:
