@@ -38,6 +38,7 @@ from .pressure import (
     ResourceMonitor,
 )
 from .access.facade import AccessFacade
+from .access.passwords import PasswordWorker
 from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
 from .connections import ConnectionRecord, Connections
 from .definitions import LegacyTranslation
@@ -164,6 +165,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade):
             lambda g: any(name == g for name, _, _ in self.pop.groups()))
         # Users, vhosts, permissions: made here so gateways can subscribe before start.
         self.access = Access(loopback_users=loopback_users)
+        self.password_worker: PasswordWorker[Any] = PasswordWorker(reactor.callFromThread)  # the KDF's thread
+        self._logins: dict[bytes, list[Deferred[Any]]] = {}
         self.default_user, self.default_pass = default_user, default_pass
         # every client connection of every protocol (core/connections.py)
         self.connections = Connections(self._clock)
@@ -545,6 +548,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade):
                 log.error("queue changes of the last moments not written: %s", e)
             self.vhosts.clear()
         self._close_all()
+        self.password_worker.stop()
         return succeed(None)
 
     def _close_all(self) -> None:

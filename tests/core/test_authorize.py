@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from logbus.core.access.passwords import SCRYPT, SHA256
 from logbus.core.broker import Broker
 from logbus.core.errors import AccessRefused, LoginRefused, LoopbackOnly
 from logbus.core.log import TopicConfig
@@ -18,8 +19,12 @@ from tests.loop import LoopReactor
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    loop = LoopReactor()
+def loop() -> LoopReactor:
+    return LoopReactor()
+
+
+@pytest.fixture
+def broker(tmp_path: Path, loop: LoopReactor) -> Iterator[Broker]:
     b = Broker(tmp_path, reactor=loop, topic_defaults=TopicConfig(flush="none"))
     b.start()
     a = b.access
@@ -32,15 +37,67 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
         pass
 
 
-def test_authenticate(broker: Broker) -> None:
-    broker.authenticate("alice", "pw", loopback=False)
+def test_authenticate(broker: Broker, loop: LoopReactor) -> None:
+    loop.wait(broker.authenticate("alice", "pw", loopback=False))
     with pytest.raises(LoginRefused):
-        broker.authenticate("alice", "wrong", loopback=True)
+        loop.wait(broker.authenticate("alice", "wrong", loopback=True))
     with pytest.raises(LoginRefused):
-        broker.authenticate("nobody", "pw", loopback=True)
-    broker.authenticate("guest", "guest", loopback=True)
+        loop.wait(broker.authenticate("nobody", "pw", loopback=True))
+    loop.wait(broker.authenticate("guest", "guest", loopback=True))
     with pytest.raises(LoopbackOnly):
-        broker.authenticate("guest", "guest", loopback=False)
+        loop.wait(broker.authenticate("guest", "guest", loopback=False))
+
+
+def test_a_password_is_checked_off_the_reactor_once_then_known(broker: Broker, loop: LoopReactor) -> None:
+    worker = broker.password_worker
+    first = [broker.authenticate("alice", "pw", loopback=True) for _ in range(3)]
+    assert not any(d.called for d in first)  # the KDF runs on the password thread
+    assert worker.pending == 1  # three logins with the same password: one check
+    for d in first:
+        loop.wait(d)
+    again = broker.authenticate("alice", "pw", loopback=True)
+    assert again.called and worker.pending == 0  # known: no KDF, answered in the same turn
+    loop.wait(again)
+    wrong = broker.authenticate("alice", "pw2", loopback=True)
+    assert not wrong.called  # a password not seen before: checked again
+    with pytest.raises(LoginRefused):
+        loop.wait(wrong)
+    broker.access.put_user("alice", password="new")  # a new hash: what was known is not any more
+    stale = broker.authenticate("alice", "pw", loopback=True)
+    assert not stale.called
+    with pytest.raises(LoginRefused):
+        loop.wait(stale)
+    loop.wait(broker.authenticate("alice", "new", loopback=True))
+
+
+def test_a_password_changed_while_it_was_checked_refuses_the_login(broker: Broker, loop: LoopReactor) -> None:
+    d = broker.authenticate("alice", "pw", loopback=True)
+    broker.access.put_user("alice", password="other")  # before the check's answer comes back
+    with pytest.raises(LoginRefused):
+        loop.wait(d)
+    assert broker.access.login_cached("alice", "pw") is None
+
+
+def test_a_rabbitmq_hash_becomes_scrypt_at_the_login_and_stays(tmp_path: Path, loop: LoopReactor) -> None:
+    rabbitmq = "fOC0HhN9jd35fgdugCrUmtJEDBykNKlPSAkkQrMfQfuWjx2w"  # "secret", exported by RabbitMQ 3.10.8
+    b = Broker(tmp_path, reactor=loop, topic_defaults=TopicConfig(flush="none"))
+    b.start()
+    b.access.put_user("carol", password_hash=rabbitmq, hashing_algorithm=SHA256)
+    assert b.scram_credential("carol", "SCRAM-SHA-512") is None
+    loop.wait(b.authenticate("carol", "secret", loopback=True))
+    upgraded = b.access.user("carol")
+    assert upgraded.hashing_algorithm == SCRYPT and upgraded.password_hash.startswith("$scrypt$ln=14,r=8,p=5$")
+    assert b.scram_credential("carol", "SCRAM-SHA-512") is not None  # made at the same login
+    b.stop()
+    b = Broker(tmp_path, reactor=loop, topic_defaults=TopicConfig(flush="none"))
+    b.start()
+    try:
+        assert b.access.user("carol").password_hash == upgraded.password_hash  # stored
+        loop.wait(b.authenticate("carol", "secret", loopback=True))
+        with pytest.raises(LoginRefused):
+            loop.wait(b.authenticate("carol", "Secret", loopback=True))
+    finally:
+        b.stop()
 
 
 def test_vhost_access_and_resource_permissions(broker: Broker) -> None:

@@ -80,8 +80,8 @@ def test_users_crud(mgmt: Mgmt) -> None:
     users = {u["name"]: u for u in mgmt.ok("GET", "/api/users").json()}
     guest = users["guest"]
     assert guest["tags"] == ["administrator"]
-    assert guest["hashing_algorithm"] == "rabbit_password_hashing_sha256"
-    assert isinstance(guest["password_hash"], str) and len(guest["password_hash"]) == 48  # base64 of 36 bytes
+    assert guest["hashing_algorithm"] == "logbus_password_hashing_scrypt"
+    assert guest["password_hash"].startswith("$scrypt$ln=14,r=8,p=5$")  # OWASP's parameters, in the hash
 
     assert mgmt.call("PUT", "/api/users/u1", {"password": "pw1", "tags": "administrator"}).status == 201
     assert mgmt.call("PUT", "/api/users/u1", {"password": "pw2", "tags": ["administrator", "x"]}).status == 204
@@ -96,6 +96,10 @@ def test_users_crud(mgmt: Mgmt) -> None:
                                              "name": "u2", "limits": {}}).status == 201
     assert mgmt.ok("GET", "/api/users/u2").json()["password_hash"] == RABBITMQ_HASH
     assert mgmt.as_user(("u2", "secret")).call("GET", "/api/vhosts").status == 200
+    u2 = mgmt.ok("GET", "/api/users/u2").json()  # the login made the hash scrypt
+    assert u2["hashing_algorithm"] == "logbus_password_hashing_scrypt" and u2["password_hash"].startswith("$scrypt$")
+    assert mgmt.as_user(("u2", "secret")).call("GET", "/api/vhosts").status == 200
+    assert mgmt.as_user(("u2", "Secret")).call("GET", "/api/vhosts").status == 401
 
     assert mgmt.call("DELETE", "/api/users/u2").status == 204
     error(mgmt.call("DELETE", "/api/users/u2"), 404, "unknown_user")

@@ -469,17 +469,22 @@ def test_update_secret() -> None:
     assert s.conn.state is State.RUNNING
 
 
-def test_unanswered_questions_are_our_bug() -> None:
+def test_frames_after_a_question_wait_for_its_answer() -> None:
+    """A password is checked off the reactor: until the answer, what the client sent after
+    StartOk (a hostile or hasty client need not wait for Tune) is not acted on."""
     conn = Connection()
     conn.receive_data(HEADER + start_ok())
     assert isinstance(conn.next_request(), SendBytes)  # Start
     assert conn.next_request() == Authenticate("PLAIN", "guest", "guest")
-    with pytest.raises(LocalProtocolError):
-        conn.next_request()
-    with pytest.raises(LocalProtocolError):
+    conn.receive_data(frame.marshal(C.Connection.TuneOk(2047, 131072, 0), 0)
+                      + frame.marshal(C.Connection.Open("/"), 0))
+    assert conn.next_request() is None  # not answered yet
+    assert conn.next_request() is None
+    with pytest.raises(LocalProtocolError):  # an answer to a question not asked is our bug
         conn.vhost_opened("/")
     conn.authenticated("guest")
-    assert isinstance(conn.next_request(), SendBytes)  # Tune
+    assert isinstance(conn.next_request(), SendBytes)  # Tune, then the waiting TuneOk and Open
+    assert conn.next_request() == OpenVHost("/", "guest")
 
 
 # -- every (state, input) pair ------------------------------------------------------------------

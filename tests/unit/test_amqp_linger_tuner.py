@@ -130,6 +130,7 @@ class Client:
 
     def __init__(self, broker: Broker, loop: LoopReactor, prompt: Prompt) -> None:
         self.loop = loop
+        self.broker = broker
         self.out: list[bytes] = []
         self.conn = Session(broker, send=self.out.append, close=lambda: None,
                             reading=lambda on: None, reactor=loop, peer_is_loopback=True, prompt=prompt)
@@ -143,6 +144,7 @@ class Client:
         return self.conn.data_received(b"".join(frames))
 
     def settle(self) -> None:
+        self.loop.run_until(lambda: self.broker.password_worker.pending == 0)  # a login's check
         while self.loop.run_once():
             pass
 

@@ -45,6 +45,7 @@ class Env:
         if before_open is not None:
             before_open()
         conn.data_received(frame.marshal(C.Connection.Open(vhost), 0))
+        self.loop.run_until(lambda: self.broker.password_worker.pending == 0)  # the password thread
         while self.loop.run_once():
             pass
         methods = []

@@ -34,6 +34,7 @@ class Client:
 
     def __init__(self, broker: Broker, loop: LoopReactor, user: str = "guest", password: str = "guest") -> None:
         self.loop = loop
+        self.broker = broker
         self.out: list[bytes] = []
         self.conn = Session(broker, send=self.out.append, close=lambda: None,
                             reading=lambda on: None, reactor=loop, peer_is_loopback=True, peer="test")
@@ -50,6 +51,7 @@ class Client:
         self.settle()
 
     def settle(self) -> None:
+        self.loop.run_until(lambda: self.broker.password_worker.pending == 0)  # a login's check
         while self.loop.run_once():
             pass
 

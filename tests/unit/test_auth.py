@@ -1,17 +1,12 @@
-"""core/access/auth.py without a store: RabbitMQ's password hashes (known vectors), permission
-matching with RabbitMQ's semantics, and the in-memory registry."""
+"""core/access/auth.py without a store: permission matching with RabbitMQ's semantics, and the
+in-memory registry (password hashes: test_passwords.py)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 
 import pytest
 
 from logbus.core.access.auth import (
-    MD5,
-    SHA256,
-    SHA512,
     Access,
     AccessChange,
     InvalidAccess,
@@ -19,64 +14,12 @@ from logbus.core.access.auth import (
     UnknownPermission,
     UnknownUser,
     UnknownVHost,
-    check_password,
-    check_password_hash,
-    hash_password,
     parse_tags,
 )
+from logbus.core.access.passwords import SCRYPT, SHA256
 from logbus.core.routing.router import AccessRefused
 
-# RabbitMQ's passwords guide computes this one step by step: salt 908D C60A, password
-# "test12", SHA-256. We compute it with the documented algorithm and get its answer.
-DOC_SALT = bytes.fromhex("908DC60A")
-DOC_HASH = "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR"
-# Exported by RabbitMQ 3.10.8 (rabbitmqctl add_user, then export_definitions).
-RABBITMQ_EXPORTED = [("alice", "secret", "fOC0HhN9jd35fgdugCrUmtJEDBykNKlPSAkkQrMfQfuWjx2w"),
-                     ("guest", "guest", "muzXjl3WLTEGoPuMjupiTcu9thvDfHuAuf5Pkv1fQ3N1Xeb8")]
-
-
-# -- password hashes ---------------------------------------------------------------------------
-
-
-def test_the_documented_rabbitmq_vector() -> None:
-    expected = base64.b64encode(DOC_SALT + hashlib.sha256(DOC_SALT + b"test12").digest()).decode()
-    assert expected == DOC_HASH
-    assert hash_password("test12", salt=DOC_SALT) == DOC_HASH
-    raw = base64.b64decode(DOC_HASH)
-    assert len(raw) == 36 and raw[:4] == DOC_SALT  # 4 bytes of salt, then the SHA-256 digest
-    assert check_password("test12", DOC_HASH)
-    assert not check_password("test13", DOC_HASH)
-
-
-@pytest.mark.parametrize(("user", "password", "stored"), RABBITMQ_EXPORTED)
-def test_hashes_exported_from_rabbitmq_verify(user: str, password: str, stored: str) -> None:
-    assert check_password(password, stored, SHA256)
-    assert not check_password(password + "x", stored, SHA256)
-    check_password_hash(stored, SHA256)  # accepted as a password_hash on PUT
-
-
-def test_hashes_are_salted_and_other_algorithms_verify() -> None:
-    a, b = hash_password("pw"), hash_password("pw")
-    assert a != b and check_password("pw", a) and check_password("pw", b)
-    for algorithm, size in ((SHA512, 4 + 64), (MD5, 4 + 16)):
-        h = hash_password("pässwörd", algorithm)  # UTF-8, as RabbitMQ hashes it
-        assert len(base64.b64decode(h)) == size
-        assert check_password("pässwörd", h, algorithm)
-        assert not check_password("pässwörd", h, SHA256)
-
-
-def test_malformed_hashes_match_nothing() -> None:
-    for stored in ("", "not base64!", "AAAA", base64.b64encode(b"abc").decode()):
-        assert not check_password("", stored)
-    assert not check_password("test12", DOC_HASH, "rabbit_password_hashing_rot13")
-    with pytest.raises(InvalidAccess, match="decodes to 3 bytes"):
-        check_password_hash(base64.b64encode(b"abc").decode(), SHA256)
-    with pytest.raises(InvalidAccess, match="not base64"):
-        check_password_hash("***", SHA256)
-    with pytest.raises(InvalidAccess, match="unknown hashing_algorithm"):
-        check_password_hash(DOC_HASH, "sha3")
-    check_password_hash("", SHA256)  # no password: allowed
-
+RABBITMQ_EXPORTED_ALICE = "fOC0HhN9jd35fgdugCrUmtJEDBykNKlPSAkkQrMfQfuWjx2w"  # "secret", by RabbitMQ 3.10.8
 
 # -- permissions --------------------------------------------------------------------------------
 
@@ -137,18 +80,20 @@ def test_users_authenticate_and_every_change_bumps_the_version() -> None:
     assert access.authenticate("alice", "secret2") == alice
     assert access.authenticate("alice", "secret") is None
     assert access.authenticate("nobody", "secret2") is None
-    access.put_user("bob", password_hash=RABBITMQ_EXPORTED[0][2])  # alice's RabbitMQ hash
+    access.put_user("bob", password_hash=RABBITMQ_EXPORTED_ALICE)  # a hash RabbitMQ exported
+    assert access.user("bob").hashing_algorithm == SHA256
     assert access.authenticate("bob", "secret") is not None
+    assert access.user("bob").hashing_algorithm == SCRYPT  # made stronger at the login
     access.put_user("carol")  # neither: no password login at all
     assert access.authenticate("carol", "") is None
     assert access.loopback_only("guest") and not access.loopback_only("alice")
     with pytest.raises(InvalidAccess, match="not both"):
-        access.put_user("dave", password="x", password_hash=DOC_HASH)
+        access.put_user("dave", password="x", password_hash=RABBITMQ_EXPORTED_ALICE)
     for bad in ("", "a\x00b"):
         with pytest.raises(InvalidAccess):
             access.put_user(bad, password="x")
     assert alice.to_json() == {"name": "alice", "password_hash": alice.password_hash,
-                               "hashing_algorithm": SHA256, "tags": ["monitoring"], "limits": {}}
+                               "hashing_algorithm": SCRYPT, "tags": ["monitoring"], "limits": {}}
 
 
 def test_deleting_a_user_is_announced_first_and_takes_its_permissions() -> None:

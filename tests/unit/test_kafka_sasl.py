@@ -10,6 +10,7 @@ import hmac
 from typing import Callable
 
 from hypothesis import given
+from twisted.internet.defer import Deferred, fail, succeed
 from hypothesis import strategies as st
 
 from logbus.core.access.scram import ScramCredential, derive
@@ -22,9 +23,21 @@ from logbus.gateway.kafka.sasl import (
     UNSUPPORTED_SASL_MECHANISM,
     SaslSession,
     State,
+    Step,
 )
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def step_of(s: SaslSession, token: bytes) -> Step:
+    """``s.authenticate(token)``'s Step: PLAIN answers with a Deferred (fired here: the
+    table's check is immediate)."""
+    answer = s.authenticate(token)
+    if isinstance(answer, Deferred):
+        box: list[Step] = []
+        answer.addCallback(box.append)
+        return box[0]
+    return answer
 
 
 class Users:
@@ -34,11 +47,13 @@ class Users:
         self.credentials: dict[tuple[str, str], ScramCredential] = {
             (u, m): derive(m, p) for u, p in passwords.items() for m in MECHANISMS[1:]}
 
-    def authenticate(self, user: str, password: str, loopback: bool) -> None:
+    def authenticate(self, user: str, password: str, loopback: bool) -> Deferred[None]:
+        """As Broker.authenticate: a Deferred (here fired at once)."""
         if self.passwords.get(user) != password:
-            raise LoginRefused(f"bad user name or password for user '{user}'")
+            return fail(LoginRefused(f"bad user name or password for user '{user}'"))
         if user in self.only_loopback and not loopback:
-            raise LoopbackOnly(f"user '{user}' can only connect via localhost")
+            return fail(LoopbackOnly(f"user '{user}' can only connect via localhost"))
+        return succeed(None)
 
     def session(self, loopback: bool = True, nonce: Callable[[], str] | None = None) -> SaslSession:
         return SaslSession(MECHANISMS, loopback, self.authenticate, lambda u, m: self.credentials.get((u, m)),
@@ -51,7 +66,7 @@ def scram_client(mechanism: str, user: str, password: str, session: SaslSession,
     h = "sha512" if mechanism.endswith("512") else "sha256"
     name = user.replace("=", "=3D").replace(",", "=2C")
     bare = f"n={name},r={client_nonce}"
-    first = session.authenticate(f"n,,{bare}".encode())
+    first = step_of(session, f"n,,{bare}".encode())
     if first.failed:
         return first.error_code, b"", b""
     server_first = first.auth_bytes.decode()
@@ -62,7 +77,7 @@ def scram_client(mechanism: str, user: str, password: str, session: SaslSession,
     client_key = hmac.digest(salted, b"Client Key", h)
     signature = hmac.digest(hashlib.new(h, client_key).digest(), auth_message, h)
     proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
-    final = session.authenticate(f"{without_proof},p={proof}".encode())
+    final = step_of(session, f"{without_proof},p={proof}".encode())
     expected = b"v=" + base64.b64encode(hmac.digest(hmac.digest(salted, b"Server Key", h), auth_message, h))
     return final.error_code, final.auth_bytes, expected
 
@@ -73,10 +88,10 @@ def test_rfc_7677_test_vector() -> None:
     s = SaslSession(MECHANISMS, True, Users({}).authenticate, lambda u, m: credential if u == "user" else None,
                     lambda u: False, nonce=lambda: "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
     assert s.handshake("SCRAM-SHA-256") == NONE
-    first = s.authenticate(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
+    first = step_of(s, b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
     assert first.auth_bytes == (b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
                                 b"s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
-    final = s.authenticate(b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+    final = step_of(s, b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
                            b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
     assert (final.error_code, final.auth_bytes) == (NONE, b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
     assert (s.state, s.user) == (State.DONE, "user")
@@ -86,29 +101,29 @@ def test_plain() -> None:
     users = Users({"alice": "s3cret"})
     s = users.session()
     assert s.handshake("PLAIN") == NONE
-    assert s.authenticate(b"\x00alice\x00s3cret").error_code == NONE
+    assert step_of(s, b"\x00alice\x00s3cret").error_code == NONE
     assert s.user == "alice"
     assert users.session().handshake("GSSAPI") == UNSUPPORTED_SASL_MECHANISM
     for token in (b"\x00alice\x00wrong", b"\x00bob\x00s3cret", b"bob\x00alice\x00s3cret", b"alice\x00s3cret",
                   b"\x00\xff\x00x"):
         s = users.session()
         s.handshake("PLAIN")
-        step = s.authenticate(token)
+        step = step_of(s, token)
         assert (step.error_code, step.error_message, s.user, s.state) == (
             SASL_AUTHENTICATION_FAILED, FAILED, None, State.FAILED), token
     s = users.session()
     s.handshake("PLAIN")
-    assert s.authenticate(b"alice\x00alice\x00s3cret").error_code == NONE  # authzid = the user: fine
+    assert step_of(s, b"alice\x00alice\x00s3cret").error_code == NONE  # authzid = the user: fine
 
 
 def test_the_order_of_the_exchange() -> None:
     users = Users({"alice": "s3cret"})
     s = users.session()
-    assert s.authenticate(b"\x00alice\x00s3cret").error_code == ILLEGAL_SASL_STATE  # before a handshake
+    assert step_of(s, b"\x00alice\x00s3cret").error_code == ILLEGAL_SASL_STATE  # before a handshake
     assert s.handshake("PLAIN") == NONE
     assert s.handshake("PLAIN") == ILLEGAL_SASL_STATE
-    assert s.authenticate(b"\x00alice\x00s3cret").error_code == NONE
-    assert s.authenticate(b"\x00alice\x00s3cret").error_code == ILLEGAL_SASL_STATE  # done: no second login
+    assert step_of(s, b"\x00alice\x00s3cret").error_code == NONE
+    assert step_of(s, b"\x00alice\x00s3cret").error_code == ILLEGAL_SASL_STATE  # done: no second login
     assert s.user == "alice"
 
 
@@ -137,7 +152,7 @@ def test_an_unknown_user_gets_a_server_first_like_a_known_one() -> None:
     for user in ("alice", "nobody"):
         s = users.session()
         s.handshake("SCRAM-SHA-256")
-        step = s.authenticate(f"n,,n={user},r=abc".encode())
+        step = step_of(s, f"n,,n={user},r=abc".encode())
         assert step.error_code == NONE
         answers.append(dict(a.split("=", 1) for a in step.auth_bytes.decode().split(",")))
     assert [sorted(a) for a in answers] == [["i", "r", "s"]] * 2
@@ -150,13 +165,13 @@ def test_malformed_scram_messages_fail_cleanly() -> None:
                   b"n,,n=al=ice,r=x", b"n,,m=ext,n=alice,r=x", b"garbage", b"\xff\xfe", b"n,,n=alice,r=x,tokenauth=true"):
         s = users.session()
         s.handshake("SCRAM-SHA-256")
-        assert s.authenticate(first).error_code == SASL_AUTHENTICATION_FAILED, first
+        assert step_of(s, first).error_code == SASL_AUTHENTICATION_FAILED, first
     for final in (b"c=biws,r=WRONG,p=AAAA", b"c=eSws,r={n},p=AAAA", b"c=biws,r={n}", b"c=biws,r={n},p=!!!",
                   b"c=biws,r={n},p=AAAA"):
         s = users.session(nonce=lambda: "srv")
         s.handshake("SCRAM-SHA-256")
-        assert s.authenticate(b"n,,n=alice,r=cli").error_code == NONE
-        step = s.authenticate(final.replace(b"{n}", b"clisrv"))
+        assert step_of(s, b"n,,n=alice,r=cli").error_code == NONE
+        step = step_of(s, final.replace(b"{n}", b"clisrv"))
         assert (step.error_code, s.user) == (SASL_AUTHENTICATION_FAILED, None), final
 
 
@@ -174,6 +189,6 @@ def test_any_tokens_are_answered_never_raised(mechanism: str, tokens: list[bytes
     s = Users({"alice": "s3cret"}).session()
     s.handshake(mechanism)
     for token in tokens:
-        step = s.authenticate(token)
+        step = step_of(s, token)
         assert step.error_code in (NONE, SASL_AUTHENTICATION_FAILED, ILLEGAL_SASL_STATE)
     assert s.user in (None, "alice")

@@ -3,12 +3,11 @@
 RabbitMQ's model (https://www.rabbitmq.com/docs/access-control), kept in the state
 store's ``metadata`` column family (key layout in core/state.py, values in state.proto):
 
-- A **user** has a password hash in RabbitMQ's format, so a hash exported from RabbitMQ
-  definitions works here unchanged: ``base64(salt + H(salt + utf8(password)))`` with a
-  4-byte random salt and H the algorithm named by ``hashing_algorithm`` (SHA-256 by
-  default, as ``rabbit_password_hashing_sha256``). An empty hash means the user cannot
-  log in with a password. Tags (``administrator``, ...) say what the HTTP management
-  API lets the user do.
+- A **user** has a password hash: scrypt, as logbus makes them, or one of RabbitMQ's
+  salted hashes, so a hash exported from RabbitMQ definitions works here unchanged and
+  is replaced by scrypt at the user's next login (passwords.py). An empty hash means
+  the user cannot log in with a password. Tags (``administrator``, ...) say what the
+  HTTP management API lets the user do.
 - A **vhost** is a name (plus a description and tags); its exchanges, queues and
   bindings are the definitions stored under that name (core/definitions.py).
 - A **permission** is per (user, vhost): three regular expressions, configure, write
@@ -32,12 +31,7 @@ gateways close the connections concerned before the records go.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
 import logging
-import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -61,16 +55,12 @@ from ..state import (
     vhost_key,
 )
 from ..state_pb2 import PermissionRecord, ScramCredential as ScramRecord, TopicPermissionRecord, UserRecord, VHostRecord
+from .passwords import SCRYPT, SHA256, BadHash, LoginCache, Verdict, check_password_hash, hash_password, refuse, verify
 from .scram import ScramCredential, derive_all
 from .topic_permissions import TopicPerm, TopicPermission
 
 log = logging.getLogger(__name__)
 
-SHA256: Final = "rabbit_password_hashing_sha256"
-SHA512: Final = "rabbit_password_hashing_sha512"
-MD5: Final = "rabbit_password_hashing_md5"  # RabbitMQ before 3.6: verified, never produced
-HASHING_ALGORITHMS: Final = {SHA256: hashlib.sha256, SHA512: hashlib.sha512, MD5: hashlib.md5}
-SALT_BYTES: Final = 4
 ADMINISTRATOR: Final = "administrator"
 DEFAULT_EXCHANGE_RESOURCE: Final = "amq.default"
 DEFAULT_VHOST_DESCRIPTION: Final = "Default virtual host"
@@ -130,57 +120,6 @@ class InvalidAccess(LogbusError):
     code = "bad_request"
 
 
-# -- password hashes ------------------------------------------------------------------------
-
-
-def hash_password(password: str, algorithm: str = SHA256, *, salt: bytes | None = None) -> str:
-    """RabbitMQ's salted hash of ``password``: base64(salt + H(salt + utf8(password)))."""
-    h = _hash_function(algorithm)
-    salt = os.urandom(SALT_BYTES) if salt is None else salt
-    if len(salt) != SALT_BYTES:
-        raise ValueError(f"the salt is {SALT_BYTES} bytes, not {len(salt)}")
-    return base64.b64encode(salt + h(salt + password.encode("utf-8")).digest()).decode("ascii")
-
-
-def check_password(password: str, password_hash: str, algorithm: str = SHA256) -> bool:
-    """Does ``password`` match the stored hash? Constant time in the digest compare;
-    an empty or malformed hash matches nothing."""
-    h = HASHING_ALGORITHMS.get(algorithm)
-    if h is None or not password_hash:
-        return False
-    try:
-        raw = base64.b64decode(password_hash, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    salt, digest = raw[:SALT_BYTES], raw[SALT_BYTES:]
-    if len(salt) != SALT_BYTES:
-        return False
-    return hmac.compare_digest(digest, h(salt + password.encode("utf-8")).digest())
-
-
-def check_password_hash(password_hash: str, algorithm: str) -> None:
-    """InvalidAccess unless ``password_hash`` can be a hash of ``algorithm`` ("" is: no
-    password)."""
-    h = _hash_function(algorithm)
-    if not password_hash:
-        return
-    try:
-        raw = base64.b64decode(password_hash, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidAccess("password_hash is not base64") from None
-    want = SALT_BYTES + h().digest_size
-    if len(raw) != want:
-        raise InvalidAccess(f"password_hash decodes to {len(raw)} bytes; {algorithm} hashes are {want} "
-                            f"({SALT_BYTES} of salt, then the digest)")
-
-
-def _hash_function(algorithm: str) -> Callable[..., hashlib._Hash]:
-    h = HASHING_ALGORITHMS.get(algorithm)
-    if h is None:
-        raise InvalidAccess(f"unknown hashing_algorithm {algorithm!r} (known: {', '.join(HASHING_ALGORITHMS)})")
-    return h
-
-
 # -- the records ----------------------------------------------------------------------------
 
 
@@ -188,7 +127,7 @@ def _hash_function(algorithm: str) -> Callable[..., hashlib._Hash]:
 class User:
     name: str
     password_hash: str = ""
-    hashing_algorithm: str = SHA256
+    hashing_algorithm: str = SCRYPT
     tags: tuple[str, ...] = ()
     scram: tuple[ScramCredential, ...] = ()  # Kafka's SASL/SCRAM credentials (scram.py)
 
@@ -293,6 +232,7 @@ class Access:
         # (user, vhost) -> exchange -> topic permission (topic_permissions.py)
         self.topic_permissions: dict[tuple[str, str], dict[str, TopicPermission]] = {}
         self.version = 0
+        self.logins = LoginCache()  # successful logins, so the next costs no KDF (passwords.py)
         self._listeners: list[Callable[[AccessChange], None]] = []
 
     def subscribe(self, listener: Callable[[AccessChange], None]) -> None:
@@ -340,7 +280,7 @@ class Access:
             return False
         check_name("user", user)
         vhost = VHostInfo(DEFAULT_VHOST, DEFAULT_VHOST_DESCRIPTION)
-        u = User(user, hash_password(password), SHA256, (ADMINISTRATOR,), derive_all(password))
+        u = User(user, hash_password(password), SCRYPT, (ADMINISTRATOR,), derive_all(password))
         perm = Permission(user, DEFAULT_VHOST, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
         with self._write() as b:
             _put_vhost(b, vhost)
@@ -357,18 +297,55 @@ class Access:
     # -- questions ---------------------------------------------------------------------------
 
     def authenticate(self, name: str, password: str) -> User | None:
+        """The user ``name`` if ``password`` is its password, else None; on this thread
+        (slow: a KDF). The broker does the same in three steps, the KDF on a thread of its
+        own: ``login_cached``, then ``login_job`` run there, then ``settle_login``."""
+        user = self.login_cached(name, password)
+        if user is not None:
+            return user
+        job, seen = self.login_job(name, password)
+        return self.settle_login(name, password, seen, job())
+
+    def login_cached(self, name: str, password: str) -> User | None:
+        """The user, when this password logged it in before and its hash has not changed
+        since (LoginCache: an HMAC, no KDF); None means ask ``login_job``."""
+        user = self.users.get(name)
+        if user is None or not self.logins.knows(self.logins.token(name, password), user.password_hash):
+            return None
+        return user
+
+    def login_job(self, name: str, password: str) -> tuple[Callable[[], Verdict], str]:
+        """The check of ``password`` for ``name`` as a job for a worker thread (it reads
+        nothing shared), and the stored hash it checks against, for ``settle_login``. An
+        unknown name is checked against a dummy hash: as slow as a known one."""
         user = self.users.get(name)
         if user is None:
-            check_password(password, _DUMMY_HASH)  # as long as for a known name
+            return (lambda: refuse(password)), ""
+        stored, algorithm, make_scram = user.password_hash, user.hashing_algorithm, not user.scram
+        return (lambda: verify(password, stored, algorithm, make_scram=make_scram)), stored
+
+    def settle_login(self, name: str, password: str, seen: str, verdict: Verdict) -> User | None:
+        """Back on the reactor with ``verdict`` on the hash ``seen``: the user, if it
+        matched and the user still has that hash (its password may have changed
+        meanwhile), now with a stronger hash and SCRAM credentials if the verdict made
+        them; the login remembered (LoginCache). None: refused."""
+        user = self.users.get(name)
+        if not verdict.ok or user is None or not seen or user.password_hash != seen:
             return None
-        if not check_password(password, user.password_hash, user.hashing_algorithm):
-            return None
-        if not user.scram:  # a hash imported from RabbitMQ: now the SCRAM credentials can be made
-            user = replace(user, scram=derive_all(password))
+        changed = user
+        if verdict.upgraded is not None:
+            changed = replace(changed, password_hash=verdict.upgraded, hashing_algorithm=SCRYPT)
+        if verdict.scram is not None and not changed.scram:
+            changed = replace(changed, scram=verdict.scram)
+        if changed is not user:
             with self._write() as b:
-                _put_user(b, user)
-            self.users[name] = user
-            log.info("user %r: SCRAM credentials made at its login (Kafka SASL/SCRAM can use them now)", name)
+                _put_user(b, changed)
+            self.users[name] = user = changed
+            if verdict.upgraded is not None:
+                log.info("user %r: password hash upgraded to scrypt at its login", name)
+            if verdict.scram is not None:
+                log.info("user %r: SCRAM credentials made at its login (Kafka SASL/SCRAM can use them now)", name)
+        self.logins.remember(self.logins.token(name, password), user.password_hash)
         return user
 
     def loopback_only(self, name: str) -> bool:
@@ -407,23 +384,28 @@ class Access:
     # -- changes ---------------------------------------------------------------------------------
 
     def put_user(self, name: str, *, password: str | None = None, password_hash: str | None = None,
-                 hashing_algorithm: str = SHA256, tags: str | Iterable[str] | None = None) -> bool:
+                 hashing_algorithm: str = SHA256, tags: str | Iterable[str] | None = None,
+                 scram: tuple[ScramCredential, ...] = ()) -> bool:
         """Create or replace a user (RabbitMQ's PUT /api/users/{name}): with ``password``
-        hashed here, or a ready ``password_hash``; with neither the user has no password.
-        Returns True when the user is new."""
+        hashed here (slow: the broker hashes on its worker thread and passes the hash,
+        Broker.hash_new_password), or a ready ``password_hash`` (with the ``scram``
+        credentials of the same password, if known); with neither the user has no
+        password. Returns True when the user is new."""
         check_name("user", name)
         if password is not None and password_hash is not None:
             raise InvalidAccess("give password or password_hash, not both")
-        scram: tuple[ScramCredential, ...] = ()  # a hash alone: made at the first login
         if password is not None:
             if not isinstance(password, str):
                 raise InvalidAccess("password must be a string")
-            stored, algorithm, scram = hash_password(password), SHA256, derive_all(password)
+            stored, algorithm, scram = hash_password(password), SCRYPT, derive_all(password)
         else:
             stored, algorithm = password_hash or "", hashing_algorithm
-            if not isinstance(stored, str):
-                raise InvalidAccess("password_hash must be a string")
-            check_password_hash(stored, algorithm)
+            if not isinstance(stored, str) or not isinstance(algorithm, str):
+                raise InvalidAccess("password_hash and hashing_algorithm must be strings")
+            try:
+                check_password_hash(stored, algorithm)
+            except BadHash as exc:
+                raise InvalidAccess(str(exc)) from None
         user = User(name, stored, algorithm, parse_tags(tags), scram)
         new = name not in self.users
         with self._write() as b:
@@ -597,4 +579,3 @@ def _put_permission(b: StateBatch | _NoStore, p: Permission) -> None:
           PermissionRecord(user=p.user, vhost=p.vhost, configure=p.configure, write=p.write, read=p.read))
 
 
-_DUMMY_HASH = hash_password("", salt=b"\x00" * SALT_BYTES)

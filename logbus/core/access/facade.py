@@ -2,7 +2,8 @@
 gateway asks (``authorize``). ``Broker`` inherits it; everything here reads the broker's
 ``Access`` (users, vhosts, permissions: auth.py).
 
-    broker.authenticate(user, password, loopback=...)        # LoginRefused, LoopbackOnly
+    broker.authenticate(user, password, loopback=...)        # Deferred; LoginRefused, LoopbackOnly
+    broker.hash_new_password(password)                       # Deferred[NewPassword], for put_user
     broker.authenticate_certificate(user, loopback=...)      # a verified TLS client certificate
     broker.authenticate_anonymous(user, loopback=...)        # no credentials: loopback only
     broker.authorize(user, "write", Resource("/", "exchange", "orders", routing_key="k"))
@@ -12,24 +13,80 @@ gateway asks (``authorize``). ``Broker`` inherits it; everything here reads the 
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.python.failure import Failure
 
 from ..errors import AccessRefused, LoginRefused, LoopbackOnly
 from ..routing.log_topics import topic_exchange
-from .auth import REFUSED_TAG, TAGS_FOR, Access, AccessChange, Action, Perm, Resource
-from .scram import ScramCredential
+from .auth import REFUSED_TAG, TAGS_FOR, Access, AccessChange, Action, Perm, Resource, User
+from .passwords import SCRYPT, PasswordWorker, hash_password
+from .scram import ScramCredential, derive_all
+
+
+@dataclass(frozen=True, slots=True)
+class NewPassword:
+    """A password as ``Access.put_user`` stores it, hashed off the reactor."""
+
+    password_hash: str
+    scram: tuple[ScramCredential, ...]
+    hashing_algorithm: str = SCRYPT
 
 
 class AccessFacade:
     access: Access
+    password_worker: PasswordWorker[Any]  # the KDF's thread (passwords.py)
+    _logins: dict[bytes, list[Deferred[User | None]]]  # checks under way: token -> who waits
 
-    def authenticate(self, user: str, password: str, *, loopback: bool) -> None:
-        """Raises LoginRefused (bad user name or password) or LoopbackOnly (``user`` may
-        connect from loopback only, and ``loopback`` is False)."""
-        if self.access.authenticate(user, password) is None:
+    def authenticate(self, user: str, password: str, *, loopback: bool) -> Deferred[None]:
+        """Fires when ``user`` may log in with ``password``, at once if it did before with
+        it (LoginCache), else once the KDF has run on the password thread; fails with
+        LoginRefused (bad user name or password) or LoopbackOnly (``user`` may connect
+        from loopback only, and ``loopback`` is False). Logins with the same user and
+        password asked while one is checked wait for that one check."""
+        a = self.access
+        known = a.login_cached(user, password)
+        if known is not None:
+            try:
+                self._check_loopback(user, loopback)
+            except LoopbackOnly as exc:
+                return fail(exc)
+            return succeed(None)
+        token = a.logins.token(user, password)
+        d: Deferred[User | None] = Deferred()
+        waiting = self._logins.get(token)
+        if waiting is not None:
+            waiting.append(d)
+        else:
+            self._logins[token] = [d]
+            job, seen = a.login_job(user, password)
+            check = self.password_worker.run(job)
+            check.addCallback(lambda verdict: a.settle_login(user, password, seen, verdict))
+            check.addBoth(self._login_checked, token)
+        return d.addCallback(self._logged_in, user, loopback)
+
+    def _login_checked(self, result: Any, token: bytes) -> None:
+        for d in self._logins.pop(token, []):
+            if isinstance(result, Failure):
+                d.errback(result)
+            else:
+                d.callback(result)
+
+    def _logged_in(self, found: User | None, user: str, loopback: bool) -> None:
+        if found is None:
             raise LoginRefused(f"bad user name or password for user '{user}'")
+        self._check_loopback(user, loopback)
+
+    def _check_loopback(self, user: str, loopback: bool) -> None:
         if self.access.loopback_only(user) and not loopback:
             raise LoopbackOnly(f"user '{user}' can only connect via localhost")
+
+    def hash_new_password(self, password: str) -> Deferred[NewPassword]:
+        """``password`` hashed (scrypt) with its SCRAM credentials made, on the password
+        thread: what ``access.put_user(password_hash=..., scram=...)`` stores."""
+        return self.password_worker.run(lambda: NewPassword(hash_password(password), derive_all(password)))
 
     def authenticate_certificate(self, user: str, *, loopback: bool) -> None:
         """A client certificate verified by a TLS listener names ``user`` (RabbitMQ's

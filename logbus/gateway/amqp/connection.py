@@ -12,9 +12,10 @@ and None when nothing is left until more bytes, an answer or a timer:
   consecutive ``Publish`` or ``Ack`` of one read on one channel, handled as a run
   (decision 0009). On this, the hot path, nothing is wrapped or copied.
 
-A question (``Authenticate``, ``OpenVHost``) is answered before the next call:
-``authenticated(user)`` / ``auth_failed(AuthFailure)``, ``vhost_opened(name)`` /
-``vhost_refused(VHostFailure)``. Errors met while carrying out a channel's input come back
+A question (``Authenticate``, ``OpenVHost``) is answered, maybe later (a password is
+checked off the reactor): ``authenticated(user)`` / ``auth_failed(AuthFailure)``,
+``vhost_opened(name)`` / ``vhost_refused(VHostFailure)``; until then ``next_request`` hands
+out nothing more, so frames that came after the question wait for its answer. Errors met while carrying out a channel's input come back
 through ``channel_error`` / ``connection_error``; a heartbeat timer through
 ``heartbeat_due``; the broker's resource alarms through ``resource_alarm``. Nothing here
 holds a socket, a timer, the broker, a vhost or the user store.
@@ -133,7 +134,7 @@ class Connection(Handshake):
         if pending:
             return pending.popleft()  # type: ignore[no-any-return]
         if self._asked is not None:
-            raise LocalProtocolError(f"{type(self._asked).__name__} is not answered yet")
+            return None  # the answer first: what came after the question waits for it
         events = self._events
         n = len(events)
         while self._next < n:

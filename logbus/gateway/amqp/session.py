@@ -22,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from pamqp import base
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.python.failure import Failure
 
 from ...core.broker import Broker
 from ...core.errors import LoopbackOnly, Refused, StorageError
@@ -29,6 +31,7 @@ from ...core.types import ConnectionRecord, Resource
 from ...core.types import RESOURCES
 from ...core.types import tick_of
 from ...core.types import VHost
+from ..answers import now_or_later
 from .channel import Channel
 from .codec import DEFAULT_MAX_MESSAGE_SIZE, encode_method
 from .connection import Connection
@@ -227,21 +230,50 @@ class Session:
         self.send(r.data)
 
     def _authenticate(self, r: Authenticate) -> None:
-        try:
-            if r.mechanism == "EXTERNAL":  # the handshake took the user from the TLS client certificate
+        """Ask the broker. The answer may come later (a password is checked off the
+        reactor, a refusal waits out the failed-login slowdown): meanwhile the socket is
+        not read and what was read waits in the machine."""
+        if r.mechanism == "EXTERNAL":  # the handshake took the user from the TLS client certificate
+            try:
                 self.broker.authenticate_certificate(r.user, loopback=self.peer_is_loopback)
-            else:
-                self.broker.authenticate(r.user, r.password, loopback=self.peer_is_loopback)
-        except LoopbackOnly:
-            self.broker.connection_refused(self.record, r.user, "may connect from loopback only")
-            self.machine.auth_failed(AuthFailure.LOOPBACK_ONLY)
-        except Refused:
-            self.broker.connection_refused(self.record, r.user, "no such user for the client certificate"
-                                           if r.mechanism == "EXTERNAL" else "bad user name or password")
-            self.machine.auth_failed(AuthFailure.REFUSED)
+                checked: Deferred[None] = succeed(None)
+            except Refused as exc:
+                checked = fail(exc)
         else:
+            checked = self.broker.authenticate(r.user, r.password, loopback=self.peer_is_loopback)
+        if not now_or_later(checked, lambda result: self._answer_login(r, result),
+                            lambda result: self._later(self._answer_login, r, result)):
+            self._reading(False)
+
+    def _answer_login(self, r: Authenticate, result: Any) -> None:
+        if not isinstance(result, Failure):
             self.user = r.user
             self.machine.authenticated(r.user)
+            return
+        if result.check(LoopbackOnly):
+            why, failure = "may connect from loopback only", AuthFailure.LOOPBACK_ONLY
+        else:
+            if not result.check(Refused):
+                log.error("amqp connection %s: login failed: %s", self.peer, result.getTraceback())
+            failure = AuthFailure.REFUSED
+            why = "no such user for the client certificate" if r.mechanism == "EXTERNAL" else "bad user name or password"
+        wait = self.broker.connection_refused(self.record, r.user, why)
+        if wait:  # failed logins from this host, over a burst: answered later
+            self._reading(False)
+            self._timers.append(self.reactor.callLater(wait, self._later, self.machine.auth_failed, failure))
+        else:
+            self.machine.auth_failed(failure)
+
+    def _later(self, answer: Callable[..., None], *args: Any) -> None:
+        """A question answered after the turn that asked it: read again, give the machine
+        the answer, and carry out what it asks next."""
+        if not self.open:
+            return
+        if not self.machine.blocked:
+            self._reading(True)
+        answer(*args)
+        self._run()
+        self.flush()
 
     def _open_vhost(self, r: OpenVHost) -> None:
         vhost = self.broker.vhost(r.name)

@@ -7,20 +7,30 @@ check every protocol uses).
 
 ``authenticate`` runs once per request (``ApiResource.authorize``) and keeps the user on
 the request; handlers then ask ``require`` / ``require_topic`` about what they touch.
+A password checked before with the same credentials is known at once (the broker's
+login cache); else the check runs on the broker's password thread and ``authenticate``
+raises ``LoginPending``: the resource renders the request again when it is done, and
+``authenticate`` then finds its answer on the request.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Any
 
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 from twisted.web import server
 
 from ...core.errors import LoopbackOnly, Refused
 from ...core.types import Resource
+from ..answers import now_or_later
 from ..output import is_loopback
 from .responses import HttpError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ...core.broker import Broker
@@ -29,6 +39,15 @@ if TYPE_CHECKING:
 REALM = 'Basic realm="logbus"'
 CHALLENGE = (("WWW-Authenticate", REALM),)
 _USER = "logbus_user"  # the request attribute the authenticated user name is kept in
+_REFUSAL = "logbus_refusal"  # ... and the HttpError of a refused login
+
+
+class LoginPending(Exception):
+    """The request's password is being checked; render it again when ``checked`` fires."""
+
+    def __init__(self, checked: Deferred[None]) -> None:
+        super().__init__("login pending")
+        self.checked = checked
 
 
 def basic_credentials(request: server.Request) -> tuple[str, str] | None:
@@ -56,23 +75,44 @@ def authenticate(request: server.Request, broker: Broker) -> str:
     known: str | None = getattr(request, _USER, None)
     if known is not None:
         return known
+    refusal: HttpError | None = getattr(request, _REFUSAL, None)
+    if refusal is not None:
+        raise refusal
     credentials = basic_credentials(request)
     if credentials is None:
         raise HttpError(401, "unauthorized", "HTTP Basic credentials are required", CHALLENGE)
     name, password = credentials
     record = getattr(request.channel, "record", None)  # site.RegisteredChannel's
-    try:
-        broker.authenticate(name, password, loopback=from_loopback(request))
-    except LoopbackOnly:
-        error = HttpError(401, "unauthorized", f"user '{name}' can only connect via localhost", CHALLENGE)
-        error.delay = broker.connection_refused(record, name, "may connect from loopback only")
-        raise error from None
-    except Refused:
-        error = HttpError(401, "unauthorized", "Login failed", CHALLENGE)
-        error.delay = broker.connection_refused(record, name, "bad user name or password")
-        raise error from None
+    checked = broker.authenticate(name, password, loopback=from_loopback(request))
+    pending: Deferred[None] = Deferred()
+    now: list[Failure | None] = []
+    if now_or_later(checked, now.append, lambda result: _settle(request, broker, record, name, result, pending)):
+        return _settle(request, broker, record, name, now[0])
+    raise LoginPending(pending)  # not known yet: checked on the password thread
+
+
+def _settle(request: server.Request, broker: Broker, record: Any, name: str, result: Failure | None,
+            pending: Deferred[None] | None = None) -> str:
+    """The login's outcome kept on the request: the user, or the refusal (raised)."""
+    if isinstance(result, Failure):
+        if result.check(LoopbackOnly):
+            error = HttpError(401, "unauthorized", f"user '{name}' can only connect via localhost", CHALLENGE)
+            error.delay = broker.connection_refused(record, name, "may connect from loopback only")
+        elif result.check(Refused):
+            error = HttpError(401, "unauthorized", "Login failed", CHALLENGE)
+            error.delay = broker.connection_refused(record, name, "bad user name or password")
+        else:  # a bug: said as one, the request answered all the same
+            log.error("login of user %r failed: %s", name, result.getTraceback())
+            error = HttpError(500, "internal_error", "internal error (see the broker log)")
+        setattr(request, _REFUSAL, error)
+        if pending is not None:
+            pending.callback(None)
+            return name
+        raise error
     setattr(request, _USER, name)
     broker.connection_logged_in(record, name, how="HTTP Basic")
+    if pending is not None:
+        pending.callback(None)
     return name
 
 

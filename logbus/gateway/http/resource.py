@@ -18,7 +18,7 @@ from twisted.web import resource, server
 
 from ...core.types import Action
 from ...core.errors import LogbusError
-from .credentials import authenticate, require
+from .credentials import LoginPending, authenticate, require
 from .responses import HttpError, Response, status_for
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,11 @@ class ApiResource(resource.Resource):
                     f" (allowed: {allowed})",
                     (("Allow", allowed),),
                 )
-            self.authorize(request)
+            try:
+                self.authorize(request)
+            except LoginPending as pending:  # the password is checked off the reactor: again when known
+                pending.checked.addCallback(lambda _: _render_again(self, request))
+                return server.NOT_DONE_YET
             result = handler(request)
             if isinstance(result, Deferred):  # answered when it fires
                 result.addErrback(_error_response, method, request)
@@ -121,6 +125,16 @@ class Refusal(ApiResource):
 
     def render(self, request: server.Request) -> bytes:
         return _write(request, self.error.response(), request.method == b"HEAD")
+
+
+def _render_again(resource: ApiResource, request: server.Request) -> None:
+    if request.finished or request.channel is None:  # the client went away
+        return
+    body = resource.render(request)
+    if body is not server.NOT_DONE_YET:
+        assert isinstance(body, bytes)
+        request.write(body)
+        request.finish()
 
 
 def _error_response(failure: Failure, method: str, request: server.Request) -> Response:

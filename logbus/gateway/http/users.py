@@ -10,14 +10,17 @@
 
 ``<name>`` is URL-encoded (one path segment). ``tags`` is a comma-separated string or a
 list. With neither ``password`` nor ``password_hash`` the user has no password (it cannot
-log in with one), as in RabbitMQ; both at once is 400. Hashes are RabbitMQ's, so a user
-exported from RabbitMQ's definitions can be PUT here as it is.
+log in with one), as in RabbitMQ; both at once is 400. A ``password`` is hashed with
+scrypt (``logbus_password_hashing_scrypt``, core/access/passwords.py) on the broker's
+password thread. A ``password_hash`` may be one of RabbitMQ's, so a user exported from
+RabbitMQ's definitions can be PUT here as it is; it becomes scrypt at the user's next login.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from twisted.internet.defer import Deferred
 from twisted.web import resource, server
 
 from ...core.types import SHA256
@@ -52,10 +55,21 @@ class UserResource(AdminResource):
     def handle_GET(self, request: server.Request) -> Response:
         return Response.json(200, self.broker.access.user(path_name(self.raw_name, "user")).to_json())
 
-    def handle_PUT(self, request: server.Request) -> Response:
+    def handle_PUT(self, request: server.Request) -> Response | Deferred[Response]:
         name = path_name(self.raw_name, "user")
         body = parse_user(read_json(request), name)
-        created = self.broker.access.put_user(name, **body)
+        password = body.pop("password")
+        if password is None or body["password_hash"] is not None:  # (both: put_user says why)
+            return self._put(name, password=password, **body)
+        if not isinstance(password, str):
+            raise HttpError(400, "bad_request", "password must be a string")
+        # hashed on the broker's password thread (scrypt: a fifth of a second of a core)
+        return self.broker.hash_new_password(password).addCallback(
+            lambda new: self._put(name, password_hash=new.password_hash, hashing_algorithm=new.hashing_algorithm,
+                                  scram=new.scram, tags=body["tags"]))
+
+    def _put(self, name: str, **fields: Any) -> Response:
+        created = self.broker.access.put_user(name, **fields)
         return Response.empty(201 if created else 204)
 
     def handle_DELETE(self, request: server.Request) -> Response:

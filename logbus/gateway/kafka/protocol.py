@@ -40,6 +40,7 @@ from ..output import FileOutput, is_loopback, is_tls, peer_identity, peer_of
 from ..unread import UnreadWatch
 from . import acls, admin, configs, groups, records_admin, sasl
 from .caller import Caller
+from .sasl import SaslSession, Step
 from .sasl import State as SaslState
 from .alarms import LARGE_UNFINISHED, PRODUCE, hold_seconds, timed_out
 from .codec import (
@@ -192,13 +193,12 @@ class KafkaProtocol(Protocol):
         sasl = self.caller.sasl
         if sasl is not None and sasl.raw and sasl.state in (SaslState.HANDSHAKEN, SaslState.FIRST):
             step = sasl.authenticate(bytes(frame))  # a bare token after SaslHandshake v0
-            if step.failed:
-                self.handlers.broker.connection_refused(self.record, sasl.attempted,
-                                                        f"SASL {sasl.mechanism}: {sasl.why or step.error_message}")
-                return self._abort(f"SASL {sasl.mechanism} authentication failed")
-            if sasl.user is not None:
-                self.handlers.broker.connection_logged_in(self.record, sasl.user, how=f"SASL {sasl.mechanism}")
-            self._enqueue_ready(len(step.auth_bytes).to_bytes(4, "big") + step.auth_bytes)
+            if isinstance(step, Deferred):  # a PLAIN password, checked off the reactor: answered in order
+                waiting: list[Any] = [None, False, None, time.monotonic()]
+                self._queue.append(waiting)
+                step.addCallback(self._raw_sasl_answer, sasl, waiting)
+            else:
+                self._raw_sasl_answer(step, sasl, None)
             return
         try:
             req = parse_request(frame, self.handlers.supported)
@@ -276,6 +276,24 @@ class KafkaProtocol(Protocol):
         self.alarm_held.remove(held)
         req, slot, _ = held
         self._answered(timed_out(req.body), req, slot)
+
+    def _raw_sasl_answer(self, step: Step, sasl: SaslSession, slot: list[Any] | None) -> None:
+        """The answer to a bare SASL token (SaslHandshake v0): the server's token, size
+        first; a failure closes the connection, as Kafka."""
+        if self._closing:
+            return
+        if step.failed:
+            self.handlers.broker.connection_refused(self.record, sasl.attempted,
+                                                    f"SASL {sasl.mechanism}: {sasl.why or step.error_message}")
+            return self._abort(f"SASL {sasl.mechanism} authentication failed")
+        if sasl.user is not None:
+            self.handlers.broker.connection_logged_in(self.record, sasl.user, how=f"SASL {sasl.mechanism}")
+        data = len(step.auth_bytes).to_bytes(4, "big") + step.auth_bytes
+        if slot is None:
+            self._enqueue_ready(data)
+        else:
+            slot[0], slot[1] = data, True
+            self._flush()
 
     def _enqueue_ready(self, data: bytes) -> None:
         self._queue.append([data, True, None, 0.0])

@@ -42,7 +42,9 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
+from twisted.python.failure import Failure
 
 from ...core.errors import LoopbackOnly, Refused
 from ...core.types import ScramCredential, scram_signature, scram_verify
@@ -68,6 +70,7 @@ _SECRET = os.urandom(32)  # the made-up salts of unknown users: stable within a 
 class State(enum.Enum):
     START = "start"
     HANDSHAKEN = "handshaken"
+    CHECKING = "checking"  # a PLAIN password is being checked (off the reactor)
     FIRST = "scram-first"  # the server-first message was sent
     DONE = "done"
     FAILED = "failed"
@@ -92,11 +95,12 @@ class SaslFailure(Exception):
 
 class SaslSession:
     def __init__(self, mechanisms: tuple[str, ...], loopback: bool,
-                 authenticate: Callable[[str, str, bool], None],
+                 authenticate: Callable[[str, str, bool], Deferred[None]],
                  credential: Callable[[str, str], ScramCredential | None],
                  loopback_only: Callable[[str], bool],
                  nonce: Callable[[], str] | None = None) -> None:
-        """``authenticate(user, password, loopback)`` raises Refused (Broker.authenticate);
+        """``authenticate(user, password, loopback)`` fires, or fails with Refused
+        (Broker.authenticate: maybe later, the password checked off the reactor);
         ``credential(user, mechanism)`` is the user's SCRAM credential or None;
         ``loopback_only(user)``: whether it may log in from loopback only."""
         self.mechanisms = mechanisms
@@ -123,8 +127,8 @@ class SaslSession:
         self.state = State.HANDSHAKEN
         return NONE
 
-    def authenticate(self, token: bytes) -> Step:
-        """One SaslAuthenticate: the server's answer."""
+    def authenticate(self, token: bytes) -> Step | Deferred[Step]:
+        """One SaslAuthenticate: the server's answer (PLAIN's when its password is checked)."""
         if self.state not in (State.HANDSHAKEN, State.FIRST):
             return Step(ILLEGAL_SASL_STATE, error_message=f"no SaslAuthenticate expected now ({self.state.value})")
         try:
@@ -139,7 +143,7 @@ class SaslSession:
 
     # -- PLAIN -----------------------------------------------------------------------------
 
-    def _plain(self, token: bytes) -> Step:
+    def _plain(self, token: bytes) -> Deferred[Step]:
         parts = token.split(b"\x00")
         if len(parts) != 3:
             raise SaslFailure("a PLAIN token is authzid NUL user NUL password")
@@ -150,10 +154,12 @@ class SaslSession:
         self.attempted = user
         if authzid and authzid != user:
             raise SaslFailure(f"authorization id {authzid!r} is not the user {user!r}")
-        self._login(user, lambda: self._authenticate(user, password, self.loopback))
-        return Step(NONE)
+        self.state = State.CHECKING
+        return self._authenticate(user, password, self.loopback).addCallbacks(
+            lambda _: self._logged_in(user), lambda f: self._refused(user, f))
 
     def _login(self, user: str, check: Callable[[], None]) -> None:
+        """SCRAM's login: ``check`` raises Refused (the proof) or LoopbackOnly."""
         try:
             check()
         except LoopbackOnly:
@@ -161,6 +167,21 @@ class SaslSession:
         except Refused:
             raise SaslFailure(f"bad user name or password for {user!r}") from None
         self.user, self.state = user, State.DONE
+
+    def _logged_in(self, user: str) -> Step:
+        self.user, self.state = user, State.DONE
+        return Step(NONE)
+
+    def _refused(self, user: str, failure: Failure) -> Step:
+        if failure.check(LoopbackOnly):
+            self.why = f"user {user!r} can only connect from loopback"
+        elif failure.check(Refused):
+            self.why = f"bad user name or password for {user!r}"
+        else:
+            log.error("SASL login of %r failed: %s", user, failure.getTraceback())
+            self.why = "internal error"
+        self.state = State.FAILED
+        return Step(SASL_AUTHENTICATION_FAILED, error_message=FAILED)
 
     # -- SCRAM -----------------------------------------------------------------------------
 
@@ -302,6 +323,12 @@ def install(handlers: KafkaHandlers) -> None:
         sasl = caller.sasl
         step = Step(ILLEGAL_SASL_STATE, error_message="SaslAuthenticate before SaslHandshake") if sasl is None \
             else sasl.authenticate(bytes(req.body.auth_bytes))
+        if isinstance(step, Deferred):  # a PLAIN password, checked off the reactor
+            return step.addCallback(answer, caller)
+        return answer(step, caller)
+
+    def answer(step: Step, caller: Caller) -> Any:
+        sasl = caller.sasl
         response = SaslAuthenticateResponse(error_code=step.error_code, error_message=step.error_message,
                                             auth_bytes=step.auth_bytes, session_lifetime_ms=0)
         if step.failed:

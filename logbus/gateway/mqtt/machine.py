@@ -6,8 +6,9 @@ Theory of operation. ``receive_data(data)`` decodes (decoder.Decoder) and keeps 
 packets; ``next_request()`` then handles them in order and hands out, one at a time,
 what the shell must do (requests.py), and None when nothing is left until more bytes,
 an answer or a timer. A question (``Login``, ``AddSubscriptions``,
-``RemoveSubscriptions``, ``MatchRetained``) is answered by a method before the next
-call. The bytes to send go to ``out``, which the shell writes when the read ends (with
+``RemoveSubscriptions``, ``MatchRetained``) is answered by a method, maybe in a later
+turn (a password is checked off the reactor); until then ``next_request`` hands out
+nothing more, and the packets after the question wait. The bytes to send go to ``out``, which the shell writes when the read ends (with
 every other connection's output of that read).
 
 Each packet is looked up in ``TRANSITIONS`` by (state, packet type) to its handler and
@@ -167,7 +168,7 @@ class Machine:
         if pending:
             return pending.popleft()  # type: ignore[no-any-return]
         if self._asked is not None:
-            raise LocalProtocolError(f"{type(self._asked).__name__} is not answered yet")
+            return None  # the answer first: the packets after the question wait for it
         packets = self._packets
         n = len(packets)
         publishing = self.publishing

@@ -43,6 +43,7 @@ from twisted.python.failure import Failure
 
 from ...core.errors import LogbusError, LoopbackOnly, Refused, StorageError
 from ...core.types import ConnectionRecord, Perm, Resource
+from ..answers import now_or_later
 from ..output import direct_writer, is_loopback, is_tls, peer_identity, peer_of, quick_ack
 from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
@@ -132,6 +133,7 @@ class MqttProtocol(Protocol):
         self._ack_now: Callable[[], None] | None = None  # output.quick_ack(transport)
         self.record: ConnectionRecord | None = None  # in the broker's connection registry
         self._how = ""  # how it logged in, for the log
+        self._login_timer: Any = None  # a refused login's answer, slowed down (_refuse)
 
     @property
     def session(self) -> Any:
@@ -168,6 +170,8 @@ class MqttProtocol(Protocol):
         if self.record is not None:
             self.factory.broker.connection_closed(self.record)
         self._cancel_timer()
+        if self._login_timer is not None and self._login_timer.active():
+            self._login_timer.cancel()
         self.machine.connection_lost()
         self._drain()
 
@@ -244,13 +248,98 @@ class MqttProtocol(Protocol):
     # -- the machine's requests ------------------------------------------------------------------
 
     def _login(self, r: Login) -> None:
-        """Log the user in (refused: the CONNACK says why) and attach the session."""
+        """Log the user in (refused: the CONNACK says why) and attach the session. A
+        password is checked off the reactor: until then the socket is not read, and the
+        packets that came after the CONNECT wait in the machine (MQTT lets a client send
+        them before the CONNACK; none is acted on before the login is)."""
         acc = r.accepted
-        user = self._user(acc)
-        if user is None:
+        broker = self.room.broker
+        loopback = is_loopback(self.peer.rsplit(":", 1)[0])
+        v5 = acc.version == MQTT_5
+        not_authorized = NOT_AUTHORIZED if v5 else REFUSED_NOT_AUTHORIZED
+        identity = peer_identity(self.transport, self.factory.cert_login)
+        if identity is not None:  # Mosquitto's use_identity_as_username: the certificate is the login
+            self._how = "client certificate"
+            try:
+                broker.authenticate_certificate(identity, loopback=loopback)
+            except Refused as exc:
+                self._login_failed(acc, identity, Failure(exc), f"no user {identity!r} for the client certificate")
+            else:
+                self._admit(acc, identity)
+        elif acc.username is None:
+            self._how = "anonymous"
+            name = self.factory.anonymous_user
+            if self.factory.anonymous == "off" or not loopback:
+                self._refuse(acc, not_authorized, "anonymous clients are not allowed here (mqtt_anonymous: from "
+                                                  "loopback only, if at all)")
+                return
+            try:
+                broker.authenticate_anonymous(name, loopback=loopback)
+            except Refused as e:
+                self._refuse(acc, not_authorized, str(e))
+            else:
+                self._admit(acc, name)
+        else:
+            name, self._how = acc.username, ""
+            password = (acc.password or b"").decode("utf-8", "replace")
+            checked = broker.authenticate(name, password, loopback=loopback)
+            bad = f"bad user name or password for {name!r}"
+            if not now_or_later(checked, lambda result: self._password_checked(acc, name, result, bad),
+                                lambda result: self._later(self._password_checked, acc, name, result, bad)):
+                self.transport.pauseProducing()
+
+    def _password_checked(self, acc: Accepted, name: str, result: Failure | None, bad: str) -> None:
+        if result is None:
+            self._admit(acc, name)
+        else:
+            self._login_failed(acc, name, result, bad)
+
+    def _login_failed(self, acc: Accepted, name: str, failure: Failure, bad: str) -> None:
+        v5 = acc.version == MQTT_5
+        if failure.check(LoopbackOnly):
+            self._refuse(acc, NOT_AUTHORIZED if v5 else REFUSED_NOT_AUTHORIZED,
+                         f"user {name!r} can only connect from loopback")
+            return
+        if not failure.check(Refused):
+            log.error("MQTT %s: login failed: %s", self.peer, failure.getTraceback())
+        self._refuse(acc, BAD_USER_NAME_OR_PASSWORD if v5 else REFUSED_BAD_USER_NAME_OR_PASSWORD, bad)
+
+    def _refuse(self, acc: Accepted, code: int, why: str) -> None:
+        """The CONNACK refuses the login, after the failed-login slowdown if this host
+        has failed too often (access/throttle.py)."""
+        identity = peer_identity(self.transport, self.factory.cert_login)
+        wait = self.room.broker.connection_refused(self.record, identity or acc.username or "(anonymous)", why)
+        if wait:
+            self.transport.pauseProducing()
+            self._login_timer = self.factory.reactor.callLater(wait, self._later, self.machine.login_refused,
+                                                                code, why)
+        else:
+            self.machine.login_refused(code, why)
+
+    def _later(self, answer: Callable[..., None], *args: Any) -> None:
+        """A login answered after the turn that asked: the machine told, the packets that
+        waited handled, the socket read again."""
+        self._login_timer = None
+        if self.machine.state is State.CLOSED:  # the client went away meanwhile
+            return
+        answer(*args)
+        if not self.machine.gate.blocked:
+            self.transport.resumeProducing()
+        self._drain()
+        if not self.factory.reading:
+            self.factory.flush()
+
+    def _admit(self, acc: Accepted, name: str) -> None:
+        """A user logged in: may it use the room's vhost? Then the session is attached."""
+        vhost = self.room.vhost_name
+        try:
+            self.room.broker.authorize(name, "access", Resource(vhost))
+        except Refused:
+            self._refuse(acc, NOT_AUTHORIZED if acc.version == MQTT_5 else REFUSED_NOT_AUTHORIZED,
+                         f"user {name!r} has no permissions in vhost {vhost!r}")
             return
         try:
-            session, present = self.room.attach(self, acc, user)
+            session, present = self.room.attach(self, acc, name)
         except Unavailable as e:
             self.machine.login_refused(SERVER_UNAVAILABLE if acc.version == MQTT_5 else REFUSED_SERVER_UNAVAILABLE,
                                        str(e))
@@ -258,66 +347,9 @@ class MqttProtocol(Protocol):
         self.room.released_gone(session)  # PUBRECed, but the record did not say so yet
         if self.record is not None:
             self.record.client_id = session.client_id
-        self.room.broker.connection_logged_in(self.record, user, self.room.vhost_name, self._how)
-        self.machine.attached(session, present, user,
-                              ConnectionAccess(self.room.broker, self.room.vhost_name, user, session.client_id))
-
-    def _user(self, acc: Accepted) -> str | None:
-        """The user the connection acts as; None: refused (the machine told)."""
-        broker = self.room.broker
-        loopback = is_loopback(self.peer.rsplit(":", 1)[0])
-        v5 = acc.version == MQTT_5
-        bad_login = BAD_USER_NAME_OR_PASSWORD if v5 else REFUSED_BAD_USER_NAME_OR_PASSWORD
-        not_authorized = NOT_AUTHORIZED if v5 else REFUSED_NOT_AUTHORIZED
-        identity = peer_identity(self.transport, self.factory.cert_login)
-
-        def refuse(code: int, why: str) -> None:
-            broker.connection_refused(self.record, identity or acc.username or "(anonymous)", why)
-            self.machine.login_refused(code, why)
-
-        def logged_in(name: str, check: Callable[[], None], bad: str) -> bool:
-            try:
-                check()
-            except LoopbackOnly:
-                refuse(not_authorized, f"user {name!r} can only connect from loopback")
-                return False
-            except Refused:
-                refuse(bad_login, bad)
-                return False
-            return True
-
-        if identity is not None:  # Mosquitto's use_identity_as_username: the certificate is the login
-            name = identity
-            self._how = "client certificate"
-            if not logged_in(name, lambda: broker.authenticate_certificate(identity, loopback=loopback),
-                             f"no user {name!r} for the client certificate"):
-                return None
-        elif acc.username is None:
-            self._how = "anonymous"
-            name = self.factory.anonymous_user
-            if self.factory.anonymous == "off" or not loopback:
-                refuse(not_authorized, "anonymous clients are not allowed here (mqtt_anonymous: from loopback only,"
-                                       " if at all)")
-                return None
-            try:
-                broker.authenticate_anonymous(name, loopback=loopback)
-            except Refused as e:
-                refuse(not_authorized, str(e))
-                return None
-        else:
-            name = acc.username
-            self._how = ""
-            password = (acc.password or b"").decode("utf-8", "replace")
-            if not logged_in(name, lambda: broker.authenticate(acc.username or "", password, loopback=loopback),
-                             f"bad user name or password for {name!r}"):
-                return None
-        vhost = self.room.vhost_name
-        try:
-            broker.authorize(name, "access", Resource(vhost))
-        except Refused:
-            refuse(not_authorized, f"user {name!r} has no permissions in vhost {vhost!r}")
-            return None
-        return name
+        self.room.broker.connection_logged_in(self.record, name, self.room.vhost_name, self._how)
+        self.machine.attached(session, present, name,
+                              ConnectionAccess(self.room.broker, self.room.vhost_name, name, session.client_id))
 
     def _add_subscriptions(self, r: AddSubscriptions) -> None:
         try:
