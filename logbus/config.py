@@ -162,14 +162,15 @@ class _ParseOnlyReactor:
     install the global reactor (``logbus serve`` installs epoll explicitly, later)."""
 
 
-def check_endpoints(raw: Any) -> str:
+def check_endpoints(raw: Any, *, anonymous: bool = False) -> str:
     """One listener's endpoints: a description, several separated by whitespace, or (in
-    TOML) an array of them; each checked by ``check_endpoint``. Returned joined by one
-    space (``off`` normalised)."""
+    TOML) an array of them; each checked by ``check_endpoint`` (``anonymous``: the
+    listener's gateway takes an ``anonymous=`` option). Returned joined by one space
+    (``off`` normalised)."""
     items = raw if isinstance(raw, list) else _as_str(raw).split()
     if not items:
         raise ValueError("must name at least one endpoint, or off")
-    values = [check_endpoint(item) for item in items]
+    values = [check_endpoint(item, anonymous=anonymous) for item in items]
     if OFF in values:
         if len(values) > 1:
             raise ValueError(f"off cannot be listed beside endpoints: {raw!r}")
@@ -177,17 +178,22 @@ def check_endpoints(raw: Any) -> str:
     return " ".join(values)
 
 
-def check_endpoint(description: str) -> str:
+def check_endpoint(description: str, *, anonymous: bool = False) -> str:
     """Parse a Twisted server endpoint description the way ``serverFromString`` will at
-    start-up; return it (``off`` normalised) or raise ValueError. Nothing is bound."""
+    start-up, with logbus's own options (gateway/listener.py); return it (``off``
+    normalised) or raise ValueError. Nothing is bound."""
     from twisted.internet.endpoints import serverFromString
 
     value = _as_str(description)
     if value.lower() == OFF:
         return OFF
-    from .tls import split_ca_dir
+    from .gateway.listener import rules_of, split_options
 
-    parsed, ca_dir = split_ca_dir(value)  # logbus's own option: client certificates' CAs
+    parsed, options = split_options(value)  # logbus's own: caCertsDir=, anonymous=
+    rules_of(options)
+    if "anonymous" in options and not anonymous:
+        raise ValueError(f"anonymous= is for mqtt, mqtt_ws and kafka listeners only, in {value!r}")
+    ca_dir = options.get("caCertsDir")
     if ca_dir is not None and not value.startswith("ssl:"):
         raise ValueError(f"caCertsDir= is for ssl: endpoints only, in {value!r}")
     if ca_dir is not None and not Path(ca_dir).is_dir():
@@ -344,10 +350,10 @@ def _backoff(raw: Any) -> str:
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "data_dir": _data_dir,
     "amqp": check_endpoints,
-    "mqtt": check_endpoints,
-    "kafka": check_endpoints,
+    "mqtt": lambda raw: check_endpoints(raw, anonymous=True),
+    "kafka": lambda raw: check_endpoints(raw, anonymous=True),
     "http": check_endpoints,
-    "mqtt_ws": check_endpoints,
+    "mqtt_ws": lambda raw: check_endpoints(raw, anonymous=True),
     "default_partitions": lambda raw: _as_int(raw, 1, 100_000),
     "default_flush": _flush,
     "max_open_files": lambda raw: _as_int(raw, 16, 1_000_000),

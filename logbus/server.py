@@ -40,7 +40,8 @@ from .retry.policy import pop_retry_policy
 from .config import LISTENERS, Settings
 from .core.errors import LogbusError
 from .reload import Reloader, set_log_level
-from .tls import ServerTLS, server_tls, split_ca_dir
+from .gateway.listener import DEFAULT_RULES, ListenerFactory, rules_of, split_options
+from .tls import ServerTLS, server_tls
 
 if TYPE_CHECKING:
     from .core.broker import Broker
@@ -290,10 +291,13 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         factory = builder(broker, settings, reactor)  # one gateway, however many endpoints it listens on
         for i, description in enumerate(descriptions):
             listener_name = name if i == 0 else f"{name}.{i + 1}"
-            plain_description, ca_dir = split_ca_dir(description)  # caCertsDir= is logbus's, not Twisted's
+            plain_description, options = split_options(description)  # logbus's, not Twisted's (listener.py)
             endpoint = serverFromString(reactor, plain_description)
-            tls = server_tls(listener_name, endpoint, plain_description, ca_dir)  # hardened, reloaded on SIGHUP
-            service.add_listener(ListenerService(listener_name, description, endpoint, factory, tls=tls))
+            tls = server_tls(listener_name, endpoint, plain_description, options.get("caCertsDir"))  # hardened,
+            # reloaded on SIGHUP
+            rules = rules_of(options)
+            served = factory if rules == DEFAULT_RULES else IProtocolFactory(ListenerFactory(factory, rules))
+            service.add_listener(ListenerService(listener_name, description, endpoint, served, tls=tls))
     return service
 
 

@@ -10,7 +10,7 @@ force for the connections that come after. Connections already open keep theirs.
 that does not load is logged and the old one stays.
 
 Client certificates: with ``caCertsDir=DIR`` in the endpoint string (logbus's option,
-taken out before Twisted parses the rest: ``split_ca_dir``), a client may present a
+taken out before Twisted parses the rest: gateway/listener.py), a client may present a
 certificate; it must then be signed by one of the CA
 certificates (``*.pem``) in DIR, or the handshake fails. A client without one is let in,
 to log in with a password. ``gateway.output.peer_identity`` gives the verified certificate's identity,
@@ -21,7 +21,6 @@ mechanism, Mosquitto's ``use_identity_as_username``).
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
@@ -91,17 +90,6 @@ class ServerTLS:
 def _pem_blocks(data: bytes) -> list[bytes]:
     end = b"-----END CERTIFICATE-----"
     return [block + end + b"\n" for block in data.split(end) if b"-----BEGIN CERTIFICATE-----" in block]
-
-
-_CA_DIR = re.compile(r":caCertsDir=((?:[^:\\]|\\.)*)")
-
-
-def split_ca_dir(description: str) -> tuple[str, str | None]:
-    """(the endpoint string without ``:caCertsDir=DIR``, DIR or None)."""
-    m = _CA_DIR.search(description)
-    if m is None:
-        return description, None
-    return description[:m.start()] + description[m.end():], m.group(1).replace("\\:", ":")
 
 
 def server_tls(name: str, endpoint: Any, description: str, ca_dir: str | None = None) -> ServerTLS | None:

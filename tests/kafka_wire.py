@@ -14,8 +14,8 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 class Wire:
     """A raw Kafka connection: send one request, read its response."""
 
-    def __init__(self, server: Any) -> None:
-        host, port = server.addresses["kafka"].rsplit(":", 1)
+    def __init__(self, server: Any, listener: str = "kafka") -> None:
+        host, port = server.addresses[listener].rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=10)
         self.correlation = 0
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from .access.auth import SHA256, AccessChange, Action, Kind, Perm, Resource, User
-    from .access.scram import ScramCredential, scram_signature, scram_verify
+    from .access.scram import SCRAM_ITERATIONS, ScramCredential, scram_signature, scram_verify
     from .connections import ConnectionRecord
     from .definitions import LegacyTranslation
     from .deadletters import DeadLetterCopy
@@ -107,6 +107,7 @@ _OWNER = {
     "User": "access.auth",
     "VHost": "vhost",
     "check_delay": "queues.pop",
+    "SCRAM_ITERATIONS": "access.scram",
     "ScramCredential": "access.scram",
     "scram_signature": "access.scram",
     "scram_verify": "access.scram",
@@ -127,6 +128,7 @@ __all__ = [
     "OVERFLOW_MODES",
     "QUEUE",
     "RESOURCES",
+    "SCRAM_ITERATIONS",
     "SHA256",
     "TOPIC",
     "AccessChange",

@@ -104,3 +104,30 @@ def test_failed_logins_from_one_host_are_slowed_down_after_a_burst(server: Logbu
     before = len(logged(server, r"answered after"))
     subprocess.run(["curl", "-s", "-o", "/dev/null", "-u", "mallory:guess", url], check=True, timeout=30)
     assert len(logged(server, r"answered after")) == before  # forgotten: answered at once again
+
+
+def test_failed_logins_on_amqp_and_mqtt_are_slowed_down_too(server: LogbusServer) -> None:
+    """The count is per host, whatever the protocol: after five failures an AMQP refusal
+    (Connection.Close 403) and an MQTT one (CONNACK 0x86) wait too, and say so."""
+    assert Mgmt(server).ok("GET", "/api/whoami")  # a success: whatever failed before is forgotten
+    host, port = server.host_port("amqp")
+    took = []
+    for _ in range(6):
+        started = time.monotonic()
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(pika.ConnectionParameters(host, port, credentials=pika.PlainCredentials(
+                "trudy", "guess"), connection_attempts=1))
+        took.append(time.monotonic() - started)
+    assert took[-1] >= min(took[:5]) + 0.15  # the sixth: held back 0.2 s more (a floor, not a speed)
+    refused = Paho(server, unique("trudy"), version=5, username="trudy", password="guess", connect=False)
+    try:
+        started = time.monotonic()
+        _, reason, _ = refused.connect()
+        assert reason == 0x86  # Bad User Name or Password
+        assert time.monotonic() - started >= 0.4
+    finally:
+        refused.close()
+    slowed = logged(server, r"(amqp|mqtt) connection \d+ from .*: login refused for user 'trudy'.*answered after")
+    assert [(re.search(r"(amqp|mqtt) connection", line).group(1),  # type: ignore[union-attr]
+             re.search(r"answered after (\d\.\d) s", line).group(1)) for line in slowed] == [  # type: ignore[union-attr]
+        ("amqp", "0.2"), ("mqtt", "0.4")]

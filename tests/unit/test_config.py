@@ -115,6 +115,21 @@ def test_a_listener_has_one_or_more_endpoints(tmp_path: Path) -> None:
             load_settings({"mqtt": bad}, environ={})
 
 
+def test_a_listener_may_have_its_own_anonymous_rule() -> None:
+    """``anonymous=`` (logbus's option, taken out before Twisted parses the endpoint): the
+    listener's rule instead of mqtt_anonymous / kafka_anonymous; only where that means
+    something, and only off or loopback."""
+    both = "tcp:1883:interface=127.0.0.1 tcp:8883:interface=0.0.0.0:anonymous=off"
+    assert load_settings({"mqtt": both, "kafka": "tcp:9092:anonymous=loopback"}, environ={}).listeners()[
+        "mqtt"] == both.split()
+    for key, bad, fragment in (("mqtt", "tcp:1:anonymous=on", "one of off, loopback"),
+                               ("kafka", "tcp:1:anonymous=off:anonymous=loopback", "given twice"),
+                               ("amqp", "tcp:1:anonymous=off", "mqtt, mqtt_ws and kafka listeners only"),
+                               ("http", "tcp:1:anonymous=off", "mqtt, mqtt_ws and kafka listeners only")):
+        with pytest.raises(ConfigError, match=fragment):
+            load_settings({key: bad}, environ={})
+
+
 def test_off_from_the_file(tmp_path: Path) -> None:
     path = write_toml(tmp_path, 'http = "off"\n')
     assert "http" not in load_settings({"config": str(path)}, environ={}).listeners()

@@ -29,7 +29,9 @@ SCRAM_SHA_256: Final = "SCRAM-SHA-256"
 SCRAM_SHA_512: Final = "SCRAM-SHA-512"
 HASHES: Final = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 MECHANISMS: Final = tuple(HASHES)
-ITERATIONS: Final = 4096  # Kafka's default and minimum (RFC 7677: at least 4096)
+# Kafka's maximum (its ScramMechanism takes 4096..16384; RFC 7677: at least 4096): the
+# stored credential is a PBKDF2 of the password, so as many rounds as the clients will do
+SCRAM_ITERATIONS: Final = 16384
 SALT_BYTES: Final = 16
 
 
@@ -43,7 +45,7 @@ class ScramCredential:
 
 
 def derive(mechanism: str, password: str, *, salt: bytes | None = None,
-           iterations: int = ITERATIONS) -> ScramCredential:
+           iterations: int = SCRAM_ITERATIONS) -> ScramCredential:
     """The credential of ``password`` for ``mechanism`` (a new random salt unless given)."""
     h = HASHES[mechanism]
     salt = os.urandom(SALT_BYTES) if salt is None else salt

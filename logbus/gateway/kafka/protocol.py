@@ -40,6 +40,7 @@ from ..output import FileOutput, is_loopback, is_tls, peer_identity, peer_of
 from ..unread import UnreadWatch
 from . import acls, admin, configs, groups, records_admin, sasl
 from .caller import Caller
+from ..listener import DEFAULT_RULES, ListenerRules
 from .sasl import SaslSession, Step
 from .sasl import State as SaslState
 from .alarms import LARGE_UNFINISHED, PRODUCE, hold_seconds, timed_out
@@ -64,6 +65,8 @@ DEFAULT_IDLE_TIMEOUT = 600.0  # seconds: Kafka's connections.max.idle.ms
 
 
 class KafkaProtocol(Protocol):
+    listener_rules: ListenerRules = DEFAULT_RULES  # the listener's own anonymous= (listener.py)
+
     def __init__(self, handlers: KafkaHandlers, max_frame: int, advertised: tuple[str, int] | None = None,
                  factory: KafkaFactory | None = None) -> None:
         self.handlers = handlers
@@ -96,7 +99,8 @@ class KafkaProtocol(Protocol):
         self.record = self.handlers.broker.connection_opened(
             "kafka", f"{peer_host}:{peer_port}", tls=is_tls(self._t), close=self._abort)
         loopback = is_loopback(peer_host)
-        anonymous = self.factory.anonymous if self.factory is not None else "loopback"
+        anonymous = self.listener_rules.anonymous or (self.factory.anonymous if self.factory is not None
+                                                       else "loopback")
         user = None
         if anonymous == "loopback" and loopback:
             name = self.factory.anonymous_user if self.factory is not None else self.handlers.broker.default_user
@@ -216,7 +220,7 @@ class KafkaProtocol(Protocol):
             self._certificate_login()
         if self.caller.user is None and req.api_key not in BEFORE_LOGIN:
             why = "SASL authentication is not finished" if self.caller.sasl is not None else \
-                "this listener asks for SASL authentication first (kafka_anonymous)"
+                "this listener asks for SASL authentication first (kafka_anonymous, or its anonymous=)"
             return self._abort(f"{req.body.name} refused: {why}")
         slot: list[Any] = [None, False, req, time.monotonic()]
         self._queue.append(slot)

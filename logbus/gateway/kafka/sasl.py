@@ -47,7 +47,7 @@ from twisted.internet.task import deferLater
 from twisted.python.failure import Failure
 
 from ...core.errors import LoopbackOnly, Refused
-from ...core.types import ScramCredential, scram_signature, scram_verify
+from ...core.types import SCRAM_ITERATIONS, ScramCredential, scram_signature, scram_verify
 from .caller import Caller
 from .codec import Request
 
@@ -211,7 +211,7 @@ class SaslSession:
         if credential is None:  # go on with a made-up salt: the failure comes at the proof
             size = 64 if self.mechanism.endswith("512") else 32
             salt = hmac.digest(_SECRET, user.encode(), "sha256")[:16]
-            credential = ScramCredential(self.mechanism, salt, 4096, b"\x00" * size, b"\x00" * size)
+            credential = ScramCredential(self.mechanism, salt, SCRAM_ITERATIONS, b"\x00" * size, b"\x00" * size)
         nonce = client_nonce + self._nonce()
         server_first = f"r={nonce},s={base64.b64encode(credential.salt).decode()},i={credential.iterations}"
         self._scram = _ScramFirst(gs2 + ",", user, known, credential, bare, server_first, nonce)

@@ -44,6 +44,7 @@ from twisted.python.failure import Failure
 from ...core.errors import LogbusError, LoopbackOnly, Refused, StorageError
 from ...core.types import ConnectionRecord, Perm, Resource
 from ..answers import now_or_later
+from ..listener import DEFAULT_RULES, ListenerRules
 from ..output import direct_writer, is_loopback, is_tls, peer_identity, peer_of, quick_ack
 from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
@@ -115,6 +116,7 @@ class ConnectionAccess:
 
 class MqttProtocol(Protocol):
     transport: Any  # a TCP (or TLS, or WebSocket) transport; zope interfaces do not type-check
+    listener_rules: ListenerRules = DEFAULT_RULES  # the listener's own anonymous= (listener.py)
 
     def __init__(self, factory: MqttFactory) -> None:
         self.factory = factory
@@ -269,9 +271,9 @@ class MqttProtocol(Protocol):
         elif acc.username is None:
             self._how = "anonymous"
             name = self.factory.anonymous_user
-            if self.factory.anonymous == "off" or not loopback:
-                self._refuse(acc, not_authorized, "anonymous clients are not allowed here (mqtt_anonymous: from "
-                                                  "loopback only, if at all)")
+            if (self.listener_rules.anonymous or self.factory.anonymous) == "off" or not loopback:
+                self._refuse(acc, not_authorized, "anonymous clients are not allowed here (mqtt_anonymous or the "
+                                                  "listener's anonymous=: from loopback only, if at all)")
                 return
             try:
                 broker.authenticate_anonymous(name, loopback=loopback)
