@@ -45,8 +45,9 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
     other = authority(base / "other-ca", "another CA")
     endpoint = f"ssl:0:interface=127.0.0.1:privateKey={server_key}:certKey={server_cert}:caCertsDir={base / 'ca'}"
     for server in module_server(tmp_path_factory, "client-certs",
-                                listeners={"amqp": endpoint, "mqtt": endpoint, "kafka": endpoint},
-                                args=["--tls-cert-login", "common_name"]):
+                                listeners={"amqp": endpoint, "mqtt": endpoint, "kafka": endpoint,
+                                           "mqtt_ws": endpoint},
+                                args=["--tls-cert-login", "common_name", "--mqtt-anonymous", "off"]):
         mgmt = Mgmt(server)
         mgmt.add_user("device-7", "")  # no password: the certificate is its only login
         mgmt.grant("/", "device-7")
@@ -95,15 +96,17 @@ def _paho(t: Tls, cert: tuple[Path, Path] | None, **kw: Any) -> Paho:
     return c
 
 
-def test_mqtt_identity_as_user_name(tls: Tls) -> None:
-    device = _paho(tls, tls.device)
+@pytest.mark.parametrize("ws", [False, True], ids=["tls", "wss"])
+def test_mqtt_identity_as_user_name(tls: Tls, ws: bool) -> None:
+    over = {"transport": "websockets", "port": tls.server.host_port("mqtt_ws")[1]} if ws else {}
+    device = _paho(tls, tls.device, **over)
     try:
         _, reason, _ = device.connect()
-        assert reason.value == 0
+        assert reason.value == 0  # no user name given, anonymous clients refused: the certificate logged it in
         assert "device-7" in users_of(tls.server, "mqtt")
     finally:
         device.close()
-    stranger = _paho(tls, tls.stranger)
+    stranger = _paho(tls, tls.stranger, **over)
     try:
         _, reason, _ = stranger.connect()
         assert reason.value == 0x86  # bad user name or password: no such user
