@@ -6,7 +6,9 @@ A `logbus serve` of its own (MQTT and HTTP on free loopback ports); --users user
 a password of its own (made through the HTTP API before anything is measured). A probe
 connection sends PINGREQ every --probe-interval-ms and times each PINGRESP, throughout:
 
-- ``quiet``: --quiet-seconds with nothing else going on;
+Each phase lasts --quiet-seconds, or as long as its logins take if longer:
+
+- ``quiet``: nothing else going on;
 - ``first_logins``: every user connects at once (raw sockets, CONNECT with its password),
   never logged in before: each login runs the KDF;
 - ``known_logins``: the same again: each password is in the login cache.
@@ -140,11 +142,8 @@ def main() -> None:
                 probe.take()
                 before = cpu_split(proc.pid)
                 started = time.monotonic()
-                logins = None
-                if phase == "quiet":
-                    time.sleep(args.quiet_seconds)
-                else:
-                    logins = storm(port, users, args.timeout)
+                logins = None if phase == "quiet" else storm(port, users, args.timeout)
+                time.sleep(max(0.0, started + args.quiet_seconds - time.monotonic()))  # windows as long
                 after = cpu_split(proc.pid)
                 result[phase] = {"seconds": round(time.monotonic() - started, 3),
                                  "probe_rtt": distribution_ms(probe.take()),

@@ -195,3 +195,14 @@ def test_relay_jitter_runs_each_work_in_each_round() -> None:
             assert r["latency"]["count"] == 250 and r["latency"]["max_ms"] > 0
     # the relay spends at least the CPU it was told to (tick-counted: over a whole round)
     assert sum(r["relay_cpu_us_per_msg"] for rnd in out["rounds"] for r in rnd if r["work_us"] == 50) > 0
+
+
+def test_login_storm_measures_each_phase() -> None:
+    out = run_bench("login_storm.py", "--users", "3", "--rounds", "1", "--quiet-seconds", "0.3",
+                    "--probe-interval-ms", "5")
+    assert out["users"] == 3 and len(out["rounds"]) == 1
+    phases = out["rounds"][0]
+    assert phases["quiet"]["logins"] is None and phases["quiet"]["probe_rtt"]["count"] > 0
+    for phase in ("first_logins", "known_logins"):
+        assert phases[phase]["logins"]["count"] == 3
+        assert phases[phase]["probe_rtt"]["count"] > 0

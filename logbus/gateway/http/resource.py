@@ -176,7 +176,6 @@ def _write(request: server.Request, response: Response, head: bool) -> bytes:
         request.setHeader(b"Content-Type", response.content_type.encode())
     for name, value in response.headers:
         request.setHeader(name.encode(), value.encode())
-    if head:
-        request.setHeader(b"Content-Length", str(len(response.body)).encode())
-        return b""
-    return response.body
+    # always: an answer written later (a login checked off the reactor) is not chunked
+    request.setHeader(b"Content-Length", str(len(response.body)).encode())
+    return b"" if head else response.body
