@@ -78,7 +78,7 @@ def test_scram_credentials_are_kept_never_the_password_and_made_at_the_first_log
     b.access.put_user("bob", password_hash="fOC0HhN9jd35fgdugCrUmtJEDBykNKlPSAkkQrMfQfuWjx2w")  # "secret"
     assert b.scram_credential("bob", "SCRAM-SHA-256") is None
     alice = b.scram_credential("alice", "SCRAM-SHA-512")
-    assert alice is not None and alice.iterations == 4096 and len(alice.salt) == 16
+    assert alice is not None and alice.iterations == 16384 and len(alice.salt) == 16
     assert alice == derive("SCRAM-SHA-512", "alice-pw-Zq7", salt=alice.salt)
     b = brokers.restart()
     assert b.scram_credential("alice", "SCRAM-SHA-512") == alice
