@@ -279,6 +279,12 @@ class ServiceMachine(RuleBasedStateMachine):
         assert self.dead == self.expect_dead
 
     @invariant()
+    def tick_looks_at_every_queue_that_is_not_idle(self) -> None:
+        """``tick`` visits only the queues it was told stopped being idle (``on_busy``):
+        whatever leases and readies did, none that can expire or lapse is missed."""
+        assert {n for n, qs in self.svc.queues.items() if not qs.queue.idle} <= self.svc._busy
+
+    @invariant()
     def scheduled_are_timers(self) -> None:
         """A scheduled message is a timer, or an entry staged until its due time."""
         due = sorted([(d, rec.offset, rec.deliveries) for _, d, rec in self.timers.due(2**62, limit=1000)]

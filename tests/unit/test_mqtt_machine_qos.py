@@ -17,7 +17,8 @@ from logbus.gateway.mqtt.properties import Properties
 from logbus.gateway.mqtt.requests import QUICK_ACK, Dispatch, PublishBatch, SaveSession, Settle
 from logbus.gateway.mqtt.session import Token
 from logbus.gateway.mqtt.states import State
-from tests.unit.test_mqtt_machine import Client, Shell, connected, delivery
+from logbus.gateway.mqtt.machine import STREAMING_GAP_MS
+from tests.unit.test_mqtt_machine import NOW_MS, Client, Shell, connected, delivery
 
 KEPT = Properties(session_expiry_interval=600)
 
@@ -56,6 +57,22 @@ def test_qos1_publishes_are_answered_once_durable_in_their_order() -> None:
     assert m.answers_waiting == 0
     got = client.send(Publish("t/a", b"again", 1, packet_id=10))  # the id is free again
     assert got == [] and client.requests[-1] is QUICK_ACK
+
+
+def test_a_device_publishing_now_and_then_gets_no_quick_ack() -> None:
+    """A read that comes long after the one before (a device sending once a second) has its
+    TCP ACK ride on the PUBACK before the device sends again: no QuickAck, one system call
+    less per message (decision 0032). Reads close together (a client streaming) keep it."""
+    shell, client = connected(auto_durable=False)
+    now = [NOW_MS + 1000]
+    shell.machine.clock = lambda: now[0]
+    client.send(Publish("t/a", b"alone", 1, packet_id=1))
+    assert QUICK_ACK not in client.requests
+    shell.machine.durable(shell.batches[-1], 0, 0, None)
+    now[0] += STREAMING_GAP_MS  # the next read soon after: a client streaming
+    client.requests.clear()
+    client.send(Publish("t/a", b"next", 1, packet_id=2))
+    assert client.requests[-1] is QUICK_ACK
 
 
 def test_qos1_answers_in_3_1_1_and_a_failed_append() -> None:

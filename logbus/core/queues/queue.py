@@ -63,6 +63,7 @@ the first ready entry a view's filter takes, out of seq order.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,7 @@ class Queue(Viewed):
         self._ready: dict[int, list[int]] = {}  # priority -> heap of the seqs of ready objects (given back)
         self._priorities: list[int] = []  # priorities with rows or a heap, highest first
         self._deadlines: list[tuple[int, int, int]] = []  # heap of (deadline, seq, delivery); lazy
+        self.on_busy: Callable[[], object] | None = None  # told when it stops being ``idle`` (the service)
         self._staged: list[tuple[int, int]] = []  # heap of (visible_ms, seq) of staged entries
         self.lateness: Lateness | None = None  # how late staged entries became ready (the broker's)
         self.next_seq = 0
@@ -144,6 +146,12 @@ class Queue(Viewed):
     def staged(self) -> list[Entry]:
         """The staged entries, earliest visible first."""
         return [self._objects[seq] for _, seq in sorted(self._staged)]
+
+    @property
+    def idle(self) -> bool:
+        """Nothing ready and no lease with a deadline: ``expire`` and ``lapse`` have
+        nothing to look at."""
+        return not self._priorities and not self._deadlines
 
     @property
     def next_deadline(self) -> int:
@@ -276,7 +284,7 @@ class Queue(Viewed):
             entry.deliveries += 1
             self.leases[entry.seq] = Lease(owner, entry.deliveries, deadline_ms)
             if deadline_ms:
-                heapq.heappush(self._deadlines, (deadline_ms, entry.seq, entry.deliveries))
+                self._push_deadline(deadline_ms, entry.seq, entry.deliveries)
             self.journal.delivered(entry, deadline_ms, view is None)
             return entry, removed
 
@@ -304,7 +312,7 @@ class Queue(Viewed):
         lease = self.lease(r)
         lease.deadline_ms = deadline_ms
         if deadline_ms:
-            heapq.heappush(self._deadlines, (deadline_ms, r.seq, r.delivery))
+            self._push_deadline(deadline_ms, r.seq, r.delivery)
             self.journal.delivered(self._objects[r.seq], deadline_ms)
         else:
             self.journal.unleased(self._objects[r.seq])
@@ -472,7 +480,7 @@ class Queue(Viewed):
             elif deadline and e.deliveries:
                 self._objects[e.seq] = e
                 self.leases[e.seq] = Lease(RESTORED, e.deliveries, deadline)
-                heapq.heappush(self._deadlines, (deadline, e.seq, e.deliveries))
+                self._push_deadline(deadline, e.seq, e.deliveries)
             else:
                 self._append(e)
             self.next_seq = e.seq + 1
@@ -508,8 +516,15 @@ class Queue(Viewed):
 
     def _add_priority(self, pri: int) -> None:
         if pri not in self._priorities:
+            if not self._priorities and not self._deadlines and self.on_busy is not None:
+                self.on_busy()
             self._priorities.append(pri)
             self._priorities.sort(reverse=True)
+
+    def _push_deadline(self, deadline_ms: int, seq: int, delivery: int) -> None:
+        if not self._deadlines and not self._priorities and self.on_busy is not None:
+            self.on_busy()
+        heapq.heappush(self._deadlines, (deadline_ms, seq, delivery))
 
     def _head(self, pri: int) -> Rows | list[int] | None:
         """Where the first ready entry of ``pri`` is: the heap of given-back objects (its

@@ -39,6 +39,7 @@ import logging
 from collections.abc import Callable, Iterable
 from time import perf_counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Mapping, Protocol
 
 from ...filters.message_filter import FilterSpec
@@ -152,6 +153,7 @@ class QueueService:
         self.queues: dict[str, QueueState] = {}
         self.pins = OffsetPins(pin_shift)  # the log offsets the entries of every queue point at (per block)
         self._staged: set[str] = set()  # queues with staged entries
+        self._busy: set[str] = set()  # queues not ``idle``: those ``tick`` looks at
         self._wake_call: Any = None
         self._wake_at = 0
         self.records_gone = 0  # entries dropped because their records are gone
@@ -178,6 +180,9 @@ class QueueService:
             queue.lateness = self.timers.lateness
         qs = QueueState(name, settings, queue, durable, exclusive, auto_delete, declared, used_ms=self.clock())
         self.queues[name] = qs
+        queue.on_busy = partial(self._busy.add, name)
+        if not queue.idle:
+            self._busy.add(name)
         if queue.staged_count:
             self._staged_in(name, queue.next_visible)
         return qs
@@ -197,6 +202,7 @@ class QueueService:
         qs.queue.unpin_all()
         del self.queues[name]
         self._staged.discard(name)
+        self._busy.discard(name)
         if qs.durable:
             self.queue_store.drop(self.vhost, name)
         return count
@@ -459,8 +465,16 @@ class QueueService:
             now = self.clock()
         if self._staged:
             self._wake(now)
-        for qs in list(self.queues.values()):
+        busy, queues = self._busy, self.queues
+        for name in list(busy):  # not every queue: most MQTT sessions' have never held anything
+            qs = queues.get(name)
+            if qs is None:
+                busy.discard(name)
+                continue
             q = qs.queue
+            if q.idle:
+                busy.discard(name)
+                continue
             for r in q.expire(now):
                 self._removed(qs, r)
             deadline = q.next_deadline

@@ -101,6 +101,11 @@ class _AllowNothing:
         return False
 
 
+# Reads this close together (ms) are a client streaming publishes: one whose next PUBLISH
+# may come before this read's answers, which wait for the disk (QuickAck, decision 0032)
+STREAMING_GAP_MS = 20
+
+
 class Machine:
     """The session state machine of one connection; see the module's docstring."""
 
@@ -139,6 +144,8 @@ class Machine:
         self._dispatch: Dispatch | None = None
         self._save: SaveSession | None = None  # the request storing the session, if it is kept
         self.gate = ReadGate()  # not read under a resource alarm once it has published
+        self._last_read_ms = 0  # when the last read came (the clock's ms)
+        self._streaming = False  # it came within STREAMING_GAP_MS of the one before
 
     # -- inputs: bytes and packets -------------------------------------------------------------
 
@@ -161,6 +168,9 @@ class Machine:
         self._packets, self._next = packets, 0
         self._reading = True
         self._waiting = len(self.publishing.answers)
+        now = self.clock()
+        self._streaming = now - self._last_read_ms <= STREAMING_GAP_MS
+        self._last_read_ms = now
 
     def next_request(self) -> Request | None:
         """The next thing to do, or None until more bytes, an answer or a timer."""
@@ -217,12 +227,14 @@ class Machine:
             if self.state is State.CONNECTED and self.outgoing is not None:
                 self.outgoing.send_waiting()
                 self._pending.append(self._dispatch)
-        if self.publishing.answers and not self._waiting:
+        if self.publishing.answers and not self._waiting and self._streaming:
             # This read's answers wait for the disk: the client's TCP ACK must not wait
             # with them, or a client with Nagle on (paho, libmosquitto) holds its next
             # PUBLISH until then (decision 0017). A client that keeps publishes in flight
             # gets its ACKs with the answers that keep coming, and its small packets
-            # coalesce meanwhile.
+            # coalesce meanwhile. A client whose reads come further apart than a sync
+            # takes (a device sending now and then) has its ACK ride on the PUBACK before
+            # it sends again: no system call for it (decision 0032).
             self._pending.append(QUICK_ACK)
         error, self._error = self._error, None
         if error is not None:
