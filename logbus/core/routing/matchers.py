@@ -23,7 +23,7 @@ from .definitions import (
 )  # fmt: skip
 from .topic_trie import TopicTrie, ref_count, unref_count
 
-TOPIC_CACHE_SIZE: Final = 4096
+TOPIC_CACHE_SIZE: Final = 16384  # a route per device topic for a fleet of 10,000 (4,096 thrashed: FIFO under cyclic keys)
 
 Targets = tuple[frozenset[str], frozenset[str]]  # (queues, exchanges)
 EMPTY: Final[frozenset[str]] = frozenset()
