@@ -18,6 +18,9 @@ import time
 from collections import deque
 from typing import Any
 
+from mqtt_raw import packet as mqtt_packet
+from mqtt_raw import remaining_length as mqtt_remaining_length
+from mqtt_raw import utf8 as mqtt_str
 from common import LATENCY_HEAD, BenchError
 
 HOST = "127.0.0.1"
@@ -37,24 +40,6 @@ def raise_nofile(needed: int) -> None:
 
 
 # -- MQTT 3.1.1 --------------------------------------------------------------------
-
-
-def mqtt_remaining_length(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, digit = divmod(n, 128)
-        out.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def mqtt_str(s: str) -> bytes:
-    b = s.encode()
-    return _U16.pack(len(b)) + b
-
-
-def mqtt_packet(first: int, body: bytes) -> bytes:
-    return bytes([first]) + mqtt_remaining_length(len(body)) + body
 
 
 def mqtt_connect(client_id: str) -> bytes:

@@ -4,26 +4,12 @@ acknowledged is lost). No timing is asserted (STYLE.md 11g)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from typing import Any
-
 import pytest
 
-from tests.serverproc import REPO_ROOT, logbus_env
+from tests.integration.test_bench_scripts import run_bench
 
 TINY = ("--devices", "20", "--rate", "5", "--seconds", "1", "--warmup", "0.4", "--rounds", "1",
         "--target", "logbus", "--drain-timeout", "15", "--timeout", "30")
-
-
-def run_bench(script: str, *args: str, timeout: float = 180) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / script), *args], cwd=REPO_ROOT,
-                          env=logbus_env(), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    out: dict[str, Any] = json.loads(proc.stdout)
-    return out
 
 
 @pytest.mark.parametrize("workload", [("mqtt", "0"), ("mqtt", "1"), ("mqtt", "2"), ("amqp", None),
