@@ -39,6 +39,7 @@ from .pressure import (
 )
 from .access.facade import AccessFacade
 from .access.passwords import PasswordWorker
+from .tick import tick_of
 from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
 from .connections import ConnectionRecord, Connections
 from .definitions import LegacyTranslation
@@ -339,7 +340,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade):
     def _open_vhost(self, name: str) -> VHost:
         assert self.log is not None
         vhost = VHost(name, self.log, self._create_exchange_topic, self.queue_store, clock=self._clock,
-                      store=self.state, topic_owner=self._topic_owner, timers=self.timers, forms=self.forms)
+                      store=self.state, topic_owner=self._topic_owner, timers=self.timers, forms=self.forms,
+                      later=tick_of(self.reactor).later)
         self._hook(vhost)
         vhost.load()
         self.vhosts[name] = vhost

@@ -80,8 +80,13 @@ class VHost:
                  queue_store: QueueStore, *, clock: Callable[[], int],
                  store: StateStore | None = None, message_memory: int = 256 << 20,
                  topic_owner: Callable[[str], str | None] | None = None,
-                 timers: Timers | None = None, forms: Forms = NEUTRAL) -> None:
+                 timers: Timers | None = None, forms: Forms = NEUTRAL,
+                 later: Callable[[Callable[[], object]], None] | None = None) -> None:
         self.name = name
+        # work run once at the end of the reactor turn (core/tick.py): the dispatches of
+        # ``publish_many(dispatch_later=True)``; None: at once
+        self._later = later
+        self._dispatch_due: dict[str, None] = {}  # queues to dispatch at the end of the turn, in order
         self.topic_owner = topic_owner  # "exchange 'x' in vhost 'v'" backed by a topic, across vhosts
         self.defs = DefinitionStore(store, name)
         self.log = log
@@ -343,7 +348,8 @@ class VHost:
 
     def publish_many(self, items: list[tuple[str, str, Message, Mapping[str, Any] | None]],
                      on_durable: Callable[[int, int, Any], object] | None = None,
-                     delay_of: Callable[[Mapping[str, Any]], int] | None = None) -> PublishedMany:
+                     delay_of: Callable[[Mapping[str, Any]], int] | None = None,
+                     dispatch_later: bool = False) -> PublishedMany:
         """``publish`` for consecutive publishes of one client read, as (exchange, routing
         key, message, headers): each (exchange, routing key) without headers is routed
         once, a run of messages bound for one partition is appended with one call, and
@@ -351,7 +357,9 @@ class VHost:
         fires per append for the items ``first..last``. ``delay_of(headers)``: the delay
         the protocol's headers ask for, read for a delayed exchange. Stops at the first
         item whose exchange is missing: the items before it are published and ``error``
-        holds it."""
+        holds it. ``dispatch_later``: the queues are dispatched once at the end of the
+        reactor turn, with whatever the turn's other reads published to them (a fleet of
+        connections, one message each: one delivery run, one write to the consumer)."""
         routes: dict[tuple[str, str], tuple[str, int, frozenset[str], Candidates]] = {}
         error: Refused | None = None
         unrouted: list[int] = []
@@ -403,9 +411,22 @@ class VHost:
             done = i + 1
         if run:
             self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched, items)
-        for name in touched:
-            self.dispatch(name)
+        if dispatch_later and self._later is not None:
+            due = self._dispatch_due
+            if touched and not due:
+                self._later(self._dispatch_at_end)
+            for name in touched:
+                due[name] = None
+        else:
+            for name in touched:
+                self.dispatch(name)
         return PublishedMany(done, unrouted, refused, error)
+
+    def _dispatch_at_end(self) -> None:
+        due, self._dispatch_due = self._dispatch_due, {}
+        for name in due:
+            if name in self.queues:
+                self.dispatch(name)
 
     def _target(self, exchange: str, routing_key: str,
                 headers: Mapping[str, Any] | None) -> tuple[str, int, frozenset[str], Candidates]:

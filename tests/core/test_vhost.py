@@ -337,3 +337,23 @@ def test_the_neutral_model_dead_letters_without_any_protocol(tmp_path: Path) -> 
     finally:
         lm.close()
         store.close()
+
+
+def test_publishes_of_one_turn_are_dispatched_once_at_its_end(env: Env) -> None:
+    """``publish_many(dispatch_later=True)`` (MQTT's: a fleet, one message per read): the
+    queues are dispatched once at the end of the turn with everything the turn's reads
+    published, in order, instead of once per read; without it, at once."""
+    at_end: list[Any] = []
+    v = VHost("/", env.lm, lambda t: env.lm.open_topic(t, TopicConfig(flush="none"), create=True), env.qs,
+              clock=lambda: env.now, store=env.store, later=at_end.append)
+    v.open_queue("q")
+    v.router.bind("amq.topic", "q", "fleet.#")
+    c = Consumer("c", owner="sub")
+    v.consume("q", c)
+    for device in ("d1", "d2", "d3"):  # three connections' reads in one turn
+        v.publish_many([("amq.topic", f"fleet.{device}", msg(device.encode()), None)], dispatch_later=True)
+    assert c.got == [] and len(at_end) == 1  # one end-of-turn dispatch asked for, nothing delivered yet
+    at_end.pop()()
+    assert [d.message.value for d in c.got] == [b"d1", b"d2", b"d3"]
+    v.publish_many([("amq.topic", "fleet.d4", msg(b"d4"), None)])  # the default: dispatched at once
+    assert [d.message.value for d in c.got][-1] == b"d4" and at_end == []

@@ -42,7 +42,7 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
 from ...core.errors import LogbusError, LoopbackOnly, Refused, StorageError
-from ...core.types import ConnectionRecord, Perm, Resource
+from ...core.types import ConnectionRecord, Perm, Resource, tick_of
 from ..answers import now_or_later
 from ..listener import DEFAULT_RULES, ListenerRules
 from ..output import direct_writer, is_loopback, is_tls, peer_identity, peer_of, quick_ack
@@ -581,7 +581,7 @@ class MqttFactory(Factory):
         self.unread = UnreadWatch(reactor)  # publishers not read for an alarm: gone meanwhile?
         self.reading = 0  # connections inside dataReceived
         self._output: list[MqttProtocol] = []  # connections with output not yet sent
-        self._flush_call: Any = None
+        self._flush_call: bool | None = None  # a flush asked of the tick (True), not yet run
 
     def limit_hit(self, what: str) -> None:
         """A connection met one of the server's limits (machine.LIMITS): counted."""
@@ -606,15 +606,14 @@ class MqttFactory(Factory):
 
     def output_due(self, c: MqttProtocol) -> None:
         self._output.append(c)
-        if not self.reading and self._flush_call is None:
-            self._flush_call = self.reactor.callLater(0, self.flush)
+        if not self.reading and self._flush_call is None:  # at the end of this turn (core/tick.py),
+            # after the turn's dispatches, or as soon as possible outside a turn
+            self._flush_call = True
+            tick_of(self.reactor).later(self.flush)
 
     def flush(self) -> None:
         """Send every connection's pending output."""
-        if self._flush_call is not None:
-            if self._flush_call.active():
-                self._flush_call.cancel()
-            self._flush_call = None
+        self._flush_call = None  # a tick's call that comes after an explicit flush finds nothing
         while self._output:
             conns, self._output = self._output, []
             for c in conns:

@@ -425,8 +425,10 @@ class MqttRoom:
 
     def publish_many(self, items: list[tuple[str, str, Message, Any]],
                      on_durable: Callable[[int, int, Any], object] | None = None) -> Any:
-        """Consecutive publishes of one read, together (the vhost's ``publish_many``)."""
-        return self.vhost().publish_many(items, on_durable)
+        """Consecutive publishes of one read, together (the vhost's ``publish_many``); the
+        queues they reach are dispatched once at the end of the turn, with every other
+        connection's publishes of the turn (a fleet: one delivery run per subscriber)."""
+        return self.vhost().publish_many(items, on_durable, dispatch_later=True)
 
     def retain(self, message: Message, qos: int) -> None:
         """Keep (or, with an empty payload, clear) the retained message of its topic."""
