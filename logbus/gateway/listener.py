@@ -27,7 +27,7 @@ from typing import Any, Final
 from twisted.internet.protocol import Factory, Protocol
 
 OPTIONS: Final = ("caCertsDir", "anonymous")
-_OPTION = re.compile(r":(caCertsDir|anonymous)=((?:[^:\\]|\\.)*)")
+_OPTION = re.compile(rf":({'|'.join(OPTIONS)})=((?:[^:\\]|\\.)*)")
 ANONYMOUS_RULES: Final = ("off", "loopback")
 
 

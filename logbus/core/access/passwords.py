@@ -240,9 +240,6 @@ class LoginCache:
         while len(self._seen) > self.size:
             self._seen.popitem(last=False)
 
-    def forget_all(self) -> None:
-        self._seen.clear()
-
     def __len__(self) -> int:
         return len(self._seen)
 
