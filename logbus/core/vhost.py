@@ -605,7 +605,9 @@ class VHost:
         every 100 ms."""
         now = self.clock()
         self.service.tick(now)
-        for qs in list(self.queues.values()):
+        queues = self.queues
+        for name in list(self.service.expiring):  # not every queue: an MQTT session's has no expiry
+            qs = queues[name]
             ttl = qs.settings.expires_ms
             if ttl is not None and not qs.consumers and now - qs.used_ms >= ttl:
                 log.info("queue %r unused for %d ms (its expiry): deleted", qs.name, ttl)

@@ -291,7 +291,7 @@ def test_an_offline_session_holds_no_table_its_connection_grew(tmp_path: Path) -
     with _gateway(tmp_path) as (loop, broker, factory):
         sub = Client(factory, loop)
         sub.send(Connect("keeper", 5, clean_start=False, properties=Properties(session_expiry_interval=600)))
-        sub.send(Subscribe(1, (Subscription("t/#", 1),)))
+        sub.send(Subscribe(1, (Subscription("t/#", 1), Subscription("u/#", 1))))  # two: copies kept per topic
         pub = Client(factory, loop)
         pub.send(Connect("pub", 5))
         for i in range(30):

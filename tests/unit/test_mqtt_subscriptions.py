@@ -5,6 +5,9 @@ AMQP topic trie through the topic mapping is tests/unit/test_mqtt_topic_map.py.)
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from logbus.gateway.mqtt import Subscription
 from logbus.gateway.mqtt.subscriptions import (
     DONT_SEND,
@@ -35,11 +38,25 @@ def test_forgotten_copies_are_made_again() -> None:
     deliveries remembered go, and the next delivery makes them again."""
     s = Subscriptions()
     s.subscribe(Subscription("a/+", 1), 7)
+    s.subscribe(Subscription("b/#", 1), 8)  # two: remembered per topic
     assert s.copy("a/b", 2, False, own=False) == Copy(1, False, (7,))
     assert len(s._copies) == 1
     s.forget_copies()
     assert not s._copies
     assert s.copy("a/b", 2, False, own=False) == Copy(1, False, (7,)) and len(s._copies) == 1
+
+
+def test_one_subscription_alone_remembers_no_topic() -> None:
+    """A fleet's wildcard subscriber gets every device's topic: with one subscription
+    (shared ones aside) the copy depends on the topic only by matching, and nothing is
+    remembered per topic."""
+    s = Subscriptions()
+    s.subscribe(Subscription("fleet/#", 1, retain_as_published=True), 3)
+    s.subscribe(Subscription("$share/g/fleet/#", 2))
+    for i in range(2000):
+        assert s.copy(f"fleet/{i}", 2, True, own=False) == Copy(1, True, (3,))
+    assert s.copy("other", 1, False, own=False) is None
+    assert not s._copies
 
 
 def test_replace_and_unsubscribe() -> None:
@@ -122,3 +139,26 @@ def test_subscription_filter_from_user_properties() -> None:
     assert f.arguments() == {"x-filter-tag": "A", "x-filter-sql": "n = 1"}
     f, why = subscription_filter(Properties(user_properties=(("filter-sql", "n >"),)))
     assert f is None and why is not None and why.startswith("filter-sql: expected")
+
+
+_levels = st.sampled_from(["a", "b", "$s", "+", "#"])
+_filters = st.lists(_levels, min_size=1, max_size=3).map("/".join).filter(lambda f: "#" not in f[:-1])
+_topics = st.lists(st.sampled_from(["a", "b", "$s"]), min_size=1, max_size=3).map("/".join)
+
+
+@given(subs=st.lists(st.tuples(st.one_of(_filters, _filters.map(lambda f: "$share/g/" + f)), st.integers(0, 2),
+                               st.booleans(), st.booleans(), st.one_of(st.none(), st.integers(1, 9))),
+                     max_size=3),
+       copies=st.lists(st.tuples(_topics, st.integers(0, 2), st.booleans(), st.booleans(),
+                                 st.one_of(st.none(), st.just("$share/g/a/+"), st.just("$share/g/#"))), max_size=6),
+       unsubscribe=st.booleans())
+def test_copies_agree_with_the_uncached_answer(subs: list, copies: list, unsubscribe: bool) -> None:
+    """Whatever ``copy`` remembers (per topic, or the one subscription alone's flags), its
+    answers are what ``_copy`` works out from every subscription each time."""
+    s = Subscriptions()
+    for f, qos, no_local, rap, sid in subs:
+        s.subscribe(Subscription(f, qos, no_local, rap), sid)
+    if unsubscribe and subs:
+        s.unsubscribe(subs[0][0])
+    for topic, qos, retain, own, shared in copies * 2:  # the second time from what was remembered
+        assert s.copy(topic, qos, retain, own=own, shared=shared) == s._copy(topic, qos, retain, own, shared)

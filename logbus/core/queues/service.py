@@ -154,6 +154,7 @@ class QueueService:
         self.pins = OffsetPins(pin_shift)  # the log offsets the entries of every queue point at (per block)
         self._staged: set[str] = set()  # queues with staged entries
         self._busy: set[str] = set()  # queues not ``idle``: those ``tick`` looks at
+        self.expiring: set[str] = set()  # queues with an expiry (``expires_ms``): those ``VHost.expire`` looks at
         self._wake_call: Any = None
         self._wake_at = 0
         self.records_gone = 0  # entries dropped because their records are gone
@@ -180,6 +181,8 @@ class QueueService:
             queue.lateness = self.timers.lateness
         qs = QueueState(name, settings, queue, durable, exclusive, auto_delete, declared, used_ms=self.clock())
         self.queues[name] = qs
+        if settings.expires_ms is not None:
+            self.expiring.add(name)
         queue.on_busy = partial(self._busy.add, name)
         if not queue.idle:
             self._busy.add(name)
@@ -201,6 +204,7 @@ class QueueService:
             self.messages.release(entry.topic, entry.partition, entry.offset)
         qs.queue.unpin_all()
         del self.queues[name]
+        self.expiring.discard(name)
         self._staged.discard(name)
         self._busy.discard(name)
         if qs.durable:

@@ -9,11 +9,14 @@ access checks (``ConnectionAccess``) are the shell's: they ask the broker
 (``Broker.authenticate``, ``Broker.authorize``). Each connection is in the broker's
 connection registry while it is open.
 
-Per read: the bytes go to the machine, its requests are carried out in order (the
-PUBLISHes of the read as one ``publish_many``), and the output of every connection
-touched by the read is written when it ends (``MqttFactory.flush``): a delivery does not
-wait for the end of the turn, whose log drain may fdatasync first. Output made outside a
-read goes at the start of the next turn.
+Per read: the bytes go to the machine and its requests are carried out in order. The
+PUBLISHes of the read are kept for the end of the reactor turn (``MqttFactory.gather``),
+where every connection's of the turn are published as one ``publish_many``: a fleet of
+devices that each send one message now and then costs one route-append-dispatch pass per
+turn, not one per read. The connection's requests after its PUBLISHes wait for that
+(``MqttProtocol.published``). The output of every connection touched by a read is written
+when the read ends (``MqttFactory.flush``), and what the end of the turn made (deliveries,
+answers) at the end of that pass.
 
 Messages to the client come from the queue service through ``room.SessionConsumer``:
 the connection has credit while it is connected, its socket buffer is not full (the
@@ -35,6 +38,7 @@ the upgrade is done, which has its own limit of the same length) is closed.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +135,7 @@ class MqttProtocol(Protocol):
         self._save_due: Any = None  # the session whose record to store before the output goes
         self._commit_due = False  # settlements to write to the state store before the output goes
         self._draining = False  # carrying out the machine's requests
+        self._held = False  # its publishes wait for the end of the turn (MqttFactory.gather), the rest after them
         self._send: Any = None  # direct_writer(transport)
         self._ack_now: Callable[[], None] | None = None  # output.quick_ack(transport)
         self.record: ConnectionRecord | None = None  # in the broker's connection registry
@@ -214,7 +219,7 @@ class MqttProtocol(Protocol):
         m = self.machine
         carry = _CARRY
         try:
-            while (r := m.next_request()) is not None:
+            while not self._held and (r := m.next_request()) is not None:
                 carry[type(r)](self, r)
         finally:
             self._draining = False
@@ -373,23 +378,31 @@ class MqttProtocol(Protocol):
         self.machine.retained_found([self.room.retained.match(f) for f in r.topic_filters])
 
     def _publish_batch(self, r: PublishBatch) -> None:
-        """The PUBLISHes of this read taken so far, together (``publish_many``: routed
-        once per topic, appended in runs, each queue dispatched once)."""
-        batch = r.items
-        m = self.machine
-
-        def durable(first: int, last: int, result: Any) -> None:
-            m.durable(batch, first, last, result if isinstance(result, BaseException) else None)
-            self._drain()
-
+        """The PUBLISHes of this read taken so far: published at the end of the turn with
+        every other connection's of the turn (``MqttFactory.gather``). The machine's
+        requests after them wait until then (``published``)."""
         if self.record is not None:
-            self.record.received += len(batch)
-        try:
-            out = self.room.publish_many(_items(batch), durable)
-        except LogbusError as e:
-            m.batch_refused(batch, str(e))
-            return
-        m.routed(batch, out.unrouted, out.done, None if out.error is None else str(out.error))
+            self.record.received += len(r.items)
+        self._held = True
+        self.factory.gather(self, r.items)
+
+    def published(self, batch: list[Pending], unrouted: list[int], done: int, error: str | None) -> None:
+        """The turn's publishes were appended (``MqttFactory.publish_gathered``): which of
+        this batch reached no queue, and from ``done`` on, refused with ``error``."""
+        self._held = False
+        self.machine.routed(batch, unrouted, done, error)
+        self._drain()
+
+    def publish_failed(self, batch: list[Pending], error: str) -> None:
+        self._held = False
+        self.machine.batch_refused(batch, error)
+        self._drain()
+
+    def durable(self, batch: list[Pending], first: int, last: int, result: Any) -> None:
+        """Items ``first`` to ``last`` of a batch are durable (or failed: ``result`` is the
+        exception)."""
+        self.machine.durable(batch, first, last, result if isinstance(result, BaseException) else None)
+        self._drain()
 
     def _retain(self, r: Retain) -> None:
         self.room.retain(r.message, r.qos)
@@ -553,6 +566,7 @@ class MqttFactory(Factory):
         self.connect_timeouts = broker.metrics.counter(
             "logbus_mqtt_connect_timeouts", "MQTT connections closed for sending no CONNECT within handshake_timeout_ms")
         self.reactor = reactor
+        self._tick = tick_of(reactor)
         self.limits = limits or ServerLimits(maximum_packet_size=max_packet_size, topic_alias_maximum=64)
         counter = broker.metrics.counter
         self._limit_counters = {
@@ -582,6 +596,7 @@ class MqttFactory(Factory):
         self.reading = 0  # connections inside dataReceived
         self._output: list[MqttProtocol] = []  # connections with output not yet sent
         self._flush_call: bool | None = None  # a flush asked of the tick (True), not yet run
+        self._gathered: list[tuple[MqttProtocol, list[Pending]]] = []  # this turn's publishes, by connection
 
     def limit_hit(self, what: str) -> None:
         """A connection met one of the server's limits (machine.LIMITS): counted."""
@@ -604,12 +619,70 @@ class MqttFactory(Factory):
             log.warning("%s alarm: MQTT connections that publish are not read until it clears (first: %s)",
                         " & ".join(sorted(self.alarms)), c.peer)
 
+    def gather(self, c: MqttProtocol, batch: list[Pending]) -> None:
+        """A read's publishes, kept for the end of the turn (``publish_gathered``)."""
+        if not self._gathered:
+            self._tick.later(self.publish_gathered)
+        self._gathered.append((c, batch))
+
+    def publish_gathered(self) -> None:
+        """Publish what every connection read this turn, as one ``publish_many``: a fleet
+        of devices sending one message each now and then is routed, appended and
+        acknowledged as one batch, not one read at a time. Each connection is told of its
+        own items (``MqttProtocol.published`` and ``durable``), in its own order."""
+        gathered, self._gathered = self._gathered, []
+        if not gathered:
+            return
+        if len(gathered) == 1:
+            c, batch = gathered[0]
+            self._publish_one(c, batch)
+            return
+        items: list[tuple[str, str, Any, None]] = []
+        starts: list[int] = []
+        for _, batch in gathered:
+            starts.append(len(items))
+            items.extend(_items(batch))
+
+        def durable(first: int, last: int, result: Any) -> None:
+            i = bisect_right(starts, first) - 1
+            while i < len(gathered) and starts[i] <= last:
+                c, batch = gathered[i]
+                s = starts[i]
+                c.durable(batch, max(first, s) - s, min(last, s + len(batch) - 1) - s, result)
+                i += 1
+
+        try:
+            out = self.room.publish_many(items, durable)
+        except LogbusError as e:
+            for c, batch in gathered:
+                c.publish_failed(batch, str(e))
+            return
+        error = None if out.error is None else str(out.error)
+        unrouted = out.unrouted
+        u = 0
+        for (c, batch), s in zip(gathered, starts):
+            end = s + len(batch)
+            mine = []
+            while u < len(unrouted) and unrouted[u] < end:
+                mine.append(unrouted[u] - s)
+                u += 1
+            c.published(batch, mine, min(max(out.done - s, 0), len(batch)), error if out.done < end else None)
+
+    def _publish_one(self, c: MqttProtocol, batch: list[Pending]) -> None:
+        try:
+            out = self.room.publish_many(_items(batch), lambda first, last, result: c.durable(batch, first, last,
+                                                                                               result))
+        except LogbusError as e:
+            c.publish_failed(batch, str(e))
+            return
+        c.published(batch, out.unrouted, out.done, None if out.error is None else str(out.error))
+
     def output_due(self, c: MqttProtocol) -> None:
         self._output.append(c)
         if not self.reading and self._flush_call is None:  # at the end of this turn (core/tick.py),
             # after the turn's dispatches, or as soon as possible outside a turn
             self._flush_call = True
-            tick_of(self.reactor).later(self.flush)
+            self._tick.later(self.flush)
 
     def flush(self) -> None:
         """Send every connection's pending output."""
@@ -623,6 +696,7 @@ class MqttFactory(Factory):
         self.room.start()
 
     def stopFactory(self) -> None:
+        self.publish_gathered()  # what the last turn read, before the sessions go
         for c in list(self.connections):
             c.shutdown()
         self.room.stop()

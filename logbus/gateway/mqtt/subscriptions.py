@@ -94,6 +94,10 @@ class Subscriptions:
     max_qos: int = -1  # the highest maximum QoS of any subscription (-1: none)
     # (topic, QoS, retain, own, shared) -> the copy, until the subscriptions change
     _copies: dict[tuple[str, int, bool, bool, str | None], Copy] = field(default_factory=dict, repr=False)
+    # the one subscription that is not shared, when there is one alone: its copies depend on
+    # the topic only by matching or not (a fleet's wildcard: no cache of every device's topic)
+    _single: tuple[str, Subscription, int | None] | None = field(default=None, repr=False)
+    _single_copies: dict[tuple[int, bool], Copy] = field(default_factory=dict, repr=False)
 
     def subscribe(self, s: Subscription, subscription_id: int | None = None, filtered: Filtered | None = None) -> bool:
         """Add or replace; True when the filter was subscribed already."""
@@ -120,6 +124,9 @@ class Subscriptions:
 
     def _changed(self) -> None:
         self._copies.clear()
+        self._single_copies.clear()
+        own = [(f, sub, sid) for f, (sub, sid) in self.by_filter.items() if not f.startswith(SHARE_PREFIX)]
+        self._single = own[0] if len(own) == 1 else None
         self.max_qos = max((s.qos for s, _ in self.by_filter.values()), default=-1)
 
     def copy(self, topic: str, qos: int, retain: bool, *, own: bool, tag: str | None = None,
@@ -133,6 +140,16 @@ class Subscriptions:
         message's ``tag`` and ``properties`` decide theirs, and nothing is remembered."""
         if self.filters:
             return self._copy(topic, qos, retain, own, shared, tag, properties or _no_properties)
+        single = self._single
+        if single is not None and shared is None:
+            f, sub, sid = single
+            if (own and sub.no_local) or not matches(f, topic):
+                return None
+            c = self._single_copies.get((qos, retain))
+            if c is None:
+                c = self._single_copies[(qos, retain)] = Copy(min(sub.qos, qos), retain and sub.retain_as_published,
+                                                              () if sid is None else (sid,))
+            return c
         key = (topic, qos, retain, own, shared)
         found = self._copies.get(key)
         if found is None:
