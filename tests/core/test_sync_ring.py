@@ -9,6 +9,7 @@ import os
 import select
 import shutil
 import tempfile
+import time
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -129,7 +130,7 @@ def test_close_waits_for_ring_syncs_and_what_waits_behind_them(
 
 
 def test_a_failed_ring_sync_fails_its_waiters_and_unpins_the_files(rloop: ReaderLoop, ring: Ring) -> None:
-    flusher = F.Flusher(rloop.callFromThread, ring=ring)
+    flusher = F.Flusher(rloop.callFromThread, ring=ring, call_later=rloop.callLater)
     try:
         handle = Handle("/nonexistent", 987_654, True)
         got: list[Any] = []
@@ -143,6 +144,51 @@ def test_a_failed_ring_sync_fails_its_waiters_and_unpins_the_files(rloop: Reader
         assert isinstance(got[0], StorageError) and handle.pins == 0
     finally:
         flusher.stop()
+
+
+def test_a_sync_that_waited_behind_another_starts_a_pace_after_it(rloop: ReaderLoop, ring: Ring,
+                                                                    tmp_path: Any) -> None:
+    """Decision 0032: under a steady load, syncs do not run back to back, each for the few
+    appends that came during the last; what waited behind a ring sync starts
+    ``RING_PACE_SECONDS`` after that one began, at the earliest. A sync with nothing in
+    flight before it (and the last one long ago) starts at once. Waiters fire in order."""
+    starts: list[float] = []
+    submit = ring.fdatasync
+
+    def timed(fds: Any, token: Any, **kw: Any) -> None:
+        starts.append(time.perf_counter())
+        submit(fds, token, **kw)
+
+    ring.fdatasync = timed  # type: ignore[method-assign]
+    flusher = F.Flusher(rloop.callFromThread, ring=ring, call_later=rloop.callLater)
+
+    class Reader:
+        def fileno(self) -> int:
+            return ring.fileno()
+
+        def doRead(self) -> None:
+            flusher.ring_ready()
+
+    rloop.addReader(Reader())
+    fd = os.open(tmp_path / "seg", os.O_RDWR | os.O_CREAT)
+    try:
+        handle = Handle(str(tmp_path / "seg"), fd, True)
+        fired: list[int] = []
+        for round_ in range(3):
+            before = time.perf_counter()
+            os.write(fd, b"a")
+            flusher.submit([(object(), [handle], [(fired.append, 2 * round_)], 0.0)], 1)
+            assert len(starts) == 2 * round_ + 1 and starts[-1] >= before  # at once: nothing in flight
+            os.write(fd, b"b")
+            flusher.submit([(object(), [handle], [(fired.append, 2 * round_ + 1)], 0.0)], 1)
+            assert len(starts) == 2 * round_ + 1  # behind the one in flight
+            rloop.run_until(lambda: len(fired) == 2 * round_ + 2)
+            assert starts[-1] - starts[-2] >= F.RING_PACE_SECONDS
+            time.sleep(2 * F.RING_PACE_SECONDS)  # the next round's first sync owes no pace
+        assert fired == list(range(6)) and handle.pins == 0
+    finally:
+        flusher.stop()
+        os.close(fd)
 
 
 def _have_ring() -> bool:

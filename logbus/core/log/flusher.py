@@ -18,7 +18,10 @@ around them, about a fifth of an AMQP publish's broker CPU (docs/decisions/0007)
   sync to the kernel and goes on; the ring's eventfd calls ``ring_ready``, which fires
   the waiters. While a ring sync is in flight, every later submission waits *behind*
   it and is submitted, merged into one, when it completes: group commit, and the
-  waiters fire in append order. The reactor never blocks on the disk.
+  waiters fire in append order. The reactor never blocks on the disk. While the reactor
+  thread is busy, what waited behind starts no sooner than ``RING_PACE_SECONDS`` after
+  the sync before it began: a steady load gets one sync per millisecond, not one per
+  previous sync's few messages.
 - Without it, the reactor thread syncs at once and fires the waiters itself, as Redis
   does with ``appendfsync always``. Whatever arrives meanwhile waits in the socket
   buffers and is read as one larger batch next tick, so group commit still happens.
@@ -54,7 +57,15 @@ SYNCFS_MIN_FILES = 2
 INLINE_MAX_BYTES = 256 << 10
 INLINE_MAX_SECONDS = 0.004
 INLINE_PROBE = 100
-RING_MAX_FILES = 16  # more dirty files than this: one syncfs (inline or on the thread)
+RING_MAX_FILES = 16
+# A ring sync that waited behind another starts this long after the one before it began,
+# at the earliest (decision 0032): under a steady load syncs would run back to back, each
+# for the few messages that came during the last, and their cost (a kernel worker's
+# fdatasync, an io_uring_enter, an eventfd wake-up: about 100 µs of CPU here) is paid
+# per sync, not per message. A sync with nothing in flight before it starts at once, and
+# so does every sync while the reactor thread has time to spare (``busy``): a lone
+# publisher's confirm does not wait for the pace.
+RING_PACE_SECONDS = 0.001  # more dirty files than this: one syncfs (inline or on the thread)
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -108,8 +119,18 @@ class Flusher:
         *,
         inline: bool = True,
         ring: Ring | None = None,
+        call_later: Callable[..., Any] | None = None,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
+        """``call_later(seconds, f)``: the reactor's timer, for the pace of back-to-back
+        ring syncs (``RING_PACE_SECONDS``); without it, no pace. ``busy()``: whether the
+        reactor thread is short of time now (``logbus.reactor.Reactor.busy``); syncs are
+        paced only then (None: always)."""
         self._call = call_in_reactor
+        self._call_later = call_later
+        self._busy = busy
+        self._ring_started = 0.0  # when the last ring sync was submitted (perf_counter)
+        self._paced: Any = None  # the timer that submits what waits behind (``_pace``)
         self._on_flush = on_flush
         self.inline = inline
         self.ring = ring  # small syncs go to the kernel through it (see the module's text)
@@ -139,7 +160,7 @@ class Flusher:
         the bytes written so far to ``handles`` are durable; with None (interval), make
         them durable within ``delay`` seconds."""
         ring = self.ring
-        if ring is not None and ring.in_flight:
+        if ring is not None and (ring.in_flight or self._paced is not None):
             _pin(items, 1)
             self._behind.append((items, written))
             return
@@ -188,8 +209,9 @@ class Flusher:
     def _ring_submit(self, items: list[Any], fds: set[int]) -> None:
         assert self.ring is not None
         _pin(items, 1)
+        self._ring_started = now = time.perf_counter()
         try:
-            self.ring.fdatasync(fds, (items, len(fds), time.perf_counter()))
+            self.ring.fdatasync(fds, (items, len(fds), now))
         except OSError as e:  # not submitted: sync here instead, as without a ring
             log.warning("io_uring sync submission failed (%s): syncing on the reactor thread", e)
             _pin(items, -1)
@@ -201,7 +223,20 @@ class Flusher:
         assert self.ring is not None
         for token, error in self.ring.reap():
             self._ring_done(token, error)
-        if self._behind and not self.ring.in_flight:
+        if self._behind and not self.ring.in_flight and self._paced is None:
+            rest = self._ring_started + RING_PACE_SECONDS - time.perf_counter()
+            if rest > 0 and self._call_later is not None and (self._busy is None or self._busy()):
+                self._paced = self._call_later(rest, self._pace)
+                return
+            self._submit_behind()
+
+    def _pace(self) -> None:
+        self._paced = None
+        if self._behind and self.ring is not None and not self.ring.in_flight:
+            self._submit_behind()
+
+    def _submit_behind(self) -> None:
+        if self._behind:
             behind, self._behind = self._behind, []
             items = [item for part, _ in behind for item in part]
             _pin(items, -1)
@@ -222,6 +257,10 @@ class Flusher:
         """Flush everything queued, then end the thread (its last hand-back is queued
         with ``call_in_reactor``). Ring syncs are waited for here, and fired."""
         ring = self.ring
+        if self._paced is not None:
+            self._paced.cancel()
+            self._paced = None
+        self._call_later = None  # no pace from here on
         while ring is not None and ring.in_flight:
             for token, error in ring.wait():
                 self._ring_done(token, error)
