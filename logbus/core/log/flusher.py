@@ -57,15 +57,15 @@ SYNCFS_MIN_FILES = 2
 INLINE_MAX_BYTES = 256 << 10
 INLINE_MAX_SECONDS = 0.004
 INLINE_PROBE = 100
-RING_MAX_FILES = 16
+RING_MAX_FILES = 16  # more dirty files than this: one syncfs (inline or on the thread)
 # A ring sync that waited behind another starts this long after the one before it began,
-# at the earliest (decision 0032): under a steady load syncs would run back to back, each
+# at the earliest (decision 0033): under a steady load syncs would run back to back, each
 # for the few messages that came during the last, and their cost (a kernel worker's
 # fdatasync, an io_uring_enter, an eventfd wake-up: about 100 µs of CPU here) is paid
 # per sync, not per message. A sync with nothing in flight before it starts at once, and
 # so does every sync while the reactor thread has time to spare (``busy``): a lone
 # publisher's confirm does not wait for the pace.
-RING_PACE_SECONDS = 0.001  # more dirty files than this: one syncfs (inline or on the thread)
+RING_PACE_SECONDS = 0.001
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
