@@ -304,3 +304,54 @@ def test_an_offline_session_holds_no_table_its_connection_grew(tmp_path: Path) -
         assert not s.outbound.in_flight and sys.getsizeof(s.outbound.in_flight) < grown
         assert not s.subscriptions._copies
         pub.drop()
+
+
+def test_the_publishes_of_a_turn_are_published_together(tmp_path: Path) -> None:
+    """Decision 0033: what every connection read in one turn is published by one
+    ``publish_many`` at its end, and each publisher gets its own PUBACKs, in its order."""
+    with _gateway(tmp_path) as (loop, broker, factory):
+        sub = Client(factory, loop)
+        sub.send(Connect("sub", 5))
+        sub.send(Subscribe(1, (Subscription("fleet/#", 1),)))
+        pubs = [Client(factory, loop) for _ in range(3)]
+        for i, p in enumerate(pubs):
+            p.send(Connect(f"d{i}", 5))
+        loop.run_until(lambda: all(any(isinstance(x, ConnAck) for x in c.received_all()) for c in [sub, *pubs]))
+        calls: list[int] = []
+        publish_many = factory.room.publish_many
+
+        def counted(items: Any, *args: Any) -> Any:
+            calls.append(len(items))
+            return publish_many(items, *args)
+
+        factory.room.publish_many = counted  # type: ignore[method-assign]
+        pubs[0].protocol.dataReceived(encode(Publish("fleet/0", b"a0", 1, packet_id=1), 5)
+                                      + encode(Publish("fleet/0", b"b0", 1, packet_id=2), 5))
+        for i, p in enumerate(pubs[1:], 1):  # three reads in one turn
+            p.send(Publish(f"fleet/{i}", b"a%d" % i, 1, packet_id=1))
+        assert calls == []  # not before the end of the turn
+        loop.run_until(lambda: all(sum(isinstance(x, PubAck) for x in p.received_all()) >= (2 if i == 0 else 1)
+                                   for i, p in enumerate(pubs)))
+        assert calls == [4]
+        assert [x.packet_id for x in pubs[0].seen if isinstance(x, PubAck)] == [1, 2]
+        loop.run_until(lambda: sum(isinstance(x, Publish) for x in sub.received_all()) == 4)
+        got = [x.payload for x in sub.seen if isinstance(x, Publish)]
+        assert sorted(got) == [b"a0", b"a1", b"a2", b"b0"] and got.index(b"a0") < got.index(b"b0")
+
+
+def test_a_subscribe_after_a_publish_in_one_read_comes_after_it(tmp_path: Path) -> None:
+    """A read's PUBLISH waits for the end of the turn; the SUBSCRIBE read after it waits
+    with it, so the message, published before the subscription existed, does not come
+    back (as Mosquitto handles the two in order; the PUBACK itself waits for the sync, so
+    it may come after the SUBACK)."""
+    with _gateway(tmp_path) as (loop, broker, factory):
+        c = Client(factory, loop)
+        c.send(Connect("c", 5))
+        loop.run_until(lambda: any(isinstance(x, ConnAck) for x in c.received_all()))
+        c.protocol.dataReceived(encode(Publish("t/x", b"before", 1, packet_id=1), 5)
+                                + encode(Subscribe(2, (Subscription("t/#", 1),)), 5))
+        loop.run_until(lambda: any(isinstance(x, SubAck) for x in c.received_all())
+                       and any(isinstance(x, PubAck) for x in c.seen))
+        c.send(Publish("t/x", b"after", 1, packet_id=3))
+        loop.run_until(lambda: any(isinstance(x, Publish) for x in c.received_all()))
+        assert [x.payload for x in c.seen if isinstance(x, Publish)] == [b"after"]
