@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         freeze_arguments,
     )
     from .state_pb2 import MqttSessionRecord, RetainedRecord
-    from .tick import tick_of
+    from .tick import Tick, tick_of
     from .vhost import Published, VHost
     from .log.topic_config import TopicConfig, validate_topic_name
     from .streams.group_model import (
@@ -117,6 +117,7 @@ _OWNER = {
     "DEFAULT_EXCHANGE_TOPIC": "routing.log_topics",
     "freeze_arguments": "routing.definitions",
     "tick_of": "tick",
+    "Tick": "tick",
     "validate_topic_name": "log.topic_config",
 }
 
@@ -181,6 +182,7 @@ __all__ = [
     "dlq_topic",
     "freeze_arguments",
     "tick_of",
+    "Tick",
     "topic_exchange",
     "vhost_topic",
     "DEFAULT_EXCHANGE_TOPIC",

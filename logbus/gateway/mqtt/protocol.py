@@ -10,7 +10,7 @@ access checks (``ConnectionAccess``) are the shell's: they ask the broker
 connection registry while it is open.
 
 Per read: the bytes go to the machine and its requests are carried out in order. The
-PUBLISHes of the read are kept for the end of the reactor turn (``MqttFactory.gather``),
+PUBLISHes of the read are kept for the end of the reactor turn (``turn.TurnPublishes``),
 where every connection's of the turn are published as one ``publish_many``: a fleet of
 devices that each send one message now and then costs one route-append-dispatch pass per
 turn, not one per read. The connection's requests after its PUBLISHes wait for that
@@ -38,14 +38,13 @@ the upgrade is done, which has its own limit of the same length) is closed.
 from __future__ import annotations
 
 import logging
-from bisect import bisect_right
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from ...core.errors import LogbusError, LoopbackOnly, Refused, StorageError
+from ...core.errors import LoopbackOnly, Refused, StorageError
 from ...core.types import ConnectionRecord, Perm, Resource, tick_of
 from ..answers import now_or_later
 from ..listener import DEFAULT_RULES, ListenerRules
@@ -66,6 +65,7 @@ from .requests import (
 from .room import MqttRoom, Unavailable, binding_key
 from .states import State
 from .subscriptions import inner_filter
+from .turn import TurnPublishes
 from .wire import MQTT_5
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class MqttProtocol(Protocol):
         self._save_due: Any = None  # the session whose record to store before the output goes
         self._commit_due = False  # settlements to write to the state store before the output goes
         self._draining = False  # carrying out the machine's requests
-        self._held = False  # its publishes wait for the end of the turn (MqttFactory.gather), the rest after them
+        self._held = False  # its publishes wait for the end of the turn (turn.py), the rest after them
         self._send: Any = None  # direct_writer(transport)
         self._ack_now: Callable[[], None] | None = None  # output.quick_ack(transport)
         self.record: ConnectionRecord | None = None  # in the broker's connection registry
@@ -379,15 +379,15 @@ class MqttProtocol(Protocol):
 
     def _publish_batch(self, r: PublishBatch) -> None:
         """The PUBLISHes of this read taken so far: published at the end of the turn with
-        every other connection's of the turn (``MqttFactory.gather``). The machine's
+        every other connection's of the turn (``turn.TurnPublishes``). The machine's
         requests after them wait until then (``published``)."""
         if self.record is not None:
             self.record.received += len(r.items)
         self._held = True
-        self.factory.gather(self, r.items)
+        self.factory.turn.add(self, r.items)
 
     def published(self, batch: list[Pending], unrouted: list[int], done: int, error: str | None) -> None:
-        """The turn's publishes were appended (``MqttFactory.publish_gathered``): which of
+        """The turn's publishes were appended (``TurnPublishes.publish``): which of
         this batch reached no queue, and from ``done`` on, refused with ``error``."""
         self._held = False
         self.machine.routed(batch, unrouted, done, error)
@@ -531,10 +531,6 @@ class MqttProtocol(Protocol):
         self._timer = self.factory.reactor.callLater(m.keep_alive - idle, self._keep_alive_check)
 
 
-def _items(batch: list[Pending]) -> list[tuple[str, str, Any, None]]:
-    return [(EXCHANGE, b.message.envelope.routing_key, b.message, None) for b in batch]
-
-
 _CARRY: dict[type, Callable[[MqttProtocol, Any], None]] = {
     Login: MqttProtocol._login,
     AddSubscriptions: MqttProtocol._add_subscriptions,
@@ -596,7 +592,7 @@ class MqttFactory(Factory):
         self.reading = 0  # connections inside dataReceived
         self._output: list[MqttProtocol] = []  # connections with output not yet sent
         self._flush_call: bool | None = None  # a flush asked of the tick (True), not yet run
-        self._gathered: list[tuple[MqttProtocol, list[Pending]]] = []  # this turn's publishes, by connection
+        self.turn = TurnPublishes(self.room, self._tick)  # this turn's publishes, by connection
 
     def limit_hit(self, what: str) -> None:
         """A connection met one of the server's limits (machine.LIMITS): counted."""
@@ -619,64 +615,6 @@ class MqttFactory(Factory):
             log.warning("%s alarm: MQTT connections that publish are not read until it clears (first: %s)",
                         " & ".join(sorted(self.alarms)), c.peer)
 
-    def gather(self, c: MqttProtocol, batch: list[Pending]) -> None:
-        """A read's publishes, kept for the end of the turn (``publish_gathered``)."""
-        if not self._gathered:
-            self._tick.later(self.publish_gathered)
-        self._gathered.append((c, batch))
-
-    def publish_gathered(self) -> None:
-        """Publish what every connection read this turn, as one ``publish_many``: a fleet
-        of devices sending one message each now and then is routed, appended and
-        acknowledged as one batch, not one read at a time. Each connection is told of its
-        own items (``MqttProtocol.published`` and ``durable``), in its own order."""
-        gathered, self._gathered = self._gathered, []
-        if not gathered:
-            return
-        if len(gathered) == 1:
-            c, batch = gathered[0]
-            self._publish_one(c, batch)
-            return
-        items: list[tuple[str, str, Any, None]] = []
-        starts: list[int] = []
-        for _, batch in gathered:
-            starts.append(len(items))
-            items.extend(_items(batch))
-
-        def durable(first: int, last: int, result: Any) -> None:
-            i = bisect_right(starts, first) - 1
-            while i < len(gathered) and starts[i] <= last:
-                c, batch = gathered[i]
-                s = starts[i]
-                c.durable(batch, max(first, s) - s, min(last, s + len(batch) - 1) - s, result)
-                i += 1
-
-        try:
-            out = self.room.publish_many(items, durable)
-        except LogbusError as e:
-            for c, batch in gathered:
-                c.publish_failed(batch, str(e))
-            return
-        error = None if out.error is None else str(out.error)
-        unrouted = out.unrouted
-        u = 0
-        for (c, batch), s in zip(gathered, starts):
-            end = s + len(batch)
-            mine = []
-            while u < len(unrouted) and unrouted[u] < end:
-                mine.append(unrouted[u] - s)
-                u += 1
-            c.published(batch, mine, min(max(out.done - s, 0), len(batch)), error if out.done < end else None)
-
-    def _publish_one(self, c: MqttProtocol, batch: list[Pending]) -> None:
-        try:
-            out = self.room.publish_many(_items(batch), lambda first, last, result: c.durable(batch, first, last,
-                                                                                               result))
-        except LogbusError as e:
-            c.publish_failed(batch, str(e))
-            return
-        c.published(batch, out.unrouted, out.done, None if out.error is None else str(out.error))
-
     def output_due(self, c: MqttProtocol) -> None:
         self._output.append(c)
         if not self.reading and self._flush_call is None:  # at the end of this turn (core/tick.py),
@@ -696,7 +634,7 @@ class MqttFactory(Factory):
         self.room.start()
 
     def stopFactory(self) -> None:
-        self.publish_gathered()  # what the last turn read, before the sessions go
+        self.turn.publish()  # what the last turn read, before the sessions go
         for c in list(self.connections):
             c.shutdown()
         self.room.stop()
