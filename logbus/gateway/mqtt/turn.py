@@ -60,9 +60,6 @@ class TurnPublishes:
         batches, self._batches = self._batches, []
         if not batches:
             return
-        if len(batches) == 1:
-            self._publish_one(*batches[0])
-            return
         items: list[tuple[str, str, Any, None]] = []
         starts: list[int] = []
         for _, batch in batches:
@@ -93,12 +90,3 @@ class TurnPublishes:
                 mine.append(unrouted[u] - s)
                 u += 1
             c.published(batch, mine, min(max(out.done - s, 0), len(batch)), error if out.done < end else None)
-
-    def _publish_one(self, c: Publisher, batch: list[Pending]) -> None:
-        try:
-            out = self.room.publish_many(_items(batch),
-                                         lambda first, last, result: c.durable(batch, first, last, result))
-        except LogbusError as e:
-            c.publish_failed(batch, str(e))
-            return
-        c.published(batch, out.unrouted, out.done, None if out.error is None else str(out.error))
