@@ -14,6 +14,8 @@ gateway/http/client.py.
     logbus mqtt clients | sessions [--json]
     logbus mqtt kick | delete-session CLIENT_ID
     logbus export parquet --topic T --out DIR [--data-dir DIR] [--include-headers]
+    logbus overview | queue ... | exchange list | binding list | connection ... | group ...
+    logbus user ... | vhost ... | permission ...          (cli_ops.py)
 
 Every command but serve and export talks to the HTTP API: [--server URL] [--user U]
 [--password P] (or LOGBUS_SERVER, LOGBUS_USER, LOGBUS_PASSWORD).
@@ -30,6 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from .config import LISTENERS, ConfigError, load_settings
+from . import cli_ops
+from .cli_output import duration as _ms
+from .cli_output import plural as _plural
+from .cli_output import printable, table
+from .cli_output import size as _bytes
 from .gateway.http.client import DEFAULT_SERVER, AdminClient, AdminError
 
 # The user the HTTP API commands log in as (HTTP Basic): the first boot's default user
@@ -173,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
                             " (default: guest)")
     serve.add_argument("--log-level", metavar="LEVEL",
                        help="debug | info | warning | error | critical")
+    serve.add_argument("--log-format", metavar="FORMAT",
+                       help="text (one line per record, the default) | json (one JSON object per line)")
     serve.add_argument("--ready-file", metavar="FILE", type=Path,
                        help='write {"pid": ..., "<listener>": "host:port", ...} once listening')
     serve.set_defaults(command=cmd_serve)
@@ -182,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--server", metavar="URL", default=os.environ.get("LOGBUS_SERVER") or DEFAULT_SERVER,
-        help=f"logbus HTTP API (default: LOGBUS_SERVER or {DEFAULT_SERVER})")
+        help=f"logbus HTTP API, a URL or host:port (default: LOGBUS_SERVER or {DEFAULT_SERVER})")
     common.add_argument("--user", metavar="NAME", default=os.environ.get(USER_ENV) or DEFAULT_USER,
                         help=f"the user to log in as (HTTP Basic; default: {USER_ENV} or {DEFAULT_USER})")
     common.add_argument("--password", metavar="PASSWORD", default=os.environ.get(PASSWORD_ENV) or DEFAULT_PASSWORD,
@@ -286,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     delete_session.add_argument("client_id", metavar="CLIENT_ID")
     delete_session.set_defaults(command=cmd_mqtt_delete_session)
 
+    cli_ops.build(commands, common)
+
     export = commands.add_parser("export", help="export a topic's records from the log files")
     export_commands = export.add_subparsers(title="formats", metavar="FORMAT", required=True)
     parquet = export_commands.add_parser("parquet", help="one Parquet file per partition", description=(
@@ -344,6 +355,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "default_pass": args.default_pass,
         "loopback_users": args.loopback_users,
         "log_level": args.log_level,
+        "log_format": args.log_format,
     }
     try:
         settings = load_settings(flags)
@@ -356,7 +368,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     reactor = install_epoll_reactor()
     from .server import run, setup_logging, tune_malloc
 
-    setup_logging(settings.log_level)
+    setup_logging(settings.log_level, settings.log_format)
     tune_malloc()
     return run(settings, reactor, ready_file=args.ready_file, load=lambda: load_settings(flags))
 
@@ -577,8 +589,6 @@ def cmd_mqtt_delete_session(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
 def session_row(s: dict[str, Any]) -> list[str]:
     """An MQTT session's table row: client id, user, peer (or "offline"), protocol, expiry,
     subscriptions as FILTER:QOS, queued messages, messages in flight."""
@@ -593,12 +603,6 @@ def expiry(seconds: int) -> str:
     if seconds >= NEVER_EXPIRES:
         return "never"
     return _ms(seconds * 1000) if seconds else "0s"
-
-
-def printable(text: str) -> str:
-    """``text`` on one line of a table: control characters escaped."""
-    text = str(text)
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -622,42 +626,6 @@ def cmd_export_parquet(args: argparse.Namespace) -> int:
 
 
 # --- output -----------------------------------------------------------------------------------
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    """Left-aligned columns separated by two spaces; ``header`` may be empty."""
-    lines = ([header] if header else []) + rows
-    if not lines:
-        return ""
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
-        for line in lines
-    )
-
-
-def _bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
-def _ms(value: Any) -> str:
-    if not isinstance(value, int):
-        return "" if value is None else str(value)
-    if value < 0:
-        return "forever"
-    for unit, ms in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if value >= ms and value % ms == 0:
-            return f"{value // ms}{unit}"
-    return f"{value}ms"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _key_value(text: str) -> tuple[str, str]:

@@ -55,6 +55,7 @@ class Settings:
     default_flush: str = "sync"
     max_open_files: int = 1024
     log_level: str = "info"
+    log_format: str = "text"  # "text": one line per record; "json": one JSON object per line
     kafka_advertised: str = ""  # host:port Kafka clients are told to connect to; "": the address they used
     kafka_auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
     kafka_anonymous: str = "loopback"  # Kafka clients without SASL: "off", or from loopback only
@@ -254,6 +255,13 @@ def _as_bool(raw: Any) -> bool:
     raise ValueError(f"must be true or false, not {raw!r}")
 
 
+def _log_format(raw: Any) -> str:
+    value = _as_str(raw).lower()
+    if value not in ("text", "json"):
+        raise ValueError(f"must be text or json, not {raw!r}")
+    return value
+
+
 def _log_level(raw: Any) -> str:
     value = _as_str(raw).lower()
     if value not in LOG_LEVELS:
@@ -358,6 +366,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "default_flush": _flush,
     "max_open_files": lambda raw: _as_int(raw, 16, 1_000_000),
     "log_level": _log_level,
+    "log_format": _log_format,
     "kafka_advertised": _host_port,
     "kafka_auto_create_topics": _as_bool,
     "kafka_anonymous": _anonymous,

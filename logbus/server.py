@@ -425,16 +425,17 @@ def start_memory_return(broker: Broker, reactor: Any) -> Any:
     return call
 
 
-def setup_logging(level: str) -> None:
-    """Everything to stderr, one line per record; Twisted's own log is bridged into it."""
+def setup_logging(level: str, form: str = "text") -> None:
+    """Everything to stderr, one line per record (``form`` "json": one JSON object per
+    line, logformat.py); Twisted's own log is bridged into it."""
     from twisted.logger import ILogObserver, STDLibLogObserver, globalLogBeginner
 
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
+    from .logformat import JsonFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if form == "json"
+                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # Twisted's info lines ("Site starting on ...") repeat ours; keep its warnings and errors.
     set_log_level(level)
     globalLogBeginner.beginLoggingTo([ILogObserver(STDLibLogObserver())], redirectStandardIO=False)

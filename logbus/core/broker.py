@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -47,6 +48,8 @@ from .definitions import upgrade as upgrade_definitions
 from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
 from .routing.router import PREDECLARED
 from .faults import FaultCollector, StorageFaults
+from .inventory import Inventory
+from .inventory_metrics import OperatorCollector, PerObjectCollector
 from .quiet import Leftovers, QuietSpell
 from .retained import RetainedStore
 from .state import CF_SESSIONS, StateStore, session_key, session_prefix, vhost_definitions_prefixes
@@ -84,7 +87,7 @@ def client_expiry_interval(*expiry_ms: int) -> float:
     return max(0.05, min(CLIENT_EXPIRY_CHECK_MAX_S, min(expiry_ms) / 2000))
 
 
-class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade):
+class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory):
     def __init__(
         self,
         data_dir: str | os.PathLike[str],
@@ -112,6 +115,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade):
             reactor = default_reactor
         self.data_dir = Path(data_dir)
         self.reactor = reactor
+        self.started_at = time.time()
         self.metrics = Metrics()
         self.topic_defaults = topic_defaults or TopicConfig()
         self.max_open_files = max_open_files
@@ -152,6 +156,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade):
         # how late delayed messages and retries became ready (core/queues/lateness.py)
         self.release_lateness = Lateness()
         self.metrics.registry.register(self.release_lateness)
+        self.metrics.registry.register(OperatorCollector(self))  # queues, connections, groups
+        self.metrics.per_object.register(PerObjectCollector(self))
         # what a burst left behind, given back once quiet (core/quiet.py)
         leftovers = Leftovers(lambda: self.state, self._message_stores, lambda: self.connections.closes,
                               lambda: [v.router for v in self.vhosts.values()])
@@ -404,8 +410,9 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade):
         ``close(reason)`` closes it in the protocol's terms (``close_connection``)."""
         return self.connections.open(protocol, peer, tls=tls, close=close)
 
-    def connection_closed(self, connection: ConnectionRecord) -> None:
-        self.connections.closed(connection)
+    def connection_closed(self, connection: ConnectionRecord, lost: str = "") -> None:
+        """``lost``: how the transport ended, for the log line (core/connections.py)."""
+        self.connections.closed(connection, lost)
 
     def connection_logged_in(self, connection: ConnectionRecord | None, user: str, vhost: str = "",
                              how: str = "") -> None:

@@ -47,11 +47,18 @@ class ConnectionRecord:
     received: int = 0  # messages from the client
     sent: int = 0  # messages to the client
     bytes_in: int = 0
+    close_reason: str = ""  # why the broker closed it, when it did (an administrator, a timeout)
 
     @property
     def host(self) -> str:
         """The peer's host, without its port."""
         return self.peer.rsplit(":", 1)[0]
+
+    def fields(self, event: str, **more: object) -> dict[str, object]:
+        """The structured form of a log line about it (``log_format = "json"``)."""
+        return {"connection": {"event": event, "id": self.id, "protocol": self.protocol, "peer": self.peer,
+                               "tls": self.tls, "user": self.user or None, "vhost": self.vhost or None,
+                               "client_id": self.client_id or None, **more}}
 
     def describe(self) -> str:
         """"amqp connection 7 from 127.0.0.1:5555 (TLS)": how the log names it."""
@@ -70,13 +77,15 @@ class Connections:
         self._open: dict[int, ConnectionRecord] = {}
         self._ids = itertools.count(1)
         self.closes = 0  # connections closed so far
+        # per protocol, the messages received and sent by connections closed so far
+        self._closed_counts = {p: [0, 0] for p in PROTOCOLS}
 
     def open(self, protocol: str, peer: str, *, tls: bool, close: Callable[[str], object]) -> ConnectionRecord:
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r}")
         c = ConnectionRecord(next(self._ids), protocol, peer, tls, self.clock(), close)
         self._open[c.id] = c
-        log.info("%s accepted", c.describe())
+        log.info("%s accepted", c.describe(), extra={"fields": c.fields("accepted")})
         return c
 
     def logged_in(self, c: ConnectionRecord, user: str, vhost: str = "", how: str = "") -> None:
@@ -88,7 +97,7 @@ class Connections:
         c.login = how or c.login
         self.throttle.succeeded(c.host)
         log.info("%s: user %r logged in%s%s", c.describe(), user, f" to vhost {c.vhost!r}" if c.vhost else "",
-                 f" ({how})" if how else "")
+                 f" ({how})" if how else "", extra={"fields": c.fields("logged_in", login=c.login or None)})
 
     def refused(self, c: ConnectionRecord | None, user: str, reason: str) -> float:
         """A login or a vhost refused on ``c``: who tried, and why. Returns how many
@@ -99,11 +108,29 @@ class Connections:
                     f" (answered after {delay:.1f} s: repeated failures from {c.host})" if c and delay else "")
         return delay
 
-    def closed(self, c: ConnectionRecord) -> None:
+    def closed(self, c: ConnectionRecord, lost: str = "") -> None:
+        """``c`` is gone; ``lost``: how its transport ended (the gateway's word for it),
+        unless the broker said why it closed it (``close_reason``)."""
         if self._open.pop(c.id, None) is not None:
             self.closes += 1
-            log.info("%s closed: user %r, %.1f s, %d messages in, %d out, %d bytes in", c.describe(),
-                     c.user or None, (self.clock() - c.opened_ms) / 1000, c.received, c.sent, c.bytes_in)
+            counts = self._closed_counts[c.protocol]
+            counts[0] += c.received
+            counts[1] += c.sent
+            reason = c.close_reason or lost or "closed"
+            ms = self.clock() - c.opened_ms
+            log.info("%s closed (%s): user %r, %.1f s, %d messages in, %d out, %d bytes in", c.describe(), reason,
+                     c.user or None, ms / 1000, c.received, c.sent, c.bytes_in,
+                     extra={"fields": c.fields("closed", reason=reason, duration_ms=ms, received=c.received,
+                                               sent=c.sent, bytes_in=c.bytes_in)})
+
+    def message_counts(self) -> dict[str, tuple[int, int]]:
+        """Per protocol, (received, sent) messages of every connection since start."""
+        out = {p: list(n) for p, n in self._closed_counts.items()}
+        for c in self._open.values():
+            n = out[c.protocol]
+            n[0] += c.received
+            n[1] += c.sent
+        return {p: (n[0], n[1]) for p, n in out.items()}
 
     def get(self, id: int) -> ConnectionRecord | None:
         return self._open.get(id)
@@ -122,5 +149,6 @@ class Connections:
         c = self._open.get(id)
         if c is None:
             return False
+        c.close_reason = c.close_reason or reason
         c.close_with(reason)
         return True

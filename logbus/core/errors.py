@@ -156,3 +156,10 @@ class Unsupported(Refused):
     """A kind of thing the broker does not have (an unknown exchange type)."""
 
     code = "unsupported"
+
+
+class GroupActive(LogbusError):
+    """An operation that needs a consumer group without members (an offset reset) asked
+    of one with members."""
+
+    code = "group_active"

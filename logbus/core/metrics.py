@@ -4,7 +4,7 @@ keeps them as plain integers and a collector reads them at scrape time."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 FLUSH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 
@@ -12,7 +12,11 @@ FLUSH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # one series per queue and consumer-group partition (/metrics/per-object): unbounded,
+        # so not in the default set (core/inventory_metrics.py)
+        self.per_object = CollectorRegistry(auto_describe=True)
         r = self.registry
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, process_open_fds, CPU
         self.flush_seconds = Histogram(
             "logbus_flush_seconds",
             "Duration of one group-commit flush cycle (fdatasync/syncfs)",

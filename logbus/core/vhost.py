@@ -42,6 +42,7 @@ from .queues.journal import QueueStore
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.queue import Entry, Outcome, Receipt
 from .queues.service import Consumer, Delivery, QueueService, QueueSettings, QueueState
+from .queues.stats import SESSION
 from .queues.timers import Timers
 from .routing.definitions import QUEUE, Binding, DestKind, ExchangeDef, HeaderMatch
 from .routing.definitions import Removed as Unbound
@@ -240,13 +241,14 @@ class VHost:
             raise PreconditionFailed(f"inequivalent arg 'auto_delete' {where}: received "
                                      f"'{str(auto_delete).lower()}' but current is '{str(qs.auto_delete).lower()}'")
 
-    def open_queue(self, name: str, settings: QueueSettings = QueueSettings(), *, durable: bool = False) -> QueueState:
-        """A queue a protocol's sessions own (an MQTT session's, a shared subscription's),
-        made if new: routable like any, but not a stored definition (the session record
-        says it exists)."""
+    def open_queue(self, name: str, settings: QueueSettings = QueueSettings(), *, durable: bool = False,
+                   kind: str = SESSION) -> QueueState:
+        """A queue a protocol's sessions own (an MQTT session's, a shared subscription's:
+        ``kind`` "session" or "shared"), made if new: routable like any, but not a stored
+        definition (the session record says it exists)."""
         qs = self.queues.get(name)
         if qs is None:
-            qs = self.service.create(name, settings, durable=durable)
+            qs = self.service.create(name, settings, durable=durable, kind=kind)
             self.router.add_queue(name)
             self.session_queues.add(name)
         return qs

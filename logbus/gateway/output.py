@@ -218,6 +218,18 @@ def quick_ack(t: Any) -> Callable[[], None] | None:
     return ack_now
 
 
+def lost_reason(reason: Any) -> str:
+    """How a transport ended, for the connection's close line: "closed cleanly" (a FIN,
+    or our own close), "connection lost: ..." (a reset, a TLS failure)."""
+    from twisted.internet.error import ConnectionDone
+
+    value = getattr(reason, "value", None)
+    if value is None or isinstance(value, ConnectionDone):
+        return "closed cleanly"
+    text = str(value).strip().rstrip(".") or type(value).__name__
+    return f"connection lost: {text}"
+
+
 def peer_of(transport: Any) -> tuple[str, str]:
     """(host, port) of a transport's peer, as text ("?" when it has none)."""
     peer = transport.getPeer()

@@ -49,7 +49,38 @@ def test_amqp_connections_are_logged_in_and_out(server: LogbusServer) -> None:
                           r"bad user name or password")
     assert logged(server, r"amqp connection \d+ from 127\.0\.0\.1:\d+ accepted")
     assert logged(server, r"amqp connection \d+ from .*: user 'guest' logged in to vhost '/'")
-    assert logged(server, r"amqp connection \d+ from .* closed: user 'guest', \d+\.\d s")
+    assert logged(server, r"amqp connection \d+ from .* closed \(closed cleanly\): user 'guest', \d+\.\d s")
+
+
+def test_a_kicked_connection_says_who_closed_it(server: LogbusServer) -> None:
+    cid = unique("kicked")
+    paho = Paho(server, cid, version=5)
+    mgmt = Mgmt(server)
+    conn = next(c for c in mgmt.call("GET", "/api/connections?protocol=mqtt").json() if c["client_id"] == cid)
+    assert mgmt.call("DELETE", f"/api/connections/{conn['id']}").status == 204
+    assert logged(server, rf"mqtt connection {conn['id']} from .* closed \(closed by an administrator\): "
+                          r"user 'guest'")
+    paho.close()
+
+
+def test_json_log_format(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``--log-format json``: every line one JSON object; a connection's lines carry its
+    fields (protocol, peer, user, duration, reason)."""
+    import json
+
+    for server in module_server(tmp_path_factory, "json-log", args=["--log-format", "json"]):
+        paho = Paho(server, unique("json"))
+        paho.close()
+        lines = logged(server, r'"event": "closed"')
+        assert lines, server.log_tail()
+        closed = json.loads(lines[0])["connection"]
+        assert (closed["protocol"], closed["user"], closed["reason"]) == ("mqtt", "guest", "closed cleanly")
+        assert closed["duration_ms"] >= 0 and closed["peer"].startswith("127.0.0.1:")
+        for line in server.log_text().splitlines():
+            if line.startswith("--- "):  # the test harness's own header lines
+                continue
+            record = json.loads(line)
+            assert {"time", "level", "logger", "message"} <= record.keys()
 
 
 def test_mqtt_and_kafka_logins_are_logged(server: LogbusServer) -> None:

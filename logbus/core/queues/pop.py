@@ -51,6 +51,7 @@ from .journal import QueueStore
 from .msgstore import MessageStore
 from .queue import Entry, Outcome, Receipt, StaleReceipt
 from .service import DeadLetterTarget, Delivery, QueueService, QueueSettings, QueueState
+from .stats import POP
 from .timers import Timers
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ class PopGroups:
     def _open(self, group: str, topic: str) -> QueueState:
         settings = QueueSettings(retry=self.retry, dead_letter=DeadLetterTarget(topic=dlq_topic(group)))
         name = self.queue_name(group, topic)
-        qs = self.service.create(name, settings, durable=True)
+        qs = self.service.create(name, settings, durable=True, kind=POP)
         self.by_topic.setdefault(topic, []).append(name)
         return qs
 

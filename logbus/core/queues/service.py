@@ -66,6 +66,7 @@ from .queue import (
     receipt,
 )
 from .pins import QUEUE_SHIFT, OffsetPins
+from .stats import CLASSIC, KINDS, QueueStats
 from .timers import Timers
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,9 @@ class QueueState:
     used_ms: int = 0  # last declare, get or consumer change (auto-expiry counts from here)
     # told of each message dropped, its publisher not told, at the length limit (overflow drop-new)
     on_dropped: Callable[[], object] | None = None
+    kind: str = CLASSIC  # stats.KINDS: who made it
+    stats: QueueStats = field(default_factory=QueueStats)  # what it has done
+    total: QueueStats = field(default_factory=QueueStats)  # its kind's running total (the service's)
 
 
 DeadLetter = Callable[[QueueState, Message, str, Entry | None], None]  # the entry: None when refused
@@ -158,12 +162,13 @@ class QueueService:
         self._wake_call: Any = None
         self._wake_at = 0
         self.records_gone = 0  # entries dropped because their records are gone
+        self.totals = {kind: QueueStats() for kind in KINDS}  # every queue's stats, deleted ones too
         self._gone_logged: dict[str, tuple[int, int]] = {}  # queue -> (last logged, not logged since)
 
     # -- queues --------------------------------------------------------------------------
 
     def create(self, name: str, settings: QueueSettings, *, durable: bool = False, exclusive: Any = None,
-               auto_delete: bool = False, declared: Any = None) -> QueueState:
+               auto_delete: bool = False, declared: Any = None, kind: str = CLASSIC) -> QueueState:
         """A new queue; a durable one gets back the entries its journal kept."""
         if name in self.queues:
             raise ValueError(f"queue {name!r} exists")
@@ -179,7 +184,8 @@ class QueueService:
             queue = Queue(name, settings.limits, retry=settings.retry)
             queue.pins = self.pins
             queue.lateness = self.timers.lateness
-        qs = QueueState(name, settings, queue, durable, exclusive, auto_delete, declared, used_ms=self.clock())
+        qs = QueueState(name, settings, queue, durable, exclusive, auto_delete, declared, used_ms=self.clock(),
+                        kind=kind, total=self.totals[kind])
         self.queues[name] = qs
         if settings.expires_ms is not None:
             self.expiring.add(name)
@@ -245,6 +251,8 @@ class QueueService:
                 qs.queue.publish(topic, partition, offset, size, priority=priority,
                                  expires_ms=expires_ms, now_ms=now, visible_ms=visible_ms)
                 self._staged_in(name, visible_ms, now)
+                qs.stats.routed += 1
+                qs.total.routed += 1
                 n += bool(qs.consumers)  # kept in memory for the queues with a consumer, as below
             self.messages.remember(topic, partition, offset, message, size, n)
             return False
@@ -263,7 +271,10 @@ class QueueService:
                     refused.append(qs)
                 elif qs.on_dropped is not None:
                     qs.on_dropped()
-            elif qs.consumers:
+                continue
+            qs.stats.routed += 1
+            qs.total.routed += 1
+            if qs.consumers:
                 refs += 1
         # kept in memory for the queues with a consumer only: the others (an offline MQTT
         # session, a backlog nobody reads) take it from the log when its turn comes, so
@@ -274,6 +285,8 @@ class QueueService:
         for qs in refused:  # overflow reject-publish-dlx: refused, and dead-lettered
             dl = qs.settings.dead_letter
             if qs.queue.limits.overflow == REJECT_PUBLISH_DLX and dl is not None and self._dead_letter is not None:
+                qs.stats.dead_lettered += 1
+                qs.total.dead_lettered += 1
                 self._dead_letter(qs, message, MAXLEN, None)
         if dispatch:
             for name in names:
@@ -373,6 +386,7 @@ class QueueService:
             if consumer.no_ack:
                 q.settle(r, Outcome.ACK)
                 self.messages.release(entry.topic, entry.partition, entry.offset)
+            _delivered(qs, entry)
             consumer.deliver(Delivery(name, entry, message, r))
 
     def _next_consumer(self, qs: QueueState, consumers: list[Consumer], done: list[Consumer]) -> Consumer | None:
@@ -417,6 +431,7 @@ class QueueService:
             if no_ack:
                 q.settle(r, Outcome.ACK)
                 self.messages.release(entry.topic, entry.partition, entry.offset)
+            _delivered(qs, entry)
             out.append(Delivery(name, entry, message, r))
             if stop_at and perf_counter() >= stop_at:
                 break
@@ -434,6 +449,9 @@ class QueueService:
         if qs is None:
             return
         result = qs.queue.settle(r, outcome, self.clock())
+        if outcome is Outcome.ACK:
+            qs.stats.acked += 1
+            qs.total.acked += 1
         if isinstance(result, Removed):
             self._removed(qs, result)
         elif isinstance(result, Scheduled):
@@ -638,6 +656,8 @@ class QueueService:
     def _removed(self, qs: QueueState, r: Removed) -> None:
         e = r.entry
         if r.reason and qs.settings.dead_letter is not None and self._dead_letter is not None:
+            qs.stats.dead_lettered += 1
+            qs.total.dead_lettered += 1
             try:
                 self._dead_letter(qs, self.messages.get(e.topic, e.partition, e.offset), r.reason, e)
             except RecordGone as exc:
@@ -652,3 +672,11 @@ class QueueService:
         segments from there; None: none). Kept as entries come and go (``pins.py``): no
         scan."""
         return self.pins.floor(topic, partition)
+
+
+def _delivered(qs: QueueState, entry: Entry) -> None:
+    qs.stats.delivered += 1
+    qs.total.delivered += 1
+    if entry.deliveries > 1:
+        qs.stats.redelivered += 1
+        qs.total.redelivered += 1

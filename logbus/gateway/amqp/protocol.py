@@ -51,7 +51,7 @@ from twisted.python.failure import Failure
 from ...core.types import AccessChange, ConnectionRecord
 from ...core.broker import Broker
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
-from ..output import direct_writer, is_loopback, is_tls, peer_identity, peer_of
+from ..output import direct_writer, is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
 from .handshake import State
 from .session import Prompt, Session, blocked_reason
@@ -140,7 +140,7 @@ class AmqpProtocol(Protocol):
             self._handshake_call.cancel()
         self._handshake_call = None
         if self.record is not None:
-            self.factory.broker.connection_closed(self.record)
+            self.factory.broker.connection_closed(self.record, lost_reason(reason))
         if self.conn is not None:
             self.conn.connection_lost()
 

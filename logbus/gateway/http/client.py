@@ -10,6 +10,14 @@
     client.mqtt_clients(); client.mqtt_sessions()        # -> [session JSON]
     client.mqtt_kick("sensor-1"); client.mqtt_delete_session("sensor-1")
 
+    client.overview(); client.list_queues("/"); client.purge_queue("/", "jobs")
+    client.get_messages("/", "jobs", count=5)            # a browse: nothing is taken
+    client.list_connections("mqtt"); client.close_connection(7)
+    client.list_groups(); client.describe_group("g"); client.reset_offsets("g", "earliest")
+    client.list_users(); client.put_user(...); client.list_vhosts(); client.set_permissions(...)
+
+A server given as ``host:port`` means ``http://host:port``.
+
 Every call but /healthz needs a user (docs/security.md has which tag or permission).
 
 Failures raise AdminError: ``Unreachable`` when no logbus answers at the URL, otherwise
@@ -44,6 +52,8 @@ class Unreachable(AdminError):
 class AdminClient:
     def __init__(self, server: str = DEFAULT_SERVER, timeout: float = 30.0,
                  auth: tuple[str, str] | None = None) -> None:
+        if "://" not in server:  # host:port, as rabbitmqadmin and kafka-consumer-groups take it
+            server = "http://" + server
         self.server = server.rstrip("/")
         self.timeout = timeout
         self.authorization = None if auth is None else "Basic " + base64.b64encode(
@@ -121,6 +131,81 @@ class AdminClient:
     def mqtt_delete_session(self, client_id: str) -> None:
         self._call("DELETE", "/api/mqtt/sessions/" + quote(client_id, safe=""))
 
+    # -- the operator's view (docs/operations.md) --------------------------------------------
+
+    def overview(self) -> dict[str, Any]:
+        return self._call("GET", "/api/overview")
+
+    def list_queues(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/queues" + ("" if vhost is None else "/" + _segment(vhost)))
+
+    def queue(self, vhost: str, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/api/queues/{_segment(vhost)}/{quote(name, safe='')}")
+
+    def purge_queue(self, vhost: str, name: str) -> None:
+        self._call("DELETE", f"/api/queues/{_segment(vhost)}/{quote(name, safe='')}/contents")
+
+    def get_messages(self, vhost: str, name: str, count: int = 10) -> list[dict[str, Any]]:
+        return self._call("POST", f"/api/queues/{_segment(vhost)}/{quote(name, safe='')}/get", {"count": count})
+
+    def list_exchanges(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/exchanges" + ("" if vhost is None else "/" + _segment(vhost)))
+
+    def list_bindings(self, vhost: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/bindings" + ("" if vhost is None else "/" + _segment(vhost)))
+
+    def list_connections(self, protocol: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/connections" + ("" if protocol is None else "?protocol=" + quote(protocol)))
+
+    def close_connection(self, id: int) -> None:
+        self._call("DELETE", f"/api/connections/{int(id)}")
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/consumer-groups")
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        return self._call("GET", "/api/consumer-groups/" + quote(group, safe=""))
+
+    def reset_offsets(self, group: str, to: str, value: int | None = None, topics: list[str] | None = None,
+                      execute: bool = False) -> list[dict[str, Any]]:
+        body: dict[str, Any] = {"to": to, "execute": execute}
+        if value is not None:
+            body["value"] = value
+        if topics:
+            body["topics"] = topics
+        return self._call("POST", "/api/consumer-groups/" + quote(group, safe="") + "/reset-offsets", body)
+
+    def list_users(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/users")
+
+    def put_user(self, name: str, password: str | None, tags: str) -> None:
+        body: dict[str, Any] = {"tags": tags}
+        if password is not None:
+            body["password"] = password
+        self._call("PUT", "/api/users/" + quote(name, safe=""), body)
+
+    def delete_user(self, name: str) -> None:
+        self._call("DELETE", "/api/users/" + quote(name, safe=""))
+
+    def list_vhosts(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/vhosts")
+
+    def put_vhost(self, name: str, description: str = "") -> None:
+        self._call("PUT", "/api/vhosts/" + quote(name, safe=""), {"description": description})
+
+    def delete_vhost(self, name: str) -> None:
+        self._call("DELETE", "/api/vhosts/" + quote(name, safe=""))
+
+    def list_permissions(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/api/permissions")
+
+    def set_permissions(self, vhost: str, user: str, configure: str, write: str, read: str) -> None:
+        self._call("PUT", f"/api/permissions/{quote(vhost, safe='')}/{quote(user, safe='')}",
+                   {"configure": configure, "write": write, "read": read})
+
+    def clear_permissions(self, vhost: str, user: str) -> None:
+        self._call("DELETE", f"/api/permissions/{quote(vhost, safe='')}/{quote(user, safe='')}")
+
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         url = self.server + path
         data = None if body is None else json.dumps(body).encode()
@@ -150,6 +235,11 @@ class AdminClient:
             return json.loads(raw)
         except ValueError:
             raise AdminError(f"{url} did not answer JSON; is it a logbus server?") from None
+
+
+def _segment(vhost: str) -> str:
+    """A vhost as one path segment; "" (pop groups' namespace) is "~"."""
+    return quote(vhost, safe="") if vhost else "~"
 
 
 def _pop_path(group: str, topic: str, action: str) -> str:

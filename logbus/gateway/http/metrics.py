@@ -5,23 +5,36 @@ credentials of a user with the ``monitoring`` (or ``administrator``) tag."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from twisted.web import server
 
 from ...core.types import Action
-from .resource import ApiResource
+from .resource import ApiResource, NotFound
 from .responses import Response
 
 
 class Metrics(ApiResource):
-    isLeaf = True
+    """``/metrics`` (bounded series, aggregated per protocol or queue kind) and, with
+    ``per_object``, ``/metrics/per-object`` (one series per queue and group partition),
+    as RabbitMQ's Prometheus plugin splits them."""
 
-    def __init__(self, registry: CollectorRegistry, authenticated: bool = False) -> None:
+    def __init__(self, registry: CollectorRegistry, authenticated: bool = False,
+                 per_object: CollectorRegistry | None = None) -> None:
         super().__init__()
         self.registry = registry
         self.public = not authenticated
         self.needs: Action | None = "monitor" if authenticated else None
+        self.per_object = per_object
+
+    def getChild(self, path: bytes, request: server.Request) -> Any:
+        if path == b"":
+            return self
+        if path == b"per-object" and self.per_object is not None:
+            return Metrics(self.per_object, not self.public)
+        return NotFound()
 
     def handle_GET(self, request: server.Request) -> Response:
         accept = (request.getHeader(b"Accept") or b"").decode("latin-1")

@@ -34,6 +34,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "topic_in_use": 409,
     "unsupported": 400,
     "replay_in_progress": 409,
+    "group_active": 409,
 }
 
 

@@ -14,6 +14,11 @@
     /api/topic-permissions[/<vhost>/<user>]  topic_permissions.*    administrator
     /api/mqtt/clients[/<id>]   mqtt.MqttClients, mqtt.MqttOne       monitoring; DELETE: administrator
     /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttOne      monitoring; DELETE: administrator
+    /api/overview            overview.Overview                      management
+    /api/queues[/<vhost>[/<name>[/contents|/get]]]  queues.*        management (+ read permission)
+    /api/exchanges[/<vhost>], /api/bindings[/<vhost>]  exchanges.Listing  management
+    /api/consumer-groups[/<group>[/reset-offsets]]  groups.*        monitoring; POST: administrator
+    /metrics/per-object      metrics.Metrics (one series per queue)  as /metrics
 
 Every endpoint but /healthz (and /metrics unless ``http_metrics_auth``) asks for HTTP
 Basic credentials of a broker user (credentials.py): 401 without them, 403 without the
@@ -32,14 +37,18 @@ from twisted.python.failure import Failure
 from twisted.web import http, resource, server
 
 from ...core.types import ConnectionRecord
-from ..output import is_tls, peer_of
+from ..output import is_tls, lost_reason, peer_of
 from .connections import Connections
+from .exchanges import Listing
+from .groups import ConsumerGroups
 from .health import Health
 from .limits import Limits
 from .metrics import Metrics
 from .mqtt import MqttClients, MqttSessions
+from .overview import Overview, RateSampler
 from .permissions import Permissions
 from .pop import Pop
+from .queues import Queues
 from .request import LimitedRequest, abort_transport, discard
 from .resource import Directory, Refusal
 from .responses import HttpError, Response
@@ -172,7 +181,7 @@ class RegisteredChannel(http.HTTPChannel):
             self._deadline_call.cancel()
         self._deadline_call = None
         if self.record is not None:
-            self.site.broker.connection_closed(self.record)  # type: ignore[attr-defined]
+            self.site.broker.connection_closed(self.record, lost_reason(reason))  # type: ignore[attr-defined]
             self.record = None
         super().connectionLost(reason)
 
@@ -186,12 +195,23 @@ class ApiSite(server.Site):
         # timeout=None: twisted's own idle timer (reset by every byte) gives way to ours
         super().__init__(root, reactor=reactor, timeout=None)
         self.broker = broker
+        self.sampler: RateSampler | None = None  # the overview's message rates (build_site)
         self.timeouts = timeouts or Timeouts()
         self._timeout_counters = {
             phase: broker.metrics.counter(f"logbus_http_{phase.value}_timeouts", doc) for phase, doc in (
                 (Phase.HEAD, "HTTP connections closed for no complete request head within handshake_timeout_ms"),
                 (Phase.BODY, "HTTP requests answered 408 for no complete body within http_body_timeout_ms"),
                 (Phase.IDLE, "Kept-alive HTTP connections closed idle after http_idle_timeout_ms"))}
+
+    def startFactory(self) -> None:
+        super().startFactory()
+        if self.sampler is not None:
+            self.sampler.start()
+
+    def stopFactory(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+        super().stopFactory()
 
     def timed_out(self, phase: Phase) -> None:
         self._timeout_counters[phase].inc()
@@ -209,8 +229,15 @@ class ApiSite(server.Site):
             access_log.debug("%s", http.combinedLogFormatter(self._logDateTime, request))
 
 
-def build_resource(broker: Broker, metrics_auth: bool = False) -> Directory:
+def build_resource(broker: Broker, metrics_auth: bool = False, sampler: RateSampler | None = None) -> Directory:
+    if sampler is None:
+        sampler = RateSampler(broker, broker.reactor)
     api = _directory({
+        b"overview": Overview(broker, sampler),
+        b"queues": Queues(broker),
+        b"exchanges": Listing(broker, "exchanges"),
+        b"bindings": Listing(broker, "bindings"),
+        b"consumer-groups": ConsumerGroups(broker),
         b"whoami": WhoAmI(broker),
         b"topics": Topics(broker),
         b"connections": Connections(broker),
@@ -224,7 +251,8 @@ def build_resource(broker: Broker, metrics_auth: bool = False) -> Directory:
     })
     return _directory({
         b"healthz": Health(broker),
-        b"metrics": Metrics(broker.metrics.registry, authenticated=metrics_auth),
+        b"metrics": Metrics(broker.metrics.registry, authenticated=metrics_auth,
+                            per_object=broker.metrics.per_object),
         b"api": api,
     })
 
@@ -239,4 +267,7 @@ def _directory(children: dict[bytes, resource.Resource]) -> Directory:
 
 def build_site(broker: Broker, reactor: Any = None, timeouts: Timeouts | None = None,
                metrics_auth: bool = False) -> ApiSite:
-    return ApiSite(build_resource(broker, metrics_auth), broker, reactor=reactor, timeouts=timeouts)
+    sampler = RateSampler(broker, reactor if reactor is not None else broker.reactor)
+    site = ApiSite(build_resource(broker, metrics_auth, sampler), broker, reactor=reactor, timeouts=timeouts)
+    site.sampler = sampler
+    return site

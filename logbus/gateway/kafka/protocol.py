@@ -36,7 +36,7 @@ from twisted.python.failure import Failure
 
 from ...core.broker import Broker
 from ...core.errors import Refused
-from ..output import FileOutput, is_loopback, is_tls, peer_identity, peer_of
+from ..output import FileOutput, is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
 from . import acls, admin, configs, groups, records_admin, sasl
 from .caller import Caller
@@ -373,7 +373,7 @@ class KafkaProtocol(Protocol):
         if self._idle_call is not None and self._idle_call.active():
             self._idle_call.cancel()
         self._idle_call = None
-        self.handlers.broker.connection_closed(self.record)
+        self.handlers.broker.connection_closed(self.record, lost_reason(reason))
         self.output.close()
         if self._queue:  # a long poll, or a client that gave up waiting: say on what
             now = time.monotonic()

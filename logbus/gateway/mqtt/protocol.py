@@ -48,7 +48,7 @@ from ...core.errors import LoopbackOnly, Refused, StorageError
 from ...core.types import ConnectionRecord, Perm, Resource, tick_of
 from ..answers import now_or_later
 from ..listener import DEFAULT_RULES, ListenerRules
-from ..output import direct_writer, is_loopback, is_tls, peer_identity, peer_of, quick_ack
+from ..output import direct_writer, is_loopback, is_tls, lost_reason, peer_identity, peer_of, quick_ack
 from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
 from .machine import EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT, Machine
@@ -175,7 +175,7 @@ class MqttProtocol(Protocol):
         self.factory.connections.discard(self)
         self.factory.unread.discard(self.transport)
         if self.record is not None:
-            self.factory.broker.connection_closed(self.record)
+            self.factory.broker.connection_closed(self.record, lost_reason(reason))
         self._cancel_timer()
         if self._login_timer is not None and self._login_timer.active():
             self._login_timer.cancel()

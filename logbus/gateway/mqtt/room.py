@@ -330,8 +330,8 @@ class MqttRoom:
         if call is not None and call.active():
             call.cancel()
 
-    def _open_queue(self, vhost: VHost, name: str, *, durable: bool) -> None:
-        qs = vhost.open_queue(name, self.queue_settings, durable=durable)
+    def _open_queue(self, vhost: VHost, name: str, *, durable: bool, kind: str = "session") -> None:
+        qs = vhost.open_queue(name, self.queue_settings, durable=durable, kind=kind)
         qs.on_dropped = self._dropped
 
     # -- subscriptions ---------------------------------------------------------------------
@@ -355,7 +355,7 @@ class MqttRoom:
         filtered = s.subscriptions.filters.get(f)
         if f.startswith(SHARE_PREFIX):
             queue = shared_queue(f)
-            self._open_queue(vhost, queue, durable=True)
+            self._open_queue(vhost, queue, durable=True, kind="shared")
             members = self.shared_members.setdefault(queue, {})
             if s.client_id in members:  # subscribed again, with another filter
                 self._unshare(vhost, queue, s.client_id)

@@ -1,0 +1,126 @@
+"""The operator's Prometheus series, computed at scrape time from the inventory
+(inventory.py): nothing is counted per message for them beyond the queues' plain
+counters. Named after RabbitMQ's Prometheus plugin where it has the figure.
+
+Two sets, as RabbitMQ splits them: the default ``/metrics`` carries bounded series,
+aggregated per protocol or queue kind (a broker with 10,000 MQTT sessions still has a
+dozen series); ``/metrics/per-object`` carries one series per queue and per consumer
+group partition (``PerObjectCollector``).
+
+    logbus_connections{protocol}                      gauge
+    logbus_queues{kind}                               gauge
+    logbus_queue_messages_ready{kind}                 gauge   (per object: {vhost,queue,kind})
+    logbus_queue_messages_unacked{kind}               gauge   (idem)
+    logbus_queue_messages_scheduled{kind}             gauge   (idem)
+    logbus_queue_consumers{kind}                      gauge   (idem)
+    logbus_global_messages_<event>_total{protocol}    counter: received, routed, delivered,
+                                                      redelivered, acknowledged, dead_lettered
+    logbus_consumer_group_lag{group}                  gauge   (per object: {group,topic,partition})
+    logbus_disk_free_bytes                            gauge
+(and the process_* series of prometheus_client's ProcessCollector: RSS, descriptors, CPU.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .pressure import free_disk
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+KIND_LABEL = ("kind",)
+EVENTS = (("received", "received", "Messages received from clients"),
+          ("routed", "routed", "Messages routed to queues (one per queue)"),
+          ("delivered", "delivered", "Messages delivered to consumers or taken from queues"),
+          ("redelivered", "redelivered", "Messages delivered again"),
+          ("acked", "acknowledged", "Messages acknowledged by consumers"),
+          ("dead_lettered", "dead_lettered", "Messages dead-lettered"))
+QUEUE_GAUGES = (("ready", "logbus_queue_messages_ready", "Messages ready to be delivered"),
+                ("unacked", "logbus_queue_messages_unacked", "Messages delivered, not yet acknowledged"),
+                ("scheduled", "logbus_queue_messages_scheduled",
+                 "Messages waiting for a delay or a retry backoff"),
+                ("consumers", "logbus_queue_consumers", "Consumers of queues"))
+
+
+class OperatorCollector(Collector):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        b = self.broker
+        if getattr(b, "log", None) is None:
+            return  # not started
+        conns = GaugeMetricFamily("logbus_connections", "Open client connections", labels=("protocol",))
+        by_protocol = {p: 0 for p in ("amqp", "mqtt", "kafka", "http")}
+        for conn in b.connections:
+            by_protocol[conn.protocol] += 1
+        for p, n in by_protocol.items():
+            conns.add_metric([p], n)
+        yield conns
+        queues = b.list_queues()
+        count = GaugeMetricFamily("logbus_queues", "Queues, by kind", labels=KIND_LABEL)
+        gauges = [GaugeMetricFamily(name, doc, labels=KIND_LABEL) for _, name, doc in QUEUE_GAUGES]
+        kinds = ("classic", "session", "shared", "pop")
+        sums = {k: [0, 0, 0, 0, 0] for k in kinds}
+        for q in queues:
+            row = sums[q.kind]
+            row[0] += 1
+            row[1] += q.ready
+            row[2] += q.unacked
+            row[3] += q.scheduled
+            row[4] += q.consumers
+        for k in kinds:
+            count.add_metric([k], sums[k][0])
+            for i, g in enumerate(gauges):
+                g.add_metric([k], sums[k][i + 1])
+        yield count
+        yield from gauges
+        totals = b.message_totals()
+        for key, event, doc in EVENTS:
+            counter = CounterMetricFamily(f"logbus_global_messages_{event}", doc, labels=("protocol",))
+            for protocol, counts in totals.items():
+                counter.add_metric([protocol], counts[key])
+            yield counter
+        lag = GaugeMetricFamily("logbus_consumer_group_lag", "Records a consumer group has not committed, "
+                                "over its partitions", labels=("group",))
+        for group in b.list_consumer_groups():
+            lag.add_metric([group.group], group.lag)
+        yield lag
+        yield GaugeMetricFamily("logbus_disk_free_bytes", "Free space of the data directory's filesystem",
+                                value=free_disk(b.data_dir))
+
+
+class PerObjectCollector(Collector):
+    """One series per queue and per consumer group partition (``/metrics/per-object``)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        b = self.broker
+        if getattr(b, "log", None) is None:
+            return
+        labels = ("vhost", "queue", "kind")
+        gauges = [GaugeMetricFamily(name, doc, labels=labels) for _, name, doc in QUEUE_GAUGES]
+        for q in b.list_queues():
+            key = [q.vhost, q.name, q.kind]
+            for (attr, _, _), g in zip(QUEUE_GAUGES, gauges):
+                g.add_metric(key, getattr(q, attr))
+        yield from gauges
+        lag = GaugeMetricFamily("logbus_consumer_group_lag", "Records a consumer group has not committed",
+                                labels=("group", "topic", "partition"))
+        offset = GaugeMetricFamily("logbus_consumer_group_committed_offset", "A group's committed offset",
+                                   labels=("group", "topic", "partition"))
+        for group in b.list_consumer_groups():
+            for p in group.partitions:
+                key = [group.group, p.topic, str(p.partition)]
+                if p.committed is not None:
+                    offset.add_metric(key, p.committed)
+                    lag.add_metric(key, p.lag or 0)
+        yield lag
+        yield offset

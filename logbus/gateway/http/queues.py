@@ -1,0 +1,121 @@
+"""Queues of every kind, as RabbitMQ's management API has them: AMQP's declared queues
+(``kind`` "classic"), MQTT sessions ("session") and shared subscriptions ("shared"), pop
+groups ("pop"). A user with the ``management`` tag sees the queues of the vhosts it has a
+permission in (``monitoring``: all).
+
+    GET    /api/queues                          200 [queue, ...]
+    GET    /api/queues/<vhost>                  200 [queue, ...] of one vhost
+    GET    /api/queues/<vhost>/<name>           200 queue | 404
+    DELETE /api/queues/<vhost>/<name>/contents  204: its ready messages dropped (AMQP
+                                                queue.purge; read permission on it)
+    POST   /api/queues/<vhost>/<name>/get       200 [message, ...]: the first ``count``
+                                                ready messages, without taking them
+                                                (read permission); body {"count": 10}
+
+A queue is RabbitMQ's fields (``name``, ``vhost``, ``durable``, ``auto_delete``,
+``exclusive``, ``arguments``, ``consumers``, ``messages``, ``messages_ready``,
+``messages_unacknowledged``, ``message_bytes_ready``, ``message_stats`` with ``publish``,
+``deliver_get``, ``redeliver``, ``ack``) and logbus's: ``kind``, ``protocol``,
+``messages_scheduled`` (delayed or waiting for a retry backoff), ``message_stats.dead_lettered``.
+Pop groups are in no vhost: their ``vhost`` is "" and a path names it ``~``, their name
+is ``<group>/<topic>`` (``/api/queues/~/billing%2Forders``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twisted.web import resource, server
+
+from ...core.types import Action, Resource, topic_exchange
+from .auth import AdminResource, path_name
+from .credentials import require, require_topic, user_of
+from .request import json_object, read_json, request_body
+from .responses import HttpError, Response
+
+if TYPE_CHECKING:
+    from ...core.broker import Broker
+
+POP_PATH = "~"
+
+
+class Queues(AdminResource):
+    needs: Action | None = "manage"
+
+    def __init__(self, broker: Broker, vhost: str | None = None) -> None:
+        super().__init__(broker)
+        self.vhost = vhost
+
+    def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
+        if path == b"":
+            return self
+        if self.vhost is None:
+            return Queues(self.broker, path_name(path, "vhost"))
+        return OneQueue(self.broker, self.vhost, path_name(path, "queue"))
+
+    def handle_GET(self, request: server.Request) -> Response:
+        user = user_of(request)
+        vhost = None if self.vhost is None else ("" if self.vhost == POP_PATH else self.vhost)
+        if vhost is not None and vhost != "" and self.broker.vhost(vhost) is None:
+            raise HttpError(404, "not_found", f"no vhost '{vhost}'")
+        queues = self.broker.list_queues(self.vhost)
+        return Response.json(200, [q.to_json() for q in queues if _sees(self.broker, user, q.vhost, q.name)])
+
+
+def _sees(broker: Broker, user: str, vhost: str, name: str) -> bool:
+    if vhost == "":  # a pop group: shown as /api/pop shows it, by its topic's vhost
+        return broker.sees_vhost(user, topic_exchange(name.split("/", 1)[1])[0])
+    return broker.sees_vhost(user, vhost)
+
+
+class OneQueue(AdminResource):
+    needs: Action | None = "manage"
+
+    def __init__(self, broker: Broker, vhost: str, name: str, action: str = "") -> None:
+        super().__init__(broker)
+        self.vhost, self.name, self.action = vhost, name, action
+
+    def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
+        if self.action or path not in (b"contents", b"get"):
+            raise HttpError(404, "not_found", f"no such resource: {request.uri.decode('latin-1', 'replace')}")
+        return OneQueue(self.broker, self.vhost, self.name, path.decode())
+
+    def _visible(self, request: server.Request) -> Any:
+        info = self.broker.queue_info(self.vhost, self.name)
+        if not _sees(self.broker, user_of(request), info.vhost, info.name):
+            raise HttpError(404, "not_found", f"no queue '{self.name}' in vhost '{self.vhost}'")
+        return info
+
+    def _may_read(self, request: server.Request, info: Any) -> None:
+        if info.vhost == "":
+            require_topic(request, self.broker, "read", info.name.split("/", 1)[1])
+        else:
+            require(request, self.broker, "read", Resource(info.vhost, "queue", info.name))
+
+    def handle_GET(self, request: server.Request) -> Response:
+        if self.action:
+            raise HttpError(405, "method_not_allowed", f"GET is not allowed on .../{self.action}")
+        return Response.json(200, self._visible(request).to_json())
+
+    def handle_DELETE(self, request: server.Request) -> Response:
+        if self.action != "contents":
+            raise HttpError(405, "method_not_allowed", "a queue is deleted by its protocol; "
+                            "DELETE .../contents purges it")
+        info = self._visible(request)
+        self._may_read(request, info)
+        self.broker.purge_queue_contents(self.vhost, self.name)
+        return Response.empty(204)
+
+    def handle_POST(self, request: server.Request) -> Response:
+        if self.action != "get":
+            raise HttpError(405, "method_not_allowed", "POST is allowed on .../get only")
+        info = self._visible(request)
+        self._may_read(request, info)
+        count = 10
+        if request_body(request).strip():
+            # RabbitMQ's body also names ackmode, encoding, truncate: a browse takes nothing
+            body = json_object(read_json(request), ("count", "ackmode", "encoding", "truncate"))
+            count = body.get("count", 10)
+            if isinstance(count, bool) or not isinstance(count, int):
+                raise HttpError(400, "bad_request", "count must be a whole number")
+        return Response.json(200, [m.to_json() for m in self.broker.peek_queue(self.vhost, self.name, count)])

@@ -1,0 +1,131 @@
+"""The operator's view on a real broker on a temp dir (no sockets): a queue's counts and
+stats against what was done to it, the kind's running totals surviving the queue's
+deletion, a browse in delivery order (priorities) that takes nothing, purge, and offset
+reset plans (clamped to the log, dry run, executed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from logbus.core.broker import Broker
+from logbus.core.errors import InvalidRequest, NotFound
+from logbus.core.message import Envelope, Message
+from logbus.core.queues.entry import Outcome, QueueLimits
+from logbus.core.queues.service import DeadLetterTarget, QueueSettings
+from logbus.core.streams.group_model import OffsetAndMetadata
+from tests.core.brokers import Brokers
+from tests.core.test_vhost import Consumer
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    brokers = Brokers(tmp_path)
+    yield brokers.start()
+    brokers.stop()
+
+
+def msg(body: bytes, **env: object) -> Message:
+    return Message(None, body, None, [], Envelope(**env))  # type: ignore[arg-type]
+
+
+def test_counts_and_stats_follow_what_happens(broker: Broker) -> None:
+    v = broker.vhost("/")
+    assert v is not None
+    v.declare_queue("dlq", durable=True)
+    v.declare_queue("work", QueueSettings(dead_letter=DeadLetterTarget(exchange="", routing_key="dlq")), durable=True)
+    for i in range(6):
+        v.publish("", "work", msg(b"%d" % i))
+    c = Consumer("c", owner="ch", prefetch=3)
+    v.consume("work", c)
+    info = broker.queue_info("/", "work")
+    assert (info.ready, info.unacked, info.consumers, info.messages) == (3, 3, 1, 6)
+    assert (info.stats.routed, info.stats.delivered) == (6, 3)
+    v.settle("work", c.got[0].receipt, Outcome.ACK)
+    v.settle("work", c.got[1].receipt, Outcome.REQUEUE)  # handed out again at once: a redelivery
+    v.settle("work", c.got[2].receipt, Outcome.DEAD_LETTER)
+    c.unacked = 0  # its credit back
+    v.dispatch("work")
+    assert [d.message.value for d in c.got[3:]] == [b"1", b"3", b"4"]
+    info = broker.queue_info("/", "work")
+    s = info.stats
+    assert (s.acked, s.dead_lettered, s.redelivered) == (1, 1, 1)
+    assert s.delivered == 6
+    assert (info.ready, info.unacked) == (1, 3)
+    assert broker.queue_info("/", "dlq").ready == 1
+
+    totals = broker.queue_totals()["classic"]
+    assert (totals.routed, totals.acked) == (7, 1)  # 6 to work, 1 dead letter to dlq
+    v.delete_queue("work")
+    with pytest.raises(NotFound):
+        broker.queue_info("/", "work")
+    assert broker.queue_totals()["classic"].routed == 7  # the deleted queue's work still counts
+    assert broker.message_totals()["amqp"]["dead_lettered"] == 1
+    assert [q.name for q in broker.list_queues("/")] == ["dlq"]
+
+
+def test_browse_in_delivery_order_takes_nothing(broker: Broker) -> None:
+    v = broker.vhost("/")
+    assert v is not None
+    v.declare_queue("pri", QueueSettings(limits=QueueLimits(max_priority=5)))
+    for body, pri in ((b"low", 1), (b"high", 5), (b"mid", 3), (b"high2", 5)):
+        v.publish("", "pri", msg(body, priority=pri, message_id=body.decode()))
+    peeked = broker.peek_queue("/", "pri", 3)
+    assert [p.payload for p in peeked] == [b"high", b"high2", b"mid"]
+    assert [p.message_id for p in peeked] == ["high", "high2", "mid"]
+    assert [p.position for p in peeked] == [1, 2, 3]
+    info = broker.queue_info("/", "pri")
+    assert (info.ready, info.stats.delivered) == (4, 0)
+    c = Consumer("c", owner="ch", prefetch=1)
+    v.consume("pri", c)
+    assert c.got[0].message.value == b"high"  # as the browse said
+    assert [p.payload for p in broker.peek_queue("/", "pri", 10)] == [b"high2", b"mid", b"low"]
+    with pytest.raises(InvalidRequest):
+        broker.peek_queue("/", "pri", 0)
+
+    assert broker.purge_queue_contents("/", "pri") == 3
+    info = broker.queue_info("/", "pri")
+    assert (info.ready, info.unacked) == (0, 1)  # the leased one stays
+
+
+def test_pop_groups_are_queues_of_their_own_namespace(broker: Broker) -> None:
+    broker.create_topic("jobs", {"partitions": 1})
+    broker.pop_receive("workers", "jobs", "m", 1, 30_000)
+    broker.publish("jobs", [msg(b"a"), msg(b"b")], partition=0)
+    while broker.reactor.run_once():
+        pass
+    [q] = broker.list_queues("~")
+    assert (q.vhost, q.name, q.kind, q.protocol, q.ready) == ("", "workers/jobs", "pop", "http", 2)
+    assert broker.queue_info("~", "workers/jobs").ready == 2
+    assert [p.payload for p in broker.peek_queue("~", "workers/jobs", 5)] == [b"a", b"b"]
+
+
+def test_offset_reset_plans(broker: Broker) -> None:
+    broker.create_topic("clicks", {"partitions": 2})
+    for p in (0, 1):
+        broker.publish("clicks", [msg(b"x") for _ in range(10)], partition=p)
+    while broker.reactor.run_once():
+        pass
+    with pytest.raises(NotFound):
+        broker.consumer_group_offsets("g")
+    broker.commit_offsets("g", -1, "", {("clicks", 0): OffsetAndMetadata(4)})
+    g = broker.consumer_group_offsets("g")
+    assert [(p.topic, p.partition, p.committed, p.log_end, p.lag) for p in g.partitions] == [("clicks", 0, 4, 10, 6)]
+
+    plan = broker.reset_group_offsets("g", "shift", 100)  # clamped to the end; a dry run
+    assert [(r.partition, r.current, r.new) for r in plan] == [(0, 4, 10)]
+    assert broker.consumer_group_offsets("g").partitions[0].committed == 4
+    plan = broker.reset_group_offsets("g", "shift", -100, topics=["clicks"], execute=True)
+    assert [(r.partition, r.current, r.new) for r in plan] == [(0, 4, 0), (1, None, 0)]
+    assert [p.committed for p in broker.consumer_group_offsets("g").partitions] == [0, 0]
+    assert [r.new for r in broker.reset_group_offsets("g", "latest")] == [10, 10]
+    assert [r.new for r in broker.reset_group_offsets("g", "offset", 7)] == [7, 7]
+    assert [r.new for r in broker.reset_group_offsets("g", "datetime", 0)] == [0, 0]
+    assert [r.new for r in broker.reset_group_offsets("g", "datetime", 2**62)] == [10, 10]
+    with pytest.raises(InvalidRequest):
+        broker.reset_group_offsets("g", "sideways")
+    with pytest.raises(NotFound):
+        broker.reset_group_offsets("g", "earliest", topics=["nope"])
+    # a group with members is refused (GroupActive): tests/integration/test_operator_view.py, with a real consumer

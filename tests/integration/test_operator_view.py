@@ -1,0 +1,250 @@
+"""The operator's view against a real `logbus serve`, every number checked against what
+real clients did: AMQP (pika) queue depth after N publishes and unacked after N
+deliveries, an MQTT (paho) session's queued messages while it is offline, a Kafka
+(kafka-python) group's committed offsets and lag after produce and commit, a pop group's
+ready and invisible counts; browse without consuming, purge, offset resets (dry run,
+execute, refused while the group has members); /api/overview, /api/exchanges,
+/api/bindings and the Prometheus series (aggregated and per object)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pika  # type: ignore[import-untyped]
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # type: ignore[import-untyped]
+from kafka.structs import OffsetAndMetadata  # type: ignore[import-untyped]
+
+from tests.integration.mgmt import Mgmt, q
+from tests.integration.mqtt_clients import WAIT, Paho, unique
+from tests.serverproc import LogbusServer, module_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
+    yield from module_server(tmp_path_factory, "operator-view")
+
+
+@pytest.fixture(scope="module")
+def mgmt(server: LogbusServer) -> Mgmt:
+    m = Mgmt(server)
+    m.add_user("watcher", "pw", "monitoring")
+    m.add_user("manager", "pw", "management")  # no permission anywhere
+    return m
+
+
+def amqp(server: LogbusServer) -> Any:
+    host, port = server.host_port("amqp")
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        host=host, port=port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1))
+
+
+def eventually(fetch: Any, ready: Any) -> Any:
+    """``fetch()`` once ``ready(value)`` holds (the broker settles asynchronously)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        value = fetch()
+        if ready(value):
+            return value
+        assert time.monotonic() < deadline, value
+        time.sleep(0.05)
+
+
+def queue(mgmt: Mgmt, vhost: str, name: str) -> dict[str, Any]:
+    reply = mgmt.call("GET", f"/api/queues/{q(vhost)}/{q(name)}")
+    assert reply.status == 200, reply
+    body: dict[str, Any] = reply.json()
+    return body
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(name + ("{" + want + "}" if labels else " ")):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_amqp_queue_depth_unacked_browse_and_purge(server: LogbusServer, mgmt: Mgmt) -> None:
+    conn = amqp(server)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("ov-orders", durable=True, arguments={"x-max-length": 1000})
+    for i in range(7):
+        ch.basic_publish("", "ov-orders", f"order {i}".encode(), pika.BasicProperties(message_id=f"m{i}"))
+    info = queue(mgmt, "/", "ov-orders")
+    assert (info["messages_ready"], info["messages_unacknowledged"], info["messages"]) == (7, 0, 7)
+    assert (info["kind"], info["protocol"], info["durable"]) == ("classic", "amqp", True)
+    assert info["arguments"] == {"x-max-length": 1000}
+    assert info["message_stats"]["publish"] == 7
+
+    # browse: the first three in order, nothing taken
+    reply = mgmt.call("POST", "/api/queues/%2F/ov-orders/get", {"count": 3, "ackmode": "ack_requeue_true"})
+    assert reply.status == 200, reply
+    got = reply.json()
+    assert [m["payload"] for m in got] == ["order 0", "order 1", "order 2"]
+    assert [m["message_id"] for m in got] == ["m0", "m1", "m2"]
+    assert not any(m["redelivered"] for m in got)
+    assert queue(mgmt, "/", "ov-orders")["messages_ready"] == 7
+
+    # three deliveries not acked yet, then one acked and one requeued
+    ch.basic_qos(prefetch_count=3)
+    tags: list[int] = []
+    ch.basic_consume("ov-orders", lambda c, m, p, b: tags.append(m.delivery_tag))
+    while len(tags) < 3:
+        conn.process_data_events(time_limit=0.1)
+    info = eventually(lambda: queue(mgmt, "/", "ov-orders"), lambda i: i["messages_unacknowledged"] == 3)
+    assert (info["messages_ready"], info["consumers"]) == (4, 1)
+    assert info["message_stats"]["deliver_get"] == 3
+    ch.basic_ack(tags[0])
+    ch.basic_cancel(ch.consumer_tags[0])
+    ch.basic_nack(tags[1], requeue=True)
+    info = eventually(lambda: queue(mgmt, "/", "ov-orders"), lambda i: i["messages_unacknowledged"] == 1)
+    assert (info["messages_ready"], info["consumers"], info["message_stats"]["ack"]) == (5, 0, 1)
+
+    # purge: the ready ones go, the leased one stays
+    assert mgmt.call("DELETE", "/api/queues/%2F/ov-orders/contents").status == 204
+    info = queue(mgmt, "/", "ov-orders")
+    assert (info["messages_ready"], info["messages_unacknowledged"]) == (0, 1)
+    conn.close()
+    info = eventually(lambda: queue(mgmt, "/", "ov-orders"), lambda i: i["messages_unacknowledged"] == 0)
+    assert info["messages_ready"] == 1  # given back when its channel closed
+
+    # who may: a management user without permissions neither sees nor purges it
+    manager = mgmt.as_user(("manager", "pw"))
+    assert "ov-orders" not in [x["name"] for x in manager.call("GET", "/api/queues").json()]
+    assert manager.call("DELETE", "/api/queues/%2F/ov-orders/contents").status == 404
+    assert mgmt.call("GET", "/api/queues/%2F/no-such").status == 404
+    assert mgmt.call("GET", "/api/queues/no-such-vhost").status == 404
+    assert mgmt.call("POST", "/api/queues/%2F/ov-orders/get", {"count": 0}).status == 400
+
+
+def test_exchanges_and_bindings(server: LogbusServer, mgmt: Mgmt) -> None:
+    conn = amqp(server)
+    ch = conn.channel()
+    ch.exchange_declare("ov-events", "topic", durable=True)
+    ch.queue_declare("ov-audit", durable=True)
+    ch.queue_bind("ov-audit", "ov-events", "order.*")
+    exchanges = {e["name"]: e for e in mgmt.call("GET", "/api/exchanges/%2F").json()}
+    assert exchanges["ov-events"]["type"] == "topic" and exchanges["ov-events"]["durable"] is True
+    bindings = mgmt.call("GET", "/api/bindings").json()
+    assert {"source": "ov-events", "destination": "ov-audit", "routing_key": "order.*"}.items() <= next(
+        b for b in bindings if b["source"] == "ov-events").items()
+    conn.close()
+
+
+def test_mqtt_session_queue_while_offline(server: LogbusServer, mgmt: Mgmt) -> None:
+    cid = unique("ov-dev")
+    sub = Paho(server, cid, clean=False)
+    sub.subscribe("ov/dev/#", qos=1)
+    sub.close()
+    pub = Paho(server)
+    for i in range(5):
+        pub.publish(f"ov/dev/{i}", b"reading", qos=1).wait_for_publish(WAIT)
+    pub.close()
+    name = f"mqtt-session:{cid}"
+    info = eventually(lambda: queue(mgmt, "/", name), lambda i: i["messages_ready"] == 5)
+    assert (info["kind"], info["protocol"], info["consumers"]) == ("session", "mqtt", 0)
+    browsed = mgmt.call("POST", f"/api/queues/%2F/{q(name)}/get", {"count": 10}).json()
+    assert [m["routing_key"] for m in browsed] == [f"ov.dev.{i}" for i in range(5)]  # RabbitMQ's mapping
+    assert [m["properties"]["mqtt_topic"] for m in browsed] == [f"ov/dev/{i}" for i in range(5)]
+    sub = Paho(server, cid, clean=False)
+    assert len(sub.take(5)) == 5
+    info = eventually(lambda: queue(mgmt, "/", name), lambda i: i["messages"] == 0)
+    assert info["message_stats"]["deliver_get"] == 5
+    sub.close()
+
+
+def test_kafka_group_lag_and_reset(server: LogbusServer, mgmt: Mgmt) -> None:
+    topic, group = "ov-clicks", "ov-analytics"
+    producer = KafkaProducer(bootstrap_servers=server.addresses["kafka"])
+    for i in range(10):
+        producer.send(topic, key=b"k", value=b"click %d" % i, partition=0)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], group_id=group,
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.commit({tp: OffsetAndMetadata(4, "", -1)})
+    g = mgmt.call("GET", f"/api/consumer-groups/{group}").json()
+    part = next(p for p in g["partitions"] if p["topic"] == topic)
+    assert (part["committed_offset"], part["log_end_offset"], part["lag"]) == (4, 10, 6)
+    assert g["lag"] == 6
+    assert group in [x["group"] for x in mgmt.call("GET", "/api/consumer-groups").json()]
+
+    reset = f"/api/consumer-groups/{group}/reset-offsets"
+    plan = mgmt.call("POST", reset, {"to": "earliest"}).json()  # a dry run
+    assert plan == [{"topic": topic, "partition": 0, "current_offset": 4, "new_offset": 0}]
+    assert mgmt.call("GET", f"/api/consumer-groups/{group}").json()["lag"] == 6
+    plan = mgmt.call("POST", reset, {"to": "shift", "value": 3, "execute": True}).json()
+    assert isinstance(plan, list), plan
+    assert plan[0]["new_offset"] == 7
+    assert consumer.committed(tp) == 7  # the client sees it
+    assert mgmt.call("GET", f"/api/consumer-groups/{group}").json()["lag"] == 3
+    assert mgmt.call("POST", reset, {"to": "sideways"}).status == 400
+    watcher = mgmt.as_user(("watcher", "pw"))
+    assert watcher.call("GET", f"/api/consumer-groups/{group}").status == 200
+    assert watcher.call("POST", reset, {"to": "earliest"}).status == 403
+    consumer.close()
+
+    # a group with members may not be reset
+    member = KafkaConsumer(topic, bootstrap_servers=server.addresses["kafka"], group_id=group,
+                           enable_auto_commit=False, consumer_timeout_ms=200)
+    deadline = time.monotonic() + WAIT
+    while not member.assignment():
+        member.poll(timeout_ms=100)
+        assert time.monotonic() < deadline
+    g = mgmt.call("GET", f"/api/consumer-groups/{group}").json()
+    assert g["state"] == "Stable" and [a["partition"] for a in g["members"][0]["assignment"]] == [0]
+    refused = mgmt.call("POST", reset, {"to": "earliest", "execute": True})
+    assert refused.status == 409 and refused.json()["error"] == "group_active", refused
+    member.close()
+    assert mgmt.call("GET", "/api/consumer-groups/no-such").status == 404
+
+
+def test_pop_group_is_a_queue(server: LogbusServer, mgmt: Mgmt) -> None:
+    mgmt.ok("POST", "/api/topics", {"name": "ov-jobs", "partitions": 1})
+    assert mgmt.call("POST", "/api/pop/ov-workers/ov-jobs/receive", {"max": 1, "invisible_ms": 60_000}).status == 200
+    reply = mgmt.ok("POST", "/api/topics/ov-jobs/messages", {"messages": [{"value": f"j{i}"} for i in range(4)]})
+    assert len(reply.json()["offsets"]) == 4
+    got = mgmt.call("POST", "/api/pop/ov-workers/ov-jobs/receive", {"max": 1, "invisible_ms": 60_000}).json()
+    assert len(got["messages"]) == 1
+    info = queue(mgmt, "~", "ov-workers/ov-jobs")
+    assert (info["vhost"], info["kind"], info["protocol"]) == ("", "pop", "http")
+    assert (info["messages_ready"], info["messages_unacknowledged"]) == (3, 1)
+    assert "ov-workers/ov-jobs" in [x["name"] for x in mgmt.call("GET", "/api/queues/~").json()]
+
+
+def test_overview_and_metrics(server: LogbusServer, mgmt: Mgmt) -> None:
+    conn = amqp(server)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("ov-metrics", durable=True)
+    for _ in range(3):
+        ch.basic_publish("", "ov-metrics", b"x")
+    device = Paho(server)
+    ov = eventually(lambda: mgmt.call("GET", "/api/overview").json(),
+                    lambda o: o["connections_by_protocol"]["mqtt"] >= 1)
+    assert ov["connections_by_protocol"]["amqp"] >= 1
+    assert ov["message_totals"]["amqp"]["received"] >= 3
+    queues = mgmt.call("GET", "/api/queues").json()
+    assert ov["queue_totals"]["messages_ready"] == sum(x["messages_ready"] for x in queues)
+    assert ov["mem_used"] > 0 and ov["fd_used"] > 0 and ov["disk_free"] > 0
+    assert ov["product_name"] == "logbus" and ov["uptime_ms"] > 0
+
+    scrape = mgmt.call("GET", "/metrics").body.decode()
+    ready = {x["kind"]: 0 for x in queues}
+    for x in queues:
+        ready[x["kind"]] += x["messages_ready"]
+    assert metric(scrape, "logbus_queue_messages_ready", kind="classic") == ready["classic"]
+    assert metric(scrape, "logbus_connections", protocol="mqtt") == float(ov["connections_by_protocol"]["mqtt"])
+    assert (metric(scrape, "logbus_global_messages_received_total", protocol="amqp") or 0) >= 3
+    assert (metric(scrape, "process_resident_memory_bytes") or 0) > 0
+    assert "ov-metrics" not in scrape  # per-object series are not in the default set
+    per_object = mgmt.call("GET", "/metrics/per-object").body.decode()
+    assert metric(per_object, "logbus_queue_messages_ready", kind="classic", queue="ov-metrics", vhost="/") == 3
+    device.close()
+    conn.close()
