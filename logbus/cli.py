@@ -491,8 +491,9 @@ def cmd_pop_list(args: argparse.Namespace) -> int:
     elif not groups:
         print("no pop groups")
     else:
-        print(table(["GROUP", "TOPIC", "READY", "INVISIBLE"],
-                    [[g["group"], g["topic"], str(g["ready"]), str(g["invisible"])] for g in groups]))
+        print(table(["GROUP", "TOPIC", "READY", "INVISIBLE", "DEAD-LETTERED", "DLQ WAITING"],
+                    [[g["group"], g["topic"], str(g["ready"]), str(g["invisible"]), str(g["dead_lettered"]),
+                      str(g["dead_letters_waiting"])] for g in groups]))
     return 0
 
 

@@ -157,9 +157,10 @@ def cmd_overview(args: argparse.Namespace) -> int:
             ["disk free", f"{o['disk_free'] >> 20} MiB"], ["alarms", ", ".join(o["alarms"]) or "none"]]
     print(table([], rows))
     print()
-    print(table(["PROTOCOL", "RECEIVED", "SENT", "ROUTED", "DELIVERED", "REDELIVERED", "ACKED", "DEAD-LETTERED"],
-                [[p, *(str(m[k]) for k in ("received", "sent", "routed", "delivered", "redelivered", "acked",
-                                           "dead_lettered"))] for p, m in o["message_totals"].items()]))
+    print(table(["PROTOCOL", "RECEIVED", "CONFIRMED", "SENT", "ROUTED", "DELIVERED", "REDELIVERED", "ACKED",
+                 "DEAD-LETTERED"],
+                [[p, *(str(m[k]) for k in ("received", "confirmed", "sent", "routed", "delivered", "redelivered",
+                                           "acked", "dead_lettered"))] for p, m in o["message_totals"].items()]))
     return 0
 
 

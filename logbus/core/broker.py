@@ -668,7 +668,10 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory):
         self.pop.change_invisible(group, topic, handle, invisible_ms)
 
     def pop_groups(self) -> list[dict[str, Any]]:
-        return [{"group": g, "topic": t, "ready": qs.queue.message_count, "invisible": qs.queue.unacked_count}
+        """Each pop group on each topic: ready and invisible messages, dead-lettered since
+        start, and its dead letters not yet replayed (per group: ``%DLQ%<group>``)."""
+        return [{"group": g, "topic": t, "ready": qs.queue.message_count, "invisible": qs.queue.unacked_count,
+                 "dead_lettered": qs.stats.dead_lettered, "dead_letters_waiting": self.dead_letters_waiting(g)}
                 for g, t, qs in self.pop.groups()]
 
     def _append_dead_letter(self, topic: str, message: Message) -> None:

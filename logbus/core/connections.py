@@ -45,6 +45,7 @@ class ConnectionRecord:
     vhost: str = ""
     client_id: str = ""  # MQTT client id, Kafka client.id, AMQP connection_name
     received: int = 0  # messages from the client
+    confirmed: int = 0  # ... of which confirmed to it (AMQP confirms, MQTT PUBACK/PUBREC, Kafka acks)
     sent: int = 0  # messages to the client
     bytes_in: int = 0
     close_reason: str = ""  # why the broker closed it, when it did (an administrator, a timeout)
@@ -78,7 +79,7 @@ class Connections:
         self._ids = itertools.count(1)
         self.closes = 0  # connections closed so far
         # per protocol, the messages received and sent by connections closed so far
-        self._closed_counts = {p: [0, 0] for p in PROTOCOLS}
+        self._closed_counts = {p: [0, 0, 0] for p in PROTOCOLS}
 
     def open(self, protocol: str, peer: str, *, tls: bool, close: Callable[[str], object]) -> ConnectionRecord:
         if protocol not in PROTOCOLS:
@@ -116,6 +117,7 @@ class Connections:
             counts = self._closed_counts[c.protocol]
             counts[0] += c.received
             counts[1] += c.sent
+            counts[2] += c.confirmed
             reason = c.close_reason or lost or "closed"
             ms = self.clock() - c.opened_ms
             log.info("%s closed (%s): user %r, %.1f s, %d messages in, %d out, %d bytes in", c.describe(), reason,
@@ -123,14 +125,16 @@ class Connections:
                      extra={"fields": c.fields("closed", reason=reason, duration_ms=ms, received=c.received,
                                                sent=c.sent, bytes_in=c.bytes_in)})
 
-    def message_counts(self) -> dict[str, tuple[int, int]]:
-        """Per protocol, (received, sent) messages of every connection since start."""
+    def message_counts(self) -> dict[str, dict[str, int]]:
+        """Per protocol, the messages every connection since start received, confirmed
+        and sent."""
         out = {p: list(n) for p, n in self._closed_counts.items()}
         for c in self._open.values():
             n = out[c.protocol]
             n[0] += c.received
             n[1] += c.sent
-        return {p: (n[0], n[1]) for p, n in out.items()}
+            n[2] += c.confirmed
+        return {p: {"received": n[0], "confirmed": n[2], "sent": n[1]} for p, n in out.items()}
 
     def get(self, id: int) -> ConnectionRecord | None:
         return self._open.get(id)

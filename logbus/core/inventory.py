@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from .connections import PROTOCOLS, Connections
 from .errors import GroupActive, InvalidRequest, NotFound, PreconditionFailed, RecordGone
 from .pressure import ResourceMonitor, free_disk, resident_memory
-from .queues.pop import POP_VHOST
+from .queues.pop import POP_VHOST, dlq_topic
+from .queues.replay import replay_group
 from .queues.stats import POP, SESSION, SHARED, QueueStats
 from .streams.group_model import Code, OffsetAndMetadata
 
@@ -306,17 +307,30 @@ class Inventory:
         del q
         return out
 
+    def dead_letters_waiting(self, group: str) -> int:
+        """Records of pop group ``group``'s dead-letter topic past its replay cursor (at
+        most: a replay may skip some, queues/replay.py)."""
+        dlq = self._log.topics.get(dlq_topic(group))
+        if dlq is None:
+            return 0
+        committed = self.groups.fetch_offsets(replay_group(group), [(dlq.name, p.index) for p in dlq.partitions])
+        n = 0
+        for p in dlq.partitions:
+            om = committed.get((dlq.name, p.index))
+            n += max(0, p.high_watermark - max(p.log_start_offset, om.offset if om is not None else 0))
+        return n
+
     # -- the whole broker ------------------------------------------------------------------
 
     def message_totals(self) -> dict[str, dict[str, int]]:
-        """Per protocol, the messages received from clients and sent to them (the
-        connection registry's counts, closed connections included), and what the queues
+        """Per protocol, the messages received from clients, confirmed to them and sent
+        to them (the connection registry's counts, closed connections included), and what the queues
         their clients consume did (``queues/stats.py``): routed, delivered, redelivered,
         acked, dead-lettered, since start."""
         out: dict[str, dict[str, int]] = {}
-        for protocol, (received, sent) in self.connections.message_counts().items():
-            out[protocol] = {"received": received, "sent": sent, "routed": 0, "delivered": 0,
-                             "redelivered": 0, "acked": 0, "dead_lettered": 0}
+        for protocol, counts in self.connections.message_counts().items():
+            out[protocol] = {**counts, "routed": 0, "delivered": 0, "redelivered": 0, "acked": 0,
+                             "dead_lettered": 0}
         for kind, stats in self.queue_totals().items():
             row = out[PROTOCOL_OF[kind]]
             for name, n in stats.to_json().items():

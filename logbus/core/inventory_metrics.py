@@ -13,7 +13,7 @@ group partition (``PerObjectCollector``).
     logbus_queue_messages_unacked{kind}               gauge   (idem)
     logbus_queue_messages_scheduled{kind}             gauge   (idem)
     logbus_queue_consumers{kind}                      gauge   (idem)
-    logbus_global_messages_<event>_total{protocol}    counter: received, routed, delivered,
+    logbus_global_messages_<event>_total{protocol}    counter: received, confirmed, routed, delivered,
                                                       redelivered, acknowledged, dead_lettered
     logbus_consumer_group_lag{group}                  gauge   (per object: {group,topic,partition})
     logbus_disk_free_bytes                            gauge
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 KIND_LABEL = ("kind",)
 EVENTS = (("received", "received", "Messages received from clients"),
+          ("confirmed", "confirmed", "Messages confirmed to publishers (AMQP confirms, MQTT PUBACK/PUBREC, "
+           "Kafka produce acks)"),
           ("routed", "routed", "Messages routed to queues (one per queue)"),
           ("delivered", "delivered", "Messages delivered to consumers or taken from queues"),
           ("redelivered", "redelivered", "Messages delivered again"),

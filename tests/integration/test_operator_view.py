@@ -219,6 +219,7 @@ def test_pop_group_is_a_queue(server: LogbusServer, mgmt: Mgmt) -> None:
 
 
 def test_overview_and_metrics(server: LogbusServer, mgmt: Mgmt) -> None:
+    before = mgmt.call("GET", "/api/overview").json()["message_totals"]
     conn = amqp(server)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -226,10 +227,23 @@ def test_overview_and_metrics(server: LogbusServer, mgmt: Mgmt) -> None:
     for _ in range(3):
         ch.basic_publish("", "ov-metrics", b"x")
     device = Paho(server)
-    ov = eventually(lambda: mgmt.call("GET", "/api/overview").json(),
-                    lambda o: o["connections_by_protocol"]["mqtt"] >= 1)
-    assert ov["connections_by_protocol"]["amqp"] >= 1
-    assert ov["message_totals"]["amqp"]["received"] >= 3
+    for i in range(2):
+        device.publish("ov/metrics", b"m", qos=1).wait_for_publish(WAIT)
+    device.publish("ov/metrics", b"m", qos=0).wait_for_publish(WAIT)
+    producer = KafkaProducer(bootstrap_servers=server.addresses["kafka"], acks=1)
+    for _ in range(4):
+        producer.send("ov-metrics-k", b"r", partition=0)
+    producer.flush()
+    producer.close()
+
+    def moved(o: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        now = o["message_totals"]
+        return {p: (now[p]["received"] - before[p]["received"], now[p]["confirmed"] - before[p]["confirmed"])
+                for p in ("amqp", "mqtt", "kafka")}
+
+    want = {"amqp": (3, 3), "mqtt": (3, 2), "kafka": (4, 4)}
+    ov = eventually(lambda: mgmt.call("GET", "/api/overview").json(), lambda o: moved(o) == want)
+    assert ov["connections_by_protocol"]["amqp"] >= 1 and ov["connections_by_protocol"]["mqtt"] >= 1
     queues = mgmt.call("GET", "/api/queues").json()
     assert ov["queue_totals"]["messages_ready"] == sum(x["messages_ready"] for x in queues)
     assert ov["mem_used"] > 0 and ov["fd_used"] > 0 and ov["disk_free"] > 0
@@ -241,9 +255,12 @@ def test_overview_and_metrics(server: LogbusServer, mgmt: Mgmt) -> None:
         ready[x["kind"]] += x["messages_ready"]
     assert metric(scrape, "logbus_queue_messages_ready", kind="classic") == ready["classic"]
     assert metric(scrape, "logbus_connections", protocol="mqtt") == float(ov["connections_by_protocol"]["mqtt"])
-    assert (metric(scrape, "logbus_global_messages_received_total", protocol="amqp") or 0) >= 3
+    assert metric(scrape, "logbus_global_messages_received_total", protocol="kafka") == float(
+        ov["message_totals"]["kafka"]["received"])
+    assert metric(scrape, "logbus_global_messages_confirmed_total", protocol="amqp") == float(
+        ov["message_totals"]["amqp"]["confirmed"])
     assert (metric(scrape, "process_resident_memory_bytes") or 0) > 0
-    assert "ov-metrics" not in scrape  # per-object series are not in the default set
+    assert 'queue="ov-metrics"' not in scrape  # per-object series are not in the default set
     per_object = mgmt.call("GET", "/metrics/per-object").body.decode()
     assert metric(per_object, "logbus_queue_messages_ready", kind="classic", queue="ov-metrics", vhost="/") == 3
     device.close()

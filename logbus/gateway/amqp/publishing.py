@@ -119,8 +119,11 @@ class Publishing:
                 if isinstance(result, Exception):
                     for seq in range(seq0 + first, seq0 + last + 1):
                         self.confirm_failed(seq)
-                elif confirms.ok_range(seq0 + first, seq0 + last) and not self.confirms_due:
-                    self._confirms_due()
+                else:
+                    if self.conn.record is not None:
+                        self.conn.record.confirmed += last - first + 1
+                    if confirms.ok_range(seq0 + first, seq0 + last) and not self.confirms_due:
+                        self._confirms_due()
 
         out = self.vhost.publish_many([(p.exchange, p.routing_key, to_message(p), p.properties.headers)
                                        for p in run], on_durable, x_delay)
@@ -150,8 +153,11 @@ class Publishing:
         def durable(result: Any) -> None:
             if isinstance(result, Exception):
                 self.confirm_failed(seq or 0)
-            elif confirms.ok(seq or 0) and not self.confirms_due:
-                self._confirms_due()
+            else:
+                if self.conn.record is not None:
+                    self.conn.record.confirmed += 1
+                if confirms.ok(seq or 0) and not self.confirms_due:
+                    self._confirms_due()
 
         try:
             out = room.publish(self.vhost, p.exchange, p.routing_key, message, headers=p.properties.headers,

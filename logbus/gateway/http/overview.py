@@ -5,7 +5,7 @@
          "object_totals": {"connections", "queues", "vhosts", "topics", "consumers", "consumer_groups"},
          "connections_by_protocol": {"amqp", "mqtt", "kafka", "http"},
          "queue_totals": {"messages", "messages_ready", "messages_unacknowledged", "messages_scheduled"},
-         "message_totals": {protocol: {"received", "sent", "routed", "delivered", "redelivered",
+         "message_totals": {protocol: {"received", "confirmed", "sent", "routed", "delivered", "redelivered",
                                        "acked", "dead_lettered"}},
          "message_rates": {protocol: {the same, per second over the last sample}},
          "alarms", "health", "mem_used", "fd_used", "disk_free", "disk_free_limit"}

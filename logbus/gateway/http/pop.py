@@ -1,6 +1,7 @@
 """Pop consumption over HTTP (RocketMQ 5's SimpleConsumer model; docs/consumption.md).
 
-    GET  /api/pop                                   200 [{"group", "topic", "ready", "invisible"}, ...]
+    GET  /api/pop                                   200 [{"group", "topic", "ready", "invisible",
+                                                         "dead_lettered", "dead_letters_waiting"}, ...]
     POST /api/pop/<group>/<topic>/receive           200 {"messages": [...]}
          body {"max": 32, "invisible_ms": 30000, "member": "worker-1", "wait_ms": 20000}
     POST /api/pop/<group>/<topic>/ack               200 {"acked": n, "failed": [...]}

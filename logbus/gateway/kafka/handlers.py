@@ -36,7 +36,7 @@ from twisted.internet.defer import Deferred, DeferredList, succeed
 
 from ...core.broker import Broker
 from ...core.errors import AccessRefused, LogbusError, OffsetOutOfRange, Refused
-from ...core.types import FileSpan, Perm, topic_exchange
+from ...core.types import ConnectionRecord, FileSpan, Perm, topic_exchange
 from . import errors as K
 from .access import KafkaAccess
 from .caller import Caller
@@ -240,7 +240,8 @@ class KafkaHandlers:
                 if by_key and not self._keys_allowed(caller.user, td.name, records):
                     pending.append(succeed(K.TOPIC_AUTHORIZATION_FAILED))
                     continue
-                pending.append(broker.produce(td.name, pd.index, records))
+                pending.append(broker.produce(td.name, pd.index, records).addCallback(
+                    _counted, caller.record, body.acks != 0))
         if body.acks == 0:
             for d in pending:
                 d.addErrback(lambda f: log.info("acks=0 produce failed: %s", f.getErrorMessage()))
@@ -424,3 +425,13 @@ class HandlerPart:
     @property
     def broker(self) -> Broker:
         return self.handlers.broker
+
+
+def _counted(result: Any, record: ConnectionRecord | None, confirmed: bool) -> Any:
+    """A produce's records counted on its connection (received; confirmed with acks)."""
+    if record is not None and hasattr(result, "last_offset"):
+        n = result.last_offset - result.base_offset + 1
+        record.received += n
+        if confirmed:
+            record.confirmed += n
+    return result

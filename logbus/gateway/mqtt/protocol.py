@@ -401,7 +401,10 @@ class MqttProtocol(Protocol):
     def durable(self, batch: list[Pending], first: int, last: int, result: Any) -> None:
         """Items ``first`` to ``last`` of a batch are durable (or failed: ``result`` is the
         exception)."""
-        self.machine.durable(batch, first, last, result if isinstance(result, BaseException) else None)
+        failed = isinstance(result, BaseException)
+        if not failed and self.record is not None:  # QoS 1 and 2 publishes are answered now
+            self.record.confirmed += sum(1 for i in range(first, last + 1) if batch[i].packet.qos)
+        self.machine.durable(batch, first, last, result if failed else None)
         self._drain()
 
     def _retain(self, r: Retain) -> None:
