@@ -307,6 +307,13 @@ class Inventory:
         del q
         return out
 
+    def topic_append_counts(self) -> dict[str, int]:
+        """Records appended to each topic since start (O(partitions)); {} before start."""
+        lm = getattr(self, "log", None)
+        if lm is None:
+            return {}
+        return {t.name: sum(p.records_appended for p in t.partitions) for t in list(lm.topics.values())}
+
     def dead_letters_waiting(self, group: str) -> int:
         """Records of pop group ``group``'s dead-letter topic past its replay cursor (at
         most: a replay may skip some, queues/replay.py)."""

@@ -45,6 +45,7 @@ class PartitionInfo:
     log_end_offset: int
     segments: int
     size_bytes: int
+    records_appended: int = 0  # since start
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,7 @@ class TopicInfo:
                     "log_end_offset": p.log_end_offset,
                     "segments": p.segments,
                     "size_bytes": p.size_bytes,
+                    "records_appended": p.records_appended,
                 }
                 for p in self.partitions
             ],
@@ -278,7 +280,8 @@ class TopicAdmin:
     def describe_topic(self, name: str) -> TopicInfo:
         t = self._log.topic(name)
         parts = [
-            PartitionInfo(p.index, p.log_start_offset, p.log_end_offset, len(p.segments), p.size_bytes)
+            PartitionInfo(p.index, p.log_start_offset, p.log_end_offset, len(p.segments), p.size_bytes,
+                          p.records_appended)
             for p in t.partitions
         ]
         return TopicInfo(t.name, t.config.to_mapping(), parts)

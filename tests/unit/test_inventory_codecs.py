@@ -61,15 +61,20 @@ class Totals:
     def message_totals(self) -> dict[str, dict[str, int]]:
         return {"amqp": {"received": self.received}}
 
+    def topic_append_counts(self) -> dict[str, int]:
+        return {"orders": self.received * 2}
+
 
 def test_rates_over_the_last_sample_interval() -> None:
     clock, totals = Clock(), Totals()
     sampler = RateSampler(totals, clock)  # type: ignore[arg-type]
     sampler.start()
     assert sampler.rates() == {}  # one sample: no rate yet
+    assert sampler.topic_rate("orders") is None
     totals.received = 50
     clock.advance(SAMPLE_SECONDS)
     assert sampler.rates() == {"amqp": {"received": 10.0}}
+    assert (sampler.topic_rate("orders"), sampler.topic_rate("other")) == (20.0, 0.0)
     clock.advance(SAMPLE_SECONDS)
     assert sampler.rates() == {"amqp": {"received": 0.0}}
     sampler.stop()

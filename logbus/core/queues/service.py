@@ -386,7 +386,12 @@ class QueueService:
             if consumer.no_ack:
                 q.settle(r, Outcome.ACK)
                 self.messages.release(entry.topic, entry.partition, entry.offset)
-            _delivered(qs, entry)
+            stats, total = qs.stats, qs.total  # (inline: the per-message path)
+            stats.delivered += 1
+            total.delivered += 1
+            if entry.deliveries > 1:
+                stats.redelivered += 1
+                total.redelivered += 1
             consumer.deliver(Delivery(name, entry, message, r))
 
     def _next_consumer(self, qs: QueueState, consumers: list[Consumer], done: list[Consumer]) -> Consumer | None:

@@ -39,6 +39,7 @@ class RateSampler:
     def __init__(self, broker: Broker, clock: Any) -> None:
         self.broker, self.clock = broker, clock
         self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
+        self.topics: list[tuple[float, dict[str, int]]] = []  # records appended per topic
         self._loop: LoopingCall | None = None
 
     def start(self) -> None:
@@ -53,8 +54,11 @@ class RateSampler:
         self._loop = None
 
     def sample(self) -> None:
-        self.samples.append((self.clock.seconds(), self.broker.message_totals()))
+        now = self.clock.seconds()
+        self.samples.append((now, self.broker.message_totals()))
         del self.samples[:-KEEP]
+        self.topics.append((now, self.broker.topic_append_counts()))
+        del self.topics[:-2]
 
     def rates(self) -> dict[str, dict[str, float]]:
         if len(self.samples) < 2:
@@ -62,6 +66,14 @@ class RateSampler:
         (t0, a), (t1, b) = self.samples[-2], self.samples[-1]
         dt = max(t1 - t0, 1e-3)
         return {p: {k: round((n - a.get(p, {}).get(k, 0)) / dt, 2) for k, n in row.items()} for p, row in b.items()}
+
+
+    def topic_rate(self, topic: str) -> float | None:
+        """Records appended to ``topic`` per second over the last sample interval."""
+        if len(self.topics) < 2:
+            return None
+        (t0, a), (t1, b) = self.topics
+        return round((b.get(topic, 0) - a.get(topic, 0)) / max(t1 - t0, 1e-3), 2)
 
 
 class Overview(AdminResource):

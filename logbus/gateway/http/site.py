@@ -239,7 +239,7 @@ def build_resource(broker: Broker, metrics_auth: bool = False, sampler: RateSamp
         b"bindings": Listing(broker, "bindings"),
         b"consumer-groups": ConsumerGroups(broker),
         b"whoami": WhoAmI(broker),
-        b"topics": Topics(broker),
+        b"topics": Topics(broker, sampler),
         b"connections": Connections(broker),
         b"limits": Limits(broker),
         b"users": Users(broker),

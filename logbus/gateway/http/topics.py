@@ -1,6 +1,7 @@
 """Topic admin.
 
-    GET    /api/topics          200 [TopicInfo, ...]
+    GET    /api/topics          200 [TopicInfo, ...] (with "message_rate": records appended per
+                                second over the last 5 s; each partition's "records_appended")
     POST   /api/topics          201 TopicInfo
                                 body {"name": "t", "partitions": 3, "config": {"flush": "none"}}
     GET    /api/topics/<name>   200 TopicInfo | 404
@@ -53,17 +54,27 @@ from .responses import HttpError, Response
 
 if TYPE_CHECKING:
     from ...core.broker import Broker
+    from .overview import RateSampler
 
 CREATE_FIELDS = ("name", "partitions", "config")
+
+
+def with_rate(info: dict[str, Any], sampler: RateSampler | None) -> dict[str, Any]:
+    """A topic's JSON with ``message_rate``: records appended per second over the last
+    5 s (null until two samples are taken)."""
+    info["message_rate"] = None if sampler is None else sampler.topic_rate(info["name"])
+    return info
 ALTER_FIELDS = ("config",)
 
 
 class Topics(ApiResource):
     audited = True
-    def __init__(self, broker: Broker) -> None:
+
+    def __init__(self, broker: Broker, sampler: RateSampler | None = None) -> None:
         super().__init__()
         self.broker = broker
         self.gate = AlarmGate(broker)
+        self.sampler = sampler  # each topic's append rate (overview.py)
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
@@ -71,11 +82,11 @@ class Topics(ApiResource):
         if request.postpath == [b"messages"]:
             request.postpath = []
             return TopicMessages(self.broker, path, self.gate)
-        return Topic(self.broker, path)
+        return Topic(self.broker, path, self.sampler)
 
     def handle_GET(self, request: server.Request) -> Response:
         user = require(request, self.broker, "manage")
-        return Response.json(200, [info.to_json() for info in self.broker.list_topics()
+        return Response.json(200, [with_rate(info.to_json(), self.sampler) for info in self.broker.list_topics()
                                    if self.broker.sees_vhost(user, topic_exchange(info.name)[0])])
 
     def handle_POST(self, request: server.Request) -> Response:
@@ -84,17 +95,18 @@ class Topics(ApiResource):
         require_topic(request, self.broker, "configure", name)
         info = self.broker.create_topic(name, settings)
         location = "/api/topics/" + quote(info.name, safe="")
-        return Response.json(201, info.to_json(), (("Location", location),))
+        return Response.json(201, with_rate(info.to_json(), self.sampler), (("Location", location),))
 
 
 class Topic(ApiResource):
     isLeaf = True
     audited = True
 
-    def __init__(self, broker: Broker, raw_name: bytes) -> None:
+    def __init__(self, broker: Broker, raw_name: bytes, sampler: RateSampler | None = None) -> None:
         super().__init__()
         self.broker = broker
         self.raw_name = raw_name
+        self.sampler = sampler
 
     def name(self) -> str:
         try:
@@ -110,14 +122,14 @@ class Topic(ApiResource):
         vhost = topic_exchange(name)[0]
         if not self.broker.sees_vhost(user, vhost):
             raise HttpError(403, "forbidden", f"access to vhost '{vhost}' refused for user '{user}'")
-        return Response.json(200, self.broker.describe_topic(name).to_json())
+        return Response.json(200, with_rate(self.broker.describe_topic(name).to_json(), self.sampler))
 
     def handle_PUT(self, request: server.Request) -> Response:
         require(request, self.broker, "policy")  # a topic's settings are its policy
         name = self.name()
         require_topic(request, self.broker, "configure", name)
         settings = parse_alter(read_json(request))
-        return Response.json(200, self.broker.alter_topic(name, settings).to_json())
+        return Response.json(200, with_rate(self.broker.alter_topic(name, settings).to_json(), self.sampler))
 
     def handle_DELETE(self, request: server.Request) -> Response:
         """``?force=true``: a topic queues read is deleted too, their entries with it."""
