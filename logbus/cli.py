@@ -35,7 +35,7 @@ from .config import LISTENERS, ConfigError, load_settings
 from . import cli_ops
 from .cli_output import duration as _ms
 from .cli_output import plural as _plural
-from .cli_output import printable, table
+from .cli_output import Progress, printable, table
 from .cli_output import size as _bytes
 from .gateway.http.client import DEFAULT_SERVER, AdminClient, AdminError
 
@@ -503,6 +503,11 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         return 2
     client = _client(args)
     total: dict[str, Any] = {"group": args.group, "replayed": 0, "topics": {}, "skipped": 0}
+    bar = Progress(f"replaying %DLQ%{args.group}")
+    expect = None
+    if bar.on:  # the bar's total: the dead letters waiting (at most)
+        waiting = [g["dead_letters_waiting"] for g in client.pop_groups() if g["group"] == args.group]
+        expect = min(waiting[0], args.max or waiting[0]) if waiting else None
     while True:  # the server moves a bounded number per request and says whether more are left
         left = None if args.max is None else args.max - total["replayed"]
         got = client.dlq_replay(args.group, args.topic, left)
@@ -510,8 +515,10 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         total["skipped"] += got["skipped"]
         for t, n in got["topics"].items():
             total["topics"][t] = total["topics"].get(t, 0) + n
+        bar.update(total["replayed"], expect)
         if not got["more"] or not got["replayed"] or left == got["replayed"]:
             break
+    bar.close()
     print(json.dumps(total) if args.json else replay_summary(total))
     return 0
 
@@ -617,7 +624,10 @@ def cmd_export_parquet(args: argparse.Namespace) -> int:
         print(f"{PROG}: export needs the spark extra (pip install 'logbus[spark]'): {exc}", file=sys.stderr)
         return 1
     try:
-        files = export_parquet(args.data_dir, args.topic, args.out, include_headers=args.include_headers)
+        bar = Progress(f"exporting {args.topic}")
+        files = export_parquet(args.data_dir, args.topic, args.out, include_headers=args.include_headers,
+                               progress=bar.update)
+        bar.close()
     except LogReadError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -45,3 +46,34 @@ def printable(text: str) -> str:
     """``text`` on one line of a table: control characters escaped."""
     text = str(text)
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+class Progress:
+    """A one-line progress bar on stderr, redrawn in place, while stderr is a terminal
+    (nothing otherwise: a pipe or a log gets only the command's result)."""
+
+    WIDTH = 30
+
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.on = self.stream.isatty()
+        self.drawn = False
+
+    def update(self, done: int, total: int | None = None) -> None:
+        if not self.on:
+            return
+        if total:
+            filled = min(self.WIDTH, self.WIDTH * done // total)
+            line = f"{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total}"
+        else:
+            line = f"{self.label} {done}"
+        self.stream.write("\r" + line + "\x1b[K")
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False

@@ -8,6 +8,8 @@ Spark source it only reads the segment files, so it runs beside a live broker.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import os
 from dataclasses import dataclass
 
@@ -28,7 +30,9 @@ class Exported:
 
 
 def export_parquet(data_dir: str, topic: str, out_dir: str, *, include_headers: bool = False,
-                   compression: str = "zstd") -> list[Exported]:
+                   compression: str = "zstd",
+                   progress: Callable[[int, int], object] | None = None) -> list[Exported]:
+    """``progress(records written, records in all)``, after each batch written."""
     data = DataDir(data_dir)
     parts = data.partitions(topic)
     if not parts:
@@ -39,11 +43,14 @@ def export_parquet(data_dir: str, topic: str, out_dir: str, *, include_headers: 
     from urllib.parse import quote
 
     stem = quote(topic, safe="")
-    done = []
+    ranges = []
     for p in parts:
         pf = data.partition(topic, p)
-        end = pf.end()
-        start = pf.start()
+        ranges.append((p, pf.start(), pf.end()))
+    total = sum(end - start for _, start, end in ranges)
+    written = 0
+    done = []
+    for p, start, end in ranges:
         path = os.path.join(out_dir, f"{stem}-{p}.parquet")
         tmp = path + ".tmp"
         count = 0
@@ -51,6 +58,9 @@ def export_parquet(data_dir: str, topic: str, out_dir: str, *, include_headers: 
             for rb in read_range(data_dir, OffsetRange(topic, p, start, end), names, False, earliest=True):
                 writer.write_batch(rb)
                 count += rb.num_rows
+                written += rb.num_rows
+                if progress is not None:
+                    progress(written, total)
         os.replace(tmp, path)
         done.append(Exported(p, path, count, start, end))
     return done

@@ -223,6 +223,34 @@ def test_export_parquet_command(log_writer: LogWriter, tmp_path: Path) -> None:
     assert missing.returncode == 1 and "no topic 'nope'" in missing.stderr
 
 
+def test_export_shows_progress_on_a_terminal(log_writer: LogWriter, tmp_path: Path) -> None:
+    """On a terminal (a pty here) stderr gets a progress bar; through a pipe it gets
+    nothing (the test above)."""
+    import pty
+
+    log_writer.topic("big", partitions=1)
+    log_writer.append("big", 0, [Record(b"k", b"v%d" % i, 1000 + i) for i in range(50)])
+    out = tmp_path / "out"
+    controller, terminal = pty.openpty()
+    child = subprocess.Popen([sys.executable, "-m", "logbus", "export", "parquet", "--topic", "big", "--out",
+                              str(out), "--data-dir", str(log_writer.data_dir)],
+                             cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(controller)
+    assert child.wait(timeout=60) == 0, seen
+    assert b"exporting big [" + b"#" * 30 + b"] 50/50" in seen, seen
+    assert b"50 records" in seen
+
+
 def test_spark_package_imports_neither_twisted_nor_the_broker() -> None:
     """Of the log, only its byte layout (``core.log.format``) is loaded."""
     code = ("import sys; import logbus.spark.source, logbus.spark.stream, logbus.spark.export, pyspark_logbus; "

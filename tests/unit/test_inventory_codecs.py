@@ -5,6 +5,7 @@ sampler on a fake clock."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from kafka.protocol.old.consumer_protocol import ConsumerProtocolMemberAssignment_v0  # type: ignore[import-untyped]
 from twisted.internet.task import Clock
 
+from logbus.cli_output import Progress
 from logbus.core.inventory import consumer_assignment, jsonable, text_or_base64
 from logbus.gateway.http.overview import SAMPLE_SECONDS, RateSampler
 from logbus.logformat import JsonFormatter
@@ -81,3 +83,28 @@ def test_rates_over_the_last_sample_interval() -> None:
     assert not clock.getDelayedCalls()
 
 
+
+
+class Terminal(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_bars_draw_on_a_terminal_only() -> None:
+    term = Terminal(True)
+    bar = Progress("exporting t", term)
+    bar.update(5, 20)
+    bar.update(20, 20)
+    bar.close()
+    out = term.getvalue()
+    assert out.startswith("\rexporting t [" + "#" * 7 + "." * 23 + "] 5/20")
+    assert "] 20/20\x1b[K\n" in out
+    pipe = Terminal(False)
+    bar = Progress("exporting t", pipe)
+    bar.update(5, 20)
+    bar.close()
+    assert pipe.getvalue() == ""
