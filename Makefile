@@ -27,9 +27,10 @@ $(VENV)/.installed-test: pyproject.toml Makefile | $(PY) debian-tools
 # Debian tools the tests drive, as command:package (kcat: a librdkafka command-line client;
 # java: the runtime local Spark needs for tests/spark; mosquitto_pub/mosquitto_sub: MQTT
 # command-line clients; mosquitto: the peer broker of bench/mqtt_bench.py, by its full path
-# because /usr/sbin is not on every user's PATH; curl: the HTTP API's client in tests and docs).
+# because /usr/sbin is not on every user's PATH; curl: the HTTP API's client in tests and docs;
+# prometheus: the server tests/integration/test_prometheus.py starts to scrape /metrics).
 DEBIAN_TOOLS := kcat:kcat java:openjdk-17-jre-headless mosquitto_pub:mosquitto-clients curl:curl \
-	/usr/sbin/mosquitto:mosquitto
+	/usr/sbin/mosquitto:mosquitto /usr/bin/prometheus:prometheus
 debian-tools:
 	@missing=""; for tp in $(DEBIAN_TOOLS); do command -v $${tp%%:*} >/dev/null || missing="$$missing $${tp#*:}"; done; \
 	if [ -n "$$missing" ]; then \
