@@ -236,12 +236,14 @@ def test_overview_and_metrics(server: LogbusServer, mgmt: Mgmt) -> None:
     producer.flush()
     producer.close()
 
+    mgmt.ok("POST", "/api/topics/ov-metrics-k/messages", {"messages": [{"value": "h"}, {"value": "i"}]})
+
     def moved(o: dict[str, Any]) -> dict[str, tuple[int, int]]:
         now = o["message_totals"]
         return {p: (now[p]["received"] - before[p]["received"], now[p]["confirmed"] - before[p]["confirmed"])
-                for p in ("amqp", "mqtt", "kafka")}
+                for p in ("amqp", "mqtt", "kafka", "http")}
 
-    want = {"amqp": (3, 3), "mqtt": (3, 2), "kafka": (4, 4)}
+    want = {"amqp": (3, 3), "mqtt": (3, 2), "kafka": (4, 4), "http": (2, 2)}
     ov = eventually(lambda: mgmt.call("GET", "/api/overview").json(), lambda o: moved(o) == want)
     assert ov["connections_by_protocol"]["amqp"] >= 1 and ov["connections_by_protocol"]["mqtt"] >= 1
     queues = mgmt.call("GET", "/api/queues").json()

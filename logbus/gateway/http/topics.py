@@ -171,7 +171,15 @@ class TopicMessages(Topic):
         if partition is None:
             partition = self.broker.partition_for(name, messages[0].key)
         d = self.broker.publish(name, messages, partition=partition)
-        return d.addCallback(lambda offsets: Response.json(200, {"partition": partition, "offsets": offsets}))
+        record = getattr(request.channel, "record", None)  # the connection's, in the registry
+
+        def published(offsets: list[int]) -> Response:
+            if record is not None:  # durable, and answered: received and confirmed
+                record.received += len(offsets)
+                record.confirmed += len(offsets)
+            return Response.json(200, {"partition": partition, "offsets": offsets})
+
+        return d.addCallback(published)
 
 
 MAX_PUBLISH = 1000
