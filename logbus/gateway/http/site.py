@@ -14,6 +14,7 @@
     /api/topic-permissions[/<vhost>/<user>]  topic_permissions.*    administrator
     /api/mqtt/clients[/<id>]   mqtt.MqttClients, mqtt.MqttOne       monitoring; DELETE: administrator
     /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttOne      monitoring; DELETE: administrator
+    / and every other path   console.app.Console (the web console)  management (a session or Basic)
 
 Every endpoint but /healthz (and /metrics unless ``http_metrics_auth``) asks for HTTP
 Basic credentials of a broker user (credentials.py): 401 without them, 403 without the
@@ -34,6 +35,7 @@ from twisted.web import http, resource, server
 from ...core.types import ConnectionRecord
 from ..output import is_tls, peer_of
 from .connections import Connections
+from .console import build_console
 from .health import Health
 from .limits import Limits
 from .metrics import Metrics
@@ -209,7 +211,7 @@ class ApiSite(server.Site):
             access_log.debug("%s", http.combinedLogFormatter(self._logDateTime, request))
 
 
-def build_resource(broker: Broker, metrics_auth: bool = False) -> Directory:
+def build_resource(broker: Broker, metrics_auth: bool = False) -> resource.Resource:
     api = _directory({
         b"whoami": WhoAmI(broker),
         b"topics": Topics(broker),
@@ -222,11 +224,14 @@ def build_resource(broker: Broker, metrics_auth: bool = False) -> Directory:
         b"pop": Pop(broker),
         b"mqtt": _directory({b"clients": MqttClients(broker), b"sessions": MqttSessions(broker)}),
     })
-    return _directory({
+    root = build_console(broker)  # the web console at / (console/app.py), the API beside it
+    for name, child in {
         b"healthz": Health(broker),
         b"metrics": Metrics(broker.metrics.registry, authenticated=metrics_auth),
         b"api": api,
-    })
+    }.items():
+        root.putChild(name, resource.IResource(child))
+    return root
 
 
 def _directory(children: dict[bytes, resource.Resource]) -> Directory:
