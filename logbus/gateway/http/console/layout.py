@@ -21,6 +21,7 @@ def _head(title: str, urls: dict[str, str]) -> str:
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<meta name="htmx-config" content="{h(HTMX_CONFIG)}">'
             f"<title>{h(title)} · logbus</title>"
+            '<link rel="icon" href="data:,">'  # no /favicon.ico request
             f'<link rel="stylesheet" href="{h(urls["uplot_css"])}">'
             f'<link rel="stylesheet" href="{h(urls["css"])}">'
             f'<script src="{h(urls["htmx"])}" defer></script>'

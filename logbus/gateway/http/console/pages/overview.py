@@ -25,9 +25,11 @@ def version() -> str:
 def chart(view: View) -> Html:
     """The chart's place: filled by console.js, outside the reloaded region."""
     return Html('<section aria-labelledby="rates-title"><h2 id="rates-title">Message rates</h2>'
+                '<p class="legend">Messages per second received from clients (solid blue line) and'
+                ' sent to them (dashed red line), last five minutes; the table below has the latest'
+                ' numbers.</p>'
                 '<div id="rates-chart" data-src="/rates.json" role="img"'
-                ' aria-label="Chart of messages per second received from and sent to clients,'
-                ' last five minutes. The table below has the latest numbers."></div></section>')
+                ' aria-label="Chart of the message rates described above"></div></section>')
 
 
 def render(view: View) -> Html:

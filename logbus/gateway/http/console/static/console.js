@@ -20,7 +20,8 @@
             { label: "received/s", stroke: "#1f6fb2", width: 2 },
             { label: "sent/s", stroke: "#b5472a", width: 2, dash: [6, 3] }
           ],
-          axes: [{}, { label: "messages/s" }]
+          axes: [{}, { label: "messages/s" }],
+          legend: { show: false }  // the page says what the lines are; a table without headers would not
         }, series, el);
       } else {
         chart.setData(series);
