@@ -24,7 +24,7 @@ import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.python.failure import Failure
@@ -135,6 +135,7 @@ class ConsoleResource(resource.Resource):
     login is waited for, and errors become pages."""
 
     isLeaf = True
+    login_redirect = True  # an HTML page: without a login, a GET is sent to the form (else 401)
 
     def __init__(self, console: Console) -> None:
         super().__init__()
@@ -142,6 +143,8 @@ class ConsoleResource(resource.Resource):
 
     def render(self, request: server.Request) -> bytes | int:
         try:
+            if request.method == b"POST":
+                check_origin(request)
             result = self.answer(request)
         except LoginPending as pending:  # the password is checked off the reactor: again when known
             pending.checked.addCallback(lambda _: self._again(request))
@@ -169,7 +172,7 @@ class ConsoleResource(resource.Resource):
     def _failed(self, failure: Failure, request: server.Request) -> bytes | int:
         exc = failure.value
         if isinstance(exc, NeedLogin):
-            if request.method in (b"GET", b"HEAD") and not request.getHeader("hx-request"):
+            if self.login_redirect and request.method in (b"GET", b"HEAD") and not request.getHeader("hx-request"):
                 target = request.uri.decode("latin-1")
                 return redirect(request, "/login?" + urlencode({"next": target}))
             request.setHeader(b"HX-Redirect", b"/login")
@@ -303,6 +306,7 @@ class Logout(ConsoleResource):
 
 
 class RatesJson(ConsoleResource):
+    login_redirect = False
     def answer(self, request: server.Request) -> bytes:
         self.console.view(request)
         rates = self.console.rates
@@ -310,6 +314,18 @@ class RatesJson(ConsoleResource):
         request.setHeader(b"Content-Type", b"application/json")
         request.setHeader(b"Cache-Control", b"no-store")
         return json.dumps(rates.series()).encode()
+
+
+def check_origin(request: server.Request) -> None:
+    """A POST a browser sends from a page of another site says so in its ``Origin``
+    header: refused (403), the login form's included, before anything is read from it.
+    (Non-browser clients send no Origin; their credentials are their own.)"""
+    origin = request.getHeader("origin")
+    if origin is None:
+        return
+    host = request.getHeader("host") or ""
+    if urlsplit(origin).netloc.lower() != host.lower():
+        raise HttpError(403, "forbidden", "The form was sent from another site.")
 
 
 def _reactor(request: server.Request) -> Any:
