@@ -233,6 +233,35 @@ def test_an_administrator_creates_a_user_grants_it_and_deletes_it(console: Conso
     assert mgmt.call("GET", "/api/users/carol").status == 404
 
 
+def test_an_administrator_adds_and_deletes_a_vhost(console: ConsoleBrowser, mgmt: Mgmt) -> None:
+    console.login("guest", "guest", then="/vhosts")
+    console.fill("f-name", "console-vh")
+    console.fill("f-description", "made in a browser")
+    console.driver.find_element(By.XPATH, "//button[text()='Save virtual host']").click()
+    console.until(lambda: console.status() == "Vhost 'console-vh' created.", "the vhost's creation")
+    assert {r["Name"]: r["Description"] for r in console.table("Virtual hosts")}["console-vh"] == "made in a browser"
+    console.press_in_row("Virtual hosts", {"Name": "console-vh"}, "Delete")
+    console.until(lambda: console.status() == "Vhost 'console-vh' deleted.", "the vhost's deletion")
+    assert mgmt.call("GET", "/api/vhosts/console-vh").status == 404
+
+
+def test_pop_groups_show_ready_and_invisible_messages_and_replay_dead_letters(console: ConsoleBrowser,
+                                                                              mgmt: Mgmt) -> None:
+    mgmt.ok("POST", "/api/topics", {"name": "console-jobs", "partitions": 1})
+    receive = "/api/pop/console-workers/console-jobs/receive"
+    assert mgmt.ok("POST", receive, {"max": 1}).json()["messages"] == []  # the group reads from here on
+    mgmt.ok("POST", "/api/topics/console-jobs/messages", {"messages": [{"value": "a"}, {"value": "b"}]})
+    got = mgmt.ok("POST", receive, {"max": 1, "wait_ms": 5000}).json()["messages"]
+    assert len(got) == 1
+    console.login("guest", "guest", then="/pop")
+    row = {r["Group"]: r for r in console.table("Pop groups")}["console-workers"]
+    assert (row["Topic"], row["Ready"], row["Invisible"]) == ("console-jobs", "1", "1")
+    console.press_in_row("Pop groups", {"Group": "console-workers"}, "Replay dead letters")
+    console.until(lambda: console.status().startswith("Replayed 0 dead letters") or console.alert(),
+                  "the replay's answer")
+    assert console.status() == "Replayed 0 dead letters of 'console-workers'."
+
+
 # -- the overview ----------------------------------------------------------------------------------------
 
 
