@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PROTOS := logbus/core/envelope.proto logbus/core/state.proto
 
-.PHONY: run test install install-test proto bench clean debian-tools sslyze
+.PHONY: run test install install-test proto bench clean debian-tools sslyze console-vendor
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,9 +28,12 @@ $(VENV)/.installed-test: pyproject.toml Makefile | $(PY) debian-tools
 # java: the runtime local Spark needs for tests/spark; mosquitto_pub/mosquitto_sub: MQTT
 # command-line clients; mosquitto: the peer broker of bench/mqtt_bench.py, by its full path
 # because /usr/sbin is not on every user's PATH; curl: the HTTP API's client in tests and docs;
-# prometheus: the server tests/integration/test_prometheus.py starts to scrape /metrics).
+# chromium and chromedriver: the headless browser tests/browser drives through Selenium, from
+# one Debian source package so their versions always match: decision 0035; prometheus: the
+# server tests/integration/test_prometheus.py starts to scrape /metrics).
 DEBIAN_TOOLS := kcat:kcat java:openjdk-17-jre-headless mosquitto_pub:mosquitto-clients curl:curl \
-	/usr/sbin/mosquitto:mosquitto /usr/bin/prometheus:prometheus
+	/usr/sbin/mosquitto:mosquitto chromium:chromium chromedriver:chromium-driver \
+	/usr/bin/prometheus:prometheus
 debian-tools:
 	@missing=""; for tp in $(DEBIAN_TOOLS); do command -v $${tp%%:*} >/dev/null || missing="$$missing $${tp#*:}"; done; \
 	if [ -n "$$missing" ]; then \
@@ -61,6 +64,18 @@ test: debian-tools install-test sslyze
 # Regenerate the committed protobuf modules (tests/unit/test_proto_fresh.py fails when stale).
 proto: install-test
 	$(PY) -m grpc_tools.protoc -I. --python_out=. $(PROTOS)
+
+# The web console's vendored JavaScript, fetched again from the npm registry at the versions
+# in its VERSIONS file (tests/unit/test_console_vendor.py checks the files against it).
+VENDOR := logbus/gateway/http/console/static/vendor
+console-vendor:
+	@tmp=$$(mktemp -d); \
+	grep -v '^#' $(VENDOR)/VERSIONS | awk 'NF == 4 {print $$3}' | while read url; do \
+		curl -fsSL "$$url" | tar xz -C $$tmp --one-top-level=$$(basename $$url .tgz); done; \
+	cp $$tmp/htmx.org-*/package/dist/htmx.min.js $$tmp/htmx.org-*/package/LICENSE $(VENDOR)/htmx/; \
+	cp $$tmp/uplot-*/package/dist/uPlot.iife.min.js $$tmp/uplot-*/package/dist/uPlot.min.css \
+		$$tmp/uplot-*/package/LICENSE $(VENDOR)/uplot/; \
+	rm -rf $$tmp
 
 bench: install
 	$(PY) bench/log_append.py

@@ -19,6 +19,7 @@
     /api/exchanges[/<vhost>], /api/bindings[/<vhost>]  exchanges.Listing  management
     /api/consumer-groups[/<group>[/reset-offsets]]  groups.*        monitoring; POST: administrator
     /metrics/per-object      metrics.Metrics (one series per queue)  as /metrics
+    / and every other path   console.app.Console (the web console)  management (a session or Basic)
 
 Every endpoint but /healthz (and /metrics unless ``http_metrics_auth``) asks for HTTP
 Basic credentials of a broker user (credentials.py): 401 without them, 403 without the
@@ -41,6 +42,7 @@ from ..output import is_tls, lost_reason, peer_of
 from .connections import Connections
 from .exchanges import Listing
 from .groups import ConsumerGroups
+from .console import build_console
 from .health import Health
 from .limits import Limits
 from .metrics import Metrics
@@ -229,7 +231,8 @@ class ApiSite(server.Site):
             access_log.debug("%s", http.combinedLogFormatter(self._logDateTime, request))
 
 
-def build_resource(broker: Broker, metrics_auth: bool = False, sampler: RateSampler | None = None) -> Directory:
+def build_resource(broker: Broker, metrics_auth: bool = False,
+                   sampler: RateSampler | None = None) -> resource.Resource:
     if sampler is None:
         sampler = RateSampler(broker, broker.reactor)
     api = _directory({
@@ -249,12 +252,15 @@ def build_resource(broker: Broker, metrics_auth: bool = False, sampler: RateSamp
         b"pop": Pop(broker),
         b"mqtt": _directory({b"clients": MqttClients(broker), b"sessions": MqttSessions(broker)}),
     })
-    return _directory({
+    root = build_console(broker)  # the web console at / (console/app.py), the API beside it
+    for name, child in {
         b"healthz": Health(broker),
         b"metrics": Metrics(broker.metrics.registry, authenticated=metrics_auth,
                             per_object=broker.metrics.per_object),
         b"api": api,
-    })
+    }.items():
+        root.putChild(name, resource.IResource(child))
+    return root
 
 
 def _directory(children: dict[bytes, resource.Resource]) -> Directory:

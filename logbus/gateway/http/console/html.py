@@ -1,0 +1,110 @@
+"""HTML of the console as Python strings, escaped in one place.
+
+Every value that comes from the broker or a request goes through ``h`` (``html.escape``
+with quotes) before it is put in a page: the helpers here take plain text and escape it;
+``Html`` marks a string that is already markup, so it is not escaped twice. A page
+module builds its body with ``table``, ``action_form``, ``field`` and f-strings of
+``h(...)`` values, never by joining unescaped text.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Iterable, Sequence
+
+
+class Html(str):
+    """Markup, already escaped: ``h`` leaves it as it is."""
+
+    __slots__ = ()
+
+
+def h(value: object) -> Html:
+    """``value`` as HTML text: escaped, unless it is Html already."""
+    if isinstance(value, Html):
+        return value
+    return Html(html.escape("" if value is None else str(value), quote=True))
+
+
+def join(parts: Iterable[object]) -> Html:
+    return Html("".join(h(p) for p in parts))
+
+
+def table(caption: str, headers: Sequence[str], rows: Iterable[Sequence[object]], *,
+          row_headers: bool = True, empty: str = "None.", numeric: Sequence[int] = ()) -> Html:
+    """A data table: a caption, ``<th scope="col">`` headers and, with ``row_headers``, each
+    row's first cell as its ``<th scope="row">``. Cells are text (escaped) or Html;
+    columns in ``numeric`` are right-aligned. No rows: ``empty`` in a paragraph."""
+    body = []
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            cls = ' class="num"' if i in numeric else ""
+            if i == 0 and row_headers:
+                cells.append(f'<th scope="row"{cls}>{h(cell)}</th>')
+            else:
+                cells.append(f"<td{cls}>{h(cell)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    if not body:
+        return Html(f'<p class="empty">{h(caption)}: {h(empty)}</p>')
+    head = "".join(f'<th scope="col"{" class=num" if i in numeric else ""}>{h(t)}</th>'
+                   for i, t in enumerate(headers))
+    return Html(f'<div class="scroll"><table><caption>{h(caption)}</caption>'
+                f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
+
+
+def hidden(name: str, value: object) -> Html:
+    return Html(f'<input type="hidden" name="{h(name)}" value="{h(value)}">')
+
+
+def action_form(action: str, csrf: str, label: str, fields: dict[str, object] | None = None, *,
+                describe: str = "", danger: bool = False) -> Html:
+    """A one-button form POSTing ``fields`` to ``action`` with the CSRF token: what a
+    row's button is. ``describe`` names what the button acts on for a screen reader
+    ("Close connection 7"), the visible label stays short."""
+    inputs = "".join(hidden(k, v) for k, v in (fields or {}).items())
+    aria = f' aria-label="{h(describe)}"' if describe else ""
+    cls = ' class="danger"' if danger else ""
+    return Html(f'<form method="post" action="{h(action)}" class="inline">{hidden("csrf", csrf)}{inputs}'
+                f'<button type="submit"{cls}{aria}>{h(label)}</button></form>')
+
+
+def field(name: str, label: str, *, kind: str = "text", value: str = "", required: bool = False,
+          autocomplete: str = "off", hint: str = "") -> Html:
+    """A labelled input (``<label for>``), with an optional hint tied by aria-describedby."""
+    ident = f"f-{name}"
+    req = " required" if required else ""
+    described = f' aria-describedby="{ident}-hint"' if hint else ""
+    hint_html = f'<small id="{ident}-hint">{h(hint)}</small>' if hint else ""
+    return Html(f'<div class="field"><label for="{ident}">{h(label)}</label>'
+                f'<input id="{ident}" name="{h(name)}" type="{h(kind)}" value="{h(value)}"'
+                f' autocomplete="{h(autocomplete)}"{req}{described}>{hint_html}</div>')
+
+
+def form(action: str, csrf: str, legend: str, fields: Sequence[Html], submit: str) -> Html:
+    """A form of several labelled fields in a fieldset, POSTing to ``action``."""
+    return Html(f'<form method="post" action="{h(action)}" class="block">{hidden("csrf", csrf)}'
+                f"<fieldset><legend>{h(legend)}</legend>{''.join(fields)}"
+                f'<button type="submit">{h(submit)}</button></fieldset></form>')
+
+
+def size(n: int) -> str:
+    """Bytes for a reader: 1.5 MiB."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def duration(seconds: float) -> str:
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d {hours}h {minutes}m"
+    if hours:
+        return f"{hours}h {minutes}m {s}s"
+    return f"{minutes}m {s}s"

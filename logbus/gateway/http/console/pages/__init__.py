@@ -1,0 +1,21 @@
+"""The console's pages, in the order of the menu. A page is one module exporting
+``PAGE`` (page.py says what it holds); adding one is writing that module and naming it
+here."""
+
+from __future__ import annotations
+
+from ..page import Page
+from . import connections, mqtt, overview, permissions, placeholders, pop, topics, users, vhosts
+
+PAGES: tuple[Page, ...] = (
+    overview.PAGE,
+    placeholders.QUEUES,
+    placeholders.GROUPS,
+    connections.PAGE,
+    mqtt.PAGE,
+    topics.PAGE,
+    pop.PAGE,
+    users.PAGE,
+    vhosts.PAGE,
+    permissions.PAGE,
+)

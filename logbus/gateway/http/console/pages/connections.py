@@ -1,0 +1,51 @@
+"""Connections of every protocol (``Broker.list_connections``), with a Close button, under
+the rules of ``GET`` and ``DELETE /api/connections``: a management user sees and may close
+its own, monitoring sees every one, an administrator may close any."""
+
+from __future__ import annotations
+
+import time
+
+from ...connections import PROTOCOLS
+from ...responses import HttpError
+from ..html import Html, action_form, h, size, table
+from ..page import Page, PageAction, View
+
+
+def render(view: View) -> Html:
+    protocol = view.arg("protocol", "")
+    records = sorted(view.broker.list_connections(protocol if protocol in PROTOCOLS else None), key=lambda c: c.id)
+    sees_all, closes_any = view.can("monitor"), view.can("administer")
+    if not sees_all:
+        records = [c for c in records if c.user == view.user]
+    rows = []
+    for c in records:
+        button: object = ""
+        if closes_any or c.user == view.user:
+            button = action_form("/connections/close", view.csrf, "Close", {"id": c.id},
+                                 describe=f"Close {c.protocol} connection {c.id} of {c.user or 'no user'}",
+                                 danger=True)
+        opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c.opened_ms / 1000))
+        rows.append((c.id, c.protocol, c.user, c.vhost, c.peer, "yes" if c.tls else "no", c.client_id, opened,
+                     c.received, c.sent, size(c.bytes_in), button))
+    options = "".join(f'<option value="{h(p)}"{" selected" if p == protocol else ""}>{h(p.upper())}</option>'
+                      for p in PROTOCOLS)
+    filter_form = ('<form method="get" action="/connections" class="filters"><label for="protocol">Protocol</label>'
+                   f'<select id="protocol" name="protocol"><option value="">all</option>{options}</select>'
+                   '<button type="submit">Show</button></form>')
+    headers = ["Id", "Protocol", "User", "Vhost", "Peer", "TLS", "Client id", "Opened", "Messages in",
+               "Messages out", "Bytes in", "Action"]
+    return Html(filter_form + table("Open connections", headers, rows, numeric=(0, 8, 9, 10)))
+
+
+def close(view: View) -> str:
+    id = view.int_arg("id")
+    if not view.can("administer"):
+        if not [c for c in view.broker.list_connections() if c.id == id and c.user == view.user]:
+            raise HttpError(403, "forbidden", f"user '{view.user}' may close only its own connections")
+    if not view.broker.close_connection(id):
+        raise HttpError(404, "unknown_connection", f"no connection {id}")
+    return f"Connection {id} closed."
+
+
+PAGE = Page("connections", "Connections", render, actions={"close": PageAction(close)})

@@ -1,0 +1,60 @@
+"""The overview (``/``): the broker's version and uptime, its alarms (``Broker.health``),
+connections per protocol with their message counts, the number of topics, and the message
+rates: a chart (uPlot, fed by /rates.json) above a table of the last seconds, which is
+what a reader without JavaScript gets."""
+
+from __future__ import annotations
+
+import time
+from importlib import metadata
+
+from ...connections import PROTOCOLS
+from ..html import Html, duration, h, table
+from ..page import Page, View
+
+TABLE_SECONDS = 10
+
+
+def version() -> str:
+    try:
+        return metadata.version("logbus")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def chart(view: View) -> Html:
+    """The chart's place: filled by console.js, outside the reloaded region."""
+    return Html('<section aria-labelledby="rates-title"><h2 id="rates-title">Message rates</h2>'
+                '<p class="legend">Messages per second received from clients (solid blue line) and'
+                ' sent to them (dashed red line), last five minutes; the table below has the latest'
+                ' numbers.</p>'
+                '<div id="rates-chart" data-src="/rates.json" role="img"'
+                ' aria-label="Chart of the message rates described above"></div></section>')
+
+
+def render(view: View) -> Html:
+    broker = view.broker
+    connections = broker.list_connections()
+    reasons = broker.health()
+    alarms = (Html("<ul>" + "".join(f"<li>{h(r)}</li>" for r in reasons) + "</ul>") if reasons
+              else Html("none"))
+    facts = (f"<dl class=\"facts\"><dt>Version</dt><dd>{h(version())}</dd>"
+             f"<dt>Up for</dt><dd>{h(duration(time.time() - view.console.started))}</dd>"
+             f"<dt>Topics</dt><dd id=\"topic-count\">{len(broker.list_topics())}</dd>"
+             f"<dt>Connections</dt><dd id=\"connection-count\">{len(connections)}</dd>"
+             f"<dt>Alarms</dt><dd class=\"{'problem' if reasons else 'ok'}\">{alarms}</dd></dl>")
+    per = []
+    for protocol in PROTOCOLS:
+        mine = [c for c in connections if c.protocol == protocol]
+        per.append((protocol.upper(), len(mine), sum(c.received for c in mine), sum(c.sent for c in mine)))
+    series = view.console.rates.series()
+    recent = list(zip(series["t"], series["received"], series["sent"]))[-TABLE_SECONDS:]
+    rates = [(time.strftime("%H:%M:%S", time.localtime(t)), f"{r:g}", f"{s:g}") for t, r, s in reversed(recent)]
+    return Html(facts
+                + table("Connections per protocol", ["Protocol", "Connections", "Messages received",
+                                                     "Messages sent"], per, numeric=(1, 2, 3))
+                + table(f"Messages per second, last {TABLE_SECONDS} seconds", ["Second", "Received/s", "Sent/s"],
+                        rates, numeric=(1, 2), empty="sampling started; numbers in a second or two."))
+
+
+PAGE = Page("", "Overview", render, header=chart)

@@ -1,0 +1,37 @@
+"""Pop groups (``Broker.pop_groups``) as ``GET /api/pop`` shows them, with a button that
+replays a group's dead letters to the row's topic, as ``POST /api/pop/<g>/dlq/replay``
+does (read on ``%DLQ%<g>``, write on the topic, refused while a resource alarm is set)."""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+
+from .....core.types import dlq_topic, topic_exchange
+from ..html import Html, action_form, table
+from ..page import Page, PageAction, View
+
+
+def render(view: View) -> Html:
+    broker = view.broker
+    rows = []
+    for g in sorted(broker.pop_groups(), key=lambda g: (g["group"], g["topic"])):
+        if not broker.sees_vhost(view.user, topic_exchange(g["topic"])[0]):
+            continue
+        button: object = ""
+        if view.can_topic("read", dlq_topic(g["group"])) and view.can_topic("write", g["topic"]):
+            button = action_form("/pop/replay", view.csrf, "Replay dead letters",
+                                 {"group": g["group"], "topic": g["topic"]},
+                                 describe=f"Replay the dead letters of group {g['group']} to topic {g['topic']}")
+        rows.append((g["group"], g["topic"], g["ready"], g["invisible"], button))
+    return table("Pop groups", ["Group", "Topic", "Ready", "Invisible", "Dead letters"], rows, numeric=(2, 3))
+
+
+def replay(view: View) -> Deferred[str | None]:
+    group, topic = view.arg("group"), view.arg("topic")
+    view.require_topic("read", dlq_topic(group))
+    view.console.gate.check()  # a replay appends: refused while a resource alarm is set
+    d = view.broker.dlq_replay(group, topic, None, lambda target: view.require_topic("write", target))
+    return d.addCallback(lambda result: f"Replayed {result['replayed']} dead letters of {group!r}.")
+
+
+PAGE = Page("pop", "Pop groups", render, actions={"replay": PageAction(replay)})

@@ -1,0 +1,53 @@
+"""Users (administrators only), as /api/users: the list, a form to create or update one
+(its password hashed with scrypt on the broker's password thread, as ``PUT
+/api/users/<name>``), a Delete button."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred
+
+from ...users import parse_user
+from ..html import Html, action_form, field, form, table
+from ..page import Page, PageAction, View
+
+
+def render(view: View) -> Html:
+    access = view.broker.access
+    rows = []
+    for name in sorted(access.users):
+        u = access.users[name]
+        delete = action_form("/users/delete", view.csrf, "Delete", {"name": name},
+                             describe=f"Delete user {name}", danger=True)
+        rows.append((name, ", ".join(u.tags) or "(none)", u.hashing_algorithm, delete))
+    return Html(table("Users", ["Name", "Tags", "Password hashing", "Action"], rows)
+                + form("/users/put", view.csrf, "Add or update a user", [
+                    field("name", "Name", required=True),
+                    field("password", "Password", kind="password", autocomplete="new-password", required=True),
+                    field("tags", "Tags", hint="comma-separated: management, policymaker, monitoring, administrator"),
+                ], "Save user"))
+
+
+def put(view: View) -> Deferred[str | None]:
+    view.require("administer")
+    name = view.arg("name")
+    body = parse_user({"password": view.arg("password"), "tags": view.arg("tags", "")}, name)
+    access = view.broker.access
+
+    def store(new: Any) -> str:  # a NewPassword (core/access/facade.py)
+        created = access.put_user(name, password_hash=new.password_hash, hashing_algorithm=new.hashing_algorithm,
+                                  scram=new.scram, tags=body["tags"])
+        return f"User {name!r} {'created' if created else 'updated'}."
+    return view.broker.hash_new_password(body["password"]).addCallback(store)
+
+
+def delete(view: View) -> str:
+    view.require("administer")
+    name = view.arg("name")
+    view.broker.access.delete_user(name)
+    return f"User {name!r} deleted."
+
+
+PAGE = Page("users", "Users", render, needs="administer", refresh_seconds=0,
+            actions={"put": PageAction(put), "delete": PageAction(delete)})

@@ -1,0 +1,70 @@
+"""The overview chart's numbers: messages per second in and out of the broker, from the
+connection registry's counters (``received``, ``sent`` of ``Broker.list_connections``).
+
+``Rates`` samples the sums once a second into a ring of the last ``KEEP`` seconds, but
+only while someone looks: every overview or chart request calls ``watched()``, which
+starts the sampling, and it stops itself ``IDLE`` seconds after the last one, so an
+unwatched broker pays nothing for it. A sample walks every connection, once a second.
+
+A rate is the difference of two sums: a connection that closed between two samples takes
+its count away, so a negative difference is shown as 0 for that second.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable
+
+from twisted.internet.task import LoopingCall
+
+if TYPE_CHECKING:
+    from ....core.broker import Broker
+
+KEEP = 300  # seconds of history
+IDLE = 120.0  # seconds without a viewer before sampling stops
+
+
+class Rates:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.samples: deque[tuple[float, int, int]] = deque(maxlen=KEEP + 1)  # (t, received, sent)
+        self._loop: LoopingCall | None = None
+        self._clock: Callable[[], float] | None = None
+        self._last_watch = 0.0
+
+    def watched(self, reactor: Any) -> None:
+        """Someone looks: sample (again) from now on, if not already."""
+        self._clock = reactor.seconds
+        self._last_watch = reactor.seconds()
+        if self._loop is None or not self._loop.running:
+            self.samples.clear()  # a gap is not a rate
+            self._loop = LoopingCall(self._sample)
+            self._loop.clock = reactor
+            self._loop.start(1.0, now=True)
+
+    def _sample(self) -> None:
+        assert self._clock is not None and self._loop is not None
+        now = self._clock()
+        if now - self._last_watch > IDLE:
+            self._loop.stop()
+            return
+        received = sent = 0
+        for c in self.broker.list_connections():
+            received += c.received
+            sent += c.sent
+        self.samples.append((now, received, sent))
+
+    def series(self) -> dict[str, list[float]]:
+        """Per-second rates: {"t": [epoch s], "received": [...], "sent": [...]}."""
+        out: dict[str, list[float]] = {"t": [], "received": [], "sent": []}
+        pairs = list(self.samples)
+        for (t0, r0, s0), (t1, r1, s1) in zip(pairs, pairs[1:]):
+            span = max(t1 - t0, 1e-3)
+            out["t"].append(round(t1, 3))
+            out["received"].append(round(max(0, r1 - r0) / span, 1))
+            out["sent"].append(round(max(0, s1 - s0) / span, 1))
+        return out
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()

@@ -1,0 +1,132 @@
+"""The console as a test sees it through Selenium: pages by path, the login form, tables
+read by their caption, buttons in a row, and waits with a deadline (never a sleep).
+
+    c = ConsoleBrowser(driver, server.http_url)
+    c.login("guest", "guest")
+    rows = c.table("Open connections")       # [{"Id": "3", "Protocol": "mqtt", ...}, ...]
+    c.press_in_row("Open connections", {"Client id": "x"}, "Close")
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+T = TypeVar("T")
+DEADLINE = 15.0  # seconds any wait may take on a loaded 2-core CI machine
+
+
+class ConsoleBrowser:
+    def __init__(self, driver: Any, base_url: str) -> None:
+        self.driver = driver
+        self.base = base_url
+
+    # -- navigation -----------------------------------------------------------------------
+
+    def go(self, path: str) -> None:
+        self.driver.get(self.base + path)
+
+    def path(self) -> str:
+        url: str = self.driver.current_url
+        return url[len(self.base):] if url.startswith(self.base) else url
+
+    def h1(self) -> str:
+        return str(self.driver.find_element(By.TAG_NAME, "h1").text)
+
+    def login(self, user: str, password: str, then: str = "/") -> None:
+        """Log in with the form; ``then`` is the page asked for first."""
+        self.go(then)
+        self.until(lambda: self.path().startswith("/login"), "the login page")
+        self.fill("username", user)
+        self.fill("password", password)
+        self.driver.find_element(By.ID, "login").click()
+        self.until(lambda: not self.path().startswith("/login") or self.alert(), "the login's answer")
+
+    def fill(self, ident: str, text: str) -> None:
+        box = self.driver.find_element(By.ID, ident)
+        box.clear()
+        box.send_keys(text)
+
+    def alert(self) -> str:
+        found = self.driver.find_elements(By.CSS_SELECTOR, "[role=alert]")
+        return str(found[0].text) if found else ""
+
+    def status(self) -> str:
+        return str(self.driver.find_element(By.ID, "status").text)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def table(self, caption: str) -> list[dict[str, str]]:
+        """The rows of the table with ``caption`` as {header: cell text}; [] when the page
+        says there are none (no table)."""
+        for t in self.driver.find_elements(By.TAG_NAME, "table"):
+            if _caption(t) == caption:
+                headers = [th.text.strip() for th in t.find_elements(By.CSS_SELECTOR, "thead th")]
+                return [dict(zip(headers, [c.text.strip() for c in row.find_elements(By.CSS_SELECTOR, "th, td")]))
+                        for row in t.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        return []
+
+    def row_element(self, caption: str, match: dict[str, str]) -> Any:
+        for t in self.driver.find_elements(By.TAG_NAME, "table"):
+            if _caption(t) != caption:
+                continue
+            headers = [th.text.strip() for th in t.find_elements(By.CSS_SELECTOR, "thead th")]
+            for row in t.find_elements(By.CSS_SELECTOR, "tbody tr"):
+                cells = dict(zip(headers, [c.text.strip() for c in row.find_elements(By.CSS_SELECTOR, "th, td")]))
+                if all(cells.get(k) == v for k, v in match.items()):
+                    return row
+        raise AssertionError(f"no row {match} in table {caption!r}: {self.table(caption)}")
+
+    def buttons_in_row(self, caption: str, match: dict[str, str]) -> list[str]:
+        return [b.text for b in self.row_element(caption, match).find_elements(By.TAG_NAME, "button")]
+
+    def press_in_row(self, caption: str, match: dict[str, str], label: str) -> None:
+        for b in self.row_element(caption, match).find_elements(By.TAG_NAME, "button"):
+            if b.text == label:
+                b.click()
+                return
+        raise AssertionError(f"no button {label!r} in row {match} of {caption!r}")
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    def until(self, check: Callable[[], T], what: str, timeout: float = DEADLINE) -> T:
+        """``check()``'s first truthy answer, asked again until the deadline (the DOM may
+        be replaced under it: a stale element is a "not yet")."""
+        def ask(_: Any) -> Any:
+            try:
+                return check()
+            except StaleElementReferenceException:
+                return None
+        result: T = WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(ask, f"waiting for {what}")
+        return result
+
+    def reload_until(self, path: str, check: Callable[[], T], what: str, timeout: float = DEADLINE) -> T:
+        """Load ``path`` until ``check()`` is truthy on it: for what the server shows
+        only after it happened elsewhere (a client connected, records appended)."""
+        def again() -> T:
+            self.go(path)
+            return check()
+        return self.until(again, what, timeout)
+
+    def fetch_status(self, method: str, path: str, form: dict[str, str]) -> int:
+        """A request made by the page's own script (with its cookie): its HTTP status."""
+        script = """
+            const [method, path, form, done] = arguments;
+            fetch(path, {method: method, body: new URLSearchParams(form), redirect: "manual",
+                         credentials: "same-origin"}).then(r => done(r.status), e => done(-1));
+        """
+        status: int = self.driver.execute_async_script(script, method, path, form)
+        return status
+
+    def csrf(self) -> str:
+        """The page's CSRF token (every form that changes something carries it)."""
+        token: str = self.driver.find_element(By.CSS_SELECTOR, "input[name=csrf]").get_attribute("value")
+        return token
+
+
+def _caption(table: Any) -> str:
+    found = table.find_elements(By.TAG_NAME, "caption")
+    return str(found[0].text).strip() if found else ""
