@@ -66,6 +66,7 @@ from .vhost import VHost
 from .queues.timers import Timers
 from .streams.producers import ProducerRegistry
 from .topics import TopicAdmin, TopicInfo
+from .search import MessageSearch
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def client_expiry_interval(*expiry_ms: int) -> float:
     return max(0.05, min(CLIENT_EXPIRY_CHECK_MAX_S, min(expiry_ms) / 2000))
 
 
-class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade):
+class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, MessageSearch):
     def __init__(
         self,
         data_dir: str | os.PathLike[str],

@@ -592,7 +592,8 @@ class Partition(Failures):
         if self.cache.pinned(seg.log_path):
             return False  # a flush still needs it; try next time
         self.cache.discard(seg.log_path)
-        for path in (seg.log_path, seg.index_path, seg.time_path):
+        self.cache.discard(seg.key_path)
+        for path in (seg.log_path, seg.index_path, seg.time_path, seg.key_path):
             try:
                 os.unlink(path)
             except FileNotFoundError:
