@@ -276,3 +276,38 @@ def test_broker_facade(tmp_path: Any) -> None:
             b.search_messages("orders", start_ms=5, end_ms=4)
     finally:
         b.stop()
+
+
+def test_kafka_batches_compressed_or_not_are_decoded(open_log: Callable[..., LogManager], loop: LoopReactor) -> None:
+    """Batches a Kafka producer sent (no records in memory to index from): decoded from
+    the file, gzip included."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    lm = open_log()
+    p = lm.open_topic("t", config(partitions=1, segment_bytes=1 << 20), create=True).partitions[0]
+    for codec in (0, 1):
+        b = DefaultRecordBatchBuilder(2, codec, 0, -1, -1, -1, 1 << 20)
+        for i in range(300):
+            b.append(i, T0 + i, b"kafka-%d" % (i % 10), b"v" * 50, [])
+        loop.wait(p.append_raw(bytes(b.build())))
+    assert p.encoded is not None  # the partition gives hints, but these batches have none
+    settle(lm, loop)
+    got = search(lm, "t", key=b"kafka-3", limit=1000)
+    assert [f.offset for f in got] == [o for o in range(600) if o % 300 % 10 == 3]
+
+
+def test_a_slice_ends_inside_a_large_batch(open_log: Callable[..., LogManager], loop: LoopReactor) -> None:
+    """One batch of many records is indexed over several passes of a tiny budget, resumed
+    where each stopped: every record once."""
+    lm = open_log(key_index=False)
+    p = lm.open_topic("t", config(partitions=1, segment_bytes=1 << 24), create=True).partitions[0]
+    n = 5 * keyindexer.CHUNK_RECORDS + 7
+    loop.wait(p.append([Message(b"big-%d" % (i % 3), b"x", T0 + i, [], Envelope(message_id=f"b{i}")).to_record()
+                        for i in range(n)]))
+    assert len(p.segments) == 1
+    passes = 0
+    while lm.keys.work(0.0):
+        passes += 1
+    assert passes >= 5 and lm.keys.records_indexed == n
+    assert [f.offset for f in search(lm, "t", key=b"big-1", limit=10_000)] == list(range(1, n, 3))
+    assert [f.offset for f in search(lm, "t", message_id=f"b{n - 1}")] == [n - 1]

@@ -121,19 +121,15 @@ KEY_HEADER = struct.Struct(">4sHHQII")  # magic, version, flags, log_size, count
 KEY_ENTRY = struct.Struct(">Q")  # (hash << 32) | relative_offset
 KEYINDEX_MAGIC = b"LBKX"
 KEYINDEX_VERSION = 1
-_MESSAGE_ID_SEED = zlib.crc32(b"logbus.message_id:")
-
-
-def key_hash(key: bytes) -> int:
-    """A record key's hash in ``.keyindex``: its CRC-32 (zlib's, ISO-HDLC)."""
-    return zlib.crc32(key)
+# A record key's hash in ``.keyindex``: its CRC-32 (zlib's, ISO-HDLC), ``key_hash(key)``.
+# An envelope message id's: the CRC-32 of ``b"logbus.message_id:"`` followed by the id's
+# UTF-8 bytes, ``message_id_hash(id)`` (so a key equal to an id hashes apart from it).
+key_hash = zlib.crc32
+MESSAGE_ID_SEED = zlib.crc32(b"logbus.message_id:")
 
 
 def message_id_hash(message_id: str) -> int:
-    """An envelope message id's hash in ``.keyindex``: the CRC-32 of
-    ``b"logbus.message_id:"`` followed by the id's UTF-8 bytes (so a key equal to an id
-    hashes apart from it)."""
-    return zlib.crc32(message_id.encode("utf-8", "surrogatepass"), _MESSAGE_ID_SEED)
+    return zlib.crc32(message_id.encode("utf-8", "surrogatepass"), MESSAGE_ID_SEED)
 
 # -- names ---------------------------------------------------------------------------
 

@@ -24,14 +24,16 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections import deque
+from itertools import islice
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from aiokafka.record.default_records import DefaultRecordBatch
 from google.protobuf.message import DecodeError
 
 from ..envelope_pb2 import Envelope
 from .filecache import FileCache
-from .format import ATTR_CONTROL, key_hash, message_id_hash
+from .format import ATTR_CONTROL, BatchInfo, key_hash, message_id_hash
 from .keyindex import Checker, KeyIndexDamaged, Runs, SealedKeys, Writer
 from .segment import Segment
 
@@ -45,6 +47,8 @@ SLICE_SECONDS = 0.0015  # reactor time per pass
 BUSY_DELAY = 0.005  # seconds to the next pass while there is work
 IDLE_DELAY = 0.1  # seconds to the next pass when every index was up to date
 WRITE_RETRY_SECONDS = 60.0  # after a failed write of a .keyindex (a full disk)
+CHUNK_RECORDS = 256  # records indexed between two looks at the clock
+HINT_MAX_RECORDS = 200_000  # records of encoded batches held for the pass, at most
 ENVELOPE_CACHE_MAX = 4096  # distinct envelope bytes remembered with their message-id hash
 ENVELOPE_HEADER = "logbus.envelope"  # docs/format.md section 9 (core/message.py's name)
 
@@ -56,13 +60,14 @@ class SegmentKeys:
     """One segment's key index as it stands: its checked file, or the runs being built
     (``indexed_to``: the bytes of the ``.log`` they cover), and the step under way."""
 
-    __slots__ = ("seg", "file", "runs", "indexed_to", "job", "retry_at")
+    __slots__ = ("seg", "file", "runs", "indexed_to", "partial", "job", "retry_at")
 
     def __init__(self, seg: Segment) -> None:
         self.seg = seg
         self.file: SealedKeys | None = None
         self.runs: Runs | None = None
         self.indexed_to = 0
+        self.partial: _Batch | None = None  # the batch at indexed_to, when a slice ended inside it
         self.job: Checker | Writer | None = None
         self.retry_at = 0.0
 
@@ -72,6 +77,72 @@ class SegmentKeys:
         # a sealed segment's runs are up to date once written, or while a failed write waits
         return self.runs is not None and self.job is None and self.indexed_to >= self.seg.size and (
             not self.seg.sealed or _clock() < self.retry_at)
+
+
+class _Batch:
+    """A batch being indexed: its records (``hinted``: the tuples the partition encoded,
+    offsets from ``rel``; else aiokafka's decoded records, offsets less ``rel``) and
+    how far."""
+
+    __slots__ = ("position", "rel", "records", "hinted")
+
+    def __init__(self, position: int, rel: int, records: Iterator[Any], hinted: bool) -> None:
+        self.position = position
+        self.rel = rel
+        self.records = records
+        self.hinted = hinted
+
+    def run(self, entries: list[int], ix: KeyIndexer, deadline: float) -> bool:
+        """Add the entries of the next records to ``entries``, CHUNK_RECORDS at a time,
+        until the batch ends (True) or the deadline passes (False)."""
+        add = entries.append
+        envelopes = ix._envelopes
+        crc = key_hash
+        records = self.records
+        while True:
+            n = 0
+            try:
+                if self.hinted:
+                    rel = self.rel
+                    for k, _, _, hs in islice(records, CHUNK_RECORDS):
+                        if k is not None:
+                            add(crc(k) << 32 | rel)
+                        if hs:
+                            name, v = hs[-1]
+                            if name == ENVELOPE_HEADER and v is not None:
+                                h = envelopes.get(v)
+                                if h is None:
+                                    h = ix._message_id_hash(v)
+                                if h >= 0:
+                                    add(h << 32 | rel)
+                        rel += 1
+                    n = rel - self.rel
+                    self.rel = rel
+                else:
+                    sbase = self.rel
+                    for r in islice(records, CHUNK_RECORDS):
+                        n += 1
+                        rel = r.offset - sbase
+                        k = r.key
+                        if k is not None:
+                            add(crc(k) << 32 | rel)
+                        hs = r.headers
+                        if hs:
+                            name, v = hs[-1]
+                            if name == ENVELOPE_HEADER and v is not None:
+                                h = envelopes.get(v)
+                                if h is None:
+                                    h = ix._message_id_hash(v)
+                                if h >= 0:
+                                    add(h << 32 | rel)
+            except Exception as e:  # a record that does not decode is never found either
+                log.debug("key index: a batch at %d not decoded: %s", self.position, e)
+                n = 0
+            ix.records_indexed += n
+            if n < CHUNK_RECORDS:
+                return True
+            if _clock() >= deadline:
+                return False
 
 
 class KeyIndexer:
@@ -86,12 +157,20 @@ class KeyIndexer:
         self._parts: dict[Partition, list[SegmentKeys]] = {}
         self._cursor = 0
         self._envelopes: dict[bytes, int] = {}
+        # records of batches just encoded, by segment: (position, base offset, records)
+        self._hints: dict[Segment, deque[tuple[int, int, list[Any]]]] = {}
+        self._hinted = 0
         self.records_indexed = 0
         self.files_written = 0
         self.files_rebuilt = 0
         self.busy_seconds = 0.0  # reactor time spent by the background pass
 
     # -- the background pass ----------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether the background pass runs (then partitions give it hints)."""
+        return self._call_later is not None
 
     def start(self) -> None:
         if self._call_later is not None and self._call is None:
@@ -106,6 +185,8 @@ class KeyIndexer:
             for sk in keys:
                 self._abandon(sk)
         self._parts.clear()
+        self._hints.clear()
+        self._hinted = 0
 
     def _run(self) -> None:
         self._call = None
@@ -127,7 +208,7 @@ class KeyIndexer:
                 more = True
             if _clock() >= deadline:
                 self._cursor = (self._cursor + i + 1) % n
-                more = True
+                more = more or i + 1 < n  # partitions this pass did not reach
                 break
         self.busy_seconds += _clock() - t0
         return more
@@ -148,12 +229,14 @@ class KeyIndexer:
                 self._abandon(sk)
 
     def _advance(self, p: Partition, deadline: float) -> bool:
+        """Step ``p``'s segments, oldest first; True while work is left."""
         more = False
-        for sk in self._segments(p):
+        keys = self._segments(p)
+        for i, sk in enumerate(keys):
             if not sk.up_to_date() and self._step(sk, deadline, write=True):
                 more = True
             if _clock() >= deadline:
-                return True
+                return more or not all(k.up_to_date() for k in keys[i + 1 :])
         return more
 
     def _segments(self, p: Partition) -> list[SegmentKeys]:
@@ -171,6 +254,7 @@ class KeyIndexer:
         return keys
 
     def _abandon(self, sk: SegmentKeys) -> None:
+        self._drop_hints(sk.seg)
         job, sk.job = sk.job, None
         if isinstance(job, Writer):
             job.abort()
@@ -214,7 +298,7 @@ class KeyIndexer:
             before = sk.indexed_to
             self._index(sk, runs, deadline)
             if sk.indexed_to < seg.size:
-                return sk.indexed_to > before
+                return sk.indexed_to > before or sk.partial is not None
         if not (write and seg.sealed) or _clock() >= deadline:
             return write and seg.sealed and sk.retry_at == 0.0
         if sk.job is None:
@@ -243,7 +327,7 @@ class KeyIndexer:
         log.info("rebuilding key index %s (%s)", sk.seg.key_path, why)
         self.files_rebuilt += 1
         self._cache.discard(sk.seg.key_path)
-        sk.file, sk.runs, sk.indexed_to = None, Runs(), 0
+        sk.file, sk.runs, sk.indexed_to, sk.partial = None, Runs(), 0, None
 
     def _write_failed(self, sk: SegmentKeys, e: OSError) -> bool:
         log.warning("key index %s not written (%s); its entries stay in memory, tried again in %.0f s",
@@ -251,46 +335,75 @@ class KeyIndexer:
         sk.retry_at = _clock() + WRITE_RETRY_SECONDS
         return False
 
+    def hint(self, seg: Segment, position: int, base: int, records: list[Any]) -> None:
+        """The records (``batch.Record`` tuples) a partition just encoded as the batch at
+        ``position`` of ``seg``: indexed from them, not decoded again from the file, if
+        the batch is still there when the pass reaches it (one call per batch; while
+        HINT_MAX_RECORDS are held, later ones are dropped and their batches decoded)."""
+        if self._hinted + len(records) > HINT_MAX_RECORDS:
+            return
+        self._hinted += len(records)
+        hints = self._hints.get(seg)
+        if hints is None:
+            self._hints[seg] = hints = deque()
+        hints.append((position, base, records))
+
+    def _drop_hints(self, seg: Segment) -> None:
+        hints = self._hints.pop(seg, None)
+        if hints:
+            self._hinted -= sum(len(h[2]) for h in hints)
+
     def _index(self, sk: SegmentKeys, runs: Runs, deadline: float) -> None:
-        """Index the batches of ``sk``'s segment from ``indexed_to`` on, until the
-        deadline passes or the written batches end."""
+        """Index the records of ``sk``'s segment from ``indexed_to`` on, CHUNK_RECORDS at
+        a time, until the deadline passes (inside a batch too: ``partial`` keeps where)
+        or the written batches end."""
         seg = sk.seg
-        sbase = seg.base_offset
         entries: list[int] = []
-        add = entries.append
-        envelopes = self._envelopes
-        crc = key_hash
         pos = sk.indexed_to
-        count = 0
-        for at, info in seg.walk(pos):
-            data = seg.pread(at, info.size)
-            if len(data) < info.size:
-                break  # placed, not written yet
-            if not info.attributes & ATTR_CONTROL:
-                try:
-                    for r in DefaultRecordBatch(data):
-                        rel = r.offset - sbase
-                        count += 1
-                        k = r.key
-                        if k is not None:
-                            add(crc(k) << 32 | rel)
-                        hs = r.headers
-                        if hs:
-                            name, v = hs[-1]
-                            if name == ENVELOPE_HEADER and v is not None:
-                                h = envelopes.get(v)
-                                if h is None:
-                                    h = self._message_id_hash(v)
-                                if h >= 0:
-                                    add(h << 32 | rel)
-                except Exception as e:  # a record that does not decode is never found either
-                    log.debug("key index of %s: batch at %d not decoded: %s", seg.log_path, at, e)
-            pos = at + info.size
-            if _clock() >= deadline:
-                break
-        runs.add(entries)
-        sk.indexed_to = pos
-        self.records_indexed += count
+        hints = self._hints.get(seg)
+        try:
+            for at, info in seg.walk(pos):
+                part = sk.partial
+                if part is not None and part.position == at:
+                    sk.partial = None
+                else:
+                    part = self._open_batch(seg, hints, at, info)
+                    if part is None:
+                        break  # placed, not written yet
+                if not part.run(entries, self, deadline):
+                    sk.partial = part
+                    return
+                pos = at + info.size
+                if _clock() >= deadline:
+                    break
+        finally:
+            runs.add(entries)
+            sk.indexed_to = pos
+        if seg.sealed and pos >= seg.size:
+            self._drop_hints(seg)
+
+    def _open_batch(self, seg: Segment, hints: deque[tuple[int, int, list[Any]]] | None, at: int,
+                    info: BatchInfo) -> _Batch | None:
+        """The records of the batch at ``at``: its hint when it is that batch's, else
+        decoded from the file (None: not all written yet)."""
+        while hints and hints[0][0] < at:  # batches indexed from the file, or never written
+            self._hinted -= len(hints.popleft()[2])
+        if hints and hints[0][0] == at:
+            _, base, records = hints.popleft()
+            self._hinted -= len(records)
+            if base == info.base_offset and len(records) == info.records_count:
+                return _Batch(at, base - seg.base_offset, iter(records), True)
+        data = seg.pread(at, info.size)
+        if len(data) < info.size:
+            return None
+        if info.attributes & ATTR_CONTROL:
+            return _Batch(at, 0, iter(()), False)
+        try:
+            # (a generator: iter() of aiokafka's batch starts its records again)
+            return _Batch(at, seg.base_offset, (r for r in DefaultRecordBatch(data)), False)
+        except Exception as e:  # a record that does not decode is never found either
+            log.debug("key index of %s: batch at %d not decoded: %s", seg.log_path, at, e)
+            return _Batch(at, 0, iter(()), False)
 
     def _message_id_hash(self, envelope: bytes) -> int:
         """The message-id hash of envelope bytes, -1 when there is none; remembered."""

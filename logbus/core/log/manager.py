@@ -163,6 +163,8 @@ class LogManager:
             p = Partition(topic.name, i, pdir, config, segments, self.cache, self.flusher, self._schedule)
             p.before_write = self._before_write
             p.on_lost = self._lost
+            if self.keys.running:
+                p.encoded = self.keys.hint
             topic.partitions.append(p)
         if config.flush_mode != "none":
             fsync_dir(topic.directory)
