@@ -69,6 +69,7 @@ from .vhost import VHost
 from .queues.timers import Timers
 from .streams.producers import ProducerRegistry
 from .topics import TopicAdmin, TopicInfo
+from .search import MessageSearch
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def client_expiry_interval(*expiry_ms: int) -> float:
     return max(0.05, min(CLIENT_EXPIRY_CHECK_MAX_S, min(expiry_ms) / 2000))
 
 
-class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory):
+class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, MessageSearch):
     def __init__(
         self,
         data_dir: str | os.PathLike[str],

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .definitions import LegacyTranslation
     from .deadletters import DeadLetterCopy
     from .forms import Forms
+    from .search import FoundMessage
     from .log.partition import AppendResult, FileSpan, ReadResult
     from .message import ENVELOPE_HEADER, Envelope, Message
     from .pressure import RESOURCES
@@ -71,6 +72,7 @@ _OWNER = {
     "Envelope": "message",
     "FileSpan": "log.partition",
     "Forms": "forms",
+    "FoundMessage": "search",
     "GroupDescription": "streams.group_model",
     "GroupListing": "streams.group_model",
     "HEADERS": "routing.definitions",
@@ -146,6 +148,7 @@ __all__ = [
     "Envelope",
     "FileSpan",
     "Forms",
+    "FoundMessage",
     "GroupDescription",
     "GroupListing",
     "HeaderMatch",

@@ -187,6 +187,9 @@ def test_directory_tree(written: Written) -> None:
             bases = r_segments(pdir)
             assert bases and bases[0] == 0
             names = set(os.listdir(pdir))
+            # a sealed segment may have its key index (written by a background pass), the
+            # active one never has
+            names -= {f"{b:020d}.keyindex" for b in bases[:-1]}
             # after a clean shutdown every sealed segment has both indexes; the active
             # one only when it reached INDEX_ON_CLOSE_MIN (none does here)
             assert names == {f"{b:020d}.{ext}" for b in bases[:-1] for ext in ("log", "index", "timeindex")} | {

@@ -118,6 +118,28 @@ def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
     _BASE_OFFSET.pack_into(buf, pos, base_offset)
 
 
+def record_at(buf: bytes | bytearray | memoryview, offset: int) -> StoredRecord | None:
+    """The record at ``offset`` in the whole batches of ``buf``, decoding no record after
+    it; None when they do not hold it (or it is in a control batch)."""
+    pos, end = 0, len(buf)
+    data = bytes(buf)
+    while end - pos >= HEADER_SIZE:
+        size = peek_size(data, pos)
+        if pos + size > end:
+            break
+        last = _BASE_OFFSET.unpack_from(data, pos)[0] + F.INT32.unpack_from(data, pos + F.LAST_OFFSET_DELTA_AT)[0]
+        if last >= offset:
+            batch = DefaultRecordBatch(data[pos : pos + size])
+            if batch.is_control_batch:
+                return None
+            for r in batch:
+                if r.offset == offset:
+                    return StoredRecord(r.offset, r.timestamp, r.key, r.value, list(r.headers))
+            return None
+        pos += size
+    return None
+
+
 def decode(buf: bytes | bytearray | memoryview) -> Iterator[StoredRecord]:
     """Every record of every batch in ``buf`` (whole batches only), decompressing as needed."""
     pos, end = 0, len(buf)

@@ -15,6 +15,7 @@ Names::
           {base:020d}.log                    segment_name(base) + LOG_SUFFIX
           {base:020d}.index                  + INDEX_SUFFIX
           {base:020d}.timeindex              + TIMEINDEX_SUFFIX
+          {base:020d}.keyindex               + KEYINDEX_SUFFIX (sealed segments only)
 
 A topic directory is the topic name's UTF-8 bytes with every byte outside
 ``[A-Za-z0-9_.~-]`` written as ``%XX`` (uppercase hex) and a leading ``.`` as ``%2E``, so
@@ -50,6 +51,23 @@ batch at ``segment base + relative_offset`` has a timestamp at or below ``timest
 Which batches get entries is ``segment.py``'s rule; checking loaded entries is
 ``index.py``'s.
 
+``.keyindex`` (a sealed segment's record keys and message ids): KEY_HEADER, 24 bytes,
+then ``count`` KEY_ENTRY entries sorted ascending::
+
+    offset size field
+    0      4    magic                 b"LBKX"
+    4      2    version               uint16  1
+    6      2    flags                 uint16  0
+    8      8    log_size              uint64  bytes of the .log this index covers (all of it)
+    16     4    count                 uint32  entries
+    20     4    crc                   uint32  CRC-32C of the entries
+    24     ...  entries               uint64  (hash << 32) | relative_offset
+
+An entry says the record at ``segment base + relative_offset`` MAY have a key with CRC-32
+``hash`` (``key_hash``) or an envelope message id with that ``message_id_hash``: a reader
+reads the record and compares, because different keys share hashes. Building and
+checking the file is ``keyindex.py``'s.
+
 A valid batch has a whole header, magic 2, ``batch_length >= 49``, non-negative
 ``last_offset_delta`` and ``records_count``, all its bytes present and a matching
 CRC-32C. The readable log is the longest prefix of valid batches whose base offsets
@@ -62,6 +80,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+import zlib
 from typing import NamedTuple
 from urllib.parse import quote, unquote_to_bytes
 
@@ -80,6 +99,7 @@ UINT32 = struct.Struct(">I")  # crc (at CRC_AT)
 BATCH_LENGTH_AT = 8
 CRC_AT = 17
 CRC_START = 21  # the CRC covers bytes CRC_START .. end of batch
+LAST_OFFSET_DELTA_AT = 23
 MAX_TIMESTAMP_AT = 35
 RECORDS_COUNT_AT = 57
 
@@ -97,6 +117,19 @@ MIN_RECORD_SIZE = 7  # length, attributes, timestamp delta, offset delta, key, v
 
 OFFSET_ENTRY = struct.Struct(">II")  # relative_offset, position
 TIME_ENTRY = struct.Struct(">qI")  # timestamp, relative_offset
+KEY_HEADER = struct.Struct(">4sHHQII")  # magic, version, flags, log_size, count, crc
+KEY_ENTRY = struct.Struct(">Q")  # (hash << 32) | relative_offset
+KEYINDEX_MAGIC = b"LBKX"
+KEYINDEX_VERSION = 1
+# A record key's hash in ``.keyindex``: its CRC-32 (zlib's, ISO-HDLC), ``key_hash(key)``.
+# An envelope message id's: the CRC-32 of ``b"logbus.message_id:"`` followed by the id's
+# UTF-8 bytes, ``message_id_hash(id)`` (so a key equal to an id hashes apart from it).
+key_hash = zlib.crc32
+MESSAGE_ID_SEED = zlib.crc32(b"logbus.message_id:")
+
+
+def message_id_hash(message_id: str) -> int:
+    return zlib.crc32(message_id.encode("utf-8", "surrogatepass"), MESSAGE_ID_SEED)
 
 # -- names ---------------------------------------------------------------------------
 
@@ -106,6 +139,7 @@ TRASH = ".trash"
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
+KEYINDEX_SUFFIX = ".keyindex"
 TMP_SUFFIX = ".tmp"
 DELETED_SUFFIX = ".deleted"
 _SEGMENT_DIGITS = 20

@@ -20,6 +20,7 @@ from ..tick import tick_of
 from . import batch as B
 from .filecache import FileCache
 from .flusher import Flusher, syncfs
+from .keyindexer import KeyIndexer
 from .format import CLEAN_MARKER, LOG_DIR, TRASH, partition_dirname, topic_dirname
 from .partition import Partition, fsync_dir
 from .recovery import RecoveryReport, recover_partition
@@ -67,8 +68,11 @@ class LogManager:
         max_open_files: int = 1024,
         metrics: Metrics | None = None,
         inline_flush: bool = True,
+        key_index: bool = True,
     ) -> None:
-        """``inline_flush``: let small syncs run on the reactor thread (flusher.py)."""
+        """``inline_flush``: let small syncs run on the reactor thread (flusher.py).
+        ``key_index``: keep the key indexes up to date in the background (keyindexer.py;
+        lookups bring them up to date either way)."""
         self.root = os.path.join(os.fspath(data_dir), LOG_DIR)
         self.fresh = not os.path.isdir(self.root)
         os.makedirs(self.root, exist_ok=True)
@@ -107,6 +111,9 @@ class LogManager:
         # refused after their offsets were given
         self.before_write: Callable[[], object] | None = None
         self.on_lost: Callable[[Partition, int, int, StorageError], object] | None = None
+        # the partitions' key indexes, off the append path (keyindexer.py)
+        self.keys = KeyIndexer(self.topics, self.cache, reactor.callLater if key_index else None)
+        self.keys.start()
 
     # -- topics ---------------------------------------------------------------------
 
@@ -156,6 +163,8 @@ class LogManager:
             p = Partition(topic.name, i, pdir, config, segments, self.cache, self.flusher, self._schedule)
             p.before_write = self._before_write
             p.on_lost = self._lost
+            if self.keys.running:
+                p.encoded = self.keys.hint
             topic.partitions.append(p)
         if config.flush_mode != "none":
             fsync_dir(topic.directory)
@@ -226,6 +235,7 @@ class LogManager:
             raise UnknownTopic(f"unknown topic {name!r}")
         for p in topic.partitions:
             p.close()
+        self.keys.forget(topic.partitions)
         trash = os.path.join(self.root, TRASH)
         os.makedirs(trash, exist_ok=True)
         dest = os.path.join(trash, f"{os.path.basename(topic.directory)}.{time.time_ns()}")
@@ -260,6 +270,7 @@ class LogManager:
         if self._closed:
             return
         self._closed = True
+        self.keys.stop()
         self.drain()
         self.flusher.stop()
         if self._ring_reader is not None:

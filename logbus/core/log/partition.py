@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from bisect import bisect_right
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from twisted.internet.defer import Deferred, fail
@@ -129,6 +129,9 @@ class Partition(Failures):
         # refused after their offsets were given (a failed write, state or sync)
         self.before_write: Callable[[], object] | None = None
         self.on_lost: Callable[[Partition, int, int, StorageError], object] | None = None
+        # ``encoded(segment, position, base, records)``: the records of a batch this
+        # partition encoded, once placed (the key indexer's hint: keyindexer.py)
+        self.encoded: Callable[[Segment, int, int, list[Any]], object] | None = None
         self.records_appended = 0
         self.bytes_appended = 0
         self._watchers: list[Callable[[], object]] = []
@@ -352,6 +355,9 @@ class Partition(Failures):
         self.records_appended += i
         self.bytes_appended += len(buf)
         self._place(buf, base, base + i, _max_ts(buf), self._pending_now)
+        if self.encoded is not None:
+            seg = self.active
+            self.encoded(seg, seg.size - len(buf), base, pend)
 
     def _place(self, buf: bytes | bytearray, base: int, nxt: int, max_ts: int, now: int,
                tail: memoryview | None = None) -> None:
@@ -592,7 +598,8 @@ class Partition(Failures):
         if self.cache.pinned(seg.log_path):
             return False  # a flush still needs it; try next time
         self.cache.discard(seg.log_path)
-        for path in (seg.log_path, seg.index_path, seg.time_path):
+        self.cache.discard(seg.key_path)
+        for path in (seg.log_path, seg.index_path, seg.time_path, seg.key_path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

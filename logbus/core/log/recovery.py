@@ -132,14 +132,14 @@ def list_segments(directory: str) -> list[int]:
     known = {F.segment_name(b) for b in bases}
     for name in os.listdir(directory):
         stem, ext = os.path.splitext(name)
-        if ext in (F.INDEX_SUFFIX, F.TIMEINDEX_SUFFIX) and stem not in known:
+        if ext in (F.INDEX_SUFFIX, F.TIMEINDEX_SUFFIX, F.KEYINDEX_SUFFIX) and stem not in known:
             os.unlink(os.path.join(directory, name))
     return bases
 
 
 def _remove_segment(seg: Segment, cache: FileCache) -> None:
     cache.discard(seg.log_path)
-    for p in (seg.log_path, seg.index_path, seg.time_path):
+    for p in (seg.log_path, seg.index_path, seg.time_path, seg.key_path):
         try:
             os.unlink(p)
         except FileNotFoundError:
@@ -176,6 +176,10 @@ def _check_sealed(seg: Segment, next_base: int, clean: bool, report: RecoveryRep
 
 def _open_active(seg: Segment, clean: bool, now_ms: int, report: RecoveryReport) -> None:
     seg.sealed = False
+    try:  # the active segment's key index is in memory; a file is left from when it was sealed
+        os.unlink(seg.key_path)
+    except FileNotFoundError:
+        pass
     start = 0
     if clean and (os.path.exists(seg.index_path) or os.path.exists(seg.time_path)):
         # a small active segment has no index files after a clean stop: just scan it

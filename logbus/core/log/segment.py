@@ -40,6 +40,7 @@ class Segment:
         "log_path",
         "index_path",
         "time_path",
+        "key_path",
         "size",
         "file_end",
         "next_offset",
@@ -59,6 +60,7 @@ class Segment:
         self.log_path = name + F.LOG_SUFFIX
         self.index_path = name + F.INDEX_SUFFIX
         self.time_path = name + F.TIMEINDEX_SUFFIX
+        self.key_path = name + F.KEYINDEX_SUFFIX  # written by keyindexer.py, not here
         self.size = 0
         self.file_end = 0  # the file's length: ``size`` plus the zeroed space ahead
         self.next_offset = base_offset
