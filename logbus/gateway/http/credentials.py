@@ -81,17 +81,39 @@ def authenticate(request: server.Request, broker: Broker) -> str:
     credentials = basic_credentials(request)
     if credentials is None:
         raise HttpError(401, "unauthorized", "HTTP Basic credentials are required", CHALLENGE)
-    name, password = credentials
+    return check_password(request, broker, *credentials, how="HTTP Basic")
+
+
+def check_password(request: server.Request, broker: Broker, name: str, password: str, how: str) -> str:
+    """``name`` and ``password`` checked as ``authenticate`` checks the Basic header's
+    (the broker's login cache, its password thread, the slow-down of repeated failures),
+    for credentials that came another way (the console's login form, logged as ``how``).
+    The user is kept on the request; HttpError 401 when refused, LoginPending while
+    checked (then the same call again finds the answer on the request)."""
+    known: str | None = getattr(request, _USER, None)
+    if known is not None:
+        return known
+    refusal: HttpError | None = getattr(request, _REFUSAL, None)
+    if refusal is not None:
+        raise refusal
     record = getattr(request.channel, "record", None)  # site.RegisteredChannel's
     checked = broker.authenticate(name, password, loopback=from_loopback(request))
     pending: Deferred[None] = Deferred()
     now: list[Failure | None] = []
-    if now_or_later(checked, now.append, lambda result: _settle(request, broker, record, name, result, pending)):
-        return _settle(request, broker, record, name, now[0])
+    if now_or_later(checked, now.append,
+                    lambda result: _settle(request, broker, record, name, how, result, pending)):
+        return _settle(request, broker, record, name, how, now[0])
     raise LoginPending(pending)  # not known yet: checked on the password thread
 
 
-def _settle(request: server.Request, broker: Broker, record: Any, name: str, result: Failure | None,
+def set_user(request: server.Request, broker: Broker, name: str, how: str) -> None:
+    """``name`` is the request's user, known another way (the console's session cookie,
+    logged as ``how``): ``require`` and ``allowed`` ask about it from here on."""
+    setattr(request, _USER, name)
+    broker.connection_logged_in(getattr(request.channel, "record", None), name, how=how)
+
+
+def _settle(request: server.Request, broker: Broker, record: Any, name: str, how: str, result: Failure | None,
             pending: Deferred[None] | None = None) -> str:
     """The login's outcome kept on the request: the user, or the refusal (raised)."""
     if isinstance(result, Failure):
@@ -110,7 +132,7 @@ def _settle(request: server.Request, broker: Broker, record: Any, name: str, res
             return name
         raise error
     setattr(request, _USER, name)
-    broker.connection_logged_in(record, name, how="HTTP Basic")
+    broker.connection_logged_in(record, name, how=how)
     if pending is not None:
         pending.callback(None)
     return name

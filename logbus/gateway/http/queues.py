@@ -59,10 +59,11 @@ class Queues(AdminResource):
         if vhost is not None and vhost != "" and self.broker.vhost(vhost) is None:
             raise HttpError(404, "not_found", f"no vhost '{vhost}'")
         queues = self.broker.list_queues(self.vhost)
-        return Response.json(200, [q.to_json() for q in queues if _sees(self.broker, user, q.vhost, q.name)])
+        return Response.json(200, [q.to_json() for q in queues if sees_queue(self.broker, user, q.vhost, q.name)])
 
 
-def _sees(broker: Broker, user: str, vhost: str, name: str) -> bool:
+def sees_queue(broker: Broker, user: str, vhost: str, name: str) -> bool:
+    """Whether ``user`` sees the queue (the console asks this too)."""
     if vhost == "":  # a pop group: shown as /api/pop shows it, by its topic's vhost
         return broker.sees_vhost(user, topic_exchange(name.split("/", 1)[1])[0])
     return broker.sees_vhost(user, vhost)
@@ -82,7 +83,7 @@ class OneQueue(AdminResource):
 
     def _visible(self, request: server.Request) -> Any:
         info = self.broker.queue_info(self.vhost, self.name)
-        if not _sees(self.broker, user_of(request), info.vhost, info.name):
+        if not sees_queue(self.broker, user_of(request), info.vhost, info.name):
             raise HttpError(404, "not_found", f"no queue '{self.name}' in vhost '{self.vhost}'")
         return info
 

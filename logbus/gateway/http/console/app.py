@@ -7,7 +7,8 @@ beside them:
                                main region (what htmx reloads)
     POST /<page>/<action>      a page's action: CSRF token checked, then 303 back to /<page>
     GET  /login, POST /login   the login form; POST /logout
-    GET  /rates.json           the overview chart's series (rates.py)
+    GET  /rates.json           the overview charts' series (rates.py): rates, and the
+                               queue depth under "depth"
     GET  /static/<hash>/<file> CSS and JavaScript (static.py)
 
 Every path but /login and /static asks for a user with the ``management`` tag (or more),
@@ -19,7 +20,6 @@ checked as the JSON API checks them (credentials.py). Without either, a page red
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
@@ -32,7 +32,7 @@ from twisted.web import resource, server
 
 from ....core.errors import LogbusError
 from ..alarms import AlarmGate
-from ..credentials import _USER, LoginPending, authenticate, require
+from ..credentials import LoginPending, authenticate, check_password, require, set_user
 from ..resource import NotFound
 from ..responses import HttpError, status_for
 from .html import Html, h
@@ -109,9 +109,7 @@ class Console(resource.Resource):
         cookie = request.getCookie(COOKIE.encode())
         session = self.sessions.check(cookie.decode("latin-1")) if cookie else None
         if session is not None:
-            setattr(request, _USER, session.user)  # credentials.py's checks take it from here
-            self.broker.connection_logged_in(getattr(request.channel, "record", None), session.user,
-                                             how="console session")
+            set_user(request, self.broker, session.user, how="console session")  # what require() asks about
         elif request.getHeader("authorization") is not None:
             session = self.sessions.basic(authenticate(request, self.broker))
         else:
@@ -211,14 +209,19 @@ class PageResource(ConsoleResource):
             return self.act(view, rest[0].decode("utf-8", "replace"))
         if request.method not in (b"GET", b"HEAD"):
             raise HttpError(405, "method_not_allowed", "use GET, or POST to an action")
-        if rest:
+        title = None
+        if rest and self.page.detail is not None:
+            title, content = self.page.detail(view, [p.decode("utf-8", "replace") for p in rest])
+        elif rest:
             raise HttpError(404, "not_found", f"no such page: {request.path.decode('latin-1')}")
-        if self.page.path == "":
-            self.console.rates.watched(_reactor(request))
-        body = region(self.page, self.page.render(view), request)
+        else:
+            if self.page.path == "":
+                self.console.rates.watched(_reactor(request))
+            content = self.page.render(view)
+        body = region(self.page, content, request, refresh=title is None)
         if view.arg("partial", "") == "1":
             return html_response(request, body)
-        return html_response(request, layout(self.page, body, view, self.console, view.arg("done", "")))
+        return html_response(request, layout(self.page, body, view, self.console, view.arg("done", ""), title))
 
     def act(self, view: View, name: str) -> bytes | Deferred[bytes]:
         action = self.page.actions.get(name)
@@ -233,19 +236,21 @@ class PageResource(ConsoleResource):
         def done(message: str | None) -> bytes:
             audit_log.info("user %r from %s: console %s %s -> done", view.user,
                            getattr(request.getClientAddress(), "host", "?"), self.page.path or "overview", name)
-            back = "/" + quote(self.page.path)
-            return redirect(request, back + ("?" + urlencode({"done": message}) if message else ""))
+            back = _safe_path(view.arg("back", "")) or "/" + quote(self.page.path)
+            sep = "&" if "?" in back else "?"
+            return redirect(request, back + (sep + urlencode({"done": message}) if message else ""))
         return d.addCallback(done)
 
 
-def region(page: Page, body: Html, request: server.Request) -> Html:
+def region(page: Page, body: Html, request: server.Request, refresh: bool = True) -> Html:
     """The page's main region: what htmx reloads every ``refresh_seconds``, with the
-    request's query (a filter) but for the last action's message."""
-    if not page.refresh_seconds:
+    request's query (a filter) but for the last action's message. One object's page (a
+    queue) is not reloaded: its forms would be, under the hands of who fills them in."""
+    if not page.refresh_seconds or not refresh:
         return Html(f'<div id="region">{body}</div>')
     args: dict[bytes, list[bytes]] = request.args or {}
     query = [(k, v) for k, values in args.items() if k not in (b"done", b"partial") for v in values]
-    url = "/" + quote(page.path) + "?" + urlencode([*query, (b"partial", b"1")])
+    url = request.path.decode("latin-1") + "?" + urlencode([*query, (b"partial", b"1")])
     return Html(f'<div id="region" hx-get="{h(url)}" hx-trigger="every {page.refresh_seconds}s"'
                 f' hx-swap="outerHTML" hx-select="#region">{body}</div>')
 
@@ -263,14 +268,12 @@ class Login(ConsoleResource):
 
     def log_in(self, request: server.Request, target: str) -> bytes | int:
         args: dict[bytes, list[bytes]] = request.args or {}
-        user = (args.get(b"username") or [b""])[0]
-        password = (args.get(b"password") or [b""])[0]
-        # the form's user and password are checked as the HTTP Basic credentials they
-        # amount to: credentials.authenticate, with its login cache, password thread,
-        # refusal log and slow-down of repeated failures
-        request.requestHeaders.setRawHeaders(b"authorization", [b"Basic " + base64.b64encode(user + b":" + password)])
+        user = (args.get(b"username") or [b""])[0].decode("utf-8", "replace")
+        password = (args.get(b"password") or [b""])[0].decode("utf-8", "replace")
+        # checked as the API checks HTTP Basic credentials: the login cache, the password
+        # thread, the refusal log and the slow-down of repeated failures
         try:
-            name = authenticate(request, self.console.broker)
+            name = check_password(request, self.console.broker, user, password, how="console login")
         except HttpError as exc:
             if exc.status != 401:
                 raise
@@ -313,7 +316,7 @@ class RatesJson(ConsoleResource):
         rates.watched(_reactor(request))
         request.setHeader(b"Content-Type", b"application/json")
         request.setHeader(b"Cache-Control", b"no-store")
-        return json.dumps(rates.series()).encode()
+        return json.dumps({**rates.series(), "depth": rates.depth()}).encode()
 
 
 def check_origin(request: server.Request) -> None:
@@ -336,9 +339,13 @@ def _reactor(request: server.Request) -> Any:
 def _safe_next(request: server.Request) -> str:
     """Where to go after the login: a path of this site only (no ``//host`` or scheme)."""
     args: dict[bytes, list[bytes]] = request.args or {}
-    target = (args.get(b"next") or [b"/"])[0].decode("utf-8", "replace")
+    return _safe_path((args.get(b"next") or [b"/"])[0].decode("utf-8", "replace")) or "/"
+
+
+def _safe_path(target: str) -> str:
+    """``target`` if it is a path of this site (no ``//host``, scheme or backslash), else ""."""
     if not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/"
+        return ""
     return target
 
 

@@ -31,10 +31,13 @@ def join(parts: Iterable[object]) -> Html:
 
 
 def table(caption: str, headers: Sequence[str], rows: Iterable[Sequence[object]], *,
-          row_headers: bool = True, empty: str = "None.", numeric: Sequence[int] = ()) -> Html:
+          row_headers: bool = True, empty: str = "None.", numeric: Sequence[int] = (),
+          sorted_by: tuple[int, str] | None = None) -> Html:
     """A data table: a caption, ``<th scope="col">`` headers and, with ``row_headers``, each
-    row's first cell as its ``<th scope="row">``. Cells are text (escaped) or Html;
-    columns in ``numeric`` are right-aligned. No rows: ``empty`` in a paragraph."""
+    row's first cell as its ``<th scope="row">``. Cells and headers are text (escaped) or
+    Html (a sort link); columns in ``numeric`` are right-aligned; ``sorted_by`` (column,
+    "asc" or "desc") says which column the rows are sorted by (``aria-sort``). No rows:
+    ``empty`` in a paragraph."""
     body = []
     for row in rows:
         cells = []
@@ -47,7 +50,11 @@ def table(caption: str, headers: Sequence[str], rows: Iterable[Sequence[object]]
         body.append("<tr>" + "".join(cells) + "</tr>")
     if not body:
         return Html(f'<p class="empty">{h(caption)}: {h(empty)}</p>')
-    head = "".join(f'<th scope="col"{" class=num" if i in numeric else ""}>{h(t)}</th>'
+    def sort(i: int) -> str:
+        if sorted_by is None or sorted_by[0] != i:
+            return ""
+        return f' aria-sort="{"descending" if sorted_by[1] == "desc" else "ascending"}"'
+    head = "".join(f'<th scope="col"{" class=num" if i in numeric else ""}{sort(i)}>{h(t)}</th>'
                    for i, t in enumerate(headers))
     return Html(f'<div class="scroll"><table><caption>{h(caption)}</caption>'
                 f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
@@ -79,6 +86,25 @@ def field(name: str, label: str, *, kind: str = "text", value: str = "", require
     return Html(f'<div class="field"><label for="{ident}">{h(label)}</label>'
                 f'<input id="{ident}" name="{h(name)}" type="{h(kind)}" value="{h(value)}"'
                 f' autocomplete="{h(autocomplete)}"{req}{described}>{hint_html}</div>')
+
+
+def select(name: str, label: str, options: Sequence[tuple[str, str]], value: str = "") -> Html:
+    """A labelled ``<select>`` of (value, text) options, ``value`` selected."""
+    ident = f"f-{name}"
+    opts = "".join(f'<option value="{h(v)}"{" selected" if v == value else ""}>{h(t)}</option>' for v, t in options)
+    return Html(f'<div class="field"><label for="{ident}">{h(label)}</label>'
+                f'<select id="{ident}" name="{h(name)}">{opts}</select></div>')
+
+
+def get_form(action: str, legend: str, fields: Sequence[Html], submit: str, *, keep: dict[str, str] | None = None,
+             cls: str = "block") -> Html:
+    """A form of labelled fields that only asks (GET: a filter, a search, a dry run):
+    no token, and its answer is a page one can bookmark. ``keep``: hidden values it carries
+    along (the table's sort)."""
+    inputs = "".join(hidden(k, v) for k, v in (keep or {}).items())
+    return Html(f'<form method="get" action="{h(action)}" class="{h(cls)}">{inputs}'
+                f"<fieldset><legend>{h(legend)}</legend>{''.join(fields)}"
+                f'<button type="submit">{h(submit)}</button></fieldset></form>')
 
 
 def form(action: str, csrf: str, legend: str, fields: Sequence[Html], submit: str) -> Html:

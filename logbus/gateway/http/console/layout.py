@@ -29,24 +29,27 @@ def _head(title: str, urls: dict[str, str]) -> str:
             f'<script src="{h(urls["js"])}" defer></script></head>')
 
 
-def layout(page: Page, region: Html, view: View, console: Console, done: str) -> str:
+def layout(page: Page, region: Html, view: View, console: Console, done: str, title: str | None = None) -> str:
+    """A page's frame; ``title``: one object's page (a queue), under its page's menu entry."""
     links = []
     for p in console.nav:
         if not view.can(p.needs):
             continue
-        current = ' aria-current="page"' if p is page else ""
+        current = ' aria-current="page"' if p is page and title is None else ""
         links.append(f'<li><a href="/{h(quote(p.path))}"{current}>{h(p.nav or p.title)}</a></li>')
     logout = (f'<form method="post" action="/logout" class="inline">{hidden("csrf", view.csrf)}'
               f'<button type="submit">Log out</button></form>') if view.session.nonce else ""
     status = f"{h(done)}" if done else ""
-    return (_head(page.title, console.urls())
+    heading = page.title if title is None else title
+    header = page.header(view) if page.header and title is None else ""
+    return (_head(heading, console.urls())
             + '<body><a class="skip" href="#main">Skip to main content</a>'
             f'<header><a class="brand" href="/">logbus</a>'
             f'<nav aria-label="Main"><ul>{"".join(links)}</ul></nav>'
             f'<div class="who">Logged in as <strong>{h(view.user)}</strong> {logout}</div></header>'
-            f'<main id="main" tabindex="-1"><h1>{h(page.title)}</h1>'
+            f'<main id="main" tabindex="-1"><h1>{h(heading)}</h1>'
             f'<p id="status" role="status" aria-live="polite">{status}</p>'
-            f"{page.header(view) if page.header else ''}{region}</main></body></html>")
+            f"{header}{region}</main></body></html>")
 
 
 def login_page(urls: dict[str, str], target: str, problem: str) -> str:

@@ -52,6 +52,9 @@ class Page:
     refresh_seconds: int = 5  # htmx reloads the main region this often (0: never)
     header: Callable[[View], Html] | None = None  # above the region, not reloaded (a chart)
     nav: str = ""  # the link's text in the menu (default: the title)
+    # GET /<path>/<a>/<b>...: one object's page (a queue, a group, a topic), given the
+    # path's segments (URL-decoded); answers its title and body
+    detail: Callable[[View, list[str]], tuple[str, Html]] | None = None
 
 
 class View:
@@ -100,8 +103,11 @@ class View:
         except UnicodeDecodeError:
             raise HttpError(400, "bad_request", f"field {name!r} is not UTF-8") from None
 
-    def int_arg(self, name: str) -> int:
+    def int_arg(self, name: str, default: int | None = None) -> int:
+        text = self.arg(name, None if default is None else "")
+        if text == "" and default is not None:
+            return default
         try:
-            return int(self.arg(name))
+            return int(text)
         except ValueError:
             raise HttpError(400, "bad_request", f"field {name!r} must be a whole number") from None
