@@ -5,12 +5,12 @@ here."""
 from __future__ import annotations
 
 from ..page import Page
-from . import connections, mqtt, overview, permissions, placeholders, pop, topics, users, vhosts
+from . import connections, groups, mqtt, overview, permissions, pop, queues, topics, users, vhosts
 
 PAGES: tuple[Page, ...] = (
     overview.PAGE,
-    placeholders.QUEUES,
-    placeholders.GROUPS,
+    queues.PAGE,
+    groups.PAGE,
     connections.PAGE,
     mqtt.PAGE,
     topics.PAGE,

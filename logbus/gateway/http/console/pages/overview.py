@@ -1,7 +1,8 @@
 """The overview (``/``): the broker's version and uptime, its alarms (``Broker.health``),
-connections per protocol with their message counts, the number of topics, and the message
-rates: a chart (uPlot, fed by /rates.json) above a table of the last seconds, which is
-what a reader without JavaScript gets."""
+connections per protocol with their message counts, the number of topics, the queues'
+totals, and two charts (uPlot, fed by /rates.json): the message rates and the queues'
+depth, above tables of the latest numbers, which is what a reader without JavaScript
+gets."""
 
 from __future__ import annotations
 
@@ -23,13 +24,19 @@ def version() -> str:
 
 
 def chart(view: View) -> Html:
-    """The chart's place: filled by console.js, outside the reloaded region."""
-    return Html('<section aria-labelledby="rates-title"><h2 id="rates-title">Message rates</h2>'
+    """The charts' places: filled by console.js, outside the reloaded region."""
+    return Html('<div class="charts"><section aria-labelledby="rates-title"><h2 id="rates-title">Message rates</h2>'
                 '<p class="legend">Messages per second received from clients (solid blue line) and'
                 ' sent to them (dashed red line), last five minutes; the table below has the latest'
                 ' numbers.</p>'
-                '<div id="rates-chart" data-src="/rates.json" role="img"'
-                ' aria-label="Chart of the message rates described above"></div></section>')
+                '<div id="rates-chart" class="chart" data-src="/rates.json" data-series="rates" role="img"'
+                ' aria-label="Chart of the message rates described above"></div></section>'
+                '<section aria-labelledby="depth-title"><h2 id="depth-title">Queue depth</h2>'
+                '<p class="legend">Messages in every queue: ready (solid green line) and delivered, not yet'
+                ' acknowledged (dashed purple line), every 5 seconds; the table below has the latest'
+                ' totals.</p>'
+                '<div id="depth-chart" class="chart" data-src="/rates.json" data-series="depth" role="img"'
+                ' aria-label="Chart of the queue depth described above"></div></section></div>')
 
 
 def render(view: View) -> Html:
@@ -50,7 +57,12 @@ def render(view: View) -> Html:
     series = view.console.rates.series()
     recent = list(zip(series["t"], series["received"], series["sent"]))[-TABLE_SECONDS:]
     rates = [(time.strftime("%H:%M:%S", time.localtime(t)), f"{r:g}", f"{s:g}") for t, r, s in reversed(recent)]
+    queues = broker.list_queues()
+    depth = [(len(queues), sum(q.ready for q in queues), sum(q.unacked for q in queues),
+              sum(q.scheduled for q in queues))]
     return Html(facts
+                + table("Queue totals", ["Queues", "Ready", "Unacked", "Scheduled"], depth, row_headers=False,
+                        numeric=(0, 1, 2, 3))
                 + table("Connections per protocol", ["Protocol", "Connections", "Messages received",
                                                      "Messages sent"], per, numeric=(1, 2, 3))
                 + table(f"Messages per second, last {TABLE_SECONDS} seconds", ["Second", "Received/s", "Sent/s"],

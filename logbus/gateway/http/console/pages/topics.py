@@ -1,12 +1,36 @@
 """Topics (``Broker.list_topics``) as ``GET /api/topics`` shows them: those of the vhosts
 the user has a permission in (monitoring: all); per topic its partitions, messages, size
-and retention, and per partition its offsets and segments."""
+and retention, and per partition its offsets and segments.
+
+    /topics/<topic>                       its partitions, and the message search form
+    /topics/<topic>?key=...&message_id=...&start=...&end=...&partition=...&limit=...
+                                          the records found (``Broker.search_messages``:
+                                          by key or message id through the key index, or
+                                          by time range), for a user with read on the
+                                          topic; times are UTC
+"""
 
 from __future__ import annotations
 
+import calendar
+import time
+from urllib.parse import quote
+
+from .....core.errors import InvalidRequest, LogbusError
+from .....core.search import FoundMessage
+from .....core.topics import TopicInfo
 from .....core.types import topic_exchange
-from ..html import Html, size, table
+from ...responses import HttpError
+from ..html import Html, field, get_form, h, size, table
 from ..page import Page, View
+
+SEARCH_FIELDS = ("key", "message_id", "start", "end", "partition")
+LIMIT = 100
+PREVIEW = 120  # characters of a payload shown
+
+
+def path_of(topic: str) -> str:
+    return "/topics/" + quote(topic, safe="")
 
 
 def _retention(config: dict[str, object]) -> str:
@@ -23,7 +47,7 @@ def render(view: View) -> Html:
     summary, detail = [], []
     for t in topics:
         messages = sum(p.log_end_offset - p.log_start_offset for p in t.partitions)
-        summary.append((t.name, len(t.partitions), messages, size(sum(p.size_bytes for p in t.partitions)),
+        summary.append((Html(f'<a href="{h(path_of(t.name))}">{h(t.name)}</a>'), len(t.partitions), messages, size(sum(p.size_bytes for p in t.partitions)),
                         _retention(t.config)))
         for p in t.partitions:
             detail.append((f"{t.name} [{p.partition}]", p.log_start_offset, p.log_end_offset, p.segments,
@@ -34,4 +58,74 @@ def render(view: View) -> Html:
                         detail, numeric=(1, 2, 3)))
 
 
-PAGE = Page("topics", "Topics", render)
+def _partitions(t: TopicInfo) -> Html:
+    return table("Partitions", ["Partition", "Start offset", "End offset", "Segments", "Size"],
+                 [(p.partition, p.log_start_offset, p.log_end_offset, p.segments, size(p.size_bytes))
+                  for p in t.partitions], numeric=(0, 1, 2, 3))
+
+
+def detail(view: View, parts: list[str]) -> tuple[str, Html]:
+    if len(parts) != 1:
+        raise HttpError(404, "not_found", "a topic's page is /topics/<topic>")
+    broker = view.broker
+    found = [t for t in broker.list_topics() if t.name == parts[0]]
+    if not found or not broker.sees_vhost(view.user, topic_exchange(found[0].name)[0]):
+        raise HttpError(404, "not_found", f"no topic '{parts[0]}'")
+    t = found[0]
+    out: list[str] = [_partitions(t)]
+    if not view.can_topic("read", t.name):
+        out.append("<p>Searching this topic's messages needs read permission on it.</p>")
+        return t.name, Html("".join(out))
+    fields = [field("key", "Key", value=view.arg("key", ""), hint="the record key, as text"),
+              field("message_id", "Message id", value=view.arg("message_id", "")),
+              field("start", "From (UTC)", kind="datetime-local", value=view.arg("start", "")),
+              field("end", "Until (UTC)", kind="datetime-local", value=view.arg("end", "")),
+              field("partition", "Partition", kind="number", value=view.arg("partition", ""),
+                    hint="empty: every partition"),
+              field("limit", "At most", kind="number", value=view.arg("limit", str(LIMIT)))]
+    out.append('<section aria-labelledby="search-title"><h2 id="search-title">Search messages</h2>'
+               + get_form(path_of(t.name), "Find records by key, message id or time",
+                          fields, "Search"))
+    if any(view.arg(k, "") for k in SEARCH_FIELDS):
+        out.append(_results(view, t.name))
+    return t.name, Html("".join(out) + "</section>")
+
+
+def _utc_ms(view: View, name: str) -> int | None:
+    text = view.arg(name, "")
+    if not text:
+        return None
+    try:
+        return calendar.timegm(time.strptime(text[:16], "%Y-%m-%dT%H:%M")) * 1000 + (59_999 if name == "end" else 0)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a date and time (YYYY-MM-DDTHH:MM, UTC)") from None
+
+
+def _results(view: View, topic: str) -> Html:
+    view.require_topic("read", topic)
+    key, message_id = view.arg("key", ""), view.arg("message_id", "")
+    partition = view.arg("partition", "")
+    try:
+        found = view.broker.search_messages(
+            topic, key=key.encode() if key else None, message_id=message_id or None,
+            start_ms=_utc_ms(view, "start"), end_ms=_utc_ms(view, "end"),
+            partition=view.int_arg("partition") if partition else None, limit=view.int_arg("limit", LIMIT))
+    except LogbusError as exc:  # no such partition, a range that ends before it starts
+        return Html(f'<p class="problem" role="alert">No search: {h(exc)}</p>')
+    return table(f"Messages found: {len(found)}", ["Partition", "Offset", "Time (UTC)", "Key", "Message id",
+                                                  "Headers", "Payload"], [_row(m) for m in found],
+                 numeric=(0, 1), empty="no record matches.")
+
+
+def _row(m: FoundMessage) -> tuple[object, ...]:
+    j = m.to_json()
+    payload = "" if j["payload"] is None else str(j["payload"])
+    preview = payload if len(payload) <= PREVIEW else payload[:PREVIEW] + "…"
+    if j["payload_encoding"] == "base64":
+        preview += " (base64)"
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(m.timestamp_ms / 1000)) + f".{m.timestamp_ms % 1000:03d}"
+    headers = ", ".join(f"{x['name']}={x['value']}" for x in j["headers"])
+    return (m.partition, m.offset, when, "" if j["key"] is None else j["key"], m.message_id or "", headers, preview)
+
+
+PAGE = Page("topics", "Topics", render, detail=detail)

@@ -1,0 +1,181 @@
+"""Queues of every kind (``Broker.list_queues``) as ``GET /api/queues`` shows them: AMQP's
+declared queues, MQTT sessions and shared subscriptions, pop groups; only those of the
+vhosts the user sees (a pop group: its topic's vhost, queues.py ``sees_queue``).
+
+    /queues?name=&vhost=&kind=&sort=ready&dir=desc   the table: filtered and sorted by
+                                                     the query, links in the headers
+    /queues/<vhost>/<name>                           one queue: its figures and a browse
+                                                     of its first ready messages (nothing
+                                                     taken); a pop group's vhost is ``~``
+    /queues/<vhost>/<name>?confirm=purge             the purge's confirmation
+    POST /queues/purge                               ``DELETE /api/queues/<v>/<q>/contents``:
+                                                     read on the queue (a pop group: on
+                                                     its topic)
+
+A pop group's page also says how many of its group's dead letters wait, with the pop
+page's Replay button (``POST /pop/replay``: the same check as the API's replay).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+from urllib.parse import quote, urlencode
+
+from .....core.inventory import POP_PATH_VHOST, QueueInfo
+from .....core.types import Resource, dlq_topic
+from ...queues import sees_queue
+from ...responses import HttpError
+from ..html import Html, action_form, field, get_form, h, hidden, select, size, table
+from ..page import Page, PageAction, View
+
+KINDS = ("classic", "session", "shared", "pop")
+BROWSE = 10  # ready messages a queue's page shows (?count= up to 100)
+PREVIEW = 120  # characters of a payload shown
+
+# the table's columns: header, what it sorts by, and whether it is a number
+COLUMNS: tuple[tuple[str, str, Callable[[QueueInfo], Any], bool], ...] = (
+    ("Name", "name", lambda q: q.name, False),
+    ("Vhost", "vhost", lambda q: q.vhost, False),
+    ("Kind", "kind", lambda q: q.kind, False),
+    ("Ready", "ready", lambda q: q.ready, True),
+    ("Unacked", "unacked", lambda q: q.unacked, True),
+    ("Scheduled", "scheduled", lambda q: q.scheduled, True),
+    ("Consumers", "consumers", lambda q: q.consumers, True),
+    ("Routed", "routed", lambda q: q.stats.routed, True),
+    ("Delivered", "delivered", lambda q: q.stats.delivered, True),
+)
+
+
+def path_of(q: QueueInfo) -> str:
+    """The queue's page: /queues/<vhost>/<name>, each one path segment (pop groups: ``~``)."""
+    return f"/queues/{quote(q.vhost or POP_PATH_VHOST, safe='')}/{quote(q.name, safe='')}"
+
+
+def _visible(view: View) -> list[QueueInfo]:
+    return [q for q in view.broker.list_queues() if sees_queue(view.broker, view.user, q.vhost, q.name)]
+
+
+def filters(view: View) -> Html:
+    """The filter form (above the reloaded table: what is typed in it stays)."""
+    vhosts = sorted({q.vhost for q in _visible(view)})
+    keep = {k: view.arg(k, "") for k in ("sort", "dir") if view.arg(k, "")}
+    return get_form("/queues", "Filter queues", [
+        field("name", "Name contains", value=view.arg("name", "")),
+        select("vhost", "Vhost", [("", "all"), *((v or POP_PATH_VHOST, v or "~ (pop groups)") for v in vhosts)],
+               view.arg("vhost", "")),
+        select("kind", "Kind", [("", "all"), *((k, k) for k in KINDS)], view.arg("kind", "")),
+    ], "Show", keep=keep, cls="block filters")
+
+
+def render(view: View) -> Html:
+    name, vhost, kind = view.arg("name", ""), view.arg("vhost", ""), view.arg("kind", "")
+    sort, direction = view.arg("sort", "name"), view.arg("dir", "asc")
+    column = next((i for i, c in enumerate(COLUMNS) if c[1] == sort), 0)
+    desc = direction == "desc"
+    queues = [q for q in _visible(view) if name in q.name and (not kind or q.kind == kind)
+              and (not vhost or (q.vhost or POP_PATH_VHOST) == vhost)]
+    key = COLUMNS[column][2]
+    queues.sort(key=lambda q: (key(q), q.vhost, q.name), reverse=desc)
+    query = {k: v for k, v in (("name", name), ("vhost", vhost), ("kind", kind)) if v}
+    headers = []
+    for i, (title, by, _, _) in enumerate(COLUMNS):
+        flip = "asc" if i == column and desc else "desc" if i == column or COLUMNS[i][3] else "asc"
+        href = "/queues?" + urlencode({**query, "sort": by, "dir": flip})
+        what = f"sort by {title.lower()}, {'descending' if flip == 'desc' else 'ascending'}"
+        headers.append(Html(f'<a href="{h(href)}" title="{h(what)}">{h(title)}</a>'))
+    rows = [(Html(f'<a href="{h(path_of(q))}">{h(q.name)}</a>'), q.vhost or POP_PATH_VHOST, q.kind, q.ready,
+             q.unacked, q.scheduled, q.consumers, q.stats.routed, q.stats.delivered) for q in queues]
+    return table("Queues", headers, rows, numeric=(3, 4, 5, 6, 7, 8), sorted_by=(column, "desc" if desc else "asc"),
+                 empty="no queue matches." if query else "none yet.")
+
+
+def _queue(view: View, vhost: str, name: str) -> QueueInfo:
+    info = view.broker.queue_info(vhost, name)  # NotFound: 404
+    if not sees_queue(view.broker, view.user, info.vhost, info.name):
+        raise HttpError(404, "not_found", f"no queue '{name}' in vhost '{vhost}'")
+    return info
+
+
+def _may_read(view: View, q: QueueInfo) -> bool:
+    """What purging and browsing ask, as the API does: read on the queue (pop: its topic)."""
+    if q.kind == "pop":
+        return view.can_topic("read", q.name.split("/", 1)[1])
+    return view.can("read", Resource(q.vhost, "queue", q.name))
+
+
+def detail(view: View, parts: list[str]) -> tuple[str, Html]:
+    if len(parts) != 2:
+        raise HttpError(404, "not_found", "a queue's page is /queues/<vhost>/<name>")
+    q = _queue(view, *parts)
+    here = path_of(q)
+    s = q.stats
+    facts = [("Vhost", q.vhost or POP_PATH_VHOST + " (pop groups)"), ("Kind", f"{q.kind} ({q.protocol})"),
+             ("Durable", "yes" if q.durable else "no"), ("Ready", q.ready), ("Unacked", q.unacked),
+             ("Scheduled", q.scheduled), ("Messages", q.messages), ("Ready bytes", size(q.ready_bytes)),
+             ("Consumers", q.consumers), ("Routed", s.routed), ("Delivered", s.delivered),
+             ("Redelivered", s.redelivered), ("Acked", s.acked), ("Dead-lettered", s.dead_lettered)]
+    out = ['<dl class="facts" id="queue-facts">'
+           + "".join(f"<dt>{h(k)}</dt><dd>{h(v)}</dd>" for k, v in facts) + "</dl>"]
+    readable = _may_read(view, q)
+    if readable and view.arg("confirm", "") == "purge":
+        out.append(f'<section class="confirm" aria-labelledby="confirm-title"><h2 id="confirm-title">Purge {h(q.name)}?'
+                   f"</h2><p>The {q.ready} ready messages go; the {q.unacked} delivered and not yet"
+                   " acknowledged stay. This cannot be undone.</p>"
+                   + action_form("/queues/purge", view.csrf, "Purge", {"vhost": q.vhost or POP_PATH_VHOST,
+                                                                       "name": q.name, "back": here},
+                                 describe=f"Purge queue {q.name}, now", danger=True)
+                   + f' <a href="{h(here)}">Cancel</a></section>')
+    elif readable:
+        out.append(f'<form method="get" action="{h(here)}" class="inline">{hidden("confirm", "purge")}'
+                   f'<button type="submit" class="danger" aria-label="Purge queue {h(q.name)}…">Purge…</button></form>')
+    if q.kind == "pop":
+        out.append(_dead_letters(view, q, here))
+    out.append(_browse(view, q) if readable else
+               "<p>Browsing this queue needs read permission on it.</p>")
+    return q.name, Html("".join(out))
+
+
+def _dead_letters(view: View, q: QueueInfo, here: str) -> Html:
+    group, topic = q.name.split("/", 1)
+    waiting = view.broker.dead_letters_waiting(group)
+    button = ""
+    if view.can_topic("read", dlq_topic(group)) and view.can_topic("write", topic):
+        button = action_form("/pop/replay", view.csrf, "Requeue dead letters",
+                             {"group": group, "topic": topic, "back": here},
+                             describe=f"Requeue the dead letters of group {group} to topic {topic}")
+    return Html(f'<section aria-labelledby="dlq-title"><h2 id="dlq-title">Dead letters</h2>'
+                f'<p>Dead letters of group {h(group)} waiting to be replayed (every topic):'
+                f' <strong id="dead-letters">{waiting}</strong>. {button}</p></section>')
+
+
+def _browse(view: View, q: QueueInfo) -> Html:
+    count = max(1, min(view.int_arg("count", BROWSE), 100))
+    messages = view.broker.peek_queue(q.vhost or POP_PATH_VHOST, q.name, count)
+    rows = []
+    for m in messages:
+        j = m.to_json()
+        payload = str(j["payload"])
+        preview = payload if len(payload) <= PREVIEW else payload[:PREVIEW] + "…"
+        where = f"{m.topic} [{m.partition}] @{m.offset}"
+        rows.append((m.position, "yes" if m.redelivered else "no", m.exchange or "(default)", m.routing_key,
+                     m.message_id, "" if j["key"] is None else j["key"], where,
+                     f"{preview} ({j['payload_bytes']} B{', base64' if j['payload_encoding'] == 'base64' else ''})"))
+    caption = f"First {count} ready messages (browsed: nothing is taken)"
+    return Html('<section aria-labelledby="browse-title"><h2 id="browse-title">Browse</h2>'
+                + table(caption, ["Position", "Redelivered", "Exchange", "Routing key", "Message id", "Key",
+                                  "Log position", "Payload"], rows, numeric=(0,), empty="no ready message.")
+                + "</section>")
+
+
+def purge(view: View) -> str:
+    vhost, name = view.arg("vhost"), view.arg("name")
+    q = _queue(view, vhost, name)
+    if q.kind == "pop":
+        view.require_topic("read", q.name.split("/", 1)[1])
+    else:
+        view.require("read", Resource(q.vhost, "queue", q.name))
+    n = view.broker.purge_queue_contents(vhost, name)
+    return f"Purged {n} messages from {name!r}."
+
+
+PAGE = Page("queues", "Queues", render, header=filters, detail=detail, actions={"purge": PageAction(purge)})
