@@ -36,7 +36,9 @@ def test_basic_credentials_open_the_pages_and_the_wrong_ones_do_not(server: Logb
     assert page.headers["Cache-Control"] == "no-store"
     wrong = Mgmt(server, auth=("guest", "wrong")).call("GET", "/topics")
     assert wrong.status == 401 and "WWW-Authenticate" not in wrong.headers  # no browser dialog
-    assert Mgmt(server).call("GET", "/rates.json").json().keys() == {"t", "received", "sent"}
+    series = Mgmt(server).call("GET", "/rates.json").json()
+    assert series.keys() == {"t", "received", "sent", "depth"}
+    assert series["depth"].keys() == {"t", "ready", "unacked"}
 
 
 def test_static_files_are_cached_for_a_year_under_their_content_hash(server: LogbusServer) -> None:

@@ -1,10 +1,13 @@
-"""The overview chart's numbers: messages per second in and out of the broker, from the
-connection registry's counters (``received``, ``sent`` of ``Broker.list_connections``).
+"""The overview charts' numbers: messages per second in and out of the broker, from the
+connection registry's counters (``received``, ``sent`` of ``Broker.list_connections``),
+and the queues' depth (ready and unacked messages of every queue, ``Broker.list_queues``).
 
-``Rates`` samples the sums once a second into a ring of the last ``KEEP`` seconds, but
-only while someone looks: every overview or chart request calls ``watched()``, which
-starts the sampling, and it stops itself ``IDLE`` seconds after the last one, so an
-unwatched broker pays nothing for it. A sample walks every connection, once a second.
+``Rates`` samples the sums once a second into a ring of the last ``KEEP`` seconds, and
+the depth every ``DEPTH_EVERY`` seconds, but only while someone looks: every overview or
+chart request calls ``watched()``, which starts the sampling, and it stops itself
+``IDLE`` seconds after the last one, so an unwatched broker pays nothing for it. A rate
+sample walks every connection; a depth sample every queue (10,000 MQTT sessions: a few
+milliseconds), hence the slower pace.
 
 A rate is the difference of two sums: a connection that closed between two samples takes
 its count away, so a negative difference is shown as 0 for that second.
@@ -22,12 +25,15 @@ if TYPE_CHECKING:
 
 KEEP = 300  # seconds of history
 IDLE = 120.0  # seconds without a viewer before sampling stops
+DEPTH_EVERY = 5  # rate samples per depth sample
 
 
 class Rates:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.samples: deque[tuple[float, int, int]] = deque(maxlen=KEEP + 1)  # (t, received, sent)
+        self.depths: deque[tuple[float, int, int]] = deque(maxlen=KEEP // DEPTH_EVERY + 1)  # (t, ready, unacked)
+        self._ticks = 0
         self._loop: LoopingCall | None = None
         self._clock: Callable[[], float] | None = None
         self._last_watch = 0.0
@@ -38,6 +44,8 @@ class Rates:
         self._last_watch = reactor.seconds()
         if self._loop is None or not self._loop.running:
             self.samples.clear()  # a gap is not a rate
+            self.depths.clear()
+            self._ticks = 0
             self._loop = LoopingCall(self._sample)
             self._loop.clock = reactor
             self._loop.start(1.0, now=True)
@@ -53,6 +61,13 @@ class Rates:
             received += c.received
             sent += c.sent
         self.samples.append((now, received, sent))
+        if self._ticks % DEPTH_EVERY == 0:
+            ready = unacked = 0
+            for q in self.broker.list_queues():
+                ready += q.ready
+                unacked += q.unacked
+            self.depths.append((now, ready, unacked))
+        self._ticks += 1
 
     def series(self) -> dict[str, list[float]]:
         """Per-second rates: {"t": [epoch s], "received": [...], "sent": [...]}."""
@@ -64,6 +79,11 @@ class Rates:
             out["received"].append(round(max(0, r1 - r0) / span, 1))
             out["sent"].append(round(max(0, s1 - s0) / span, 1))
         return out
+
+    def depth(self) -> dict[str, list[float]]:
+        """Messages waiting in every queue: {"t": [epoch s], "ready": [...], "unacked": [...]}."""
+        return {"t": [round(t, 3) for t, _, _ in self.depths], "ready": [r for _, r, _ in self.depths],
+                "unacked": [u for _, _, u in self.depths]}
 
     def stop(self) -> None:
         if self._loop is not None and self._loop.running:
