@@ -18,6 +18,7 @@ from typing import Any, Generator, Iterator
 import pytest
 
 from tests.browser.console import ConsoleBrowser
+from tests.integration.mgmt import Mgmt
 from tests.serverproc import REPO_ROOT, LogbusServer, module_server
 
 CHROMIUM = shutil.which("chromium")
@@ -32,6 +33,17 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
     yield from module_server(tmp_path_factory, "console")
+
+
+@pytest.fixture(scope="session")
+def mgmt(server: LogbusServer) -> Mgmt:
+    """The management API as guest (an administrator); users "watcher" (monitoring: the
+    read-only role, no permission in any vhost) and "worker" (no tag: no console)."""
+    m = Mgmt(server)
+    m.add_user("watcher", "watch-pw", "monitoring")  # sees everything, may act on nothing but its own
+    m.add_user("worker", "work-pw", "")
+    m.grant("/", "worker")
+    return m
 
 
 @pytest.fixture(scope="session")

@@ -90,6 +90,32 @@ class ConsoleBrowser:
                 return
         raise AssertionError(f"no button {label!r} in row {match} of {caption!r}")
 
+    def facts(self, ident: str) -> dict[str, str]:
+        """A ``<dl id=ident>``'s terms and their values."""
+        dl = self.driver.find_element(By.ID, ident)
+        terms = [t.text.strip() for t in dl.find_elements(By.TAG_NAME, "dt")]
+        return dict(zip(terms, [d.text.strip() for d in dl.find_elements(By.TAG_NAME, "dd")]))
+
+    def buttons(self) -> list[str]:
+        """The labels of the page's buttons (but the menu's Log out)."""
+        return [b.text for b in self.driver.find_elements(By.CSS_SELECTOR, "main button")]
+
+    def press(self, label: str) -> None:
+        """Click the main region's button labelled ``label`` (its visible text)."""
+        for b in self.driver.find_elements(By.CSS_SELECTOR, "main button"):
+            if b.text == label:
+                b.click()
+                return
+        raise AssertionError(f"no button {label!r} on {self.path()}: {self.buttons()}")
+
+    def follow(self, text: str) -> None:
+        """Click the main region's link ``text``."""
+        self.driver.find_element(By.CSS_SELECTOR, "main").find_element(By.LINK_TEXT, text).click()
+
+    def choose(self, ident: str, value: str) -> None:
+        from selenium.webdriver.support.ui import Select
+        Select(self.driver.find_element(By.ID, ident)).select_by_value(value)
+
     # -- waiting ----------------------------------------------------------------------------
 
     def until(self, check: Callable[[], T], what: str, timeout: float = DEADLINE) -> T:

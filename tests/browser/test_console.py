@@ -25,15 +25,6 @@ PAGES = ["/", "/queues", "/consumer-groups", "/connections", "/mqtt", "/topics",
          "/permissions"]
 
 
-@pytest.fixture(scope="module")
-def mgmt(server: LogbusServer) -> Mgmt:
-    m = Mgmt(server)
-    m.add_user("watcher", "watch-pw", "monitoring")  # sees everything, may act on nothing but its own
-    m.add_user("worker", "work-pw", "")  # no tag: no console
-    m.grant("/", "worker")
-    return m
-
-
 class AmqpClient:
     """A pika connection as guest, and its id in the broker's connection registry."""
 
@@ -261,6 +252,18 @@ def test_pop_groups_show_ready_and_invisible_messages_and_replay_dead_letters(co
                   "the replay's answer")
     assert console.status() == "Replayed 0 dead letters of 'console-workers'."
 
+    # the group's queue page: its figures, the dead letters waiting, the same replay
+    console.go("/queues?kind=pop&name=console-workers")
+    console.follow("console-workers/console-jobs")
+    console.until(lambda: console.h1() == "console-workers/console-jobs", "the pop group's queue page")
+    assert console.path() == "/queues/~/console-workers%2Fconsole-jobs"
+    facts = console.facts("queue-facts")
+    assert (facts["Ready"], facts["Unacked"]) == ("1", "1")
+    assert console.driver.find_element(By.ID, "dead-letters").text == "0"
+    console.press("Requeue dead letters")
+    console.until(lambda: console.status() == "Replayed 0 dead letters of 'console-workers'.", "the requeue")
+    assert console.path().startswith("/queues/~/console-workers%2Fconsole-jobs?done=")
+
 
 # -- the overview ----------------------------------------------------------------------------------------
 
@@ -270,8 +273,12 @@ def test_the_overview_draws_its_chart_and_the_scripts_load_under_the_content_sec
     console.driver.get_log("browser")  # drained: what earlier tests' pages logged
     console.login("guest", "guest")
     assert console.h1() == "Overview"
-    console.until(lambda: console.driver.find_elements(By.CSS_SELECTOR, "#rates-chart .uplot canvas"),
-                  "uPlot's canvas")
+    for chart in ("rates-chart", "depth-chart"):
+        console.until(lambda: console.driver.find_elements(By.CSS_SELECTOR, f"#{chart} .uplot canvas"),
+                      f"uPlot's canvas in #{chart}")
+    totals = mgmt.ok("GET", "/api/overview").json()["queue_totals"]
+    [row] = console.table("Queue totals")
+    assert (row["Ready"], row["Unacked"]) == (str(totals["messages_ready"]), str(totals["messages_unacknowledged"]))
     console.until(lambda: console.table("Messages per second, last 10 seconds"), "the rates table")
     errors = [e for e in console.driver.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
