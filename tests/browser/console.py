@@ -116,6 +116,13 @@ class ConsoleBrowser:
         from selenium.webdriver.support.ui import Select
         Select(self.driver.find_element(By.ID, ident)).select_by_value(value)
 
+    def accessibility_problems(self) -> list[str]:
+        """What a screen reader would miss on the page: inputs without a label, tables
+        without a caption or column headers, nameless buttons, not one h1, no skip link
+        first, no language."""
+        problems: list[str] = self.driver.execute_script(ACCESSIBILITY)
+        return problems
+
     # -- waiting ----------------------------------------------------------------------------
 
     def until(self, check: Callable[[], T], what: str, timeout: float = DEADLINE) -> T:
@@ -151,6 +158,29 @@ class ConsoleBrowser:
         """The page's CSRF token (every form that changes something carries it)."""
         token: str = self.driver.find_element(By.CSS_SELECTOR, "input[name=csrf]").get_attribute("value")
         return token
+
+
+ACCESSIBILITY = """
+            const out = [];
+            for (const el of document.querySelectorAll("input:not([type=hidden]), select, textarea")) {
+                const label = el.id && document.querySelector(`label[for="${el.id}"]`);
+                if (!label && !el.getAttribute("aria-label")) out.push("unlabelled " + el.outerHTML);
+            }
+            for (const t of document.querySelectorAll("table")) {
+                if (!t.querySelector("caption")) out.push("table without caption");
+                const heads = t.querySelectorAll("thead th[scope=col]");
+                if (heads.length === 0 || heads.length !== t.querySelectorAll("thead th").length)
+                    out.push("table without column headers: " + t.querySelector("caption")?.textContent);
+            }
+            for (const b of document.querySelectorAll("button")) {
+                if (!b.textContent.trim() && !b.getAttribute("aria-label")) out.push("nameless button");
+            }
+            if (document.querySelectorAll("h1").length !== 1) out.push("not one h1");
+            const first = document.querySelector("a, button, input:not([type=hidden])");
+            if (!first || first.getAttribute("href") !== "#main") out.push("no skip link first");
+            if (!document.documentElement.lang) out.push("no lang");
+            return out;
+        """
 
 
 def _caption(table: Any) -> str:

@@ -292,28 +292,7 @@ def test_every_page_labels_its_inputs_heads_its_tables_and_has_a_skip_link(conso
     console.login("guest", "guest")
     for path in [*PAGES, "/login"]:
         console.go(path)
-        d = console.driver
-        problems = d.execute_script("""
-            const out = [];
-            for (const el of document.querySelectorAll("input:not([type=hidden]), select, textarea")) {
-                const label = el.id && document.querySelector(`label[for="${el.id}"]`);
-                if (!label && !el.getAttribute("aria-label")) out.push("unlabelled " + el.outerHTML);
-            }
-            for (const t of document.querySelectorAll("table")) {
-                if (!t.querySelector("caption")) out.push("table without caption");
-                const heads = t.querySelectorAll("thead th[scope=col]");
-                if (heads.length === 0 || heads.length !== t.querySelectorAll("thead th").length)
-                    out.push("table without column headers: " + t.querySelector("caption")?.textContent);
-            }
-            for (const b of document.querySelectorAll("button")) {
-                if (!b.textContent.trim() && !b.getAttribute("aria-label")) out.push("nameless button");
-            }
-            if (document.querySelectorAll("h1").length !== 1) out.push("not one h1");
-            const first = document.querySelector("a, button, input:not([type=hidden])");
-            if (!first || first.getAttribute("href") !== "#main") out.push("no skip link first");
-            if (!document.documentElement.lang) out.push("no lang");
-            return out;
-        """)
+        problems = console.accessibility_problems()
         assert problems == [], (path, problems)
 
 

@@ -72,6 +72,7 @@ def test_a_queue_published_to_over_amqp_shows_its_messages_sorts_browses_and_pur
     publish_amqp(server, "console-orders", 7)
     publish_amqp(server, "console-orders-few", 2)
     console.login("guest", "guest", then="/queues?name=console-orders")
+    assert console.accessibility_problems() == []
     rows = console.table("Queues")
     assert [(r["Name"], r["Vhost"], r["Kind"], r["Ready"], r["Unacked"], r["Consumers"]) for r in rows] == [
         ("console-orders", "/", "classic", "7", "0", "0"), ("console-orders-few", "/", "classic", "2", "0", "0")]
@@ -102,6 +103,7 @@ def test_a_queue_published_to_over_amqp_shows_its_messages_sorts_browses_and_pur
 
     console.press("Purge…")  # a confirmation first, a page of its own (no script needed)
     console.until(lambda: "confirm=purge" in console.path(), "the purge's confirmation")
+    assert console.accessibility_problems() == []
     assert mgmt.ok("GET", "/api/queues/%2F/console-orders").json()["messages_ready"] == 7
     console.press("Purge")
     console.until(lambda: console.status() == "Purged 7 messages from 'console-orders'.", "the purge's message")
@@ -168,6 +170,7 @@ def test_a_kafka_group_shows_its_lag_per_partition_and_is_reset(console: Console
     console.choose("f-to", "earliest")
     console.press("Show the plan")  # a dry run: the plan, nothing changed
     console.until(lambda: console.table("Reset plan"), "the plan")
+    assert console.accessibility_problems() == []
     assert [(r["Topic [partition]"], r["Current offset"], r["New offset"]) for r in console.table("Reset plan")] == [
         (f"{TOPIC} [0]", "2", "0"), (f"{TOPIC} [1]", "1", "0")]
     assert lag() == [(f"{TOPIC} [0]", "2", "6", "4"), (f"{TOPIC} [1]", "1", "4", "3")]
@@ -218,6 +221,7 @@ def test_a_key_produced_over_kafka_is_found_by_the_topic_search(console: Console
     assert {r["Key"] for r in found} == {"cust-a"}
     assert [r["Payload"] for r in found][:2] == ["cust-a #0", "cust-a #2"]
     assert "key=cust-a" in console.path()  # a GET: the answer is a page one can bookmark
+    assert console.accessibility_problems() == []
 
     console.fill("f-partition", "1")
     console.press("Search")

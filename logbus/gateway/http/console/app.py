@@ -5,7 +5,9 @@ beside them:
     GET  /                     the overview page (pages/overview.py)
     GET  /<page>               a page (pages/__init__.py lists them); ?partial=1: only its
                                main region (what htmx reloads)
+    GET  /<page>/<a>[/<b>]     one object's page (Page.detail: a queue, a group, a topic)
     POST /<page>/<action>      a page's action: CSRF token checked, then 303 back to /<page>
+                               (or to the form's ``back``, a path of this site)
     GET  /login, POST /login   the login form; POST /logout
     GET  /rates.json           the overview charts' series (rates.py): rates, and the
                                queue depth under "depth"

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import calendar
 import time
+from typing import Any
 from urllib.parse import quote
 
 from .....core.errors import InvalidRequest, LogbusError
-from .....core.search import FoundMessage
-from .....core.topics import TopicInfo
-from .....core.types import topic_exchange
+from .....core.types import FoundMessage, topic_exchange
 from ...responses import HttpError
 from ..html import Html, field, get_form, h, size, table
 from ..page import Page, View
@@ -58,7 +57,7 @@ def render(view: View) -> Html:
                         detail, numeric=(1, 2, 3)))
 
 
-def _partitions(t: TopicInfo) -> Html:
+def _partitions(t: Any) -> Html:  # a TopicInfo of Broker.list_topics
     return table("Partitions", ["Partition", "Start offset", "End offset", "Segments", "Size"],
                  [(p.partition, p.log_start_offset, p.log_end_offset, p.segments, size(p.size_bytes))
                   for p in t.partitions], numeric=(0, 1, 2, 3))
@@ -85,7 +84,7 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
               field("limit", "At most", kind="number", value=view.arg("limit", str(LIMIT)))]
     out.append('<section aria-labelledby="search-title"><h2 id="search-title">Search messages</h2>'
                + get_form(path_of(t.name), "Find records by key, message id or time",
-                          fields, "Search"))
+                          fields, "Search", cls="block filters"))
     if any(view.arg(k, "") for k in SEARCH_FIELDS):
         out.append(_results(view, t.name))
     return t.name, Html("".join(out) + "</section>")
