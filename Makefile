@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PROTOS := logbus/core/envelope.proto logbus/core/state.proto
 
-.PHONY: run test install install-test proto bench clean debian-tools sslyze console-vendor
+.PHONY: run test install install-test proto bench clean debian-tools sslyze console-vendor console-screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,11 @@ console-vendor:
 	cp $$tmp/uplot-*/package/dist/uPlot.iife.min.js $$tmp/uplot-*/package/dist/uPlot.min.css \
 		$$tmp/uplot-*/package/LICENSE $(VENDOR)/uplot/; \
 	rm -rf $$tmp
+
+# The console's screenshots in docs/operations.md, made again from a real server and a real
+# browser (tests/browser/test_console_screenshots.py): docs/images/console-*.png.
+console-screenshots: debian-tools install-test
+	LOGBUS_CONSOLE_SCREENSHOTS=docs/images $(PY) -m pytest -q tests/browser/test_console_screenshots.py
 
 bench: install
 	$(PY) bench/log_append.py
