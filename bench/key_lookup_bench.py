@@ -110,6 +110,7 @@ def build(directory: str, args: argparse.Namespace) -> dict[str, Any]:
         "indexed_after_acked_seconds": t["settled"] - t["acked"],
         "background_pass_seconds": lm.keys.busy_seconds,
         "background_pass_us_per_record": lm.keys.busy_seconds / args.records * 1e6,
+        "background_pass_cpu_us_per_record": lm.keys.cpu_seconds / args.records * 1e6,
         "records_indexed": lm.keys.records_indexed,
         "files_written": lm.keys.files_written,
         "segments": sum(len(p.segments) for p in parts),

@@ -290,7 +290,7 @@ def test_kafka_batches_compressed_or_not_are_decoded(open_log: Callable[..., Log
         for i in range(300):
             b.append(i, T0 + i, b"kafka-%d" % (i % 10), b"v" * 50, [])
         loop.wait(p.append_raw(bytes(b.build())))
-    assert p.encoded is not None  # the partition gives hints, but these batches have none
+    assert p.appended is not None  # the partition gives hints, but these batches have none
     settle(lm, loop)
     got = search(lm, "t", key=b"kafka-3", limit=1000)
     assert [f.offset for f in got] == [o for o in range(600) if o % 300 % 10 == 3]
@@ -311,3 +311,38 @@ def test_a_slice_ends_inside_a_large_batch(open_log: Callable[..., LogManager], 
     assert passes >= 5 and lm.keys.records_indexed == n
     assert [f.offset for f in search(lm, "t", key=b"big-1", limit=10_000)] == list(range(1, n, 3))
     assert [f.offset for f in search(lm, "t", message_id=f"b{n - 1}")] == [n - 1]
+
+
+class NoTimers:
+    """A reactor whose timers never fire: the background pass runs only when called."""
+
+    class Call:
+        def active(self) -> bool:
+            return False
+
+    def callLater(self, delay: float, f: Any, *args: Any) -> Any:
+        return self.Call()
+
+    def callFromThread(self, f: Any, *args: Any) -> None:
+        f(*args)
+
+
+def test_large_batches_indexed_from_the_appended_records(tmp_path: Any) -> None:
+    """A batch the partition encoded from many records is indexed from those records
+    (not read back), in slices that end inside it too; small batches are read back."""
+    lm = LogManager(tmp_path, NoTimers())
+    p = lm.open_topic("t", config(partitions=1, segment_bytes=1 << 24), create=True).partitions[0]
+    n = 3 * keyindexer.CHUNK_RECORDS + 5
+    p.append([Message(b"h-%d" % (i % 4), b"x", T0 + i, [], Envelope(message_id=f"h{i}")).to_record()
+              for i in range(n)])
+    p.drain()
+    p.append([Message(b"h-1", b"small", T0).to_record()])
+    p.drain()
+    passes = 0
+    while lm.keys.work(0.0):
+        passes += 1
+    assert passes >= 3
+    assert lm.keys.records_indexed == n + 1 and lm.keys.records_from_hints == n
+    assert [f.offset for f in search(lm, "t", key=b"h-1", limit=10_000)] == [*range(1, n, 4), n]
+    assert [f.offset for f in search(lm, "t", message_id="h7")] == [7]
+    lm.close()

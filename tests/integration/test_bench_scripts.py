@@ -206,3 +206,17 @@ def test_login_storm_measures_each_phase() -> None:
     for phase in ("first_logins", "known_logins"):
         assert phases[phase]["logins"]["count"] == 3
         assert phases[phase]["probe_rtt"]["count"] > 0
+
+
+def test_key_lookup_bench_measures_every_lookup(tmp_path: Any) -> None:
+    out = run_bench("key_lookup_bench.py", "--records", "3000", "--keys", "500", "--lookups", "20",
+                    "--segment-bytes", "65536", "--dir", str(tmp_path))
+    assert out["bench"] == "key_lookup_bench"
+    assert out["build"]["records_indexed"] == 3000 and out["build"]["files_written"] >= 1
+    lookups = out["lookups"]
+    assert lookups["key_hit"]["count"] == 20 and lookups["key_hit"]["found_per_lookup"] >= 1
+    assert lookups["key_miss"]["found_per_lookup"] == 0
+    assert lookups["message_id_hit"]["found_per_lookup"] == 1
+    assert out["disk"]["keyindex_bytes"] > 0
+    assert out["rebuild"]["rebuild_from_log_files_rebuilt"] == out["build"]["files_written"]
+    assert out["rebuild"]["check_files_at_start_files_rebuilt"] == 0

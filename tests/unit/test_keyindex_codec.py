@@ -105,6 +105,7 @@ def test_runs_merge_small_neighbours_and_stop_at_the_cap() -> None:
     runs = K.Runs()
     for i in range(200):
         runs.add([i << 32 | j for j in range(1000)])
+    assert len(runs.tail) < K.TAIL_MAX
     assert max(len(r) for r in runs.runs) <= K.RUN_MERGE_MAX
     assert len(runs.runs) < 40  # 200 slices merged into few runs
     assert runs.candidates(7) == list(range(1000))
@@ -115,6 +116,7 @@ def test_runs_merge_small_neighbours_and_stop_at_the_cap() -> None:
 def test_pieces_split_the_hash_space(entries: list[int], n: int) -> None:
     runs = K.Runs()
     runs.add(list(entries))
+    runs.flush()
     pieces = [list(runs.piece(k, n)) for k in range(n)]
     assert [e for p in pieces for e in p] == sorted(entries)
     if n > 1:

@@ -7,9 +7,10 @@ neighbours, in offset order. A lookup finds them by binary search and hands back
 relative offsets: candidates, which the caller checks against the records (hashes
 collide; an entry never decides an answer).
 
-- The active segment's entries live in memory as ``Runs``: each indexing slice adds one
-  sorted run, and small neighbouring runs are merged (never past ``RUN_MERGE_MAX``
-  entries, so a merge stays within a slice's budget). A lookup bisects every run.
+- The active segment's entries live in memory as ``Runs``: new entries gather in a tail
+  list, sorted into a run every TAIL_MAX, and small neighbouring runs are merged (never
+  past ``RUN_MERGE_MAX`` entries, so a merge stays within a slice's budget). A lookup
+  bisects every run and scans the tail.
 - A sealed segment's entries are merged once into the ``.keyindex`` file (layout:
   ``format.KEY_HEADER``, docs/format.md) by ``Writer``, one hash range (``Runs.piece``)
   per step. A written or found file is checked whole once (length, CRC-32C) by
@@ -36,6 +37,7 @@ from .format import KEY_ENTRY, KEY_HEADER, KEYINDEX_MAGIC, KEYINDEX_VERSION, TMP
 
 FENCE = 128  # a sealed file's entries kept in memory: one in FENCE (1/16 byte per entry)
 RUN_MERGE_MAX = 16384  # in-memory runs are merged up to this many entries
+TAIL_MAX = 2048  # entries added before they are sorted into a run
 CHECK_CHUNK = FENCE * 1024  # entries a Checker step reads (1 MiB)
 PIECE_ENTRIES = 16384  # entries a Writer step merges and writes, about
 HEADER_SIZE = KEY_HEADER.size
@@ -114,22 +116,32 @@ def probe(arr: array[int], h: int, out: list[int]) -> None:
 
 
 class Runs:
-    """The entries of a segment being indexed, as sorted runs in memory."""
+    """The entries of a segment being indexed, as sorted runs in memory, and the latest
+    few (under TAIL_MAX) in a list not sorted yet."""
 
-    __slots__ = ("runs", "count")
+    __slots__ = ("runs", "tail", "count")
 
     def __init__(self) -> None:
         self.runs: list[array[int]] = []
+        self.tail: list[int] = []
         self.count = 0
 
     def add(self, entries: list[int]) -> None:
-        """One slice's entries (sorted here; ``entries`` is consumed)."""
+        """One slice's entries."""
+        self.tail += entries
+        self.count += len(entries)
+        if len(self.tail) >= TAIL_MAX:
+            self.flush()
+
+    def flush(self) -> None:
+        """The tail sorted into a run (small neighbouring runs merged)."""
+        entries = self.tail
         if not entries:
             return
+        self.tail = []
         entries.sort()
         runs = self.runs
         runs.append(array("Q", entries))
-        self.count += len(entries)
         while len(runs) > 1 and len(runs[-2]) <= 2 * len(runs[-1]) and len(runs[-2]) + len(runs[-1]) <= RUN_MERGE_MAX:
             b = runs.pop()
             merged = runs[-1].tolist()
@@ -142,12 +154,18 @@ class Runs:
         out: list[int] = []
         for run in self.runs:
             probe(run, h, out)
-        if len(self.runs) > 1:
+        if self.tail:
+            lo = h << 32
+            hi = lo | LOW32
+            out += [e & LOW32 for e in self.tail if lo <= e <= hi]
+        if len(self.runs) > 1 or self.tail:
             out.sort()
         return out
 
     def pieces(self) -> int:
-        """How many hash ranges a Writer merges this in, one per step (a power of 2)."""
+        """How many hash ranges a Writer merges this in, one per step (a power of 2);
+        the tail is sorted into a run first."""
+        self.flush()
         n = 1
         while self.count // n > PIECE_ENTRIES and n < 1 << 16:
             n <<= 1

@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 
 from ..envelope_pb2 import Envelope
 from .filecache import FileCache
-from .format import ATTR_CONTROL, BatchInfo, key_hash, message_id_hash
+from .format import ATTR_CONTROL, HEADER_SIZE, InvalidBatch, key_hash, message_id_hash, parse_header
 from .keyindex import Checker, KeyIndexDamaged, Runs, SealedKeys, Writer
 from .segment import Segment
 
@@ -45,14 +45,18 @@ log = logging.getLogger(__name__)
 
 SLICE_SECONDS = 0.0015  # reactor time per pass
 BUSY_DELAY = 0.005  # seconds to the next pass while there is work
-IDLE_DELAY = 0.1  # seconds to the next pass when every index was up to date
+IDLE_DELAY = 0.1  # seconds to the next pass when no partition announced work
+SWEEP_SECONDS = 10.0  # every partition is looked at this often (rolls by segment.ms, a start)
 WRITE_RETRY_SECONDS = 60.0  # after a failed write of a .keyindex (a full disk)
+READ_CHUNK = 64 * 1024  # bytes read back at once
 CHUNK_RECORDS = 256  # records indexed between two looks at the clock
-HINT_MAX_RECORDS = 200_000  # records of encoded batches held for the pass, at most
+HINT_MAX_RECORDS = 65_536  # records of encoded batches held for the pass, at most
+HINT_MIN_RECORDS = 16  # smaller batches are read back: holding them costs more than that
 ENVELOPE_CACHE_MAX = 4096  # distinct envelope bytes remembered with their message-id hash
 ENVELOPE_HEADER = "logbus.envelope"  # docs/format.md section 9 (core/message.py's name)
 
 _clock = time.perf_counter
+_cpu = time.thread_time
 _parse_envelope = Envelope.FromString
 
 
@@ -84,10 +88,11 @@ class _Batch:
     offsets from ``rel``; else aiokafka's decoded records, offsets less ``rel``) and
     how far."""
 
-    __slots__ = ("position", "rel", "records", "hinted")
+    __slots__ = ("position", "size", "rel", "records", "hinted")
 
-    def __init__(self, position: int, rel: int, records: Iterator[Any], hinted: bool) -> None:
+    def __init__(self, position: int, size: int, rel: int, records: Iterator[Any], hinted: bool) -> None:
         self.position = position
+        self.size = size
         self.rel = rel
         self.records = records
         self.hinted = hinted
@@ -118,6 +123,7 @@ class _Batch:
                         rel += 1
                     n = rel - self.rel
                     self.rel = rel
+                    ix.records_from_hints += n
                 else:
                     sbase = self.rel
                     for r in islice(records, CHUNK_RECORDS):
@@ -145,6 +151,45 @@ class _Batch:
                 return False
 
 
+class _Reader:
+    """Batches of a segment read back for indexing: one ``pread`` of up to READ_CHUNK
+    bytes serves the batches that lie in it."""
+
+    __slots__ = ("seg", "buf", "start")
+
+    def __init__(self, seg: Segment) -> None:
+        self.seg = seg
+        self.buf = b""
+        self.start = 0
+
+    def batch(self, pos: int) -> _Batch | None:
+        """The batch at ``pos``; None when there is no whole batch there (yet)."""
+        seg = self.seg
+        rel = pos - self.start
+        if not 0 <= rel <= len(self.buf) - HEADER_SIZE:
+            self.buf = seg.pread(pos, min(READ_CHUNK, seg.size - pos))
+            self.start, rel = pos, 0
+            if len(self.buf) < HEADER_SIZE:
+                return None
+        try:
+            info = parse_header(self.buf, rel)
+        except InvalidBatch:
+            return None
+        size = info.size
+        if pos + size > seg.size:
+            return None
+        if rel + size <= len(self.buf):
+            data = self.buf[rel : rel + size]
+        else:
+            data = seg.pread(pos, size)
+            if len(data) < size:
+                return None
+        if info.attributes & ATTR_CONTROL:
+            return _Batch(pos, size, 0, iter(()), False)
+        # (a generator: iter() of aiokafka's batch starts its records again)
+        return _Batch(pos, size, seg.base_offset, (r for r in DefaultRecordBatch(data)), False)
+
+
 class KeyIndexer:
     """The key indexes of a log manager's partitions (``topics``: the manager's dict)."""
 
@@ -155,15 +200,20 @@ class KeyIndexer:
         self._call_later = call_later
         self._call: Any = None
         self._parts: dict[Partition, list[SegmentKeys]] = {}
-        self._cursor = 0
+        # partitions with work, oldest first (a dict as an ordered set), and when every
+        # partition is looked at next
+        self._dirty: dict[Partition, None] = {}
+        self._sweep_at = 0.0
         self._envelopes: dict[bytes, int] = {}
-        # records of batches just encoded, by segment: (position, base offset, records)
-        self._hints: dict[Segment, deque[tuple[int, int, list[Any]]]] = {}
+        # records of batches just encoded, by segment: (position, size, base offset, records)
+        self._hints: dict[Segment, deque[tuple[int, int, int, list[Any]]]] = {}
         self._hinted = 0
         self.records_indexed = 0
+        self.records_from_hints = 0  # of which indexed from the records appended, not read back
         self.files_written = 0
         self.files_rebuilt = 0
         self.busy_seconds = 0.0  # reactor time spent by the background pass
+        self.cpu_seconds = 0.0  # and the CPU time of it
 
     # -- the background pass ----------------------------------------------------------
 
@@ -185,6 +235,7 @@ class KeyIndexer:
             for sk in keys:
                 self._abandon(sk)
         self._parts.clear()
+        self._dirty.clear()
         self._hints.clear()
         self._hinted = 0
 
@@ -198,20 +249,22 @@ class KeyIndexer:
         """One pass of at most about ``budget`` seconds over the partitions, starting where
         the last one stopped. True while work is left."""
         t0 = _clock()
+        c0 = _cpu()
         deadline = t0 + budget
-        parts = [p for t in list(self._topics.values()) for p in t.partitions]
-        more = False
-        n = len(parts)
-        for i in range(n):
-            p = parts[(self._cursor + i) % n]
+        dirty = self._dirty
+        if t0 >= self._sweep_at:  # every partition, now and then: what no append announced
+            self._sweep_at = t0 + SWEEP_SECONDS
+            for t in list(self._topics.values()):
+                dirty.update(dict.fromkeys(t.partitions))
+        for p in list(dirty):
+            del dirty[p]
             if self._advance(p, deadline):
-                more = True
+                dirty[p] = None  # (to the end: the others' turn first)
             if _clock() >= deadline:
-                self._cursor = (self._cursor + i + 1) % n
-                more = more or i + 1 < n  # partitions this pass did not reach
                 break
         self.busy_seconds += _clock() - t0
-        return more
+        self.cpu_seconds += _cpu() - c0
+        return bool(dirty)
 
     def settled(self) -> bool:
         """Whether every partition's key index is up to date (files written and checked,
@@ -225,6 +278,7 @@ class KeyIndexer:
     def forget(self, partitions: Iterable[Partition]) -> None:
         """Drop what is kept of ``partitions`` (their topic is deleted)."""
         for p in partitions:
+            self._dirty.pop(p, None)
             for sk in self._parts.pop(p, []):
                 self._abandon(sk)
 
@@ -295,10 +349,9 @@ class KeyIndexer:
         if runs is None:
             return False
         if sk.job is None and sk.indexed_to < seg.size:
-            before = sk.indexed_to
             self._index(sk, runs, deadline)
             if sk.indexed_to < seg.size:
-                return sk.indexed_to > before or sk.partial is not None
+                return True  # the deadline, or batches placed and written at the end of this turn
         if not (write and seg.sealed) or _clock() >= deadline:
             return write and seg.sealed and sk.retry_at == 0.0
         if sk.job is None:
@@ -335,23 +388,27 @@ class KeyIndexer:
         sk.retry_at = _clock() + WRITE_RETRY_SECONDS
         return False
 
-    def hint(self, seg: Segment, position: int, base: int, records: list[Any]) -> None:
-        """The records (``batch.Record`` tuples) a partition just encoded as the batch at
-        ``position`` of ``seg``: indexed from them, not decoded again from the file, if
-        the batch is still there when the pass reaches it (one call per batch; while
-        HINT_MAX_RECORDS are held, later ones are dropped and their batches decoded)."""
-        if self._hinted + len(records) > HINT_MAX_RECORDS:
+    def appended(self, p: Partition, seg: Segment, position: int, size: int, base: int,
+                 records: list[Any] | None) -> None:
+        """``p`` placed a batch of ``size`` bytes at ``position`` of ``seg`` (one call per
+        batch it encoded, or per Kafka append): the pass visits ``p`` soon. ``records``:
+        the ``batch.Record`` tuples it encoded there, which the pass indexes instead of
+        reading the batch back (a batch of HINT_MIN_RECORDS or more, while fewer than
+        HINT_MAX_RECORDS are held; the others are read back). A batch whose write then fails leaves entries for
+        offsets no record will hold (never given again): lookups find nothing there."""
+        self._dirty[p] = None
+        if records is None or not HINT_MIN_RECORDS <= len(records) <= HINT_MAX_RECORDS - self._hinted:
             return
         self._hinted += len(records)
         hints = self._hints.get(seg)
         if hints is None:
             self._hints[seg] = hints = deque()
-        hints.append((position, base, records))
+        hints.append((position, size, base, records))
 
     def _drop_hints(self, seg: Segment) -> None:
         hints = self._hints.pop(seg, None)
         if hints:
-            self._hinted -= sum(len(h[2]) for h in hints)
+            self._hinted -= sum(len(h[3]) for h in hints)
 
     def _index(self, sk: SegmentKeys, runs: Runs, deadline: float) -> None:
         """Index the records of ``sk``'s segment from ``indexed_to`` on, CHUNK_RECORDS at
@@ -361,19 +418,29 @@ class KeyIndexer:
         entries: list[int] = []
         pos = sk.indexed_to
         hints = self._hints.get(seg)
+        reader = _Reader(seg)
         try:
-            for at, info in seg.walk(pos):
+            while pos < seg.size:
                 part = sk.partial
-                if part is not None and part.position == at:
+                if part is not None and part.position == pos:
                     sk.partial = None
                 else:
-                    part = self._open_batch(seg, hints, at, info)
+                    part = None
+                    while hints and hints[0][0] < pos:  # read back instead (a slice ended inside)
+                        self._hinted -= len(hints.popleft()[3])
+                    if hints and hints[0][0] == pos:
+                        _, size, base, records = hints.popleft()
+                        self._hinted -= len(records)
+                        if pos + size <= seg.size:  # (else its write failed: cut back)
+                            part = _Batch(pos, size, base - seg.base_offset, iter(records), True)
                     if part is None:
-                        break  # placed, not written yet
+                        part = reader.batch(pos)
+                        if part is None:
+                            break  # placed, not written yet
                 if not part.run(entries, self, deadline):
                     sk.partial = part
                     return
-                pos = at + info.size
+                pos = part.position + part.size
                 if _clock() >= deadline:
                     break
         finally:
@@ -381,29 +448,6 @@ class KeyIndexer:
             sk.indexed_to = pos
         if seg.sealed and pos >= seg.size:
             self._drop_hints(seg)
-
-    def _open_batch(self, seg: Segment, hints: deque[tuple[int, int, list[Any]]] | None, at: int,
-                    info: BatchInfo) -> _Batch | None:
-        """The records of the batch at ``at``: its hint when it is that batch's, else
-        decoded from the file (None: not all written yet)."""
-        while hints and hints[0][0] < at:  # batches indexed from the file, or never written
-            self._hinted -= len(hints.popleft()[2])
-        if hints and hints[0][0] == at:
-            _, base, records = hints.popleft()
-            self._hinted -= len(records)
-            if base == info.base_offset and len(records) == info.records_count:
-                return _Batch(at, base - seg.base_offset, iter(records), True)
-        data = seg.pread(at, info.size)
-        if len(data) < info.size:
-            return None
-        if info.attributes & ATTR_CONTROL:
-            return _Batch(at, 0, iter(()), False)
-        try:
-            # (a generator: iter() of aiokafka's batch starts its records again)
-            return _Batch(at, seg.base_offset, (r for r in DefaultRecordBatch(data)), False)
-        except Exception as e:  # a record that does not decode is never found either
-            log.debug("key index of %s: batch at %d not decoded: %s", seg.log_path, at, e)
-            return _Batch(at, 0, iter(()), False)
 
     def _message_id_hash(self, envelope: bytes) -> int:
         """The message-id hash of envelope bytes, -1 when there is none; remembered."""

@@ -164,7 +164,7 @@ class LogManager:
             p.before_write = self._before_write
             p.on_lost = self._lost
             if self.keys.running:
-                p.encoded = self.keys.hint
+                p.appended = self.keys.appended
             topic.partitions.append(p)
         if config.flush_mode != "none":
             fsync_dir(topic.directory)

@@ -129,9 +129,10 @@ class Partition(Failures):
         # refused after their offsets were given (a failed write, state or sync)
         self.before_write: Callable[[], object] | None = None
         self.on_lost: Callable[[Partition, int, int, StorageError], object] | None = None
-        # ``encoded(segment, position, base, records)``: the records of a batch this
-        # partition encoded, once placed (the key indexer's hint: keyindexer.py)
-        self.encoded: Callable[[Segment, int, int, list[Any]], object] | None = None
+        # ``appended(partition, segment, position, size, base, records)``: a batch was
+        # placed (records: those this partition encoded there; None for a Kafka append):
+        # the key indexer's cue (keyindexer.py), once per batch, never per record
+        self.appended: Callable[[Partition, Segment, int, int, int, list[Any] | None], object] | None = None
         self.records_appended = 0
         self.bytes_appended = 0
         self._watchers: list[Callable[[], object]] = []
@@ -318,6 +319,8 @@ class Partition(Failures):
         self.next_offset = offset
         self.records_appended += offset - base
         self.bytes_appended += len(buf)
+        if self.appended is not None:
+            self.appended(self, self.active, -1, 0, base, None)
         d: Deferred[AppendResult] = Deferred()
         self._waiters.append((d, _tuple_new(AppendResult, (base, offset - 1, self._bases[0]))))
         if self._wbytes >= WRITE_BUFFER_MAX:
@@ -355,9 +358,9 @@ class Partition(Failures):
         self.records_appended += i
         self.bytes_appended += len(buf)
         self._place(buf, base, base + i, _max_ts(buf), self._pending_now)
-        if self.encoded is not None:
+        if self.appended is not None:
             seg = self.active
-            self.encoded(seg, seg.size - len(buf), base, pend)
+            self.appended(self, seg, seg.size - len(buf), len(buf), base, pend)
 
     def _place(self, buf: bytes | bytearray, base: int, nxt: int, max_ts: int, now: int,
                tail: memoryview | None = None) -> None:
