@@ -220,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                        type=_key_value, help="topic setting to change, e.g. retention.ms=60000")
     alter.set_defaults(command=cmd_topic_alter)
 
+    cli_ops.build_topic_search(topic_commands, common)
+
     delete = topic_commands.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name")
     delete.add_argument("--force", action="store_true",

@@ -2,6 +2,7 @@
 and kafka-consumer-groups' (aligned columns; ``--json`` prints the API's JSON):
 
     logbus overview
+    logbus topic search TOPIC [--key K | --message-id ID] [--from T] [--to T]
     logbus queue list [--vhost V] [--kind K] | purge NAME | get NAME [--count N]
     logbus exchange list [--vhost V]    logbus binding list [--vhost V]
     logbus connection list [--protocol P] | close ID
@@ -29,6 +30,52 @@ from .gateway.http.client import AdminClient
 PROTOCOLS = ("amqp", "mqtt", "kafka", "http")
 KINDS = ("classic", "session", "shared", "pop")
 PASSWORD_ENV = "LOGBUS_NEW_PASSWORD"
+
+
+def build_topic_search(topic_commands: Any, common: argparse.ArgumentParser) -> None:
+    p = topic_commands.add_parser("search", parents=[common], help="find a topic's messages by key, id or time",
+                                  description="Records of TOPIC with a key (or message id), or a timestamp in a"
+                                  " range, found through the topic's key and time indexes (docs/operations.md).")
+    p.add_argument("name", metavar="TOPIC")
+    p.add_argument("--key", help="the record key (UTF-8 text)")
+    p.add_argument("--message-id", metavar="ID", help="the message id (AMQP message-id)")
+    p.add_argument("--from", dest="start", type=_when, metavar="TIME", help="ISO 8601 time or epoch ms")
+    p.add_argument("--to", dest="end", type=_when, metavar="TIME", help="ISO 8601 time or epoch ms")
+    p.add_argument("--partition", type=int, metavar="P")
+    p.add_argument("--limit", type=int, metavar="N", help="records at most (default 100)")
+    p.add_argument("--json", action="store_true", help="print the API's JSON")
+    p.set_defaults(command=cmd_topic_search)
+
+
+def _when(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    return _datetime(text)[1]
+
+
+def cmd_topic_search(args: argparse.Namespace) -> int:
+    found = _client(args).search(args.name, key=None if args.key is None else args.key.encode(),
+                                 message_id=args.message_id, start_ms=args.start, end_ms=args.end,
+                                 partition=args.partition, limit=args.limit)
+    if args.json:
+        _json(found)
+    elif not found:
+        print("no messages found")
+    else:
+        def show(value: Any, encoding: Any) -> str:
+            if value is None:
+                return "-"
+            return ("base64:" if encoding == "base64" else "") + printable(str(value)[:60])
+
+        print(table(["PARTITION", "OFFSET", "TIME", "KEY", "MESSAGE ID", "VALUE"],
+                    [[str(m["partition"]), str(m["offset"]), _stamp(m["timestamp_ms"]),
+                      show(m["key"], m["key_encoding"]), printable(m["message_id"] or "-"),
+                      show(m["payload"], m["payload_encoding"])] for m in found]))
+    return 0
+
+
+def _stamp(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def build(commands: Any, common: argparse.ArgumentParser) -> None:

@@ -108,6 +108,13 @@ def test_group_describe_and_reset(server: LogbusServer) -> None:
     assert consumer.committed(tp) == 5
     consumer.close()
 
+    searched = cli(server, "topic", "search", topic, "--from", "0", "--limit", "2")
+    assert searched.returncode == 0, searched.stderr
+    table = rows(searched.stdout)
+    assert table[0] == ["PARTITION", "OFFSET", "TIME", "KEY", "MESSAGE ID", "VALUE"]
+    assert [(r[1], r[5]) for r in table[1:]] == [("0", "0"), ("1", "1")]
+    assert cli(server, "topic", "search", topic, "--key", "none").stdout == "no messages found\n"
+
 
 def test_users_vhosts_permissions_overview(server: LogbusServer) -> None:
     env = {"LOGBUS_NEW_PASSWORD": "s3cret"}

@@ -267,3 +267,39 @@ def test_overview_and_metrics(server: LogbusServer, mgmt: Mgmt) -> None:
     assert metric(per_object, "logbus_queue_messages_ready", kind="classic", queue="ov-metrics", vhost="/") == 3
     device.close()
     conn.close()
+
+
+def test_search_a_topic_by_key_message_id_and_time(server: LogbusServer, mgmt: Mgmt) -> None:
+    topic = "ov-search"
+    producer = KafkaProducer(bootstrap_servers=server.addresses["kafka"])
+    for i in range(30):
+        producer.send(topic, key=b"user-%d" % (i % 5), value=b"event %d" % i, partition=0, timestamp_ms=10_000 + i)
+    producer.flush()
+    producer.close()
+    reply = mgmt.call("GET", f"/api/topics/{topic}/search?key=user-3")
+    assert reply.status == 200, reply
+    found = reply.json()
+    assert [(m["offset"], m["key"], m["payload"]) for m in found] == [
+        (i, "user-3", f"event {i}") for i in range(3, 30, 5)]
+    assert [m["timestamp_ms"] for m in found] == [10_000 + i for i in range(3, 30, 5)]
+    assert mgmt.call("GET", f"/api/topics/{topic}/search?key=nobody").json() == []
+    window = mgmt.call("GET", f"/api/topics/{topic}/search?from=10010&to=10012").json()
+    assert [m["offset"] for m in window] == [10, 11, 12]
+    limited = mgmt.call("GET", f"/api/topics/{topic}/search?key=user-3&limit=2").json()
+    assert [m["offset"] for m in limited] == [3, 8]
+
+    conn = amqp(server)  # an AMQP message id, found in the exchange's topic
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare("ov-orders-x", "direct", durable=True)
+    for i in range(4):
+        ch.basic_publish("ov-orders-x", "", b"o%d" % i, pika.BasicProperties(message_id=f"order-{i}"))
+    conn.close()
+    by_id = mgmt.call("GET", "/api/topics/ov-orders-x/search?message_id=order-2").json()
+    assert [(m["message_id"], m["payload"]) for m in by_id] == [("order-2", "o2")]
+
+    assert mgmt.call("GET", f"/api/topics/{topic}/search").status == 400  # no criterion
+    assert mgmt.call("GET", f"/api/topics/{topic}/search?colour=red").status == 400
+    assert mgmt.call("GET", f"/api/topics/{topic}/search?from=soon").status == 400
+    assert mgmt.call("GET", "/api/topics/no-such-topic/search?key=a").status == 404
+    assert mgmt.as_user(("manager", "pw")).call("GET", f"/api/topics/{topic}/search?key=a").status == 403

@@ -32,7 +32,7 @@ import json
 import urllib.error
 import urllib.request
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 
@@ -132,6 +132,18 @@ class AdminClient:
         self._call("DELETE", "/api/mqtt/sessions/" + quote(client_id, safe=""))
 
     # -- the operator's view (docs/operations.md) --------------------------------------------
+
+    def search(self, topic: str, *, key: bytes | None = None, message_id: str | None = None,
+               start_ms: int | None = None, end_ms: int | None = None, partition: int | None = None,
+               limit: int | None = None) -> list[dict[str, Any]]:
+        query: dict[str, Any] = {}
+        if key is not None:
+            query["key_base64"] = base64.b64encode(key).decode("ascii")
+        for name, value in (("message_id", message_id), ("from", start_ms), ("to", end_ms),
+                            ("partition", partition), ("limit", limit)):
+            if value is not None:
+                query[name] = value
+        return self._call("GET", "/api/topics/" + quote(topic, safe="") + "/search?" + urlencode(query))
 
     def overview(self) -> dict[str, Any]:
         return self._call("GET", "/api/overview")

@@ -8,6 +8,8 @@
     PUT    /api/topics/<name>   200 TopicInfo | 400 | 404
                                 body {"config": {"retention.ms": 3600000, "flush": null}}
     DELETE /api/topics/<name>   204 | 404
+    GET    /api/topics/<name>/search?key=K   200 [message, ...]: by key, message_id or
+                                time range (from, to: epoch ms), through the indexes
     POST   /api/topics/<name>/messages   200 {"partition": p, "offsets": [...]} once durable;
                                 503 + Retry-After while a resource alarm is set (alarms.py)
                                 body {"messages": [{"key": "k", "value": "v", "headers": {"h": "x"},
@@ -82,6 +84,9 @@ class Topics(ApiResource):
         if request.postpath == [b"messages"]:
             request.postpath = []
             return TopicMessages(self.broker, path, self.gate)
+        if request.postpath == [b"search"]:
+            request.postpath = []
+            return TopicSearch(self.broker, path)
         return Topic(self.broker, path, self.sampler)
 
     def handle_GET(self, request: server.Request) -> Response:
@@ -182,6 +187,52 @@ class TopicMessages(Topic):
         return d.addCallback(published)
 
 
+class TopicSearch(Topic):
+    """GET /api/topics/<name>/search?key=K | key_base64=B | message_id=M | from=MS | to=MS
+    [&partition=P][&limit=N]: the records with record key K (or the envelope message id
+    M), or a timestamp in [from, to] (epoch ms), found through the key and time indexes
+    (never a scan of the topic); partitions in order, offsets ascending, at most N
+    (default 100). Management and read permission on the topic."""
+
+    def handle_GET(self, request: server.Request) -> Response:
+        name = self.name()
+        require(request, self.broker, "manage")
+        require_topic(request, self.broker, "read", name)
+        args: dict[bytes, list[bytes]] = request.args or {}
+        unknown = sorted(k.decode("latin-1") for k in args) if not set(args) <= SEARCH_ARGS else []
+        if unknown:
+            raise HttpError(400, "bad_request", f"unknown search parameters: {', '.join(unknown)}"
+                            f" (known: {', '.join(sorted(a.decode() for a in SEARCH_ARGS))})")
+
+        def text(arg: bytes) -> str | None:
+            raw = args.get(arg)
+            return raw[0].decode("utf-8", "replace") if raw else None
+
+        def number(arg: bytes) -> int | None:
+            raw = text(arg)
+            if raw is None:
+                return None
+            try:
+                return int(raw)
+            except ValueError:
+                raise HttpError(400, "bad_request", f"{arg.decode()} must be a whole number") from None
+
+        key: bytes | None = None
+        if text(b"key_base64") is not None:
+            try:
+                key = base64.b64decode(text(b"key_base64") or "", validate=True)
+            except (ValueError, binascii.Error):
+                raise HttpError(400, "bad_request", "key_base64 is not base64") from None
+        elif b"key" in args:
+            key = args[b"key"][0]
+        limit = number(b"limit")
+        found = self.broker.search_messages(name, key=key, message_id=text(b"message_id"), start_ms=number(b"from"),
+                                            end_ms=number(b"to"), partition=number(b"partition"),
+                                            limit=100 if limit is None else limit)
+        return Response.json(200, [m.to_json() for m in found])
+
+
+SEARCH_ARGS = {b"key", b"key_base64", b"message_id", b"from", b"to", b"partition", b"limit"}
 MAX_PUBLISH = 1000
 MESSAGE_FIELDS = ("key", "value", "key_base64", "value_base64", "headers", "tag", "delay_ms", "deliver_at", "ttl_ms")
 
