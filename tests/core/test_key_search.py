@@ -328,8 +328,8 @@ class NoTimers:
 
 
 def test_large_batches_indexed_from_the_appended_records(tmp_path: Any) -> None:
-    """A batch the partition encoded from many records is indexed from those records
-    (not read back), in slices that end inside it too; small batches are read back."""
+    """Batches the partition encoded are indexed from their records (not read back), a
+    large one in slices that end inside it too."""
     lm = LogManager(tmp_path, NoTimers())
     p = lm.open_topic("t", config(partitions=1, segment_bytes=1 << 24), create=True).partitions[0]
     n = 3 * keyindexer.CHUNK_RECORDS + 5
@@ -342,7 +342,26 @@ def test_large_batches_indexed_from_the_appended_records(tmp_path: Any) -> None:
     while lm.keys.work(0.0):
         passes += 1
     assert passes >= 3
-    assert lm.keys.records_indexed == n + 1 and lm.keys.records_from_hints == n
+    assert lm.keys.records_indexed == n + 1 and lm.keys.records_from_hints == n + 1
     assert [f.offset for f in search(lm, "t", key=b"h-1", limit=10_000)] == [*range(1, n, 4), n]
     assert [f.offset for f in search(lm, "t", message_id="h7")] == [7]
     lm.close()
+
+
+def test_start_removes_a_key_index_beside_the_active_segment(open_log: Callable[..., LogManager],
+                                                             loop: LoopReactor) -> None:
+    """A `.keyindex` beside the active segment (left from when it was sealed, before a
+    recovery removed the segments after it) is never used: recovery deletes it, and the
+    active segment's records are found from the log."""
+    lm = open_log()
+    lm.open_topic("t", config(partitions=1), create=True)
+    model = Model()
+    fill(lm, loop, model, 60)
+    p = lm.partition("t", 0)
+    active = p.active
+    lm.close()
+    Path(active.key_path).write_bytes(K.encode([F.key_hash(b"k1") << 32], active.size))  # claims offset base+0
+    lm2 = open_log()
+    lm2.open_topic("t", config(partitions=1))
+    assert not os.path.exists(active.key_path)
+    assert found_at(search(lm2, "t", key=b"k1", limit=1000)) == model.where(lambda k, m, ts: k == b"k1")

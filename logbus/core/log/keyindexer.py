@@ -51,7 +51,6 @@ WRITE_RETRY_SECONDS = 60.0  # after a failed write of a .keyindex (a full disk)
 READ_CHUNK = 64 * 1024  # bytes read back at once
 CHUNK_RECORDS = 256  # records indexed between two looks at the clock
 HINT_MAX_RECORDS = 65_536  # records of encoded batches held for the pass, at most
-HINT_MIN_RECORDS = 16  # smaller batches are read back: holding them costs more than that
 ENVELOPE_CACHE_MAX = 4096  # distinct envelope bytes remembered with their message-id hash
 ENVELOPE_HEADER = "logbus.envelope"  # docs/format.md section 9 (core/message.py's name)
 
@@ -101,46 +100,17 @@ class _Batch:
         """Add the entries of the next records to ``entries``, CHUNK_RECORDS at a time,
         until the batch ends (True) or the deadline passes (False)."""
         add = entries.append
-        envelopes = ix._envelopes
-        crc = key_hash
         records = self.records
         while True:
             n = 0
             try:
                 if self.hinted:
-                    rel = self.rel
-                    for k, _, _, hs in islice(records, CHUNK_RECORDS):
-                        if k is not None:
-                            add(crc(k) << 32 | rel)
-                        if hs:
-                            name, v = hs[-1]
-                            if name == ENVELOPE_HEADER and v is not None:
-                                h = envelopes.get(v)
-                                if h is None:
-                                    h = ix._message_id_hash(v)
-                                if h >= 0:
-                                    add(h << 32 | rel)
-                        rel += 1
+                    rel = _from_records(islice(records, CHUNK_RECORDS), self.rel, add, ix)
                     n = rel - self.rel
                     self.rel = rel
                     ix.records_from_hints += n
                 else:
-                    sbase = self.rel
-                    for r in islice(records, CHUNK_RECORDS):
-                        n += 1
-                        rel = r.offset - sbase
-                        k = r.key
-                        if k is not None:
-                            add(crc(k) << 32 | rel)
-                        hs = r.headers
-                        if hs:
-                            name, v = hs[-1]
-                            if name == ENVELOPE_HEADER and v is not None:
-                                h = envelopes.get(v)
-                                if h is None:
-                                    h = ix._message_id_hash(v)
-                                if h >= 0:
-                                    add(h << 32 | rel)
+                    n = _from_decoded(islice(records, CHUNK_RECORDS), self.rel, add, ix)
             except Exception as e:  # a record that does not decode is never found either
                 log.debug("key index: a batch at %d not decoded: %s", self.position, e)
                 n = 0
@@ -149,6 +119,50 @@ class _Batch:
                 return True
             if _clock() >= deadline:
                 return False
+
+
+def _from_records(records: Iterable[Any], rel: int, add: Callable[[int], None], ix: KeyIndexer) -> int:
+    """Entries of ``batch.Record`` tuples at consecutive relative offsets from ``rel``;
+    returns the relative offset after them."""
+    envelopes = ix._envelopes
+    crc = key_hash
+    for k, _, _, hs in records:
+        if k is not None:
+            add(crc(k) << 32 | rel)
+        if hs:
+            name, v = hs[-1]
+            if name == ENVELOPE_HEADER and v is not None:
+                h = envelopes.get(v)
+                if h is None:
+                    h = ix._message_id_hash(v)
+                if h >= 0:
+                    add(h << 32 | rel)
+        rel += 1
+    return rel
+
+
+def _from_decoded(records: Iterable[Any], sbase: int, add: Callable[[int], None], ix: KeyIndexer) -> int:
+    """Entries of aiokafka's decoded records of a segment based at ``sbase``; returns
+    how many records."""
+    envelopes = ix._envelopes
+    crc = key_hash
+    n = 0
+    for r in records:
+        n += 1
+        rel = r.offset - sbase
+        k = r.key
+        if k is not None:
+            add(crc(k) << 32 | rel)
+        hs = r.headers
+        if hs:
+            name, v = hs[-1]
+            if name == ENVELOPE_HEADER and v is not None:
+                h = envelopes.get(v)
+                if h is None:
+                    h = ix._message_id_hash(v)
+                if h >= 0:
+                    add(h << 32 | rel)
+    return n
 
 
 class _Reader:
@@ -393,11 +407,11 @@ class KeyIndexer:
         """``p`` placed a batch of ``size`` bytes at ``position`` of ``seg`` (one call per
         batch it encoded, or per Kafka append): the pass visits ``p`` soon. ``records``:
         the ``batch.Record`` tuples it encoded there, which the pass indexes instead of
-        reading the batch back (a batch of HINT_MIN_RECORDS or more, while fewer than
-        HINT_MAX_RECORDS are held; the others are read back). A batch whose write then fails leaves entries for
+        reading the batch back (while fewer than HINT_MAX_RECORDS are held; the others
+        are read back). A batch whose write then fails leaves entries for
         offsets no record will hold (never given again): lookups find nothing there."""
         self._dirty[p] = None
-        if records is None or not HINT_MIN_RECORDS <= len(records) <= HINT_MAX_RECORDS - self._hinted:
+        if records is None or len(records) > HINT_MAX_RECORDS - self._hinted:
             return
         self._hinted += len(records)
         hints = self._hints.get(seg)
@@ -430,8 +444,19 @@ class KeyIndexer:
                         self._hinted -= len(hints.popleft()[3])
                     if hints and hints[0][0] == pos:
                         _, size, base, records = hints.popleft()
-                        self._hinted -= len(records)
-                        if pos + size <= seg.size:  # (else its write failed: cut back)
+                        n = len(records)
+                        self._hinted -= n
+                        if pos + size > seg.size:  # its write failed: cut back
+                            pass
+                        elif n <= CHUNK_RECORDS:  # (most: at once)
+                            _from_records(records, base - seg.base_offset, entries.append, self)
+                            self.records_indexed += n
+                            self.records_from_hints += n
+                            pos += size
+                            if _clock() >= deadline:
+                                break
+                            continue
+                        else:
                             part = _Batch(pos, size, base - seg.base_offset, iter(records), True)
                     if part is None:
                         part = reader.batch(pos)
