@@ -220,3 +220,13 @@ def test_key_lookup_bench_measures_every_lookup(tmp_path: Any) -> None:
     assert out["disk"]["keyindex_bytes"] > 0
     assert out["rebuild"]["rebuild_from_log_files_rebuilt"] == out["build"]["files_written"]
     assert out["rebuild"]["check_files_at_start_files_rebuilt"] == 0
+
+
+def test_ab_bench_compares_two_builds_round_by_round() -> None:
+    """Both builds are this tree: every workload measured on each, a ratio per round."""
+    out = run_bench("ab_bench.py", "--a", str(REPO_ROOT), "--b", str(REPO_ROOT), "--rounds", "2",
+                    "--amqp", "publish", "--mqtt", "qos0", "--messages", "300", "--fanout-messages", "100")
+    assert out["bench"] == "ab_bench"
+    assert set(out["summary"]) == {"amqp publish", "mqtt qos0"}
+    for figures in out["summary"].values():
+        assert len(figures["ratios"]) == 2 and figures["a_median_us"] > 0 and figures["b_median_us"] > 0

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Broker CPU per message of two builds of logbus, finely interleaved: A/B of a change.
+
+This machine's speed drifts by a quarter within minutes, so two runs of a whole bench
+minutes apart differ by more than most changes cost. Here both builds run side by side
+(two `logbus serve`, each from its own source tree on PYTHONPATH, AMQP and MQTT on),
+and each round runs every workload once on each, in an order that alternates, with
+bursts of a few seconds: what drifts between bursts of one round is small. Per workload
+it prints each build's median broker CPU per message and the median of the per-round
+ratios B/A, which cancels the drift the two share.
+
+Workloads: the AMQP ones of bench/amqp_bench.py (run as `amqp_bench.py --url ...
+--broker-pid ...` against the build's broker) and the MQTT ones of
+bench/mqtt_workloads.py (called with the build's port and pid), with their own flags.
+
+    python bench/ab_bench.py --a /work/base --b . --rounds 10
+    python bench/ab_bench.py --a /work/base --b . --amqp publish,fanout --mqtt qos0 --messages 20000
+
+Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import BenchError, start_logbus, stop_logbus  # noqa: E402
+import mqtt_bench  # noqa: E402
+from mqtt_workloads import WORKLOADS as MQTT_WORKLOADS  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOOPBACK = "tcp:0:interface=127.0.0.1"
+
+
+def log(text: str) -> None:
+    print(f"ab_bench: {text}", file=sys.stderr, flush=True)
+
+
+def start(tree: str, workdir: str) -> tuple[Any, dict[str, Any]]:
+    """`logbus serve` of the source tree ``tree`` (its package first on PYTHONPATH)."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.path.abspath(tree)
+    try:
+        # as mqtt_bench.py: no session queue limit (a subscriber a burst outruns would
+        # lose what passed the limit, as under Mosquitto's max_queued_messages)
+        return start_logbus(workdir, {"amqp": LOOPBACK, "mqtt": LOOPBACK}, ["--mqtt-max-queued-messages", "0"])
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def amqp_burst(args: argparse.Namespace, address: str, pid: int) -> dict[str, float]:
+    cmd = [sys.executable, os.path.join(HERE, "amqp_bench.py"), "--url", f"amqp://guest:guest@{address}/",
+           "--broker-pid", str(pid), "--workloads", args.amqp, "--messages", str(args.messages),
+           "--fanout-messages", str(args.fanout_messages)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if out.returncode != 0:
+        raise BenchError(f"amqp_bench failed: {out.stderr[-2000:]}")
+    doc = json.loads(out.stdout)
+    results: dict[str, float] = {}
+    for name, res in _workload_results(doc).items():
+        cpu = next((v for k, v in res.items() if k.startswith("broker_cpu_us_per_")), None)
+        if cpu is None:
+            raise BenchError(f"amqp {name}: no broker CPU figure in {res}")
+        results[f"amqp {name}"] = cpu
+    return results
+
+
+def _workload_results(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The per-workload results of an amqp_bench document against one broker."""
+    for key in ("external", "logbus"):
+        part = doc.get(key)
+        if isinstance(part, dict) and any(isinstance(v, dict) for v in part.values()):
+            return {k: v for k, v in part.items() if isinstance(v, dict) and any(
+                    n.startswith("broker_cpu_us_per_") for n in v)}
+    found: dict[str, dict[str, Any]] = {}
+
+    def walk(o: Any, name: str) -> None:
+        if isinstance(o, dict):
+            if any(k.startswith("broker_cpu_us_per_") for k in o):
+                found[name] = o
+                return
+            for k, v in o.items():
+                walk(v, k)
+
+    walk(doc, "")
+    return found
+
+
+def mqtt_burst(args: argparse.Namespace, margs: argparse.Namespace, port: int, pid: int) -> dict[str, float]:
+    results: dict[str, float] = {}
+    for name in margs.workloads:
+        res = dict(MQTT_WORKLOADS[name](margs, port, pid))
+        cpu = next((v for k, v in res.items() if k.startswith("broker_cpu_us_per_")), None)
+        if cpu is None:
+            raise BenchError(f"mqtt {name}: {res}")
+        results[f"mqtt {name}"] = cpu
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--a", required=True, metavar="TREE", help="source tree of build A (the baseline)")
+    ap.add_argument("--b", required=True, metavar="TREE", help="source tree of build B (the change)")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--amqp", default="publish,consume,fanout", help="amqp_bench workloads ('' for none)")
+    ap.add_argument("--mqtt", default="qos0,qos1,fanout", help="mqtt_bench workloads ('' for none)")
+    ap.add_argument("--messages", type=int, default=20_000)
+    ap.add_argument("--fanout-messages", type=int, default=5_000)
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds one burst may take")
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="mqtt_bench's --settle: seconds without a delivery before a subscriber stops")
+    args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    margs = mqtt_bench.parse_args(["--target", "logbus", "--workloads", args.mqtt or "qos0",
+                                   "--messages", str(args.messages), "--fanout-messages", str(args.fanout_messages),
+                                   "--settle", str(args.settle)])
+    if not args.mqtt:
+        margs.workloads = []
+    builds = {"a": args.a, "b": args.b}
+    dirs = {k: tempfile.mkdtemp(prefix=f"ab-{k}-") for k in builds}
+    procs: dict[str, Any] = {}
+    figures: dict[str, dict[str, list[float]]] = {"a": {}, "b": {}}
+    ratios: dict[str, list[float]] = {}
+    try:
+        addresses = {}
+        for k, tree in builds.items():
+            procs[k], addresses[k] = start(tree, dirs[k])
+            log(f"build {k} ({tree}): pid {procs[k].pid}, {addresses[k]}")
+        for r in range(args.rounds):
+            order = ["a", "b"] if r % 2 == 0 else ["b", "a"]
+            got: dict[str, dict[str, float]] = {}
+            for k in order:
+                pid = procs[k].pid
+                log(f"round {r + 1}: build {k}")
+                got[k] = {}
+                if args.amqp:
+                    got[k].update(amqp_burst(args, addresses[k]["amqp"], pid))
+                if margs.workloads:
+                    got[k].update(mqtt_burst(args, margs, int(addresses[k]["mqtt"].rsplit(":", 1)[1]), pid))
+            for name in got["a"]:
+                figures["a"].setdefault(name, []).append(got["a"][name])
+                figures["b"].setdefault(name, []).append(got["b"][name])
+                ratios.setdefault(name, []).append(got["b"][name] / got["a"][name])
+            log(f"round {r + 1}: " + ", ".join(f"{n} {got['a'][n]:.1f}/{got['b'][n]:.1f}" for n in got["a"]))
+    finally:
+        for p in procs.values():
+            stop_logbus(p)
+        for d in dirs.values():
+            shutil.rmtree(d, ignore_errors=True)
+    summary = {name: {"a_median_us": round(statistics.median(figures["a"][name]), 2),
+                      "b_median_us": round(statistics.median(figures["b"][name]), 2),
+                      "median_ratio_b_over_a": round(statistics.median(ratios[name]), 4),
+                      "ratios": [round(x, 3) for x in ratios[name]]}
+               for name in ratios}
+    print(json.dumps({"bench": "ab_bench", "args": vars(args), "builds": builds, "summary": summary,
+                      "rounds": {k: v for k, v in figures.items()}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
