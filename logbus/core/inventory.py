@@ -287,7 +287,7 @@ class Inventory:
         service, qs, _ = self._queue_state(vhost, name)
         q = qs.queue
         out: list[PeekedMessage] = []
-        for entry in _ready_in_order(qs):
+        for entry in q.peek(count):
             try:
                 m = service.message(entry)
             except RecordGone:
@@ -304,7 +304,6 @@ class Inventory:
                                      m.value or b"", props))
             if len(out) >= count:
                 break
-        del q
         return out
 
     def topic_append_counts(self) -> dict[str, int]:
@@ -482,23 +481,6 @@ class Inventory:
             if code is not Code.NONE or any(c is not Code.NONE for c in codes.values()):
                 raise PreconditionFailed(f"offsets of group '{group}' not committed: {code.name}")
         return plan
-
-
-def _ready_in_order(qs: QueueState) -> Iterator[Any]:
-    """A queue's ready entries in delivery order: by priority (highest first), then
-    seq. Without priorities this stops as soon as the caller does."""
-    q = qs.queue
-    leases = q.leases
-
-    def ready(e: Any) -> bool:
-        return e.seq not in leases and not e.visible_ms
-
-    if q.limits.max_priority <= 0:
-        yield from (e for e in q.entries.values() if ready(e))
-        return
-    entries = [e for e in q.entries.values() if ready(e)]
-    entries.sort(key=lambda e: (-min(e.priority, q.limits.max_priority), e.seq))
-    yield from entries
 
 
 def open_descriptors() -> int:

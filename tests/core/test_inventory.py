@@ -82,6 +82,11 @@ def test_browse_in_delivery_order_takes_nothing(broker: Broker) -> None:
     v.consume("pri", c)
     assert c.got[0].message.value == b"high"  # as the browse said
     assert [p.payload for p in broker.peek_queue("/", "pri", 10)] == [b"high2", b"mid", b"low"]
+    v.settle("pri", c.got[0].receipt, Outcome.REQUEUE)  # given back: in its old place again
+    c.unacked = 1  # (no credit: it stays ready)
+    assert [(p.payload, p.redelivered) for p in broker.peek_queue("/", "pri", 2)] == [
+        (b"high", True), (b"high2", False)]
+    v.consume("pri", Consumer("c2", owner="ch2", prefetch=1))  # takes "high" again
     with pytest.raises(InvalidRequest):
         broker.peek_queue("/", "pri", 0)
 

@@ -316,6 +316,8 @@ class QueueMachine(RuleBasedStateMachine):
         assert set(q.entries) == set(self.model)
         assert q.message_count == len(self._ready())
         assert q.unacked_count == len(self._leased())
+        assert [e.seq for e in q.peek(len(self.model) + 1)] == self._ready()  # the order takes would go
+        assert [e.seq for e in q.peek(2)] == self._ready()[:2]
         assert q.ready_bytes == sum(self.model[s].size for s in self._ready())
         for seq, m in self.model.items():
             e = q.entries[seq]

@@ -143,6 +143,21 @@ class Queue(Viewed):
         """The earliest visible time of a staged entry (0: none staged)."""
         return self._staged[0][0] if self._staged else 0
 
+    def peek(self, n: int) -> list[Entry]:
+        """The first ``n`` ready entries in the order they would be delivered (priority,
+        highest first, then seq), taking none: it reads ``n`` rows (and the given-back
+        entries of the priorities it visits), not the whole queue."""
+        out: list[Entry] = []
+        for pri in self._priorities:
+            given_back = sorted((s, self._objects[s]) for s in self._ready.get(pri, ()) if self._object_ready(s))
+            rows = self._rows.get(pri)
+            never_taken = ((rows.seqs[r], rows.entry(r)) for r in rows.rows()) if rows is not None else iter(())
+            for _, entry in heapq.merge(given_back, never_taken, key=lambda item: item[0]):
+                out.append(entry)
+                if len(out) >= n:
+                    return out
+        return out
+
     def staged(self) -> list[Entry]:
         """The staged entries, earliest visible first."""
         return [self._objects[seq] for _, seq in sorted(self._staged)]
