@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+from copy import copy
 import struct
 import time
 from collections.abc import Iterator
@@ -237,6 +238,29 @@ class Inventory:
                 out.append(self._info(vname, qname, service.queues[qname]))
         return out
 
+    def each_queue(self) -> Iterator[tuple[str, str, QueueState]]:
+        """(vhost, name as shown, state) of every queue, unsorted: for walks that must be
+        cheap (/metrics/per-object)."""
+        for vname, service in self._services():
+            for name, qs in service.queues.items():
+                yield vname, (_pop_name(*name.split("\x1f", 1)) if qs.kind == POP else name), qs
+
+    def queue_sums(self) -> dict[str, list[int]]:
+        """Per kind: [queues, ready, unacked, scheduled, consumers], summed straight off
+        the queues (about 1 µs a queue: what /metrics and the overview read, where
+        building every QueueInfo would stall a broker of 10,000 sessions)."""
+        sums = {kind: [0, 0, 0, 0, 0] for kind in PROTOCOL_OF}
+        for _, service in self._services():
+            for qs in service.queues.values():
+                q = qs.queue
+                row = sums[qs.kind]
+                row[0] += 1
+                row[1] += q.ready_count
+                row[2] += len(q.leases)
+                row[3] += q.staged_count
+                row[4] += len(qs.consumers)
+        return sums
+
     def queue_totals(self) -> dict[str, QueueStats]:
         """Per kind, what every queue (deleted ones too) has done since start."""
         totals = {kind: QueueStats() for kind in PROTOCOL_OF}
@@ -252,7 +276,7 @@ class Inventory:
         shown = _pop_name(*name.split("\x1f", 1)) if qs.kind == POP else name
         return QueueInfo(vhost, shown, qs.kind, qs.durable, qs.auto_delete, qs.exclusive is not None,
                          q.ready_count, len(q.leases), staged, q.ready_bytes, len(qs.consumers),
-                         QueueStats(**qs.stats.to_json()), {k: jsonable(v) for k, v in declared.items()})
+                         copy(qs.stats), {k: jsonable(v) for k, v in declared.items()} if declared else {})
 
     def _queue_state(self, vhost: str, name: str) -> tuple[QueueService, QueueState, str]:
         if vhost in (POP_VHOST, POP_PATH_VHOST) and vhost not in self.vhosts:
@@ -345,7 +369,7 @@ class Inventory:
 
     def overview(self) -> dict[str, Any]:
         """RabbitMQ's /api/overview, in its field names where it has them."""
-        queues = self.list_queues()
+        sums = self.queue_sums()
         by_protocol = {p: 0 for p in PROTOCOLS}
         for c in self.connections:
             by_protocol[c.protocol] += 1
@@ -353,15 +377,15 @@ class Inventory:
         return {
             "product_name": "logbus", "product_version": _version(),
             "node": socket.gethostname(), "uptime_ms": int((now - self.started_at) * 1000),
-            "object_totals": {"connections": len(self.connections), "queues": len(queues),
+            "object_totals": {"connections": len(self.connections), "queues": sum(r[0] for r in sums.values()),
                               "vhosts": len(self.vhosts), "topics": len(self._log.topics),
-                              "consumers": sum(q.consumers for q in queues),
+                              "consumers": sum(r[4] for r in sums.values()),
                               "consumer_groups": len(self.groups.list_groups())},
             "connections_by_protocol": by_protocol,
-            "queue_totals": {"messages": sum(q.messages for q in queues),
-                             "messages_ready": sum(q.ready for q in queues),
-                             "messages_unacknowledged": sum(q.unacked for q in queues),
-                             "messages_scheduled": sum(q.scheduled for q in queues)},
+            "queue_totals": {"messages": sum(r[1] + r[2] + r[3] for r in sums.values()),
+                             "messages_ready": sum(r[1] for r in sums.values()),
+                             "messages_unacknowledged": sum(r[2] for r in sums.values()),
+                             "messages_scheduled": sum(r[3] for r in sums.values())},
             "message_totals": self.message_totals(),
             "alarms": sorted(self.pressure.alarms), "health": self.health(),
             "mem_used": resident_memory(), "fd_used": open_descriptors(),

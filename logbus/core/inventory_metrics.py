@@ -64,22 +64,12 @@ class OperatorCollector(Collector):
         for p, n in by_protocol.items():
             conns.add_metric([p], n)
         yield conns
-        queues = b.list_queues()
         count = GaugeMetricFamily("logbus_queues", "Queues, by kind", labels=KIND_LABEL)
         gauges = [GaugeMetricFamily(name, doc, labels=KIND_LABEL) for _, name, doc in QUEUE_GAUGES]
-        kinds = ("classic", "session", "shared", "pop")
-        sums = {k: [0, 0, 0, 0, 0] for k in kinds}
-        for q in queues:
-            row = sums[q.kind]
-            row[0] += 1
-            row[1] += q.ready
-            row[2] += q.unacked
-            row[3] += q.scheduled
-            row[4] += q.consumers
-        for k in kinds:
-            count.add_metric([k], sums[k][0])
+        for kind, row in b.queue_sums().items():
+            count.add_metric([kind], row[0])
             for i, g in enumerate(gauges):
-                g.add_metric([k], sums[k][i + 1])
+                g.add_metric([kind], row[i + 1])
         yield count
         yield from gauges
         totals = b.message_totals()
@@ -109,10 +99,14 @@ class PerObjectCollector(Collector):
             return
         labels = ("vhost", "queue", "kind")
         gauges = [GaugeMetricFamily(name, doc, labels=labels) for _, name, doc in QUEUE_GAUGES]
-        for q in b.list_queues():
-            key = [q.vhost, q.name, q.kind]
-            for (attr, _, _), g in zip(QUEUE_GAUGES, gauges):
-                g.add_metric(key, getattr(q, attr))
+        ready, unacked, scheduled, consumers = gauges
+        for vhost, name, qs in b.each_queue():
+            key = [vhost, name, qs.kind]
+            q = qs.queue
+            ready.add_metric(key, q.ready_count)
+            unacked.add_metric(key, len(q.leases))
+            scheduled.add_metric(key, q.staged_count)
+            consumers.add_metric(key, len(qs.consumers))
         yield from gauges
         lag = GaugeMetricFamily("logbus_consumer_group_lag", "Records a consumer group has not committed",
                                 labels=("group", "topic", "partition"))
