@@ -72,12 +72,9 @@ def from_loopback(request: server.Request) -> bool:
 def authenticate(request: server.Request, broker: Broker) -> str:
     """The user the request's credentials name, checked (HttpError 401 otherwise), and
     kept on the request for ``user_of``."""
-    known: str | None = getattr(request, _USER, None)
+    known = _decided(request)
     if known is not None:
         return known
-    refusal: HttpError | None = getattr(request, _REFUSAL, None)
-    if refusal is not None:
-        raise refusal
     credentials = basic_credentials(request)
     if credentials is None:
         raise HttpError(401, "unauthorized", "HTTP Basic credentials are required", CHALLENGE)
@@ -90,12 +87,9 @@ def check_password(request: server.Request, broker: Broker, name: str, password:
     for credentials that came another way (the console's login form, logged as ``how``).
     The user is kept on the request; HttpError 401 when refused, LoginPending while
     checked (then the same call again finds the answer on the request)."""
-    known: str | None = getattr(request, _USER, None)
+    known = _decided(request)
     if known is not None:
         return known
-    refusal: HttpError | None = getattr(request, _REFUSAL, None)
-    if refusal is not None:
-        raise refusal
     record = getattr(request.channel, "record", None)  # site.RegisteredChannel's
     checked = broker.authenticate(name, password, loopback=from_loopback(request))
     pending: Deferred[None] = Deferred()
@@ -104,6 +98,17 @@ def check_password(request: server.Request, broker: Broker, name: str, password:
                     lambda result: _settle(request, broker, record, name, how, result, pending)):
         return _settle(request, broker, record, name, how, now[0])
     raise LoginPending(pending)  # not known yet: checked on the password thread
+
+
+def _decided(request: server.Request) -> str | None:
+    """The request's user if its login is decided (its refusal raised), else None."""
+    known: str | None = getattr(request, _USER, None)
+    if known is not None:
+        return known
+    refusal: HttpError | None = getattr(request, _REFUSAL, None)
+    if refusal is not None:
+        raise refusal
+    return None
 
 
 def set_user(request: server.Request, broker: Broker, name: str, how: str) -> None:
