@@ -9,6 +9,13 @@ bursts of a few seconds: what drifts between bursts of one round is small. Per w
 it prints each build's median broker CPU per message and the median of the per-round
 ratios B/A, which cancels the drift the two share.
 
+Besides the workloads' own figures (CPU within each measured span), each build's whole
+turn of a round is metered from its first burst until the broker is idle again: set-up,
+pre-fill and work a broker defers (the key index pass runs when the reactor is idle) all
+fall in it, so "turn" is the figure that cannot miss deferred work. `--pin` puts both
+brokers (every thread) on CPU 1 and the clients on CPU 0, so a build's bursts do not
+depend on which core the scheduler chose.
+
 Workloads: the AMQP ones of bench/amqp_bench.py (run as `amqp_bench.py --url ...
 --broker-pid ...` against the build's broker) and the MQTT ones of
 bench/mqtt_workloads.py (called with the build's port and pid), with their own flags.
@@ -23,17 +30,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import BenchError, start_logbus, stop_logbus  # noqa: E402
+from common import BenchError, cpu_split, start_logbus, stop_logbus  # noqa: E402
 import mqtt_bench  # noqa: E402
 from mqtt_workloads import WORKLOADS as MQTT_WORKLOADS  # noqa: E402
 
@@ -109,6 +118,35 @@ def mqtt_burst(args: argparse.Namespace, margs: argparse.Namespace, port: int, p
     return results
 
 
+def pin(pid: int, cpu: int) -> None:
+    """Every thread of ``pid`` on ``cpu`` (threads started later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), {cpu})
+
+
+def quiesce(pid: int, quiet: float = 0.002, step: float = 0.25, limit: float = 30.0) -> float:
+    """Wait until ``pid`` spends less than ``quiet`` CPU seconds in ``step`` seconds (its
+    deferred work done); the seconds waited."""
+    t0 = time.monotonic()
+    last = sum(cpu_split(pid))
+    while time.monotonic() - t0 < limit:
+        time.sleep(step)
+        now = sum(cpu_split(pid))
+        if now - last < quiet:
+            break
+        last = now
+    return time.monotonic() - t0
+
+
+def geomean(ratios: list[float]) -> dict[str, float]:
+    """Geometric mean of ``ratios`` and its 95% interval (normal on the log ratios)."""
+    logs = [math.log(x) for x in ratios]
+    mean = statistics.fmean(logs)
+    half = 1.96 * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("inf")
+    return {"geomean_ratio": round(math.exp(mean), 4), "geomean_low": round(math.exp(mean - half), 4),
+            "geomean_high": round(math.exp(mean + half), 4)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--a", required=True, metavar="TREE", help="source tree of build A (the baseline)")
@@ -121,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds one burst may take")
     ap.add_argument("--settle", type=float, default=1.0,
                     help="mqtt_bench's --settle: seconds without a delivery before a subscriber stops")
+    ap.add_argument("--pin", action="store_true", help="brokers on CPU 1, clients on CPU 0")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
@@ -139,6 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         for k, tree in builds.items():
             procs[k], addresses[k] = start(tree, dirs[k])
             log(f"build {k} ({tree}): pid {procs[k].pid}, {addresses[k]}")
+        if args.pin:
+            if (os.cpu_count() or 1) < 2:
+                ap.error("--pin needs two CPUs")
+            os.sched_setaffinity(0, {0})
+            for p in procs.values():
+                pin(p.pid, 1)
+        for p in procs.values():
+            quiesce(p.pid)
         for r in range(args.rounds):
             order = ["a", "b"] if r % 2 == 0 else ["b", "a"]
             got: dict[str, dict[str, float]] = {}
@@ -146,10 +193,13 @@ def main(argv: list[str] | None = None) -> int:
                 pid = procs[k].pid
                 log(f"round {r + 1}: build {k}")
                 got[k] = {}
+                c0 = sum(cpu_split(pid))
                 if args.amqp:
                     got[k].update(amqp_burst(args, addresses[k]["amqp"], pid))
                 if margs.workloads:
                     got[k].update(mqtt_burst(args, margs, int(addresses[k]["mqtt"].rsplit(":", 1)[1]), pid))
+                quiesce(pid)
+                got[k]["turn"] = (sum(cpu_split(pid)) - c0) * 1e3  # ms of CPU, the same work on both
             for name in got["a"]:
                 figures["a"].setdefault(name, []).append(got["a"][name])
                 figures["b"].setdefault(name, []).append(got["b"][name])
@@ -160,9 +210,10 @@ def main(argv: list[str] | None = None) -> int:
             stop_logbus(p)
         for d in dirs.values():
             shutil.rmtree(d, ignore_errors=True)
-    summary = {name: {"a_median_us": round(statistics.median(figures["a"][name]), 2),
-                      "b_median_us": round(statistics.median(figures["b"][name]), 2),
+    summary = {name: {"a_median": round(statistics.median(figures["a"][name]), 2),
+                      "b_median": round(statistics.median(figures["b"][name]), 2),
                       "median_ratio_b_over_a": round(statistics.median(ratios[name]), 4),
+                      **geomean(ratios[name]),
                       "ratios": [round(x, 3) for x in ratios[name]]}
                for name in ratios}
     print(json.dumps({"bench": "ab_bench", "args": vars(args), "builds": builds, "summary": summary,
