@@ -29,18 +29,31 @@ $(VENV)/.installed-test: pyproject.toml Makefile | $(PY) debian-tools
 # command-line clients; mosquitto: the peer broker of bench/mqtt_bench.py, by its full path
 # because /usr/sbin is not on every user's PATH; curl: the HTTP API's client in tests and docs;
 # chromium and chromedriver: the headless browser tests/browser drives through Selenium, from
-# one Debian source package so their versions always match: decision 0035; prometheus: the
-# server tests/integration/test_prometheus.py starts to scrape /metrics).
+# one Debian source package so their versions always match: decision 0035). A broker installed
+# here is a test peer, not a service: on a machine run by systemd, the mosquitto service the
+# package starts is stopped and disabled again (it would hold port 1883, which `make run` needs).
+PROMETHEUS := .tools/prometheus/usr/bin/prometheus
 DEBIAN_TOOLS := kcat:kcat java:openjdk-17-jre-headless mosquitto_pub:mosquitto-clients curl:curl \
-	/usr/sbin/mosquitto:mosquitto chromium:chromium chromedriver:chromium-driver \
-	/usr/bin/prometheus:prometheus
-debian-tools:
+	/usr/sbin/mosquitto:mosquitto chromium:chromium chromedriver:chromium-driver
+debian-tools: $(PROMETHEUS)
 	@missing=""; for tp in $(DEBIAN_TOOLS); do command -v $${tp%%:*} >/dev/null || missing="$$missing $${tp#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+		case " $$missing " in *" mosquitto "*) if [ -d /run/systemd/system ]; then \
+			$$SUDO systemctl disable --now mosquitto.service; fi;; esac; \
 	fi
+
+# prometheus, the server tests/integration/test_prometheus.py starts to scrape /metrics: its
+# Debian package unpacked under .tools/, not installed (installed, it runs a Prometheus service
+# on port 9090 and recommends a node exporter on 9100). The program needs only libc.
+$(PROMETHEUS):
+	@mkdir -p .tools && cd .tools && rm -f prometheus_*.deb && \
+	{ apt-get download prometheus 2>/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && apt-get download prometheus; }; } && \
+	rm -rf prometheus && dpkg-deb -x prometheus_*.deb prometheus && rm prometheus_*.deb
+	@test -x $@
 
 # sslyze (PyPI), the TLS scanner tests/integration/test_tls_scan.py runs against every TLS
 # listener, in a venv of its own: it pins a cryptography older than the broker's.
@@ -86,4 +99,4 @@ bench: install
 	$(PY) bench/log_append.py
 
 clean:
-	rm -rf $(VENV) $(SSLYZE_VENV) build *.egg-info
+	rm -rf $(VENV) $(SSLYZE_VENV) .tools build *.egg-info

@@ -216,7 +216,16 @@ def main(argv: list[str] | None = None) -> int:
                       **geomean(ratios[name]),
                       "ratios": [round(x, 3) for x in ratios[name]]}
                for name in ratios}
+    # each bench's workloads together: per round, the geometric mean of their ratios
+    benches = {}
+    for bench in ("amqp", "mqtt"):
+        names = [n for n in ratios if n.startswith(bench + " ")]
+        if names:
+            per_round = [math.exp(statistics.fmean(math.log(ratios[n][i]) for n in names))
+                         for i in range(len(ratios[names[0]]))]
+            benches[bench] = {"workloads": names, **geomean(per_round)}
     print(json.dumps({"bench": "ab_bench", "args": vars(args), "builds": builds, "summary": summary,
+                      "benches": benches,
                       "rounds": {k: v for k, v in figures.items()}}, indent=2))
     return 0
 

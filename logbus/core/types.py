@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .definitions import LegacyTranslation
     from .deadletters import DeadLetterCopy
     from .forms import Forms
+    from .inventory import GroupInfo, OffsetReset, PartitionLag, PeekedMessage, QueueInfo
     from .search import FoundMessage
     from .log.partition import AppendResult, FileSpan, ReadResult
     from .message import ENVELOPE_HEADER, Envelope, Message
@@ -74,6 +75,11 @@ _OWNER = {
     "Forms": "forms",
     "FoundMessage": "search",
     "GroupDescription": "streams.group_model",
+    "GroupInfo": "inventory",
+    "OffsetReset": "inventory",
+    "PartitionLag": "inventory",
+    "PeekedMessage": "inventory",
+    "QueueInfo": "inventory",
     "GroupListing": "streams.group_model",
     "HEADERS": "routing.definitions",
     "HeaderMatch": "routing.definitions",
@@ -150,6 +156,7 @@ __all__ = [
     "Forms",
     "FoundMessage",
     "GroupDescription",
+    "GroupInfo",
     "GroupListing",
     "HeaderMatch",
     "JoinGroup",
@@ -160,11 +167,15 @@ __all__ = [
     "Message",
     "MqttSessionRecord",
     "OffsetAndMetadata",
+    "OffsetReset",
     "Outcome",
+    "PartitionLag",
     "PartitionOffsets",
     "Perm",
+    "PeekedMessage",
     "Popped",
     "Published",
+    "QueueInfo",
     "QueueLimits",
     "QueueSettings",
     "QueueState",

@@ -32,7 +32,8 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
-    yield from module_server(tmp_path_factory, "console")
+    # a pop nack dead-letters at once: the pop pages have dead letters to show and replay
+    yield from module_server(tmp_path_factory, "console", args=["--pop-max-deliveries", "1"])
 
 
 @pytest.fixture(scope="session")

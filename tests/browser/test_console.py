@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import paho.mqtt.client as mqtt
 import pika
@@ -236,33 +236,58 @@ def test_an_administrator_adds_and_deletes_a_vhost(console: ConsoleBrowser, mgmt
     assert mgmt.call("GET", "/api/vhosts/console-vh").status == 404
 
 
-def test_pop_groups_show_ready_and_invisible_messages_and_replay_dead_letters(console: ConsoleBrowser,
-                                                                              mgmt: Mgmt) -> None:
+def test_pop_groups_show_their_dead_letters_and_replay_them(console: ConsoleBrowser, mgmt: Mgmt) -> None:
+    """The server dead-letters at the first nack (--pop-max-deliveries 1): the pop page
+    counts the dead letters, its Replay button and the queue page's Requeue button put
+    them back on the topic, where the group reads them again."""
     mgmt.ok("POST", "/api/topics", {"name": "console-jobs", "partitions": 1})
-    receive = "/api/pop/console-workers/console-jobs/receive"
-    assert mgmt.ok("POST", receive, {"max": 1}).json()["messages"] == []  # the group reads from here on
-    mgmt.ok("POST", "/api/topics/console-jobs/messages", {"messages": [{"value": "a"}, {"value": "b"}]})
-    got = mgmt.ok("POST", receive, {"max": 1, "wait_ms": 5000}).json()["messages"]
-    assert len(got) == 1
+    pop = "/api/pop/console-workers/console-jobs"
+    assert mgmt.ok("POST", pop + "/receive", {"max": 1}).json()["messages"] == []  # the group reads from here on
+    mgmt.ok("POST", "/api/topics/console-jobs/messages", {"messages": [{"value": v} for v in "abc"]})
+
+    def receive() -> dict[str, Any]:
+        got = mgmt.ok("POST", pop + "/receive", {"max": 1, "wait_ms": 5000}).json()["messages"]
+        assert len(got) == 1
+        return cast(dict[str, Any], got[0])
+
+    def group() -> dict[str, Any]:
+        return cast(dict[str, Any], next(g for g in mgmt.ok("GET", "/api/pop").json()
+                                         if g["group"] == "console-workers"))
+
+    first = receive()
+    assert mgmt.call("POST", pop + "/nack", {"handle": first["handle"]}).status == 204
+    console.until(lambda: group()["dead_letters_waiting"] == 1, "the nacked message's dead letter")
+    receive()  # b: invisible
+
     console.login("guest", "guest", then="/pop")
     row = {r["Group"]: r for r in console.table("Pop groups")}["console-workers"]
-    assert (row["Topic"], row["Ready"], row["Invisible"]) == ("console-jobs", "1", "1")
+    assert (row["Topic"], row["Ready"], row["Invisible"], row["Dead-lettered"], row["Dead letters waiting"]) == (
+        "console-jobs", "1", "1", "1", "1")
     console.press_in_row("Pop groups", {"Group": "console-workers"}, "Replay dead letters")
-    console.until(lambda: console.status().startswith("Replayed 0 dead letters") or console.alert(),
-                  "the replay's answer")
-    assert console.status() == "Replayed 0 dead letters of 'console-workers'."
+    console.until(lambda: console.status().startswith("Replayed") or console.alert(), "the replay's answer")
+    assert console.status() == "Replayed 1 dead letter of 'console-workers'."
+    row = {r["Group"]: r for r in console.table("Pop groups")}["console-workers"]
+    assert (row["Ready"], row["Invisible"], row["Dead-lettered"], row["Dead letters waiting"]) == ("2", "1", "1", "0")
 
     # the group's queue page: its figures, the dead letters waiting, the same replay
+    second = receive()  # c
+    assert mgmt.call("POST", pop + "/nack", {"handle": second["handle"]}).status == 204
+    console.until(lambda: group()["dead_letters_waiting"] == 1, "the second dead letter")
     console.go("/queues?kind=pop&name=console-workers")
     console.follow("console-workers/console-jobs")
     console.until(lambda: console.h1() == "console-workers/console-jobs", "the pop group's queue page")
     assert console.path() == "/queues/~/console-workers%2Fconsole-jobs"
     facts = console.facts("queue-facts")
-    assert (facts["Ready"], facts["Unacked"]) == ("1", "1")
-    assert console.driver.find_element(By.ID, "dead-letters").text == "0"
+    assert (facts["Ready"], facts["Unacked"]) == ("1", "1")  # the replayed a; b
+    assert console.driver.find_element(By.ID, "dead-letters").text == "1"
     console.press("Requeue dead letters")
-    console.until(lambda: console.status() == "Replayed 0 dead letters of 'console-workers'.", "the requeue")
+    console.until(lambda: console.status() == "Replayed 1 dead letter of 'console-workers'.", "the requeue")
     assert console.path().startswith("/queues/~/console-workers%2Fconsole-jobs?done=")
+    assert console.driver.find_element(By.ID, "dead-letters").text == "0"
+    assert console.facts("queue-facts")["Ready"] == "2"
+    # and the group reads the replayed messages again
+    values = sorted(receive()["value"] for _ in range(2))
+    assert values == [first["value"], second["value"]] == ["a", "c"]
 
 
 # -- the overview ----------------------------------------------------------------------------------------

@@ -233,3 +233,4 @@ def test_ab_bench_compares_two_builds_round_by_round() -> None:
         assert len(figures["ratios"]) == 2 and figures["a_median"] > 0 and figures["b_median"] > 0
         assert figures["geomean_low"] <= figures["geomean_ratio"] <= figures["geomean_high"]
     assert out["summary"]["turn"]["a_median"] > 300 * 2 * 1e-3  # ms: more than 1 us a message
+    assert {b: f["workloads"] for b, f in out["benches"].items()} == {"amqp": ["amqp publish"], "mqtt": ["mqtt qos0"]}

@@ -1,4 +1,4 @@
-"""A real Prometheus server (Debian's ``prometheus``, installed by `make test`) scrapes a
+"""A real Prometheus server (Debian's ``prometheus``, unpacked under .tools/ by `make test`) scrapes a
 real ``logbus serve``'s ``/metrics`` and ``/metrics/per-object`` every second, and what
 its HTTP API answers is checked against what real clients did: an AMQP (pika) queue's
 depth after N confirmed publishes, an offline MQTT (paho) session's queued messages, a
@@ -31,9 +31,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # type: ignore[i
 from kafka.structs import OffsetAndMetadata  # type: ignore[import-untyped]
 
 from tests.integration.mqtt_clients import WAIT, Paho, unique
-from tests.serverproc import LogbusServer, module_server
+from tests.serverproc import REPO_ROOT, LogbusServer, module_server
 
-PROMETHEUS = "/usr/bin/prometheus"
+PROMETHEUS = str(REPO_ROOT / ".tools/prometheus/usr/bin/prometheus")  # unpacked by `make test`
 SCRAPE_INTERVAL = "1s"
 READY_TIMEOUT = 20.0
 SAMPLE_TIMEOUT = 15.0  # a few scrape intervals, with room for a loaded 2-core machine
@@ -171,8 +171,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
 @pytest.fixture(scope="module")
 def prometheus(server: LogbusServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     if not os.access(PROMETHEUS, os.X_OK):
-        pytest.fail(f"{PROMETHEUS} is missing: `make test` installs it (Debian package prometheus, "
-                    "through the Makefile's DEBIAN_TOOLS)")
+        pytest.fail(f"{PROMETHEUS} is missing: `make test` unpacks it (Debian package prometheus, "
+                    "the Makefile's PROMETHEUS target)")
     prom = Prometheus(tmp_path_factory.mktemp("prometheus"), server.addresses["http"])
     prom.start()
     try:

@@ -23,11 +23,11 @@ is ``<group>/<topic>`` (``/api/queues/~/billing%2Forders``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from twisted.web import resource, server
 
-from ...core.types import Action, Resource, topic_exchange
+from ...core.types import Action, QueueInfo, Resource, topic_exchange
 from .auth import AdminResource, path_name
 from .credentials import require, require_topic, user_of
 from .request import json_object, read_json, request_body
@@ -81,13 +81,13 @@ class OneQueue(AdminResource):
             raise HttpError(404, "not_found", f"no such resource: {request.uri.decode('latin-1', 'replace')}")
         return OneQueue(self.broker, self.vhost, self.name, path.decode())
 
-    def _visible(self, request: server.Request) -> Any:
+    def _visible(self, request: server.Request) -> QueueInfo:
         info = self.broker.queue_info(self.vhost, self.name)
         if not sees_queue(self.broker, user_of(request), info.vhost, info.name):
             raise HttpError(404, "not_found", f"no queue '{self.name}' in vhost '{self.vhost}'")
         return info
 
-    def _may_read(self, request: server.Request, info: Any) -> None:
+    def _may_read(self, request: server.Request, info: QueueInfo) -> None:
         if info.vhost == "":
             require_topic(request, self.broker, "read", info.name.split("/", 1)[1])
         else:

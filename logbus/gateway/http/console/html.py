@@ -134,3 +134,8 @@ def duration(seconds: float) -> str:
     if hours:
         return f"{hours}h {minutes}m {s}s"
     return f"{minutes}m {s}s"
+
+
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless one: "1 dead letter", "3 partitions"."""
+    return f"{n} {word}" + ("" if n == 1 else "s")

@@ -16,18 +16,13 @@ from __future__ import annotations
 
 import calendar
 import time
-from typing import Any
 from urllib.parse import quote
 
 from .....core.errors import GroupActive, InvalidRequest, NotFound
+from .....core.types import GroupInfo, OffsetReset
 from ...responses import HttpError
-from ..html import Html, action_form, field, get_form, h, select, table
+from ..html import Html, action_form, field, get_form, h, plural, select, table
 from ..page import Page, PageAction, View
-
-# what Broker.consumer_group_offsets and reset_group_offsets answer (core/inventory.py:
-# core.types does not name them)
-GroupInfo = Any
-OffsetReset = Any
 # what a reset may go to (Broker.reset_group_offsets checks it), as the form offers it
 TO_TEXT = {"earliest": "the earliest offset", "latest": "the latest offset (skip everything)",
            "datetime": "the first offset at a date and time", "offset": "an offset",
@@ -124,7 +119,7 @@ def reset(view: View) -> str:
     value = view.int_arg("value") if to in ("datetime", "offset", "shift") else None
     topics = [t.strip() for t in view.arg("topics", "").split(",") if t.strip()] or None
     plan = view.broker.reset_group_offsets(group, to, value, topics=topics, execute=True)
-    return f"Offsets of group {group!r} reset on {len(plan)} partitions."
+    return f"Offsets of group {group!r} reset on {plural(len(plan), 'partition')}."
 
 
 PAGE = Page("consumer-groups", "Consumer groups", render, needs="monitor", detail=detail,

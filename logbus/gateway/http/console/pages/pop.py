@@ -1,4 +1,5 @@
-"""Pop groups (``Broker.pop_groups``) as ``GET /api/pop`` shows them, with a button that
+"""Pop groups (``Broker.pop_groups``) as ``GET /api/pop`` shows them (ready, invisible,
+dead-lettered since the start, dead letters waiting in ``%DLQ%<group>``), with a button that
 replays a group's dead letters to the row's topic, as ``POST /api/pop/<g>/dlq/replay``
 does (read on ``%DLQ%<g>``, write on the topic, refused while a resource alarm is set)."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 
 from .....core.types import dlq_topic, topic_exchange
-from ..html import Html, action_form, table
+from ..html import Html, action_form, plural, table
 from ..page import Page, PageAction, View
 
 
@@ -22,8 +23,10 @@ def render(view: View) -> Html:
             button = action_form("/pop/replay", view.csrf, "Replay dead letters",
                                  {"group": g["group"], "topic": g["topic"]},
                                  describe=f"Replay the dead letters of group {g['group']} to topic {g['topic']}")
-        rows.append((g["group"], g["topic"], g["ready"], g["invisible"], button))
-    return table("Pop groups", ["Group", "Topic", "Ready", "Invisible", "Dead letters"], rows, numeric=(2, 3))
+        rows.append((g["group"], g["topic"], g["ready"], g["invisible"], g["dead_lettered"],
+                     g["dead_letters_waiting"], button))
+    return table("Pop groups", ["Group", "Topic", "Ready", "Invisible", "Dead-lettered", "Dead letters waiting",
+                                "Replay"], rows, numeric=(2, 3, 4, 5))
 
 
 def replay(view: View) -> Deferred[str | None]:
@@ -31,7 +34,7 @@ def replay(view: View) -> Deferred[str | None]:
     view.require_topic("read", dlq_topic(group))
     view.console.gate.check()  # a replay appends: refused while a resource alarm is set
     d = view.broker.dlq_replay(group, topic, None, lambda target: view.require_topic("write", target))
-    return d.addCallback(lambda result: f"Replayed {result['replayed']} dead letters of {group!r}.")
+    return d.addCallback(lambda result: f"Replayed {plural(result['replayed'], 'dead letter')} of {group!r}.")
 
 
 PAGE = Page("pop", "Pop groups", render, actions={"replay": PageAction(replay)})

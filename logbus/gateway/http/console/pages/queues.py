@@ -21,14 +21,13 @@ from __future__ import annotations
 from typing import Any, Callable
 from urllib.parse import quote, urlencode
 
-from .....core.types import Resource, dlq_topic
+from .....core.types import QueueInfo, Resource, dlq_topic
 from ...queues import POP_PATH as POP_PATH_VHOST
 from ...queues import sees_queue
 from ...responses import HttpError
 from ..html import Html, action_form, field, get_form, h, hidden, select, size, table
 from ..page import Page, PageAction, View
 
-QueueInfo = Any  # what Broker.list_queues lists (core/inventory.py: core.types does not name it)
 KINDS = ("classic", "session", "shared", "pop")
 BROWSE = 10  # ready messages a queue's page shows (?count= up to 100)
 PREVIEW = 120  # characters of a payload shown
