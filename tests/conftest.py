@@ -30,6 +30,39 @@ settings.register_profile("logbus", deadline=None)
 settings.load_profile("logbus")
 
 
+# Tests that share one costly thing per worker run on one worker, as one unit of work
+# (pytest-xdist, `make test` runs `-n auto --dist loadscope`): the Spark tests share a JVM
+# and a SparkSession, the browser tests a Chromium and a server. Every other module is a
+# unit of its own (its module-scoped server is started once). Units are handed out
+# longest first, so the run does not end waiting on one long unit started last.
+SHARED_UNITS = ("tests/spark/", "tests/browser/")
+LONG_FIRST = ("tests/spark/", "tests/browser/", "tests/fault/", "tests/integration/", "tests/core/")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            shared = next((unit for unit in SHARED_UNITS if nodeid.startswith(unit)), None)
+            return shared or nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not getattr(self, "_ordered", False):
+                self._ordered = True
+                rank = {scope: (_rank(scope), -len(ids)) for scope, ids in self.workqueue.items()}
+                for scope in sorted(self.workqueue, key=rank.__getitem__):
+                    self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
+
+    return Units(config, log)
+
+
+def _rank(scope: str) -> int:
+    return next((i for i, prefix in enumerate(LONG_FIRST) if scope.startswith(prefix)), len(LONG_FIRST))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     """A failed test's report carries the log of every server still running for it (its

@@ -39,13 +39,19 @@ class LoopReactor:
         self._timers: list[tuple[float, int, Callable[..., Any], tuple[Any, ...]]] = []
         self._seq = itertools.count()
         self._from_threads: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._skew = 0.0  # added by advance(): the loop's clock runs ahead of the machine's
 
     def seconds(self) -> float:
-        return time.monotonic()
+        return time.monotonic() + self._skew
+
+    def advance(self, seconds: float) -> None:
+        """Move the loop's clock forward: what was due within ``seconds`` is due now (a test
+        of a delay waits for no wall clock, so it cannot race a busy machine)."""
+        self._skew += seconds
 
     def callLater(self, delay: float, f: Callable[..., Any], *args: Any) -> "Timer":
         timer = Timer(f, args)
-        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), timer.fire, ()))
+        heapq.heappush(self._timers, (self.seconds() + delay, next(self._seq), timer.fire, ()))
         return timer
 
     def callFromThread(self, f: Callable[..., Any], *args: Any) -> None:
@@ -54,7 +60,7 @@ class LoopReactor:
     def run_once(self, block: float = 0.0) -> bool:
         """Run what is due; wait up to ``block`` seconds for thread work. True if ran any."""
         ran = False
-        now = time.monotonic()
+        now = self.seconds()
         while self._timers and self._timers[0][0] <= now:
             _, _, f, args = heapq.heappop(self._timers)
             f(*args)

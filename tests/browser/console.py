@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -133,6 +133,10 @@ class ConsoleBrowser:
                 return check()
             except StaleElementReferenceException:
                 return None
+            except WebDriverException as e:  # the same race, as chromedriver words it mid-lookup
+                if "does not belong to the document" in str(e.msg):
+                    return None
+                raise
         result: T = WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(ask, f"waiting for {what}")
         return result
 

@@ -86,9 +86,11 @@ def spark_session(name: str) -> Any:
     return spark
 
 
-@pytest.fixture(scope="module")
-def spark(request: Any) -> Iterator[Any]:
-    session = spark_session(request.module.__name__)
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One SparkSession (one JVM) for every Spark test of a worker: the tests share one
+    xdist unit of work (tests/conftest.py), so the JVM starts once per run."""
+    session = spark_session("logbus-tests")
     from logbus.spark import register
 
     register(session)
