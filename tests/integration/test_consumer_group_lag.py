@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -127,3 +128,24 @@ def test_the_lag_series_count_uncommitted_partitions(server: LogbusServer) -> No
     per = _series(mgmt.ok("GET", "/metrics/per-object").body.decode(), "logbus_consumer_group_lag")
     assert {int(dict(k)["partition"]): v for k, v in per.items() if dict(k)["group"] == GROUP} \
         == dict(enumerate(LAGS))
+
+
+def test_a_member_assigned_partitions_it_has_not_committed_on_counts_them(server: LogbusServer) -> None:
+    """The probe's case: a live member holds every partition and has committed on one."""
+    group = "lag-live"
+    member = KafkaConsumer(TOPIC, bootstrap_servers=server.addresses["kafka"], group_id=group,
+                           enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        deadline = time.monotonic() + 30
+        while len(member.assignment()) < 3:
+            member.poll(timeout_ms=100, max_records=1)
+            assert time.monotonic() < deadline, member.assignment()
+        member.commit({TopicPartition(TOPIC, 0): OffsetAndMetadata(COMMITTED, "", -1)})
+        g = Mgmt(server).ok("GET", f"/api/consumer-groups/{group}").json()
+        assert (g["state"], g["lag"]) == ("Stable", sum(LAGS))
+        assert [(p["partition"], p["committed_offset"], p["lag"], p["uncommitted"], bool(p["member_id"]))
+                for p in g["partitions"]] == [(0, COMMITTED, LAGS[0], False, True), (1, None, LAGS[1], True, True),
+                                              (2, None, LAGS[2], True, True)]
+        assert g["uncommitted_partitions"] == 2
+    finally:
+        member.close(autocommit=False)
