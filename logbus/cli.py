@@ -5,16 +5,16 @@ gateway/http/client.py.
     logbus topic create NAME [--partitions N] [--config k=v ...]
     logbus topic alter NAME --config k=v ...
     logbus topic list | describe NAME | delete NAME [--force] [--json]
-    logbus pop receive GROUP TOPIC [--max N] [--invisible-ms MS] [--member NAME] [--filter-tag EXPR]
+    logbus pop receive POP_GROUP TOPIC [--max N] [--invisible-ms MS] [--member NAME] [--filter-tag EXPR]
                        [--filter-sql SELECTOR] [--json]
-    logbus pop ack | nack GROUP TOPIC HANDLE...
-    logbus pop invisible GROUP TOPIC HANDLE MS
+    logbus pop ack | nack POP_GROUP TOPIC HANDLE...
+    logbus pop invisible POP_GROUP TOPIC HANDLE MS
     logbus pop list [--json]
-    logbus dlq replay GROUP [--topic T] [--max N] [--json]
+    logbus dlq replay POP_GROUP [--topic T] [--max N] [--json]
     logbus mqtt clients | sessions [--json]
     logbus mqtt kick | delete-session CLIENT_ID
     logbus export parquet --topic T --out DIR [--data-dir DIR] [--include-headers]
-    logbus overview | queue ... | exchange list | binding list | connection ... | group ...
+    logbus overview | queue ... | exchange list | binding list | connection ... | consumer-group ...
     logbus user ... | vhost ... | permission ...          (cli_ops.py)
 
 Every command but serve and export talks to the HTTP API: [--server URL] [--user U]
@@ -47,9 +47,15 @@ NEVER_EXPIRES = 0xFFFFFFFF  # an MQTT session expiry interval that means "never"
 
 PROG = "logbus"
 _DETAIL = "partition_detail"
+# old command names still taken, with a warning, for the new ones (decision 0040)
+RENAMED = {"group": "consumer-group"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in RENAMED:
+        print(f"{PROG}: '{PROG} {argv[0]}' is now '{PROG} {RENAMED[argv[0]]}'", file=sys.stderr)
+        argv[0] = RENAMED[argv[0]]
     args = build_parser().parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.command
     try:
@@ -158,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
                             " before it comes again, per retry: levels such as '1s 5s 10s' or"
                             " 'exponential:1s:2:10m' (default: RocketMQ's 1s 5s 10s 30s 1m 2m ... 2h)")
     serve.add_argument("--pop-max-deliveries", metavar="N",
-                       help="deliveries after which a pop group's message goes to %%DLQ%%<group> (default: 16)")
+                       help="deliveries after which a pop group's message goes to %%DLQ%%<POP_GROUP> (default: 16)")
     serve.add_argument("--kafka-producer-id-expiration-ms", metavar="MS",
                        help="an idempotent producer's state is forgotten after this long without a batch"
                             " from it (Kafka's producer.id.expiration.ms; default: 86400000, 1 day)")
@@ -229,32 +235,32 @@ def build_parser() -> argparse.ArgumentParser:
     delete.set_defaults(command=cmd_topic_delete)
 
     pop = commands.add_parser("pop", help="receive and settle messages of pop groups (over the HTTP API)",
-                              description="Pop consumption (docs/consumption.md): a group's members receive"
+                              description="Pop consumption (docs/consumption.md): a pop group's members receive"
                               " messages with an invisible time and settle them by receipt handle.")
     pop_commands = pop.add_subparsers(title="pop commands", metavar="COMMAND", required=True)
     receive = pop_commands.add_parser("receive", parents=[common], help="receive messages", description=(
-        "Lease up to N messages of TOPIC to GROUP (created on first use: it gets what is appended"
-        " from then on), each invisible to the group's other members for MS unless acked."))
-    receive.add_argument("group")
+        "Lease up to N messages of TOPIC to pop group POP_GROUP (created on first use: it gets what is"
+        " appended from then on), each invisible to the pop group's other members for MS unless acked."))
+    receive.add_argument("group", metavar="POP_GROUP")
     receive.add_argument("topic")
     receive.add_argument("--max", type=int, default=1, metavar="N", help="messages at most (default 1)")
     receive.add_argument("--invisible-ms", type=int, metavar="MS", help="invisible time (default 30000)")
     receive.add_argument("--member", metavar="NAME", help="the receiving member's name")
     receive.add_argument("--filter-tag", metavar="EXPR",
-                         help="the group's tag expression from now on: TagA || TagB (docs/filters.md)")
+                         help="the pop group's tag expression from now on: TagA || TagB (docs/filters.md)")
     receive.add_argument("--filter-sql", metavar="SELECTOR",
-                         help="the group's SQL92 selector from now on (docs/filters.md)")
+                         help="the pop group's SQL92 selector from now on (docs/filters.md)")
     receive.add_argument("--json", action="store_true", help="print each message as a line of JSON")
     receive.set_defaults(command=cmd_pop_receive)
     for name, what in (("ack", "settle messages"), ("nack", "give messages back: they come again after the backoff")):
         settle = pop_commands.add_parser(name, parents=[common], help=what)
-        settle.add_argument("group")
+        settle.add_argument("group", metavar="POP_GROUP")
         settle.add_argument("topic")
         settle.add_argument("handles", nargs="+", metavar="HANDLE", help="receipt handle")
         settle.set_defaults(command=cmd_pop_settle, action=name)
     invisible = pop_commands.add_parser("invisible", parents=[common],
                                         help="change a received message's invisible time, from now")
-    invisible.add_argument("group")
+    invisible.add_argument("group", metavar="POP_GROUP")
     invisible.add_argument("topic")
     invisible.add_argument("handle", metavar="HANDLE", help="receipt handle")
     invisible.add_argument("ms", type=int, metavar="MS", help="new invisible time from now (ms)")
@@ -266,10 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     dlq = commands.add_parser("dlq", help="a pop group's dead letters (over the HTTP API)")
     dlq_commands = dlq.add_subparsers(title="dlq commands", metavar="COMMAND", required=True)
     replay = dlq_commands.add_parser("replay", parents=[common], help="publish dead letters again", description=(
-        "Publish the records of topic %%DLQ%%<GROUP> not replayed before to the topics they died in,"
-        " as new messages (a fresh delivery count) that the group, and every queue reading those"
+        "Publish the records of topic %%DLQ%%<POP_GROUP> not replayed before to the topics they died in,"
+        " as new messages (a fresh delivery count) that the pop group, and every queue reading those"
         " topics, gets again. Each record is replayed once."))
-    replay.add_argument("group")
+    replay.add_argument("group", metavar="POP_GROUP")
     replay.add_argument("--topic", metavar="T", help="only the dead letters that died in topic T")
     replay.add_argument("--max", type=int, metavar="N", help="messages at most (default: all)")
     replay.add_argument("--json", action="store_true", help="print the counts as JSON")
@@ -493,8 +499,8 @@ def cmd_pop_list(args: argparse.Namespace) -> int:
     elif not groups:
         print("no pop groups")
     else:
-        print(table(["GROUP", "TOPIC", "READY", "INVISIBLE", "DEAD-LETTERED", "DLQ WAITING"],
-                    [[g["group"], g["topic"], str(g["ready"]), str(g["invisible"]), str(g["dead_lettered"]),
+        print(table(["POP-GROUP", "TOPIC", "READY", "INVISIBLE", "DEAD-LETTERED", "DLQ WAITING"],
+                    [[g["pop_group"], g["topic"], str(g["ready"]), str(g["invisible"]), str(g["dead_lettered"]),
                       str(g["dead_letters_waiting"])] for g in groups]))
     return 0
 
@@ -504,11 +510,11 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         print(f"{PROG}: --max must be at least 1", file=sys.stderr)
         return 2
     client = _client(args)
-    total: dict[str, Any] = {"group": args.group, "replayed": 0, "topics": {}, "skipped": 0}
+    total: dict[str, Any] = {"pop_group": args.group, "replayed": 0, "topics": {}, "skipped": 0}
     bar = Progress(f"replaying %DLQ%{args.group}")
     expect = None
     if bar.on:  # the bar's total: the dead letters waiting (at most)
-        waiting = [g["dead_letters_waiting"] for g in client.pop_groups() if g["group"] == args.group]
+        waiting = [g["dead_letters_waiting"] for g in client.pop_groups() if g["pop_group"] == args.group]
         expect = min(waiting[0], args.max or waiting[0]) if waiting else None
     while True:  # the server moves a bounded number per request and says whether more are left
         left = None if args.max is None else args.max - total["replayed"]
@@ -559,7 +565,7 @@ def show_bytes(m: dict[str, Any], name: str) -> str:
 
 def replay_summary(result: dict[str, Any]) -> str:
     """One line for ``logbus dlq replay``."""
-    dlq = "%DLQ%" + result["group"]
+    dlq = "%DLQ%" + result["pop_group"]
     if result["replayed"]:
         per_topic = ", ".join(f"{t}: {n}" for t, n in sorted(result["topics"].items()))
         line = f"replayed {_plural(result['replayed'], 'message')} of {dlq} ({per_topic})"

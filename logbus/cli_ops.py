@@ -6,13 +6,15 @@ and kafka-consumer-groups' (aligned columns; ``--json`` prints the API's JSON):
     logbus queue list [--vhost V] [--kind K] | purge NAME | get NAME [--count N]
     logbus exchange list [--vhost V]    logbus binding list [--vhost V]
     logbus connection list [--protocol P] | close ID
-    logbus group list | describe GROUP | reset-offsets GROUP --to-earliest ... [--execute]
+    logbus consumer-group list | describe CONSUMER_GROUP
+    logbus consumer-group reset-offsets CONSUMER_GROUP --to-earliest ... [--execute]
     logbus user list | add NAME [--tags T] | delete NAME
     logbus vhost list | add NAME | delete NAME
     logbus permission list | set VHOST USER [--configure RE --write RE --read RE] | clear VHOST USER
 
 ``build`` adds them to the parser ``cli.py`` makes; ``cli.main`` turns an AdminError into
-one line on stderr.
+one line on stderr. "Consumer group" is Kafka's, "pop group" the pop API's (decision 0040):
+``logbus group`` is taken for ``logbus consumer-group`` with a warning (``cli.main``).
 """
 
 from __future__ import annotations
@@ -117,15 +119,19 @@ def build(commands: Any, common: argparse.ArgumentParser) -> None:
                 json_flag=False)
     p.add_argument("id", type=int, metavar="ID", help="its id, as connection list shows it")
 
-    group = family("group", "Kafka consumer groups: members, committed offsets, lag (over the HTTP API)")
+    group = family("consumer-group", "Kafka consumer groups: members, committed offsets, lag (over the HTTP API)")
     command(group, "list", "list consumer groups with their state and total lag", cmd_group_list)
-    p = command(group, "describe", "a group's partitions: committed offset, log end, lag, owner", cmd_group_describe)
-    p.add_argument("group")
-    p = command(group, "reset-offsets", "move a group's committed offsets (a dry run unless --execute)",
+    p = command(group, "describe", "a consumer group's partitions: committed offset, log end, lag, owner",
+                cmd_group_describe, description=(
+                    "Every partition of each topic the consumer group committed on or is assigned. The lag"
+                    " of a partition with no committed offset (uncommitted) counts from the log start, as a"
+                    " new consumer with auto.offset.reset=earliest reads it; the total includes it."))
+    p.add_argument("group", metavar="CONSUMER_GROUP")
+    p = command(group, "reset-offsets", "move a consumer group's committed offsets (a dry run unless --execute)",
                 cmd_group_reset, description=(
                     "As kafka-consumer-groups --reset-offsets: prints the new offsets, and commits them"
-                    " only with --execute. The group must have no members."))
-    p.add_argument("group")
+                    " only with --execute. The consumer group must have no members."))
+    p.add_argument("group", metavar="CONSUMER_GROUP")
     to = p.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", dest="to", action="store_const", const=("earliest", None))
     to.add_argument("--to-latest", dest="to", action="store_const", const=("latest", None))
@@ -134,7 +140,7 @@ def build(commands: Any, common: argparse.ArgumentParser) -> None:
     to.add_argument("--to-datetime", dest="to", type=_datetime, metavar="YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM]",
                     help="the first offset at or after this time (UTC unless the offset is given)")
     p.add_argument("--topic", action="append", metavar="T", help="every partition of topic T (repeatable;"
-                   " default: the partitions the group has committed)")
+                   " default: the partitions the consumer group has committed)")
     p.add_argument("--execute", action="store_true", help="commit the new offsets (default: a dry run)")
 
     user = family("user", "users (over the HTTP API, as an administrator)")
@@ -297,7 +303,7 @@ def cmd_connection_close(args: argparse.Namespace) -> int:
 # --- consumer groups --------------------------------------------------------------------------
 
 
-def _lag(n: Any) -> str:
+def _offset(n: Any) -> str:
     return "-" if n is None else str(n)
 
 
@@ -308,9 +314,9 @@ def cmd_group_list(args: argparse.Namespace) -> int:
     elif not groups:
         print("no consumer groups")
     else:
-        print(table(["GROUP", "STATE", "MEMBERS", "PARTITIONS", "LAG"],
-                    [[printable(g["group"]), g["state"], str(len(g["members"])), str(len(g["partitions"])),
-                      str(g["lag"])] for g in groups]))
+        print(table(["CONSUMER-GROUP", "STATE", "MEMBERS", "PARTITIONS", "UNCOMMITTED", "LAG"],
+                    [[printable(g["consumer_group"]), g["state"], str(len(g["members"])), str(len(g["partitions"])),
+                      str(g["uncommitted_partitions"]), str(g["lag"])] for g in groups]))
     return 0
 
 
@@ -319,13 +325,18 @@ def cmd_group_describe(args: argparse.Namespace) -> int:
     if args.json:
         _json(g)
         return 0
-    print(f"group {printable(g['group'])}: {g['state']}, {plural(len(g['members']), 'member')}, lag {g['lag']}")
+    name = printable(g["consumer_group"])
+    uncommitted = [p for p in g["partitions"] if p["uncommitted"]]
+    note = (f" ({sum(p['lag'] for p in uncommitted)} of it on {plural(len(uncommitted), 'uncommitted partition')},"
+            " counted from the log start)") if uncommitted else ""
+    print(f"consumer group {name}: {g['state']}, {plural(len(g['members']), 'member')}, lag {g['lag']}{note}")
     if g["partitions"]:
         print()
-        print(table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+        print(table(["CONSUMER-GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
                      "HOST", "CLIENT-ID"],
-                    [[printable(g["group"]), printable(p["topic"]), str(p["partition"]), _lag(p["committed_offset"]),
-                      str(p["log_end_offset"]), _lag(p["lag"]), printable(p["member_id"] or "-"),
+                    [[name, printable(p["topic"]), str(p["partition"]),
+                      "uncommitted" if p["uncommitted"] else str(p["committed_offset"]),
+                      str(p["log_end_offset"]), str(p["lag"]), printable(p["member_id"] or "-"),
                       printable(p["host"] or "-"), printable(p["client_id"] or "-")] for p in g["partitions"]]))
     return 0
 
@@ -336,8 +347,8 @@ def cmd_group_reset(args: argparse.Namespace) -> int:
     if args.json:
         _json(plan)
         return 0
-    print(table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
-                [[printable(args.group), printable(r["topic"]), str(r["partition"]), _lag(r["current_offset"]),
+    print(table(["CONSUMER-GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
+                [[printable(args.group), printable(r["topic"]), str(r["partition"]), _offset(r["current_offset"]),
                   str(r["new_offset"])] for r in plan]))
     if not args.execute:
         print("\n(a dry run: nothing changed; add --execute to commit these offsets)", file=sys.stderr)

@@ -671,7 +671,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
     def pop_groups(self) -> list[dict[str, Any]]:
         """Each pop group on each topic: ready and invisible messages, dead-lettered since
         start, and its dead letters not yet replayed (per group: ``%DLQ%<group>``)."""
-        return [{"group": g, "topic": t, "ready": qs.queue.message_count, "invisible": qs.queue.unacked_count,
+        return [{"pop_group": g, "topic": t, "ready": qs.queue.message_count, "invisible": qs.queue.unacked_count,
                  "dead_lettered": qs.stats.dead_lettered, "dead_letters_waiting": self.dead_letters_waiting(g)}
                 for g, t, qs in self.pop.groups()]
 

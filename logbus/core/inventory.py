@@ -127,6 +127,10 @@ def text_or_base64(data: bytes) -> tuple[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class PartitionLag:
+    """One partition of a topic a consumer group reads. With no committed offset
+    (``uncommitted``) its lag counts from the log start: what a new consumer with
+    ``auto.offset.reset=earliest`` reads (decision 0040)."""
+
     topic: str
     partition: int
     committed: int | None  # None: no commit
@@ -137,17 +141,25 @@ class PartitionLag:
     host: str = ""
 
     @property
-    def lag(self) -> int | None:
-        return None if self.committed is None else max(0, self.log_end - self.committed)
+    def uncommitted(self) -> bool:
+        return self.committed is None
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.log_end - (self.log_start if self.committed is None else self.committed))
 
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition, "committed_offset": self.committed,
-                "log_start_offset": self.log_start, "log_end_offset": self.log_end, "lag": self.lag,
+                "uncommitted": self.uncommitted, "log_start_offset": self.log_start,
+                "log_end_offset": self.log_end, "lag": self.lag,
                 "member_id": self.member_id, "client_id": self.client_id, "host": self.host}
 
 
 @dataclass(frozen=True, slots=True)
 class GroupInfo:
+    """A Kafka consumer group: its lag is the sum over its partitions, uncommitted ones
+    included."""
+
     group: str
     state: str
     protocol_type: str
@@ -157,11 +169,16 @@ class GroupInfo:
 
     @property
     def lag(self) -> int:
-        return sum(p.lag or 0 for p in self.partitions)
+        return sum(p.lag for p in self.partitions)
+
+    @property
+    def uncommitted_partitions(self) -> int:
+        return sum(p.uncommitted for p in self.partitions)
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "state": self.state, "protocol_type": self.protocol_type,
+        return {"consumer_group": self.group, "state": self.state, "protocol_type": self.protocol_type,
                 "protocol": self.protocol, "members": self.members, "lag": self.lag,
+                "uncommitted_partitions": self.uncommitted_partitions,
                 "partitions": [p.to_json() for p in self.partitions]}
 
 
@@ -423,8 +440,9 @@ class Inventory:
         return [self.consumer_group_offsets(g.group_id) for g in self.groups.list_groups()]
 
     def consumer_group_offsets(self, group: str) -> GroupInfo:
-        """A Kafka consumer group: its members, and per partition it committed or is
-        assigned, the committed offset, the log's start and end, and the lag."""
+        """A Kafka consumer group: its members, and per partition of each topic it
+        committed on or is assigned, the committed offset (or none), the log's start and
+        end, and the lag."""
         desc = self.groups.describe(group)
         committed = self.groups.fetch_offsets(group, None)
         if desc is None and not committed:
@@ -439,7 +457,7 @@ class Inventory:
                             "group_instance_id": m.group_instance_id,
                             "assignment": [{"topic": t, "partition": p} for t, p in assigned]})
         parts = []
-        for tp in sorted(set(committed) | set(owner)):
+        for tp in self._read_partitions(set(committed) | set(owner)):
             om = committed.get(tp)
             start, end = self._offsets(*tp)
             who = owner.get(tp, ("", "", ""))
@@ -447,6 +465,17 @@ class Inventory:
         return GroupInfo(group, desc.state if desc is not None else "Empty",
                          desc.protocol_type if desc is not None else "", desc.protocol_name if desc else "",
                          members, parts)
+
+    def _read_partitions(self, known: set[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Every partition of each topic a group committed on or is assigned, in order:
+        one it has not committed on still has records waiting for it. A partition of a
+        topic since deleted stays while its commit does."""
+        out = set(known)
+        for topic in {t for t, _ in known}:
+            t = self._log.topics.get(topic)
+            if t is not None:
+                out.update((topic, p) for p in range(len(t.partitions)))
+        return sorted(out)
 
     def _offsets(self, topic: str, partition: int) -> tuple[int, int]:
         t = self._log.topics.get(topic)

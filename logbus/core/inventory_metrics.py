@@ -16,6 +16,7 @@ group partition (``PerObjectCollector``).
     logbus_global_messages_<event>_total{protocol}    counter: received, confirmed, routed, delivered,
                                                       redelivered, acknowledged, dead_lettered
     logbus_consumer_group_lag{group}                  gauge   (per object: {group,topic,partition})
+    logbus_consumer_group_uncommitted_partitions{group} gauge: partitions counted from the log start
     logbus_disk_free_bytes                            gauge
 (and the process_* series of prometheus_client's ProcessCollector: RSS, descriptors, CPU.)
 """
@@ -79,10 +80,16 @@ class OperatorCollector(Collector):
                 counter.add_metric([protocol], counts[key])
             yield counter
         lag = GaugeMetricFamily("logbus_consumer_group_lag", "Records a consumer group has not committed, "
-                                "over its partitions", labels=("group",))
+                                "over its partitions (one with no committed offset from its log start)",
+                                labels=("group",))
+        uncommitted = GaugeMetricFamily("logbus_consumer_group_uncommitted_partitions",
+                                        "Partitions a consumer group reads and has committed no offset on",
+                                        labels=("group",))
         for group in b.list_consumer_groups():
             lag.add_metric([group.group], group.lag)
+            uncommitted.add_metric([group.group], group.uncommitted_partitions)
         yield lag
+        yield uncommitted
         yield GaugeMetricFamily("logbus_disk_free_bytes", "Free space of the data directory's filesystem",
                                 value=free_disk(b.data_dir))
 
@@ -108,15 +115,15 @@ class PerObjectCollector(Collector):
             scheduled.add_metric(key, q.staged_count)
             consumers.add_metric(key, len(qs.consumers))
         yield from gauges
-        lag = GaugeMetricFamily("logbus_consumer_group_lag", "Records a consumer group has not committed",
-                                labels=("group", "topic", "partition"))
+        lag = GaugeMetricFamily("logbus_consumer_group_lag", "Records a consumer group has not committed (no "
+                                "committed offset: from the log start)", labels=("group", "topic", "partition"))
         offset = GaugeMetricFamily("logbus_consumer_group_committed_offset", "A group's committed offset",
                                    labels=("group", "topic", "partition"))
         for group in b.list_consumer_groups():
             for p in group.partitions:
                 key = [group.group, p.topic, str(p.partition)]
+                lag.add_metric(key, p.lag)
                 if p.committed is not None:
                     offset.add_metric(key, p.committed)
-                    lag.add_metric(key, p.lag or 0)
         yield lag
         yield offset

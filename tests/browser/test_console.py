@@ -21,7 +21,7 @@ from tests.browser.console import DEADLINE, ConsoleBrowser
 from tests.integration.mgmt import Mgmt
 from tests.serverproc import LogbusServer
 
-PAGES = ["/", "/queues", "/consumer-groups", "/connections", "/mqtt", "/topics", "/pop", "/users", "/vhosts",
+PAGES = ["/", "/queues", "/consumer-groups", "/connections", "/mqtt", "/topics", "/pop-groups", "/users", "/vhosts",
          "/permissions"]
 
 
@@ -252,21 +252,21 @@ def test_pop_groups_show_their_dead_letters_and_replay_them(console: ConsoleBrow
 
     def group() -> dict[str, Any]:
         return cast(dict[str, Any], next(g for g in mgmt.ok("GET", "/api/pop").json()
-                                         if g["group"] == "console-workers"))
+                                         if g["pop_group"] == "console-workers"))
 
     first = receive()
     assert mgmt.call("POST", pop + "/nack", {"handle": first["handle"]}).status == 204
     console.until(lambda: group()["dead_letters_waiting"] == 1, "the nacked message's dead letter")
     receive()  # b: invisible
 
-    console.login("guest", "guest", then="/pop")
-    row = {r["Group"]: r for r in console.table("Pop groups")}["console-workers"]
+    console.login("guest", "guest", then="/pop-groups")
+    row = {r["Pop group"]: r for r in console.table("Pop groups")}["console-workers"]
     assert (row["Topic"], row["Ready"], row["Invisible"], row["Dead-lettered"], row["Dead letters waiting"]) == (
         "console-jobs", "1", "1", "1", "1")
-    console.press_in_row("Pop groups", {"Group": "console-workers"}, "Replay dead letters")
+    console.press_in_row("Pop groups", {"Pop group": "console-workers"}, "Replay dead letters")
     console.until(lambda: console.status().startswith("Replayed") or console.alert(), "the replay's answer")
-    assert console.status() == "Replayed 1 dead letter of 'console-workers'."
-    row = {r["Group"]: r for r in console.table("Pop groups")}["console-workers"]
+    assert console.status() == "Replayed 1 dead letter of pop group 'console-workers'."
+    row = {r["Pop group"]: r for r in console.table("Pop groups")}["console-workers"]
     assert (row["Ready"], row["Invisible"], row["Dead-lettered"], row["Dead letters waiting"]) == ("2", "1", "1", "0")
 
     # the group's queue page: its figures, the dead letters waiting, the same replay
@@ -281,7 +281,7 @@ def test_pop_groups_show_their_dead_letters_and_replay_them(console: ConsoleBrow
     assert (facts["Ready"], facts["Unacked"]) == ("1", "1")  # the replayed a; b
     assert console.driver.find_element(By.ID, "dead-letters").text == "1"
     console.press("Requeue dead letters")
-    console.until(lambda: console.status() == "Replayed 1 dead letter of 'console-workers'.", "the requeue")
+    console.until(lambda: console.status() == "Replayed 1 dead letter of pop group 'console-workers'.", "the requeue")
     assert console.path().startswith("/queues/~/console-workers%2Fconsole-jobs?done=")
     assert console.driver.find_element(By.ID, "dead-letters").text == "0"
     assert console.facts("queue-facts")["Ready"] == "2"

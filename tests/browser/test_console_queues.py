@@ -157,7 +157,7 @@ def test_an_offline_mqtt_session_shows_what_it_has_queued(console: ConsoleBrowse
 def test_a_kafka_group_shows_its_lag_per_partition_and_is_reset(console: ConsoleBrowser, mgmt: Mgmt,
                                                                kafka_group: str) -> None:
     console.login("guest", "guest", then="/consumer-groups")
-    row = {r["Group"]: r for r in console.table("Consumer groups")}[GROUP]
+    row = {r["Consumer group"]: r for r in console.table("Consumer groups")}[GROUP]
     assert (row["State"], row["Members"], row["Partitions"], row["Lag"]) == ("Empty", "0", "2", "7")
     console.follow(GROUP)
     console.until(lambda: console.h1() == GROUP, "the group's page")
@@ -178,7 +178,7 @@ def test_a_kafka_group_shows_its_lag_per_partition_and_is_reset(console: Console
         == [2, 1]
 
     console.press("Execute the reset")
-    console.until(lambda: console.status() == f"Offsets of group '{GROUP}' reset on 2 partitions.", "the reset")
+    console.until(lambda: console.status() == f"Offsets of consumer group '{GROUP}' reset on 2 partitions.", "the reset")
     assert console.h1() == GROUP
     assert lag() == [(f"{TOPIC} [0]", "0", "6", "6"), (f"{TOPIC} [1]", "0", "4", "4")]
     consumer = KafkaConsumer(bootstrap_servers=kafka_group, group_id=GROUP, enable_auto_commit=False)

@@ -46,7 +46,7 @@ def test_replay_once_and_after_a_restart(tmp_path: Any) -> None:
     d = b.dlq_replay("g")
     with pytest.raises(ReplayInProgress):
         b.dlq_replay("g")
-    assert settle(loop, d) == {"group": "g", "replayed": 2, "topics": {"t": 2}, "skipped": 0, "more": False}
+    assert settle(loop, d) == {"pop_group": "g", "replayed": 2, "topics": {"t": 2}, "skipped": 0, "more": False}
     got = b.pop_receive("g", "t", "m", 10, 1000)
     assert [(p.message.value, p.deliveries, p.offset) for p in got] == [(b"a", 1, 0), (b"b", 1, 1)]
     assert not any(p.message.envelope.HasField("dead_letter") for p in got)

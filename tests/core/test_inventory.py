@@ -117,7 +117,10 @@ def test_offset_reset_plans(broker: Broker) -> None:
         broker.consumer_group_offsets("g")
     broker.commit_offsets("g", -1, "", {("clicks", 0): OffsetAndMetadata(4)})
     g = broker.consumer_group_offsets("g")
-    assert [(p.topic, p.partition, p.committed, p.log_end, p.lag) for p in g.partitions] == [("clicks", 0, 4, 10, 6)]
+    # partition 1, not committed on, counts from the log start
+    assert [(p.topic, p.partition, p.committed, p.log_end, p.lag, p.uncommitted) for p in g.partitions] \
+        == [("clicks", 0, 4, 10, 6, False), ("clicks", 1, None, 10, 10, True)]
+    assert (g.lag, g.uncommitted_partitions) == (16, 1)
 
     plan = broker.reset_group_offsets("g", "shift", 100)  # clamped to the end; a dry run
     assert [(r.partition, r.current, r.new) for r in plan] == [(0, 4, 10)]

@@ -88,22 +88,22 @@ def test_group_describe_and_reset(server: LogbusServer) -> None:
     consumer.assign([tp])
     consumer.commit({tp: OffsetAndMetadata(2, "", -1)})
 
-    described = cli(server, "group", "describe", group)
+    described = cli(server, "consumer-group", "describe", group)
     assert described.returncode == 0, described.stderr
     table = rows(described.stdout.split("\n\n", 1)[1])
-    assert table[0][:6] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
+    assert table[0][:6] == ["CONSUMER-GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
     assert table[1][:6] == [group, topic, "0", "2", "6", "4"]
-    assert [group, "Empty"] == rows(cli(server, "group", "list").stdout)[1][:2]
+    assert [group, "Empty"] == rows(cli(server, "consumer-group", "list").stdout)[1][:2]
 
-    dry = cli(server, "group", "reset-offsets", group, "--to-latest")
+    dry = cli(server, "consumer-group", "reset-offsets", group, "--to-latest")
     assert dry.returncode == 0 and "a dry run" in dry.stderr, dry
     assert rows(dry.stdout)[1] == [group, topic, "0", "2", "6"]
     assert consumer.committed(tp) == 2
-    done = cli(server, "group", "reset-offsets", group, "--to-datetime", "2000-01-01T00:00:00", "--execute",
+    done = cli(server, "consumer-group", "reset-offsets", group, "--to-datetime", "2000-01-01T00:00:00", "--execute",
                "--topic", topic)
     assert done.returncode == 0, done.stderr
     assert consumer.committed(tp) == 0
-    later = cli(server, "group", "reset-offsets", group, "--shift-by", "5", "--execute", "--json")
+    later = cli(server, "consumer-group", "reset-offsets", group, "--shift-by", "5", "--execute", "--json")
     assert json.loads(later.stdout) == [{"topic": topic, "partition": 0, "current_offset": 0, "new_offset": 5}]
     assert consumer.committed(tp) == 5
     consumer.close()

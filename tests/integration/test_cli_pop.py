@@ -90,10 +90,10 @@ def test_receive_ack_nack_invisible_list(server: LogbusServer) -> None:
     assert (third["value"], third["offset"], third["deliveries"]) == ("third", 2, 1)
 
     listed = ok(server, "pop", "list").splitlines()
-    assert listed[0].split() == ["GROUP", "TOPIC", "READY", "INVISIBLE", "DEAD-LETTERED", "DLQ", "WAITING"]
+    assert listed[0].split() == ["POP-GROUP", "TOPIC", "READY", "INVISIBLE", "DEAD-LETTERED", "DLQ", "WAITING"]
     assert ["billing", "orders", "0", "3", "0", "0"] in [line.split() for line in listed[1:]]
     as_json = json.loads(ok(server, "pop", "list", "--json"))
-    assert {"group": "billing", "topic": "orders", "ready": 0, "invisible": 3, "dead_lettered": 0,
+    assert {"pop_group": "billing", "topic": "orders", "ready": 0, "invisible": 3, "dead_lettered": 0,
             "dead_letters_waiting": 0} in as_json
 
     assert ok(server, "pop", "ack", "billing", "orders", rows[0][0], rows[1][0]) == "acked 2 messages\n"
@@ -138,13 +138,13 @@ def test_replay_brings_dead_letters_back_once(server: LogbusServer) -> None:
     dead_letter(server, "workers", "jobs", 1)
     deadline = time.monotonic() + 10  # the dead letter is appended a moment after its last lapse
     while True:
-        [row] = [g for g in json.loads(ok(server, "pop", "list", "--json")) if g["group"] == "workers"]
+        [row] = [g for g in json.loads(ok(server, "pop", "list", "--json")) if g["pop_group"] == "workers"]
         if row["dead_letters_waiting"] or time.monotonic() > deadline:
             break
     assert (row["ready"], row["invisible"], row["dead_lettered"], row["dead_letters_waiting"]) == (0, 0, 1, 1)
 
     assert replay(server, "workers", expect=1) == {"replayed": 1, "topics": {"jobs": 1}}
-    [row] = [g for g in json.loads(ok(server, "pop", "list", "--json")) if g["group"] == "workers"]
+    [row] = [g for g in json.loads(ok(server, "pop", "list", "--json")) if g["pop_group"] == "workers"]
     assert row["dead_letters_waiting"] == 0
     [back] = received(server, "workers", "jobs")
     assert (back["value"], back["deliveries"], back["offset"]) == ("poison", 1, 1)  # a new message

@@ -167,7 +167,7 @@ def test_listings_show_what_the_user_may_see(server: LogbusServer, mgmt: Mgmt) -
     _, all_topics = curl(server, "GET", "/api/topics", MONITOR)
     assert {"orders", "prod@orders", "amq.topic"} <= {t["name"] for t in all_topics}
     _, groups = curl(server, "GET", "/api/pop", PROD)
-    assert {(g["group"], g["topic"]) for g in groups} >= {("prodgroup", "prod@orders")}
+    assert {(g["pop_group"], g["topic"]) for g in groups} >= {("prodgroup", "prod@orders")}
     assert all(g["topic"] == "prod@orders" for g in groups), groups
     assert [v["name"] for v in curl(server, "GET", "/api/vhosts", PROD)[1]] == ["prod"]
     refused(server, "GET", "/api/topics/orders", PROD, 403)

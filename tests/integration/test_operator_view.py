@@ -173,7 +173,7 @@ def test_kafka_group_lag_and_reset(server: LogbusServer, mgmt: Mgmt) -> None:
     part = next(p for p in g["partitions"] if p["topic"] == topic)
     assert (part["committed_offset"], part["log_end_offset"], part["lag"]) == (4, 10, 6)
     assert g["lag"] == 6
-    assert group in [x["group"] for x in mgmt.call("GET", "/api/consumer-groups").json()]
+    assert group in [x["consumer_group"] for x in mgmt.call("GET", "/api/consumer-groups").json()]
 
     reset = f"/api/consumer-groups/{group}/reset-offsets"
     plan = mgmt.call("POST", reset, {"to": "earliest"}).json()  # a dry run

@@ -88,7 +88,7 @@ def test_members_share_a_group_and_a_second_group_gets_everything(server: Logbus
     assert ack(server, "billing", "orders", [m["handle"] for m in first + second]) == {"acked": 10, "failed": []}
     again = ack(server, "billing", "orders", [first[0]["handle"]])  # twice: stale, settles nothing
     assert again["acked"] == 0 and again["failed"][0]["error"] == "stale_receipt"
-    groups = {(g["group"], g["topic"]): g for g in call(server, "GET", "/api/pop").json()}
+    groups = {(g["pop_group"], g["topic"]): g for g in call(server, "GET", "/api/pop").json()}
     assert groups[("billing", "orders")]["ready"] == 0 and groups[("billing", "orders")]["invisible"] == 0
     assert groups[("audit", "orders")]["invisible"] == 10
 

@@ -14,10 +14,10 @@ def test_a_message_row_keeps_to_one_line() -> None:
 
 
 def test_replay_summary() -> None:
-    assert replay_summary({"group": "billing", "replayed": 3, "topics": {"refunds": 1, "orders": 2},
+    assert replay_summary({"pop_group": "billing", "replayed": 3, "topics": {"refunds": 1, "orders": 2},
                            "skipped": 0}) == "replayed 3 messages of %DLQ%billing (orders: 2, refunds: 1)"
-    assert replay_summary({"group": "g", "replayed": 0, "topics": {}, "skipped": 0}) == "nothing to replay in %DLQ%g"
-    assert replay_summary({"group": "g", "replayed": 1, "topics": {"t": 1}, "skipped": 2}).endswith(
+    assert replay_summary({"pop_group": "g", "replayed": 0, "topics": {}, "skipped": 0}) == "nothing to replay in %DLQ%g"
+    assert replay_summary({"pop_group": "g", "replayed": 1, "topics": {"t": 1}, "skipped": 2}).endswith(
         "; 2 skipped (no topic to publish them to; see the broker's log)")
 
 

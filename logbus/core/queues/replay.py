@@ -200,7 +200,7 @@ class DeadLetterReplay:
             may_publish: Callable[[str], object] | None = None) -> Deferred[dict[str, Any]]:
         """Replay ``group``'s dead letters (only those that died in ``topic`` if given, at
         most ``limit``). Fires, once the replayed messages are durable and the cursor is
-        committed, with ``{"group", "replayed", "topics": {topic: n}, "skipped", "more"}``.
+        committed, with ``{"pop_group", "replayed", "topics": {topic: n}, "skipped", "more"}``.
         ``may_publish(topic)`` is called for each topic a replay would publish to before
         anything is published, and may raise (AccessRefused): then nothing is."""
         check_group(group)
@@ -306,4 +306,4 @@ def _result(group: str, replays: list[Replay], skipped: int, more: bool) -> dict
     topics: dict[str, int] = {}
     for r in replays:
         topics[r.topic] = topics.get(r.topic, 0) + 1
-    return {"group": group, "replayed": len(replays), "topics": topics, "skipped": skipped, "more": more}
+    return {"pop_group": group, "replayed": len(replays), "topics": topics, "skipped": skipped, "more": more}

@@ -10,11 +10,16 @@ them (``monitoring`` tag to look; ``administrator`` to reset).
                "topics": ["orders", ...] (default: the partitions it has committed),
                "execute": false}
 
-A group is ``{"group", "state", "protocol_type", "protocol", "members": [{"member_id",
-"client_id", "host", "group_instance_id", "assignment": [{"topic", "partition"}]}], "lag",
-"partitions": [{"topic", "partition", "committed_offset", "log_start_offset",
-"log_end_offset", "lag", "member_id", "client_id", "host"}]}``. ``log_end_offset`` is the
-high watermark and ``lag`` its distance from the committed offset (null: no commit).
+A consumer group is ``{"consumer_group", "state", "protocol_type", "protocol", "members":
+[{"member_id", "client_id", "host", "group_instance_id", "assignment": [{"topic",
+"partition"}]}], "lag", "uncommitted_partitions", "partitions": [{"topic", "partition",
+"committed_offset", "uncommitted", "log_start_offset", "log_end_offset", "lag",
+"member_id", "client_id", "host"}]}``. The partitions are every partition of each topic
+the group committed on or is assigned. ``log_end_offset`` is the high watermark and
+``lag`` its distance from the committed offset, or, for a partition with no committed
+offset (``"committed_offset": null, "uncommitted": true``), from ``log_start_offset``:
+what a new consumer with ``auto.offset.reset=earliest`` reads. The group's ``lag`` is the
+sum over its partitions, uncommitted ones included.
 
 A reset is a dry run (the plan is answered, nothing changes) unless ``execute`` is true;
 the new offsets are kept between the log's start and end. A group with members is

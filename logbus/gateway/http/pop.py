@@ -1,15 +1,16 @@
 """Pop consumption over HTTP (RocketMQ 5's SimpleConsumer model; docs/consumption.md).
 
-    GET  /api/pop                                   200 [{"group", "topic", "ready", "invisible",
+    GET  /api/pop                                   200 [{"pop_group", "topic", "ready", "invisible",
                                                          "dead_lettered", "dead_letters_waiting"}, ...]
-    POST /api/pop/<group>/<topic>/receive           200 {"messages": [...]}
+    POST /api/pop/<pop_group>/<topic>/receive       200 {"messages": [...]}
          body {"max": 32, "invisible_ms": 30000, "member": "worker-1", "wait_ms": 20000}
-    POST /api/pop/<group>/<topic>/ack               200 {"acked": n, "failed": [...]}
+    POST /api/pop/<pop_group>/<topic>/ack           200 {"acked": n, "failed": [...]}
          body {"handles": ["<handle>", ...]}        (or {"handle": "<handle>"}: 204)
-    POST /api/pop/<group>/<topic>/nack              as ack: the messages come back after the backoff
-    POST /api/pop/<group>/<topic>/invisible         204
+    POST /api/pop/<pop_group>/<topic>/nack          as ack: the messages come back after the backoff
+    POST /api/pop/<pop_group>/<topic>/invisible     204
          body {"handle": "<handle>", "invisible_ms": 60000}
-    POST /api/pop/<group>/dlq/replay                200 {"group", "replayed", "topics": {t: n}, "skipped", "more"}
+    POST /api/pop/<pop_group>/dlq/replay            200 {"pop_group", "replayed", "topics": {t: n}, "skipped",
+                                                         "more"}
          body {"topic": "orders", "max": 100}       (both optional, as the body; core/queues/replay.py);
                                                     503 + Retry-After while a resource alarm is set (alarms.py)
 
@@ -17,8 +18,8 @@ A received message is ``{"handle", "topic", "partition", "offset", "deliveries",
 "value", "headers", "timestamp"}``; key and value are UTF-8 text when they decode,
 else base64 under ``key_base64`` / ``value_base64``. A handle that names no current
 lease is 409 ``stale_receipt``, a malformed one or an invisible time out of range 400
-``invalid_request``, an unknown topic or group 404. A replay answers once the replayed
-messages are durable; while one of a group is in progress another is 409
+``invalid_request``, an unknown topic or pop group 404. A replay answers once the replayed
+messages are durable; while one of a pop group is in progress another is 409
 ``replay_in_progress``.
 """
 
@@ -90,11 +91,11 @@ class Pop(ApiResource):
         topic, action = postpath
         request.postpath = []
         if (topic, action) == (b"dlq", b"replay"):  # no topic action is named "replay"
-            return DlqReplay(self.broker, _segment(path, "group"), self.gate)
+            return DlqReplay(self.broker, _segment(path, "pop group"), self.gate)
         handler = _ACTIONS.get(action)
         if handler is None:
             return NotFound()
-        return PopAction(self.broker, _segment(path, "group"), _segment(topic, "topic"), handler)
+        return PopAction(self.broker, _segment(path, "pop group"), _segment(topic, "topic"), handler)
 
     def handle_GET(self, request: server.Request) -> Response:
         user = require(request, self.broker, "manage")

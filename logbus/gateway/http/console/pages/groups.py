@@ -1,14 +1,17 @@
 """Kafka consumer groups with their lag (``monitoring``), as ``GET /api/consumer-groups``;
-a group's page with its members, its lag per partition and, for an administrator, the
-offset reset of ``POST /api/consumer-groups/<g>/reset-offsets``:
+a consumer group's page with its members, its lag per partition and, for an
+administrator, the offset reset of ``POST /api/consumer-groups/<g>/reset-offsets``:
 
-    /consumer-groups                          every group: state, members, lag
-    /consumer-groups/<group>                  its members and partitions
+    /consumer-groups                          every consumer group: state, members,
+                                              uncommitted partitions, lag
+    /consumer-groups/<group>                  its members and partitions (one with no
+                                              committed offset is "uncommitted", its lag
+                                              counted from the log start)
     /consumer-groups/<group>?to=...           the reset's plan (a dry run: nothing
                                               changes), with an Execute button
     POST /consumer-groups/reset               the same fields: the reset, executed
 
-A group with members may not be reset (``GroupActive``, as Kafka refuses): the plan says
+A consumer group with members may not be reset (``GroupActive``, as Kafka refuses): the plan says
 so instead of showing one. A date and time is read as UTC.
 """
 
@@ -35,27 +38,31 @@ def path_of(group: str) -> str:
 
 def render(view: View) -> Html:
     rows = [(Html(f'<a href="{h(path_of(g.group))}">{h(g.group)}</a>'), g.state, len(g.members),
-             len({p.topic for p in g.partitions}), len(g.partitions), g.lag)
+             len({p.topic for p in g.partitions}), len(g.partitions), g.uncommitted_partitions, g.lag)
             for g in sorted(view.broker.list_consumer_groups(), key=lambda g: g.group)]
-    return table("Consumer groups", ["Group", "State", "Members", "Topics", "Partitions", "Lag"], rows,
-                 numeric=(2, 3, 4, 5))
+    return table("Consumer groups", ["Consumer group", "State", "Members", "Topics", "Partitions",
+                                     "Uncommitted partitions", "Lag"], rows, numeric=(2, 3, 4, 5, 6))
 
 
 def detail(view: View, parts: list[str]) -> tuple[str, Html]:
     if len(parts) != 1:
-        raise HttpError(404, "not_found", "a group's page is /consumer-groups/<group>")
+        raise HttpError(404, "not_found", "a consumer group's page is /consumer-groups/<group>")
     g = view.broker.consumer_group_offsets(parts[0])
     out = [f'<dl class="facts"><dt>State</dt><dd>{h(g.state)}</dd><dt>Protocol</dt>'
            f'<dd>{h(g.protocol_type or "none")} {h(g.protocol)}</dd><dt>Lag</dt><dd id="group-lag">{g.lag}</dd></dl>',
            table("Members", ["Member id", "Client id", "Host", "Assigned partitions"],
                  [(m["member_id"], m["client_id"], m["host"],
                    ", ".join(f"{a['topic']} [{a['partition']}]" for a in m["assignment"])) for m in g.members],
-                 empty="none (the group is inactive)."),
+                 empty="none (the consumer group is inactive)."),
            table("Lag per partition", ["Topic [partition]", "Committed offset", "Log start", "Log end", "Lag",
                                        "Member", "Client id", "Host"],
-                 [(f"{p.topic} [{p.partition}]", "none" if p.committed is None else p.committed, p.log_start,
-                   p.log_end, "" if p.lag is None else p.lag, p.member_id, p.client_id, p.host)
+                 [(f"{p.topic} [{p.partition}]", "uncommitted" if p.uncommitted else p.committed, p.log_start,
+                   p.log_end, p.lag, p.member_id, p.client_id, p.host)
                   for p in g.partitions], numeric=(1, 2, 3, 4))]
+    if g.uncommitted_partitions:
+        out.append(f'<p id="uncommitted-note">The lag of a partition with no committed offset (uncommitted) is'
+                   f' counted from the log start, as a new consumer with auto.offset.reset=earliest reads it:'
+                   f" {plural(g.uncommitted_partitions, 'such partition')} in the total.</p>")
     if view.can("administer"):
         out.append(_reset(view, g))
     return g.group, Html("".join(out))
@@ -69,7 +76,7 @@ def _reset(view: View, g: GroupInfo) -> Html:
               field("when", "Date and time (UTC)", kind="datetime-local",
                     value=view.arg("when", "")),
               field("topics", "Topics", value=view.arg("topics", ""),
-                    hint="comma-separated; empty: the partitions the group has committed")]
+                    hint="comma-separated; empty: the partitions the consumer group has committed")]
     out = ['<section aria-labelledby="reset-title"><h2 id="reset-title">Reset offsets</h2>'
            + get_form(path_of(g.group), "Plan a reset (nothing changes yet)", fields, "Show the plan",
                       cls="block filters")]
@@ -105,7 +112,7 @@ def _plan(view: View, group: str) -> Html:
     return Html(table("Reset plan", ["Topic [partition]", "Current offset", "New offset"],
                       [_row(r) for r in plan], numeric=(1, 2))
                 + action_form("/consumer-groups/reset", view.csrf, "Execute the reset", fields,
-                              describe=f"Execute this reset of group {group}", danger=True)
+                              describe=f"Execute this reset of consumer group {group}", danger=True)
                 + f' <a href="{h(path_of(group))}">Cancel</a>')
 
 
@@ -119,7 +126,7 @@ def reset(view: View) -> str:
     value = view.int_arg("value") if to in ("datetime", "offset", "shift") else None
     topics = [t.strip() for t in view.arg("topics", "").split(",") if t.strip()] or None
     plan = view.broker.reset_group_offsets(group, to, value, topics=topics, execute=True)
-    return f"Offsets of group {group!r} reset on {plural(len(plan), 'partition')}."
+    return f"Offsets of consumer group {group!r} reset on {plural(len(plan), 'partition')}."
 
 
 PAGE = Page("consumer-groups", "Consumer groups", render, needs="monitor", detail=detail,

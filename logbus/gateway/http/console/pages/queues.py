@@ -12,8 +12,8 @@ vhosts the user sees (a pop group: its topic's vhost, queues.py ``sees_queue``).
                                                      read on the queue (a pop group: on
                                                      its topic)
 
-A pop group's page also says how many of its group's dead letters wait, with the pop
-page's Replay button (``POST /pop/replay``: the same check as the API's replay).
+A pop group's page also says how many of its dead letters wait, with the pop groups
+page's Replay button (``POST /pop-groups/replay``: the same check as the API's replay).
 """
 
 from __future__ import annotations
@@ -140,11 +140,11 @@ def _dead_letters(view: View, q: QueueInfo, here: str) -> Html:
     waiting = view.broker.dead_letters_waiting(group)
     button = ""
     if view.can_topic("read", dlq_topic(group)) and view.can_topic("write", topic):
-        button = action_form("/pop/replay", view.csrf, "Requeue dead letters",
+        button = action_form("/pop-groups/replay", view.csrf, "Requeue dead letters",
                              {"group": group, "topic": topic, "back": here},
-                             describe=f"Requeue the dead letters of group {group} to topic {topic}")
+                             describe=f"Requeue the dead letters of pop group {group} to topic {topic}")
     return Html(f'<section aria-labelledby="dlq-title"><h2 id="dlq-title">Dead letters</h2>'
-                f'<p>Dead letters of group {h(group)} waiting to be replayed (every topic):'
+                f'<p>Dead letters of pop group {h(group)} waiting to be replayed (every topic):'
                 f' <strong id="dead-letters">{waiting}</strong>. {button}</p></section>')
 
 
