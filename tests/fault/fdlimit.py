@@ -24,14 +24,15 @@ def open_descriptors(pid: int) -> set[int]:
 
 
 def limit_leaving(open_fds: set[int], n: int) -> int:
-    """The smallest soft limit under which exactly ``n`` descriptor numbers are free."""
-    limit = 0
-    free = 0
-    while free < n:
+    """The soft limit under which exactly ``n`` descriptor numbers are free: the
+    (n+1)-th free number, so every open descriptor below it frees one when closed."""
+    limit = free = 0
+    while True:
         if limit not in open_fds:
+            if free == n:
+                return limit
             free += 1
         limit += 1
-    return limit
 
 
 @contextlib.contextmanager
