@@ -1,9 +1,10 @@
 """A topic created while the broker is out of file descriptors, at every step of the
 creation: a real `logbus serve` is held at 0, 1, 2, ... free descriptors (fdlimit.py)
-while a client creates a three-partition topic, until the creation succeeds.
+while a client (AMQP exchange.declare, HTTP, Kafka CreateTopics) creates a
+three-partition topic, until the creation succeeds.
 
 What must hold at every step: the client gets its protocol's error (AMQP: a close with a
-reply code; HTTP: 503/507 with a JSON error), never a reset connection; no file and no
+reply code; HTTP: 503/507 with a JSON error; Kafka: an error code), never a reset; no file and no
 topic directory is left in the log; the same name can be created once descriptors are
 free; after a restart no temporary of a failed creation is left.
 """
@@ -15,9 +16,11 @@ import json
 from pathlib import Path
 from typing import Iterator
 
+import kafka.errors as Errors
 import pika
 import pika.exceptions
 import pytest
+from kafka.admin import KafkaAdminClient, NewTopic
 
 from tests.fault.fdlimit import descriptors_free
 from tests.serverproc import ADMIN_AUTH, LogbusServer
@@ -91,7 +94,23 @@ def http_create(server: LogbusServer, name: str, free: int) -> bool:
     return False
 
 
-CREATORS = {"amqp": amqp_declare, "http": http_create}
+def kafka_create_topics(server: LogbusServer, name: str, free: int) -> bool:
+    """CreateTopics with ``free`` descriptors left (the admin client connected before):
+    True if created; a refusal must be a Kafka error code (KAFKA_STORAGE_ERROR)."""
+    admin = KafkaAdminClient(bootstrap_servers=server.addresses["kafka"], request_timeout_ms=20_000)
+    try:
+        admin.describe_cluster()  # connected to the controller: the request below needs no new socket
+        with descriptors_free(server.pid, free):
+            admin.create_topics([NewTopic(name, PARTITIONS, 1)])
+    except Errors.KafkaStorageError as e:
+        assert "could not be" in str(e), e
+        return False
+    finally:
+        admin.close()
+    return True
+
+
+CREATORS = {"amqp": amqp_declare, "http": http_create, "kafka": kafka_create_topics}
 
 
 @pytest.mark.parametrize("protocol", sorted(CREATORS))
