@@ -71,3 +71,15 @@ def test_a_creation_taken_back_after_its_rename_leaves_nothing(tmp_path: Path) -
     (tdir / "0" / "00000000000000000000.index").write_bytes(b"")  # what opening the partition may add
     new_topic.take_back(str(root), str(tdir), 2)
     assert entries(root) == set()
+
+
+def test_what_a_failed_creation_of_an_older_version_left_is_taken(open_log: OpenLog, tmp_path: Path) -> None:
+    """Its cleanup needed descriptors it did not have: empty first segments were left, and
+    every creation of the name was refused as a directory of foreign files."""
+    root = tmp_path / LOG_DIR
+    (root / "t" / "0").mkdir(parents=True)
+    (root / "t" / "0" / "00000000000000000000.log").write_bytes(b"")
+    (root / "t" / "1").mkdir()
+    lm = open_log()
+    lm.open_topic("t", topic_config(partitions=3), create=True)
+    assert sorted(entries(root / "t")) == [f"{i}{f}" for i in range(3) for f in ("", "/00000000000000000000.log")]

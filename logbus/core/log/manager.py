@@ -296,14 +296,14 @@ class LogManager:
 def _refuse_foreign_files(name: str, tdir: str) -> None:
     """A topic being created must not find files in its directory: this broker did not
     write them (another process did, or an operator copied them there), and they are
-    neither deleted nor taken for the new topic's. Empty directories are harmless."""
-    for dirpath, _dirs, files in os.walk(tdir):
-        if files:
-            raise TopicExists(
-                f"cannot create topic {name!r}: its directory {tdir} already holds files this broker did not "
-                f"create (such as {os.path.join(dirpath, sorted(files)[0])}); move that directory away, then "
-                "create the topic again"
-            )
+    neither deleted nor taken for the new topic's. Empty directories and empty first
+    segments are harmless (new_topic.foreign_file)."""
+    found = new_topic.foreign_file(tdir)
+    if found is not None:
+        raise TopicExists(
+            f"cannot create topic {name!r}: its directory {tdir} already holds files this broker did not "
+            f"create (such as {found}); move that directory away, then create the topic again"
+        )
 
 
 class _RingReader:

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 
 from .format import CREATING, INDEX_SUFFIX, KEYINDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, partition_dirname, \
-    segment_name
+    partition_index, segment_name
 from .partition import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def build(root: str, tdir: str, partitions: int, *, sync: bool) -> None:
                 fsync_dir(pdir)
         if sync:
             fsync_dir(tmp)
-        _remove_empty(tdir)
+        _clear_place(tdir)
         os.rename(tmp, tdir)
     except BaseException:
         _remove(tmp, partitions)
@@ -85,12 +85,34 @@ def _remove_parent(root: str) -> None:
         pass
 
 
-def _remove_empty(tdir: str) -> None:
-    """Empty directories at the topic's place (an operator's, or an older version's failed
-    create) go, so the rename can take it; a file there makes this raise."""
+def foreign_file(tdir: str) -> str | None:
+    """A file at a new topic's place ``tdir`` that is not an empty first segment, None if
+    there is none. Empty first segments hold nothing: they are what a failed creation of
+    a version before this module left (its cleanup needed descriptors it did not have)."""
+    for dirpath, _dirs, files in os.walk(tdir):
+        for name in sorted(files):
+            path = os.path.join(dirpath, name)
+            if not _empty_first_segment(tdir, path):
+                return path
+    return None
+
+
+def _empty_first_segment(tdir: str, path: str) -> bool:
+    pdir, name = os.path.split(path)
+    return (name == _FIRST_SEGMENT[0] and os.path.dirname(pdir) == tdir
+            and partition_index(os.path.basename(pdir)) is not None and os.path.getsize(path) == 0)
+
+
+def _clear_place(tdir: str) -> None:
+    """Empty directories and empty first segments at the topic's place go, so the rename
+    can take it; any other file makes this raise (``foreign_file`` found none before)."""
     if not os.path.isdir(tdir):
         return
-    for dirpath, _dirs, _files in os.walk(tdir, topdown=False):
+    for dirpath, _dirs, files in os.walk(tdir, topdown=False):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if _empty_first_segment(tdir, path):
+                os.unlink(path)
         os.rmdir(dirpath)
 
 
