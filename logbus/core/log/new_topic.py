@@ -55,12 +55,14 @@ def build(root: str, tdir: str, partitions: int, *, sync: bool) -> None:
 def take_back(root: str, tdir: str, partitions: int) -> None:
     """Undo a ``build`` whose topic could not be opened: ``tdir`` renamed out of place
     (onto an empty temporary, which a directory rename may replace), then removed."""
-    tmp = _temporary(root)
+    tmp = None
     try:
+        tmp = _temporary(root)
         os.rename(tdir, tmp)
     except OSError as e:
         log.error("a topic that could not be opened is left at %s: %s", tdir, e)
-        os.rmdir(tmp)
+        if tmp is not None:
+            os.rmdir(tmp)
         _remove_parent(root)
         return
     _remove(tmp, partitions)
