@@ -13,6 +13,9 @@ What the wrapper also did, catching an exception, is kept: ``_doReadOrWrite`` al
 catches whatever a descriptor raises and disconnects it (Twisted logs that error without
 the connection's prefix now); anything that still escapes is logged here and the other
 descriptors of the poll are still served.
+
+Its TCP and TLS listeners are ``accepting.Port``: out of file descriptors, they leave new
+connections in the listen backlog instead of accepting and closing them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from twisted.internet.epollreactor import EPollReactor
 
+from . import accepting
 from .stalls import StallTrace
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,13 @@ class Reactor(EPollReactor):
                 log.exception("I/O event on %r", selectable)
 
     doIteration = doPoll
+
+    def listenTCP(self, port: int, factory: Any, backlog: int = 50, interface: str = "") -> Any:
+        """A TCP (and, through ``listenSSL``, TLS) listener that stops accepting while the
+        process is out of file descriptors (logbus/accepting.py)."""
+        p = accepting.Port(port, factory, backlog, interface, self)
+        p.startListening()
+        return p
 
 
 class TracingReactor(Reactor):

@@ -514,15 +514,15 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None,
         for listener in service.listeners:
             log.info("%s listening on %s (%s)", listener.name, addresses[listener.name],
                      "TLS 1.2+" if listener.tls else "plain, no TLS")
-        if ready_file is not None:
+        tune_gc()
+        start_memory_return(service.broker, reactor)
+        if ready_file is not None:  # last: a client that waits for it finds the broker whole
             try:
                 write_ready_file(ready_file, addresses)
             except OSError as exc:
                 fail("cannot write ready file %s: %s", ready_file, exc)
                 return
             wrote_ready = True
-        tune_gc()
-        start_memory_return(service.broker, reactor)
         log.info("logbus ready (pid %d)", os.getpid())
 
     def start() -> None:

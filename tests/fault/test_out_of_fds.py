@@ -69,7 +69,7 @@ def test_out_of_file_descriptors_the_broker_keeps_checking_and_answers_cleanly(s
         ch.exchange_declare("emfile-ex", "topic", durable=True)
         declared = True
     except pika.exceptions.ConnectionClosed as e:  # a clean close in AMQP's terms, not a reset
-        assert e.reply_code == 541 and "could not be opened" in e.reply_text, e
+        assert e.reply_code == 541 and "could not be created" in e.reply_text, e
         declared = False
     if not declared:
         assert set((s.data_dir / "log").iterdir()) == topics_before, "a topic directory was left"

@@ -166,7 +166,7 @@ def r_topics(data_dir: Path) -> dict[str, Path]:
     return {
         r_unescape(e.name): Path(e.path)
         for e in os.scandir(root)
-        if e.is_dir() and e.name not in (".trash", ".clean_shutdown")
+        if e.is_dir() and e.name not in (".trash", ".creating", ".clean_shutdown")
     }
 
 

@@ -10,6 +10,7 @@ Names::
     <data>/log/                              LOG_DIR
       .clean_shutdown                        CLEAN_MARKER
       .trash/                                TRASH
+      .creating/                             CREATING: topic directories being built
       <topic dir>/                           topic_dirname(name)
         <partition>/                         partition_dirname(index): "0", "1", ...
           {base:020d}.log                    segment_name(base) + LOG_SUFFIX
@@ -136,6 +137,7 @@ def message_id_hash(message_id: str) -> int:
 LOG_DIR = "log"
 CLEAN_MARKER = ".clean_shutdown"
 TRASH = ".trash"
+CREATING = ".creating"
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
@@ -161,7 +163,7 @@ def segment_base(filename: str) -> int | None:
 def topic_dirname(name: str) -> str:
     """Topic name -> directory name: UTF-8 bytes outside ``[A-Za-z0-9_.~-]`` as %XX,
     and a leading ``.`` as %2E, so no topic directory can be one of the log's own
-    dot-names (``.trash``, ``.clean_shutdown``)."""
+    dot-names (``.trash``, ``.creating``, ``.clean_shutdown``)."""
     d = quote(name, safe="")
     return "%2E" + d[1:] if d.startswith(".") else d
 

@@ -18,6 +18,7 @@ from ..errors import StorageError, TopicExists, UnknownPartition, UnknownTopic
 from ..metrics import Metrics
 from ..tick import tick_of
 from . import batch as B
+from . import new_topic
 from .filecache import FileCache
 from .flusher import Flusher, syncfs
 from .keyindexer import KeyIndexer
@@ -41,22 +42,6 @@ class Topic:
         if not 0 <= index < len(self.partitions):
             raise UnknownPartition(f"topic {self.name!r} has no partition {index}")
         return self.partitions[index]
-
-
-def _remove_new_topic_dir(tdir: str, partitions: int) -> None:
-    """Remove what a failed create left. rmtree needs a descriptor to list a directory,
-    which the process may be out of (EMFILE): the empty directories go by path then."""
-    shutil.rmtree(tdir, ignore_errors=True)
-    for i in range(partitions):
-        try:
-            os.rmdir(os.path.join(tdir, partition_dirname(i)))
-        except OSError:
-            pass
-    try:
-        os.rmdir(tdir)
-    except OSError as e:
-        if os.path.exists(tdir):
-            log.warning("could not remove %s after a failed create: %s", tdir, e)
 
 
 class LogManager:
@@ -103,6 +88,7 @@ class LogManager:
         trash = os.path.join(self.root, TRASH)
         if os.path.isdir(trash):
             shutil.rmtree(trash, ignore_errors=True)
+        new_topic.remove_leftovers(self.root)
         self.topics: dict[str, Topic] = {}
         self.reports: list[RecoveryReport] = []
         self._closed = False
@@ -129,33 +115,41 @@ class LogManager:
             self._count()
             return existing
         tdir = os.path.join(self.root, topic_dirname(name))
+        sync = config.flush_mode != "none"
         if create:
             _refuse_foreign_files(name, tdir)
+            try:  # whole or not at all (new_topic.py)
+                new_topic.build(self.root, tdir, config.partitions, sync=sync)
+            except OSError as e:  # out of file descriptors, a full disk
+                raise StorageError(f"topic {name!r} could not be created: {e}") from None
         topic = Topic(name, tdir, config, [])
         try:
+            if create and sync:
+                fsync_dir(self.root)  # the rename into place
             os.makedirs(tdir, exist_ok=True)
-            self._grow(topic, config)
+            self._grow(topic, config, synced=create)
         except OSError as e:  # out of file descriptors, a full disk: nothing of it is left
             for p in topic.partitions:
                 p.close()
             if create:
-                _remove_new_topic_dir(tdir, config.partitions)
+                new_topic.take_back(self.root, tdir, config.partitions)
             raise StorageError(f"topic {name!r} could not be opened: {e}") from None
-        if create and config.flush_mode != "none":
-            fsync_dir(self.root)
         self.topics[name] = topic
         self._count()
         return topic
 
-    def _grow(self, topic: Topic, config: TopicConfig) -> Topic:
+    def _grow(self, topic: Topic, config: TopicConfig, *, synced: bool = False) -> Topic:
+        """Open the partitions ``config`` has beyond those open. ``synced``: their
+        directories are durable already (a new topic's: new_topic.py)."""
         now = B.now_ms()
+        sync = config.flush_mode != "none" and not synced
         topic.config = config
         for p in topic.partitions:
             p.set_config(config)
         for i in range(len(topic.partitions), config.partitions):
             pdir = os.path.join(topic.directory, partition_dirname(i))
             segments, report = recover_partition(pdir, self.cache, config.index_interval_bytes, self.clean_start, now)
-            if config.flush_mode != "none":
+            if sync:
                 fsync_dir(pdir)  # the first segment's directory entry must survive power loss
             if report.changed:
                 report.topic, report.partition = topic.name, i
@@ -166,7 +160,7 @@ class LogManager:
             if self.keys.running:
                 p.appended = self.keys.appended
             topic.partitions.append(p)
-        if config.flush_mode != "none":
+        if sync:
             fsync_dir(topic.directory)
         return topic
 
@@ -302,14 +296,14 @@ class LogManager:
 def _refuse_foreign_files(name: str, tdir: str) -> None:
     """A topic being created must not find files in its directory: this broker did not
     write them (another process did, or an operator copied them there), and they are
-    neither deleted nor taken for the new topic's. Empty directories are harmless."""
-    for dirpath, _dirs, files in os.walk(tdir):
-        if files:
-            raise TopicExists(
-                f"cannot create topic {name!r}: its directory {tdir} already holds files this broker did not "
-                f"create (such as {os.path.join(dirpath, sorted(files)[0])}); move that directory away, then "
-                "create the topic again"
-            )
+    neither deleted nor taken for the new topic's. Empty directories and empty first
+    segments are harmless (new_topic.foreign_file)."""
+    found = new_topic.foreign_file(tdir)
+    if found is not None:
+        raise TopicExists(
+            f"cannot create topic {name!r}: its directory {tdir} already holds files this broker did not "
+            f"create (such as {found}); move that directory away, then create the topic again"
+        )
 
 
 class _RingReader:

@@ -26,7 +26,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
 
 from ...core.broker import Broker
-from ...core.errors import LoopbackOnly, Refused, StorageError
+from ...core.errors import LogbusError, LoopbackOnly, Refused
 from ...core.types import ConnectionRecord, Resource
 from ...core.types import RESOURCES
 from ...core.types import tick_of
@@ -208,9 +208,13 @@ class Session:
                 machine.channel_error(e)
             except AMQPConnectionError as e:
                 machine.connection_error(e)
-            except StorageError as e:  # the disk failed under a declare or a bind: 541, said cleanly
-                log.error("AMQP request failed on storage: %s", e)
+            except LogbusError as e:  # the log failed under a declare or a bind (the disk, out of file
+                # descriptors, a topic directory holding foreign files): 541, said cleanly, as RabbitMQ
+                log.error("AMQP request failed: %s", e)
                 machine.connection_error(AMQPConnectionError(INTERNAL_ERROR, str(e), channel=0))
+            except Exception as e:  # a bug: said as 541 too, never a reset connection
+                log.exception("AMQP request %s failed", t.__name__)
+                machine.connection_error(AMQPConnectionError(INTERNAL_ERROR, f"internal error: {e!r}", channel=0))
 
     def _publish(self, publish: Callable[[Any], None], what: Any) -> None:
         """``publish(what)``, noting whether it fed a consumer (``fed``)."""

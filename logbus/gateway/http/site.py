@@ -29,6 +29,8 @@ operation needs. docs/security.md has the table.
 
 from __future__ import annotations
 
+import email.policy  # noqa: F401 - twisted.web parses a Content-Type with email.message, which imports
+# email.policy on first use: imported now, a first request made while out of file descriptors is answered
 import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
