@@ -71,8 +71,11 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(VENV)/bin/logbus serve --data-dir ./data
 
+# The suite over every core (pytest-xdist; docs/development.md: the tiers and their times).
+# PYTEST_WORKERS=1 runs it in one process.
+PYTEST_WORKERS ?= auto
 test: debian-tools install-test sslyze
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=25
 
 # Regenerate the committed protobuf modules (tests/unit/test_proto_fresh.py fails when stale).
 proto: install-test
