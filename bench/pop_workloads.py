@@ -58,7 +58,7 @@ def new_topic(args: argparse.Namespace, http_: Http, workload: str) -> str:
 
 def group_counts(http_: Http, group: str, topic: str) -> tuple[int, int]:
     for g in http_.call("GET", "/api/pop"):
-        if g["group"] == group and g["topic"] == topic:
+        if g["pop_group"] == group and g["topic"] == topic:
             return g["ready"], g["invisible"]
     raise BenchError(f"GET /api/pop does not list group {group!r} on {topic!r}")
 

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK_ANY_PORT = "tcp:0:interface=127.0.0.1"
 LISTENERS = ("amqp", "mqtt", "kafka", "http")
-READY_TIMEOUT = 20.0
+READY_TIMEOUT = 60.0  # a deadline, not a speed: a loaded machine starts a server slowly
 # HTTP Basic credentials of the first boot's administrator (guest/guest): every API
 # endpoint but /healthz asks for a user (docs/security.md)
 ADMIN_AUTH = {"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="}

@@ -226,11 +226,11 @@ def test_ab_bench_compares_two_builds_round_by_round() -> None:
     """Both builds are this tree: every workload measured on each, and each build's whole
     turn, a ratio per round; pinned, the brokers run on CPU 1 only."""
     out = run_bench("ab_bench.py", "--a", str(REPO_ROOT), "--b", str(REPO_ROOT), "--rounds", "2", "--pin",
-                    "--amqp", "publish", "--mqtt", "qos0", "--messages", "300", "--fanout-messages", "100")
+                    "--amqp", "publish", "--mqtt", "qos0", "--messages", "3000", "--fanout-messages", "100")
     assert out["bench"] == "ab_bench"
     assert set(out["summary"]) == {"amqp publish", "mqtt qos0", "turn"}
     for figures in out["summary"].values():
         assert len(figures["ratios"]) == 2 and figures["a_median"] > 0 and figures["b_median"] > 0
         assert figures["geomean_low"] <= figures["geomean_ratio"] <= figures["geomean_high"]
-    assert out["summary"]["turn"]["a_median"] > 300 * 2 * 1e-3  # ms: more than 1 us a message
+    assert out["summary"]["turn"]["a_median"] > 3000 * 2 * 1e-3  # ms: more than 1 us a message
     assert {b: f["workloads"] for b, f in out["benches"].items()} == {"amqp": ["amqp publish"], "mqtt": ["mqtt qos0"]}
