@@ -54,11 +54,12 @@ def _when(text: str) -> int:
 
 
 def cmd_topic_search(args: argparse.Namespace) -> int:
-    found = _client(args).search(args.name, key=None if args.key is None else args.key.encode(),
-                                 message_id=args.message_id, start_ms=args.start, end_ms=args.end,
-                                 partition=args.partition, limit=args.limit)
+    answer = _client(args).search(args.name, key=None if args.key is None else args.key.encode(),
+                                  message_id=args.message_id, start_ms=args.start, end_ms=args.end,
+                                  partition=args.partition, limit=args.limit)
+    found = answer["messages"]
     if args.json:
-        _json(found)
+        _json(answer)
     elif not found:
         print("no messages found")
     else:
@@ -71,6 +72,8 @@ def cmd_topic_search(args: argparse.Namespace) -> int:
                     [[str(m["partition"]), str(m["offset"]), _stamp(m["timestamp_ms"]),
                       show(m["key"], m["key_encoding"]), printable(m["message_id"] or "-"),
                       show(m["payload"], m["payload_encoding"])] for m in found]))
+        if answer["truncated"]:
+            print(f"\nfirst {len(found)} shown, more match")
     return 0
 
 
