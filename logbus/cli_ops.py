@@ -284,10 +284,13 @@ def cmd_connection_list(args: argparse.Namespace) -> int:
     elif not conns:
         print("no connections")
     else:
-        print(table(["ID", "PROTOCOL", "PEER", "USER", "VHOST", "CLIENT ID", "TLS", "IN", "OUT"],
+        print(table(["ID", "PROTOCOL", "PEER", "USER", "VHOST", "CLIENT", "PRODUCT", "VERSION", "TLS", "CONNECTED AT",
+                     "IN", "OUT", "BYTES IN", "BYTES OUT"],
                     [[str(c["id"]), c["protocol"], c["peer"], printable(c["user"] or "-"),
-                      printable(c["vhost"] or "-"), printable(c["client_id"] or "-"), "yes" if c["tls"] else "no",
-                      str(c["received"]), str(c["sent"])] for c in conns]))
+                      printable(c["vhost"] or "-"), printable(c["client_id"] or "-"),
+                      printable(c["client_product"] or "-"), printable(c["client_version"] or "-"),
+                      "yes" if c["tls"] else "no", c["connected_at"], str(c["received"]), str(c["sent"]),
+                      str(c["bytes_in"]), str(c["bytes_out"])] for c in conns]))
     return 0
 
 
