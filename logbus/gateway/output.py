@@ -202,6 +202,9 @@ def direct_writer(t: Any, counted: Counted | None = None) -> Callable[[bytes], N
     return send
 
 
+_TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+
+
 def quick_ack(t: Any) -> Callable[[], None] | None:
     """A function that makes the kernel acknowledge (at the TCP level) what the peer has
     sent so far at once, instead of holding the ACK for our next reply; None where that

@@ -418,7 +418,8 @@ def test_connections_show_their_name_product_version_bytes_and_connected_at(serv
 
 def test_counters_are_one_definition_on_every_screen_after_the_clients_close(logbus_server: Any) -> None:
     """MQTT publishes reach an AMQP queue, an AMQP client consumes them, a Kafka client
-    produces and another fetches; once every client has gone, the CLI overview,
+    produces and another fetches, HTTP publishes to a pop group and receives; once every
+    client has gone, the CLI overview,
     /api/overview, the console's overview and /metrics all show what was done, each
     counter in the protocol the table in docs/operations.md names."""
     server = logbus_server()
@@ -462,12 +463,24 @@ def test_counters_are_one_definition_on_every_screen_after_the_clients_close(log
     assert k["sent"] == 4  # a busy Kafka consumer's messages out: the records it fetched
     reader.close()
 
+    # HTTP: two messages published to a topic a pop group reads, received and acked over HTTP
+    mgmt.ok("POST", "/api/topics", {"name": "cnt-jobs", "partitions": 1})
+    assert mgmt.call("POST", "/api/pop/cnt-workers/cnt-jobs/receive", {"max": 1}).json()["messages"] == []
+    mgmt.ok("POST", "/api/topics/cnt-jobs/messages", {"messages": [{"value": "j1"}, {"value": "j2"}]})
+    popped: list[dict[str, Any]] = []
+    deadline = time.monotonic() + WAIT
+    while len(popped) < 2:
+        popped += mgmt.call("POST", "/api/pop/cnt-workers/cnt-jobs/receive",
+                            {"max": 2, "invisible_ms": 60_000}).json()["messages"]
+        assert time.monotonic() < deadline, popped
+    mgmt.ok("POST", "/api/pop/cnt-workers/cnt-jobs/ack", {"handles": [m["handle"] for m in popped]})
+
     zero = {"received": 0, "confirmed": 0, "sent": 0, "routed": 0, "delivered": 0, "redelivered": 0, "acked": 0,
             "dead_lettered": 0}
     want = {"amqp": {**zero, "sent": 3, "delivered": 3, "acked": 3},
             "mqtt": {**zero, "received": 3, "confirmed": 3, "routed": 3},
             "kafka": {**zero, "received": 4, "confirmed": 4, "sent": 4},
-            "http": dict(zero)}
+            "http": {**zero, "received": 2, "confirmed": 2, "sent": 2, "routed": 2, "delivered": 2, "acked": 2}}
     ov = eventually(lambda: mgmt.call("GET", "/api/overview").json(),
                     lambda o: all(o["connections_by_protocol"][p] == 0 for p in ("amqp", "mqtt", "kafka")))
     assert ov["message_totals"] == want
