@@ -145,10 +145,10 @@ class Connections:
             counts[2] += c.confirmed
             reason = c.close_reason or lost or "closed"
             ms = self.clock() - c.opened_ms
-            log.info("%s closed (%s): user %r, %.1f s, %d messages in, %d out, %d bytes in", c.describe(), reason,
-                     c.user or None, ms / 1000, c.received, c.sent, c.bytes_in,
+            log.info("%s closed (%s): user %r, %.1f s, %d messages in, %d out, %d bytes in, %d out", c.describe(),
+                     reason, c.user or None, ms / 1000, c.received, c.sent, c.bytes_in, c.bytes_out,
                      extra={"fields": c.fields("closed", reason=reason, duration_ms=ms, received=c.received,
-                                               sent=c.sent, bytes_in=c.bytes_in)})
+                                               sent=c.sent, bytes_in=c.bytes_in, bytes_out=c.bytes_out)})
 
     def message_counts(self) -> dict[str, dict[str, int]]:
         """Per protocol, the messages every connection since start received, confirmed
