@@ -409,7 +409,7 @@ def test_connections_show_their_name_product_version_bytes_and_connected_at(serv
 
     page = mgmt.call("GET", "/connections?protocol=amqp").body.decode()
     shown = {r["Id"]: r for r in html_rows(page, "Open connections")}[str(c["id"])]
-    assert (shown["Client id"], shown["Client"]) == ("ov-billing-worker", f"Pika Python Client Library {pika.__version__}")
+    assert (shown["Client id"], shown["Client software"]) == ("ov-billing-worker", f"Pika Python Client Library {pika.__version__}")
     assert shown["Connected at (UTC)"] == c["connected_at"]
     assert shown["Bytes in"] and shown["Bytes out"]
     consumer.close()

@@ -34,7 +34,7 @@ def render(view: View) -> Html:
     filter_form = ('<form method="get" action="/connections" class="filters"><label for="protocol">Protocol</label>'
                    f'<select id="protocol" name="protocol"><option value="">all</option>{options}</select>'
                    '<button type="submit">Show</button></form>')
-    headers = ["Id", "Protocol", "User", "Vhost", "Peer", "TLS", "Client id", "Client", "Connected at (UTC)",
+    headers = ["Id", "Protocol", "User", "Vhost", "Peer", "TLS", "Client id", "Client software", "Connected at (UTC)",
                "Messages in", "Messages out", "Bytes in", "Bytes out", "Action"]
     return Html(filter_form + table("Open connections", headers, rows, numeric=(0, 9, 10, 11, 12)))
 
