@@ -56,11 +56,12 @@ def _when(text: str) -> int:
 
 
 def cmd_topic_search(args: argparse.Namespace) -> int:
-    found = _client(args).search(args.name, key=None if args.key is None else args.key.encode(),
-                                 message_id=args.message_id, start_ms=args.start, end_ms=args.end,
-                                 partition=args.partition, limit=args.limit)
+    answer = _client(args).search(args.name, key=None if args.key is None else args.key.encode(),
+                                  message_id=args.message_id, start_ms=args.start, end_ms=args.end,
+                                  partition=args.partition, limit=args.limit)
+    found = answer["messages"]
     if args.json:
-        _json(found)
+        _json(answer)
     elif not found:
         print("no messages found")
     else:
@@ -73,6 +74,8 @@ def cmd_topic_search(args: argparse.Namespace) -> int:
                     [[str(m["partition"]), str(m["offset"]), _stamp(m["timestamp_ms"]),
                       show(m["key"], m["key_encoding"]), printable(m["message_id"] or "-"),
                       show(m["payload"], m["payload_encoding"])] for m in found]))
+        if answer["truncated"]:
+            print(f"\nfirst {len(found)} shown, more match")
     return 0
 
 
@@ -287,10 +290,13 @@ def cmd_connection_list(args: argparse.Namespace) -> int:
     elif not conns:
         print("no connections")
     else:
-        print(table(["ID", "PROTOCOL", "PEER", "USER", "VHOST", "CLIENT ID", "TLS", "IN", "OUT"],
+        print(table(["ID", "PROTOCOL", "PEER", "USER", "VHOST", "CLIENT", "PRODUCT", "VERSION", "TLS", "CONNECTED AT",
+                     "IN", "OUT", "BYTES IN", "BYTES OUT"],
                     [[str(c["id"]), c["protocol"], c["peer"], printable(c["user"] or "-"),
-                      printable(c["vhost"] or "-"), printable(c["client_id"] or "-"), "yes" if c["tls"] else "no",
-                      str(c["received"]), str(c["sent"])] for c in conns]))
+                      printable(c["vhost"] or "-"), printable(c["client_id"] or "-"),
+                      printable(c["client_product"] or "-"), printable(c["client_version"] or "-"),
+                      "yes" if c["tls"] else "no", c["connected_at"], str(c["received"]), str(c["sent"]),
+                      str(c["bytes_in"]), str(c["bytes_out"])] for c in conns]))
     return 0
 
 

@@ -261,6 +261,8 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
     from .core.broker import Broker
     from .gateway.amqp.model.forms import AMQP_FORMS
     from .gateway.amqp.model.upgrade import AMQP_LEGACY
+    from .gateway.mqtt.mapping import EXCHANGE as MQTT_EXCHANGE
+    from .gateway.mqtt.topic_map import key_forms
 
     broker = Broker(
         settings.data_dir,
@@ -281,6 +283,8 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         # AMQP's forms of the neutral model's messages: typed headers, x-death (core/forms.py)
         forms=AMQP_FORMS,
         legacy=AMQP_LEGACY,  # definitions stored with AMQP field tables, upgraded at start (decision 0021)
+        # a search of amq.topic's records by key takes an MQTT topic or its routing key alike
+        key_forms={MQTT_EXCHANGE: key_forms},
     )
     service = LogbusService(broker)
     for name, descriptions in settings.listeners().items():

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from google.protobuf.message import Message as ProtoMessage
 
@@ -69,7 +69,7 @@ from .vhost import VHost
 from .queues.timers import Timers
 from .streams.producers import ProducerRegistry
 from .topics import TopicAdmin, TopicInfo
-from .search import MessageSearch
+from .search import KeyForms, MessageSearch
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         offsets_retention_ms: int = OFFSETS_RETENTION_MS,
         queue_max_pinned_ms: int = 0,
         queue_max_pinned_bytes: int = 0,
+        key_forms: Mapping[str, KeyForms] | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -130,6 +131,9 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         # how definitions stored in the form before the neutral one read (the AMQP
         # gateway's): they are rewritten at start (core/definitions.upgrade)
         self.legacy = legacy
+        # per log topic, the forms a record key may have there, which a message search
+        # looks up (core/search.py; the server hands the MQTT gateway's for amq.topic)
+        self.key_forms: Mapping[str, KeyForms] = dict(key_forms or {})
         # per-client state of the stream model that expires as in Kafka (expire_client_state)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.offsets_retention_ms = offsets_retention_ms

@@ -2,9 +2,9 @@
 
 Each gateway registers a connection when it is made (``open``: protocol, peer, TLS or
 not, and how to close it) and says when it ends (``closed``); what the connection learns
-later (the user it logged in as, its vhost, its client id) it sets on its
-``ConnectionRecord``, and it counts what it carries (``received`` and ``sent``
-messages, ``bytes_in``). The operator's view (the HTTP API, the CLI) lists them and
+later (the user it logged in as, its vhost, the name the client gave and the client
+software it runs) it sets on its ``ConnectionRecord``, and it counts what it carries
+(``received`` and ``sent`` messages, ``bytes_in`` and ``bytes_out``). The operator's view (the HTTP API, the CLI) lists them and
 closes one by id (``close``), whatever its protocol; each gateway closes in its own
 terms (AMQP: connection.close 320 CONNECTION_FORCED; MQTT 5: DISCONNECT 0x98).
 
@@ -20,6 +20,7 @@ connections.
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import logging
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from typing import Any
 from .access.throttle import LoginThrottle
 
 PROTOCOLS = ("amqp", "mqtt", "kafka", "http")
+CLIENT_TEXT_MAX = 255  # characters kept of what a client says of itself (its name, product, version)
 log = logging.getLogger("logbus.connections")
 
 
@@ -43,11 +45,14 @@ class ConnectionRecord:
     user: str = ""  # once logged in
     login: str = ""  # how (the mechanism, "anonymous"), when the gateway says
     vhost: str = ""
-    client_id: str = ""  # MQTT client id, Kafka client.id, AMQP connection_name
+    client_id: str = ""  # the name the client gave: MQTT client id, Kafka client.id, AMQP connection_name
+    client_product: str = ""  # its software, where the protocol says: AMQP client properties' product,
+    client_version: str = ""  # ... and version; Kafka ApiVersions' client_software_name and _version
     received: int = 0  # messages from the client
     confirmed: int = 0  # ... of which confirmed to it (AMQP confirms, MQTT PUBACK/PUBREC, Kafka acks)
-    sent: int = 0  # messages to the client
+    sent: int = 0  # messages to the client (Kafka: the records of its fetches)
     bytes_in: int = 0
+    bytes_out: int = 0
     close_reason: str = ""  # why the broker closed it, when it did (an administrator, a timeout)
 
     @property
@@ -65,10 +70,30 @@ class ConnectionRecord:
         """"amqp connection 7 from 127.0.0.1:5555 (TLS)": how the log names it."""
         return f"{self.protocol} connection {self.id} from {self.peer}{' (TLS)' if self.tls else ''}"
 
+    def client_said(self, *, name: str | None = None, product: str = "", version: str = "") -> None:
+        """What the client says of itself (``name`` None: unchanged), each cut at
+        CLIENT_TEXT_MAX characters."""
+        if name is not None:
+            self.client_id = name[:CLIENT_TEXT_MAX]
+        self.client_product, self.client_version = product[:CLIENT_TEXT_MAX], version[:CLIENT_TEXT_MAX]
+
+    @property
+    def connected_at(self) -> str:
+        """When it was accepted, in UTC: "2026-12-06T15:51:34.123Z"."""
+        return utc_iso(self.opened_ms)
+
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "protocol": self.protocol, "peer": self.peer, "tls": self.tls,
-                "opened_ms": self.opened_ms, "user": self.user, "vhost": self.vhost, "client_id": self.client_id,
-                "received": self.received, "sent": self.sent, "bytes_in": self.bytes_in}
+                "opened_ms": self.opened_ms, "connected_at": self.connected_at, "user": self.user,
+                "vhost": self.vhost, "client_id": self.client_id, "client_product": self.client_product,
+                "client_version": self.client_version, "received": self.received, "sent": self.sent,
+                "bytes_in": self.bytes_in, "bytes_out": self.bytes_out}
+
+
+def utc_iso(ms: int) -> str:
+    """Epoch ms as an ISO 8601 UTC time to the millisecond, with "Z"."""
+    secs, milli = divmod(ms, 1000)
+    return dt.datetime.fromtimestamp(secs, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{milli:03d}Z"
 
 
 class Connections:
@@ -120,10 +145,10 @@ class Connections:
             counts[2] += c.confirmed
             reason = c.close_reason or lost or "closed"
             ms = self.clock() - c.opened_ms
-            log.info("%s closed (%s): user %r, %.1f s, %d messages in, %d out, %d bytes in", c.describe(), reason,
-                     c.user or None, ms / 1000, c.received, c.sent, c.bytes_in,
+            log.info("%s closed (%s): user %r, %.1f s, %d messages in, %d out, %d bytes in, %d out", c.describe(),
+                     reason, c.user or None, ms / 1000, c.received, c.sent, c.bytes_in, c.bytes_out,
                      extra={"fields": c.fields("closed", reason=reason, duration_ms=ms, received=c.received,
-                                               sent=c.sent, bytes_in=c.bytes_in)})
+                                               sent=c.sent, bytes_in=c.bytes_in, bytes_out=c.bytes_out)})
 
     def message_counts(self) -> dict[str, dict[str, int]]:
         """Per protocol, the messages every connection since start received, confirmed

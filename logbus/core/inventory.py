@@ -29,7 +29,7 @@ from .errors import GroupActive, InvalidRequest, NotFound, PreconditionFailed, R
 from .pressure import ResourceMonitor, free_disk, resident_memory
 from .queues.pop import POP_VHOST, dlq_topic
 from .queues.replay import replay_group
-from .queues.stats import POP, SESSION, SHARED, QueueStats
+from .queues.stats import POP, PUBLISHED_BY, SESSION, SHARED, QueueStats
 from .streams.group_model import Code, OffsetAndMetadata
 
 if TYPE_CHECKING:
@@ -286,6 +286,15 @@ class Inventory:
                 totals[kind].add(stats)
         return totals
 
+    def routed_by_protocol(self) -> dict[str, int]:
+        """Per protocol, the queue entries made since start for the messages its clients
+        published (one per queue a message reached)."""
+        out = {p: 0 for p in PROTOCOLS}
+        for _, service in self._services():
+            for index, n in enumerate(service.routed_by):
+                out[PUBLISHED_BY[index]] += n
+        return out
+
     def _info(self, vhost: str, name: str, qs: QueueState) -> QueueInfo:
         q = qs.queue
         staged = q.staged_count
@@ -370,18 +379,23 @@ class Inventory:
     # -- the whole broker ------------------------------------------------------------------
 
     def message_totals(self) -> dict[str, dict[str, int]]:
-        """Per protocol, the messages received from clients, confirmed to them and sent
-        to them (the connection registry's counts, closed connections included), and what the queues
-        their clients consume did (``queues/stats.py``): routed, delivered, redelivered,
-        acked, dead-lettered, since start."""
+        """Per protocol, since start, the one set of message counters every screen shows
+        (the CLI and console overviews, /api/overview, /metrics; docs/operations.md has
+        the table): received from its clients, confirmed to them, sent to them (the
+        connection registry's counts, closed connections included); routed: the queue
+        entries made for the messages its clients published; delivered, redelivered,
+        acked, dead-lettered: what the queues its clients consume did (``queues/stats.py``)."""
         out: dict[str, dict[str, int]] = {}
         for protocol, counts in self.connections.message_counts().items():
             out[protocol] = {**counts, "routed": 0, "delivered": 0, "redelivered": 0, "acked": 0,
                              "dead_lettered": 0}
+        for protocol, n in self.routed_by_protocol().items():
+            out[protocol]["routed"] = n
         for kind, stats in self.queue_totals().items():
             row = out[PROTOCOL_OF[kind]]
             for name, n in stats.to_json().items():
-                row[name] += n
+                if name != "routed":  # counted by the publisher's protocol, above
+                    row[name] += n
         return out
 
     def overview(self) -> dict[str, Any]:

@@ -13,8 +13,8 @@ group partition (``PerObjectCollector``).
     logbus_queue_messages_unacked{kind}               gauge   (idem)
     logbus_queue_messages_scheduled{kind}             gauge   (idem)
     logbus_queue_consumers{kind}                      gauge   (idem)
-    logbus_global_messages_<event>_total{protocol}    counter: received, confirmed, routed, delivered,
-                                                      redelivered, acknowledged, dead_lettered
+    logbus_global_messages_<event>_total{protocol}    counter: received, confirmed, sent, routed,
+                                                      delivered, redelivered, acknowledged, dead_lettered
     logbus_consumer_group_lag{group}                  gauge   (per object: {group,topic,partition})
     logbus_consumer_group_uncommitted_partitions{group} gauge: partitions counted from the log start
     logbus_disk_free_bytes                            gauge
@@ -35,14 +35,18 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 KIND_LABEL = ("kind",)
-EVENTS = (("received", "received", "Messages received from clients"),
+# Broker.message_totals' counters (docs/operations.md, "Message counters", defines each)
+EVENTS = (("received", "received", "Messages received from clients, by their protocol"),
           ("confirmed", "confirmed", "Messages confirmed to publishers (AMQP confirms, MQTT PUBACK/PUBREC, "
-           "Kafka produce acks)"),
-          ("routed", "routed", "Messages routed to queues (one per queue)"),
-          ("delivered", "delivered", "Messages delivered to consumers or taken from queues"),
-          ("redelivered", "redelivered", "Messages delivered again"),
-          ("acked", "acknowledged", "Messages acknowledged by consumers"),
-          ("dead_lettered", "dead_lettered", "Messages dead-lettered"))
+           "Kafka produce acks, HTTP answers), by their protocol"),
+          ("sent", "sent", "Messages sent to clients (Kafka: records fetched), by their protocol"),
+          ("routed", "routed", "Queue entries made (one per queue a message reached), by the publisher's "
+           "protocol"),
+          ("delivered", "delivered", "Messages delivered to consumers or taken from queues, by the consumer's "
+           "protocol"),
+          ("redelivered", "redelivered", "Messages delivered again, by the consumer's protocol"),
+          ("acked", "acknowledged", "Messages acknowledged by consumers, by the consumer's protocol"),
+          ("dead_lettered", "dead_lettered", "Messages dead-lettered, by the protocol that consumes their queue"))
 QUEUE_GAUGES = (("ready", "logbus_queue_messages_ready", "Messages ready to be delivered"),
                 ("unacked", "logbus_queue_messages_unacked", "Messages delivered, not yet acknowledged"),
                 ("scheduled", "logbus_queue_messages_scheduled",

@@ -4,6 +4,7 @@ a mixin of ``core.broker.Broker``, and ``FoundMessage``, what it returns.
     broker.search_messages("orders", key=b"customer-42")              # through the key index
     broker.search_messages("orders", message_id="m-17", partition=0)
     broker.search_messages("orders", start_ms=t0, end_ms=t1, limit=50)   # .timeindex seeks
+    found.truncated                                                      # more matched than limit
 
 Theory of operation. A key or a message id is looked up in each partition's key index
 (``log/keyindexer.py``), which answers candidate offsets; each candidate's record is read
@@ -14,7 +15,11 @@ and reads forward in offset order until ``limit`` records are found, a read past
 ``end_ms`` holds no record at or before it, or SCAN_MAX_BYTES were read.
 
 Results: records below each partition's high watermark and at or above its log start,
-partitions in order, offsets ascending in each, at most ``limit`` in all. It runs on the
+partitions in order, offsets ascending in each, at most ``limit`` in all (``Found``, a
+list; its ``truncated`` says whether more matched: the search looks for one more than
+``limit``). A key may have other forms in a topic (``key_forms``: on ``amq.topic``, an
+MQTT topic and its AMQP routing key, the MQTT gateway's mapping): each form is looked up
+and the records merged in offset order. It runs on the
 reactor thread. A key lookup costs, per segment, one bisect in memory and one ``pread``
 of at most 2 KiB, then a batch read and decode per candidate (a key with many records:
 up to ``limit`` of them, and the collisions met on the way); page cache reads at this
@@ -24,6 +29,7 @@ scale. The key index's backlog, if any, is indexed first (keyindexer.py).
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +45,9 @@ if TYPE_CHECKING:
 MAX_LIMIT = 10_000
 SCAN_READ_BYTES = 256 * 1024  # bytes of batches a time-range search reads at once
 SCAN_MAX_BYTES = 16 << 20  # bytes a time-range search reads per partition, at most
+
+# per log topic, the forms a record key may have there, the key itself first
+KeyForms = Callable[[bytes], tuple[bytes, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +86,19 @@ class FoundMessage:
         }
 
 
+class Found(list[FoundMessage]):
+    """What a search found, in order; ``truncated``: more records matched than it holds."""
+
+    __slots__ = ("truncated",)
+
+    def __init__(self, messages: list[FoundMessage], truncated: bool) -> None:
+        super().__init__(messages)
+        self.truncated = truncated
+
+    def to_json(self) -> dict[str, Any]:
+        return {"messages": [m.to_json() for m in self], "truncated": self.truncated}
+
+
 def _text(data: bytes | None) -> tuple[str | None, str | None]:
     if data is None:
         return None, None
@@ -98,7 +120,7 @@ def _found(partition: int, r: B.StoredRecord) -> FoundMessage:
 
 def search(log: LogManager, topic: str, *, key: bytes | None = None, message_id: str | None = None,
            start_ms: int | None = None, end_ms: int | None = None, partition: int | None = None,
-           limit: int = 100) -> list[FoundMessage]:
+           limit: int = 100, key_forms: KeyForms | None = None) -> Found:
     """``MessageSearch.search_messages`` over a log manager."""
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit {limit} is not in [1, {MAX_LIMIT}]")
@@ -108,16 +130,20 @@ def search(log: LogManager, topic: str, *, key: bytes | None = None, message_id:
         raise InvalidRequest(f"the time range ends ({end_ms}) before it starts ({start_ms})")
     t = log.topic(topic)  # UnknownTopic
     parts = t.partitions if partition is None else [t.partition(partition)]  # UnknownPartition
+    keys: tuple[bytes | None, ...] = (key,) if key is None or key_forms is None else key_forms(key)
     out: list[FoundMessage] = []
     for p in parts:
-        want = limit - len(out)
+        want = limit + 1 - len(out)  # one more than asked: whether more match
         if key is not None or message_id is not None:
-            out += _by_hash(log.keys, p, key, message_id, start_ms, end_ms, want)
+            found = [f for k in keys for f in _by_hash(log.keys, p, k, message_id, start_ms, end_ms, want)]
+            if len(keys) > 1:  # each form's records in offset order: merged, at most want
+                found = sorted({f.offset: f for f in found}.values(), key=lambda f: f.offset)[:want]
+            out += found
         else:
             out += _by_time(p, start_ms, end_ms, want)
-        if len(out) >= limit:
+        if len(out) > limit:
             break
-    return out
+    return Found(out[:limit], len(out) > limit)
 
 
 def _by_hash(keys: KeyIndexer, p: Partition, key: bytes | None, message_id: str | None,
@@ -177,21 +203,26 @@ def _by_time(p: Partition, start_ms: int | None, end_ms: int | None, want: int) 
 
 
 class MessageSearch:
-    """The Broker's message search. Needs of the broker: ``_log``, the started log."""
+    """The Broker's message search. Needs of the broker: ``_log``, the started log, and
+    ``key_forms``: per log topic, the forms of a key there (``KeyForms``)."""
 
     if TYPE_CHECKING:
+        key_forms: Mapping[str, KeyForms]
+
         @property
         def _log(self) -> LogManager: ...
 
     def search_messages(self, topic: str, *, key: bytes | None = None, message_id: str | None = None,
                         start_ms: int | None = None, end_ms: int | None = None, partition: int | None = None,
-                        limit: int = 100) -> list[FoundMessage]:
+                        limit: int = 100) -> Found:
         """Records of ``topic`` with record key ``key`` and/or envelope message id
         ``message_id``, and/or a timestamp in ``[start_ms, end_ms]`` (epoch ms, both
         inclusive; either may be open), in one partition or all; at most ``limit`` (1 to
         MAX_LIMIT), partitions in order and offsets ascending. A key or message id is found
         through the key index, never by a scan; a time range alone seeks with the time
-        index. Raises UnknownTopic, UnknownPartition, InvalidRequest (no criterion, a
-        limit out of range, a range that ends before it starts)."""
+        index; a key is looked up in each of its forms in the topic (``key_forms``: on
+        ``amq.topic``, MQTT's ``a/b`` and AMQP's ``a.b``). ``Found.truncated``: more
+        matched than ``limit``. Raises UnknownTopic, UnknownPartition, InvalidRequest (no
+        criterion, a limit out of range, a range that ends before it starts)."""
         return search(self._log, topic, key=key, message_id=message_id, start_ms=start_ms, end_ms=end_ms,
-                      partition=partition, limit=limit)
+                      partition=partition, limit=limit, key_forms=self.key_forms.get(topic))

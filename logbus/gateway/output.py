@@ -24,7 +24,7 @@ import logging
 import os
 import socket
 from collections import deque
-from typing import Any, Callable, Iterable, cast
+from typing import Any, Callable, Iterable, Protocol, cast
 
 from twisted.internet import tcp
 
@@ -159,18 +159,33 @@ class FileOutput:
             self.t.unregisterProducer()
 
 
-def direct_writer(t: Any) -> Callable[[bytes], None]:
+class Counted(Protocol):
+    bytes_out: int  # a connection's record (core.types.ConnectionRecord)
+
+
+def direct_writer(t: Any, counted: Counted | None = None) -> Callable[[bytes], None]:
     """``t.write``, except that while Twisted holds nothing for the socket the bytes go
     straight to it. Through ``t.write`` each turn's output cost a second reactor
     iteration and two ``epoll_ctl`` calls (register for writable, then unregister); what
     the socket does not take goes to ``t.write`` and keeps its order there. Transports
-    without a socket of their own (TLS) just use ``t.write``."""
+    without a socket of their own (TLS) just use ``t.write``. ``counted.bytes_out``
+    counts the bytes given to write."""
     if not isinstance(t, tcp.Connection):
-        return cast(Callable[[bytes], None], t.write)
+        plain = cast(Callable[[bytes], None], t.write)
+        if counted is None:
+            return plain
+
+        def counting(data: bytes) -> None:
+            counted.bytes_out += len(data)
+            plain(data)
+
+        return counting
     sock = t.socket
     write = t.write
 
     def send(data: bytes) -> None:
+        if counted is not None:
+            counted.bytes_out += len(data)
         if t.disconnecting or t.disconnected or len(t.dataBuffer) - t.offset or t._tempDataLen:
             write(data)  # queued behind Twisted's buffer (or dropped, when it is closing)
             return

@@ -66,6 +66,31 @@ def test_counts_and_stats_follow_what_happens(broker: Broker) -> None:
     assert [q.name for q in broker.list_queues("/")] == ["dlq"]
 
 
+def test_routed_is_counted_by_the_publishers_protocol(broker: Broker) -> None:
+    """The same AMQP queue takes messages of every protocol; each entry made is routed
+    under the protocol of its message's envelope (none: a Kafka record), while delivered
+    and acked stay with the queue's consumers (classic: amqp)."""
+    v = broker.vhost("/")
+    assert v is not None
+    v.declare_queue("mixed", durable=True)
+    v.declare_queue("copy", durable=True)
+    v.bind("amq.fanout", "mixed", "")
+    v.bind("amq.fanout", "copy", "")
+    before = {p: t["routed"] for p, t in broker.message_totals().items()}
+    for protocol, n in ((Envelope.MQTT, 3), (Envelope.AMQP, 1), (Envelope.HTTP, 2), (Envelope.PROTOCOL_UNSPECIFIED, 4)):
+        for _ in range(n):
+            v.publish("amq.fanout", "", msg(b"x", protocol=protocol))
+    c = Consumer("c", owner="ch", prefetch=100)
+    v.consume("mixed", c)
+    v.settle("mixed", c.got[0].receipt, Outcome.ACK)
+    totals = broker.message_totals()
+    routed = {p: t["routed"] - before[p] for p, t in totals.items()}
+    assert routed == {"mqtt": 6, "amqp": 2, "http": 4, "kafka": 8}  # two queues each
+    assert (totals["amqp"]["delivered"], totals["amqp"]["acked"]) == (10, 1)
+    assert totals["mqtt"]["delivered"] == 0
+    assert broker.queue_info("/", "mixed").stats.routed == 10  # a queue's own count is unchanged
+
+
 def test_browse_in_delivery_order_takes_nothing(broker: Broker) -> None:
     v = broker.vhost("/")
     assert v is not None

@@ -365,3 +365,42 @@ def test_start_removes_a_key_index_beside_the_active_segment(open_log: Callable[
     lm2.open_topic("t", config(partitions=1))
     assert not os.path.exists(active.key_path)
     assert found_at(search(lm2, "t", key=b"k1", limit=1000)) == model.where(lambda k, m, ts: k == b"k1")
+
+
+def test_truncated_says_whether_more_matched_than_the_limit(open_log: Callable[..., LogManager],
+                                                            loop: LoopReactor) -> None:
+    lm = open_log()
+    lm.open_topic("t", config(), create=True)
+    model = Model()
+    fill(lm, loop, model, 120)
+    settle(lm, loop)
+    k1 = model.where(lambda k, m, ts: k == b"k1")
+    for limit in (1, len(k1) - 1, len(k1), len(k1) + 1):
+        got = search(lm, "t", key=b"k1", limit=limit)
+        assert found_at(got) == k1[:limit] and got.truncated is (limit < len(k1)), limit
+    window = model.where(lambda k, m, ts: T0 + 10 <= ts <= T0 + 19)
+    for limit in (3, 10, 11):
+        got = search(lm, "t", start_ms=T0 + 10, end_ms=T0 + 19, limit=limit)
+        assert found_at(got) == window[:limit] and got.truncated is (limit < 10), limit
+
+
+def test_a_key_is_looked_up_in_each_of_its_forms(open_log: Callable[..., LogManager], loop: LoopReactor) -> None:
+    """amq.topic's records: an MQTT publish is keyed by its topic, an AMQP one by its
+    routing key; a search with the MQTT gateway's key forms finds both, in offset order."""
+    from logbus.gateway.mqtt.topic_map import key_forms
+
+    lm = open_log()
+    lm.open_topic("amq.topic", config(partitions=1), create=True)
+    p = lm.partition("amq.topic", 0)
+    keys = [b"a/b", b"a.b", b"a/c", b"a.b", b"a/b"]
+    for i, key in enumerate(keys):
+        loop.wait(p.append([Message(key, b"%d" % i, T0 + i, [], Envelope()).to_record()]))
+    settle(lm, loop)
+    for asked in (b"a.b", b"a/b"):
+        got = search(lm, "amq.topic", key=asked, key_forms=key_forms, limit=10)
+        assert [f.offset for f in got] == [0, 1, 3, 4] and not got.truncated
+        assert found_at(search(lm, "amq.topic", key=asked, key_forms=key_forms, limit=3)) == [(0, 0), (0, 1), (0, 3)]
+        assert search(lm, "amq.topic", key=asked, key_forms=key_forms, limit=3).truncated
+    assert [f.offset for f in search(lm, "amq.topic", key=b"a.b")] == [1, 3]  # no forms: the key alone
+    assert key_forms(b"plain") == (b"plain",)
+    assert key_forms("café/ü.x".encode()) == ("café/ü.x".encode(), "café.ü/x".encode())

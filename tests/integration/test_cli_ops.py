@@ -65,7 +65,11 @@ def test_queue_list_get_purge(server: LogbusServer) -> None:
     conns = json.loads(cli(server, "connection", "list", "--protocol", "amqp", "--json").stdout)
     assert len(conns) == 1 and conns[0]["user"] == "guest"
     table = rows(cli(server, "connection", "list").stdout)
-    assert table[0][:3] == ["ID", "PROTOCOL", "PEER"] and [str(conns[0]["id"]), "amqp"] in [r[:2] for r in table]
+    assert table[0] == ["ID", "PROTOCOL", "PEER", "USER", "VHOST", "CLIENT", "PRODUCT", "VERSION", "TLS",
+                        "CONNECTED AT", "IN", "OUT", "BYTES IN", "BYTES OUT"]
+    row = next(r for r in table if r[0] == str(conns[0]["id"]))
+    assert row[1] == "amqp" and row[6:8] == ["Pika Python Client Library", pika.__version__]
+    assert row[9] == conns[0]["connected_at"] and row[9].endswith("Z")
     closed = cli(server, "connection", "close", str(conns[0]["id"]))
     assert closed.returncode == 0, closed.stderr
     with pytest.raises(pika.exceptions.ConnectionClosed) as exc:
@@ -110,9 +114,13 @@ def test_group_describe_and_reset(server: LogbusServer) -> None:
 
     searched = cli(server, "topic", "search", topic, "--from", "0", "--limit", "2")
     assert searched.returncode == 0, searched.stderr
-    table = rows(searched.stdout)
+    shown, note = searched.stdout.split("\n\n")
+    table = rows(shown)
     assert table[0] == ["PARTITION", "OFFSET", "TIME", "KEY", "MESSAGE ID", "VALUE"]
     assert [(r[1], r[5]) for r in table[1:]] == [("0", "0"), ("1", "1")]
+    assert note == "first 2 shown, more match\n"  # six records match
+    every = cli(server, "topic", "search", topic, "--from", "0", "--limit", "6")
+    assert len(rows(every.stdout)) == 7 and "more match" not in every.stdout
     assert cli(server, "topic", "search", topic, "--key", "none").stdout == "no messages found\n"
 
 

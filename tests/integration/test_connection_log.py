@@ -76,6 +76,7 @@ def test_json_log_format(tmp_path_factory: pytest.TempPathFactory) -> None:
         closed = json.loads(lines[0])["connection"]
         assert (closed["protocol"], closed["user"], closed["reason"]) == ("mqtt", "guest", "closed cleanly")
         assert closed["duration_ms"] >= 0 and closed["peer"].startswith("127.0.0.1:")
+        assert closed["bytes_in"] > 0 and closed["bytes_out"] >= 4  # CONNECT in; CONNACK (4 bytes) out
         for line in server.log_text().splitlines():
             if line.startswith("--- "):  # the test harness's own header lines
                 continue

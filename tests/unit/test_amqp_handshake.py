@@ -184,6 +184,18 @@ def test_whole_handshake_in_one_read() -> None:
     assert OpenChannel(1) in out and s.conn.channels == {1}
 
 
+def test_what_the_client_says_of_itself_is_kept() -> None:
+    s = Shell()
+    props = {"connection_name": "billing worker 7", "product": "Pika Python Client Library", "version": "1.4.4",
+             "platform": "Python 3.11"}
+    s.feed(HEADER, m(C.Connection.StartOk(props, "PLAIN", "\0guest\0guest")))
+    assert (s.conn.client_name, s.conn.client_product, s.conn.client_version) == (
+        "billing worker 7", "Pika Python Client Library", "1.4.4")
+    bare = Shell()
+    bare.feed(HEADER, m(C.Connection.StartOk({"product": 42, "version": "2.0"}, "PLAIN", "\0guest\0guest")))
+    assert (bare.conn.client_name, bare.conn.client_product, bare.conn.client_version) == ("", "", "2.0")
+
+
 def test_non_ascii_password() -> None:
     s = Shell(users={"zoë": "pässwörd 密码"}, vhosts={"/": {"zoë"}})
     out = s.feed(HEADER, start_ok("zoë", "pässwörd 密码"))

@@ -66,7 +66,7 @@ from .queue import (
     receipt,
 )
 from .pins import QUEUE_SHIFT, OffsetPins
-from .stats import CLASSIC, KINDS, QueueStats
+from .stats import CLASSIC, KINDS, PUBLISHED_BY, QueueStats
 from .timers import Timers
 
 log = logging.getLogger(__name__)
@@ -163,6 +163,9 @@ class QueueService:
         self._wake_at = 0
         self.records_gone = 0  # entries dropped because their records are gone
         self.totals = {kind: QueueStats() for kind in KINDS}  # every queue's stats, deleted ones too
+        # entries made, by the protocol the message was published with (its envelope's:
+        # stats.PUBLISHED_BY names them), for the per-protocol "routed" figure
+        self.routed_by = [0] * len(PUBLISHED_BY)
         self._gone_logged: dict[str, tuple[int, int]] = {}  # queue -> (last logged, not logged since)
 
     # -- queues --------------------------------------------------------------------------
@@ -244,6 +247,8 @@ class QueueService:
         if env.expires_at_ms and (not expires_ms or env.expires_at_ms < expires_ms):
             expires_ms = env.expires_at_ms
         size = len(message.value or b"")
+        made = 0  # entries made, counted by the publisher's protocol (an unknown one: as none)
+        by = env.protocol if env.protocol < len(PUBLISHED_BY) else 0
         if visible_ms:
             n = 0
             for name in names:
@@ -253,8 +258,10 @@ class QueueService:
                 self._staged_in(name, visible_ms, now)
                 qs.stats.routed += 1
                 qs.total.routed += 1
+                made += 1
                 n += bool(qs.consumers)  # kept in memory for the queues with a consumer, as below
             self.messages.remember(topic, partition, offset, message, size, n)
+            self.routed_by[by] += made
             return False
         refs = 0
         refused: list[QueueState] = []
@@ -274,8 +281,10 @@ class QueueService:
                 continue
             qs.stats.routed += 1
             qs.total.routed += 1
+            made += 1
             if qs.consumers:
                 refs += 1
+        self.routed_by[by] += made
         # kept in memory for the queues with a consumer only: the others (an offline MQTT
         # session, a backlog nobody reads) take it from the log when its turn comes, so
         # what waits costs its entry, not its message (issue 30)

@@ -4,7 +4,10 @@
 Each ``QueueState`` has one ``QueueStats``; the queue service bumps it where the event
 happens (an entry routed in, handed out, acked, dead-lettered) and bumps its kind's
 running total with it, so a global figure is one read, not a walk over every queue (a
-broker may hold 10,000 MQTT sessions). The counts are not stored: after a restart they
+broker may hold 10,000 MQTT sessions). Entries made are also counted by the protocol
+the message was published with (``QueueService.routed_by``, indexed as PUBLISHED_BY):
+the per-protocol "routed" figure is the publisher's, the others the consumer's (the
+queue kind's, ``inventory.PROTOCOL_OF``). The counts are not stored: after a restart they
 start from 0, as RabbitMQ's do.
 """
 
@@ -19,6 +22,11 @@ SESSION = "session"
 SHARED = "shared"
 POP = "pop"
 KINDS = (CLASSIC, SESSION, SHARED, POP)
+
+# the protocol a message was published with, by its envelope's ``protocol`` (the Protocol
+# enum of core/envelope.proto); a record with none (0) was produced over Kafka, which
+# writes no envelope
+PUBLISHED_BY = ("kafka", "amqp", "mqtt", "kafka", "http")
 
 
 @dataclass(slots=True)

@@ -118,6 +118,10 @@ class Handshake:
         self.vhost = ""  # set once the vhost is open
         self.cancel_notify = False  # the client has the consumer_cancel_notify capability
         self.blocked_notify = False  # ... and connection.blocked
+        # what the client says of itself in start-ok's client properties (the operator's view)
+        self.client_name = ""  # connection_name
+        self.client_product = ""  # product
+        self.client_version = ""  # version
         self._asked: Authenticate | OpenVHost | None = None  # a question not yet answered
         self._last_asked: Authenticate | OpenVHost | None = None  # what an answer answers
 
@@ -157,7 +161,11 @@ class Handshake:
             self.state = next_state
 
     def _start_ok(self, m: C.Connection.StartOk) -> None:
-        caps: Any = (m.client_properties or {}).get("capabilities")
+        props = m.client_properties or {}
+        caps: Any = props.get("capabilities")
+        self.client_name = client_text(props.get("connection_name"))
+        self.client_product = client_text(props.get("product"))
+        self.client_version = client_text(props.get("version"))
         self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
         self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
         if m.mechanism == "EXTERNAL" and self.external is not None:  # RabbitMQ's rabbitmq_auth_mechanism_ssl
@@ -257,3 +265,11 @@ TRANSITIONS: dict[tuple[State, type], tuple[Handler, State]] = {
     **{(s, C.Connection.Blocked): (Handshake._ignore, s) for s in _HANDSHAKE},
     **{(s, C.Connection.Unblocked): (Handshake._ignore, s) for s in _HANDSHAKE},
 }
+
+
+def client_text(value: Any) -> str:
+    """A client property shown to operators: text (a byte string decoded as UTF-8); ""
+    when it is not text."""
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("utf-8", "replace")
+    return value if isinstance(value, str) else ""

@@ -80,7 +80,7 @@ class AmqpProtocol(Protocol):
         host, port = peer_of(t)
         broker = self.factory.broker
         self.record = broker.connection_opened("amqp", f"{host}:{port}", tls=is_tls(t), close=self._close_forced)
-        self.conn = Session(broker, send=direct_writer(t),
+        self.conn = Session(broker, send=direct_writer(t, self.record),
                             close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
                             peer_is_loopback=is_loopback(host), peer=f"{host}:{port}",
                             max_message_size=self.factory.max_message_size, prompt=self.factory.prompt,

@@ -237,6 +237,10 @@ class Session:
         """Ask the broker. The answer may come later (a password is checked off the
         reactor, a refusal waits out the failed-login slowdown): meanwhile the socket is
         not read and what was read waits in the machine."""
+        record, machine = self.record, self.machine
+        if record is not None:  # what start-ok said of the client, for the operator's view
+            record.client_said(name=machine.client_name, product=machine.client_product,
+                               version=machine.client_version)
         if r.mechanism == "EXTERNAL":  # the handshake took the user from the TLS client certificate
             try:
                 self.broker.authenticate_certificate(r.user, loopback=self.peer_is_loopback)

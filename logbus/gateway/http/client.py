@@ -135,7 +135,8 @@ class AdminClient:
 
     def search(self, topic: str, *, key: bytes | None = None, message_id: str | None = None,
                start_ms: int | None = None, end_ms: int | None = None, partition: int | None = None,
-               limit: int | None = None) -> list[dict[str, Any]]:
+               limit: int | None = None) -> dict[str, Any]:
+        """{"messages": [...], "truncated": bool}: truncated when more matched than limit."""
         query: dict[str, Any] = {}
         if key is not None:
             query["key_base64"] = base64.b64encode(key).decode("ascii")

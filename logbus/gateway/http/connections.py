@@ -9,9 +9,14 @@ one, an administrator may close any.
                                           CONNECTION_FORCED; MQTT 5: DISCONNECT 0x98)
                                           | 404 no such connection
 
-A connection is ``{"id", "protocol", "peer", "tls", "opened_ms", "user", "vhost",
-"client_id", "received", "sent", "bytes_in"}``: ``received`` and ``sent`` count messages
-(publishes from the client, deliveries to it).
+A connection is ``{"id", "protocol", "peer", "tls", "opened_ms", "connected_at", "user",
+"vhost", "client_id", "client_product", "client_version", "received", "sent", "bytes_in",
+"bytes_out"}``: ``connected_at`` is ``opened_ms`` as a UTC ISO 8601 time; ``client_id`` the
+name the client gave (AMQP ``connection_name``, MQTT client id, Kafka ``client.id``);
+``client_product`` and ``client_version`` its software where the protocol says (AMQP
+client properties ``product`` and ``version``, Kafka ApiVersions v3+
+``client_software_name`` and ``_version``); ``received`` and ``sent`` count messages
+(publishes from the client; deliveries to it, a Kafka consumer's fetched records).
 """
 
 from __future__ import annotations

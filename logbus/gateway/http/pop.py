@@ -109,11 +109,13 @@ class PopAction(ApiResource):
     def __init__(self, broker: Broker, group: str, topic: str, action: Any) -> None:
         super().__init__()
         self.broker, self.group, self.topic, self.action = broker, group, topic, action
+        self.record: Any = None  # the connection's, in the registry: a receive counts its messages sent
 
     def handle_POST(self, request: server.Request) -> Response | Deferred[Response]:
         # a pop group reads a topic as a queue bound to its exchange: read on both
         require_topic(request, self.broker, "read", self.topic)
         require(request, self.broker, "read", Resource(topic_exchange(self.topic)[0], "queue", self.group))
+        self.record = getattr(request.channel, "record", None)
         response: Response | Deferred[Response] = self.action(self, read_json(request))
         return response
 
@@ -150,11 +152,14 @@ def _receive(a: PopAction, body: Any) -> Response | Deferred[Response]:
     tag, sql = b.get("filter_tag"), b.get("filter_sql")
     wait = b.get("wait_ms", 0)
     if wait:
-        return a.broker.pop_receive_wait(a.group, a.topic, member, n, invisible, wait, tag, sql).addCallback(_received)
-    return _received(a.broker.pop_receive(a.group, a.topic, member, n, invisible, tag, sql))
+        return a.broker.pop_receive_wait(a.group, a.topic, member, n, invisible, wait, tag, sql).addCallback(
+            _received, a.record)
+    return _received(a.broker.pop_receive(a.group, a.topic, member, n, invisible, tag, sql), a.record)
 
 
-def _received(got: list[Popped]) -> Response:
+def _received(got: list[Popped], record: Any) -> Response:
+    if record is not None:
+        record.sent += len(got)
     return Response.json(200, {"messages": [
         {"handle": p.handle, "topic": p.topic, "partition": p.partition, "offset": p.offset,
          "deliveries": p.deliveries, **message_json(p.message)} for p in got]})

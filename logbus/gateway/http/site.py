@@ -106,6 +106,16 @@ class RegisteredChannel(http.HTTPChannel):
                 self._arm()
         super().dataReceived(data)
 
+    def write(self, data: bytes) -> None:
+        if self.record is not None:
+            self.record.bytes_out += len(data)
+        super().write(data)
+
+    def writeSequence(self, iovec: list[bytes]) -> None:
+        if self.record is not None:
+            self.record.bytes_out += sum(len(d) for d in iovec)
+        super().writeSequence(iovec)
+
     def allHeadersReceived(self) -> None:
         if self.clock is not None:
             self.clock.head_done(self._reactor().seconds())

@@ -8,8 +8,9 @@
     PUT    /api/topics/<name>   200 TopicInfo | 400 | 404
                                 body {"config": {"retention.ms": 3600000, "flush": null}}
     DELETE /api/topics/<name>   204 | 404
-    GET    /api/topics/<name>/search?key=K   200 [message, ...]: by key, message_id or
-                                time range (from, to: epoch ms), through the indexes
+    GET    /api/topics/<name>/search?key=K   200 {"messages": [message, ...], "truncated": bool}:
+                                by key, message_id or time range (from, to: epoch ms), through
+                                the indexes; truncated: more matched than limit
     POST   /api/topics/<name>/messages   200 {"partition": p, "offsets": [...]} once durable;
                                 503 + Retry-After while a resource alarm is set (alarms.py)
                                 body {"messages": [{"key": "k", "value": "v", "headers": {"h": "x"},
@@ -192,7 +193,9 @@ class TopicSearch(Topic):
     [&partition=P][&limit=N]: the records with record key K (or the envelope message id
     M), or a timestamp in [from, to] (epoch ms), found through the key and time indexes
     (never a scan of the topic); partitions in order, offsets ascending, at most N
-    (default 100). Management and read permission on the topic."""
+    (default 100), and whether more matched (``truncated``). On ``amq.topic`` a key is an
+    MQTT topic or its AMQP routing key alike. Management and read permission on the
+    topic."""
 
     def handle_GET(self, request: server.Request) -> Response:
         name = self.name()
@@ -229,7 +232,7 @@ class TopicSearch(Topic):
         found = self.broker.search_messages(name, key=key, message_id=text(b"message_id"), start_ms=number(b"from"),
                                             end_ms=number(b"to"), partition=number(b"partition"),
                                             limit=100 if limit is None else limit)
-        return Response.json(200, [m.to_json() for m in found])
+        return Response.json(200, found.to_json())
 
 
 SEARCH_ARGS = {b"key", b"key_base64", b"message_id", b"from", b"to", b"partition", b"limit"}

@@ -140,6 +140,9 @@ class KafkaHandlers:
         return [AV(api_key=k, min_version=lo, max_version=hi) for k, (_, _, lo, hi, _) in sorted(self._table.items())]
 
     def api_versions(self, req: Request, caller: Caller) -> Any:
+        name = getattr(req.body, "client_software_name", None)  # v3 and later (KIP-511)
+        if name and caller.record is not None:
+            caller.record.client_said(product=name, version=getattr(req.body, "client_software_version", None) or "")
         return ApiVersionsResponse(error_code=K.NONE, api_keys=self._api_keys(), throttle_time_ms=0)
 
     def unsupported_api_versions(self, correlation_id: int) -> bytes:
@@ -312,42 +315,50 @@ class KafkaHandlers:
         wait, woken by every partition asked for when its high watermark moves, until
         ``min_bytes`` are there or ``max_wait_ms`` has passed."""
         body = req.body
-        resp, size = self._read(req, caller.user)
+        record = caller.record
+        resp, size, records = self._read(req, caller.user)
         if size >= body.min_bytes or body.max_wait_ms <= 0:
+            if record is not None:
+                record.sent += records
             return resp
         d: Deferred[Any] = Deferred()
 
-        def finish(answer: Any) -> None:
+        def finish(answer: Any, records: int) -> None:
             if d.called:  # a read that drained an append woke this fetch and answered it
                 return
             if timer.active():
                 timer.cancel()
             unwatch()
+            if record is not None:
+                record.sent += records
             d.callback(answer)
 
         def wake() -> None:
             if d.called:
                 return
-            answer, got = self._read(req, caller.user)
+            answer, got, records = self._read(req, caller.user)
             if got >= body.min_bytes:
-                finish(answer)
+                finish(answer, records)
 
         def expired() -> None:
-            answer = self._read(req, caller.user)[0]  # may drain appends, and so wake() first
-            finish(answer)
+            answer, _, records = self._read(req, caller.user)  # may drain appends, and so wake() first
+            finish(answer, records)
 
         unwatch = self.broker.watch([(ft.topic, fp.partition) for ft in body.topics for fp in ft.partitions], wake)
         timer = self.reactor.callLater(body.max_wait_ms / 1000.0, expired)
         return d
 
-    def _read(self, req: Request, user: str | None) -> tuple[Chunks, int]:
+    def _read(self, req: Request, user: str | None) -> tuple[Chunks, int, int]:
         """Read every partition asked for; the response is encoded at once as chunks in
         which the records are ranges of segment files, sent by the connection with
-        sendfile (codec.encode_fetch_response, protocol.OutputQueue)."""
+        sendfile (codec.encode_fetch_response, protocol.OutputQueue). Returns it, its
+        record bytes and its records from the fetch offsets on (what the client takes:
+        its messages out; a batch's records before the fetch offset are skipped by
+        the client, and its end is known from the read without opening a header)."""
         body = req.body
         broker = self.broker
         remaining = body.max_bytes if body.max_bytes > 0 else 1 << 30
-        total = 0
+        total = records = 0
         topics = []
         for ft in body.topics:
             count = broker.partition_count(ft.topic)
@@ -366,6 +377,8 @@ class KafkaHandlers:
                     if limit > 0:
                         r = broker.read_spans(ft.topic, fp.partition, fp.fetch_offset, limit)
                         spans, hw, start = r.spans, r.high_watermark, r.log_start_offset
+                        if spans:
+                            records += max(0, r.next_offset - fp.fetch_offset)
                     else:
                         o = broker.offsets(ft.topic, fp.partition)
                         spans, hw, start = [], o.high_watermark, o.log_start_offset
@@ -379,7 +392,7 @@ class KafkaHandlers:
                 remaining -= size
                 parts.append(FetchPartition(fp.partition, K.NONE, hw, hw, start, spans))
             topics.append((outbound(ft.topic) or ft.topic, parts))
-        return encode_fetch_response(req.api_version, req.correlation_id, K.NONE, topics), total
+        return encode_fetch_response(req.api_version, req.correlation_id, K.NONE, topics), total, records
 
     # -- ListOffsets ------------------------------------------------------------------
 

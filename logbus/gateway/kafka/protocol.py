@@ -36,6 +36,7 @@ from twisted.python.failure import Failure
 
 from ...core.broker import Broker
 from ...core.errors import Refused
+from ...core.types import FileSpan
 from ..output import FileOutput, is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
 from . import acls, admin, configs, groups, records_admin, sasl
@@ -326,7 +327,12 @@ class KafkaProtocol(Protocol):
             data = q.pop(0)[0]
             if data is None or self._closing:
                 continue
-            self.output.write(data if isinstance(data, Chunks) else (data,))
+            if isinstance(data, Chunks):
+                self.record.bytes_out += sum(c.size if isinstance(c, FileSpan) else len(c) for c in data)
+                self.output.write(data)
+            else:
+                self.record.bytes_out += len(data)
+                self.output.write((data,))
         if self.caller.close_after_answer and not q and not self._closing:
             self._closing = True  # told why (a failed SASL authentication): now the end, as Kafka
             self._t.loseConnection()

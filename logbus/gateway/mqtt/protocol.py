@@ -159,7 +159,7 @@ class MqttProtocol(Protocol):
                                                             close=self._close_by_admin)
         if hasattr(self.transport, "setTcpNoDelay"):
             self.transport.setTcpNoDelay(True)
-        self._send = direct_writer(self.transport)
+        self._send = direct_writer(self.transport, self.record)
         self._ack_now = quick_ack(self.transport)
         self.transport.registerProducer(self, True)
         self.last_read = self.factory.reactor.seconds()

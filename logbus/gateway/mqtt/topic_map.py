@@ -28,9 +28,10 @@ The Kafka record key of an MQTT publish is the MQTT topic name itself, unmapped.
 
 from __future__ import annotations
 
-__all__ = ["Unmappable", "filter_to_amqp", "to_amqp", "to_mqtt", "to_mqtt_name"]
+__all__ = ["Unmappable", "filter_to_amqp", "key_forms", "to_amqp", "to_mqtt", "to_mqtt_name"]
 
 _SWAP = str.maketrans({"/": ".", ".": "/"})
+_SWAP_BYTES = bytes.maketrans(b"/.", b"./")  # in UTF-8 no byte of a multi-byte character is one of these
 
 
 class Unmappable(ValueError):
@@ -53,6 +54,14 @@ def to_mqtt_name(key: str) -> str:
     if "+" in key or "#" in key:
         raise Unmappable(f"routing key {key!r} holds '+' or '#', which no MQTT topic name may")
     return key.translate(_SWAP)
+
+
+def key_forms(key: bytes) -> tuple[bytes, ...]:
+    """The record keys a search on ``amq.topic``'s log topic looks for, given either an
+    MQTT topic or its AMQP routing key: the key itself first, then its other form (an MQTT
+    publish's record key is its topic, an AMQP publish's its routing key)."""
+    other = key.translate(_SWAP_BYTES)
+    return (key,) if other == key else (key, other)
 
 
 def filter_to_amqp(mqtt_filter: str) -> str:

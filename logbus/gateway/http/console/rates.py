@@ -1,6 +1,7 @@
 """The overview charts' numbers: messages per second in and out of the broker, from the
-connection registry's counters (``received``, ``sent`` of ``Broker.list_connections``),
-and the queues' depth (ready and unacked messages of every queue, ``Broker.list_queues``).
+message counters received and sent summed over the protocols (``Broker.message_totals``:
+closed connections' included, so a close takes nothing away), and the queues' depth
+(ready and unacked messages of every queue, ``Broker.list_queues``).
 
 ``Rates`` samples the sums once a second into a ring of the last ``KEEP`` seconds, and
 the depth every ``DEPTH_EVERY`` seconds, but only while someone looks: every overview or
@@ -9,8 +10,8 @@ chart request calls ``watched()``, which starts the sampling, and it stops itsel
 sample walks every connection; a depth sample every queue (10,000 MQTT sessions: a few
 milliseconds), hence the slower pace.
 
-A rate is the difference of two sums: a connection that closed between two samples takes
-its count away, so a negative difference is shown as 0 for that second.
+A rate is the difference of two sums; a restart's sums start at 0, and the sampling with
+them.
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ class Rates:
             self._loop.stop()
             return
         received = sent = 0
-        for c in self.broker.list_connections():
-            received += c.received
-            sent += c.sent
+        for counts in self.broker.message_totals().values():
+            received += counts["received"]
+            sent += counts["sent"]
         self.samples.append((now, received, sent))
         if self._ticks % DEPTH_EVERY == 0:
             ready = unacked = 0

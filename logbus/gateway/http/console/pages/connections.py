@@ -1,10 +1,11 @@
 """Connections of every protocol (``Broker.list_connections``), with a Close button, under
 the rules of ``GET`` and ``DELETE /api/connections``: a management user sees and may close
-its own, monitoring sees every one, an administrator may close any."""
+its own, monitoring sees every one, an administrator may close any. Each shows the name
+the client gave (AMQP connection_name, MQTT client id, Kafka client.id), its software
+where the protocol says (AMQP client properties, Kafka ApiVersions), when it was accepted
+(UTC) and what it carried."""
 
 from __future__ import annotations
-
-import time
 
 from ...connections import PROTOCOLS
 from ...responses import HttpError
@@ -25,17 +26,17 @@ def render(view: View) -> Html:
             button = action_form("/connections/close", view.csrf, "Close", {"id": c.id},
                                  describe=f"Close {c.protocol} connection {c.id} of {c.user or 'no user'}",
                                  danger=True)
-        opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c.opened_ms / 1000))
-        rows.append((c.id, c.protocol, c.user, c.vhost, c.peer, "yes" if c.tls else "no", c.client_id, opened,
-                     c.received, c.sent, size(c.bytes_in), button))
+        software = " ".join(x for x in (c.client_product, c.client_version) if x)
+        rows.append((c.id, c.protocol, c.user, c.vhost, c.peer, "yes" if c.tls else "no", c.client_id, software,
+                     c.connected_at, c.received, c.sent, size(c.bytes_in), size(c.bytes_out), button))
     options = "".join(f'<option value="{h(p)}"{" selected" if p == protocol else ""}>{h(p.upper())}</option>'
                       for p in PROTOCOLS)
     filter_form = ('<form method="get" action="/connections" class="filters"><label for="protocol">Protocol</label>'
                    f'<select id="protocol" name="protocol"><option value="">all</option>{options}</select>'
                    '<button type="submit">Show</button></form>')
-    headers = ["Id", "Protocol", "User", "Vhost", "Peer", "TLS", "Client id", "Opened", "Messages in",
-               "Messages out", "Bytes in", "Action"]
-    return Html(filter_form + table("Open connections", headers, rows, numeric=(0, 8, 9, 10)))
+    headers = ["Id", "Protocol", "User", "Vhost", "Peer", "TLS", "Client id", "Client software", "Connected at (UTC)",
+               "Messages in", "Messages out", "Bytes in", "Bytes out", "Action"]
+    return Html(filter_form + table("Open connections", headers, rows, numeric=(0, 9, 10, 11, 12)))
 
 
 def close(view: View) -> str:

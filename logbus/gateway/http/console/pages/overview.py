@@ -1,6 +1,7 @@
 """The overview (``/``): the broker's version and uptime, its alarms (``Broker.health``),
-connections per protocol with their message counts, the number of topics, the queues'
-totals, and two charts (uPlot, fed by /rates.json): the message rates and the queues'
+open connections per protocol, the message counters per protocol since start (those of
+``/api/overview`` and the CLI's, closed connections included), the number of topics,
+the queues' totals, and two charts (uPlot, fed by /rates.json): the message rates and the queues'
 depth, above tables of the latest numbers, which is what a reader without JavaScript
 gets."""
 
@@ -14,6 +15,10 @@ from ..html import Html, duration, h, table
 from ..page import Page, View
 
 TABLE_SECONDS = 10
+# Broker.message_totals' counters, in the CLI overview's order (docs/operations.md defines them)
+COUNTERS = (("received", "Received"), ("confirmed", "Confirmed"), ("sent", "Sent"), ("routed", "Routed"),
+            ("delivered", "Delivered"), ("redelivered", "Redelivered"), ("acked", "Acked"),
+            ("dead_lettered", "Dead-lettered"))
 
 
 def version() -> str:
@@ -50,10 +55,9 @@ def render(view: View) -> Html:
              f"<dt>Topics</dt><dd id=\"topic-count\">{len(broker.list_topics())}</dd>"
              f"<dt>Connections</dt><dd id=\"connection-count\">{len(connections)}</dd>"
              f"<dt>Alarms</dt><dd class=\"{'problem' if reasons else 'ok'}\">{alarms}</dd></dl>")
-    per = []
-    for protocol in PROTOCOLS:
-        mine = [c for c in connections if c.protocol == protocol]
-        per.append((protocol.upper(), len(mine), sum(c.received for c in mine), sum(c.sent for c in mine)))
+    per = [(protocol.upper(), sum(1 for c in connections if c.protocol == protocol)) for protocol in PROTOCOLS]
+    totals = broker.message_totals()
+    counted = [(protocol.upper(), *(totals[protocol][k] for k, _ in COUNTERS)) for protocol in PROTOCOLS]
     series = view.console.rates.series()
     recent = list(zip(series["t"], series["received"], series["sent"]))[-TABLE_SECONDS:]
     rates = [(time.strftime("%H:%M:%S", time.localtime(t)), f"{r:g}", f"{s:g}") for t, r, s in reversed(recent)]
@@ -63,8 +67,9 @@ def render(view: View) -> Html:
     return Html(facts
                 + table("Queue totals", ["Queues", "Ready", "Unacked", "Scheduled"], depth, row_headers=False,
                         numeric=(0, 1, 2, 3))
-                + table("Connections per protocol", ["Protocol", "Connections", "Messages received",
-                                                     "Messages sent"], per, numeric=(1, 2, 3))
+                + table("Connections per protocol", ["Protocol", "Connections"], per, numeric=(1,))
+                + table("Messages since start", ["Protocol", *(label for _, label in COUNTERS)], counted,
+                        numeric=tuple(range(1, len(COUNTERS) + 1)))
                 + table(f"Messages per second, last {TABLE_SECONDS} seconds", ["Second", "Received/s", "Sent/s"],
                         rates, numeric=(1, 2), empty="sampling started; numbers in a second or two."))
 

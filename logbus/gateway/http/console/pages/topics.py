@@ -7,7 +7,8 @@ and retention, and per partition its offsets and segments.
                                           the records found (``Broker.search_messages``:
                                           by key or message id through the key index, or
                                           by time range), for a user with read on the
-                                          topic; times are UTC
+                                          topic; times are UTC; when more match than
+                                          the limit, the caption says so
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def _results(view: View, topic: str) -> Html:
             partition=view.int_arg("partition") if partition else None, limit=view.int_arg("limit", LIMIT))
     except LogbusError as exc:  # no such partition, a range that ends before it starts
         return Html(f'<p class="problem" role="alert">No search: {h(exc)}</p>')
-    return table(f"Messages found: {len(found)}", ["Partition", "Offset", "Time (UTC)", "Key", "Message id",
+    count = f"first {len(found)} shown, more match" if found.truncated else str(len(found))
+    return table(f"Messages found: {count}", ["Partition", "Offset", "Time (UTC)", "Key", "Message id",
                                                   "Headers", "Payload"], [_row(m) for m in found],
                  numeric=(0, 1), empty="no record matches.")
 
