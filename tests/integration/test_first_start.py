@@ -93,3 +93,15 @@ def test_no_console_line_without_the_http_listener(logbus_server: Any) -> None:
     server = logbus_server(listeners={"http": "off", "kafka": "off", "amqp": "off"})
     assert not _start_lines(server)
     assert "logbus ready" in server.log_text()
+
+
+def test_make_spark_installs_the_spark_extra_alone(tmp_path: Path) -> None:
+    """`make spark` (docs/spark.md) adds the spark extra to `make run`'s venv, not the
+    test toolchain: what it would run, by `make -n`."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    plan = subprocess.run(["make", "-n", "-C", str(REPO_ROOT), f"VENV={venv}", "spark"],
+                          capture_output=True, text=True, check=True).stdout
+    installs = [line for line in plan.splitlines() if " pip install " in line]
+    assert installs and installs[-1].endswith("'.[spark]'"), plan
+    assert not [line for line in installs if "test," in line or "[test" in line], plan
