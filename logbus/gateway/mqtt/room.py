@@ -222,10 +222,11 @@ class MqttRoom:
         """Start handing the session's queues to its connection."""
         vhost = self.vhost()
         for queue in _queues(s):
-            if (s.client_id, queue) not in self._consumers:
-                c = SessionConsumer(s, s.connection)
-                self._consumers[(s.client_id, queue)] = c
-                vhost.consume(queue, c, self.shared_members.get(queue, {}).get(s.client_id))
+            c = self._consumers.get((s.client_id, queue))
+            if c is not None and c.connection is s.connection:
+                continue  # consumed already: its queue was made by this connection's SUBSCRIBE
+            c = self._consumers[(s.client_id, queue)] = SessionConsumer(s, s.connection)
+            vhost.consume(queue, c, self.shared_members.get(queue, {}).get(s.client_id))
 
     def dispatch(self, s: Session) -> None:
         """The connection may take more: hand out what its queues hold."""
