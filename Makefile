@@ -4,25 +4,29 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PROTOS := logbus/core/envelope.proto logbus/core/state.proto
 
-.PHONY: run test install install-test proto bench clean debian-tools sslyze console-vendor console-screenshots
+.PHONY: run test install install-test spark proto bench clean debian-tools sslyze console-vendor console-screenshots
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# An editable install whose .pth puts the repository root on sys.path (setuptools' compat
-# mode): PySpark finds data sources by listing the pyspark_* modules on sys.path
-# (pkgutil.iter_modules), which does not see the import hook of the default mode, so
-# pyspark_logbus would not be found outside the repository.
-EDITABLE := --config-settings editable_mode=compat -e
-
+# An editable install whose .pth puts the repository root on sys.path: PySpark finds data
+# sources by listing the pyspark_* modules on sys.path (pkgutil.iter_modules), which does
+# not see an import hook, so pyspark_logbus would not be found outside the repository.
+# pyproject.toml's `package-dir = {"" = "."}` is what makes setuptools' default editable
+# mode write that .pth (its deprecated compat mode did the same, with a warning block).
 $(VENV)/.installed: pyproject.toml Makefile | $(PY)
-	$(PY) -m pip install -q $(EDITABLE) .
+	$(PY) -m pip install -q -e .
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml Makefile | $(PY) debian-tools
-	$(PY) -m pip install -q $(EDITABLE) '.[test,spark]'
+	$(PY) -m pip install -q -e '.[test,spark]'
 	touch $@ $(VENV)/.installed
+
+# The Spark data source's extra (pyspark, pyarrow, numpy, numba: docs/spark.md) without
+# the test toolchain; `make run` serves without it.
+spark: install
+	$(PY) -m pip install -q -e '.[spark]'
 
 # Debian tools the tests drive, as command:package (kcat: a librdkafka command-line client;
 # java: the runtime local Spark needs for tests/spark; mosquitto_pub/mosquitto_sub: MQTT

@@ -310,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     parquet = export_commands.add_parser("parquet", help="one Parquet file per partition", description=(
         "Read the topic's segment files directly (no broker needed, safe beside a running one)"
         " and write <DIR>/<topic>-<partition>.parquet with the columns of the Spark `logbus`"
-        " source, up to the last complete batch. Needs pyarrow (pip install 'logbus[spark]')."))
+        " source, up to the last complete batch. Needs pyarrow, of the spark extra (`make spark`, or"
+        " pip install -e '.[spark]' in the repository)."))
     parquet.add_argument("--topic", required=True, help="topic to export")
     parquet.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parquet.add_argument("--data-dir", metavar="DIR", default="./data", help="data directory (default ./data)")
@@ -629,7 +630,8 @@ def cmd_export_parquet(args: argparse.Namespace) -> int:
         from .spark.export import export_parquet
         from .spark.logfiles import LogReadError
     except ImportError as exc:
-        print(f"{PROG}: export needs the spark extra (pip install 'logbus[spark]'): {exc}", file=sys.stderr)
+        print(f"{PROG}: export needs the spark extra (`make spark`, or pip install -e '.[spark]' in the"
+              f" repository): {exc}", file=sys.stderr)
         return 1
     try:
         bar = Progress(f"exporting {args.topic}")

@@ -38,6 +38,7 @@ from twisted.python.failure import Failure
 
 from .retry.policy import pop_retry_policy
 from .config import LISTENERS, Settings
+from .console_line import console_line
 from .core.errors import LogbusError
 from .reload import Reloader, set_log_level
 from .gateway.listener import DEFAULT_RULES, ListenerFactory, rules_of, split_options
@@ -518,6 +519,9 @@ def run(settings: Settings, reactor: Any, ready_file: Path | None = None,
         for listener in service.listeners:
             log.info("%s listening on %s (%s)", listener.name, addresses[listener.name],
                      "TLS 1.2+" if listener.tls else "plain, no TLS")
+        for listener, (_, port) in zip(service.listeners, results):
+            if listener.name == "http":  # where a new user goes next
+                log.info("%s", console_line(port.getHost(), listener.tls is not None, settings))
         tune_gc()
         start_memory_return(service.broker, reactor)
         if ready_file is not None:  # last: a client that waits for it finds the broker whole

@@ -15,7 +15,10 @@ The log (logger ``logbus.connections``) has one line for each connection accepte
 in (``logged_in``: the user and vhost), refused (``refused``: who tried and why, a
 warning) and closed (with its user, how long it lasted and what it carried), each with
 the connection's id, protocol, peer and whether it is TLS, as RabbitMQ logs its
-connections.
+connections. An HTTP connection's accepted, logged-in and closed lines are at debug
+level: a client polling the API (a health check, a dashboard) would otherwise fill the
+log, and RabbitMQ and Mosquitto keep HTTP requests to an access log too; its refusals
+are warnings as any protocol's.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from .access.throttle import LoginThrottle
 PROTOCOLS = ("amqp", "mqtt", "kafka", "http")
 CLIENT_TEXT_MAX = 255  # characters kept of what a client says of itself (its name, product, version)
 log = logging.getLogger("logbus.connections")
+# the level of a connection's accepted, logged-in and closed lines, per protocol
+LEVELS = {"amqp": logging.INFO, "mqtt": logging.INFO, "kafka": logging.INFO, "http": logging.DEBUG}
 
 
 @dataclass(slots=True, eq=False)
@@ -111,7 +116,7 @@ class Connections:
             raise ValueError(f"unknown protocol {protocol!r}")
         c = ConnectionRecord(next(self._ids), protocol, peer, tls, self.clock(), close)
         self._open[c.id] = c
-        log.info("%s accepted", c.describe(), extra={"fields": c.fields("accepted")})
+        log.log(LEVELS[protocol], "%s accepted", c.describe(), extra={"fields": c.fields("accepted")})
         return c
 
     def logged_in(self, c: ConnectionRecord, user: str, vhost: str = "", how: str = "") -> None:
@@ -122,7 +127,7 @@ class Connections:
         c.vhost = vhost or c.vhost
         c.login = how or c.login
         self.throttle.succeeded(c.host)
-        log.info("%s: user %r logged in%s%s", c.describe(), user, f" to vhost {c.vhost!r}" if c.vhost else "",
+        log.log(LEVELS[c.protocol], "%s: user %r logged in%s%s", c.describe(), user, f" to vhost {c.vhost!r}" if c.vhost else "",
                  f" ({how})" if how else "", extra={"fields": c.fields("logged_in", login=c.login or None)})
 
     def refused(self, c: ConnectionRecord | None, user: str, reason: str) -> float:
@@ -145,10 +150,11 @@ class Connections:
             counts[2] += c.confirmed
             reason = c.close_reason or lost or "closed"
             ms = self.clock() - c.opened_ms
-            log.info("%s closed (%s): user %r, %.1f s, %d messages in, %d out, %d bytes in, %d out", c.describe(),
-                     reason, c.user or None, ms / 1000, c.received, c.sent, c.bytes_in, c.bytes_out,
-                     extra={"fields": c.fields("closed", reason=reason, duration_ms=ms, received=c.received,
-                                               sent=c.sent, bytes_in=c.bytes_in, bytes_out=c.bytes_out)})
+            log.log(LEVELS[c.protocol], "%s closed (%s): %s, %.1f s, %d messages in, %d out, %d bytes in, %d out",
+                    c.describe(), reason, f"user {c.user!r}" if c.user else "no login", ms / 1000, c.received,
+                    c.sent, c.bytes_in, c.bytes_out,
+                    extra={"fields": c.fields("closed", reason=reason, duration_ms=ms, received=c.received,
+                                              sent=c.sent, bytes_in=c.bytes_in, bytes_out=c.bytes_out)})
 
     def message_counts(self) -> dict[str, dict[str, int]]:
         """Per protocol, the messages every connection since start received, confirmed

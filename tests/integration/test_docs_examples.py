@@ -14,6 +14,7 @@ The ``make`` set-up commands are what CI itself runs, so they are not run again 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from typing import Any, Callable
 
 import pytest
 
+from logbus.cli import build_parser
 from logbus.config import KEYS, load_settings
 from tests.serverproc import REPO_ROOT, LogbusServer, logbus_env
 
@@ -91,6 +93,51 @@ def test_the_readme_links_every_doc() -> None:
     assert not missing, f"README.md's Documentation list lacks {missing}"
 
 
+# Sentences that described logbus before the thing they say is missing was built: none may
+# come back (the decision records and benchmarks are history, and are not checked).
+STALE = [
+    "when the MQTT gateway is built",
+    "has no endpoint yet",
+    "the HTTP gateway has no web console",
+    "No `queue` commands",
+    "Kafka clients are not authenticated yet",
+    "editable_mode=compat",
+    "which `make install-test` installs",
+    "tags and keys that nothing sets yet",
+    "and what does not yet:",
+    "needs `pip install 'twisted[tls]'`",
+    "HTTP auth backends or x509 (EXTERNAL) logins",
+    "permissions and `/api/whoami` endpoints only",
+]
+
+
+@pytest.mark.parametrize("sentence", STALE)
+def test_no_stale_sentence(sentence: str) -> None:
+    found = [str(doc.relative_to(REPO_ROOT)) for doc in DOCS if sentence in " ".join(doc.read_text().split())]
+    assert not found, f"{sentence!r} in {found}"
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def test_the_readme_lists_every_command() -> None:
+    """Each command of the CLI, with each of its subcommands, in one row of the README's
+    table of commands."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    table = readme[readme.index("Its commands:"):readme.index("Every command but")]
+    rows = [row for row in table.splitlines() if row.startswith("| `")]
+    missing = []
+    for command, parser in _subcommands(build_parser()).items():
+        for sub in _subcommands(parser) or [""]:
+            if not any(re.search(rf"\b{command}\b", row) and re.search(rf"\b{sub}\b", row) for row in rows):
+                missing.append(f"{command} {sub}".strip())
+    assert not missing, f"README's table of commands lacks {missing}"
+
+
 @pytest.mark.parametrize("block", [b for b in ALL if b.lang in CHECK], ids=lambda b: b.id)
 def test_config_and_json_blocks_load(block: Block, tmp_path: Path) -> None:
     if block.lang == "json":
@@ -103,7 +150,7 @@ def test_config_and_json_blocks_load(block: Block, tmp_path: Path) -> None:
 
 def _commands(block: Block) -> str:
     """The block's shell text without the set-up commands CI itself runs."""
-    lines = [ln for ln in block.text.splitlines() if not re.match(r"\s*make (run|test)\b", ln)]
+    lines = [ln for ln in block.text.splitlines() if not re.match(r"\s*make (run|spark|test)\b", ln)]
     return "\n".join(lines).strip()
 
 

@@ -21,11 +21,13 @@ so aio-pika's connection keeps being served meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aio_pika
+import pika  # type: ignore[import-untyped]
 import pytest
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -143,6 +145,34 @@ def test_mqtt_publish_reaches_amqp_queues_bound_to_amq_topic(server: LogbusServe
         run(body())
     finally:
         close_all(pub5, pub4)
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_mqtt_qos_is_the_amqp_delivery_mode(server: LogbusServer, version: int) -> None:
+    """As RabbitMQ's MQTT plugin: QoS 1 and 2 reach an AMQP consumer (pika) persistent
+    (delivery mode 2), QoS 0 not (1)."""
+    base = unique("dm")
+    host, port = server.host_port("amqp")
+    connection = pika.BlockingConnection(pika.ConnectionParameters(host, port))
+    pub = Paho(server, unique("pub"), version=version)
+    try:
+        channel = connection.channel()
+        queue = channel.queue_declare(queue_name("qos"), exclusive=True).method.queue
+        channel.queue_bind(queue, EXCHANGE, f"{base}.#")
+        for qos in (0, 1, 2):
+            pub.publish(f"{base}/q{qos}", b"qos %d" % qos, qos)
+        got: list[tuple[bytes, int | None]] = []
+        deadline = time.monotonic() + WAIT
+        while len(got) < 3 and time.monotonic() < deadline:
+            method, properties, body = channel.basic_get(queue, auto_ack=True)
+            if method is None:
+                connection.sleep(0.05)  # pika's own wait: it keeps serving the connection
+                continue
+            got.append((body, properties.delivery_mode))
+        assert got == [(b"qos 0", 1), (b"qos 1", 2), (b"qos 2", 2)]
+    finally:
+        pub.close()
+        connection.close()
 
 
 # -- AMQP -> MQTT ----------------------------------------------------------------------------

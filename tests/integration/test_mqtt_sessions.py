@@ -13,7 +13,9 @@ from logbus.gateway.mqtt import (
     ConnAck, Connect, Disconnect, Properties, PubAck, PubComp, Publish, PubRec, PubRel, SubAck, Subscribe,
     Subscription,
 )  # fmt: skip
+from tests.integration.mgmt import Mgmt
 from tests.integration.mqtt_clients import Paho, Raw, props, unique
+from tests.serverproc import run_logbus
 
 KEEP = Properties(session_expiry_interval=600)
 
@@ -209,3 +211,70 @@ def test_topic_aliases_towards_the_client(logbus_server: Any) -> None:
     raw.send(Disconnect())
     raw.close()
     pub.close()
+
+
+def _queue_names(mgmt: Mgmt) -> set[str]:
+    return {q["name"] for q in mgmt.ok("GET", "/api/queues").json()}
+
+
+def test_a_publish_only_client_has_no_queue(logbus_server: Any) -> None:
+    """10,000 sensors that only publish are 10,000 sessions, not 10,000 empty queues: a
+    session's queue is made at its first SUBSCRIBE (clean or persistent), in the API's
+    and the CLI's queue list as in the console."""
+    server = logbus_server(listeners={"kafka": "off", "amqp": "off"})
+    mgmt = Mgmt(server)
+    ids = [unique("sensor"), unique("kept"), unique("later")]
+    clean, kept = Paho(server, ids[0]), Paho(server, ids[1], clean=False)
+    later = Paho(server, ids[2], version=5, clean=False, properties=props(SessionExpiryInterval=600))
+    for client in (clean, kept, later):
+        client.publish(f"{unique('readings')}/t", b"21.5", 1)
+    sessions = {s["client_id"] for s in mgmt.ok("GET", "/api/mqtt/sessions").json()}
+    assert set(ids) <= sessions
+    assert not [name for name in _queue_names(mgmt) if name.startswith("mqtt-session:")]
+    listed = run_logbus("queue", "list", "--server", server.http_url, "--kind", "session")
+    assert listed.returncode == 0 and "mqtt-session:" not in listed.stdout, listed
+    # the first SUBSCRIBE makes it, and messages come
+    base = unique("sub")
+    later.subscribe(f"{base}/#", 1)
+    assert f"mqtt-session:{ids[2]}" in _queue_names(mgmt)
+    clean.publish(f"{base}/x", b"hello", 1)
+    assert later.next_message().payload == b"hello"
+    for client in (clean, kept, later):
+        client.close()
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_persistent_session_without_a_queue_survives_a_restart(logbus_server: Any, how: str) -> None:
+    """A kept session with no subscription is stored without a queue; taken up again after
+    a restart it subscribes, gets its queue, and its offline messages survive the next
+    restart as any session's do."""
+    server = logbus_server(listeners={"kafka": "off", "amqp": "off"})
+    cid, base = unique("late"), unique("late")
+    expiry = props(SessionExpiryInterval=600)
+    first = Paho(server, cid, version=5, clean=False, properties=expiry)
+    first.close()
+    restart(server, how)
+    assert f"mqtt-session:{cid}" not in _queue_names(Mgmt(server))
+    back = Paho(server, cid, version=5, clean=False, properties=expiry, connect=False)
+    flags, _, _ = back.connect()
+    assert flags.session_present
+    back.subscribe(f"{base}/#", 1)
+    back.close()
+    pub = Paho(server, unique("pub"))
+    pub.publish(f"{base}/a", b"kept offline", 1)
+    pub.close()
+    restart(server, how)
+    again = Paho(server, cid, version=5, clean=False, properties=expiry)
+    assert again.next_message().payload == b"kept offline"
+    again.close()
+
+
+def test_a_will_of_a_publish_only_session_is_published(logbus_server: Any) -> None:
+    server = logbus_server(listeners={"kafka": "off", "amqp": "off", "http": "off"})
+    base = unique("will")
+    watcher = Paho(server, unique("watch"))
+    watcher.subscribe(f"{base}/#", 1)
+    dying = Paho(server, unique("dying"), will=(f"{base}/gone", b"bye", 1, False))
+    dying.drop()  # no DISCONNECT: the will goes out
+    assert watcher.next_message().payload == b"bye"
+    watcher.close()

@@ -18,6 +18,7 @@ from .events import Publish
 from .fastpath import Properties, decode_table, encode_table
 
 _AMQP = Envelope.AMQP
+_MQTT = Envelope.MQTT
 
 TAG_HEADER = "x-tag"  # an AMQP header naming the message's tag (docs/filters.md)
 
@@ -179,7 +180,7 @@ def properties_of(m: Message) -> Properties:
         content_type=env.content_type or None,
         content_encoding=env.content_encoding or None,
         headers=headers or None,
-        delivery_mode=env.delivery_mode if env.HasField("delivery_mode") else None,
+        delivery_mode=_delivery_mode(env),
         priority=env.priority if env.HasField("priority") else None,
         correlation_id=env.correlation_id or None,
         reply_to=env.reply_to or None,
@@ -190,3 +191,14 @@ def properties_of(m: Message) -> Properties:
         user_id=env.user_id or None,
         app_id=env.app_id or None,
     )
+
+
+def _delivery_mode(env: Envelope) -> int | None:
+    """An AMQP message's own; an MQTT publish's from its QoS, as RabbitMQ's MQTT plugin
+    gives it: QoS 1 and 2 persistent (2), QoS 0 not (1). The reverse of
+    ``mqtt.mapping.published_qos``."""
+    if env.HasField("delivery_mode"):
+        return env.delivery_mode
+    if env.protocol == _MQTT:
+        return 2 if env.mqtt_qos else 1
+    return None

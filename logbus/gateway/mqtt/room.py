@@ -5,8 +5,10 @@ the room's vhost (``/``), so they land on its log topic and reach every queue bo
 AMQP queues, and the sessions' own queues. A session (``session.Session``) is a client of
 the vhost's queue service, not of the AMQP model:
 
-- **its queue**, ``mqtt-session:<client id>``, is created in the queue service and bound
-  to ``amq.topic`` once per subscription with the filter as an AMQP binding key
+- **its queue**, ``mqtt-session:<client id>``, is created in the queue service at the
+  session's first subscription (a client that only publishes has none: no empty queue
+  per sensor in the queue lists, docs/decisions/0042), and bound to ``amq.topic`` once
+  per subscription with the filter as an AMQP binding key
   (``topic_map.filter_to_amqp``); a filter with a literal ``*`` level, which AMQP would
   read as a wildcard, is bound with ``*`` there, and the session drops what its filter
   does not match (``subscriptions.copy`` decides every copy anyway: ``$`` topics, No
@@ -59,7 +61,7 @@ from .connect import NEVER_EXPIRES, Accepted
 from .mapping import EXCHANGE, message_from_publish
 from .outbound import PUBLISHED, RELEASED, InFlight
 from .packets import Publish, Subscription, Will
-from .session import Session, Token
+from .session import SESSION_QUEUE, Session, Token
 from .subscriptions import SHARE_PREFIX, SHARED_QUEUE, Filtered, shared_queue
 from .topic_map import Unmappable, filter_to_amqp
 
@@ -70,11 +72,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PROTOCOL = "mqtt"  # the broker's name for this protocol's stored sessions
-SESSION_QUEUE = "mqtt-session:"
 
 
 class Unavailable(LogbusError):
     """The room's vhost is not open (deleted): MQTT clients are refused."""
+
+
+def _queues(s: Session) -> tuple[str, ...]:
+    """The queues a session consumes: its own, once made, and its shared subscriptions'."""
+    return (s.queue, *sorted(s.shared)) if s.has_queue else tuple(sorted(s.shared))
 
 
 def binding_key(topic_filter: str) -> str:
@@ -159,7 +165,8 @@ class MqttRoom:
                 s.disconnected_ms = now
             s.expiry = min(s.expiry, self.max_session_expiry)  # stored before the cap (or a lower one)
             self.sessions[s.client_id] = s
-            self._open_queue(vhost, s.queue, durable=True)
+            if s.has_queue:
+                self._open_queue(vhost, s.queue, durable=True)
             for sub, _ in s.subscriptions.by_filter.values():
                 self._bind(vhost, s, sub)
             self._arm_expiry(s)
@@ -186,7 +193,7 @@ class MqttRoom:
     def attach(self, connection: Any, acc: Accepted, user: str) -> tuple[Session, bool]:
         """Open the session of an accepted CONNECT for ``connection``: (session, session
         present). A connection holding the same client id is taken over first."""
-        vhost = self.vhost()
+        self.vhost()  # Unavailable when the room's vhost is gone
         cid = acc.client_id
         old = self.sessions.get(cid)
         if old is not None and old.connection is not None:
@@ -198,11 +205,7 @@ class MqttRoom:
             if acc.clean_start:
                 self.end(old)
                 old = None
-        if old is None:
-            s = Session(cid, SESSION_QUEUE + cid)
-            self._open_queue(vhost, s.queue, durable=acc.session_expiry > 0)
-        else:
-            s = old
+        s = Session(cid, SESSION_QUEUE + cid) if old is None else old  # its queue: at its first SUBSCRIBE
         s.version, s.expiry, s.user = acc.version, acc.session_expiry, user
         s.connection, s.disconnected_ms = connection, 0
         s.outbound.receive_maximum = acc.receive_maximum
@@ -218,16 +221,19 @@ class MqttRoom:
     def consume(self, s: Session) -> None:
         """Start handing the session's queues to its connection."""
         vhost = self.vhost()
-        for queue in (s.queue, *sorted(s.shared)):
-            c = SessionConsumer(s, s.connection)
-            self._consumers[(s.client_id, queue)] = c
+        for queue in _queues(s):
+            c = self._consumers.get((s.client_id, queue))
+            if c is not None and c.connection is s.connection:
+                continue  # consumed already: its queue was made by this connection's SUBSCRIBE
+            c = self._consumers[(s.client_id, queue)] = SessionConsumer(s, s.connection)
             vhost.consume(queue, c, self.shared_members.get(queue, {}).get(s.client_id))
 
     def dispatch(self, s: Session) -> None:
         """The connection may take more: hand out what its queues hold."""
         vhost = self.broker.vhost(self.vhost_name)
         if vhost is not None:
-            vhost.dispatch(s.queue)
+            if s.has_queue:
+                vhost.dispatch(s.queue)
             for queue in s.shared:
                 vhost.dispatch(queue)
 
@@ -240,7 +246,7 @@ class MqttRoom:
         s.connection = None
         s.disconnected_ms = self.clock()
         if vhost is not None:
-            for queue in (s.queue, *sorted(s.shared)):
+            for queue in _queues(s):
                 c = self._consumers.pop((s.client_id, queue), None)
                 if c is not None:
                     vhost.cancel(queue, c)
@@ -269,7 +275,7 @@ class MqttRoom:
                     s.restored[(f.token.queue, f.token.receipt.seq)] = (pid, f.qos)
         s.outbound.shrink()
         s.subscriptions.forget_copies()
-        for queue in (s.queue, *sorted(s.shared)):
+        for queue in _queues(s):
             vhost.release(queue, s)
 
     def end(self, s: Session) -> None:
@@ -281,7 +287,8 @@ class MqttRoom:
         if vhost is not None:
             for queue in sorted(s.shared):
                 self._leave_shared(vhost, s, queue)
-            vhost.close_queue(s.queue)
+            if s.has_queue:
+                vhost.close_queue(s.queue)
         self._forget_record(s.client_id)
 
     def kick(self, client_id: str) -> bool:
@@ -370,7 +377,18 @@ class MqttRoom:
                 c = self._consumers[(s.client_id, queue)] = SessionConsumer(s, s.connection)
                 vhost.consume(queue, c, filtered)
         else:
+            if not s.has_queue:
+                self._make_session_queue(vhost, s)
             vhost.bind(EXCHANGE, s.queue, binding_key(f), filter=filtered)
+
+    def _make_session_queue(self, vhost: VHost, s: Session) -> None:
+        """The session's first subscription (not a shared one): its queue is made, durable
+        if the session outlives its connection, and a connected session consumes it."""
+        self._open_queue(vhost, s.queue, durable=s.kept)
+        s.has_queue = True
+        if s.connection is not None:
+            c = self._consumers[(s.client_id, s.queue)] = SessionConsumer(s, s.connection)
+            vhost.consume(s.queue, c)
 
     def unsubscribe(self, s: Session, topic_filter: str) -> bool:
         """False when there was no such subscription."""

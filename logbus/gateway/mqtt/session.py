@@ -6,7 +6,9 @@ The session state the specifications name, and where logbus keeps it:
   its connection does: 0 at once; ``NEVER_EXPIRES`` only at a clean connect);
 - its subscriptions (``subscriptions.Subscriptions``);
 - the messages for it: entries of its queue (``queue``) in the queue service, pointers
-  into the log, so an offline session's messages are kept without a copy; QoS 1 and 2
+  into the log, so an offline session's messages are kept without a copy. The queue is
+  made at the session's first subscription (``has_queue``): a client that only publishes
+  has none, however long its session lives (docs/decisions/0042); QoS 1 and 2
   messages sent and not yet acknowledged are leases on those entries, held by the
   session (``outbound.Outbound``, by packet id);
 - QoS 2 hand-overs in flight both ways: publishes from the client PUBRECed and waiting
@@ -37,6 +39,9 @@ from .subscriptions import FILTER_SQL, FILTER_TAG, Filtered, Subscriptions
 log = logging.getLogger(__name__)
 
 
+SESSION_QUEUE = "mqtt-session:"  # + the client id: the name of a session's queue
+
+
 class Token(NamedTuple):
     """What settles a message sent to the client: its queue and lease."""
 
@@ -47,7 +52,7 @@ class Token(NamedTuple):
 @dataclass(eq=False)
 class Session:
     client_id: str
-    queue: str  # the session's own queue in the queue service
+    queue: str  # the name of the session's own queue in the queue service
     version: int = 4
     expiry: int = 0  # seconds after the connection ends (NEVER_EXPIRES: never)
     user: str = ""
@@ -61,6 +66,7 @@ class Session:
     connection: Any = None  # the live connection, None while offline
     disconnected_ms: int = 0
     shared: set[str] = field(default_factory=set)  # the shared subscriptions' queues it consumes
+    has_queue: bool = False  # whether ``queue`` is made yet (at the first subscription)
 
     @property
     def kept(self) -> bool:
@@ -75,7 +81,8 @@ class Session:
 
     def to_record(self) -> MqttSessionRecord:
         r = MqttSessionRecord(client_id=self.client_id, version=self.version, expiry_interval=self.expiry,
-                              disconnected_ms=self.disconnected_ms, queue=self.queue, user=self.user)
+                              disconnected_ms=self.disconnected_ms, queue=self.queue if self.has_queue else "",
+                              user=self.user)
         filters = self.subscriptions.filters
         for s, sid in self.subscriptions.by_filter.values():
             fd = filters.get(s.topic_filter)
@@ -97,8 +104,9 @@ class Session:
 
     @classmethod
     def from_record(cls, r: MqttSessionRecord) -> Session:
-        s = cls(r.client_id, r.queue, r.version, r.expiry_interval, r.user,
-                disconnected_ms=r.disconnected_ms, awaiting_rel=set(r.awaiting_rel))
+        s = cls(r.client_id, SESSION_QUEUE + r.client_id, has_queue=bool(r.queue), version=r.version,
+                expiry=r.expiry_interval, user=r.user, disconnected_ms=r.disconnected_ms,
+                awaiting_rel=set(r.awaiting_rel))
         for sub in r.subscriptions:
             filtered = None
             if sub.filter_tag or sub.filter_sql:
