@@ -109,7 +109,8 @@ def test_mqtt_and_kafka_logins_are_logged(server: LogbusServer) -> None:
 def test_http_management_changes_are_audited_and_failed_logins_logged(server: LogbusServer) -> None:
     mgmt = Mgmt(server)
     mgmt.add_user("eve", "eve-pw")
-    mgmt.ok("POST", "/api/topics/audited-topic/messages", {"messages": [{"value": "data, not management"}]})
+    mgmt.ok("POST", "/api/topics", {"name": "http-audited"})  # its own topic: no test runs before it
+    mgmt.ok("POST", "/api/topics/http-audited/messages", {"messages": [{"value": "data, not management"}]})
     status = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-u", "eve:wrong",
                              server.http_url + "/api/topics"], capture_output=True, text=True, check=True).stdout
     assert status == "401"
@@ -150,7 +151,7 @@ def test_failed_logins_on_amqp_and_mqtt_are_slowed_down_too(server: LogbusServer
             pika.BlockingConnection(pika.ConnectionParameters(host, port, credentials=pika.PlainCredentials(
                 "trudy", "guess"), connection_attempts=1))
         took.append(time.monotonic() - started)
-    assert took[-1] >= min(took[:5]) + 0.15  # the sixth: held back 0.2 s more (a floor, not a speed)
+    assert took[-1] >= 0.2  # the sixth: held back 0.2 s (a floor, not a speed; the log says why below)
     refused = Paho(server, unique("trudy"), version=5, username="trudy", password="guess", connect=False)
     try:
         started = time.monotonic()

@@ -58,7 +58,7 @@ def test_make_install_prints_no_setuptools_warning_and_spark_finds_the_module(tm
         [str(venv / "bin/python"), "-c",
          "import json, pkgutil; print(json.dumps([getattr(m.module_finder, 'path', '')"
          " for m in pkgutil.iter_modules() if m.name == 'pyspark_logbus']))"],
-        cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
     assert json.loads(found)[:1] == [str(repo)], found
 
 
