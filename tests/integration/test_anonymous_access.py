@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import paho.mqtt.client as mqtt
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # type: ignore[import-untyped]
 from kafka.admin import (  # type: ignore[import-untyped]
