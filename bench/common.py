@@ -33,6 +33,9 @@ from types import TracebackType
 from typing import Any, Self
 
 LOOPBACK = "tcp:0:interface=127.0.0.1"  # a `logbus serve` listener on a free loopback port
+# the benches' Kafka and MQTT clients give no credentials and create their topics: they act
+# as the administrator, an operator's explicit choice (docs/decisions/0039)
+ANONYMOUS_ADMIN = ("--anonymous-user", "guest")
 
 
 def basic_auth(user: str = "guest", password: str = "guest") -> dict[str, str]:
@@ -181,7 +184,8 @@ def start_logbus(workdir: str, listeners: Mapping[str, str], extra: Sequence[str
                  ) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     """`logbus serve` with its data in ``workdir``/data and its output in
     ``workdir``/broker.log, listening as ``listeners`` says (e.g. {"http": LOOPBACK}; every
-    listener not named is off), plus ``extra`` arguments. Returns the process and the
+    listener not named is off), clients without credentials acting as guest
+    (``ANONYMOUS_ADMIN``), plus ``extra`` arguments. Returns the process and the
     addresses from its ready file ({"http": "127.0.0.1:port", ...}; the server writes it
     atomically). Fails, with the log's tail, if it does not start within ``timeout`` s or
     does not listen as asked: for each listener in ``expect`` (default: every one named in
@@ -196,7 +200,7 @@ def start_logbus(workdir: str, listeners: Mapping[str, str], extra: Sequence[str
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "logbus", "serve", "--data-dir", os.path.join(workdir, "data"),
-             *args, "--ready-file", ready, *extra],
+             *args, "--ready-file", ready, *ANONYMOUS_ADMIN, *extra],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out,
         )
     deadline = time.monotonic() + timeout

@@ -17,7 +17,10 @@ broker holds the data directory (``make run`` serves ``./data``), they are produ
 through that broker's Kafka listener (``--bootstrap``, ``make run``'s 127.0.0.1:9092),
 because only the process holding a data directory may write it; otherwise the example
 opens the directory itself as a broker would (taking its lock, recording the topic), so
-a broker started there later knows the topic.
+a broker started there later knows the topic. Through a broker, the topic is created as
+``LOGBUS_USER`` / ``LOGBUS_PASSWORD`` (SASL PLAIN; default guest/guest, ``make run``'s
+administrator: a client without credentials may not create topics), and the readings are
+produced without credentials (publish is what such a client is given).
 """
 
 from __future__ import annotations
@@ -109,7 +112,10 @@ def produce_over_kafka(bootstrap: str, records: int, locked: str) -> None:
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000,
+                                 security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                                 sasl_plain_username=os.environ.get("LOGBUS_USER") or "guest",
+                                 sasl_plain_password=os.environ.get("LOGBUS_PASSWORD") or "guest")
     except KafkaError as e:
         raise DemoError(f"{locked}, and no broker answered Kafka requests at {bootstrap} ({e!r}). "
                         "Give its Kafka address with --bootstrap, or stop it, or choose another --data-dir "

@@ -123,8 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="MQTT clients without a user name act as anonymous_user: never, or only from a"
                             " loopback address (default: loopback)")
     serve.add_argument("--anonymous-user", metavar="NAME",
-                       help="the user MQTT and Kafka clients without credentials act as, from loopback"
-                            " (default: guest)")
+                       help="the user MQTT and Kafka clients without credentials act as, from loopback;"
+                            " the first boot makes it with publish and consume on vhost / (default: anonymous)")
     serve.add_argument("--mqtt-max-session-expiry", metavar="SECONDS",
                        help="the longest an MQTT session outlives its connection: a 3.1.1 persistent"
                             " session's expiry, the cap on a 5.0 client's (told in CONNACK)"

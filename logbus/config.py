@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .core.access.auth import ANONYMOUS_USER
 from .core.errors import InvalidConfig
 from .retry.policy import InvalidRetryPolicy, parse_backoff
 from .core.log.topic_config import TopicConfig, parse_flush
@@ -65,7 +66,9 @@ class Settings:
     amqp_max_message_size: int = 128 << 20  # largest AMQP body accepted (RabbitMQ's max_message_size)
     mqtt_max_packet_size: int = 16 << 20  # largest MQTT packet accepted (MQTT 5's Maximum Packet Size)
     mqtt_anonymous: str = "loopback"  # clients without a user name: "off", or from loopback only
-    anonymous_user: str = "guest"  # who MQTT and Kafka clients without credentials act as (from loopback)
+    # who MQTT and Kafka clients without credentials act as (from loopback); made on first
+    # boot with publish and consume on "/" (core/access/auth.py, decision 0039)
+    anonymous_user: str = ANONYMOUS_USER
     # a verified TLS client certificate as the user (tls.py): its subject's common_name or its
     # subject_alternative_name; "off": certificates are not logins
     tls_cert_login: str = "off"

@@ -64,6 +64,7 @@ def apply_timeouts(service: LogbusService, settings: Settings) -> None:
             factory.wrappedFactory.connect_timeout = handshake
         elif listener.name == "kafka":
             factory.idle_timeout = settings.kafka_idle_timeout_ms / 1000
+            factory.handshake_timeout = handshake
         elif listener.name == "http":
             factory.timeouts = Timeouts(head=handshake, idle=settings.http_idle_timeout_ms / 1000,
                                         body=settings.http_body_timeout_ms / 1000)

@@ -6,10 +6,16 @@
     server.stop()                                 # SIGTERM, wait: returns the exit code
     server.kill(); server.restart()               # kill -9, then again on the same data dir
     factory.cleanup()                             # stops whatever is still running, by pid
+    factory.start(anonymous_admin=False)          # clients without credentials as the shipped default
 
 The server binds port 0 and reports the ports it got in its ready file, so tests never
 guess free ports. Its stdout and stderr go to ``server.log_path`` (a file, not a pipe
 nobody reads); a start that fails or times out raises ServerStartError with that log.
+
+Unless told ``anonymous_admin=False``, a server is started with the operator's explicit
+``--anonymous-user guest``: MQTT and Kafka clients without credentials act as the
+administrator, which the tests written before decision 0039 rely on. Tests of anonymous
+access itself, and the docs' examples, run with the shipped default (user ``anonymous``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ READY_TIMEOUT = 60.0  # a deadline, not a speed: a loaded machine starts a serve
 # endpoint but /healthz asks for a user (docs/security.md)
 ADMIN_AUTH = {"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="}
 STOP_TIMEOUT = 30.0
+ANONYMOUS_ADMIN = ("--anonymous-user", "guest")  # an operator's choice, still supported (decision 0039)
 
 
 class ServerStartError(RuntimeError):
@@ -88,6 +95,7 @@ class LogbusServer:
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         ready_timeout: float = READY_TIMEOUT,
+        anonymous_admin: bool = True,
     ) -> None:
         self.workdir = workdir
         self.data_dir = workdir / "data"
@@ -95,7 +103,7 @@ class LogbusServer:
         self.log_path = workdir / "server.log"
         self.listeners = {name: LOOPBACK_ANY_PORT for name in LISTENERS}
         self.listeners.update(listeners or {})
-        self.args = list(args)
+        self.args = [*(ANONYMOUS_ADMIN if anonymous_admin and "--anonymous-user" not in args else ()), *args]
         self.env = dict(env or {})
         self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen[bytes] | None = None
@@ -251,13 +259,16 @@ class ServerFactory:
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         ready_timeout: float = READY_TIMEOUT,
+        anonymous_admin: bool = True,
     ) -> LogbusServer:
         """Start ``logbus serve`` with every listener on an ephemeral loopback port, except
         those overridden in ``listeners`` (name -> endpoint or "off"); ``args`` are extra
-        ``serve`` flags, ``env`` extra environment variables."""
+        ``serve`` flags, ``env`` extra environment variables; ``anonymous_admin``: add
+        ``--anonymous-user guest`` (the module's docstring)."""
         workdir = self.base_dir / f"server{len(self.servers)}"
         server = LogbusServer(
-            workdir, listeners=listeners, args=args, env=env, ready_timeout=ready_timeout
+            workdir, listeners=listeners, args=args, env=env, ready_timeout=ready_timeout,
+            anonymous_admin=anonymous_admin,
         )
         self.servers.append(server)
         return server.start()

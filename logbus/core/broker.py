@@ -41,7 +41,7 @@ from .pressure import (
 from .access.facade import AccessFacade
 from .access.passwords import PasswordWorker
 from .tick import tick_of
-from .access.auth import Access, AccessChange, InvalidAccess, VHostInfo, check_name
+from .access.auth import ANONYMOUS_USER, Access, AccessChange, InvalidAccess, VHostInfo, check_name
 from .connections import ConnectionRecord, Connections
 from .definitions import LegacyTranslation
 from .definitions import upgrade as upgrade_definitions
@@ -100,6 +100,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT,
         default_user: str = "guest",
         default_pass: str = "guest",
+        anonymous_user: str = ANONYMOUS_USER,
         loopback_users: Sequence[str] = ("guest",),
         queue_max_message_bytes: int = 128 << 20,
         pop_retry: RetryPolicy = POP_DEFAULT,
@@ -180,6 +181,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         self.password_worker: PasswordWorker[Any] = PasswordWorker(reactor.callFromThread)  # the KDF's thread
         self._logins: dict[bytes, list[Deferred[Any]]] = {}
         self.default_user, self.default_pass = default_user, default_pass
+        self.anonymous_user = anonymous_user  # made on first boot beside the default user (access/auth.py)
         # every client connection of every protocol (core/connections.py)
         self.connections = Connections(self._clock)
         # The vhost model, one VHost per stored vhost, opened at start. Always THIS dict:
@@ -320,7 +322,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         self.access.open(self.state)
         self.retained = RetainedStore(self.state, self._clock)
         self.retained.load()
-        self.access.seed(self.default_user, self.default_pass)
+        self.access.seed(self.default_user, self.default_pass, self.anonymous_user)
         self.vhosts.clear()
         self.pop = PopGroups(self.state, self.queue_store, self.timers, MessageStore(log_batch_reader(self.log)),
                              clock=self._clock, dead_letter=self._append_dead_letter, retry=self.pop_retry)

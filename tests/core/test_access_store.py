@@ -38,8 +38,27 @@ def test_first_boot_creates_vhost_and_default_user_once(brokers: Brokers) -> Non
     assert access.get_permission("/", "admin").to_json() == {
         "user": "admin", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}
     access.delete_user("admin")
+    access.delete_user("anonymous")
     b = brokers.restart()  # default guest/guest now: the data directory was seeded before
     assert b.access.users == {} and list(b.vhosts) == ["/"]
+
+
+def test_first_boot_creates_the_anonymous_user_with_publish_and_consume_only(brokers: Brokers) -> None:
+    """Who MQTT and Kafka clients without credentials act as (decision 0039): no password
+    (none logs in as it), no tags, and on "/" write and read but no configure."""
+    access = brokers.start(anonymous_user="devices").access
+    devices = access.user("devices")
+    assert devices.tags == () and devices.password_hash == ""
+    assert access.authenticate("devices", "") is None
+    assert access.get_permission("/", "devices").to_json() == {
+        "user": "devices", "vhost": "/", "configure": "", "write": ".*", "read": ".*"}
+    assert set(access.users) == {"guest", "devices"}
+
+
+def test_an_anonymous_user_that_is_the_default_user_stays_the_administrator(brokers: Brokers) -> None:
+    access = brokers.start(anonymous_user="guest").access  # the old behaviour, an operator's choice
+    assert set(access.users) == {"guest"} and access.user("guest").tags == ("administrator",)
+    assert access.get_permission("/", "guest").configure == ".*"
 
 
 def test_users_vhosts_and_permissions_survive_a_restart(brokers: Brokers) -> None:
@@ -59,13 +78,13 @@ def test_users_vhosts_and_permissions_survive_a_restart(brokers: Brokers) -> Non
     assert access.authenticate("bob", "secret") is not None
     assert access.vhost("prod").description == "still production" and access.vhost("prod").tags == ()
     assert set(b.vhosts) == {"/", "prod"} and b.vhosts["prod"].name == "prod"
-    assert sorted(access.permissions) == [("alice", "prod"), ("bob", "/"), ("guest", "/")]
+    assert sorted(access.permissions) == [("alice", "prod"), ("anonymous", "/"), ("bob", "/"), ("guest", "/")]
     assert access.get_permission("prod", "alice").read == "^c"
     access.clear_permission("bob", "/")
     access.delete_user("alice")
     b = brokers.restart()
-    assert sorted(b.access.permissions) == [("guest", "/")]
-    assert sorted(b.access.users) == ["bob", "guest"]
+    assert sorted(b.access.permissions) == [("anonymous", "/"), ("guest", "/")]
+    assert sorted(b.access.users) == ["anonymous", "bob", "guest"]
 
 
 def test_scram_credentials_are_kept_never_the_password_and_made_at_the_first_login(brokers: Brokers) -> None:

@@ -203,7 +203,7 @@ def test_examples_run_as_pasted(block: Block, logbus_server: Callable[..., Logbu
             if re.search(r"\blogbus serve\b", command):
                 _serve_as_written(block, command, tmp_path)
         return
-    server = logbus_server()
+    server = logbus_server(anonymous_admin=False)  # as `make run` starts it: anonymous is not guest
     env: dict[str, Any] = logbus_env({"LOGBUS_SERVER": server.http_url, "PYSPARK_PYTHON": sys.executable})
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     script = tmp_path / ("example.sh" if block.lang == "sh" else "example.py")

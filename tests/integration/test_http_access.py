@@ -184,15 +184,16 @@ def test_deleting_a_vhost_or_user_takes_their_permissions(mgmt: Mgmt) -> None:
 
 
 def test_users_vhosts_and_permissions_survive_a_restart(logbus_server: Any) -> None:
-    server: LogbusServer = logbus_server(args=["--default-user", "root", "--default-pass", "r00t"])
+    server: LogbusServer = logbus_server(args=["--default-user", "root", "--default-pass", "r00t"],
+                                         anonymous_admin=False)
     m = Mgmt(server, ("root", "r00t"))
-    assert [u["name"] for u in m.ok("GET", "/api/users").json()] == ["root"]  # no guest this time
+    assert [u["name"] for u in m.ok("GET", "/api/users").json()] == ["anonymous", "root"]  # no guest this time
     m.add_user("keeper", "pw", "administrator")
     m.add_vhost("kept/vhost")
     m.grant("kept/vhost", "keeper", "^a", "^b", "^c")
     m.ok("DELETE", "/api/users/root")
     server.restart()
     m = Mgmt(server, ("keeper", "pw"))
-    assert [u["name"] for u in m.ok("GET", "/api/users").json()] == ["keeper"]  # root stays deleted
+    assert [u["name"] for u in m.ok("GET", "/api/users").json()] == ["anonymous", "keeper"]  # root stays deleted
     assert sorted(v["name"] for v in m.ok("GET", "/api/vhosts").json()) == ["/", "kept/vhost"]
     assert m.ok("GET", f"/api/permissions/{q('kept/vhost')}/keeper").json()["write"] == "^b"

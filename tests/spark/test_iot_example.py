@@ -46,7 +46,7 @@ def test_demo_refuses_a_held_data_directory_without_a_broker_to_produce_to(logbu
 
 def test_demo_produces_through_the_running_broker_and_the_pipeline_reads_it(logbus_server: Any,
                                                                            tmp_path: Path) -> None:
-    server = logbus_server(listeners={"amqp": "off", "mqtt": "off", "http": "off"})
+    server = logbus_server(listeners={"amqp": "off", "mqtt": "off", "http": "off"}, anonymous_admin=False)
     out = tmp_path / "agg"
     done = run_example(server, tmp_path, "--demo", "6000", "--once", "--bootstrap", server.addresses["kafka"],
                        "--out", str(out))

@@ -99,7 +99,8 @@ def test_anonymous_access_is_loopback_or_nothing() -> None:
         assert getattr(load_settings({key: "off"}, environ={}), key) == "off"
         with pytest.raises(ConfigError, match="beyond loopback"):
             load_settings({key: "on"}, environ={})
-    assert load_settings({}, environ={}).anonymous_user == "guest"
+    assert load_settings({}, environ={}).anonymous_user == "anonymous"  # not guest (decision 0039)
+    assert load_settings({"anonymous_user": "guest"}, environ={}).anonymous_user == "guest"  # the old behaviour
 
 
 def test_a_listener_has_one_or_more_endpoints(tmp_path: Path) -> None:

@@ -473,9 +473,10 @@ def test_state_store_layout(tmp_path: Path) -> None:
         everything = list(meta.items())
         items = [(k, v) for k, v in everything if k.startswith(b"topic\x00")]
         assert [k for k, _ in items] == [b"topic\x00" + ESCAPED.encode() + b"\x00"]
-        # first boot: vhost "/", the default user and its permissions, and the marker
+        # first boot: vhost "/", the default and the anonymous user and their permissions, the marker
         assert sorted(k for k, _ in everything if not k.startswith(b"topic\x00")) == [
-            b"auth_seeded\x00", b"permission\x00/\x00guest\x00", b"user\x00guest\x00", b"vhost\x00/\x00"]
+            b"auth_seeded\x00", b"permission\x00/\x00anonymous\x00", b"permission\x00/\x00guest\x00",
+            b"user\x00anonymous\x00", b"user\x00guest\x00", b"vhost\x00/\x00"]
         fields = r_protobuf_fields(items[0][1])
         rec: dict[int, Any] = {}
         config = {}

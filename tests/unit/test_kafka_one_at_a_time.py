@@ -1,5 +1,6 @@
 """The Kafka shell reads one request at a time while an answer is pending (as Kafka
-mutes a channel), and closes a connection with no complete request for the idle timeout.
+mutes a channel), closes a connection that gets no answer as a user within the handshake
+timeout, and one with no complete request for the idle timeout.
 A real broker on a temporary directory; the transport is Twisted's StringTransport and
 the clock Twisted's task.Clock, so what is read, paused and written is seen exactly."""
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
@@ -21,6 +23,8 @@ from logbus.gateway.kafka.protocol import KafkaFactory, KafkaProtocol
 from tests.loop import LoopReactor
 
 IDLE = 5.0
+HANDSHAKE = 2.0
+LOOPBACK = IPv4Address("TCP", "127.0.0.1", 40000)  # an anonymous client may act as a user from there
 
 
 def request(correlation_id: int) -> bytes:
@@ -38,6 +42,11 @@ def answered(transport: StringTransport) -> list[int]:
         ids.append(struct.unpack_from(">i", data, 4)[0])
         data = data[4 + size:]
     return ids
+
+
+def count(counter: Any) -> float:
+    """A prometheus_client Counter's value."""
+    return float(counter._value.get())
 
 
 class Setup:
@@ -58,9 +67,9 @@ class Setup:
         d, req = self.pending.pop(0)
         d.callback(ApiVersionsResponse(error_code=0, api_keys=[], throttle_time_ms=0))
 
-    def connect(self) -> tuple[KafkaProtocol, StringTransport]:
+    def connect(self, peer: IPv4Address | None = None) -> tuple[KafkaProtocol, StringTransport]:
         proto = self.factory.buildProtocol(None)
-        transport = StringTransport()
+        transport = StringTransport(peerAddress=peer)
         proto.makeConnection(transport)
         return proto, transport
 
@@ -160,3 +169,38 @@ def test_a_wider_window_handles_that_many_before_the_first_answer(tmp_path: Path
         assert answered(transport) == [1, 2, 3]
     finally:
         s.broker.stop()
+
+
+def test_a_silent_connection_is_closed_at_the_handshake_timeout(setup: Setup) -> None:
+    setup.factory.handshake_timeout = HANDSHAKE
+    proto, transport = setup.connect(LOOPBACK)
+    setup.clock.advance(HANDSHAKE - 0.1)
+    assert not transport.disconnecting
+    setup.clock.advance(0.2)
+    assert transport.disconnecting and transport.value() == b""
+    assert count(setup.factory.handshake_timeouts) == 1
+
+
+def test_the_first_answer_as_a_user_ends_the_handshake(setup: Setup) -> None:
+    setup.factory.handshake_timeout = HANDSHAKE
+    proto, transport = setup.connect(LOOPBACK)  # acts as anonymous_user from the start
+    proto.dataReceived(request(1))
+    setup.clock.advance(HANDSHAKE * 2)  # owed an answer at the deadline: looked at again later
+    assert not transport.disconnecting
+    setup.answer()
+    setup.clock.advance(IDLE - 0.5)  # past every handshake deadline: only the idle timeout now
+    assert not transport.disconnecting and count(setup.factory.handshake_timeouts) == 0
+    setup.clock.advance(1)
+    assert transport.disconnecting and count(setup.factory.idle_closed) == 1
+
+
+def test_an_answer_to_no_one_does_not_end_the_handshake(setup: Setup) -> None:
+    """From beyond loopback a client must authenticate (SASL): its ApiVersions answered,
+    it is still closed at the handshake timeout."""
+    setup.factory.handshake_timeout = HANDSHAKE
+    proto, transport = setup.connect(IPv4Address("TCP", "192.0.2.7", 40000))
+    proto.dataReceived(request(1))
+    setup.answer()
+    assert answered(transport) == [1]
+    setup.clock.advance(HANDSHAKE)
+    assert transport.disconnecting and count(setup.factory.handshake_timeouts) == 1

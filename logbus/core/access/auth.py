@@ -18,8 +18,10 @@ store's ``metadata`` column family (key layout in core/state.py, values in state
 
 On first boot (no ``auth_seeded`` marker in the store) ``seed()`` creates vhost ``/``
 and the default user with the ``administrator`` tag and full permissions on ``/``,
-as RabbitMQ does. After that the records are the truth: deleting every user does not
-bring the default one back.
+as RabbitMQ does, and the user that MQTT and Kafka clients without credentials act as
+(``anonymous_user``, by default ``anonymous``): no password, no tags, and on ``/`` only
+publish and consume (write and read ``.*``, configure nothing; decision 0039). After
+that the records are the truth: deleting every user does not bring either back.
 
 Theory of operation. Everything is held in memory (dicts) and written through to the
 store, one ``WriteBatch`` per logical change. ``version`` goes up on every change, so a
@@ -65,6 +67,8 @@ ADMINISTRATOR: Final = "administrator"
 DEFAULT_EXCHANGE_RESOURCE: Final = "amq.default"
 DEFAULT_VHOST_DESCRIPTION: Final = "Default virtual host"
 FULL_ACCESS: Final = ".*"
+ANONYMOUS_USER: Final = "anonymous"  # who clients without credentials act as (anonymous_user)
+NO_ACCESS: Final = ""  # RabbitMQ reads "" as "^$": matches nothing
 
 MANAGEMENT: Final = "management"
 POLICYMAKER: Final = "policymaker"
@@ -273,25 +277,35 @@ class Access:
         assert self.store is not None
         return [kind.FromString(v) for _, v in self.store.scan_prefix(CF_METADATA, prefix)]
 
-    def seed(self, user: str, password: str) -> bool:
-        """First boot: vhost "/", ``user`` (administrator) with full permissions on it.
-        Returns False when the store was seeded before (nothing is changed then)."""
+    def seed(self, user: str, password: str, anonymous: str | None = ANONYMOUS_USER) -> bool:
+        """First boot: vhost "/", ``user`` (administrator) with full permissions on it,
+        and ``anonymous`` (None: none), unless it is ``user``: no password, no tags,
+        publish and consume on "/". Returns False when the store was seeded before
+        (nothing is changed then)."""
         if self.store is not None and self.store.get(CF_METADATA, AUTH_SEEDED_KEY) is not None:
             return False
         check_name("user", user)
         vhost = VHostInfo(DEFAULT_VHOST, DEFAULT_VHOST_DESCRIPTION)
-        u = User(user, hash_password(password), SCRYPT, (ADMINISTRATOR,), derive_all(password))
-        perm = Permission(user, DEFAULT_VHOST, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
+        users = [User(user, hash_password(password), SCRYPT, (ADMINISTRATOR,), derive_all(password))]
+        perms = [Permission(user, DEFAULT_VHOST, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)]
+        if anonymous is not None and anonymous != user:
+            users.append(User(check_name("user", anonymous)))
+            perms.append(Permission(anonymous, DEFAULT_VHOST, NO_ACCESS, FULL_ACCESS, FULL_ACCESS))
         with self._write() as b:
             _put_vhost(b, vhost)
-            _put_user(b, u)
-            _put_permission(b, perm)
+            for u in users:
+                _put_user(b, u)
+            for p in perms:
+                _put_permission(b, p)
             b.put(CF_METADATA, AUTH_SEEDED_KEY, b"")
         self.vhosts[vhost.name] = vhost
-        self.users[u.name] = u
-        self.permissions[(user, DEFAULT_VHOST)] = perm
+        self.users.update((u.name, u) for u in users)
+        self.permissions.update(((p.user, p.vhost), p) for p in perms)
         self.version += 1
         log.info("first boot: created vhost %r and user %r (administrator)", DEFAULT_VHOST, user)
+        if len(users) > 1:
+            log.info("first boot: created user %r for clients without credentials: no tags, publish and"
+                     " consume on vhost %r (anonymous_user; docs/security.md)", anonymous, DEFAULT_VHOST)
         return True
 
     # -- questions ---------------------------------------------------------------------------

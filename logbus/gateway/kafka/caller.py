@@ -3,7 +3,7 @@
 ``advertised`` is the address the client connected to (Metadata and FindCoordinator
 answer it); ``user`` the logbus user whose permissions decide (Broker.authorize): the one
 SASL authenticated (sasl.py), else, on a connection that never started SASL, the user an
-anonymous connection acts as when ``kafka_anonymous`` lets it in (the default user), else
+anonymous connection acts as when ``kafka_anonymous`` lets it in (``anonymous_user``), else
 None: such a connection may only ask ApiVersions and authenticate.
 """
 

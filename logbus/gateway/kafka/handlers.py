@@ -179,8 +179,12 @@ class KafkaHandlers:
                 continue  # every topic: only those the user may describe
             topic_ops = authorized(access.topic_operations(user, name), asked_topic_ops)
             count = broker.partition_count(name)
-            if count is None and allow_create and not unmapped:
-                count = self._auto_create(name, caller.user)
+            if count is None and allow_create and not unmapped and name:
+                if not self.allowed(user, "configure", name):  # no CREATE on a topic it asked for: 29, as Kafka
+                    topics.append(T(error_code=K.TOPIC_AUTHORIZATION_FAILED, name=name, is_internal=False,
+                                    partitions=[], authorized_operations=topic_ops))
+                    continue
+                count = self._auto_create(name, user)
             if count is None:
                 code = K.INVALID_TOPIC_EXCEPTION if unmapped or not name else K.UNKNOWN_TOPIC_OR_PARTITION
                 topics.append(T(error_code=code, name=name, is_internal=False, partitions=[],

@@ -11,6 +11,14 @@ pipelines is served in order at the pace of its answers, and what a connection h
 bounded by one read (``READ_SIZE``) plus the decoder's one unfinished frame. A client
 that waits for each answer never pauses the socket.
 
+Handshake (``handshake_timeout_ms``, as the other listeners): a new connection must get
+somewhere within ``handshake_timeout`` seconds of its accept, else it is closed without
+a word: its first answer written, where it acts as a user already (an anonymous or a
+certificate login: ApiVersions, say), or, where the listener asks for SASL, the answer
+to its successful SaslAuthenticate. So silent or unauthenticated connections do not hold
+their slot for Kafka's long idle timeout. A connection owed an answer when the time is up
+is looked at again a timeout later: waiting for the broker is not the client's delay.
+
 Idle (Kafka's ``connections.max.idle.ms``): a connection is closed when it has sent no
 complete request for ``idle_timeout`` seconds and is owed no answer. Bytes of a request
 that never completes do not count as activity, so a request trickled in forever (a
@@ -39,6 +47,7 @@ from ...core.errors import Refused
 from ...core.types import FileSpan
 from ..output import FileOutput, is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
+from ..websocket import DEFAULT_HANDSHAKE_TIMEOUT
 from . import acls, admin, configs, groups, records_admin, sasl
 from .caller import Caller
 from ..listener import DEFAULT_RULES, ListenerRules
@@ -86,6 +95,7 @@ class KafkaProtocol(Protocol):
         self._identity_seen = False  # the client certificate looked at (tls_cert_login)
         self._active = 0.0  # reactor time of the last complete request or answer written
         self._idle_call: Any = None
+        self._handshake_call: Any = None  # until the handshake is over (the module's docstring)
 
     def connectionMade(self) -> None:
         self._t: Any = cast(Any, self.transport)
@@ -104,7 +114,7 @@ class KafkaProtocol(Protocol):
                                                        else "loopback")
         user = None
         if anonymous == "loopback" and loopback:
-            name = self.factory.anonymous_user if self.factory is not None else self.handlers.broker.default_user
+            name = self.factory.anonymous_user if self.factory is not None else self.handlers.broker.anonymous_user
             try:
                 self.handlers.broker.authenticate_anonymous(name, loopback=loopback)
                 user = name
@@ -116,6 +126,8 @@ class KafkaProtocol(Protocol):
         if self.factory is not None:
             self._active = self.factory.reactor.seconds()
             self._idle_call = self.factory.reactor.callLater(self.factory.idle_timeout, self._idle_check)
+            self._handshake_call = self.factory.reactor.callLater(self.factory.handshake_timeout,
+                                                                  self._handshake_over)
             self.factory.connections.add(self)
 
     def dataReceived(self, data: bytes) -> None:
@@ -333,6 +345,9 @@ class KafkaProtocol(Protocol):
             else:
                 self.record.bytes_out += len(data)
                 self.output.write((data,))
+            if self._handshake_call is not None and self.caller.user is not None:
+                self._handshake_call.cancel()  # answered, as a user: the handshake is over
+                self._handshake_call = None
         if self.caller.close_after_answer and not q and not self._closing:
             self._closing = True  # told why (a failed SASL authentication): now the end, as Kafka
             self._t.loseConnection()
@@ -341,6 +356,24 @@ class KafkaProtocol(Protocol):
             self._active = self.factory.reactor.seconds()
         if self._held or self._muted:
             self._handle_held()
+
+    def _handshake_over(self) -> None:
+        """``handshake_timeout`` after the accept and no answer as a user yet: closed,
+        unless an answer is owed (the wait is ours, not the client's: look again later)."""
+        self._handshake_call = None
+        factory = self.factory
+        if self._closing or factory is None:
+            return
+        if self._queue:
+            self._handshake_call = factory.reactor.callLater(factory.handshake_timeout, self._handshake_over)
+            return
+        factory.handshake_timeouts.inc()
+        why = "no SASL authentication" if self.caller.anonymous is None else "no request answered"
+        log.info("closing kafka connection from %s: %s within %.1f s (handshake_timeout_ms)",
+                 self._t.getPeer(), why, factory.handshake_timeout)
+        self._closing = True
+        self.output.close()
+        self._t.loseConnection()
 
     def _idle_check(self) -> None:
         """The idle timer fired: close if nothing came or was owed for ``idle_timeout``,
@@ -376,9 +409,10 @@ class KafkaProtocol(Protocol):
         if self.factory is not None:
             self.factory.connections.discard(self)
             self.factory.unread.discard(self._t)
-        if self._idle_call is not None and self._idle_call.active():
-            self._idle_call.cancel()
-        self._idle_call = None
+        for call in (self._idle_call, self._handshake_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._idle_call = self._handshake_call = None
         self.handlers.broker.connection_closed(self.record, lost_reason(reason))
         self.output.close()
         if self._queue:  # a long poll, or a client that gave up waiting: say on what
@@ -405,15 +439,22 @@ MODULES = (groups, admin, configs, records_admin, sasl, acls)
 class KafkaFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None,
                  *, auto_create_topics: bool = True, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+                 handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
                  max_in_flight: int = 1, anonymous: str = "loopback",
                  sasl_mechanisms: tuple[str, ...] = sasl.MECHANISMS, cert_login: str = "off",
-                 anonymous_user: str = "guest") -> None:
+                 anonymous_user: str | None = None) -> None:
         self.cert_login = cert_login  # tls_cert_login: a verified client certificate's identity is the user
-        self.anonymous_user = anonymous_user  # who a client that does not authenticate acts as, from loopback
+        # who a client that does not authenticate acts as, from loopback (None: the broker's, anonymous_user)
+        self.anonymous_user = anonymous_user if anonymous_user is not None else broker.anonymous_user
         self.advertised = advertised
         self.anonymous = anonymous  # "off", or "loopback": who may skip SASL (acting as anonymous_user)
         self.reactor = reactor
         self.idle_timeout = idle_timeout  # seconds (kafka_idle_timeout_ms)
+        self.handshake_timeout = handshake_timeout  # seconds from accept to the handshake's end (handshake_timeout_ms)
+        self.handshake_timeouts = broker.metrics.counter(
+            "logbus_kafka_handshake_timeouts",
+            "Kafka connections closed for no request answered (or no SASL authentication, where the listener"
+            " asks for it) within handshake_timeout_ms")
         self.max_in_flight = max_in_flight  # requests handled before the first is answered (Kafka: 1)
         self.idle_closed = broker.metrics.counter(
             "logbus_kafka_idle_closes",

@@ -557,9 +557,10 @@ class MqttFactory(Factory):
     def __init__(self, broker: Broker, reactor: Any, *, max_packet_size: int = 1 << 20,
                  anonymous: str = "loopback", limits: ServerLimits | None = None, max_queued: int = 0,
                  connect_timeout: float = CONNECT_TIMEOUT, cert_login: str = "off",
-                 anonymous_user: str = "guest") -> None:
+                 anonymous_user: str | None = None) -> None:
         self.broker = broker
-        self.anonymous_user = anonymous_user  # who a CONNECT without a user name acts as
+        # who a CONNECT without a user name acts as (None: the broker's, anonymous_user)
+        self.anonymous_user = anonymous_user if anonymous_user is not None else broker.anonymous_user
         self.cert_login = cert_login  # tls_cert_login: a verified client certificate's identity is the user
         self.connect_timeout = connect_timeout  # seconds from accept to CONNECT
         self.connect_timeouts = broker.metrics.counter(
