@@ -26,6 +26,7 @@ from twisted.internet.task import LoopingCall
 from .errors import (
     DataDirLocked,
     LogbusError,
+    StorageError,
     UnknownPartition,
 )
 from .log import AppendResult, LogManager, Record
@@ -215,7 +216,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
             self._forget_cut()
             self._open_vhosts()
             self.sessions = SessionRecords(self.state)
-            self.faults.attach(self.log, self.state, self.queue_store, [self.sessions.write_kept])
+            self.faults.attach(self.log, self.state, self.queue_store,
+                               [self.sessions.write_kept, self._write_kept_definitions])
             # each sync of appends also covers what the queue journal wrote before them
             self.log.flusher.extra = self.queue_store.wal_to_sync
         except BaseException:
@@ -244,6 +246,11 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
             else f"stopped cleanly, but {len(self.log.reports)} partitions needed repair" if self.log.clean_start
             else "recovered after an unclean stop",
         )
+
+    def _write_kept_definitions(self) -> None:
+        """The deletions of definitions the state store refused, made now."""
+        for vhost in self.vhosts.values():
+            vhost.defs.write_kept()
 
     def _forget_cut(self) -> None:
         """Where recovery cut a partition's log, the queue entries and timers pointing
@@ -526,6 +533,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         try:
             producers = self.producers.expire(self.producer_id_expiration_ms, now_ms)
             offsets = self.groups.expire_offsets(self.offsets_retention_ms, now_ms)
+        except StorageError as e:
+            log.warning("expiring producer states and group offsets failed; trying again at the next check: %s", e)
         except Exception:
             log.exception("expiring producer states and group offsets failed; trying again at the next check")
         if producers:

@@ -21,11 +21,14 @@ from typing import Any, Iterator
 
 import pika
 import pytest
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+from kafka.errors import KafkaError
+
+from logbus.gateway.mqtt import NO_PROPERTIES, ConnAck, Connect, Disconnect, Properties, Subscribe, Subscription
 
 from tests.fault.answerkit import AmqpPublisher, Answer, KafkaPublisher, MqttPublisher, publish_together
 from tests.fault.faultkit import Tmpfs, http
-from tests.integration.mqtt_clients import Paho
+from tests.integration.mqtt_clients import Paho, Raw
 from tests.serverproc import LogbusServer
 
 ANSWER_DEADLINE = 10.0  # the issue's bound is 1 s: this only tells an answer from none
@@ -71,7 +74,10 @@ def state_store_refuses(status: int, got: Any) -> bool:
 
 
 class Filler:
-    """Publishes small messages down one path until the state store refuses a write."""
+    """Publishes small messages down one path until the full disk refuses one. Which file
+    needed a new page first is chance: when it was the log's, the state store has not
+    refused a write yet, and durable declares are made until it refuses one (the disk is
+    full either way)."""
 
     def __init__(self, s: LogbusServer, path: str, tag: str) -> None:
         self.s, self.path, self.tag = s, path, tag
@@ -88,16 +94,34 @@ class Filler:
         pub: Any = self.mqtt or self.amqp
         deadline = time.monotonic() + timeout
         n = 0
-        while time.monotonic() < deadline:
-            for _ in range(20):
-                answer = pub.publish(ANSWER_DEADLINE)
-                assert answer is not None, f"the filler ({self.path}) got no answer"
-                n += 1
-            if state_store_refuses(*health(self.s)):
-                self.confirmed = pub.confirmed
-                print(f"{self.path}: the state store refused a write after {n} publishes")
-                return
-        raise AssertionError(f"the state store never refused a write: {health(self.s)}")
+        while True:
+            answer = pub.publish(ANSWER_DEADLINE)
+            assert answer is not None, f"the filler ({self.path}) got no answer"
+            n += 1
+            if not answer.confirmed:
+                break
+            assert time.monotonic() < deadline, f"{n} publishes, none refused"
+        self.confirmed = pub.confirmed
+        declares = 0 if state_store_refuses(*health(self.s)) else self._declare_until_refused(deadline)
+        print(f"{self.path}: refused after {n} publishes; the state store refused a write"
+              + (f" after {declares} declares" if declares else ""))
+
+    def _declare_until_refused(self, deadline: float) -> int:
+        n = 0
+        while not state_store_refuses(*health(self.s)):
+            assert time.monotonic() < deadline, f"the state store never refused a write: {health(self.s)}"
+            conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.s.ports["amqp"]))
+            try:
+                ch = conn.channel()
+                while time.monotonic() < deadline:
+                    ch.queue_declare(f"{self.tag}-declared{n}", durable=True)
+                    n += 1
+            except pika.exceptions.ConnectionClosedByBroker as e:  # the store refused it
+                assert e.reply_code == 541, e
+            finally:
+                if conn.is_open:
+                    conn.close()
+        return n
 
     def close(self) -> None:
         (self.mqtt or self.amqp).close()  # type: ignore[union-attr]
@@ -208,4 +232,78 @@ def test_every_publisher_is_answered_while_the_state_store_refuses_and_nothing_c
     else:
         got = set(default_queue if path == "default-exchange" else topic_queue)
     assert filled <= got, f"the filler: {len(filled - got)} of {len(filled)} confirmed messages lost"
+    no_traceback(s, since)
+
+
+def raw_connect(s: LogbusServer, cid: str, version: int) -> tuple[Raw, ConnAck | None]:
+    """A CONNECT of a session that outlives its connection: the CONNACK (None: closed)."""
+    raw = Raw(s, version=version)
+    raw.send(Connect(cid, version, clean_start=False, keep_alive=60,
+                     properties=Properties(session_expiry_interval=600) if version == 5 else NO_PROPERTIES))
+    got = raw.recv()
+    assert got is None or isinstance(got, ConnAck), got
+    return raw, got
+
+
+def test_what_else_the_state_store_refuses_is_answered_and_written_once_it_takes_writes(
+        server: tuple[LogbusServer, Tmpfs]) -> None:
+    """Sessions' CONNECT and SUBSCRIBE, a queue deleted and an exclusive queue's connection
+    closed, a Kafka offset commit: each answered in its protocol's terms while the store
+    refuses; what was done in memory reaches the store once it takes writes again."""
+    s, fs = server
+    wait_health(s, lambda status, got: status == 200)
+    since = len(s.log_text())
+    tag = f"full{uuid.uuid4().hex[:8]}"
+    sessions = {v: raw_connect(s, f"{tag}-kept{v}", v) for v in (4, 5)}  # connected before
+    assert all(ack is not None and ack.reason_code == 0 for _, ack in sessions.values())
+    amqp = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", s.ports["amqp"]))
+    ch = amqp.channel()
+    ch.queue_declare(f"{tag}-doomed", durable=True)
+    ch.queue_declare("", exclusive=True)
+    status, _ = http(s, "POST", "/api/topics", {"name": f"{tag}-kafka", "partitions": 1})
+    assert status == 201, status
+    tp = TopicPartition(f"{tag}-kafka", 0)
+    consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{s.ports['kafka']}", group_id=f"{tag}-group",
+                             enable_auto_commit=False)
+    consumer.assign([tp])
+    consumer.commit({tp: OffsetAndMetadata(0, "", -1)})
+
+    filler = Filler(s, "default-exchange", tag)
+    ballast = fs.fill(leave=256 << 10)
+    try:
+        filler.run()
+        # a session that outlives its connection cannot be stored: CONNECT refused
+        for version, code in ((5, 0x88), (4, 3)):  # Server unavailable
+            raw, ack = raw_connect(s, f"{tag}-new{version}", version)
+            assert ack is not None and ack.reason_code == code, (version, ack)
+            raw.close()
+        # a subscription the session's record cannot hold: 5.0 DISCONNECT 0x80; 3.1.1 closed
+        for version, (raw, _) in sessions.items():
+            raw.send(Subscribe(1, (Subscription(f"{tag}/kept/#", 1),)))
+            got = raw.expect_closed()
+            assert got == ([Disconnect(0x80, got[0].properties)] if version == 5 else []), got
+            raw.close()
+        # a queue deleted, an exclusive queue's connection closed: done, the store catches up
+        assert ch.queue_delete(f"{tag}-doomed").method.message_count == 0
+        amqp.close()
+        with pytest.raises(KafkaError):  # COORDINATOR_NOT_AVAILABLE: retriable
+            consumer.commit({tp: OffsetAndMetadata(1, "", -1)})
+    finally:
+        ballast.unlink()
+    no_traceback(s, since)
+
+    wait_health(s, lambda status, got: status == 200)
+    consumer.commit({tp: OffsetAndMetadata(1, "", -1)})
+    consumer.close()
+    filler.close()
+    s.restart()  # what the store holds now
+    for version in (4, 5):  # kept, with the subscription made while the store refused
+        raw, ack = raw_connect(s, f"{tag}-kept{version}", version)
+        assert ack is not None and ack.reason_code == 0 and ack.session_present, (version, ack)
+        raw.close()
+    amqp = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", s.ports["amqp"]))
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+        amqp.channel().queue_declare(f"{tag}-doomed", passive=True)
+    assert gone.value.reply_code == 404
+    amqp.close()
     no_traceback(s, since)
