@@ -23,16 +23,20 @@ import pika
 import pytest
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError
+from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
+from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
 from logbus.gateway.mqtt import NO_PROPERTIES, ConnAck, Connect, Disconnect, Properties, Subscribe, Subscription
 
 from tests.fault.answerkit import AmqpPublisher, Answer, KafkaPublisher, MqttPublisher, publish_together
 from tests.fault.faultkit import Tmpfs, http
 from tests.integration.mqtt_clients import Paho, Raw
+from tests.kafka_wire import Wire
 from tests.serverproc import LogbusServer
 
 ANSWER_DEADLINE = 10.0  # the issue's bound is 1 s: this only tells an answer from none
 PATHS = ("default-exchange", "topic-exchange", "mqtt-session")
+COORDINATOR_NOT_AVAILABLE = 15  # Kafka's, retriable
 
 
 @pytest.fixture(scope="module")
@@ -245,11 +249,17 @@ def raw_connect(s: LogbusServer, cid: str, version: int) -> tuple[Raw, ConnAck |
     return raw, got
 
 
+def init_producer_id(w: Wire) -> tuple[int, int]:
+    got = w.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000), InitProducerIdResponse, 1)
+    return got.error_code, got.producer_id
+
+
 def test_what_else_the_state_store_refuses_is_answered_and_written_once_it_takes_writes(
         server: tuple[LogbusServer, Tmpfs]) -> None:
     """Sessions' CONNECT and SUBSCRIBE, a queue deleted and an exclusive queue's connection
-    closed, a Kafka offset commit: each answered in its protocol's terms while the store
-    refuses; what was done in memory reaches the store once it takes writes again."""
+    closed, a Kafka offset commit, InitProducerId and DeleteGroups: each answered in its
+    protocol's terms while the store refuses; what was done in memory reaches the store
+    once it takes writes again."""
     s, fs = server
     wait_health(s, lambda status, got: status == 200)
     since = len(s.log_text())
@@ -288,6 +298,10 @@ def test_what_else_the_state_store_refuses_is_answered_and_written_once_it_takes
         amqp.close()
         with pytest.raises(KafkaError):  # COORDINATOR_NOT_AVAILABLE: retriable
             consumer.commit({tp: OffsetAndMetadata(1, "", -1)})
+        with Wire(s) as w:  # no producer id can be reserved, no group's offsets deleted
+            assert init_producer_id(w) == (COORDINATOR_NOT_AVAILABLE, -1)
+            deleted = w.call(DeleteGroupsRequest(groups_names=[f"{tag}-group"]), DeleteGroupsResponse, 1)
+            assert [r[1] for r in deleted.results] == [COORDINATOR_NOT_AVAILABLE], deleted
     finally:
         ballast.unlink()
     no_traceback(s, since)
@@ -295,6 +309,9 @@ def test_what_else_the_state_store_refuses_is_answered_and_written_once_it_takes
     wait_health(s, lambda status, got: status == 200)
     consumer.commit({tp: OffsetAndMetadata(1, "", -1)})
     consumer.close()
+    with Wire(s) as w:
+        code, pid = init_producer_id(w)
+        assert code == 0 and pid >= 0
     filler.close()
     s.restart()  # what the store holds now
     for version in (4, 5):  # kept, with the subscription made while the store refused
