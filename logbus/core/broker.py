@@ -26,6 +26,7 @@ from twisted.internet.task import LoopingCall
 from .errors import (
     DataDirLocked,
     LogbusError,
+    StorageError,
     UnknownPartition,
 )
 from .log import AppendResult, LogManager, Record
@@ -52,7 +53,8 @@ from .inventory import Inventory
 from .inventory_metrics import OperatorCollector, PerObjectCollector
 from .quiet import Leftovers, QuietSpell
 from .retained import RetainedStore
-from .state import CF_SESSIONS, StateStore, session_key, session_prefix, vhost_definitions_prefixes
+from .sessions import SessionRecords
+from .state import StateStore, vhost_definitions_prefixes
 from .streams.facade import ConsumerGroups, StreamModel
 from .streams.groups import GroupCoordinator
 from ..retry.policy import POP_DEFAULT, RetryPolicy
@@ -219,7 +221,9 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
             self._open_topics()
             self._forget_cut()
             self._open_vhosts()
-            self.faults.attach(self.log, self.state, self.queue_store)
+            self.sessions = SessionRecords(self.state)
+            self.faults.attach(self.log, self.state, self.queue_store,
+                               [self.sessions.write_kept, self._write_kept_definitions])
             # each sync of appends also covers what the queue journal wrote before them
             self.log.flusher.extra = self.queue_store.wal_to_sync
         except BaseException:
@@ -248,6 +252,11 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
             else f"stopped cleanly, but {len(self.log.reports)} partitions needed repair" if self.log.clean_start
             else "recovered after an unclean stop",
         )
+
+    def _write_kept_definitions(self) -> None:
+        """The deletions of definitions the state store refused, made now."""
+        for vhost in self.vhosts.values():
+            vhost.defs.write_kept()
 
     def _forget_cut(self) -> None:
         """Where recovery cut a partition's log, the queue entries and timers pointing
@@ -450,27 +459,23 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
 
     def stored_sessions(self, protocol: str) -> Iterator[bytes]:
         """The stored records of ``protocol``'s sessions that outlive their connections."""
-        for _, raw in self._state.scan_prefix(CF_SESSIONS, session_prefix(protocol)):
-            yield raw
+        return self.sessions.stored(protocol)
 
     def save_session(self, protocol: str, client_id: str, record: ProtoMessage) -> None:
         """Store (or replace) a session's record; written without a WAL sync, as queue
-        entries are (a power loss may lose the last ones)."""
-        self._state.put(CF_SESSIONS, session_key(protocol, client_id), record)
+        entries are (a power loss may lose the last ones). StorageError: the state store
+        refused it; it is written once the store takes writes again (core/sessions.py)."""
+        self.sessions.save(protocol, client_id, record)
 
     def forget_session(self, protocol: str, client_id: str) -> None:
-        self._state.delete(CF_SESSIONS, session_key(protocol, client_id))
+        """Delete a session's record; never raises: a deletion the state store refuses
+        is made once it takes writes again."""
+        self.sessions.forget(protocol, client_id)
 
     def commit(self) -> None:
         """Write the queues' changes of this turn now rather than at its end (a protocol
         about to answer for a settlement it must not lose to a crash)."""
         self.queue_store.commit()
-
-    @property
-    def _state(self) -> StateStore:
-        if self.state is None:
-            raise RuntimeError("broker is not started")
-        return self.state
 
     def vhost(self, name: str) -> VHost | None:
         """The open vhost ``name``'s model, None if none."""
@@ -534,6 +539,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         try:
             producers = self.producers.expire(self.producer_id_expiration_ms, now_ms)
             offsets = self.groups.expire_offsets(self.offsets_retention_ms, now_ms)
+        except StorageError as e:
+            log.warning("expiring producer states and group offsets failed; trying again at the next check: %s", e)
         except Exception:
             log.exception("expiring producer states and group offsets failed; trying again at the next check")
         if producers:

@@ -26,13 +26,14 @@ import contextlib
 import datetime
 import decimal
 import hashlib
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..filters.message_filter import FilterSpec
 from ..retry.policy import RetryPolicy
-from .errors import LegacyDefinitions, LogbusError
+from .errors import LegacyDefinitions, LogbusError, StorageError
 from .queues.queue import DROP_HEAD, QueueLimits
 from .queues.service import DeadLetterTarget, QueueSettings
 from .routing.definitions import HEADERS, QUEUE, Binding, DestKind, ExchangeDef, HeaderMatch, freeze, freeze_arguments
@@ -50,6 +51,8 @@ from .state import (
     queue_key,
 )
 from .state_pb2 import BindingRecord, ExchangeRecord, QueueRecord, QueueSettingsRecord, Table, Value
+
+log = logging.getLogger(__name__)
 
 
 # -- typed values ---------------------------------------------------------------------------
@@ -232,43 +235,66 @@ class Definitions:
 
 
 class DefinitionStore:
-    """One vhost's durable definitions; every write is synced."""
+    """One vhost's durable definitions; every write is synced. A save the state store
+    refuses raises StorageError (nothing is made). A deletion it refuses (a full disk) is
+    kept and made once the store takes writes again (``write_kept``, from
+    core/faults.py): what an operation removed is gone from the model at once, whatever
+    the store says, and the store catches up, as the queue journal does."""
 
     def __init__(self, store: StateStore | None, vhost: str) -> None:
         self.store = store
         self.vhost = vhost
+        self.kept: set[bytes] = set()  # keys whose deletion the store refused
+
+    def _put(self, key: bytes, record: Any) -> None:
+        assert self.store is not None
+        self.store.put(CF_METADATA, key, record, sync=True)
+        self.kept.discard(key)  # made again: its old deletion must not follow
 
     def save_exchange(self, ex: ExchangeDef, arguments: Mapping[str, Any] | None) -> None:
         if self.store is None or not ex.durable:
             return
-        self.store.put(CF_METADATA, exchange_key(self.vhost, ex.name), exchange_record(ex, arguments), sync=True)
+        self._put(exchange_key(self.vhost, ex.name), exchange_record(ex, arguments))
 
     def save_queue(self, name: str, auto_delete: bool, settings: QueueSettings,
                    arguments: Mapping[str, Any] | None) -> None:
         if self.store is None:
             return
-        self.store.put(CF_METADATA, queue_key(self.vhost, name),
-                       queue_record(name, auto_delete, settings, arguments), sync=True)
+        self._put(queue_key(self.vhost, name), queue_record(name, auto_delete, settings, arguments))
 
     def save_binding(self, b: Binding, arguments: Mapping[str, Any] | None) -> None:
         if self.store is None:
             return
         key = binding_key(self.vhost, b.source, b.destination_kind, b.destination, b.routing_key, binding_digest(b))
-        self.store.put(CF_METADATA, key, binding_record(b, arguments), sync=True)
+        self._put(key, binding_record(b, arguments))
 
     def removed(self, *, queues: tuple[str, ...] = (), exchanges: tuple[ExchangeDef, ...] = (),
                 bindings: tuple[Binding, ...] = ()) -> None:
-        """Delete the records of what an operation removed, in one batch."""
+        """Delete the records of what an operation removed, in one batch (never raises:
+        a deletion the store refuses is kept, ``write_kept``)."""
         if self.store is None or not (queues or exchanges or bindings):
             return
+        keys = [queue_key(self.vhost, q) for q in queues]
+        keys += [exchange_key(self.vhost, ex.name) for ex in exchanges]
+        keys += [binding_key(self.vhost, b.source, b.destination_kind, b.destination, b.routing_key,
+                             binding_digest(b)) for b in bindings]
+        try:
+            with self.store.batch(sync=True) as wb:
+                for key in keys:
+                    wb.delete(CF_METADATA, key)
+        except StorageError as e:
+            log.warning("vhost %r: %d removed definitions stay stored until the state store takes writes again: %s",
+                        self.vhost, len(keys), e)
+            self.kept.update(keys)
+
+    def write_kept(self) -> None:
+        """Make the deletions the store refused before (StorageError: still kept)."""
+        if self.store is None or not self.kept:
+            return
         with self.store.batch(sync=True) as wb:
-            for q in queues:
-                wb.delete(CF_METADATA, queue_key(self.vhost, q))
-            for ex in exchanges:
-                wb.delete(CF_METADATA, exchange_key(self.vhost, ex.name))
-            for b in bindings:
-                wb.delete(CF_METADATA, binding_key(self.vhost, b.source, b.destination_kind, b.destination,
-                                                   b.routing_key, binding_digest(b)))
+            for key in self.kept:
+                wb.delete(CF_METADATA, key)
+        self.kept = set()
 
     def load(self) -> Definitions:
         """Every stored definition of the vhost; raises LegacyDefinitions when one is in

@@ -8,8 +8,10 @@ reach the disk's users:
   again by itself (``log/partition.py``).
 - **A failed state write** (RocksDB cannot write its log): the state store refuses
   writes from then on (``state.py``). The queue journal keeps its changes and the
-  appends of that tick are refused, since their queue entries are not stored; ``check``
-  reopens the store once a second while there is space, and commits what was kept.
+  appends of that tick are refused, since their queue entries are not stored; session
+  records keep theirs too (``sessions.py``), and the connections that needed them
+  written are answered in their protocol's terms. ``check`` reopens the store once a
+  second while there is space, and writes what was kept.
 - **A failed sync** (EIO on ``fdatasync``): the partition goes offline until a restart.
 
 In each case appends whose offsets were already given are refused after the fact.
@@ -21,7 +23,7 @@ leaves no trace in any queue. ``reasons`` is what ``/healthz`` answers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -44,11 +46,16 @@ class StorageFaults:
         self.log: LogManager | None = None
         self.state: StateStore | None = None
         self.queue_store: QueueStore | None = None
+        self.kept_writes: Sequence[Callable[[], object]] = ()  # what else keeps refused writes
         self.appends_lost = 0  # offsets given to appends that were then refused
         self.entries_withdrawn = 0  # queue entries made for them, removed
 
-    def attach(self, log_manager: LogManager, state: StateStore, queue_store: QueueStore) -> None:
+    def attach(self, log_manager: LogManager, state: StateStore, queue_store: QueueStore,
+               kept_writes: Sequence[Callable[[], object]] = ()) -> None:
+        """``kept_writes``: besides the queue journal's commit, each call that writes what
+        the store refused before (raising StorageError while it still cannot)."""
         self.log, self.state, self.queue_store = log_manager, state, queue_store
+        self.kept_writes = kept_writes
         log_manager.before_write = queue_store.commit
         log_manager.on_lost = self.lost
 
@@ -70,10 +77,12 @@ class StorageFaults:
         if state is None or journal is None or state.failed is None:
             return
         if state.recover():
-            try:
-                journal.commit()
-            except StorageError as e:
-                log.warning("queue journal still not written: %s", e)
+            for write in (journal.commit, *self.kept_writes):
+                try:
+                    write()
+                except StorageError as e:
+                    log.warning("what the state store refused is still not written: %s", e)
+                    return
 
     def reasons(self) -> list[str]:
         """What keeps the broker from taking writes now (empty: nothing)."""

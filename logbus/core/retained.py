@@ -14,7 +14,8 @@ level follows one child, ``+`` every child, ``#`` the node's whole subtree (the 
 level included), so a SUBSCRIBE costs the matched part of the trie, not the number of
 retained topics. Wildcards at the first level do not match topics that begin with ``$``
 (MQTT section 4.7.2). The records themselves are read when matched; an expired one is
-deleted then, and not returned.
+deleted then (or at a later look, while the state store refuses writes), and not
+returned.
 
 Writes are not synced one by one (``sync=False``): a process crash (kill -9) keeps them,
 a power loss may lose the last ones, as for queue entries (``queues/journal.py``).
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from .errors import StorageError
 from .state import CF_METADATA, RETAINED_PREFIX, StateStore, retained_key, retained_topic
 from .state_pb2 import RetainedRecord
 
@@ -67,13 +69,14 @@ class RetainedStore:
         self._index(record.topic)
 
     def clear(self, topic: str) -> None:
-        """Forget the topic's retained message (if any)."""
-        if not self._unindex(topic):
+        """Forget the topic's retained message (if any). StorageError: not forgotten."""
+        if not self._indexed(topic):
             return
         if self._store is None:
             self._mem.pop(topic, None)
         else:
             self._store.delete(CF_METADATA, retained_key(topic))
+        self._unindex(topic)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -84,7 +87,10 @@ class RetainedStore:
             return None
         rec = RetainedRecord.FromString(raw)
         if rec.expires_at_ms and rec.expires_at_ms <= self._clock():
-            self.clear(topic)
+            try:
+                self.clear(topic)
+            except StorageError:  # not deleted now: the next look deletes it
+                pass
             return None
         return rec
 
@@ -145,6 +151,15 @@ class RetainedStore:
         if not node.retained:
             node.retained = True
             self.count += 1
+
+    def _indexed(self, topic: str) -> bool:
+        node = self._root
+        for level in topic.split("/"):
+            child = node.children.get(level)
+            if child is None:
+                return False
+            node = child
+        return node.retained
 
     def _unindex(self, topic: str) -> bool:
         """Unmark ``topic`` and prune the levels left empty; False if it was not retained."""

@@ -276,6 +276,21 @@ def test_endings_told_to_5_clients_only(version: int) -> None:
             assert out[0].will is None
 
 
+@pytest.mark.parametrize("version", [4, 5])
+def test_what_could_not_be_stored_is_not_sent_and_the_connection_closes(version: int) -> None:
+    """The shell could not store what ``out`` speaks of (machine.storage_failed): none of
+    it goes; a 5.0 client is told DISCONNECT 0x80, a 3.1.1 one is closed."""
+    shell, client = connected(version)
+    shell.machine.out.append(encode(PubRec(7), version))  # a PUBREC whose record was not stored
+    shell.machine.storage_failed("its session state could not be stored")
+    out = shell.drain()
+    assert isinstance(out[0], Detach) and isinstance(out[-1], Close)
+    got = client.received()
+    assert got == ([Disconnect(R.UNSPECIFIED_ERROR, got[0].properties)] if version == 5 else [])
+    if version == 5:
+        assert got[0].properties.reason_string == "its session state could not be stored"
+
+
 def test_a_decoder_error_comes_after_the_packets_before_it() -> None:
     shell, client = connected()
     out = shell.feed(encode(PingReq(), 5) + b"\x36\x02\x00\x00")  # PINGREQ, then a PUBLISH of QoS 3

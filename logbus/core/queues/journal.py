@@ -173,15 +173,21 @@ class QueueStore:
         return entries, max(mark + 1, max((e.seq + 1 for e, _ in entries), default=0))
 
     def drop(self, vhost: str, queue: str) -> None:
-        """Delete every record of a deleted queue."""
+        """Delete every record of a deleted queue, with the journal's next commit (kept
+        with its other changes while the store refuses writes)."""
         if self.store is None:
             return
         prefix = queue_entries_prefix(vhost, queue)
-        self.commit()
-        with self.store.batch() as b:
-            for key, _ in self.store.scan_prefix(CF_QUEUES, prefix):
-                b.delete(CF_QUEUES, key)
-            b.delete(CF_QUEUES, queue_delivered_key(vhost, queue))
+        for key in [k for k in self._puts if k.startswith(prefix)]:
+            self._delete(key)
+        for key, _ in self.store.scan_prefix(CF_QUEUES, prefix):
+            self._new.discard(key)
+            self._deletes.add(key)
+        mark = queue_delivered_key(vhost, queue)
+        self._puts.pop(mark, None)
+        self._new.discard(mark)
+        self._deletes.add(mark)
+        self._schedule()
 
     def _put(self, key: bytes, value: bytes, new: bool) -> None:
         if new:

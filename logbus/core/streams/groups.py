@@ -92,6 +92,7 @@ from .group_model import (  # noqa: F401  (the model is part of this module's AP
     SyncResult,
     TopicPartition,
 )
+from ..errors import StorageError
 from ..log.batch import now_ms
 from .group_offsets import delete_offsets, load_offsets, write_offsets
 from .group_rebalance import GroupRebalance, _cancel
@@ -203,7 +204,11 @@ class GroupCoordinator(GroupRebalance):
         if group.members:
             return Code.NON_EMPTY_GROUP
         if self.store is not None:
-            delete_offsets(self.store, [(group_id, tp) for tp in group.offsets], sync=self.sync_commits)
+            try:
+                delete_offsets(self.store, [(group_id, tp) for tp in group.offsets], sync=self.sync_commits)
+            except StorageError as e:  # nothing deleted: the client may ask again
+                log.warning("group %s not deleted, its offsets could not be: %s", group_id, e)
+                return Code.COORDINATOR_NOT_AVAILABLE
         for call in group.pending.values():
             _cancel(call)
         group.pending.clear()
@@ -462,8 +467,11 @@ class GroupCoordinator(GroupRebalance):
         if accepted and self.store is not None:
             try:
                 write_offsets(self.store, group_id, accepted, sync=self.sync_commits)
-            except Exception:
-                log.exception("group %s: storing %d committed offsets failed", group_id, len(accepted))
+            except Exception as e:  # a full disk (StorageError) or worse: not committed, the client retries
+                if isinstance(e, StorageError):
+                    log.warning("group %s: %d committed offsets not stored: %s", group_id, len(accepted), e)
+                else:
+                    log.exception("group %s: storing %d committed offsets failed", group_id, len(accepted))
                 self._maybe_forget(group)
                 return Code.COORDINATOR_NOT_AVAILABLE, {}
         group.offsets.update(accepted)

@@ -40,6 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
+from ..errors import StorageError
 from ..log.batch import BatchInfo, now_ms
 from ..state import CF_PRODUCERS, CF_METADATA, PRODUCER_IDS_KEY, pack_uint64, unpack_uint64, producer_end_key, producer_end_prefix, producer_id_of_key, producer_key, producers_prefix
 from ..state_pb2 import ProducerRecord, ProducerSnapshotEnd, RecentBatch
@@ -210,7 +211,10 @@ class ProducerRegistry:
             with self.store.batch() as b:
                 b.put(CF_PRODUCERS, producer_key(topic, partition, producer_id), rec)
                 b.put(CF_PRODUCERS, producer_end_key(topic, partition), ProducerSnapshotEnd(offset=end))
-        except Exception:  # the log still has the batch: the next load replays it
+        except StorageError as e:  # the log still has the batch: the next load replays it
+            log.warning("producer %d state for %s/%d not stored (the log's batches rebuild it): %s",
+                        producer_id, topic, partition, e)
+        except Exception:
             log.exception("storing producer %d state for %s/%d failed", producer_id, topic, partition)
 
     def expire(self, max_age_ms: int, now: int | None = None) -> int:
@@ -232,7 +236,9 @@ class ProducerRegistry:
                 with self.store.batch() as b:
                     for key in gone:
                         b.delete(CF_PRODUCERS, key)
-            except Exception:  # kept in memory as forgotten; a restart loads them again, to expire later
+            except StorageError as e:  # kept in memory as forgotten; a restart loads them again, to expire later
+                log.warning("%d expired producer states not deleted from the state store: %s", len(gone), e)
+            except Exception:
                 log.exception("deleting %d expired producer states failed", len(gone))
         return len(gone)
 

@@ -35,7 +35,7 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProdu
 from twisted.internet.defer import Deferred, DeferredList, succeed
 
 from ...core.broker import Broker
-from ...core.errors import AccessRefused, LogbusError, OffsetOutOfRange, Refused
+from ...core.errors import AccessRefused, LogbusError, OffsetOutOfRange, Refused, StorageError
 from ...core.types import ConnectionRecord, FileSpan, Perm, topic_exchange
 from . import errors as K
 from .access import KafkaAccess
@@ -309,8 +309,13 @@ class KafkaHandlers:
         if pid is not None and pid >= 0 and epoch is not None and epoch >= 0:
             return InitProducerIdResponse(throttle_time_ms=0, error_code=K.NONE, producer_id=pid,
                                           producer_epoch=epoch + 1)
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=K.NONE,
-                                      producer_id=self.broker.new_producer_id(), producer_epoch=0)
+        try:
+            pid = self.broker.new_producer_id()
+        except StorageError as e:  # no block of ids could be reserved: retriable
+            log.warning("InitProducerId: no producer id, the state store refused a write: %s", e)
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=K.COORDINATOR_NOT_AVAILABLE,
+                                          producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=K.NONE, producer_id=pid, producer_epoch=0)
 
     # -- Fetch ------------------------------------------------------------------------
 

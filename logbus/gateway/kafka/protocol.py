@@ -43,7 +43,7 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
 from ...core.broker import Broker
-from ...core.errors import Refused
+from ...core.errors import Refused, StorageError
 from ...core.types import FileSpan
 from ..output import FileOutput, is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
@@ -327,8 +327,13 @@ class KafkaProtocol(Protocol):
         self._flush()
 
     def _failed(self, failure: Failure, req: Any, slot: list[Any]) -> None:
-        log.error("kafka %s v%d failed: %s", req.body.name, req.api_version, failure.getTraceback())
         slot[1] = True
+        if failure.check(StorageError):  # the disk, not a bug: no traceback; the client retries
+            log.warning("kafka %s v%d not answered, the state store refused a write: %s", req.body.name,
+                        req.api_version, failure.value)
+            self._abort(f"{req.body.name} could not be stored")
+            return
+        log.error("kafka %s v%d failed: %s", req.body.name, req.api_version, failure.getTraceback())
         self._abort(f"internal error answering {req.body.name}")
 
     def _flush(self) -> None:

@@ -61,8 +61,8 @@ from .publishing import CLOSE, SAVE, Pending, Publishing
 from .reasons import (
     ADMINISTRATIVE_ACTION, BAD_AUTHENTICATION_METHOD, DISCONNECT_WITH_WILL_MESSAGE, IMPLEMENTATION_SPECIFIC_ERROR,
     KEEP_ALIVE_TIMEOUT, NO_SUBSCRIPTION_EXISTED, NOT_AUTHORIZED, PAYLOAD_FORMAT_INVALID, PROTOCOL_ERROR,
-    RECEIVE_MAXIMUM_EXCEEDED, SERVER_SHUTTING_DOWN, SESSION_TAKEN_OVER, LocalProtocolError, MqttError,
-    UnsupportedProtocolVersion,
+    RECEIVE_MAXIMUM_EXCEEDED, SERVER_SHUTTING_DOWN, SESSION_TAKEN_OVER, UNSPECIFIED_ERROR, LocalProtocolError,
+    MqttError, UnsupportedProtocolVersion,
 )  # fmt: skip
 from .requests import (
     QUICK_ACK, Access, AddSubscriptions, ArmKeepAlive, Close, Consume, Detach, Dispatch, Login, MatchRetained,
@@ -436,6 +436,14 @@ class Machine:
 
     def close(self, reason: str) -> None:
         """Close without a word (the CONNECT timeout)."""
+        self._close(reason)
+
+    def storage_failed(self, reason: str) -> None:
+        """What ``out`` says could not be stored (the session's record, a settlement, a
+        retained message): none of it goes; DISCONNECT 0x80 (5.0), closed."""
+        log.warning("MQTT %s (%s): closed, %s", self.peer, self.session.client_id if self.session else "-", reason)
+        self.out.clear()
+        self._disconnect_with(UNSPECIFIED_ERROR, reason)
         self._close(reason)
 
     def connection_lost(self) -> None:

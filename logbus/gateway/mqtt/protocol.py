@@ -56,7 +56,7 @@ from .mapping import EXCHANGE
 from .publishing import Pending
 from .reasons import (
     BAD_USER_NAME_OR_PASSWORD, NOT_AUTHORIZED, REFUSED_BAD_USER_NAME_OR_PASSWORD, REFUSED_NOT_AUTHORIZED,
-    REFUSED_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE, MqttError,
+    REFUSED_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE, UNSPECIFIED_ERROR, MqttError,
 )  # fmt: skip
 from .requests import (
     AddSubscriptions, ArmKeepAlive, Close, Consume, Detach, Dispatch, Login, MatchRetained, PublishBatch,
@@ -242,15 +242,19 @@ class MqttProtocol(Protocol):
                 s, self._save_due = self._save_due, None
                 self.room.save(s)
         except StorageError as e:  # not stored: the bytes that speak of it must not go
-            log.warning("MQTT %s: closed, its session state could not be stored: %s", self.peer, e)
-            self.machine.out.clear()
-            self.transport.loseConnection()
+            self._storage_failed(f"its session state could not be stored: {e}")
             return
         out = self.machine.out
         if out:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
             self._send(data)
+
+    def _storage_failed(self, reason: str) -> None:
+        """The state store refused what the connection was about to answer for: closed in
+        MQTT's terms (machine.storage_failed), nothing of its pending output sent."""
+        self.machine.storage_failed(reason)
+        self._drain()
 
     # -- the machine's requests ------------------------------------------------------------------
 
@@ -347,7 +351,7 @@ class MqttProtocol(Protocol):
             return
         try:
             session, present = self.room.attach(self, acc, name)
-        except Unavailable as e:
+        except (Unavailable, StorageError) as e:
             self.machine.login_refused(SERVER_UNAVAILABLE if acc.version == MQTT_5 else REFUSED_SERVER_UNAVAILABLE,
                                        str(e))
             return
@@ -364,6 +368,9 @@ class MqttProtocol(Protocol):
         except Unavailable as e:
             self.machine.fail(MqttError(SERVER_UNAVAILABLE, str(e)))
             return
+        except StorageError as e:
+            self.machine.fail(MqttError(UNSPECIFIED_ERROR, f"the subscription could not be stored: {e}"))
+            return
         self.machine.subscribed(existed)
 
     def _remove_subscriptions(self, r: RemoveSubscriptions) -> None:
@@ -371,6 +378,9 @@ class MqttProtocol(Protocol):
             existed = [self.room.unsubscribe(r.session, f) for f in r.topic_filters]
         except Unavailable as e:
             self.machine.fail(MqttError(SERVER_UNAVAILABLE, str(e)))
+            return
+        except StorageError as e:
+            self.machine.fail(MqttError(UNSPECIFIED_ERROR, f"the unsubscription could not be stored: {e}"))
             return
         self.machine.unsubscribed(existed)
 
@@ -408,7 +418,10 @@ class MqttProtocol(Protocol):
         self._drain()
 
     def _retain(self, r: Retain) -> None:
-        self.room.retain(r.message, r.qos)
+        try:
+            self.room.retain(r.message, r.qos)
+        except StorageError as e:  # its PUBACK (or PUBREC) must not go
+            self.machine.storage_failed(f"the retained message could not be stored: {e}")
 
     def _settle(self, r: Settle) -> None:
         self.room.settle(r.token)

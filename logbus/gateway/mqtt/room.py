@@ -51,7 +51,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...core.errors import LogbusError
+from ...core.errors import LogbusError, StorageError
 from ...core.types import Message
 from ...core.types import Outcome
 from ...core.types import DROP_NEW, Delivery, QueueLimits, QueueSettings
@@ -192,7 +192,8 @@ class MqttRoom:
 
     def attach(self, connection: Any, acc: Accepted, user: str) -> tuple[Session, bool]:
         """Open the session of an accepted CONNECT for ``connection``: (session, session
-        present). A connection holding the same client id is taken over first."""
+        present). A connection holding the same client id is taken over first.
+        StorageError: the session's record could not be stored (the CONNECT is to be refused)."""
         self.vhost()  # Unavailable when the room's vhost is gone
         cid = acc.client_id
         old = self.sessions.get(cid)
@@ -213,7 +214,14 @@ class MqttRoom:
         s.outbound.topic_alias_maximum = acc.topic_alias_maximum
         self.sessions[cid] = s
         if s.kept:
-            self.save(s)
+            try:
+                self.save(s)
+            except StorageError:  # not stored: the CONNECT is refused, a new session not made
+                if old is None:
+                    self.end(s)
+                else:
+                    self.detach(s, connection)
+                raise
         elif old is not None:
             self._forget_record(cid)
         return s, old is not None
@@ -259,7 +267,11 @@ class MqttRoom:
             else:
                 self.publish_will(will, s.client_id)
         if s.kept:
-            self.save(s)
+            try:
+                self.save(s)
+            except StorageError as e:  # kept by the broker, written once the store takes writes
+                log.warning("MQTT session %r: its record is written once the state store takes writes again: %s",
+                            s.client_id, e)
             self._arm_expiry(s)
         else:
             self.end(s)
@@ -310,12 +322,15 @@ class MqttRoom:
         return True
 
     def save(self, s: Session) -> None:
+        """Store the session's record (if it outlives its connection). StorageError: the
+        state store refused it (the broker writes it once the store takes writes again);
+        the connection must not say what the record does not hold."""
         if not s.kept or self.sessions.get(s.client_id) is not s:  # not stored, or ended meanwhile
             return
         self.broker.save_session(PROTOCOL, s.client_id, s.to_record())
 
     def _forget_record(self, client_id: str) -> None:
-        self.broker.forget_session(PROTOCOL, client_id)
+        self.broker.forget_session(PROTOCOL, client_id)  # never raises: deleted once it can be
 
     def _arm_expiry(self, s: Session) -> None:
         at = s.expires_at()
@@ -346,7 +361,8 @@ class MqttRoom:
     def subscribe(self, s: Session, sub: Subscription, subscription_id: int | None,
                   filtered: Filtered | None = None) -> bool:
         """Add (or replace) a subscription; True when its filter was subscribed already.
-        ``filtered``: its message filter (MQTT 5 user properties), carried by its binding."""
+        ``filtered``: its message filter (MQTT 5 user properties), carried by its binding.
+        StorageError: made, but the session's record does not say so yet (``save``)."""
         vhost = self.vhost()
         before = s.subscriptions.filters.get(sub.topic_filter)
         existed = s.subscriptions.subscribe(sub, subscription_id, filtered)
@@ -391,7 +407,7 @@ class MqttRoom:
             vhost.consume(s.queue, c)
 
     def unsubscribe(self, s: Session, topic_filter: str) -> bool:
-        """False when there was no such subscription."""
+        """False when there was no such subscription. StorageError: as ``subscribe``."""
         filtered = s.subscriptions.filters.get(topic_filter)
         if not s.subscriptions.unsubscribe(topic_filter):
             return False
