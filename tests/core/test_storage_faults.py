@@ -395,3 +395,29 @@ def test_a_retry_asked_for_while_the_state_store_refuses_is_kept(small_fs: Path)
     assert again is not None and again.message.value == message(1, 10).value
     assert v.get("q", "me", True) is None
 
+
+@pytest.mark.parametrize("error", [StorageError("state store write failed: the test's"), RuntimeError("a bug")])
+def test_routing_a_record_the_store_refused_is_a_warning_line(tmp_path: Path, caplog: Any, monkeypatch: Any,
+                                                              error: Exception) -> None:
+    """A record appended outside a vhost's own publishes (here: ``Broker.publish``, as HTTP
+    does) whose routing in a vhost raises: a StorageError (the disk, not a bug) is one
+    warning line naming the record, with no traceback; anything else keeps its traceback.
+    The append stands either way."""
+    brokers = Brokers(tmp_path)
+    b = brokers.start()
+    v = AmqpTerms(b.vhost("/"))
+    v.declare_exchange("x", "fanout", durable=True)
+    v.declare_queue("q", durable=True)
+    v.bind("x", "q")
+
+    def route_record(*args: Any, **kw: Any) -> bool:
+        raise error
+
+    monkeypatch.setattr(b.vhosts["/"], "route_record", route_record)
+    since = len(caplog.records)
+    with caplog.at_level("INFO"):
+        assert brokers.loop.wait(b.publish("x", [Message(None, b"r")], partition=0)) == [0]
+    [logged] = said(caplog, since)
+    assert "x/0 offset 0" in logged.getMessage() and str(error) in logged.getMessage() + str(logged.exc_info)
+    assert (logged.exc_info is not None) == (not isinstance(error, StorageError))
+    assert logged.levelno == (30 if isinstance(error, StorageError) else 40)
