@@ -190,6 +190,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         # connections look their vhost up in it, so it is changed in place.
         self.vhosts: dict[str, VHost] = {}
         self._expiry: LoopingCall | None = None
+        self._expiry_failing: set[str] = set()  # the expiry ticks failing since their failure was logged
         # the protocol rooms gateways keep (the MQTT sessions: "mqtt"), for the CLI and HTTP API
         self.rooms: dict[str, Any] = {}
         self.log: LogManager | None = None
@@ -550,9 +551,28 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         return producers, offsets
 
     def _expire(self) -> None:
-        for vhost in self.vhosts.values():
-            vhost.expire()
-        self.pop.service.tick()
+        """Every 100 ms: each vhost's expiry and the pop groups' tick. Never raises (a
+        LoopingCall whose function raises stops for good): a tick that fails is logged
+        when it starts failing, not at every tick (a StorageError as a warning line,
+        anything else with its traceback), and runs again at the next; the others run
+        regardless."""
+        failing: set[str] = set()
+        for name, vhost in list(self.vhosts.items()):
+            self._expire_one(f"vhost {name!r}", vhost.expire, failing)
+        self._expire_one("the pop groups", self.pop.service.tick, failing)
+        self._expiry_failing = failing
+
+    def _expire_one(self, what: str, tick: Callable[[], object], failing: set[str]) -> None:
+        try:
+            tick()
+        except Exception as e:
+            failing.add(what)
+            if what in self._expiry_failing:
+                return
+            if isinstance(e, StorageError):
+                log.warning("the expiry tick of %s failed; tried again at every tick: %s", what, e)
+            else:
+                log.exception("the expiry tick of %s failed; tried again at every tick", what)
 
     def stop(self) -> Deferred[None]:
         """Flush everything, mark the shutdown clean and release the data directory."""

@@ -397,6 +397,39 @@ def test_a_retry_asked_for_while_the_state_store_refuses_is_kept(small_fs: Path)
 
 
 @pytest.mark.parametrize("error", [StorageError("state store write failed: the test's"), RuntimeError("a bug")])
+def test_a_failing_expiry_tick_stops_neither_the_loop_nor_the_other_ticks(tmp_path: Path, caplog: Any,
+                                                                          monkeypatch: Any, error: Exception) -> None:
+    """Whatever a vhost's expiry raises, the 100 ms loop keeps running and the other ticks
+    (the pop groups': a lease lapses and is retried) still run; the failure is logged once
+    while it lasts, not per tick: a StorageError as a warning line, anything else (a bug)
+    with its traceback. (Before: the loop stopped for good at the first.)"""
+    brokers = Brokers(tmp_path)
+    b = brokers.start()
+    b.create_topic("t", {"flush": "none"})
+    assert b.pop_receive("g", "t", "m", 1, 1000) == []
+    b.publish("t", [Message(None, b"job")], partition=0)
+    assert len(b.pop_receive("g", "t", "m", 1, 1000)) == 1
+
+    def expire() -> None:
+        raise error
+
+    monkeypatch.setattr(b.vhosts["/"], "expire", expire)
+    since = len(caplog.records)
+    got: list[Any] = []
+    with caplog.at_level("INFO"):
+        for _ in range(100):  # the lease lapses (1 s), then the retry comes (1 s)
+            ticks(brokers, 0.5)
+            got += b.pop_receive("g", "t", "m", 10, 1000)
+            if got:
+                break
+    assert [p.message.value for p in got] == [b"job"]
+    assert b._expiry is not None and b._expiry.running
+    [logged] = said(caplog, since)  # once, not per tick
+    assert "'/'" in logged.getMessage() and str(error) in logged.getMessage() + str(logged.exc_info)
+    assert (logged.exc_info is not None) == (not isinstance(error, StorageError))
+
+
+@pytest.mark.parametrize("error", [StorageError("state store write failed: the test's"), RuntimeError("a bug")])
 def test_routing_a_record_the_store_refused_is_a_warning_line(tmp_path: Path, caplog: Any, monkeypatch: Any,
                                                               error: Exception) -> None:
     """A record appended outside a vhost's own publishes (here: ``Broker.publish``, as HTTP
