@@ -81,7 +81,7 @@ from .pins import OffsetPins
 log = logging.getLogger(__name__)
 
 TIMER_END = TIMER_PREFIX[:-1] + b"\x01"  # above every timer key
-ID_BLOCK = 1 << 16  # timer ids reserved per synced put
+ID_BLOCK = 1 << 16  # timer ids reserved at a time (one put of TIMER_IDS_KEY)
 RELEASE_BATCH = 2_000  # due timers released per reactor turn, at most
 RELEASE_CHUNK = 250  # timers read from the index at a time
 RELEASE_BUDGET_S = 0.005  # a reactor call releases chunks until it has spent this
