@@ -190,7 +190,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         # connections look their vhost up in it, so it is changed in place.
         self.vhosts: dict[str, VHost] = {}
         self._expiry: LoopingCall | None = None
-        self._expiry_failing: set[str] = set()  # the expiry ticks failing since their failure was logged
+        self._expiry_failing: set[str | None] = set()  # vhosts (None: pop groups) whose expiry fails, logged
         # the protocol rooms gateways keep (the MQTT sessions: "mqtt"), for the CLI and HTTP API
         self.rooms: dict[str, Any] = {}
         self.log: LogManager | None = None
@@ -556,23 +556,25 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         when it starts failing, not at every tick (a StorageError as a warning line,
         anything else with its traceback), and runs again at the next; the others run
         regardless."""
-        failing: set[str] = set()
+        failing: set[str | None] = set()
         for name, vhost in list(self.vhosts.items()):
-            self._expire_one(f"vhost {name!r}", vhost.expire, failing)
-        self._expire_one("the pop groups", self.pop.service.tick, failing)
+            self._expire_one(name, vhost.expire, failing)
+        self._expire_one(None, self.pop.service.tick, failing)
         self._expiry_failing = failing
 
-    def _expire_one(self, what: str, tick: Callable[[], object], failing: set[str]) -> None:
+    def _expire_one(self, vhost: str | None, tick: Callable[[], object], failing: set[str | None]) -> None:
+        """Run the expiry tick of ``vhost`` (None: the pop groups'), guarded."""
         try:
             tick()
         except Exception as e:
-            failing.add(what)
-            if what in self._expiry_failing:
+            failing.add(vhost)
+            if vhost in self._expiry_failing:
                 return
+            what = "the pop groups" if vhost is None else f"vhost {vhost!r}"
             if isinstance(e, StorageError):
-                log.warning("the expiry tick of %s failed; tried again at every tick: %s", what, e)
+                log.warning("the expiry tick of %s failed (it runs again at the next tick): %s", what, e)
             else:
-                log.exception("the expiry tick of %s failed; tried again at every tick", what)
+                log.exception("the expiry tick of %s failed (it runs again at the next tick)", what)
 
     def stop(self) -> Deferred[None]:
         """Flush everything, mark the shutdown clean and release the data directory."""
