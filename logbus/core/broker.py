@@ -190,6 +190,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         # connections look their vhost up in it, so it is changed in place.
         self.vhosts: dict[str, VHost] = {}
         self._expiry: LoopingCall | None = None
+        self._expiry_failing: set[str | None] = set()  # vhosts (None: pop groups) whose expiry fails, logged
         # the protocol rooms gateways keep (the MQTT sessions: "mqtt"), for the CLI and HTTP API
         self.rooms: dict[str, Any] = {}
         self.log: LogManager | None = None
@@ -550,9 +551,30 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         return producers, offsets
 
     def _expire(self) -> None:
-        for vhost in self.vhosts.values():
-            vhost.expire()
-        self.pop.service.tick()
+        """Every 100 ms: each vhost's expiry and the pop groups' tick. Never raises (a
+        LoopingCall whose function raises stops for good): a tick that fails is logged
+        when it starts failing, not at every tick (a StorageError as a warning line,
+        anything else with its traceback), and runs again at the next; the others run
+        regardless."""
+        failing: set[str | None] = set()
+        for name, vhost in list(self.vhosts.items()):
+            self._expire_one(name, vhost.expire, failing)
+        self._expire_one(None, self.pop.service.tick, failing)
+        self._expiry_failing = failing
+
+    def _expire_one(self, vhost: str | None, tick: Callable[[], object], failing: set[str | None]) -> None:
+        """Run the expiry tick of ``vhost`` (None: the pop groups'), guarded."""
+        try:
+            tick()
+        except Exception as e:
+            failing.add(vhost)
+            if vhost in self._expiry_failing:
+                return
+            what = "the pop groups" if vhost is None else f"vhost {vhost!r}"
+            if isinstance(e, StorageError):
+                log.warning("the expiry tick of %s failed (it runs again at the next tick): %s", what, e)
+            else:
+                log.exception("the expiry tick of %s failed (it runs again at the next tick)", what)
 
     def stop(self) -> Deferred[None]:
         """Flush everything, mark the shutdown clean and release the data directory."""

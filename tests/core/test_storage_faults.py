@@ -296,3 +296,161 @@ def test_messages_holding_the_log_past_the_bound_are_dead_lettered_when_retentio
     assert b.metrics.registry.get_sample_value("logbus_queue_pinned_evicted_total") == evicted
     assert len(p.segments) < segments  # retention ran once they were gone
     assert p.segments[0].base_offset <= start
+
+
+# -- the expiry tick and the timers while the state store refuses (issue 45) ----------------
+
+# the loggers of the expiry tick, the timers and the feed: what they say while the store refuses
+TICK_LOGGERS = ("logbus.core.broker", "logbus.core.queues.timers", "logbus.core.queues.feed",
+                "logbus.core.queues.service")
+
+
+def refuse_state_writes(broker: Any) -> None:
+    """Durable declares on the full disk until the state store refuses one (a page or two
+    of RocksDB's write-ahead log may still be free)."""
+    v = AmqpTerms(broker.vhost("/"))
+    for n in range(10_000):
+        if broker.state.failed is not None:
+            return
+        try:
+            v.declare_queue(f"filler{n}", durable=True)
+        except StorageError:
+            pass
+    raise AssertionError("the state store never refused a write")
+
+
+def ticks(brokers: Brokers, seconds: float) -> None:
+    """The loop's clock moved by ``seconds`` in steps of 100 ms (the expiry tick's
+    period), running what each step made due: ``seconds * 10`` expiry ticks."""
+    for _ in range(round(seconds * 10)):
+        brokers.loop.advance(0.1)
+        while brokers.loop.run_once():
+            pass
+
+
+def said(caplog: Any, since: int) -> list[Any]:
+    """What the tick's loggers said at WARNING and above since record ``since``."""
+    return [r for r in caplog.records[since:] if r.name in TICK_LOGGERS and r.levelno >= 30]
+
+
+def test_a_lease_lapsing_while_the_state_store_refuses_stops_no_tick_and_loses_nothing(
+        small_fs: Path, caplog: Any) -> None:
+    """A pop message whose invisible time lapses while the state store refuses writes
+    becomes a retry as usual (its timer's id is the first of a block, which needs a
+    write): nothing escapes the reactor, the 100 ms expiry loop keeps running, the
+    refusal is logged once (not per tick, no traceback), and once the store takes writes
+    again the message is received again, once. (Before: StorageError out of the tick,
+    the loop stopped for good, the message gone.)"""
+    brokers = Brokers(small_fs / "data")
+    b = brokers.start(disk_free_limit=0)
+    b.create_topic("t", {"flush": "none"})
+    assert b.pop_receive("g", "t", "m", 1, 1000) == []  # the group reads t from now on
+    b.publish("t", [Message(None, b"job")], partition=0)
+    [leased] = b.pop_receive("g", "t", "m", 1, 1000)
+    ballast = fill(small_fs)
+    refuse_state_writes(b)
+    since = len(caplog.records)
+    with caplog.at_level("INFO"):
+        ticks(brokers, 3.0)  # past the invisible time and the first retry's backoff: 30 ticks
+        assert b._expiry is not None and b._expiry.running
+        assert b.pop_groups()[0]["invisible"] == 0  # it lapsed
+        [refused] = said(caplog, since)  # once, not per tick
+        assert refused.levelno == 30 and refused.exc_info is None and "state store" in refused.getMessage()
+        ballast.unlink()
+        got: list[Any] = []
+        for _ in range(100):  # the store reopens (once a second), then the retry comes (1 s)
+            ticks(brokers, 0.5)
+            got += b.pop_receive("g", "t", "m", 10, 1000)
+            if got:
+                break
+    assert [p.message.value for p in got] == [b"job"] and got[0].offset == leased.offset
+    assert b.health() == []
+    b.pop_ack("g", "t", got[0].handle)
+    brokers.restart(disk_free_limit=0)
+    assert brokers.current is not None and brokers.current.pop_receive("g", "t", "m", 10, 1000) == []
+
+
+def test_a_retry_asked_for_while_the_state_store_refuses_is_kept(small_fs: Path) -> None:
+    """An AMQP nack with requeue on a queue with a backoff (a timer) while the state store
+    refuses writes raises nothing (the channel has no answer for it) and loses nothing:
+    the message is delivered again once the store takes writes. (Before: StorageError
+    out of the nack, and the message gone.)"""
+    brokers = Brokers(small_fs / "data")
+    b = brokers.start(disk_free_limit=0)
+    v = AmqpTerms(b.vhost("/"))
+    v.declare_queue("q", durable=True, arguments={"x-retry-backoff": "1s"})
+    v.publish("", "q", message(1, 10))
+    d = v.get("q", "me", False)
+    assert d is not None
+    ballast = fill(small_fs)
+    refuse_state_writes(b)
+    v.reject("q", d.receipt, True)
+    ballast.unlink()
+    again = None
+    for _ in range(100):  # the store reopens (once a second), then the retry comes (1 s)
+        ticks(brokers, 0.5)
+        again = v.get("q", "me", True)
+        if again is not None:
+            break
+    assert again is not None and again.message.value == message(1, 10).value
+    assert v.get("q", "me", True) is None
+
+
+@pytest.mark.parametrize("error", [StorageError("state store write failed: the test's"), RuntimeError("a bug")])
+def test_a_failing_expiry_tick_stops_neither_the_loop_nor_the_other_ticks(tmp_path: Path, caplog: Any,
+                                                                          monkeypatch: Any, error: Exception) -> None:
+    """Whatever a vhost's expiry raises, the 100 ms loop keeps running and the other ticks
+    (the pop groups': a lease lapses and is retried) still run; the failure is logged once
+    while it lasts, not per tick: a StorageError as a warning line, anything else (a bug)
+    with its traceback. (Before: the loop stopped for good at the first.)"""
+    brokers = Brokers(tmp_path)
+    b = brokers.start()
+    b.create_topic("t", {"flush": "none"})
+    assert b.pop_receive("g", "t", "m", 1, 1000) == []
+    b.publish("t", [Message(None, b"job")], partition=0)
+    assert len(b.pop_receive("g", "t", "m", 1, 1000)) == 1
+
+    def expire() -> None:
+        raise error
+
+    monkeypatch.setattr(b.vhosts["/"], "expire", expire)
+    since = len(caplog.records)
+    got: list[Any] = []
+    with caplog.at_level("INFO"):
+        for _ in range(100):  # the lease lapses (1 s), then the retry comes (1 s)
+            ticks(brokers, 0.5)
+            got += b.pop_receive("g", "t", "m", 10, 1000)
+            if got:
+                break
+    assert [p.message.value for p in got] == [b"job"]
+    assert b._expiry is not None and b._expiry.running
+    [logged] = said(caplog, since)  # once, not per tick
+    assert "'/'" in logged.getMessage() and str(error) in logged.getMessage() + str(logged.exc_info)
+    assert (logged.exc_info is not None) == (not isinstance(error, StorageError))
+
+
+@pytest.mark.parametrize("error", [StorageError("state store write failed: the test's"), RuntimeError("a bug")])
+def test_routing_a_record_the_store_refused_is_a_warning_line(tmp_path: Path, caplog: Any, monkeypatch: Any,
+                                                              error: Exception) -> None:
+    """A record appended outside a vhost's own publishes (here: ``Broker.publish``, as HTTP
+    does) whose routing in a vhost raises: a StorageError (the disk, not a bug) is one
+    warning line naming the record, with no traceback; anything else keeps its traceback.
+    The append stands either way."""
+    brokers = Brokers(tmp_path)
+    b = brokers.start()
+    v = AmqpTerms(b.vhost("/"))
+    v.declare_exchange("x", "fanout", durable=True)
+    v.declare_queue("q", durable=True)
+    v.bind("x", "q")
+
+    def route_record(*args: Any, **kw: Any) -> bool:
+        raise error
+
+    monkeypatch.setattr(b.vhosts["/"], "route_record", route_record)
+    since = len(caplog.records)
+    with caplog.at_level("INFO"):
+        assert brokers.loop.wait(b.publish("x", [Message(None, b"r")], partition=0)) == [0]
+    [logged] = said(caplog, since)
+    assert "x/0 offset 0" in logged.getMessage() and str(error) in logged.getMessage() + str(logged.exc_info)
+    assert (logged.exc_info is not None) == (not isinstance(error, StorageError))
+    assert logged.levelno == (30 if isinstance(error, StorageError) else 40)

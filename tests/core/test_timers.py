@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import pytest
 from twisted.internet.task import Clock
 
+from logbus.core.errors import StorageError
 from logbus.core.queues.journal import QueueStore
 from logbus.core.queues.timers import LEAD_MS, Timers
 from logbus.core.state import StateStore
@@ -28,6 +29,7 @@ class Bench:
         self.reactor.advance(T0 / 1000)
         self.handled: list[int] = []
         self.bad: set[int] = set()
+        self.refused: set[int] = set()  # offsets whose hand-over the state store refuses
         self.failures = 0
         self.store: StateStore | None = None
         self.open()
@@ -49,6 +51,8 @@ class Bench:
         for _, rec in batch:
             if rec.offset in self.bad:
                 raise RuntimeError(f"routing offset {rec.offset} failed")
+            if rec.offset in self.refused:
+                raise StorageError(f"state store write failed: offset {rec.offset}")
             self.handled.append(rec.offset)
 
     def add(self, due_ms: int, offset: int) -> None:
@@ -118,3 +122,34 @@ def test_a_timer_that_keeps_failing_is_retried_with_a_growing_backoff(bench: Ben
             break
         bench.reactor.advance(0.5)
     assert bench.handled == [7] and bench.timers.pending() == 0
+
+
+def test_a_hand_over_the_store_refused_is_a_warning_line_and_a_bugs_keeps_its_traceback(bench: Bench,
+                                                                                       caplog: Any) -> None:
+    """A StorageError handing a timer over (the disk, not a bug) is one warning line naming
+    the timer, with no traceback; any other exception is logged with its traceback. Both
+    timers are kept and handed over again later."""
+    bench.add(T0 + 10, 1)
+    bench.add(T0 + 10, 2)
+    bench.refused, bench.bad = {1}, {2}
+    with caplog.at_level("INFO", logger="logbus.core.queues.timers"):
+        bench.timers.arm(bench.on_due)
+        bench.reactor.advance(0.2)
+    [refused] = [r for r in caplog.records if "t/0 offset 1 " in r.getMessage()]
+    [bug] = [r for r in caplog.records if "t/0 offset 2 " in r.getMessage()]
+    assert refused.levelno == 30 and refused.exc_info is None
+    assert "state store write failed" in refused.getMessage()
+    assert bug.levelno == 40 and bug.exc_info is not None
+    assert bench.failures == 2 and bench.timers.pending() == 2
+
+
+def test_timer_ids_are_never_given_twice_across_restarts(bench: Bench) -> None:
+    """Timers due in the same millisecond before and after restarts keep distinct keys:
+    the block of ids the first timer of a run reserved (in the journal's batch with it)
+    is not given again after a restart."""
+    keys = []
+    for run in range(3):
+        for i in range(3):
+            keys.append(bench.timers.add(T0 + 10, TimerRecord(kind=TimerRecord.DELAY, topic="t", offset=run * 3 + i)))
+        bench.restart()
+    assert len(set(keys)) == 9 and bench.timers.pending() == 9

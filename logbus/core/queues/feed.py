@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Callable
 
 from ...retry.policy import MAX_DELAY_MS
-from ..errors import LogbusError
+from ..errors import LogbusError, StorageError
 from ..log import batch as B
 from ..log.batch import BatchInfo
 from ..log.format import ATTR_TRANSACTIONAL
@@ -72,8 +72,9 @@ class Feed:
         """A record of ``topic``, visible now (or staged until ``visible_ms``), to the
         queues that read the topic: those bound to the exchange behind it in every vhost,
         and the pop groups. 1 if it reached a vhost's queue. A vhost whose routing fails
-        is logged and the others go on; ``strict`` (a released timer): then the first
-        failure is raised, so that the record is handed over again."""
+        is logged (a StorageError as a warning line, anything else with its traceback)
+        and the others go on; ``strict`` (a released timer): then the first failure is
+        raised, so that the record is handed over again."""
         if vhosts is None:
             vhosts = [v for v in self.vhosts.values() if v.routes_topic(topic)]
         routed = 0
@@ -83,8 +84,11 @@ class Feed:
                 routed |= vhost.route_record(topic, partition, offset, message, visible_ms)
             except Exception as exc:
                 if not strict:
-                    log.exception("routing the record at %s/%d offset %d in vhost %r failed",
-                                  topic, partition, offset, vhost.name)
+                    text = "routing the record at %s/%d offset %d in vhost %r failed"
+                    if isinstance(exc, StorageError):  # the disk, not a bug: no traceback
+                        log.warning(text + ": %s", topic, partition, offset, vhost.name, exc)
+                    else:
+                        log.exception(text, topic, partition, offset, vhost.name)
                 failure = failure or exc
         self.pop.appended(topic, partition, offset, message, visible_ms=visible_ms)
         if strict and failure is not None:

@@ -31,7 +31,7 @@ covers the entries and timers its publish made against a power loss too. Changes
 no confirm behind them (deliveries, acks) may be lost to a power loss (a redelivery). A put followed by a delete of the same key within one tick cancels out
 before it reaches RocksDB. Timers (CF ``timers``, ``timers.py``) are written through the
 same batch, so an entry given back with a backoff leaves the queue and becomes a timer
-in one atomic write.
+in one atomic write, with the reservation of the block of timer ids it is the first of.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from ..errors import StorageError
 from ..log.filecache import Handle
 from .queue import Entry
 from ..state import (
+    CF_METADATA,
     CF_QUEUES,
     CF_TIMERS,
     QUEUE_ENTRY_PREFIX,
@@ -135,6 +136,7 @@ class QueueStore:
         self._new: set[bytes] = set()  # keys first put since the last commit
         self._timer_puts: dict[bytes, bytes] = {}  # CF timers, committed with the rest
         self._timer_deletes: set[bytes] = set()
+        self._metadata_puts: dict[bytes, bytes] = {}  # CF metadata (the timers' id blocks), the same
         self._scheduled = False
         self._wal_dirty = False  # committed since the log's last sync (``wal_to_sync``)
         self.commits = 0  # batches written (the faults check watches it for quiet spells)
@@ -215,6 +217,12 @@ class QueueStore:
         self._timer_puts[key] = value
         self._schedule()
 
+    def put_metadata(self, key: bytes, value: bytes) -> None:
+        """A record of CF metadata written with this tick's queue changes (the timers'
+        reserved ids, in the batch of the first timers that use them)."""
+        self._metadata_puts[key] = value
+        self._schedule()
+
     def delete_timer(self, key: bytes) -> None:
         if self._timer_puts.pop(key, None) is None:
             self._timer_deletes.add(key)
@@ -223,7 +231,7 @@ class QueueStore:
     @property
     def pending(self) -> bool:
         """Changes not yet committed."""
-        return bool(self._puts or self._deletes or self._timer_puts or self._timer_deletes)
+        return bool(self._puts or self._deletes or self._timer_puts or self._timer_deletes or self._metadata_puts)
 
     def wal_to_sync(self) -> Handle | None:
         """The state store's write-ahead log, when something was committed since the last
@@ -271,9 +279,9 @@ class QueueStore:
         if not self.pending:
             return
         puts, deletes = self._puts, self._deletes
-        timer_puts, timer_deletes = self._timer_puts, self._timer_deletes
+        timer_puts, timer_deletes, metadata = self._timer_puts, self._timer_deletes, self._metadata_puts
         self._puts, self._deletes, self._new = {}, set(), set()
-        self._timer_puts, self._timer_deletes = {}, set()
+        self._timer_puts, self._timer_deletes, self._metadata_puts = {}, set(), {}
         if self.store is None:
             return
         try:
@@ -283,6 +291,8 @@ class QueueStore:
                 if timer_puts or timer_deletes:
                     b.delete_many(CF_TIMERS, timer_deletes)
                     b.put_many(CF_TIMERS, timer_puts.items())
+                if metadata:
+                    b.put_many(CF_METADATA, metadata.items())
             self._wal_dirty = True
             self.commits += 1
         except StorageError:
@@ -290,7 +300,7 @@ class QueueStore:
             # key counts as new any more: a failed batch may still be found in RocksDB's
             # write-ahead log when it is reopened, so a later settle must delete it.
             self._puts, self._deletes = puts, deletes
-            self._timer_puts, self._timer_deletes = timer_puts, timer_deletes
+            self._timer_puts, self._timer_deletes, self._metadata_puts = timer_puts, timer_deletes, metadata
             raise
 
 

@@ -3,11 +3,14 @@
 Theory of operation. A timer is one RocksDB record in CF ``timers`` under
 ``state.timer_key(due_ms, id)``: the due time first, so byte order is due order and
 "everything due by now" is one range scan from the start of the family; then an id that
-is never used twice (ids are reserved in blocks of ``ID_BLOCK`` by a synced put of
-``TIMER_IDS_KEY``, as Kafka reserves producer ids), so two timers due in the same
-millisecond never share a key (RocketMQ issue 10276: a key made of the due time alone
-dropped retries). The value is a ``TimerRecord``: a RETRY (an entry given back to a
-queue with a backoff) or a DELAY (a published message with a deliver-at time).
+is never used twice, so two timers due in the same millisecond never share a key
+(RocketMQ issue 10276: a key made of the due time alone dropped retries). Ids are
+reserved in blocks of ``ID_BLOCK``: the end of the block, ``TIMER_IDS_KEY``, is put in
+the journal's batch with the first timer of the block, so no timer is stored without the
+reservation of its id, and adding a timer writes nothing at once (while the state store
+refuses writes, the journal keeps it with the rest). The value is a ``TimerRecord``: a
+RETRY (an entry given back to a queue with a backoff) or a DELAY (a published message
+with a deliver-at time).
 
 Timers are written through the queue journal's per-tick batch (``QueueStore``), so a
 retry's timer and the deletion of its queue entry are one atomic write, and a delayed
@@ -36,7 +39,13 @@ When ``on_due`` raises for a timer, the others go on; that one is logged, counte
 doubling per failure up to ``FAILED_BACKOFF_MAX_MS``; it becomes visible that much
 later), so a failure loses nothing. What ``on_due`` did before it raised stays done:
 handing over again may repeat it (a queue that got the message may get it twice: at
-least once, never lost).
+least once, never lost). A StorageError (the disk, not a bug) is logged as a warning
+line, anything else with its traceback.
+
+While the state store refuses writes nothing is released: the journal's batch must be
+committed before the index is scanned (a scan that missed this tick's deletions would
+release those timers again). The release is tried again every ``FAILED_BACKOFF_MS``,
+with one warning for the whole spell; the timers wait in the index.
 
 Releasing ahead moves the cost of a release (reading the message, routing it,
 journaling its entries) before the due time, so a burst of timers due in one second is
@@ -52,6 +61,7 @@ from collections import deque
 from time import perf_counter
 from typing import Any, Callable
 
+from ..errors import StorageError
 from ..state import (
     CF_METADATA,
     TIMER_IDS_KEY,
@@ -71,7 +81,7 @@ from .pins import OffsetPins
 log = logging.getLogger(__name__)
 
 TIMER_END = TIMER_PREFIX[:-1] + b"\x01"  # above every timer key
-ID_BLOCK = 1 << 16  # timer ids reserved per synced put
+ID_BLOCK = 1 << 16  # timer ids reserved at a time (one put of TIMER_IDS_KEY)
 RELEASE_BATCH = 2_000  # due timers released per reactor turn, at most
 RELEASE_CHUNK = 250  # timers read from the index at a time
 RELEASE_BUDGET_S = 0.005  # a reactor call releases chunks until it has spent this
@@ -93,8 +103,9 @@ class Timers:
         self._store = store
         self._clock = clock  # epoch ms
         self.reactor = reactor
-        self._next_id = 0
-        self._id_limit = 0  # ids below this are reserved
+        raw = None if store is None else store.get(CF_METADATA, TIMER_IDS_KEY)
+        self._next_id = self._id_limit = 0 if raw is None else unpack_uint64(raw)  # ids below the limit are reserved
+        self._refused = False  # a release failed because the state store refuses writes (logged once)
         self._mem: dict[bytes, bytes] = {}  # without a store: the records themselves
         self._earliest: int | None = None  # the earliest due time, if known to be pending
         # no timer key is below this: scans start here, not at the family's start, so
@@ -133,15 +144,10 @@ class Timers:
         return key
 
     def _take_id(self) -> int:
-        if self._next_id >= self._id_limit:
-            start = 0
+        if self._next_id >= self._id_limit:  # a new block, reserved in the batch of its first timer
+            self._id_limit = self._next_id + ID_BLOCK
             if self._store is not None:
-                raw = self._store.get(CF_METADATA, TIMER_IDS_KEY)
-                start = 0 if raw is None else unpack_uint64(raw)
-                self._store.put(CF_METADATA, TIMER_IDS_KEY, pack_uint64(start + ID_BLOCK), sync=True)
-            else:
-                start = self._id_limit
-            self._next_id, self._id_limit = start, start + ID_BLOCK
+                self._qs.put_metadata(TIMER_IDS_KEY, pack_uint64(self._id_limit))
         tid = self._next_id
         self._next_id += 1
         return tid
@@ -250,6 +256,21 @@ class Timers:
         on_due = self._on_due
         if on_due is None:
             return
+        try:
+            self._release(on_due)
+        except StorageError as e:  # the journal's batch was refused before a scan
+            if not self._refused:
+                self._refused = True
+                log.warning("due timers (retries, delayed messages) are not released while the state store "
+                            "refuses writes; tried again every %d ms: %s", FAILED_BACKOFF_MS, e)
+            if self._call is not None and self._call.active():
+                self._call.cancel()
+            self._call_at = self._clock() + FAILED_BACKOFF_MS
+            self._call = self.reactor.callLater(FAILED_BACKOFF_MS / 1000.0, self._fire)
+            return
+        self._refused = False
+
+    def _release(self, on_due: OnDue) -> None:
         now = self._clock()
         room = self._room(now)
         limit = min(RELEASE_BATCH, room) if room > 0 else RELEASE_BATCH
@@ -264,8 +285,8 @@ class Timers:
             for key, due, rec in batch:
                 try:
                     on_due(due, rec)
-                except Exception:
-                    self._failed(key, due, rec, now)
+                except Exception as e:
+                    self._failed(key, due, rec, now, e)
                     continue
                 self.remove(key, rec)
                 if due > now:
@@ -286,13 +307,18 @@ class Timers:
         else:
             self._rearm()
 
-    def _failed(self, key: bytes, due: int, rec: TimerRecord, now: int) -> None:
-        """``on_due`` raised for the timer at ``key``: store it again, to be handed over
-        after a backoff that doubles per failure; log and count it."""
+    def _failed(self, key: bytes, due: int, rec: TimerRecord, now: int, error: Exception) -> None:
+        """``on_due`` raised ``error`` for the timer at ``key``: store it again, to be
+        handed over after a backoff that doubles per failure; log (a StorageError as a
+        warning line, anything else with its traceback) and count it."""
         failures = self._failures.pop(key, 0) + 1
         backoff = min(FAILED_BACKOFF_MS << min(failures - 1, 16), FAILED_BACKOFF_MAX_MS)
-        log.exception("handing over the timer due at %d for %s/%d offset %d failed (%d times); again in %d ms",
-                      due, rec.topic, rec.partition, rec.offset, failures, backoff)
+        text = "handing over the timer due at %d for %s/%d offset %d failed (%d times); again in %d ms"
+        args = (due, rec.topic, rec.partition, rec.offset, failures, backoff)
+        if isinstance(error, StorageError):
+            log.warning(text + ": %s", *args, error)
+        else:
+            log.exception(text, *args)
         if self._count_failure is not None:
             self._count_failure()
         self.remove(key, rec)
