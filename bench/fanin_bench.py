@@ -212,12 +212,17 @@ def open_broker(name: str, args: argparse.Namespace) -> Any:
 # -- one round on one broker -------------------------------------------------------
 
 
-def sleep_until(t_ns: int, procs: list[ClientProcess]) -> None:
-    """Until ``t_ns``; a client process says nothing before the end but that it failed."""
-    while (left := (t_ns - time.monotonic_ns()) / 1e9) > 0:
+def sleep_until(t_ns: int, procs: list[ClientProcess], watch_until: int | None = None) -> None:
+    """Until ``t_ns``; a client process says nothing before ``watch_until`` (default
+    ``t_ns``) but that it failed. A fleet sends its last message one period before the
+    window's end and may say "done" from then on."""
+    watch_ns = t_ns if watch_until is None else min(t_ns, watch_until)
+    while (left := (watch_ns - time.monotonic_ns()) / 1e9) > 0:
         for conn in multiprocessing.connection.wait([p.pipe for p in procs], left):
             failed = next(p for p in procs if p.pipe is conn)
             failed.expect("nothing before the window's end", 1.0)  # raises with what it said
+    if (left := (t_ns - time.monotonic_ns()) / 1e9) > 0:
+        time.sleep(left)
 
 
 def child_cpu(pid: int) -> float:
@@ -275,7 +280,7 @@ def measure(args: argparse.Namespace, broker: Any, label: str) -> dict[str, Any]
         b_user0, b_sys0 = cpu_split(broker.pid)
         c0 = [child_cpu(p.pid) for p in procs]
         w0 = time.monotonic_ns()
-        sleep_until(t0 + int(total * period), procs)
+        sleep_until(t0 + int(total * period), procs, watch_until=t0 + int((total - 1) * period))
         b_user1, b_sys1 = cpu_split(broker.pid)
         c1 = [child_cpu(p.pid) for p in procs]
         w1 = time.monotonic_ns()
