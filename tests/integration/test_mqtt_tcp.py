@@ -6,6 +6,7 @@ from __future__ import annotations
 import select
 import socket
 import struct
+import time
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -15,6 +16,7 @@ import pytest
 from logbus.gateway.mqtt.packets import (
     ConnAck, Connect, PingReq, PingResp, PubAck, Publish, SubAck, Subscribe, Subscription,
 )  # fmt: skip
+from logbus.gateway.mqtt.machine import STREAMING_GAP_MS
 from tests.integration.mqtt_clients import Raw, unique
 from tests.serverproc import ServerFactory
 
@@ -62,13 +64,19 @@ def test_publish_waiting_for_the_disk_is_acknowledged_by_tcp_at_once(server: Any
         pub.send(PingReq())
         pub.expect(PingResp)
     seen = 0
+    last = time.monotonic()
     for i in range(1, 31):
+        now = time.monotonic()
+        # the broker acks at once only for a client streaming publishes (reads within
+        # STREAMING_GAP_MS, decision 0032): a publish after a longer gap (a busy machine
+        # slowed this loop) has its ACK ride on the PUBACK, by design
+        streaming, last = now - last < STREAMING_GAP_MS / 1000 / 4, now
         pub.send(Publish(topic, b"m%d" % i, qos=1, packet_id=i))
         delivery = sub.expect(Publish)
         left, answered = unacked(pub.sock), readable(pub.sock)
         assert delivery.payload == b"m%d" % i
         sub.send(PubAck(delivery.packet_id))
-        if not answered:  # the PUBACK is still on its way: the ACK must be here already
+        if not answered and streaming:  # the PUBACK is still on its way: the ACK must be here already
             seen += 1
             assert left == 0, f"publish {i}: the broker's kernel held its ACK for the PUBACK"
         assert pub.expect(PubAck).packet_id == i
