@@ -244,6 +244,20 @@ def read_back(server: LogbusServer) -> dict[str, list[bytes]]:
 
 
 @contextlib.contextmanager
+def on_a_small_disk(workdir: Path, size: str) -> Iterator[tuple[LogbusServer, Tmpfs]]:
+    """A `logbus serve` (flush ``sync``) whose data directory is a tmpfs of ``size``, with
+    the disk alarm off: publishers meet the full disk itself, not the alarm's block."""
+    fs = Tmpfs(workdir / "data", size)
+    s = LogbusServer(workdir, args=["--disk-free-limit", "0", "--default-flush", "sync"])
+    try:
+        s.start()
+        yield s, fs
+    finally:
+        s.cleanup()
+        fs.unmount()
+
+
+@contextlib.contextmanager
 def serving(tmp_path: Path, *, needs: str | None = None) -> Iterator[LogbusServer]:
     """A `logbus serve` (flush ``sync`` by default) in ``tmp_path``/srv, cleaned up after;
     ``needs``: a command the test drives (strace, prlimit), skipped when it is missing."""

@@ -15,22 +15,14 @@ from typing import Iterator
 
 import pytest
 
-from tests.fault.faultkit import HealthProbe, Publishers, Tmpfs, read_back
+from tests.fault.faultkit import HealthProbe, Publishers, Tmpfs, on_a_small_disk, read_back
 from tests.serverproc import LogbusServer
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[LogbusServer, Tmpfs]]:
-    workdir = tmp_path / "srv"
-    fs = Tmpfs(workdir / "data", "96m")
-    # the disk alarm off: publishers meet the full disk itself, not the alarm's block
-    s = LogbusServer(workdir, args=["--disk-free-limit", "0", "--default-flush", "sync"])
-    try:
-        s.start()
-        yield s, fs
-    finally:
-        s.cleanup()
-        fs.unmount()
+    with on_a_small_disk(tmp_path / "srv", "96m") as both:
+        yield both
 
 
 def assert_healthz_answered(probe: HealthProbe) -> None:

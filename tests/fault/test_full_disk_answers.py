@@ -12,10 +12,7 @@ confirmed, and every message confirmed before is read back.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from typing import Any, Iterator
 
@@ -29,7 +26,7 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProdu
 from logbus.gateway.mqtt import NO_PROPERTIES, ConnAck, Connect, Disconnect, Properties, Subscribe, Subscription
 
 from tests.fault.answerkit import AmqpPublisher, Answer, KafkaPublisher, MqttPublisher, publish_together
-from tests.fault.faultkit import Tmpfs, http
+from tests.fault.faultkit import Tmpfs, http, on_a_small_disk
 from tests.integration.mqtt_clients import Paho, Raw
 from tests.kafka_wire import Wire
 from tests.serverproc import LogbusServer
@@ -41,24 +38,12 @@ COORDINATOR_NOT_AVAILABLE = 15  # Kafka's, retriable
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LogbusServer, Tmpfs]]:
-    workdir = tmp_path_factory.mktemp("full-disk") / "srv"
-    fs = Tmpfs(workdir / "data", "48m")
-    # the disk alarm off: publishers meet the full disk itself, not the alarm's block
-    s = LogbusServer(workdir, args=["--disk-free-limit", "0", "--default-flush", "sync"])
-    try:
-        s.start()
-        yield s, fs
-    finally:
-        s.cleanup()
-        fs.unmount()
+    with on_a_small_disk(tmp_path_factory.mktemp("full-disk") / "srv", "48m") as both:
+        yield both
 
 
 def health(s: LogbusServer) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(s.http_url + "/healthz", timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
+    return http(s, "GET", "/healthz")
 
 
 def wait_health(s: LogbusServer, want: Any, timeout: float = 30.0) -> Any:
