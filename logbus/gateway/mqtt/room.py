@@ -47,6 +47,7 @@ The room knows nothing of sockets: connections (``protocol.MqttProtocol``) call 
 from __future__ import annotations
 
 import logging
+from functools import partial
 import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -454,15 +455,17 @@ class MqttRoom:
     def publish(self, message: Message, on_durable: Callable[[Any], object] | None = None) -> bool:
         """Publish to ``amq.topic``; True when a queue took it. ``on_durable(result)``
         fires once the append is durable (the exception if it failed or was refused)."""
-        env = message.envelope
-        return bool(self.vhost().publish(EXCHANGE, env.routing_key, message, on_durable=on_durable).routed)
+        out = self.broker.pipeline.publish(self.vhost(), [message],
+                                           None if on_durable is None else partial(_one, on_durable))
+        if out.error is not None:
+            raise out.error
+        return out.routed
 
-    def publish_many(self, items: list[tuple[str, str, Message, Any]],
-                     on_durable: Callable[[int, int, Any], object] | None = None) -> Any:
-        """Consecutive publishes of one read, together (the vhost's ``publish_many``); the
-        queues they reach are dispatched once at the end of the turn, with every other
-        connection's publishes of the turn (a fleet: one delivery run per subscriber)."""
-        return self.vhost().publish_many(items, on_durable, dispatch_later=True)
+    def publish_many(self, rows: list[Message], on_durable: Callable[[int, int, Any], object] | None = None) -> Any:
+        """A turn's publishes, together (the broker's pipeline: their envelopes say
+        ``amq.topic`` and the routing key); the queues they reach are dispatched once at
+        the end of the turn (a fleet: one delivery run per subscriber)."""
+        return self.broker.pipeline.publish(self.vhost(), rows, on_durable, dispatch_later=True)
 
     def retain(self, message: Message, qos: int) -> None:
         """Keep (or, with an empty payload, clear) the retained message of its topic."""
@@ -536,3 +539,7 @@ class MqttRoom:
                 "in_flight": len(s.outbound.in_flight),
             })
         return out
+
+
+def _one(on_durable: Callable[[Any], object], first: int, last: int, result: Any) -> None:
+    on_durable(result)

@@ -23,8 +23,7 @@ from bisect import bisect_right
 from typing import Any, Protocol
 
 from ...core.errors import LogbusError
-from ...core.types import Tick
-from .mapping import EXCHANGE
+from ...core.types import Message, Tick
 from .publishing import Pending
 
 
@@ -38,8 +37,6 @@ class Publisher(Protocol):
     def durable(self, batch: list[Pending], first: int, last: int, result: Any) -> None: ...
 
 
-def _items(batch: list[Pending]) -> list[tuple[str, str, Any, None]]:
-    return [(EXCHANGE, b.message.envelope.routing_key, b.message, None) for b in batch]
 
 
 class TurnPublishes:
@@ -60,11 +57,11 @@ class TurnPublishes:
         batches, self._batches = self._batches, []
         if not batches:
             return
-        items: list[tuple[str, str, Any, None]] = []
+        rows: list[Message] = []
         starts: list[int] = []
         for _, batch in batches:
-            starts.append(len(items))
-            items.extend(_items(batch))
+            starts.append(len(rows))
+            rows.extend([b.message for b in batch])
 
         def durable(first: int, last: int, result: Any) -> None:
             i = bisect_right(starts, first) - 1
@@ -75,7 +72,7 @@ class TurnPublishes:
                 i += 1
 
         try:
-            out = self.room.publish_many(items, durable)
+            out = self.room.publish_many(rows, durable)
         except LogbusError as e:
             for c, batch in batches:
                 c.publish_failed(batch, str(e))
