@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from .message import ENVELOPE_HEADER, Envelope, Message
     from .pressure import RESOURCES
     from .queues.pop import MAX_INVISIBLE_MS, Popped, check_delay, dlq_topic
-    from .queues.queue import DROP_NEW, OVERFLOW_MODES, Outcome, QueueLimits, Receipt
-    from .queues.service import Consumer, DeadLetterTarget, Delivery, QueueSettings, QueueState
+    from .queues.entry import Delivery
+    from .queues.queue import DROP_NEW, OVERFLOW_MODES, Outcome, QueueLimits
+    from .queues.service import Consumer, DeadLetterTarget, QueueSettings, QueueState
     from .retained import RetainedStore
     from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, topic_exchange, vhost_topic
     from .routing.definitions import (
@@ -68,7 +69,7 @@ _OWNER = {
     "DROP_NEW": "queues.queue",
     "DeadLetterCopy": "deadletters",
     "DeadLetterTarget": "queues.service",
-    "Delivery": "queues.service",
+    "Delivery": "queues.entry",
     "DestKind": "routing.definitions",
     "ENVELOPE_HEADER": "message",
     "Envelope": "message",
@@ -104,7 +105,6 @@ _OWNER = {
     "QueueState": "queues.service",
     "RESOURCES": "pressure",
     "ReadResult": "log.partition",
-    "Receipt": "queues.queue",
     "Resource": "access.auth",
     "RetainedRecord": "state_pb2",
     "RetainedStore": "retained",
@@ -181,7 +181,6 @@ __all__ = [
     "QueueSettings",
     "QueueState",
     "ReadResult",
-    "Receipt",
     "Resource",
     "RetainedRecord",
     "RetainedStore",

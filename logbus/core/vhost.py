@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..filters.message_filter import FilterSpec
 from .definitions import DefinitionStore, binding_filter, binding_match, decode_values, settings_of
-from .errors import LogbusError, RecordGone
+from .errors import LogbusError
 from .envelope_pb2 import Envelope
 from .deadletters import Deaths
 from .forms import NEUTRAL, Forms
@@ -39,8 +39,8 @@ from .log.manager import LogManager
 from .message import Message
 from .queues.journal import QueueStore
 from .queues.msgstore import MessageStore, log_batch_reader
-from .queues.queue import Entry, Outcome, Receipt
-from .queues.service import Consumer, Delivery, QueueService, QueueSettings, QueueState
+from .queues.queue import Delivery, Entry, Outcome
+from .queues.service import Consumer, QueueService, QueueSettings, QueueState
 from .queues.stats import SESSION
 from .queues.timers import Timers
 from .routing.definitions import QUEUE, Binding, DestKind, ExchangeDef, HeaderMatch
@@ -363,29 +363,18 @@ class VHost:
 
     # -- settling ----------------------------------------------------------------------------
 
-    def ack(self, queue: str, receipt: Receipt) -> None:
-        self.service.settle(queue, receipt, Outcome.ACK)
+    def ack(self, d: Delivery) -> None:
+        """Done with delivery ``d`` (StaleReceipt: it is no current lease)."""
+        self.service.ack(d)
 
-    def reject(self, queue: str, receipt: Receipt, requeue: bool) -> None:
+    def reject(self, d: Delivery, requeue: bool) -> None:
         """nack/reject: with requeue, again at once in its old place, or after the queue's
         retry policy; without, dead-lettered."""
-        self.service.settle(queue, receipt, Outcome.RETRY if requeue else Outcome.DEAD_LETTER)
+        self.service.settle(d, Outcome.RETRY if requeue else Outcome.DEAD_LETTER)
 
-    def settle(self, queue: str, receipt: Receipt, outcome: Outcome = Outcome.ACK) -> None:
-        """Settle a lease: ack, requeue, retry (after the queue's backoff) or dead-letter."""
-        self.service.settle(queue, receipt, outcome)
-
-    def entry_message(self, queue: str, seq: int) -> Message | None:
-        """The message entry ``seq`` of ``queue`` points at; None: settled (or no queue)."""
-        qs = self.queues.get(queue)
-        entry = qs.queue.entries.get(seq) if qs is not None else None
-        if entry is None or qs is None:
-            return None
-        try:
-            return self.service.message(entry)
-        except RecordGone as e:  # dropped, as the queue drops it where it meets it
-            self.service.gone(qs, [entry], e)
-            return None
+    def settle(self, d: Delivery, outcome: Outcome = Outcome.ACK) -> None:
+        """Settle a delivery: ack, requeue, retry (after the queue's backoff) or dead-letter."""
+        self.service.settle(d, outcome)
 
     def holds(self, queue: str, seq: int) -> bool:
         """Whether entry ``seq`` of ``queue`` is still unsettled."""

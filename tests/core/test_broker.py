@@ -56,7 +56,7 @@ def test_retention_keeps_what_a_queue_points_into(tmp_path: Any) -> None:
     taken = [v.get("q", "me", no_ack=False) for _ in range(200)]
     for d in taken:
         if d is not None and d.entry.offset != 130:
-            v.ack("q", d.receipt)
+            v.ack(d)
     assert b.housekeeping(later) > 0
     assert 64 < p.log_start_offset <= 128 < 130  # kept from the block of 130
     assert b.housekeeping(later) == 0  # still guarded
@@ -263,10 +263,10 @@ def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -
     assert all(taken)
     for d in taken[1:]:
         assert d is not None
-        v.ack("q", d.receipt)
+        v.ack(d)
     assert b.pinned_from("__amqp_default", 0) == 0  # offset 0 is still unsettled
     assert taken[0] is not None
-    v.ack("q", taken[0].receipt)
+    v.ack(taken[0])
     assert b.pinned_from("__amqp_default", 0) == n - 3 == block(n - 1)  # settled below n - 3
     # a pop group on t: its entries pin t, and so does a delayed message's timer
     assert b.pop_receive("g", "t", "m", 1, 1000) == []

@@ -19,7 +19,8 @@ from logbus.core.message import Envelope, Message
 from logbus.core.queues.journal import QueueStore
 from logbus.core.queues.msgstore import MessageStore
 from logbus.core.queues.queue import Outcome
-from logbus.core.queues.service import FILL_BATCH, Delivery, QueueService, QueueSettings
+from logbus.core.queues.entry import Delivery
+from logbus.core.queues.service import FILL_BATCH, QueueService, QueueSettings
 from logbus.core.queues.timers import Timers
 from logbus.core.state import StateStore
 from logbus.filters import properties as properties_module
@@ -93,7 +94,7 @@ def sql(text: str) -> FilterSpec:
 def settle_all(b: Broker, c: Taker, outcome: Outcome = Outcome.ACK) -> None:
     got, c.got = c.got, []
     for d in got:
-        b.svc.settle("q", d.receipt, outcome)
+        b.svc.settle(d, outcome)
     b.svc.dispatch("q")  # as a channel does after acks
 
 

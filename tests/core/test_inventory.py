@@ -43,9 +43,9 @@ def test_counts_and_stats_follow_what_happens(broker: Broker) -> None:
     info = broker.queue_info("/", "work")
     assert (info.ready, info.unacked, info.consumers, info.messages) == (3, 3, 1, 6)
     assert (info.stats.routed, info.stats.delivered) == (6, 3)
-    v.settle("work", c.got[0].receipt, Outcome.ACK)
-    v.settle("work", c.got[1].receipt, Outcome.REQUEUE)  # handed out again at once: a redelivery
-    v.settle("work", c.got[2].receipt, Outcome.DEAD_LETTER)
+    v.settle(c.got[0], Outcome.ACK)
+    v.settle(c.got[1], Outcome.REQUEUE)  # handed out again at once: a redelivery
+    v.settle(c.got[2], Outcome.DEAD_LETTER)
     c.unacked = 0  # its credit back
     v.dispatch("work")
     assert [d.message.value for d in c.got[3:]] == [b"1", b"3", b"4"]
@@ -82,7 +82,7 @@ def test_routed_is_counted_by_the_publishers_protocol(broker: Broker) -> None:
             v.publish("amq.fanout", "", msg(b"x", protocol=protocol))
     c = Consumer("c", owner="ch", prefetch=100)
     v.consume("mixed", c)
-    v.settle("mixed", c.got[0].receipt, Outcome.ACK)
+    v.settle(c.got[0], Outcome.ACK)
     totals = broker.message_totals()
     routed = {p: t["routed"] - before[p] for p, t in totals.items()}
     assert routed == {"mqtt": 6, "amqp": 2, "http": 4, "kafka": 8}  # two queues each
@@ -107,7 +107,7 @@ def test_browse_in_delivery_order_takes_nothing(broker: Broker) -> None:
     v.consume("pri", c)
     assert c.got[0].message.value == b"high"  # as the browse said
     assert [p.payload for p in broker.peek_queue("/", "pri", 10)] == [b"high2", b"mid", b"low"]
-    v.settle("pri", c.got[0].receipt, Outcome.REQUEUE)  # given back: in its old place again
+    v.settle(c.got[0], Outcome.REQUEUE)  # given back: in its old place again
     c.unacked = 1  # (no credit: it stays ready)
     assert [(p.payload, p.redelivered) for p in broker.peek_queue("/", "pri", 2)] == [
         (b"high", True), (b"high2", False)]

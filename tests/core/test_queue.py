@@ -24,17 +24,16 @@ from logbus.core.queues.queue import (
     DELIVERY_LIMIT,
     DROP_HEAD,
     EXPIRED,
-    Entry,
     MAXLEN,
     REJECT_PUBLISH,
     REJECTED,
     Outcome,
     Queue,
     QueueLimits,
+    Delivery,
     Receipt,
     Removed,
     StaleReceipt,
-    receipt,
 )
 from logbus.core.state import StateStore
 from logbus.retry.policy import RetryPolicy
@@ -55,7 +54,7 @@ class M:
     size: int
     deliveries: int = 0
     owner: str | None = None  # leased to
-    receipt: Receipt | None = None  # of the current lease
+    delivery: Delivery | None = None  # the current lease
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -80,6 +79,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.next_seq = 0
         self.now = 1000
         self.removed: list[tuple[int, str]] = []  # (seq, reason) the queue reported
+        self.stale: list[Delivery] = []  # deliveries whose leases ended: they settle nothing
         self.watched: dict[str, int] = {}  # view -> how many watch it
         self.backlog: dict[str, tuple[list[int], int]] = {}  # view -> (its backlog, how far judged)
         self.judged: dict[str, set[int]] = {}  # view -> seqs judged since they last became ready
@@ -137,12 +137,12 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(owner=st.sampled_from(OWNERS))
     def take(self, owner: str) -> None:
-        entry, removed = self.q.take(owner, now_ms=self.now)
-        seq = self._model_take(owner, self._ready(), entry, removed)
+        d, removed = self.q.take(owner, now_ms=self.now)
+        seq = self._model_take(owner, self._ready(), d, removed)
         if seq is not None:
             self.mark = max(self.mark, seq)  # taken in seq order: the journal's delivered mark
 
-    def _model_take(self, owner: str, ready: list[int], entry: Entry | None, removed: list[Removed]) -> int | None:
+    def _model_take(self, owner: str, ready: list[int], d: Delivery | None, removed: list[Removed]) -> int | None:
         """What ``take`` over ``ready`` (in take order) must have done: expired heads
         removed, the next one leased to ``owner``; its seq."""
         expect_removed = []
@@ -155,12 +155,13 @@ class QueueMachine(RuleBasedStateMachine):
                 continue
             m.deliveries += 1
             m.owner = owner
-            assert entry is not None and entry.seq == seq and entry.deliveries == m.deliveries
-            m.receipt = receipt(entry)
+            assert d is not None and (d.queue, d.entry.seq, d.delivery, d.owner) == ("q", seq, m.deliveries, owner)
+            assert d.entry.deliveries == m.deliveries and self.q.leases[seq] is d  # the lease itself
+            m.delivery = d
             taken = seq
             break
         else:
-            assert entry is None
+            assert d is None
         assert [(r.entry.seq, r.reason) for r in removed] == expect_removed
         return taken
 
@@ -202,7 +203,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data(), owner=st.sampled_from(OWNERS))
     def take_view(self, data: st.DataObject, owner: str) -> None:
         key = data.draw(st.sampled_from(sorted(self.watched)))
-        entry, removed = self.q.take(owner, now_ms=self.now, view=self.q.views[key])
+        d, removed = self.q.take(owner, now_ms=self.now, view=self.q.views[key])
         backlog, pos = self.backlog[key]
         ready = self._in_view(key)
         if pos < len(backlog):  # nothing at or past the first entry of the backlog not judged yet
@@ -211,30 +212,36 @@ class QueueMachine(RuleBasedStateMachine):
                 if seq >= limit:
                     ready = ready[:i]
                     break
-        self._model_take(owner, ready, entry, removed)  # out of seq order: the mark stays
+        self._model_take(owner, ready, d, removed)  # out of seq order: the mark stays
 
     def _leased(self) -> list[int]:
         return sorted(s for s, m in self.model.items() if m.owner is not None)
 
     @precondition(lambda self: any(m.owner for m in self.model.values()))
-    @rule(data=st.data())
-    def ack(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), plain=st.booleans())
+    def ack(self, data: st.DataObject, plain: bool) -> None:
         seq = data.draw(st.sampled_from(self._leased()))
-        r = self.model[seq].receipt
-        assert r is not None
-        settled = self.q.settle(r, Outcome.ACK)
-        assert settled is not None and (settled.entry.seq, getattr(settled, "reason", None)) == (seq, "")
+        d = self.model[seq].delivery
+        assert d is not None
+        if plain:  # the ack that makes no Removed
+            assert self.q.ack(d) is d.entry
+        else:
+            settled = self.q.settle(d, Outcome.ACK)
+            assert settled is not None and (settled.entry.seq, getattr(settled, "reason", None)) == (seq, "")
         del self.model[seq]
+        self.stale.append(d)
         with pytest.raises(StaleReceipt):
-            self.q.settle(r, Outcome.ACK)  # twice: stale
+            self.q.settle(d, Outcome.ACK)  # twice: stale
 
     @precondition(lambda self: any(m.owner for m in self.model.values()))
     @rule(data=st.data(), requeue=st.booleans())
     def nack(self, data: st.DataObject, requeue: bool) -> None:
         seq = data.draw(st.sampled_from(self._leased()))
         m = self.model[seq]
-        assert m.receipt is not None
-        removed = self.q.settle(m.receipt, Outcome.REQUEUE if requeue else Outcome.DEAD_LETTER)
+        assert m.delivery is not None
+        removed = self.q.settle(m.delivery, Outcome.REQUEUE if requeue else Outcome.DEAD_LETTER)
+        self.stale.append(m.delivery)
+        m.delivery = None
         limit = self.delivery_limit
         if not requeue:
             assert removed is not None and (removed.entry.seq, removed.reason) == (seq, REJECTED)
@@ -258,6 +265,9 @@ class QueueMachine(RuleBasedStateMachine):
             m = self.model[seq]
             if m.owner != owner:
                 continue
+            assert m.delivery is not None
+            self.stale.append(m.delivery)
+            m.delivery = None
             if limit is not None and m.deliveries > limit:
                 expect.append((seq, DELIVERY_LIMIT))
                 self._model_remove(seq, DELIVERY_LIMIT)
@@ -302,11 +312,27 @@ class QueueMachine(RuleBasedStateMachine):
         self.watched, self.backlog, self.judged = {}, {}, {}  # the consumers are gone with their views
         for seq, m in self.model.items():
             m.owner = None  # every lease (none has a deadline) is gone: back to ready, redelivered
-            m.receipt = None
+            if m.delivery is not None:
+                self.stale.append(m.delivery)
+            m.delivery = None
             if not self.exact:
                 assert m.deliveries > 0 or seq > self.mark  # taken in seq order: below the mark means taken
         # numbering goes on above every unsettled entry and every seq ever delivered
         self.next_seq = max(max(self.model, default=-1), self.mark) + 1
+
+    @precondition(lambda self: self.stale)
+    @rule(data=st.data(), outcome=st.sampled_from(list(Outcome)))
+    def settle_stale(self, data: st.DataObject, outcome: Outcome) -> None:
+        """A delivery whose lease ended (settled, given back, or gone with a restart, its
+        seq maybe numbering another entry since, leased as the same delivery count) settles
+        nothing and moves no deadline: the invariants see nothing changed."""
+        d = data.draw(st.sampled_from(self.stale))
+        with pytest.raises(StaleReceipt):
+            self.q.settle(d, outcome, self.now)
+        with pytest.raises(StaleReceipt):
+            self.q.ack(d)
+        with pytest.raises(StaleReceipt):
+            self.q.change_invisible(d, self.now + 10)
 
     # -- invariants ------------------------------------------------------------------------
 
@@ -323,6 +349,8 @@ class QueueMachine(RuleBasedStateMachine):
             e = q.entries[seq]
             assert (e.priority, e.expires_ms, e.deliveries, e.redelivered) == (
                 m.priority, m.expires, m.deliveries, m.deliveries > 0)
+            if m.delivery is not None:  # named from outside (a receipt handle): the same lease
+                assert q.lease(Receipt(seq, m.deliveries)) is m.delivery
         assert q.next_seq == self.next_seq
         for key, view in q.views.items():  # the ready entries each view takes, as its filter says
             assert {seq for _, seq in view.heap if q._is_ready(seq)} == set(self._in_view(key))
@@ -343,3 +371,21 @@ class QueueMachine(RuleBasedStateMachine):
 
 QueueMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 test_queue_against_model = QueueMachine.TestCase
+
+
+def test_a_delivery_settles_only_its_own_queues_lease() -> None:
+    """A queue deleted and declared again under its name numbers its entries from 0 again:
+    the first lease of each is seq 0, delivery 1. A delivery of the old one names the same
+    seq and count, yet it is not the new queue's lease, and settles nothing there."""
+    old, new = Queue("q"), Queue("q")
+    for q in (old, new):
+        q.publish("t", 0, 0, 1)
+    d_old, _ = old.take("a")
+    d_new, _ = new.take("b")
+    assert d_old is not None and d_new is not None
+    assert (d_old.queue, d_old.entry.seq, d_old.delivery) == (d_new.queue, d_new.entry.seq, d_new.delivery)
+    for outcome in Outcome:
+        with pytest.raises(StaleReceipt):
+            new.settle(d_old, outcome)
+    assert new.leases == {0: d_new} and new.unacked_count == 1
+    assert new.ack(d_new) is d_new.entry and not new.entries

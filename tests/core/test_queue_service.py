@@ -3,14 +3,16 @@ RocksDB, against a plain model, under random publish / take with and without an
 invisible time / ack / requeue / retry / dead-letter / change-invisible-time / stale
 receipts / delayed messages / time passing (lapses, retries and delays due) / restarts.
 
-The model: every message is ready, leased (owner, receipt, deadline) or scheduled (due
+The model: every message is ready, leased (owner, delivery, deadline) or scheduled (due
 time); ready ones are taken in order (a requeue keeps its place, a retry that is due
-goes to the back); a settle with a receipt that names no current lease is refused and
-changes nothing. A restart keeps every unsettled message and its delivery count;
-leases with a deadline survive it (their receipts still settle), the others end.
+goes to the back); a settle with a delivery that is not the current lease is refused
+and changes nothing. A restart keeps every unsettled message and its delivery count;
+leases with a deadline survive it (named from outside by a ``Receipt``, as a pop receipt
+handle names them, they still settle; the delivery objects from before are stale), the
+others end.
 
 ``test_a_stale_receipt_mutant_fails`` runs the same machine against a queue that does
-not check which delivery a receipt names, and expects the machine to catch it.
+not check which lease a delivery is, and expects the machine to catch it.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ from logbus.core.queues.journal import QueueStore
 from logbus.core.queues.msgstore import MessageStore
 from logbus.core.queues.queue import (
     DELIVERY_LIMIT,
+    Delivery,
     Entry,
     REJECTED,
-    Lease,
     RESTORED,
     Outcome,
     Queue,
@@ -63,7 +65,7 @@ class M:
     state: str = READY
     deliveries: int = 0
     owner: str | None = None
-    receipt: Receipt | None = None
+    delivery: Delivery | None = None  # the current lease
     deadline: int = 0
     due: int = 0
     scheduled_as: int = 0  # the order timers due at the same time are released in
@@ -88,7 +90,7 @@ class ServiceMachine(RuleBasedStateMachine):
         self.next_scheduled = 0
         self.dead: list[tuple[int, str]] = []  # (offset, reason) the service dead-lettered
         self.expect_dead: list[tuple[int, str]] = []
-        self.stale: list[Receipt] = []  # receipts that name no current lease
+        self.stale: list[Delivery] = []  # deliveries that are no current lease
 
     def _open(self) -> None:
         self.qs = QueueStore(self.store)
@@ -119,8 +121,8 @@ class ServiceMachine(RuleBasedStateMachine):
     def _give_back(self, offset: int, backoff: bool) -> None:
         """A lease ended without an ack (requeue, retry, lapse)."""
         m = self.model[offset]
-        self.stale.append(m.receipt)  # type: ignore[arg-type]
-        m.owner, m.receipt, m.deadline = None, None, 0
+        self.stale.append(m.delivery)  # type: ignore[arg-type]
+        m.owner, m.delivery, m.deadline = None, None, 0
         policy = self.settings.retry
         if policy.exhausted(m.deliveries):
             del self.model[offset]
@@ -160,27 +162,28 @@ class ServiceMachine(RuleBasedStateMachine):
     def take(self, owner: str, n: int, invisible: int) -> None:
         got = self.svc.take("q", owner, n, invisible_ms=invisible)
         expect = self._in(READY)[:n]
-        assert [int(d.message.value or b"") for d in got] == expect
+        assert [int(d.message.value or b"") for d in got if d.message is not None] == expect
         for d in got:
             m = self.model[d.entry.offset]
             m.state, m.owner, m.deliveries = LEASED, owner, m.deliveries + 1
             m.deadline = self.now + invisible if invisible else 0
             assert d.entry.deliveries == m.deliveries
-            assert d.receipt.delivery == m.deliveries
-            m.receipt = d.receipt
+            assert (d.delivery, d.owner, d.deadline_ms) == (m.deliveries, owner, m.deadline)
+            m.delivery = d
+        assert [d.remaining for d in got] == [0] * (len(got) - 1) + [len(self._in(READY))] if got else True
 
     @precondition(lambda self: any(m.state == LEASED for m in self.model.values()))
     @rule(data=st.data(), outcome=st.sampled_from(list(Outcome)))
     def settle(self, data: st.DataObject, outcome: Outcome) -> None:
         offset = data.draw(st.sampled_from(self._in(LEASED)))
         m = self.model[offset]
-        assert m.receipt is not None
-        self.svc.settle("q", m.receipt, outcome)
+        assert m.delivery is not None
+        self.svc.settle(m.delivery, outcome)
         if outcome is Outcome.ACK:
-            self.stale.append(m.receipt)
+            self.stale.append(m.delivery)
             del self.model[offset]
         elif outcome is Outcome.DEAD_LETTER:
-            self.stale.append(m.receipt)
+            self.stale.append(m.delivery)
             del self.model[offset]
             self.expect_dead.append((offset, REJECTED))
         else:
@@ -188,18 +191,18 @@ class ServiceMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.stale))
     @rule(data=st.data(), outcome=st.sampled_from(list(Outcome)))
-    def settle_stale(self, data: st.DataObject, outcome: Outcome, r: Receipt | None = None) -> None:
-        if r is None:
-            r = data.draw(st.sampled_from(self.stale))
+    def settle_stale(self, data: st.DataObject, outcome: Outcome, d: Delivery | None = None) -> None:
+        if d is None:
+            d = data.draw(st.sampled_from(self.stale))
         with pytest.raises(StaleReceipt):
-            self.svc.settle("q", r, outcome)
+            self.svc.settle(d, outcome)
         with pytest.raises(StaleReceipt):
-            self.svc.change_invisible("q", r, 50)
+            self.svc.change_invisible(d, 50)
 
-    def _stale_of_leased(self) -> list[Receipt]:
-        """Stale receipts whose seq is leased again (the case a receipt exists for)."""
-        leased = {m.receipt.seq for m in self.model.values() if m.state == LEASED and m.receipt is not None}
-        return [r for r in self.stale if r.seq in leased]
+    def _stale_of_leased(self) -> list[Delivery]:
+        """Stale deliveries whose seq is leased again (the case the check exists for)."""
+        leased = {m.delivery.entry.seq for m in self.model.values() if m.state == LEASED and m.delivery is not None}
+        return [d for d in self.stale if d.entry.seq in leased]
 
     @precondition(lambda self: bool(self._stale_of_leased()))
     @rule(data=st.data(), outcome=st.sampled_from(list(Outcome)))
@@ -211,14 +214,14 @@ class ServiceMachine(RuleBasedStateMachine):
     def change_invisible(self, data: st.DataObject, invisible: int) -> None:
         offset = data.draw(st.sampled_from(self._in(LEASED)))
         m = self.model[offset]
-        assert m.receipt is not None
-        self.svc.change_invisible("q", m.receipt, invisible)
+        assert m.delivery is not None
+        self.svc.change_invisible(m.delivery, invisible)
         m.deadline = self.now + invisible if invisible else 0
 
     @rule(owner=st.sampled_from(OWNERS))
     def release(self, owner: str) -> None:
         self.svc.release("q", owner)
-        for offset in sorted(self._in(LEASED), key=lambda o: self.model[o].receipt.seq):  # type: ignore[union-attr]
+        for offset in sorted(self._in(LEASED), key=lambda o: self.model[o].delivery.entry.seq):  # type: ignore[union-attr]
             if self.model[offset].owner == owner:
                 self._give_back(offset, False)
 
@@ -236,7 +239,7 @@ class ServiceMachine(RuleBasedStateMachine):
                 self.svc.enqueue(["q"], rec.topic, rec.partition, rec.offset, message, visible_ms=due)
         self.svc.tick(self.now)
         lapsed = [o for o in self._in(LEASED) if 0 < self.model[o].deadline <= self.now]
-        for offset in sorted(lapsed, key=lambda o: (self.model[o].deadline, self.model[o].receipt.seq)):  # type: ignore[union-attr]
+        for offset in sorted(lapsed, key=lambda o: (self.model[o].deadline, self.model[o].delivery.entry.seq)):  # type: ignore[union-attr]
             self._give_back(offset, True)
         due = [o for o in self._in(SCHEDULED) if self.model[o].due <= self.now]
         for offset in sorted(due, key=lambda o: (self.model[o].due, self.model[o].scheduled_as)):
@@ -250,13 +253,18 @@ class ServiceMachine(RuleBasedStateMachine):
         self.store.close()
         self.store = StateStore(self.dir / "state")
         self._open()
+        q = self.svc.state("q").queue
         for offset in self._in(LEASED):
             m = self.model[offset]
-            if m.deadline:  # kept, under no owner of this process
+            old = m.delivery
+            assert old is not None
+            self.stale.append(old)  # of the process before: no lease of this one
+            if m.deadline:  # kept, under no owner of this process, named from outside by its receipt
                 m.owner = RESTORED
+                m.delivery = q.lease(Receipt(old.entry.seq, old.delivery))
+                assert m.delivery is not old and m.delivery.owner == RESTORED
             else:  # a lease without a deadline ends with the process
-                self.stale.append(m.receipt)  # type: ignore[arg-type]
-                m.state, m.owner, m.receipt = READY, None, None
+                m.state, m.owner, m.delivery = READY, None, None
 
     # -- invariants ------------------------------------------------------------------------
 
@@ -274,7 +282,7 @@ class ServiceMachine(RuleBasedStateMachine):
         for offset in leased:
             m = self.model[offset]
             lease = q.leases[by_offset[offset].seq]
-            assert m.receipt == Receipt(by_offset[offset].seq, lease.delivery)
+            assert lease is m.delivery and lease.delivery == m.deliveries
             assert lease.deadline_ms == m.deadline
         assert self.dead == self.expect_dead
 
@@ -309,16 +317,16 @@ test_queue_service_against_model = ServiceMachine.TestCase
 
 
 def test_a_stale_receipt_mutant_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A queue that checks only that a seq is leased, not which delivery, lets a lapsed
-    receipt settle the message's next lease: the machine must catch it."""
+    """A queue that checks only that a seq is leased, not that the delivery is its lease,
+    lets a lapsed delivery settle the message's next lease: the machine must catch it."""
 
-    def lenient(self: Queue, r: Receipt) -> Lease:
-        lease = self.leases.get(r.seq)
-        if lease is None:
-            raise StaleReceipt(r)
-        return lease
+    def lenient(self: Queue, d: Delivery) -> int:
+        seq = d.entry.seq
+        if seq not in self.leases:
+            raise StaleReceipt(seq)
+        return seq
 
-    monkeypatch.setattr(Queue, "lease", lenient)
+    monkeypatch.setattr(Queue, "_current", lenient)
     with pytest.raises(BaseException) as info:
         run_state_machine_as_test(ServiceMachine, settings=settings(
             max_examples=100, stateful_step_count=30, deadline=None, derandomize=True, database=None,

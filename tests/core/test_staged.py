@@ -128,7 +128,7 @@ def test_staged_entries_survive_a_restart_staged_with_their_delivery_count(world
     world.publish(0, visible_ms=T0 + 500)
     world.publish(1)
     [d1] = world.svc.take("q", "me", 1)  # the mark passes the staged entry's seq
-    world.svc.settle("q", d1.receipt, Outcome.ACK)
+    world.svc.settle(d1, Outcome.ACK)
     world.restart()
     assert world.queue.staged_count == 1 and world.queue.message_count == 0
     world.reactor.advance(0.499)

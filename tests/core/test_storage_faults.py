@@ -384,7 +384,7 @@ def test_a_retry_asked_for_while_the_state_store_refuses_is_kept(small_fs: Path)
     assert d is not None
     ballast = fill(small_fs)
     refuse_state_writes(b)
-    v.reject("q", d.receipt, True)
+    v.reject(d, True)
     ballast.unlink()
     again = None
     for _ in range(100):  # the store reopens (once a second), then the retry comes (1 s)

@@ -20,7 +20,8 @@ from logbus.core.queues.msgstore import MESSAGE_OVERHEAD
 from logbus.core.routing.router import NotFound, PreconditionFailed, ResourceLocked
 from logbus.core.state import StateStore
 from logbus.core.queues.queue import QueueLimits
-from logbus.core.queues.service import DeadLetterTarget, Delivery, QueueSettings
+from logbus.core.queues.entry import Delivery
+from logbus.core.queues.service import DeadLetterTarget, QueueSettings
 from logbus.core.vhost import VHost
 from tests.core.amqp_terms import AmqpTerms
 from tests.loop import LoopReactor
@@ -105,7 +106,7 @@ def test_fanout_appends_once_and_every_queue_gets_it(env: Env) -> None:
     c = Consumer("c1", owner="ch1")
     v.consume("a", c)  # (a had no consumer: its entry reads the log)
     assert [d.message.value for d in c.got] == [b"hello"]
-    v.ack("a", c.got[0].receipt)
+    v.ack(c.got[0])
     assert v.messages.live_bytes == 5 + MESSAGE_OVERHEAD  # b and c still hold it
     v.purge_queue("b")
     v.delete_queue("c")
@@ -125,7 +126,7 @@ def test_round_robin_with_prefetch_and_requeue_in_place(env: Env) -> None:
     v.consume("work", c2)
     assert [d.message.value for d in c1.got] == [b"0", b"1"]  # c1 first took its prefetch
     assert [d.message.value for d in c2.got] == [b"2", b"3"]
-    v.reject("work", c1.got[0].receipt, requeue=True)  # back in its old place
+    v.reject(c1.got[0], requeue=True)  # back in its old place
     c1.unacked -= 1
     v.dispatch("work")
     assert [d.message.value for d in c1.got][-1] == b"0" and c1.got[-1].entry.redelivered
@@ -210,7 +211,7 @@ def test_dead_letter_cycles_are_dropped_unless_rejected(env: Env) -> None:
     c = Consumer("c", "ch", prefetch=1)
     v.consume("retry", c)
     for _ in range(3):
-        v.reject("retry", c.got[-1].receipt, requeue=False)
+        v.reject(c.got[-1], requeue=False)
         c.unacked -= 1
         v.dispatch("retry")
     assert len(c.got) == 4
@@ -241,8 +242,8 @@ def test_durable_queue_survives_restart_acked_never_return(env: Env) -> None:
     env.loop.run_once()
     c = Consumer("c", "ch", prefetch=4)
     v.consume("jobs", c)
-    v.ack("jobs", c.got[0].receipt)
-    v.ack("jobs", c.got[2].receipt)
+    v.ack(c.got[0])
+    v.ack(c.got[2])
     env.restart()
     env.v.load()
     c2 = Consumer("c", "ch", prefetch=10)

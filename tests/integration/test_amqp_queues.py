@@ -192,6 +192,36 @@ def test_unacked_requeued_when_channel_closes(amqp_broker: AmqpBroker) -> None:
     run(body())
 
 
+def test_an_ack_for_a_deleted_queue_settles_nothing_in_its_namesake(amqp_broker: AmqpBroker) -> None:
+    """A delivery of a queue deleted since is acked: the queue declared again with that
+    name, whose first message is leased to another channel as the first delivery of its
+    first entry, keeps that lease (the ack named an entry and a delivery count, which the
+    new queue's lease has too: it settled the wrong message)."""
+
+    async def body() -> None:
+        async with await connect(amqp_broker) as connection:
+            admin = await connection.channel()
+            name = unique("namesake")
+            q = await admin.declare_queue(name)
+            await publish_bodies(admin, q, [b"old"])
+            a = await connection.channel()
+            old = await (await a.declare_queue(name, passive=True)).get(timeout=10)
+            assert old.body == b"old"
+            await admin.queue_delete(name)
+            q = await admin.declare_queue(name)
+            await publish_bodies(admin, q, [b"new"])
+            b = await connection.channel()
+            new = await (await b.declare_queue(name, passive=True)).get(timeout=10)
+            assert (new.body, new.redelivered) == (b"new", False)
+            await old.ack()  # no reply: the basic.qos after it on the same channel is one
+            await a.set_qos(prefetch_count=0)
+            await b.close()  # "new" was never acked: back in the queue
+            assert await message_count(admin, name) == 1
+            await admin.queue_delete(name)
+
+    run(body())
+
+
 def test_purge_and_delete_counts(amqp_broker: AmqpBroker) -> None:
     async def body() -> None:
         async with await connect(amqp_broker) as connection:

@@ -12,7 +12,6 @@ test_mqtt_machine_qos.py."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 import subprocess
 import sys
 from typing import Any
@@ -22,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logbus.core.message import Message
-from logbus.core.queues.queue import Receipt
+from logbus.core.queues.entry import Delivery, Entry
 from logbus.gateway.mqtt.connect import ServerLimits
 from logbus.gateway.mqtt.decoder import Decoder
 from logbus.gateway.mqtt.encoder import encode
@@ -54,22 +53,6 @@ class AllowAll:
         return True
 
 
-@dataclass
-class Entry:
-    topic: str = "amq.topic"
-    deliveries: int = 1
-
-
-@dataclass
-class Delivery:
-    """What the queue service hands a consumer (core.queues.service.Delivery's fields)."""
-
-    queue: str
-    entry: Entry
-    message: Message
-    receipt: Receipt
-
-
 class Shell:
     """One connection's machine with its shell; ``auto_durable``: every publish batch is
     durable as soon as it is appended (else ``durable`` says when)."""
@@ -85,7 +68,7 @@ class Shell:
         self.requests: list[Any] = []  # every request handed out, in order
         self.batches: list[list[Any]] = []  # the publish batches, not yet durable
         self.published: list[Message] = []
-        self.settled: list[tuple[Any, bool]] = []
+        self.settled: list[tuple[Delivery, bool]] = []  # (what was settled, durably)
         self.retained: dict[str, Any] = {}
         self.closed = ""
 
@@ -130,7 +113,9 @@ class Shell:
                 else:
                     self.batches.append(r.items)
             elif isinstance(r, Settle):
-                self.settled.append((r.token, r.durably))
+                self.settled.append((r.delivery, True))
+            elif isinstance(r, Delivery):  # done with it
+                self.settled.append((r, False))
             elif isinstance(r, Close):
                 self.closed = r.reason
             else:
@@ -166,8 +151,10 @@ _seq = itertools.count(1)
 
 
 def delivery(message: Message, queue: str = "q") -> Delivery:
+    """A first delivery of ``message`` from ``queue``, as the queue service hands it out."""
     seq = next(_seq)
-    return Delivery(queue, Entry(), message, Receipt(seq, 1))
+    entry = Entry(seq, "amq.topic", 0, seq, len(message.value or b""), deliveries=1)
+    return Delivery(queue, entry, 1, "session", message=message)
 
 
 def connected(version: int = 5, **kw: Any) -> tuple[Shell, Client]:

@@ -9,13 +9,13 @@ machine, as the room's queue would."""
 
 from __future__ import annotations
 
+from logbus.core.queues.entry import Delivery
 from logbus.gateway.mqtt.connect import ServerLimits
 from logbus.gateway.mqtt.packets import (
     Connect, Disconnect, PubAck, PubComp, Publish, PubRec, PubRel, SubAck, Subscribe, Subscription,
 )  # fmt: skip
 from logbus.gateway.mqtt.properties import Properties
 from logbus.gateway.mqtt.requests import QUICK_ACK, Dispatch, PublishBatch, SaveSession, Settle
-from logbus.gateway.mqtt.session import Token
 from logbus.gateway.mqtt.states import State
 from logbus.gateway.mqtt.machine import STREAMING_GAP_MS
 from tests.unit.test_mqtt_machine import NOW_MS, Client, Shell, connected, delivery
@@ -31,12 +31,18 @@ def subscriber(qos: int, version: int = 5, **kw: object) -> tuple[Shell, Client]
     return shell, client
 
 
-def pass_on(publisher: Shell, to: Shell) -> list[Settle | SaveSession | None]:
+def pass_on(publisher: Shell, to: Shell) -> list[Delivery | SaveSession | None]:
     """What the publisher published so far, handed to the subscriber's machine as its
-    queue would; the requests ``deliver`` returned."""
-    out = [to.machine.deliver(delivery(message)) for message in publisher.published]
+    queue would; the requests ``deliver`` returned. The deliveries are kept in
+    ``handed``."""
+    handed.clear()
+    handed.extend(delivery(message) for message in publisher.published)
+    out = [to.machine.deliver(d) for d in handed]
     publisher.published.clear()
     return out
+
+
+handed: list[Delivery] = []  # what the last pass_on handed out
 
 
 # -- client to server ---------------------------------------------------------------------------
@@ -147,8 +153,8 @@ def test_qos1_to_the_client_and_its_puback() -> None:
     session = sub.machine.session
     assert session is not None and list(session.outbound.in_flight) == [p.packet_id]
     sub_client.send(PubAck(p.packet_id))
-    [(token, durably)] = sub.settled
-    assert isinstance(token, Token) and not durably and session.outbound.in_flight == {}
+    [(settled, durably)] = sub.settled
+    assert settled is handed[0] and not durably and session.outbound.in_flight == {}  # the one object
     assert isinstance(sub_client.requests[-1], Dispatch)  # room for more: handed out at the end of the read
     sub_client.send(PubAck(p.packet_id))  # again: ignored
     assert len(sub.settled) == 1
@@ -184,8 +190,8 @@ def test_qos2_to_the_client() -> None:
     session = sub.machine.session
     assert session is not None
     assert sub_client.send(PubRec(p.packet_id)) == [PubRel(p.packet_id)]
-    [(token, durably)] = sub.settled
-    assert durably and isinstance(token, Token)  # settled, and stored, before the PUBREL goes out
+    [(settled, durably)] = sub.settled
+    assert durably and settled is handed[0]  # settled, and stored, before the PUBREL goes out
     kinds = [type(r) for r in sub_client.requests]
     assert kinds.index(Settle) < kinds.index(SaveSession)
     assert session.outbound.in_flight[p.packet_id].state == "released"
@@ -201,8 +207,8 @@ def test_qos2_refused_by_the_client() -> None:
     pass_on(pub, sub)
     [p] = sub_client.received()
     assert sub_client.send(PubRec(p.packet_id, 0x80)) == []  # no PUBREL: the flow ends
-    [(token, durably)] = sub.settled
-    assert not durably
+    [(settled, durably)] = sub.settled
+    assert not durably and settled is handed[0]
 
 
 def test_the_qos_is_the_lower_of_publish_and_subscription() -> None:

@@ -7,22 +7,29 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from logbus.core.queues.entry import Delivery, Entry
 from logbus.gateway.mqtt.outbound import MAX_PACKET_ID, PUBLISHED, RELEASED, Outbound
 from logbus.gateway.mqtt.reasons import PACKET_IDENTIFIER_NOT_FOUND
 
 
-def test_qos1_and_qos2_flows_settle_their_tokens() -> None:
+def m(queue: str = "q", seq: int = 0) -> Delivery:
+    """A delivery from ``queue`` (its entry ``seq``), as the queue service hands it out."""
+    return Delivery(queue, Entry(seq, "t", 0, seq, 1, deliveries=1), 1, "session")
+
+
+def test_qos1_and_qos2_flows_give_back_their_deliveries() -> None:
     o = Outbound()
-    assert o.send(0, "q0") == 0 and not o.in_flight
-    p1 = o.send(1, "m1")
-    p2 = o.send(2, "m2")
-    assert p1 != p2
+    m0, m1, m2 = m("q0"), m("m1"), m("m2")
+    assert o.send(0, m0) == 0 and not o.in_flight and m0.tag == 0
+    p1 = o.send(1, m1)
+    p2 = o.send(2, m2)
+    assert p1 != p2 and (m1.tag, m1.qos, m2.tag, m2.qos) == (p1, 1, p2, 2)
     assert o.puback(p2) is None  # a QoS 2 message is not PUBACKed
-    assert o.puback(p1) == "m1" and o.puback(p1) is None
+    assert o.puback(p1) is m1 and o.puback(p1) is None
     assert o.pubcomp(p2) is None  # no PUBREL sent yet
     assert o.pubrec(p2) == (0, None)
-    assert [(f.packet_id, f.state) for f in o.resend()] == [(p2, RELEASED)]
-    assert o.pubcomp(p2) == "m2" and not o.in_flight
+    assert [(f.tag, f.state) for f in o.resend()] == [(p2, RELEASED)]
+    assert o.pubcomp(p2) is m2 and not o.in_flight
     assert o.pubrec(p2) == (PACKET_IDENTIFIER_NOT_FOUND, None)
 
 
@@ -33,27 +40,29 @@ def test_shrink_gives_back_the_table_and_keeps_what_is_in_flight() -> None:
 
     o = Outbound()
     small = sys.getsizeof(o.in_flight)
-    pids = [o.send(1, i) for i in range(20)]
-    o.pubrec(o.send(2, "kept"))
+    pids = [o.send(1, m(seq=i)) for i in range(20)]
+    kept = m("kept")
+    o.pubrec(o.send(2, kept))
     grown = sys.getsizeof(o.in_flight)
     for pid in pids:
         o.puback(pid)
     assert sys.getsizeof(o.in_flight) == grown  # a dict keeps its table as keys go
     o.shrink()
     assert small < sys.getsizeof(o.in_flight) <= sys.getsizeof({1: 1}) < grown
-    assert [(f.token, f.state) for f in o.resend()] == [("kept", RELEASED)]
+    assert [(f, f.state) for f in o.resend()] == [(kept, RELEASED)]
 
 
 def test_a_refusing_pubrec_ends_the_flow() -> None:
     o = Outbound()
-    pid = o.send(2, "m")
-    assert o.pubrec(pid, 0x87) == (0, "m") and not o.in_flight
+    d = m()
+    pid = o.send(2, d)
+    assert o.pubrec(pid, 0x87) == (0, d) and not o.in_flight
 
 
 def test_the_clients_receive_maximum_and_packet_size() -> None:
     o = Outbound(receive_maximum=2, maximum_packet_size=100)
-    o.send(1, "a")
-    o.send(2, "b")
+    o.send(1, m("a"))
+    o.send(2, m("b"))
     assert not o.can_send(1) and not o.can_send(2) and o.can_send(0)
     assert o.fits(100) and not o.fits(101)
     assert Outbound().fits(10**9)
@@ -61,11 +70,11 @@ def test_the_clients_receive_maximum_and_packet_size() -> None:
 
 def test_packet_ids_go_round_and_skip_those_in_flight() -> None:
     o = Outbound()
-    held = o.send(1, "held")
+    held = o.send(1, m("held"))
     for _ in range(MAX_PACKET_ID - 1):
-        o.puback(o.send(1, "x"))
-    assert o.send(1, "y") != held  # the id after wrapping round is still taken: skipped
-    assert {f.packet_id for f in o.in_flight.values()} == {held, held + 1}
+        o.puback(o.send(1, m("x")))
+    assert o.send(1, m("y")) != held  # the id after wrapping round is still taken: skipped
+    assert {f.tag for f in o.in_flight.values()} == {held, held + 1}
 
 
 def test_topic_aliases_reuse_and_replace_the_least_recently_used() -> None:
@@ -85,7 +94,7 @@ class OutboundMachine(RuleBasedStateMachine):
     def setup(self, maximum: int) -> None:
         self.o = Outbound(receive_maximum=maximum)
         self.maximum = maximum
-        self.model: dict[int, tuple[int, str, int]] = {}  # packet id -> (qos, state, token)
+        self.model: dict[int, tuple[int, str, Delivery]] = {}  # packet id -> (qos, state, delivery)
         self.order: list[int] = []
         self.tokens = 0
 
@@ -95,10 +104,11 @@ class OutboundMachine(RuleBasedStateMachine):
         if not self.o.can_send(qos):
             return
         self.tokens += 1
-        pid = self.o.send(qos, self.tokens)
+        d = m(seq=self.tokens)
+        pid = self.o.send(qos, d)
         if qos:
             assert 1 <= pid <= MAX_PACKET_ID and pid not in self.model
-            self.model[pid] = (qos, PUBLISHED, self.tokens)
+            self.model[pid] = (qos, PUBLISHED, d)
             self.order.append(pid)
 
     @precondition(lambda self: bool(self.model))
@@ -107,13 +117,13 @@ class OutboundMachine(RuleBasedStateMachine):
         pid = data.draw(st.sampled_from(sorted(self.model)))
         qos, state, token = self.model[pid]
         if qos == 1:
-            assert self.o.puback(pid) == token
+            assert self.o.puback(pid) is token
             self._done(pid)
         elif state == PUBLISHED:
             assert self.o.pubrec(pid) == (0, None)
             self.model[pid] = (qos, RELEASED, token)
         else:
-            assert self.o.pubcomp(pid) == token
+            assert self.o.pubcomp(pid) is token
             self._done(pid)
 
     @rule(pid=st.integers(1, 8))
@@ -131,7 +141,7 @@ class OutboundMachine(RuleBasedStateMachine):
 
     @invariant()
     def same_in_flight(self) -> None:
-        assert [(f.packet_id, f.qos, f.state, f.token) for f in self.o.resend()] == \
+        assert [(f.tag, f.qos, f.state, f) for f in self.o.resend()] == \
             [(pid, *self.model[pid]) for pid in self.order]
 
 

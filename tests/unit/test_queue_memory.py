@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import tracemalloc
 
-from logbus.core.queues.queue import FREE_TABLES_AFTER, Outcome, Queue, receipt
+from logbus.core.queues.queue import FREE_TABLES_AFTER, Outcome, Queue
 from logbus.retry.policy import RetryPolicy
 
 
@@ -31,12 +31,12 @@ def test_a_drained_queue_gives_back_its_tables() -> None:
     assert dict_bytes(q) > empty + 1000 * 40  # the rows' arrays at their largest
     taken = []
     for _ in range(1000):
-        entry, _ = q.take("owner")
-        assert entry is not None
-        taken.append(receipt(entry))
+        d, _ = q.take("owner")
+        assert d is not None
+        taken.append(d)
     assert dict_bytes(q) > 30_000  # both tables at their largest
-    for r in taken:
-        q.settle(r, Outcome.ACK)
+    for d in taken:
+        q.settle(d, Outcome.ACK)
     assert not q.entries and not q.leases and q.next_deadline == 0
     assert dict_bytes(q) == empty and not q._rows and not q._ready and not q._priorities
     assert q.floor == q.next_seq == 1000 and q.settled(999)
@@ -47,8 +47,8 @@ def test_dropped_and_retried_entries_empty_it_too() -> None:
     fill(q, 200)
     q.drop(list(q.entries.values())[:100])
     for _ in range(100):
-        entry, _ = q.take("owner", deadline_ms=5)
-        assert entry is not None
+        d, _ = q.take("owner", deadline_ms=5)
+        assert d is not None
     returned = q.lapse(10)  # each lease lapses: scheduled for a retry, out of the queue
     assert len(returned.scheduled) == 100
     assert not q.entries and not q._rows and dict_bytes(q) == 2 * sys.getsizeof({})
@@ -62,10 +62,10 @@ def test_a_queue_emptied_after_each_message_keeps_its_tables() -> None:
     frees = 0
     for i in range(10 * FREE_TABLES_AFTER):
         q.publish("t", 0, i, 100)
-        entry, _ = q.take("owner")
-        assert entry is not None
+        d, _ = q.take("owner")
+        assert d is not None
         table = sys.getsizeof(q._objects)
-        q.settle(receipt(entry), Outcome.ACK)
+        q.ack(d)
         frees += sys.getsizeof(q._objects) < table
     assert 1 <= frees <= 10
     assert q._objects is objects and q.leases is leases
@@ -98,9 +98,9 @@ def test_entries_taken_and_given_back_are_objects_until_settled() -> None:
     q.release("owner")  # back to ready, in their old places: objects in the heap
     assert q.message_count == 300 and len(q._objects) == 200
     order = [q.take("other")[0] for _ in range(300)]
-    assert [e.seq for e in order if e is not None] == list(range(300))
-    assert [e.deliveries for e in order if e is not None] == [2] * 200 + [1] * 100
-    for e in order:
-        assert e is not None
-        q.settle(receipt(e), Outcome.ACK)
+    assert [d.entry.seq for d in order if d is not None] == list(range(300))
+    assert [d.delivery for d in order if d is not None] == [2] * 200 + [1] * 100
+    for d in order:
+        assert d is not None
+        q.settle(d, Outcome.ACK)
     assert not q.entries and not q._objects and not q._rows and len(leased) == 200

@@ -1,11 +1,14 @@
-"""A queue's terms (``queue.py``): its entries, how a lease is named and settled, what
-comes of an entry that leaves, the limits and the journal a queue is given."""
+"""A queue's terms (``queue.py``): its entries, the delivery (a lease) and how it is
+named from outside, what comes of an entry that leaves, the limits and the journal a
+queue is given."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from ..message import Message
 
 
 @dataclass(slots=True)
@@ -53,15 +56,11 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """Names one lease: the entry and the delivery it was leased for."""
+    """Names one lease from outside the process (a pop receipt handle): the entry's seq
+    and the delivery count it was leased for. ``Queue.lease`` finds the ``Delivery``."""
 
     seq: int
     delivery: int
-
-
-def receipt(entry: Entry) -> Receipt:
-    """The receipt of the lease ``take`` just made of ``entry``."""
-    return Receipt(entry.seq, entry.deliveries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +128,47 @@ class NullJournal:
         pass
 
 
-@dataclass(slots=True)
-class Lease:
-    owner: Any
-    delivery: int  # the entry's delivery count when leased: the receipt names it
-    deadline_ms: int = 0  # 0: until settled or released
+class Delivery:
+    """One message handed to a consumer, from its lease to its settlement: the lease
+    itself. ``Queue.take`` makes it and keeps it in ``Queue.leases[seq]``; the queue
+    service fills in the message and hands it to the consumer, who keeps it and gives it
+    back to settle it. A queue settles only the delivery its ``leases`` holds (by
+    identity): one whose lease lapsed, was released or dropped is stale, so it never
+    settles the entry once that is leased again.
+
+    ``tag``, ``qos`` and ``state`` are the gateway's (an AMQP delivery tag; an MQTT
+    packet id, QoS and QoS 2 state): a gateway keeps what it delivered as these objects,
+    no wrapper of its own. A delivery not from a queue (an MQTT retained message in
+    flight) has ``queue`` "" and the entry ``NO_ENTRY``."""
+
+    __slots__ = ("queue", "entry", "delivery", "owner", "deadline_ms", "message", "remaining", "consumer",
+                 "tag", "qos", "state")
+
+    def __init__(self, queue: str, entry: Entry, delivery: int, owner: Any, deadline_ms: int = 0,
+                 message: Message | None = None) -> None:
+        self.queue = queue  # the queue's name
+        self.entry = entry
+        self.delivery = delivery  # the entry's delivery count when leased (``entry.deliveries`` moves on)
+        self.owner = owner  # the lease's owner: a channel, a session, a pop group member
+        self.deadline_ms = deadline_ms  # 0: until settled or released
+        self.message = message  # a ``Message``: set by the queue service as it hands it out
+        self.remaining = 0  # ready messages left after it (AMQP basic.get-ok message_count)
+        self.consumer: Any = None  # the push consumer it was handed to (None: taken, as basic.get)
+        self.tag = 0  # the gateway's
+        self.qos = 0  # the gateway's
+        self.state = ""  # the gateway's
+
+    @classmethod
+    def outside(cls, owner: Any = None) -> Delivery:
+        """A delivery not from a queue (queue "", entry ``NO_ENTRY``): what a gateway sends
+        that no lease stands behind (an MQTT retained message), kept as the others are."""
+        return cls("", NO_ENTRY, 0, owner)
+
+    def __repr__(self) -> str:
+        return f"Delivery({self.queue!r}, seq={self.entry.seq}, delivery={self.delivery}, tag={self.tag})"
+
+
+NO_ENTRY = Entry(-1, "", 0, -1, 0)  # the entry of a delivery not from a queue (never in one)
 
 
 RESTORED = "restored"  # the owner of leases with a deadline brought back by a restart

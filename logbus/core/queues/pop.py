@@ -17,9 +17,11 @@ topic ``%DLQ%<group>``, an ordinary topic that Kafka consumers, Spark, AMQP (thr
 exchange of that name) and pop itself read, with the original topic, partition, offset,
 reason and delivery count in its envelope (``Envelope.dead_letter``).
 
-A receipt handle is ``"<seq>.<delivery>.<partition>.<offset>"``: the lease's receipt
-(``queue.Receipt``) and where the message is, checked against the entry, so a handle
-that names no current lease is refused (``StaleReceipt``) and settles nothing.
+A receipt handle is ``"<seq>.<delivery>.<partition>.<offset>"``: the lease named from
+outside (``queue.Receipt``: the entry's seq and the delivery count it was leased for)
+and where the message is. The queue looks the lease (its ``Delivery``) up by seq and
+compares the delivery count, and the entry's place is checked, so a handle that names
+no current lease is refused (``StaleReceipt``) and settles nothing.
 
 Groups are recorded in the state store (metadata CF, ``state.pop_group_key``) and come
 back, with their entries, after a restart.
@@ -49,8 +51,8 @@ from ..state import CF_METADATA, POP_GROUP_PREFIX, StateStore, pop_group_key
 from ..state_pb2 import PopGroupRecord
 from .journal import QueueStore
 from .msgstore import MessageStore
-from .queue import Entry, Outcome, Receipt, StaleReceipt
-from .service import DeadLetterTarget, Delivery, QueueService, QueueSettings, QueueState
+from .queue import Delivery, Entry, Outcome, Receipt, StaleReceipt
+from .service import DeadLetterTarget, QueueService, QueueSettings, QueueState
 from .stats import POP
 from .timers import Timers
 
@@ -89,7 +91,7 @@ def check_invisible(ms: Any) -> int:
 
 def format_handle(d: Delivery) -> str:
     e = d.entry
-    return f"{d.receipt.seq}.{d.receipt.delivery}.{e.partition}.{e.offset}"
+    return f"{e.seq}.{d.delivery}.{e.partition}.{e.offset}"
 
 
 def parse_handle(handle: Any) -> tuple[Receipt, int, int]:
@@ -244,8 +246,8 @@ class PopGroups:
             raise InvalidRequest(str(e)) from None
         qs = self.ensure(group, topic, spec)
         got = self.service.take(qs.name, member, n, invisible_ms=invisible_ms, budget_s=RECEIVE_BUDGET_S)
-        return [Popped(format_handle(d), d.entry.topic, d.entry.partition, d.entry.offset, d.entry.deliveries,
-                       d.message) for d in got]
+        return [Popped(format_handle(d), d.entry.topic, d.entry.partition, d.entry.offset, d.delivery,
+                       _message(d)) for d in got]
 
     def receive_wait(self, group: str, topic: str, member: str, n: int, invisible_ms: int, wait_ms: int,
                      call_later: Callable[..., Any], filter_tag: Any = None,
@@ -262,26 +264,27 @@ class PopGroups:
         waiter.timeout = call_later(wait_ms / 1000.0, waiter.finish)
         return waiter.done
 
-    def _receipt(self, qs: QueueState, handle: Any) -> Receipt:
+    def _lease(self, qs: QueueState, handle: Any) -> Delivery:
+        """The current lease a receipt handle names; StaleReceipt when none."""
         r, partition, offset = parse_handle(handle)
-        entry = qs.queue.entries.get(r.seq)
-        if entry is None or entry.partition != partition or entry.offset != offset:
+        d = qs.queue.lease(r)
+        if d.entry.partition != partition or d.entry.offset != offset:
             raise StaleReceipt(f"receipt handle {handle!r} names no current lease")
-        return r
+        return d
 
     def ack(self, group: str, topic: str, handle: Any) -> None:
         qs = self._state(group, topic)
-        self.service.settle(qs.name, self._receipt(qs, handle), Outcome.ACK)
+        self.service.ack(self._lease(qs, handle))
 
     def nack(self, group: str, topic: str, handle: Any) -> None:
         """Give the message back now: it comes again after the group's backoff."""
         qs = self._state(group, topic)
-        self.service.settle(qs.name, self._receipt(qs, handle), Outcome.RETRY)
+        self.service.settle(self._lease(qs, handle), Outcome.RETRY)
 
     def change_invisible(self, group: str, topic: str, handle: Any, invisible_ms: int) -> None:
         check_invisible(invisible_ms)
         qs = self._state(group, topic)
-        self.service.change_invisible(qs.name, self._receipt(qs, handle), invisible_ms)
+        self.service.change_invisible(self._lease(qs, handle), invisible_ms)
 
     # -- dead letters ----------------------------------------------------------------------
 
@@ -324,7 +327,7 @@ class _Waiter:
         if not self.got:
             self.call_later(0, self.finish)  # the rest of this turn's ready messages first
         e = d.entry
-        self.got.append(Popped(format_handle(d), e.topic, e.partition, e.offset, e.deliveries, d.message))
+        self.got.append(Popped(format_handle(d), e.topic, e.partition, e.offset, d.delivery, _message(d)))
 
     def finish(self) -> None:
         if self.finished:
@@ -334,6 +337,12 @@ class _Waiter:
         if self.timeout is not None and self.timeout.active():
             self.timeout.cancel()
         self.done.callback(self.got)
+
+
+def _message(d: Delivery) -> Message:
+    """The message of a delivery the queue service handed out (it sets it)."""
+    assert d.message is not None
+    return d.message
 
 
 def check_delay(ms: Any) -> int:

@@ -16,13 +16,16 @@ An entry is in exactly one of these states:
   no object per queued message, decision 0027) and those given back a heap of seqs;
   the lower seq of the two heads goes first. An entry is an ``Entry`` object from the
   moment it is taken (and while staged) until it is settled.
-- **leased**: handed to a consumer (``take``), not yet settled. A lease names its owner
-  (an AMQP channel, a pop group member, ...) and the delivery it was made for, and may
-  carry a deadline (an invisible time). The consumer holds a ``Receipt``: the seq and the
-  delivery count of that lease. ``settle`` refuses a receipt that does not name the
-  current lease (``StaleReceipt``), so a receipt whose lease lapsed never settles the
-  message once it is leased again. ``lapse(now)`` gives back every lease past its
-  deadline, ``release(owner)`` (a channel closing) every lease of an owner.
+- **leased**: handed to a consumer (``take``), not yet settled. The lease is a
+  ``Delivery`` (entry.py), kept in ``leases`` by seq: it names its owner (an AMQP
+  channel, an MQTT session, a pop group member, ...) and the delivery count it was made
+  for, and may carry a deadline (an invisible time). The consumer holds that same object
+  and gives it back to ``settle``, which refuses one that is not the current lease
+  (``StaleReceipt``): a delivery whose lease lapsed never settles the message once it is
+  leased again. From outside the process a lease is named by a ``Receipt`` (seq and
+  delivery count: a pop receipt handle), which ``lease`` looks up. ``lapse(now)`` gives
+  back every lease past its deadline, ``release(owner)`` (a channel closing) every lease
+  of an owner.
 - **scheduled**: given back with a backoff (``RETRY``, or a lapse under a retry policy
   that waits). The entry leaves the queue (``Scheduled`` is returned); the queue service
   keeps it as a timer (``timers.py``), written in the same state batch as the entry's
@@ -49,7 +52,7 @@ immediate (ready at once, in its old place: AMQP's requeue) or after a backoff
 
 Counts (ready, leased, ready bytes) are kept as entries move, so queue depth is known
 without scanning. Removed entries are returned to the caller with a reason
-(``Removed``); the queue service dead-letters them. Nothing here does I/O: ``journal``
+(``Removed``); the queue service dead-letters them. An ack makes no such object. Nothing here does I/O: ``journal``
 (``journal.QueueJournal``) is told of every change to persist it.
 
 Expiry (a queue's message TTL, a message's expires-at) is checked at the head, as
@@ -69,18 +72,18 @@ from typing import Any
 
 from ...retry.policy import IMMEDIATE, RetryPolicy
 from ..errors import StaleReceipt
-from .entry import (DELIVERY_LIMIT, DROP_HEAD, DROP_NEW, EXPIRED, GONE, MAXLEN, OVERFLOW_MODES, REJECT_PUBLISH,
-                    REJECT_PUBLISH_DLX, REJECTED, RESTORED, Entry, Lease, NullJournal, Outcome, QueueJournal,
-                    QueueLimits, Receipt, Removed, Returned, Scheduled, receipt)
+from .entry import (DELIVERY_LIMIT, DROP_HEAD, DROP_NEW, EXPIRED, GONE, MAXLEN, NO_ENTRY, OVERFLOW_MODES,
+                    REJECT_PUBLISH, REJECT_PUBLISH_DLX, REJECTED, RESTORED, Delivery, Entry, NullJournal, Outcome,
+                    QueueJournal, QueueLimits, Receipt, Removed, Returned, Scheduled)
 from .lateness import Lateness
 from .pins import OffsetPins
 from .ready import Entries, Rows
 from .views import View, Viewed
 
 __all__ = [  # the queue's terms (entry.py), re-exported for its callers
-    "DELIVERY_LIMIT", "DROP_HEAD", "DROP_NEW", "EXPIRED", "GONE", "MAXLEN", "OVERFLOW_MODES", "REJECT_PUBLISH",
-    "REJECT_PUBLISH_DLX", "REJECTED", "RESTORED", "Entry", "Lease", "NullJournal", "Outcome", "QueueJournal",
-    "QueueLimits", "Receipt", "Removed", "Returned", "Scheduled", "StaleReceipt", "View", "receipt"]
+    "DELIVERY_LIMIT", "DROP_HEAD", "DROP_NEW", "EXPIRED", "GONE", "MAXLEN", "NO_ENTRY", "OVERFLOW_MODES",
+    "REJECT_PUBLISH", "REJECT_PUBLISH_DLX", "REJECTED", "RESTORED", "Delivery", "Entry", "NullJournal", "Outcome",
+    "QueueJournal", "QueueLimits", "Receipt", "Removed", "Returned", "Scheduled", "StaleReceipt", "View"]
 
 # entries added since a queue's dict tables were last freed, before emptying frees them
 # again (``_emptied``): a dict of 64 entries holds a table of about 4.7 KiB
@@ -98,7 +101,7 @@ class Queue(Viewed):
         self._objects: dict[int, Entry] = {}  # the entries taken at least once (leased, given back) and staged
         self._rows: dict[int, Rows] = {}  # priority -> the ready entries never taken (ready.py)
         self.entries: Entries = Entries(self._objects, self._rows)  # every unsettled entry, by seq
-        self.leases: dict[int, Lease] = {}
+        self.leases: dict[int, Delivery] = {}  # seq -> its current lease
         self._ready: dict[int, list[int]] = {}  # priority -> heap of the seqs of ready objects (given back)
         self._priorities: list[int] = []  # priorities with rows or a heap, highest first
         self._deadlines: list[tuple[int, int, int]] = []  # heap of (deadline, seq, delivery); lazy
@@ -284,10 +287,10 @@ class Queue(Viewed):
     # -- delivery ------------------------------------------------------------------------
 
     def take(self, owner: Any, now_ms: int = 0, deadline_ms: int = 0,
-             view: View | None = None) -> tuple[Entry | None, list[Removed]]:
+             view: View | None = None) -> tuple[Delivery | None, list[Removed]]:
         """The next ready entry (of ``view`` if given), leased to ``owner`` (until
-        ``deadline_ms`` if not 0); expired entries met on the way are removed and returned
-        for dead-lettering. The lease's receipt is ``receipt(entry)``."""
+        ``deadline_ms`` if not 0): its ``Delivery``, the lease itself. Expired entries met
+        on the way are removed and returned for dead-lettering."""
         removed: list[Removed] = []
         while True:
             entry = self._pop_ready() if view is None else self._pop_view(view)
@@ -296,41 +299,62 @@ class Queue(Viewed):
             if entry.expires_ms and entry.expires_ms <= now_ms:
                 removed.append(self._settle(entry, EXPIRED))
                 continue
-            entry.deliveries += 1
-            self.leases[entry.seq] = Lease(owner, entry.deliveries, deadline_ms)
+            n = entry.deliveries = entry.deliveries + 1
+            seq = entry.seq
+            d = self.leases[seq] = Delivery(self.name, entry, n, owner, deadline_ms)
             if deadline_ms:
-                self._push_deadline(deadline_ms, entry.seq, entry.deliveries)
+                self._push_deadline(deadline_ms, seq, n)
             self.journal.delivered(entry, deadline_ms, view is None)
-            return entry, removed
+            return d, removed
 
-    def lease(self, r: Receipt) -> Lease:
-        """The lease ``r`` names; StaleReceipt when it names none."""
-        lease = self.leases.get(r.seq)
-        if lease is None or lease.delivery != r.delivery:
+    def lease(self, r: Receipt) -> Delivery:
+        """The current lease ``r`` names (a receipt handle from outside the process);
+        StaleReceipt when it names none."""
+        d = self.leases.get(r.seq)
+        if d is None or d.delivery != r.delivery:
             raise StaleReceipt(f"receipt {r.seq}.{r.delivery} of queue '{self.name}' names no current lease")
-        return lease
+        return d
 
-    def settle(self, r: Receipt, outcome: Outcome, now_ms: int = 0) -> Removed | Scheduled | None:
-        """Settle the lease ``r`` names. Returns what became of the entry: Removed (acked,
-        reason ""; or to dead-letter), Scheduled (retry later) or None (ready again)."""
-        self.lease(r)
-        del self.leases[r.seq]
-        entry = self._objects[r.seq]
+    def _current(self, d: Delivery) -> int:
+        """The seq of ``d``, which must be the current lease of its entry; StaleReceipt if not."""
+        seq = d.entry.seq
+        if self.leases.get(seq) is not d:
+            raise StaleReceipt(f"delivery {seq}.{d.delivery} of queue '{self.name}' is no current lease")
+        return seq
+
+    def ack(self, d: Delivery) -> Entry:
+        """Settle the lease ``d`` (done with): its entry leaves the queue and is returned.
+        StaleReceipt: ``d`` is no current lease, and nothing changes."""
+        seq = self._current(d)
+        del self.leases[seq]
+        entry = d.entry
+        self._remove(entry)
+        return entry
+
+    def settle(self, d: Delivery, outcome: Outcome, now_ms: int = 0) -> Removed | Scheduled | None:
+        """Settle the lease ``d`` (StaleReceipt: it is no current lease, and nothing
+        changes). Returns what became of the entry: Removed (acked, reason ""; or to
+        dead-letter), Scheduled (retry later) or None (ready again). ``ack`` is the ack
+        that makes no ``Removed``."""
+        seq = self._current(d)
+        del self.leases[seq]
+        entry = d.entry
         if outcome is Outcome.ACK:
             return self._settle(entry, "")
         if outcome is Outcome.DEAD_LETTER:
             return self._settle(entry, REJECTED)
         return self._give_back(entry, outcome is Outcome.RETRY, now_ms)
 
-    def change_invisible(self, r: Receipt, deadline_ms: int) -> None:
-        """Move the deadline of the lease ``r`` names (later or sooner; 0: none)."""
-        lease = self.lease(r)
-        lease.deadline_ms = deadline_ms
+    def change_invisible(self, d: Delivery, deadline_ms: int) -> None:
+        """Move the deadline of the lease ``d`` (later or sooner; 0: none); StaleReceipt
+        when it is no current lease."""
+        seq = self._current(d)
+        d.deadline_ms = deadline_ms
         if deadline_ms:
-            self._push_deadline(deadline_ms, r.seq, r.delivery)
-            self.journal.delivered(self._objects[r.seq], deadline_ms)
+            self._push_deadline(deadline_ms, seq, d.delivery)
+            self.journal.delivered(d.entry, deadline_ms)
         else:
-            self.journal.unleased(self._objects[r.seq])
+            self.journal.unleased(d.entry)
 
     def _give_back(self, entry: Entry, backoff: bool, now_ms: int) -> Removed | Scheduled | None:
         """A lease ended without an ack: dead-letter past the delivery limit, else
@@ -494,7 +518,7 @@ class Queue(Viewed):
                 heapq.heappush(self._staged, (e.visible_ms, e.seq))
             elif deadline and e.deliveries:
                 self._objects[e.seq] = e
-                self.leases[e.seq] = Lease(RESTORED, e.deliveries, deadline)
+                self.leases[e.seq] = Delivery(self.name, e, e.deliveries, RESTORED, deadline)
                 self._push_deadline(deadline, e.seq, e.deliveries)
             else:
                 self._append(e)
@@ -606,6 +630,11 @@ class Queue(Viewed):
         self.ready_bytes -= entry.size
 
     def _settle(self, entry: Entry, reason: str | None) -> Removed:
+        self._remove(entry)
+        return Removed(entry, reason or "")
+
+    def _remove(self, entry: Entry) -> None:
+        """``entry`` (taken: an object) is settled: it leaves the queue."""
         objects = self._objects
         del objects[entry.seq]
         pins = self.pins
@@ -614,7 +643,6 @@ class Queue(Viewed):
         self.journal.settled(entry.seq)
         if not objects and not self.ready_count:
             self._emptied()
-        return Removed(entry, reason or "")
 
     def _emptied(self) -> None:
         """Every entry is settled. A dict keeps its table as keys go (36 KiB for 1,000

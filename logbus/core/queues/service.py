@@ -15,10 +15,14 @@ holds entries that point into the log; this module adds what surrounds it:
   consumer with a filter takes only what its filter takes, from the queue's view of
   that filter (``queue.View``); what it leaves waits for the others.
 - **pull and pop** (``take``): up to n messages leased to an owner, with an invisible
-  time or none; each ``Delivery`` carries the lease's ``Receipt``.
-- **settle** (``settle(queue, receipt, outcome)``): ack, requeue, retry-later or
-  dead-letter; a receipt that names no current lease raises ``StaleReceipt`` and
-  changes nothing. ``change_invisible`` moves a lease's deadline.
+  time or none.
+- **the delivery** (``entry.Delivery``): what a consumer or a take is handed is the
+  queue's lease itself, one object from lease to settle, with the message on it; the
+  gateway keeps it (its delivery tag, packet id, QoS state in slots of its own) and
+  gives it back to settle it.
+- **settle** (``settle(delivery, outcome)``, ``ack(delivery)``): ack, requeue,
+  retry-later or dead-letter; a delivery that is not its entry's current lease raises
+  ``StaleReceipt`` and changes nothing. ``change_invisible`` moves a lease's deadline.
 - **time**: ``tick(now)`` drops expired heads and gives back leases past their
   deadline; entries given back with a backoff become timers (``timers.py``) and come
   back through ``retry_due``. Timers are released ahead of their due time, so delayed
@@ -54,16 +58,15 @@ from .queue import (
     DROP_NEW,
     MAXLEN,
     REJECT_PUBLISH_DLX,
+    Delivery,
     Entry,
     Outcome,
     Queue,
     QueueLimits,
-    Receipt,
     Removed,
     Returned,
     Scheduled,
     View,
-    receipt,
 )
 from .pins import QUEUE_SHIFT, OffsetPins
 from .stats import CLASSIC, KINDS, PUBLISHED_BY, QueueStats
@@ -105,15 +108,6 @@ class Consumer(Protocol):
 
     def has_credit(self) -> bool: ...
     def deliver(self, delivery: Delivery) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    queue: str
-    entry: Entry
-    message: Message
-    receipt: Receipt
-    remaining: int = 0  # ready messages left (AMQP basic.get-ok message_count)
 
 
 @dataclass
@@ -377,31 +371,32 @@ class QueueService:
             now = self.clock()
             inv = consumer.invisible_ms
             watched = views.get(consumer) if views else None
-            entry, removed = q.take(consumer.owner, now, now + inv if inv else 0,
-                                    None if watched is None else watched[1])
+            d, removed = q.take(consumer.owner, now, now + inv if inv else 0,
+                                None if watched is None else watched[1])
             for rm in removed:
                 self._removed(qs, rm)
-            if entry is None:
+            if d is None:
                 if watched is None:
                     return
                 done.append(consumer)
                 continue
+            entry = d.entry
             try:
-                message = self.message(entry)
+                d.message = self.message(entry)
             except RecordGone as e:
                 self.gone(qs, [entry], e)
                 continue
-            r = receipt(entry)
+            d.consumer = consumer
             if consumer.no_ack:
-                q.settle(r, Outcome.ACK)
+                q.ack(d)
                 self.messages.release(entry.topic, entry.partition, entry.offset)
             stats, total = qs.stats, qs.total  # (inline: the per-message path)
             stats.delivered += 1
             total.delivered += 1
-            if entry.deliveries > 1:
+            if d.delivery > 1:
                 stats.redelivered += 1
                 total.redelivered += 1
-            consumer.deliver(Delivery(name, entry, message, r))
+            consumer.deliver(d)
 
     def _next_consumer(self, qs: QueueState, consumers: list[Consumer], done: list[Consumer]) -> Consumer | None:
         n = len(consumers)
@@ -420,7 +415,7 @@ class QueueService:
         then they are given back unless settled or extended), or settled at once with
         ``no_ack``; with ``budget_s``, fewer once that much time is spent (at least one:
         a large take must not hold the reactor). The last delivery's ``remaining``
-        counts the ready messages left."""
+        counts the ready messages left. With ``no_ack`` they are settled already."""
         stop_at = perf_counter() + budget_s if budget_s else 0.0
         qs = self.state(name)
         now = self.clock()
@@ -431,52 +426,64 @@ class QueueService:
         deadline = now + invisible_ms if invisible_ms else 0
         out: list[Delivery] = []
         while len(out) < n:
-            entry, removed = q.take(owner, now, deadline)
+            d, removed = q.take(owner, now, deadline)
             for rm in removed:
                 self._removed(qs, rm)
-            if entry is None:
+            if d is None:
                 break
-            r = receipt(entry)
+            entry = d.entry
             try:
-                message = self.message(entry)
+                d.message = self.message(entry)
             except RecordGone as e:
                 self.gone(qs, [entry], e)
                 continue
             if no_ack:
-                q.settle(r, Outcome.ACK)
+                q.ack(d)
                 self.messages.release(entry.topic, entry.partition, entry.offset)
-            _delivered(qs, entry)
-            out.append(Delivery(name, entry, message, r))
+            _delivered(qs, d)
+            out.append(d)
             if stop_at and perf_counter() >= stop_at:
                 break
         if out:
-            last = out[-1]
-            out[-1] = Delivery(last.queue, last.entry, last.message, last.receipt, q.message_count)
+            out[-1].remaining = q.message_count
         return out
 
     # -- settling ----------------------------------------------------------------------------
 
-    def settle(self, name: str, r: Receipt, outcome: Outcome) -> None:
-        """Settle the lease ``r`` names (StaleReceipt: none, and nothing changes; a queue
-        deleted meanwhile: nothing to settle)."""
+    def ack(self, d: Delivery) -> None:
+        """Done with the delivery ``d``: its entry leaves its queue (StaleReceipt: ``d``
+        is no current lease, and nothing changes; its queue deleted meanwhile: nothing to
+        settle)."""
+        qs = self.queues.get(d.queue)
+        if qs is None:
+            return
+        e = qs.queue.ack(d)
+        qs.stats.acked += 1
+        qs.total.acked += 1
+        self.messages.release(e.topic, e.partition, e.offset)
+
+    def settle(self, d: Delivery, outcome: Outcome) -> None:
+        """Settle the delivery ``d`` (StaleReceipt: it is no current lease, and nothing
+        changes; its queue deleted meanwhile: nothing to settle)."""
+        if outcome is Outcome.ACK:
+            self.ack(d)
+            return
+        name = d.queue
         qs = self.queues.get(name)
         if qs is None:
             return
-        result = qs.queue.settle(r, outcome, self.clock())
-        if outcome is Outcome.ACK:
-            qs.stats.acked += 1
-            qs.total.acked += 1
-        if isinstance(result, Removed):
-            self._removed(qs, result)
-        elif isinstance(result, Scheduled):
+        result = qs.queue.settle(d, outcome, self.clock())
+        if isinstance(result, Scheduled):
             self._schedule(qs, result)
-        if result is None or (isinstance(result, Removed) and outcome is not Outcome.ACK):
-            self.dispatch(name)
+            return
+        if result is not None:
+            self._removed(qs, result)
+        self.dispatch(name)
 
-    def change_invisible(self, name: str, r: Receipt, invisible_ms: int) -> None:
-        """The lease ``r`` names ends ``invisible_ms`` from now (0: never by itself)."""
-        qs = self.state(name)
-        qs.queue.change_invisible(r, self.clock() + invisible_ms if invisible_ms else 0)
+    def change_invisible(self, d: Delivery, invisible_ms: int) -> None:
+        """The lease ``d`` ends ``invisible_ms`` from now (0: never by itself)."""
+        qs = self.state(d.queue)
+        qs.queue.change_invisible(d, self.clock() + invisible_ms if invisible_ms else 0)
 
     def release(self, name: str, owner: Any) -> None:
         """Requeue every lease of ``owner`` (its channel closed or recovered)."""
@@ -688,9 +695,9 @@ class QueueService:
         return self.pins.floor(topic, partition)
 
 
-def _delivered(qs: QueueState, entry: Entry) -> None:
+def _delivered(qs: QueueState, d: Delivery) -> None:
     qs.stats.delivered += 1
     qs.total.delivered += 1
-    if entry.deliveries > 1:
+    if d.delivery > 1:
         qs.stats.redelivered += 1
         qs.total.redelivered += 1

@@ -28,7 +28,7 @@ from pamqp import commands as C
 
 from ...core.types import Kind, Perm, Resource
 from ...core.errors import Refused
-from ...core.types import Receipt
+from ...core.types import Delivery
 from .confirms import Confirms
 from .consumers import ChannelConsumer, Consuming
 from .declarations import Declarations
@@ -52,7 +52,7 @@ class Channel(Declarations, Consuming, Publishing):
         self.prefetch = 0  # per consumer (basic.qos global=false)
         self.global_prefetch = 0
         self.consumers: dict[str, ChannelConsumer] = {}
-        self.unacked: OrderedDict[int, tuple[str, Receipt, ChannelConsumer | None]] = OrderedDict()  # tag -> (queue, receipt, c)
+        self.unacked: OrderedDict[int, Delivery] = OrderedDict()  # delivery tag -> what it delivered
         self.next_tag = 1
         self.confirm = False
         self.publish_seq = 0

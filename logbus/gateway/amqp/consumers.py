@@ -2,9 +2,11 @@
 the deliveries and their settlement (ack, nack, reject, recover), for ``Channel``
 (channel.py) as the ``Consuming`` mixin.
 
-A channel numbers what it delivers (delivery tags, from 1) and remembers, per tag not
-yet settled, which queue entry it is; acks, nacks, rejects, recover and closing settle
-or requeue through the vhost (``core/vhost.py``). Prefetch is RabbitMQ's:
+A channel numbers what it delivers (delivery tags, from 1) and keeps, per tag not yet
+settled, the delivery itself (the queue's lease, ``core/queues/entry.py``, its tag in
+``tag``, the consumer it went to in ``consumer``: None for basic.get); acks, nacks,
+rejects, recover and closing give it back to settle or requeue it through the vhost
+(``core/vhost.py``). Prefetch is RabbitMQ's:
 ``basic.qos`` with ``global`` false limits each consumer started after it, with
 ``global`` true the whole channel. In tx mode settlements wait for ``tx.commit``.
 """
@@ -21,7 +23,6 @@ from pamqp import commands as C
 
 from ...core.types import Kind, Perm
 from ...core.types import MAX_INVISIBLE_MS
-from ...core.types import Receipt
 from ...core.errors import StaleReceipt
 from ...filters import FilterError
 from ...filters.message_filter import SQL_ARG, TAG_ARG, FilterSpec
@@ -88,7 +89,7 @@ class Consuming:
     prefetch: int  # per consumer (basic.qos global=false)
     global_prefetch: int
     consumers: dict[str, ChannelConsumer]
-    unacked: OrderedDict[int, tuple[str, Receipt, ChannelConsumer | None]]  # tag -> (queue, receipt, c)
+    unacked: OrderedDict[int, Delivery]  # delivery tag -> what it delivered
     next_tag: int
     tx: list[Callable[[], None]] | None  # pending operations in tx mode
 
@@ -155,9 +156,11 @@ class Consuming:
         tag = self.next_tag
         self.next_tag = tag + 1
         if not c.no_ack:
-            self.unacked[tag] = (d.queue, d.receipt, c)
+            d.tag = tag
+            self.unacked[tag] = d
             c.unacked += 1
         m = d.message
+        assert m is not None
         encoded = m.encoded
         parts = encoded.get(AMQP) if encoded is not None else None
         if parts is None:  # the first delivery of this message (fanout: the others reuse it)
@@ -168,7 +171,7 @@ class Consuming:
             else:
                 encoded[AMQP] = parts
         conn = self.conn
-        conn.send(encode_deliver_parts(self.number, c.tag_raw, tag, d.entry.deliveries > 1, parts,
+        conn.send(encode_deliver_parts(self.number, c.tag_raw, tag, d.delivery > 1, parts,
                                        m.value or b"", conn.frame_max))
         if conn.record is not None:
             conn.record.sent += 1
@@ -189,10 +192,13 @@ class Consuming:
         tag = self.next_tag
         self.next_tag = tag + 1
         if not m.no_ack:
-            self.unacked[tag] = (d.queue, d.receipt, None)
-        env = d.message.envelope
-        self.conn.send(encode_get_ok(self.number, tag, d.entry.deliveries > 1, env.exchange, env.routing_key,
-                                     d.remaining, _props(d), d.message.value or b"", self.conn.frame_max))
+            d.tag = tag
+            self.unacked[tag] = d
+        message = d.message
+        assert message is not None
+        env = message.envelope
+        self.conn.send(encode_get_ok(self.number, tag, d.delivery > 1, env.exchange, env.routing_key,
+                                     d.remaining, _props(d), message.value or b"", self.conn.frame_max))
         if self.conn.record is not None:
             self.conn.record.sent += 1
 
@@ -230,13 +236,13 @@ class Consuming:
             for a in acks:
                 self.settle(a)
             return
-        taken: list[tuple[int, tuple[str, Receipt, ChannelConsumer | None]]] = []
+        taken: list[Delivery] = []
         unacked = self.unacked
         try:
             for a in acks:
                 tag = a.delivery_tag
                 if not a.multiple and tag in unacked:
-                    taken.append((tag, unacked.pop(tag)))
+                    taken.append(unacked.pop(tag))
                 elif a.multiple and not tag and taken:  # "all outstanding": with what the acks before deliver
                     settle, taken = taken, []
                     self._settle(settle, True, False)
@@ -246,26 +252,27 @@ class Consuming:
         finally:
             self._settle(taken, True, False)
 
-    def _take(self, tags: list[int]) -> list[tuple[int, tuple[str, Receipt, ChannelConsumer | None]]]:
+    def _take(self, tags: list[int]) -> list[Delivery]:
         unacked = self.unacked
-        return [(t, unacked.pop(t)) for t in tags if t in unacked]
+        return [unacked.pop(t) for t in tags if t in unacked]
 
-    def _settle(self, taken: list[tuple[int, tuple[str, Receipt, ChannelConsumer | None]]], ack: bool,
-                requeue: bool) -> None:
+    def _settle(self, taken: list[Delivery], ack: bool, requeue: bool) -> None:
         touched = set()
-        for _, (queue, receipt, c) in taken:
+        vhost = self.vhost
+        for d in taken:
+            c = d.consumer
             if c is not None:
                 c.unacked -= 1
             try:
                 if ack:
-                    self.vhost.ack(queue, receipt)
+                    vhost.ack(d)
                 else:
-                    self.vhost.reject(queue, receipt, requeue)
+                    vhost.reject(d, requeue)
             except StaleReceipt:
                 pass  # the queue was purged or deleted meanwhile
-            touched.add(queue)
+            touched.add(d.queue)
         for q in touched:
-            self.vhost.dispatch(q)
+            vhost.dispatch(q)
 
     def _basic_recover(self, m: C.Basic.Recover | C.Basic.RecoverAsync) -> None:
         self.requeue_all()
@@ -273,10 +280,10 @@ class Consuming:
             self._reply(C.Basic.RecoverOk())
 
     def requeue_all(self) -> None:
-        queues = {q for q, _, _ in self.unacked.values()}
-        for _, _, c in self.unacked.values():
-            if c is not None:
-                c.unacked -= 1
+        queues = {d.queue for d in self.unacked.values()}
+        for d in self.unacked.values():
+            if d.consumer is not None:
+                d.consumer.unacked -= 1
         self.unacked.clear()
         for q in queues:
             self.vhost.release(q, self)
@@ -284,6 +291,7 @@ class Consuming:
 
 def _props(d: Delivery) -> bytes:
     m = d.message
+    assert m is not None
     raw = m.origin_properties
     return raw if raw is not None else encode_properties(properties_of(m))
 

@@ -4,7 +4,8 @@ the session machine (machine.py). Pure. What the session's queues hand out
 (``subscriptions``), with a packet id, alias and properties (``outbound.Outbound``,
 ``mapping``), or is settled at once when it is not for this session, has expired or is
 larger than the client takes. Retained messages for a new subscription go out the same
-way, without a queue, or wait for room in flight. The client's PUBACK, PUBREC and
+way, without a queue (``Delivery.outside``), or wait for room in flight. What is in
+flight is the delivery itself (``outbound.Outbound``). The client's PUBACK, PUBREC and
 PUBCOMP end what they acknowledge; the machine settles it and uses the room to send more
 once per read."""
 
@@ -13,22 +14,19 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...core.types import Envelope, Message, RetainedRecord
+from ...core.types import Delivery, Envelope, Message, RetainedRecord
 from .encoder import encode, encode_publish
 from .mapping import outgoing_properties, outgoing_topic, published_qos
 from .outbound import RELEASED
 from .packets import Publish, PubRel
 from .properties import NO_PROPERTIES, Properties
 from ...filters.properties import message_tag, record_properties
-from .requests import SaveSession, Settle
-from .session import Session, Token
+from .requests import SaveSession
+from .session import Session
 from .subscriptions import Filtered, shared_subscription
 from .wire import MQTT_5
-
-if TYPE_CHECKING:
-    from ...core.types import Delivery
 
 
 MQTT = "mqtt"  # this gateway's key in ``Message.encoded``
@@ -60,14 +58,15 @@ class Outgoing:
 
     # -- messages to the client ----------------------------------------------------------------
 
-    def deliver(self, d: Delivery, settled: bool = False) -> Settle | SaveSession | None:
+    def deliver(self, d: Delivery, settled: bool = False) -> Delivery | SaveSession | None:
         """A message from one of the session's queues (``settled``: by the queue service
         already, for a consumer that takes QoS 0 only). What the shell must do besides
-        writing ``out``: settle the message (not for this session, expired, QoS 0, too
-        large), or store the session (a QoS 2 message went out)."""
+        writing ``out``: settle the message (``d`` returned: not for this session,
+        expired, QoS 0, too large), or store the session (a QoS 2 message went out)."""
         s = self.session
         version = self.version
         message = d.message
+        assert message is not None
         env = message.envelope
         topic = outgoing_topic(message)
         copy = None
@@ -86,7 +85,7 @@ class Outgoing:
                                     copy.subscription_ids if copy is not None else ())
         if topic is None or copy is None or props is None:
             # not for this session (or expired): done with
-            return None if settled else Settle(Token(d.queue, d.receipt))
+            return None if settled else d
         qos = copy.qos
         outbound = s.outbound
         if qos == 0:
@@ -103,22 +102,21 @@ class Outgoing:
                         encoded[MQTT] = wire
                 if outbound.fits(len(wire[1])):
                     self.out.append(wire[1])
-                return None if settled else Settle(Token(d.queue, d.receipt))
-            settle = None if settled else Settle(Token(d.queue, d.receipt))
+                return None if settled else d
+            settle = None if settled else d
         else:
             settle = None
-        pid_before = s.restored.pop((d.queue, d.receipt.seq), (0, 0))[0] if s.restored else 0
-        token = Token(d.queue, d.receipt)
-        pid = outbound.send(qos, token, pid_before)
+        pid_before = s.restored.pop((d.queue, d.entry.seq), (0, 0))[0] if s.restored else 0
+        pid = outbound.send(qos, d, pid_before)
         name, alias = outbound.alias(topic) if version == MQTT_5 else (topic, None)
         if alias is not None:
             props = _with_alias(props, alias)
         data = encode_publish(name, message.value or b"", qos, copy.retain,
-                              qos > 0 and (d.entry.deliveries > 1 or bool(pid_before)), pid, props, version)
+                              qos > 0 and (d.delivery > 1 or bool(pid_before)), pid, props, version)
         if not outbound.fits(len(data)):  # larger than the client takes: dropped as if sent
             if pid:
                 del outbound.in_flight[pid]
-                return Settle(token)
+                return d
             return settle
         self.out.append(data)
         if len(outbound.in_flight) >= outbound.receive_maximum:
@@ -134,7 +132,7 @@ class Outgoing:
         if p.qos and not outbound.can_send(p.qos) or self.paused:
             self.waiting.append(p)
             return
-        pid = outbound.send(p.qos, None)
+        pid = outbound.send(p.qos, Delivery.outside()) if p.qos else 0
         name, alias = outbound.alias(p.topic) if self.version == MQTT_5 else (p.topic, None)
         props = _with_alias(p.properties, alias) if alias is not None else p.properties
         data = encode(Publish(name, p.payload, p.qos, True, False, pid, props), self.version)
@@ -154,25 +152,28 @@ class Outgoing:
 
     # -- the client's acknowledgements -----------------------------------------------------------
 
-    def puback(self, packet_id: int) -> Token | None:
-        """The token of the QoS 1 message it settles (None: no such message; ignored)."""
-        return self.session.outbound.puback(packet_id)  # type: ignore[no-any-return]
+    def puback(self, packet_id: int) -> Delivery | None:
+        """The QoS 1 message to settle (None: no such message, ignored; or one from no
+        queue)."""
+        d = self.session.outbound.puback(packet_id)
+        return d if d is not None and d.queue else None
 
-    def pubrec(self, packet_id: int, reason_code: int) -> tuple[Token | None, Token | None]:
-        """(the token to settle durably before the PUBREL goes out, the token of a message
-        whose flow the client ended by refusing it); writes the PUBREL unless refused."""
+    def pubrec(self, packet_id: int, reason_code: int) -> tuple[Delivery | None, Delivery | None]:
+        """(the message to settle durably before the PUBREL goes out, a message whose
+        flow the client ended by refusing it); writes the PUBREL unless refused. Neither
+        for a message from no queue, or PUBRECed before (its PUBREL is sent again)."""
         outbound = self.session.outbound
-        f = outbound.in_flight.get(packet_id)
-        token = f.token if f is not None and f.qos == 2 else None
+        d = outbound.in_flight.get(packet_id)
+        settle = d if d is not None and d.qos == 2 and d.state != RELEASED and d.queue else None
         code, ended = outbound.pubrec(packet_id, reason_code)
         if ended is not None:  # refused by the client: done with
-            return None, ended
-        if code == 0 and f is not None:
-            f.token = None  # the client has it: the entry is settled, the PUBREL remains
+            return None, settle
+        if code == 0 and settle is not None:
+            settle.message = None  # the client has it: the entry is settled, the PUBREL remains
         else:
-            token = None
+            settle = None
         self.out.append(encode(PubRel(packet_id, code if self.version == MQTT_5 else 0), self.version))
-        return token, None
+        return settle, None
 
     def pubcomp(self, packet_id: int) -> None:
         self.session.outbound.pubcomp(packet_id)
@@ -181,7 +182,7 @@ class Outgoing:
         """On a new connection of the session: PUBREL for QoS 2 messages PUBRECed before."""
         for f in self.session.outbound.resend():
             if f.state == RELEASED:
-                self.out.append(encode(PubRel(f.packet_id), self.version))
+                self.out.append(encode(PubRel(f.tag), self.version))
 
 
 def _with_alias(props: Properties, alias: int) -> Properties:

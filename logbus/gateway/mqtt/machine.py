@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...core.types import Message, RetainedRecord
+from ...core.types import Delivery, Message, RetainedRecord
 from ...filters.properties import record_properties
 from .connect import DEFAULT_RECEIVE_MAXIMUM, Accepted, Refused, ServerLimits, accept_connect, keep_alive_deadline
 from .decoder import Decoder
@@ -374,9 +374,9 @@ class Machine:
         outgoing = self.outgoing
         return self.state is State.CONNECTED and outgoing is not None and outgoing.has_credit()
 
-    def deliver(self, d: Any, settled: bool = False) -> Settle | SaveSession | None:
-        """A message from one of the session's queues (a ``Delivery``); writes ``out`` and
-        returns what the shell must do at once besides."""
+    def deliver(self, d: Delivery, settled: bool = False) -> Delivery | SaveSession | None:
+        """A message from one of the session's queues; writes ``out`` and returns what the
+        shell must do at once besides (``d`` itself: settle it)."""
         outgoing = self.outgoing
         assert outgoing is not None
         return outgoing.deliver(d, settled)
@@ -543,7 +543,7 @@ class Machine:
             self._acked(ended)
             return
         if settle is not None:
-            self._pending.append(Settle(settle, durably=True))  # before the record says RELEASED
+            self._pending.append(Settle(settle))  # settled and written before the record says RELEASED
         if self._save is not None:
             self._pending.append(self._save)
 
@@ -559,11 +559,11 @@ class Machine:
             self._pending.append(self._save)
         self._acked(None)
 
-    def _acked(self, token: Any) -> None:
+    def _acked(self, d: Delivery | None) -> None:
         """The client acknowledged a message: settled, and room for more (handed out when
         the read ends, once for all its acknowledgements)."""
-        if token is not None:
-            self._pending.append(Settle(token))
+        if d is not None:
+            self._pending.append(d)
         self._dispatch_due = True
 
     def _subscribe(self, p: Subscribe) -> None:

@@ -21,28 +21,29 @@ message, and tells it what the client acknowledged.
   PUBLISH with DUP set for messages not PUBRECed, PUBREL for those that were (section
   4.4).
 
-What is in flight is held by the caller's key (``token``: the queue receipt of the
-message), so acknowledging settles the right lease.
+What is in flight is the delivery itself (``core/queues/entry.py``: the queue's lease,
+which settles the message), its packet id, QoS and state in the delivery's ``tag``,
+``qos`` and ``state``; a message no lease stands behind (a retained one, a PUBREL left
+from before a restart) is a delivery from outside a queue (``Delivery.outside``).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
 
+from ...core.types import Delivery
 from .reasons import PACKET_IDENTIFIER_NOT_FOUND
 
 MAX_PACKET_ID = 65535
 PUBLISHED, RELEASED = "published", "released"  # a QoS 2 message: PUBLISH sent / PUBREL sent
 
 
-@dataclass(slots=True)
-class InFlight:
-    packet_id: int
-    qos: int
-    token: Any  # the caller's: what settles the message (a queue receipt)
-    state: str = PUBLISHED
+def released(packet_id: int) -> Delivery:
+    """A QoS 2 message whose entry is settled and whose PUBREL is left to send (kept by a
+    session record, or its entry gone): no lease stands behind it."""
+    d = Delivery.outside()
+    d.tag, d.qos, d.state = packet_id, 2, RELEASED
+    return d
 
 
 class Outbound:
@@ -51,7 +52,7 @@ class Outbound:
         self.receive_maximum = receive_maximum  # the client's
         self.maximum_packet_size = maximum_packet_size  # the client's (0: none)
         self.topic_alias_maximum = topic_alias_maximum  # the client's
-        self.in_flight: dict[int, InFlight] = {}  # packet id -> message, in send order
+        self.in_flight: dict[int, Delivery] = {}  # packet id -> message, in send order
         self._next_id = 1
         self._aliases: OrderedDict[str, int] = OrderedDict()  # topic -> alias, least recently used first
 
@@ -65,22 +66,23 @@ class Outbound:
         """Whether a PUBLISH of ``packet_size`` bytes may be sent to the client."""
         return not self.maximum_packet_size or packet_size <= self.maximum_packet_size
 
-    def send(self, qos: int, token: Any, packet_id: int = 0) -> int:
-        """A QoS 1/2 message goes out: its packet id (0 for QoS 0, which is not kept).
-        ``packet_id``: the one it had before a restart, if still free."""
+    def send(self, qos: int, d: Delivery, packet_id: int = 0) -> int:
+        """The delivery ``d`` goes out with ``qos``: its packet id (0 for QoS 0, which is
+        not kept), in ``d.tag``. ``packet_id``: the one it had before a restart, if still
+        free."""
         if qos == 0:
             return 0
-        if len(self.in_flight) >= min(self.receive_maximum, MAX_PACKET_ID):
+        in_flight = self.in_flight
+        if len(in_flight) >= min(self.receive_maximum, MAX_PACKET_ID):
             raise RuntimeError("no room in flight: ask can_send first")
-        if packet_id and packet_id not in self.in_flight:
-            self.in_flight[packet_id] = InFlight(packet_id, qos, token)
-            return packet_id
-        pid = self._next_id
-        while pid in self.in_flight:
-            pid = pid % MAX_PACKET_ID + 1
-        self._next_id = pid % MAX_PACKET_ID + 1
-        self.in_flight[pid] = InFlight(pid, qos, token)
-        return pid
+        if not packet_id or packet_id in in_flight:
+            packet_id = self._next_id
+            while packet_id in in_flight:
+                packet_id = packet_id % MAX_PACKET_ID + 1
+            self._next_id = packet_id % MAX_PACKET_ID + 1
+        d.tag, d.qos, d.state = packet_id, qos, PUBLISHED
+        in_flight[packet_id] = d
+        return packet_id
 
     def alias(self, topic: str) -> tuple[str, int | None]:
         """The (topic name, topic alias) to put in the PUBLISH: the alias alone (empty
@@ -100,44 +102,45 @@ class Outbound:
 
     # -- acknowledgements ----------------------------------------------------------------
 
-    def puback(self, packet_id: int) -> Any | None:
-        """The client's PUBACK: the token of the message it settles (None: no QoS 1
-        message has that id; ignored)."""
-        f = self.in_flight.get(packet_id)
-        if f is None or f.qos != 1:
+    def puback(self, packet_id: int) -> Delivery | None:
+        """The client's PUBACK: the message it acknowledges (None: no QoS 1 message has
+        that id; ignored)."""
+        d = self.in_flight.get(packet_id)
+        if d is None or d.qos != 1:
             return None
         del self.in_flight[packet_id]
-        return f.token
+        return d
 
-    def pubrec(self, packet_id: int, reason_code: int = 0) -> tuple[int, Any | None]:
-        """The client's PUBREC: (the reason code of the PUBREL to send, the token of the
-        message if its flow ended: the client refused it with a reason code >= 0x80)."""
-        f = self.in_flight.get(packet_id)
-        if f is None or f.qos != 2:
+    def pubrec(self, packet_id: int, reason_code: int = 0) -> tuple[int, Delivery | None]:
+        """The client's PUBREC: (the reason code of the PUBREL to send, the message if its
+        flow ended: the client refused it with a reason code >= 0x80). Otherwise the
+        message is RELEASED: its PUBREL goes out, its PUBCOMP is awaited."""
+        d = self.in_flight.get(packet_id)
+        if d is None or d.qos != 2:
             return PACKET_IDENTIFIER_NOT_FOUND, None
         if reason_code >= 0x80:
             del self.in_flight[packet_id]
-            return 0, f.token
-        f.state = RELEASED
+            return 0, d
+        d.state = RELEASED
         return 0, None
 
-    def pubcomp(self, packet_id: int) -> Any | None:
-        """The client's PUBCOMP: the token of the message whose flow it ends (None if no
-        PUBREL was waiting for it; ignored)."""
-        f = self.in_flight.get(packet_id)
-        if f is None or f.state != RELEASED:
+    def pubcomp(self, packet_id: int) -> Delivery | None:
+        """The client's PUBCOMP: the message whose flow it ends (None if no PUBREL was
+        waiting for it; ignored)."""
+        d = self.in_flight.get(packet_id)
+        if d is None or d.state != RELEASED:
             return None
         del self.in_flight[packet_id]
-        return f.token
+        return d
 
     # -- reconnecting --------------------------------------------------------------------
 
     def shrink(self) -> None:
         """The connection is gone: the in-flight table, which a dict keeps at its largest
         size, is made anew at the size of what is left (an offline session holds it)."""
-        self.in_flight = {pid: f for pid, f in self.in_flight.items()}  # (dict() would keep a larger table)
+        self.in_flight = {pid: d for pid, d in self.in_flight.items()}  # (dict() would keep a larger table)
 
-    def resend(self) -> list[InFlight]:
+    def resend(self) -> list[Delivery]:
         """What to send again on a new connection of the same session, in the order it was
         first sent: PUBLISH (DUP) for state PUBLISHED, PUBREL for RELEASED. Topic aliases
         do not outlive a connection."""

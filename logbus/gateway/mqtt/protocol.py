@@ -52,6 +52,7 @@ from ..output import direct_writer, is_loopback, is_tls, lost_reason, peer_ident
 from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
 from .machine import EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT, Machine
+from ...core.types import Delivery
 from .mapping import EXCHANGE
 from .publishing import Pending
 from .reasons import (
@@ -70,7 +71,6 @@ from .wire import MQTT_5
 
 if TYPE_CHECKING:
     from ...core.broker import Broker
-    from ...core.types import Delivery
 
 log = logging.getLogger(__name__)
 
@@ -423,13 +423,16 @@ class MqttProtocol(Protocol):
         except StorageError as e:  # its PUBACK (or PUBREC) must not go
             self.machine.storage_failed(f"the retained message could not be stored: {e}")
 
-    def _settle(self, r: Settle) -> None:
-        self.room.settle(r.token)
-        if r.durably:  # written before the output goes (flush_output), once for the read's
-            self._commit_due = True
-            if not self._queued:
-                self._queued = True
-                self.factory.output_due(self)
+    def _settle(self, d: Delivery) -> None:
+        self.room.settle(d)
+
+    def _settle_durably(self, r: Settle) -> None:
+        self.room.settle(r.delivery)
+        # written before the output goes (flush_output), once for the read's
+        self._commit_due = True
+        if not self._queued:
+            self._queued = True
+            self.factory.output_due(self)
 
     def _save_session(self, r: SaveSession) -> None:
         """Stored once for every change before the output is written (``flush_output``,
@@ -554,7 +557,8 @@ _CARRY: dict[type, Callable[[MqttProtocol, Any], None]] = {
     MatchRetained: MqttProtocol._match_retained,
     PublishBatch: MqttProtocol._publish_batch,
     Retain: MqttProtocol._retain,
-    Settle: MqttProtocol._settle,
+    Settle: MqttProtocol._settle_durably,
+    Delivery: MqttProtocol._settle,
     SaveSession: MqttProtocol._save_session,
     Consume: MqttProtocol._consume,
     Dispatch: MqttProtocol._dispatch,

@@ -9,15 +9,21 @@ appends them to its ``out`` list, which the shell writes when the read ends.
 
 The answers of a ``PublishBatch`` come later, from the log: ``routed`` once the batch is
 appended, ``durable`` as its parts are flushed.
+
+A ``Delivery`` (``core/queues/entry.py``: a message from one of the session's queues) is
+itself a request: done with it, settle it (acknowledged by the client, or not for this
+session). ``Settle`` is the one that must be written at once (a PUBREC's).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .connect import Accepted
 from .packets import Subscription, Will
+
+from ...core.types import Delivery
 
 if TYPE_CHECKING:
     from ...core.types import Message
@@ -95,11 +101,11 @@ class Retain:
 
 @dataclass(frozen=True, slots=True)
 class Settle:
-    """Done with a message sent to the client: settle its queue lease (``token``).
-    ``durably``: write the queue's change to the state store now (a PUBREC's)."""
+    """Done with a message sent to the client: settle its queue lease (``delivery``),
+    and write the queue's change to the state store now, before the output goes (a
+    PUBREC's). A plain settlement is the ``Delivery`` itself."""
 
-    token: Any
-    durably: bool = False
+    delivery: Delivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,4 +170,4 @@ class Close:
 QUICK_ACK = QuickAck()
 
 Request = (Login | AddSubscriptions | RemoveSubscriptions | MatchRetained | PublishBatch | Retain | Settle
-           | SaveSession | Consume | Dispatch | ArmKeepAlive | SetReading | QuickAck | Detach | Close)
+           | Delivery | SaveSession | Consume | Dispatch | ArmKeepAlive | SetReading | QuickAck | Detach | Close)

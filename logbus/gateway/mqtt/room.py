@@ -60,9 +60,9 @@ from ...core.types import RetainedStore
 from ...core.types import MqttSessionRecord, RetainedRecord
 from .connect import NEVER_EXPIRES, Accepted
 from .mapping import EXCHANGE, message_from_publish
-from .outbound import PUBLISHED, RELEASED, InFlight
+from .outbound import PUBLISHED, released
 from .packets import Publish, Subscription, Will
-from .session import SESSION_QUEUE, Session, Token
+from .session import SESSION_QUEUE, Session
 from .subscriptions import SHARE_PREFIX, SHARED_QUEUE, Filtered, shared_queue
 from .topic_map import Unmappable, filter_to_amqp
 
@@ -281,11 +281,11 @@ class MqttRoom:
         """The messages in flight to a connection that ended go back to their queues (to
         be sent again, DUP, with the same packet id; a shared queue's to any member),
         except QoS 2 ones already PUBRECed: only their PUBREL is left to send."""
-        for pid, f in list(s.outbound.in_flight.items()):
-            if f.state == PUBLISHED:
+        for pid, d in list(s.outbound.in_flight.items()):
+            if d.state == PUBLISHED:
                 del s.outbound.in_flight[pid]
-                if isinstance(f.token, Token) and f.token.queue == s.queue:
-                    s.restored[(f.token.queue, f.token.receipt.seq)] = (pid, f.qos)
+                if d.queue == s.queue:
+                    s.restored[(d.queue, d.entry.seq)] = (pid, d.qos)
         s.outbound.shrink()
         s.subscriptions.forget_copies()
         for queue in _queues(s):
@@ -507,19 +507,15 @@ class MqttRoom:
         for (queue, seq), (pid, qos) in list(s.restored.items()):
             if qos == 2 and (vhost is None or not vhost.holds(queue, seq)) and pid not in s.outbound.in_flight:
                 del s.restored[(queue, seq)]
-                s.outbound.in_flight[pid] = InFlight(pid, 2, None, RELEASED)
+                s.outbound.in_flight[pid] = released(pid)
                 gone.append(pid)
         return gone
 
-    def settle(self, token: Token, outcome: Outcome = Outcome.ACK) -> None:
+    def settle(self, d: Delivery, outcome: Outcome = Outcome.ACK) -> None:
+        """Settle a delivery to a session (its queue deleted meanwhile: nothing to do)."""
         vhost = self.broker.vhost(self.vhost_name)
         if vhost is not None:
-            vhost.settle(token.queue, token.receipt, outcome)
-
-    def entry_message(self, token: Token) -> Message | None:
-        """The message a token's entry points at (None: settled meanwhile)."""
-        vhost = self.broker.vhost(self.vhost_name)
-        return None if vhost is None else vhost.entry_message(token.queue, token.receipt.seq)
+            vhost.settle(d, outcome)
 
     # -- what the CLI and the HTTP API list --------------------------------------------------
 

@@ -10,7 +10,7 @@ The session state the specifications name, and where logbus keeps it:
   made at the session's first subscription (``has_queue``): a client that only publishes
   has none, however long its session lives (docs/decisions/0042); QoS 1 and 2
   messages sent and not yet acknowledged are leases on those entries, held by the
-  session (``outbound.Outbound``, by packet id);
+  session: the deliveries themselves (``outbound.Outbound``, by packet id);
 - QoS 2 hand-overs in flight both ways: publishes from the client PUBRECed and waiting
   for their PUBREL (``awaiting_rel``), messages to the client whose PUBREC or PUBCOMP
   has not come (``outbound``).
@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
-from ...core.types import Receipt
 from ...core.types import MqttSessionRecord
 from .connect import NEVER_EXPIRES
-from .outbound import RELEASED, InFlight, Outbound
+from .outbound import PUBLISHED, RELEASED, Outbound, released
 from .packets import Subscription
 from ...filters import FilterError
 from .subscriptions import FILTER_SQL, FILTER_TAG, Filtered, Subscriptions
@@ -40,13 +39,6 @@ log = logging.getLogger(__name__)
 
 
 SESSION_QUEUE = "mqtt-session:"  # + the client id: the name of a session's queue
-
-
-class Token(NamedTuple):
-    """What settles a message sent to the client: its queue and lease."""
-
-    queue: str
-    receipt: Receipt
 
 
 @dataclass(eq=False)
@@ -91,12 +83,11 @@ class Session:
                                 retain_handling=s.retain_handling, subscription_id=sid or 0,
                                 filter_tag=fd.tag or "" if fd else "", filter_sql=fd.sql or "" if fd else "")
         r.awaiting_rel.extend(sorted(self.awaiting_rel))
-        for f in self.outbound.in_flight.values():
-            if f.qos == 2:
-                token = f.token
-                r.out_qos2.add(packet_id=f.packet_id, released=f.state == RELEASED,
-                               queue=token.queue if isinstance(token, Token) else "",
-                               seq=token.receipt.seq if isinstance(token, Token) else 0)
+        for d in self.outbound.in_flight.values():
+            if d.qos == 2:
+                leased = d.state == PUBLISHED and d.queue != ""  # else: settled, or from no queue
+                r.out_qos2.add(packet_id=d.tag, released=d.state == RELEASED, queue=d.queue if leased else "",
+                               seq=d.entry.seq if leased else 0)
         for (queue, seq), (pid, qos) in self.restored.items():
             if qos == 2:
                 r.out_qos2.add(packet_id=pid, queue=queue, seq=seq)
@@ -120,7 +111,7 @@ class Session:
                                                    sub.retain_handling), sub.subscription_id or None, filtered)
         for q in r.out_qos2:
             if q.released:  # its entry is settled: only the PUBREL is left to send
-                s.outbound.in_flight[q.packet_id] = InFlight(q.packet_id, 2, None, RELEASED)
+                s.outbound.in_flight[q.packet_id] = released(q.packet_id)
             else:
                 s.restored[(q.queue, q.seq)] = (q.packet_id, 2)
         return s
