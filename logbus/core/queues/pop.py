@@ -267,8 +267,11 @@ class PopGroups:
     def _lease(self, qs: QueueState, handle: Any) -> Delivery:
         """The current lease a receipt handle names; StaleReceipt when none."""
         r, partition, offset = parse_handle(handle)
-        d = qs.queue.lease(r)
-        if d.entry.partition != partition or d.entry.offset != offset:
+        try:
+            d = qs.queue.lease(r)
+        except StaleReceipt:
+            d = None
+        if d is None or d.entry.partition != partition or d.entry.offset != offset:
             raise StaleReceipt(f"receipt handle {handle!r} names no current lease")
         return d
 
