@@ -151,7 +151,7 @@ class Delivery:
         self.delivery = delivery  # the entry's delivery count when leased (``entry.deliveries`` moves on)
         self.owner = owner  # the lease's owner: a channel, a session, a pop group member
         self.deadline_ms = deadline_ms  # 0: until settled or released
-        self.message = message  # a ``Message``: set by the queue service as it hands it out
+        self.message = message  # set by the queue service as it hands it out; a gateway drops it once sent
         self.remaining = 0  # ready messages left after it (AMQP basic.get-ok message_count)
         self.consumer: Any = None  # the push consumer it was handed to (None: taken, as basic.get)
         self.tag = 0  # the gateway's

@@ -173,6 +173,7 @@ class Consuming:
         conn = self.conn
         conn.send(encode_deliver_parts(self.number, c.tag_raw, tag, d.delivery > 1, parts,
                                        m.value or b"", conn.frame_max))
+        d.message = None  # sent: an unacked delivery does not hold its message (requeued, it is read again)
         if conn.record is not None:
             conn.record.sent += 1
         prompt = conn.prompt
@@ -199,6 +200,7 @@ class Consuming:
         env = message.envelope
         self.conn.send(encode_get_ok(self.number, tag, d.delivery > 1, env.exchange, env.routing_key,
                                      d.remaining, _props(d), message.value or b"", self.conn.frame_max))
+        d.message = None  # sent: an unacked delivery does not hold its message
         if self.conn.record is not None:
             self.conn.record.sent += 1
 

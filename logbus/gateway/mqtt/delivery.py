@@ -119,6 +119,8 @@ class Outgoing:
                 return d
             return settle
         self.out.append(data)
+        if pid:  # kept in flight, its PUBLISH written (sent again, it comes from its queue again)
+            d.message = None
         if len(outbound.in_flight) >= outbound.receive_maximum:
             self.limit_hit(INFLIGHT_FULL)
         if qos == 2:
@@ -168,9 +170,7 @@ class Outgoing:
         code, ended = outbound.pubrec(packet_id, reason_code)
         if ended is not None:  # refused by the client: done with
             return None, settle
-        if code == 0 and settle is not None:
-            settle.message = None  # the client has it: the entry is settled, the PUBREL remains
-        else:
+        if code != 0:
             settle = None
         self.out.append(encode(PubRel(packet_id, code if self.version == MQTT_5 else 0), self.version))
         return settle, None
