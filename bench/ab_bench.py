@@ -55,18 +55,22 @@ def log(text: str) -> None:
 
 
 def start(tree: str, workdir: str) -> tuple[Any, dict[str, Any]]:
-    """`logbus serve` of the source tree ``tree`` (its package first on PYTHONPATH)."""
-    old = os.environ.get("PYTHONPATH")
+    """`logbus serve` of the source tree ``tree`` (its package first on PYTHONPATH).
+    PYTHONSAFEPATH (Python 3.11+): `python -m` would put the current directory before
+    PYTHONPATH, and run from a source tree both builds would be that tree's."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
     os.environ["PYTHONPATH"] = os.path.abspath(tree)
+    os.environ["PYTHONSAFEPATH"] = "1"
     try:
         # as mqtt_bench.py: no session queue limit (a subscriber a burst outruns would
         # lose what passed the limit, as under Mosquitto's max_queued_messages)
         return start_logbus(workdir, {"amqp": LOOPBACK, "mqtt": LOOPBACK}, ["--mqtt-max-queued-messages", "0"])
     finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def amqp_burst(args: argparse.Namespace, address: str, pid: int) -> dict[str, float]:
