@@ -65,14 +65,10 @@ class LogManager:
         m = self.metrics
         self.cache = FileCache(max_open_files, on_change=m.open_files.set)
 
-        def on_flush(seconds: float, files: int) -> None:
-            m.flush_seconds.observe(seconds)
-            m.flush_files.inc(files)
-
         self.reactor = reactor
         self._tick = tick_of(reactor)
         ring = Ring.open() if inline_flush and hasattr(reactor, "addReader") else None
-        self.flusher = Flusher(reactor.callFromThread, on_flush, inline=inline_flush, ring=ring,
+        self.flusher = Flusher(reactor.callFromThread, m.flushes.observe, inline=inline_flush, ring=ring,
                                call_later=reactor.callLater, busy=getattr(reactor, "busy", None))
         self._ring_reader = None if ring is None else _RingReader(ring, self.flusher.ring_ready)
         if self._ring_reader is not None:

@@ -27,7 +27,7 @@ from ...core.types import Delivery
 
 if TYPE_CHECKING:
     from ...core.types import Message
-    from .publishing import Pending
+    from .publishing import Inflight
     from .session import Session
     from .subscriptions import Filtered
 
@@ -88,7 +88,7 @@ class PublishBatch:
     the machine ``routed`` with its result, then ``durable`` as they become durable (or
     ``batch_refused`` if it raised)."""
 
-    items: list[Pending]
+    items: list[Inflight]
 
 
 @dataclass(frozen=True, slots=True)

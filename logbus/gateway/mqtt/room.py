@@ -480,7 +480,7 @@ class MqttRoom:
 
     def publish_will(self, will: Will, client_id: str) -> None:
         p = Publish(will.topic, will.payload, will.qos, will.retain, properties=will.properties)
-        message = message_from_publish(will.topic, p, client_id, self.clock())
+        message: Message = message_from_publish(will.topic, p, client_id, self.clock())
         try:
             if will.retain:
                 self.retain(message, will.qos)

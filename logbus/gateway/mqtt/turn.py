@@ -24,17 +24,17 @@ from typing import Any, Protocol
 
 from ...core.errors import LogbusError
 from ...core.types import Message, Tick
-from .publishing import Pending
+from .publishing import Inflight
 
 
 class Publisher(Protocol):
     """What a connection (``MqttProtocol``) is told of its batch."""
 
-    def published(self, batch: list[Pending], unrouted: list[int], done: int, error: str | None) -> None: ...
+    def published(self, batch: list[Inflight], unrouted: list[int], done: int, error: str | None) -> None: ...
 
-    def publish_failed(self, batch: list[Pending], error: str) -> None: ...
+    def publish_failed(self, batch: list[Inflight], error: str) -> None: ...
 
-    def durable(self, batch: list[Pending], first: int, last: int, result: Any) -> None: ...
+    def durable(self, batch: list[Inflight], first: int, last: int, result: Any) -> None: ...
 
 
 
@@ -43,9 +43,9 @@ class TurnPublishes:
     def __init__(self, room: Any, tick: Tick) -> None:
         self.room = room  # the MqttRoom: publish_many
         self._tick = tick
-        self._batches: list[tuple[Publisher, list[Pending]]] = []
+        self._batches: list[tuple[Publisher, list[Inflight]]] = []
 
-    def add(self, c: Publisher, batch: list[Pending]) -> None:
+    def add(self, c: Publisher, batch: list[Inflight]) -> None:
         """A read's publishes, kept for the end of the turn."""
         if not self._batches:
             self._tick.later(self.publish)
@@ -61,7 +61,7 @@ class TurnPublishes:
         starts: list[int] = []
         for _, batch in batches:
             starts.append(len(rows))
-            rows.extend([b.message for b in batch])
+            rows.extend(batch)
 
         def durable(first: int, last: int, result: Any) -> None:
             i = bisect_right(starts, first) - 1
