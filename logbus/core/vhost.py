@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -505,6 +505,44 @@ class VHost:
             return False
         self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)
         return True
+
+    def route_again(self, topic: str, partition: int, offset: int, message: Message,
+                    held: Container[str] = ()) -> bool:
+        """A record of ``topic`` whose queue entries and timers a power loss may have
+        taken, routed again at start (``queues/redo.py``) as its publish routed it: one
+        of this vhost's publishes (its envelope names the exchange) through that exchange
+        with its routing key and headers, a delayed one to its timer (due at the record's
+        timestamp + its delay); any other (Kafka, HTTP) as ``route_record``. Queues in
+        ``held`` have their entry already. A per-message TTL counts from the record's
+        timestamp. True when it became a timer."""
+        env = message.envelope
+        now = message.timestamp if message.timestamp is not None else self.clock()
+        if env.exchange or env.protocol == _AMQP:
+            ex = self.router.exchange_or_none(env.exchange)
+            if ex is None:  # deleted since: a publish to it now would go nowhere
+                return False
+            delay = self.forms.delay(message) if ex.delayed else 0
+            if delay > 0:
+                self.delay(topic, partition, offset, now + min(delay, MAX_DELAY_MS), vhost=self.name,
+                           exchange=env.exchange, routing_key=env.routing_key)
+                return True
+            try:
+                queues, candidates = self.router.route_filtered(env.exchange, env.routing_key,
+                                                                self.forms.headers(message))
+            except Refused:
+                return False
+        else:
+            key = (message.key or b"").decode("utf-8", "replace")
+            headers = {k: v.decode("utf-8", "replace") if v is not None else None
+                       for k, v in message.headers} if message.headers else None
+            queues, candidates = self.router.route_log_filtered(topic, key, headers)
+        if candidates:
+            queues = queues | passing(candidates, message, topic, self.forms.properties)
+        if held:
+            queues = frozenset(q for q in queues if q not in held)
+        if queues:
+            self._enqueue(queues, topic, partition, offset, message, now, dispatch=False)
+        return False
 
     def _enqueue(self, queues: frozenset[str], topic: str, partition: int, offset: int, message: Message,
                  now: int | None = None, dispatch: bool = True, visible_ms: int = 0) -> bool:
