@@ -23,15 +23,23 @@ The delivery count survives a restart in both ways a queue is kept
   a delete.
 
 Writes are collected and committed as one ``StateBatch`` once per reactor tick, before
-the tick's appends are written (the log calls ``commit`` first: ``Partition.before_write``;
-a commit the store refuses refuses those appends, and its changes are kept for the next
-one), without a WAL sync on the reactor: the log's flusher syncs RocksDB's write-ahead
-log with the appends it makes durable (``wal_to_sync``, decision 0025), so a confirm
-covers the entries and timers its publish made against a power loss too. Changes with
-no confirm behind them (deliveries, acks) may be lost to a power loss (a redelivery). A put followed by a delete of the same key within one tick cancels out
-before it reaches RocksDB. Timers (CF ``timers``, ``timers.py``) are written through the
-same batch, so an entry given back with a backoff leaves the queue and becomes a timer
-in one atomic write, with the reservation of the block of timer ids it is the first of.
+the tick's appends are written (the log calls ``commit`` first: ``LogManager.before_drain``
+and ``Partition.before_write``; a commit the store refuses refuses those appends, and its
+changes are kept for the next one), never synced on the confirm path: the log is the
+truth, the journal a checkpoint (decision 0045). The batch of the log's end-of-turn
+drain also carries a *mark* per partition appended to in the turn (``state.journal_mark_key``):
+every record below it has had its queue entries and timers written in this batch or an
+earlier one. RocksDB writes its write-ahead log in order, so a power loss leaves a
+prefix of the batches, and the records at or past a partition's mark are exactly those
+whose entries and timers may be lost: start-up routes them again from the log
+(``redo.py``). A partition's first mark is written with a synced batch, once (a missing
+mark means "nothing to redo"), and only partitions of topics that some queue or pop
+group reads get marks (``journaled``). Changes with no confirm behind them (deliveries,
+acks) may be lost to a power loss (a redelivery). A put followed by a delete of the same
+key within one tick cancels out before it reaches RocksDB. Timers (CF ``timers``,
+``timers.py``) are written through the same batch, so an entry given back with a
+backoff leaves the queue and becomes a timer in one atomic write, with the reservation
+of the block of timer ids it is the first of.
 """
 
 from __future__ import annotations
