@@ -58,11 +58,16 @@ def start(tree: str, workdir: str) -> tuple[Any, dict[str, Any]]:
     """`logbus serve` of the source tree ``tree`` (its package first on PYTHONPATH)."""
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.path.abspath(tree)
+    here = os.getcwd()
+    # `python -m logbus` puts its working directory first on sys.path, before PYTHONPATH:
+    # started from the other build's tree (`--b .`), it would import that build
+    os.chdir(tree)
     try:
         # as mqtt_bench.py: no session queue limit (a subscriber a burst outruns would
         # lose what passed the limit, as under Mosquitto's max_queued_messages)
         return start_logbus(workdir, {"amqp": LOOPBACK, "mqtt": LOOPBACK}, ["--mqtt-max-queued-messages", "0"])
     finally:
+        os.chdir(here)
         if old is None:
             del os.environ["PYTHONPATH"]
         else:
