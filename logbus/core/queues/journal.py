@@ -130,8 +130,8 @@ def forget_from(store: StateStore, topic: str, partition: int, offset: int) -> t
         if rec.offset >= offset and rec.partition == partition and rec.topic == topic:
             timers.append(key)
     mark_key = journal_mark_key(topic, partition)
-    raw = store.get(CF_QUEUES, mark_key)
-    mark_past = raw is not None and unpack_uint64(raw) > offset
+    stored = store.get(CF_QUEUES, mark_key)
+    mark_past = stored is not None and unpack_uint64(stored) > offset
     if entries or timers or mark_past:
         with store.batch(sync=True) as b:
             b.delete_many(CF_QUEUES, entries)
@@ -276,7 +276,7 @@ class QueueStore:
 
     def forget_marks(self, topic: str) -> None:
         """Delete the marks of a deleted topic's partitions (its offsets will be given again)."""
-        gone = {k: None for k in self.marks if k[0] == topic}
+        gone: dict[tuple[str, int], int | None] = {k: None for k in self.marks if k[0] == topic}
         if self.store is not None:
             gone.update({journal_mark_fields(k): None
                          for k, _ in self.store.scan_prefix(CF_QUEUES, journal_marks_prefix(topic))})
