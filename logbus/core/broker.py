@@ -64,7 +64,7 @@ from .queues.lateness import Lateness
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pins import lowest
 from .queues.pop import Popped, PopGroups, check_delay
-from .queues.redo import redo
+from .queues.redo import Redone, redo
 from .queues.replay import DeadLetterReplay
 from .queues.feed import Feed
 from .forms import NEUTRAL, Forms
@@ -199,6 +199,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         # MQTT room's stored sessions, with their bindings), so that redo routes to them
         self.at_start: list[Callable[[], object]] = []
         self.log: LogManager | None = None
+        self.redone = Redone()  # what start-up routed again (queues/redo.py)
         self._lock_fd: int | None = None
         self._housekeeping: LoopingCall | None = None
         # retained messages by topic (MQTT's), loaded at start
@@ -231,7 +232,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
             for take_up in self.at_start:  # the queues that are no stored definitions
                 take_up()
             # what a power loss took from the queue journal, from the log, before anything serves
-            redo(self.log, self.queue_store, self.vhosts, self.pop, self.feed, self._clock)
+            self.redone = redo(self.log, self.queue_store, self.vhosts, self.pop, self.feed, self._clock)
             self.faults.attach(self.log, self.state, self.queue_store,
                                [self.sessions.write_kept, self._write_kept_definitions])
             # each turn's appends mark their partitions in the queue journal's batch

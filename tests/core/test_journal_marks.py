@@ -123,6 +123,7 @@ def test_records_past_a_mark_are_routed_again_into_the_queues_that_lack_them_onc
     brokers.stop()
     lose(tmp_path, marks={"xd": 0}, entries_of=("q2",))  # q1's batch survived, q2's did not
     b = brokers.start()
+    assert (b.redone.records, b.redone.entries) == (3, 3)
     assert count(b, "q1") == count(b, "q2") == 3
     assert stored_mark(b.state, "xd") == 3
     b = brokers.restart()  # moved on: nothing redone again
@@ -141,7 +142,18 @@ def test_a_kill_leaves_the_marks_current_and_nothing_is_redone(tmp_path: Path) -
     settle(brokers)
     brokers.stop()
     b = brokers.start()
+    assert b.redone.records == 0
     assert values(b, "q1") == [b"m2"] and count(b, "q2") == 3
+    brokers.stop()
+
+
+def test_a_clean_stop_marks_the_last_turns_appends(tmp_path: Path) -> None:
+    brokers = Brokers(tmp_path)
+    b, v = setup(brokers)
+    v.publish("xd", "k", amqp_message("xd", "k", b"m0"))
+    brokers.stop()  # in the publish's turn: the log's close drains it, with its mark
+    b = brokers.start()
+    assert b.redone.records == 0 and count(b, "q1") == 1
     brokers.stop()
 
 
