@@ -355,9 +355,10 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         self.timers.arm(self.feed.timer_due)
 
     def _journaled(self, topic: str) -> bool:
-        """Whether records of ``topic`` can make queue entries or timers: a vhost routes
-        it or a pop group reads it (the queue journal marks only those partitions)."""
-        return self.pop.watches(topic) or any(v.routes_topic(topic) for v in self.vhosts.values())
+        """Whether records of ``topic`` can make queue entries or timers: it backs an
+        exchange (the default one too) or a pop group reads it (the queue journal marks
+        only those partitions)."""
+        return self.pop.watches(topic) or any(v.backs(topic) for v in self.vhosts.values())
 
     def _clock(self) -> int:
         return int(self.reactor.seconds() * 1000)

@@ -490,6 +490,12 @@ class VHost:
         HTTP) can reach one of its queues: it backs an exchange here."""
         return self.router.routes_topic(topic)
 
+    def backs(self, topic: str) -> bool:
+        """Whether ``topic`` is the log topic behind one of this vhost's exchanges (the
+        default exchange's included, which ``routes_topic`` leaves out): its records'
+        queue entries are journaled, and routed again after a power loss."""
+        return self.router.exchange_for_topic(topic) is not None
+
     def route_record(self, topic: str, partition: int, offset: int, message: Message, visible_ms: int = 0) -> bool:
         """A record appended to ``topic`` by a Kafka producer or over HTTP goes to the
         queues bound to the exchange behind the topic, with the record key as routing
@@ -532,6 +538,8 @@ class VHost:
             except Refused:
                 return False
         else:
+            if not self.router.routes_topic(topic):  # as the feed asks before ``route_record``
+                return False
             key = (message.key or b"").decode("utf-8", "replace")
             headers = {k: v.decode("utf-8", "replace") if v is not None else None
                        for k, v in message.headers} if message.headers else None

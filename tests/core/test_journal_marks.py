@@ -265,3 +265,19 @@ def test_messages_flowing_through_a_transient_queue_keep_the_broker_from_quiet(t
     b.quiet.check()  # nothing since: now it is quiet
     assert b.quiet.spells == 1
     assert b.vhost("/").service.queues["t"].queue.message_count == 3
+
+
+def test_a_publish_through_the_default_exchange_is_routed_again_to_its_queue(tmp_path: Path) -> None:
+    from logbus.core.routing.log_topics import DEFAULT_EXCHANGE_TOPIC
+
+    brokers = Brokers(tmp_path)
+    b, v = setup(brokers)
+    v.publish("", "q1", amqp_message("", "q1", b"direct to q1"))
+    settle(brokers)
+    assert stored_mark(b.state, DEFAULT_EXCHANGE_TOPIC) == 1  # (no bindings of its own: marked still)
+    brokers.stop()
+    lose(tmp_path, marks={DEFAULT_EXCHANGE_TOPIC: 0}, entries_of=("q1",))
+    b = brokers.start()
+    assert b.redone.records == 1
+    assert values(b, "q1") == [b"direct to q1"] and count(b, "q2") == 0
+    brokers.stop()

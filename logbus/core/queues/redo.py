@@ -95,7 +95,7 @@ def redo(log_manager: LogManager, queue_store: QueueStore, vhosts: Mapping[str, 
         timed = _timed(queue_store, ranges)
         before = _entry_count(vhosts, pop)
         for (topic, partition), (start, end) in ranges.items():
-            readers = [v for v in vhosts.values() if v.routes_topic(topic)]
+            readers = [v for v in vhosts.values() if v.backs(topic)]
             for offset, message in _records(log_manager, topic, partition, start, end):
                 out.records += 1
                 at = (topic, partition, offset)
@@ -139,7 +139,7 @@ _AMQP = Envelope.AMQP
 
 
 def _read_by_queues(topic: str, vhosts: Mapping[str, VHost], pop: PopGroups) -> bool:
-    return pop.watches(topic) or any(v.routes_topic(topic) for v in vhosts.values())
+    return pop.watches(topic) or any(v.backs(topic) for v in vhosts.values())
 
 
 def _held(vhosts: Mapping[str, VHost], pop: PopGroups,
