@@ -9,10 +9,10 @@ point, after a kill -9, is what a power loss at the kill could leave of it; the 
 records were synced before their confirms, and a kill -9 keeps the rest of the page
 cache. At the restart the records past the journal's marks are routed again
 (``core/queues/redo.py``): every confirmed message must be in each of its queues exactly
-once. Covered: AMQP to a direct and a topic exchange with two queues, a delayed
-publish, a Kafka-produced record on an exchange's topic, an MQTT QoS 1 publish to a
-subscribed persistent session. A plain kill -9 (no cut) redoes nothing: no acked
-message comes back.
+once. Covered: AMQP to a direct and a topic exchange with two queues and through the
+default exchange, a delayed publish, a Kafka-produced record on an exchange's topic, an
+MQTT QoS 1 publish to a subscribed persistent session. A plain kill -9 (no cut) redoes
+nothing: no acked message comes back.
 """
 
 from __future__ import annotations
@@ -70,14 +70,15 @@ def publish_round(server: LogbusServer, ch: Any, producer: KafkaProducer, mqtt: 
     want: dict[str, list[bytes]] = {"q1": [], "q2": [], "q3": [], "mqtt": []}
     futures = []
     for i in range(n):
-        d, t, y, k, m = (f"{kind}-{tag}-{i}".encode() for kind in "dtykm")
+        d, t, y, k, m, e = (f"{kind}-{tag}-{i}".encode() for kind in "dtykme")
         ch.basic_publish("xd", "k", d, persistent)  # confirm mode: returns once confirmed
+        ch.basic_publish("", "q2", e, persistent)  # the default exchange
         ch.basic_publish("xt", "a.b", t, persistent)
         ch.basic_publish("xdelay", "k", y, pika.BasicProperties(delivery_mode=2, headers={"x-delay": DELAY_MS}))
         futures.append(producer.send("xk", key=b"kk", value=k))
         mqtt.publish("s/x", m, qos=1)  # returns once PUBACKed
         want["q1"] += [d, t, y]
-        want["q2"] += [d, t]
+        want["q2"] += [d, t, e]
         want["q3"].append(k)
         want["mqtt"].append(m)
     producer.flush(timeout=20)

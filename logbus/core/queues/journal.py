@@ -33,8 +33,8 @@ earlier one. RocksDB writes its write-ahead log in order, so a power loss leaves
 prefix of the batches, and the records at or past a partition's mark are exactly those
 whose entries and timers may be lost: start-up routes them again from the log
 (``redo.py``). A partition's first mark is written with a synced batch, once (a missing
-mark means "nothing to redo"), and only partitions of topics that some queue or pop
-group reads get marks (``journaled``). Changes with no confirm behind them (deliveries,
+mark means "nothing to redo"), and only partitions of topics behind an exchange or read
+by a pop group get marks (``journaled``). Changes with no confirm behind them (deliveries,
 acks) may be lost to a power loss (a redelivery). A put followed by a delete of the same
 key within one tick cancels out before it reaches RocksDB. Timers (CF ``timers``,
 ``timers.py``) are written through the same batch, so an entry given back with a
@@ -168,8 +168,9 @@ class QueueStore:
         # the journal marks as stored (``commit(appended)``), read at start (``load_marks``)
         self.marks: dict[tuple[str, int], int] = {}
         self._unmarked: dict[Any, None] = {}  # partitions a refused batch did not mark
-        # whether a topic's records can make queue entries or timers (the broker's: a vhost
-        # routes it or a pop group reads it); a partition of any other topic gets no mark
+        # whether a topic's records can make queue entries or timers (the broker's: it backs
+        # an exchange, the default one too, or a pop group reads it); no other topic's
+        # partitions get marks
         self.journaled: Callable[[str], bool] = _always
         self.first_marks = 0  # batches synced because they held a partition's first mark
 
