@@ -63,6 +63,7 @@ from .queues.lateness import Lateness
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pins import lowest
 from .queues.pop import Popped, PopGroups
+from .queues.redo import Redone, redo
 from .queues.replay import DeadLetterReplay
 from .forms import NEUTRAL, Forms
 from .vhost import VHost
@@ -192,7 +193,12 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         self._expiry_failing: set[str | None] = set()  # vhosts (None: pop groups) whose expiry fails, logged
         # the protocol rooms gateways keep (the MQTT sessions: "mqtt"), for the CLI and HTTP API
         self.rooms: dict[str, Any] = {}
+        # run at start once the vhosts are loaded, before the journal's redo and before
+        # anything serves: what takes up the queues that are no stored definitions (the
+        # MQTT room's stored sessions, with their bindings), so that redo routes to them
+        self.at_start: list[Callable[[], object]] = []
         self.log: LogManager | None = None
+        self.redone = Redone()  # what start-up routed again (queues/redo.py)
         self._lock_fd: int | None = None
         self._housekeeping: LoopingCall | None = None
         # retained messages by topic (MQTT's), loaded at start
@@ -222,10 +228,14 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
             self._forget_cut()
             self._open_vhosts()
             self.sessions = SessionRecords(self.state)
+            for take_up in self.at_start:  # the queues that are no stored definitions
+                take_up()
+            # what a power loss took from the queue journal, from the log, before anything serves
+            self.redone = redo(self.log, self.queue_store, self.vhosts, self.pop, self.pipeline, self._clock)
             self.faults.attach(self.log, self.state, self.queue_store,
                                [self.sessions.write_kept, self._write_kept_definitions])
-            # each sync of appends also covers what the queue journal wrote before them
-            self.log.flusher.extra = self.queue_store.wal_to_sync
+            # each turn's appends mark their partitions in the queue journal's batch
+            self.log.before_drain = self.queue_store.commit
         except BaseException:
             self._close_all()
             raise
@@ -297,7 +307,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
             yield pop.service
 
     def _message_stores(self) -> list[MessageStore]:
-        """Every message store: the queue services' and the feed's."""
+        """Every message store: the queue services' and the pipeline's."""
         stores = [s.messages for s in self._queue_services()]
         pipeline = getattr(self, "pipeline", None)
         return stores if pipeline is None else [*stores, pipeline.messages]
@@ -342,7 +352,14 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
                                  later=tick_of(self.reactor).later)
         for name in self.access.vhosts:
             self._open_vhost(name)
+        self.queue_store.journaled = self._journaled
         self.timers.arm(self.pipeline.timer_due)
+
+    def _journaled(self, topic: str) -> bool:
+        """Whether records of ``topic`` can make queue entries or timers: it backs an
+        exchange (the default one too) or a pop group reads it (the queue journal marks
+        only those partitions)."""
+        return self.pop.watches(topic) or any(v.backs(topic) for v in self.vhosts.values())
 
     def _clock(self) -> int:
         return int(self.reactor.seconds() * 1000)

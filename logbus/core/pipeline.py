@@ -39,7 +39,7 @@ record routed as its publish would have been, staged in its queues until due.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -47,6 +47,7 @@ from twisted.internet.defer import Deferred
 
 from ..retry.policy import MAX_DELAY_MS
 from .deadletters import Deaths, dead_letter_cycles
+from .envelope_pb2 import Envelope
 from .errors import LogbusError, StorageError, UnknownPartition
 from .forms import NEUTRAL, Forms
 from .log import batch as B
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from .vhost import VHost
 
 log = logging.getLogger(__name__)
+_AMQP = Envelope.AMQP
 
 DELIVER_AT_HEADER = "logbus.deliver_at"  # epoch ms, decimal text
 DELAY_HEADER = "logbus.delay_ms"  # ms from the append, decimal text
@@ -370,6 +372,45 @@ class Pipeline:
         for name in queues:
             vhost.service.dispatch(name)
         return True
+
+    # -- start-up: what a power loss took from the queue journal -------------------------
+
+    def route_again(self, vhost: VHost, topic: str, partition: int, offset: int, message: Message,
+                    held: Container[str] = ()) -> bool:
+        """A record of ``topic`` whose queue entries and timers a power loss may have
+        taken, routed again at start (``queues/redo.py``) as its publish routed it: one
+        of ``vhost``'s publishes (its envelope names the exchange) through that exchange
+        with its routing key and headers, a delayed one to its timer (due at the record's
+        timestamp + its delay); any other (Kafka, HTTP) as a record of its topic. Queues
+        in ``held`` have their entry already. A per-message TTL counts from the record's
+        timestamp. True when it became a timer."""
+        env = message.envelope
+        now = message.timestamp if message.timestamp is not None else self.clock()
+        router = vhost.router
+        if env.exchange or env.protocol == _AMQP:
+            ex = router.exchange_or_none(env.exchange)
+            if ex is None:  # deleted since: a publish to it now would go nowhere
+                return False
+            delay = self.forms.delay(message) if ex.delayed else 0
+            if delay > 0:
+                self.delay(topic, partition, offset, now + min(delay, MAX_DELAY_MS), vhost=vhost.name,
+                           exchange=env.exchange, routing_key=env.routing_key)
+                return True
+            try:
+                queues, candidates = router.route_filtered(env.exchange, env.routing_key, self.forms.headers(message))
+            except Refused:
+                return False
+            if candidates:
+                queues = queues | passing(candidates, message, topic, self.forms.properties)
+        elif router.routes_topic(topic):  # as a Kafka or HTTP record is routed
+            queues = vhost.record_queues(topic, message)
+        else:
+            return False
+        if held:
+            queues = frozenset(q for q in queues if q not in held)
+        if queues:
+            self._enqueue(vhost, queues, topic, partition, offset, message, now)
+        return False
 
     # -- timers ----------------------------------------------------------------------------
 

@@ -271,6 +271,7 @@ class TopicAdmin:
         # files first: a crash in between leaves the record of a topic with no files,
         # which opens empty, never files without a record, which no create may delete
         lm.delete_topic(name)
+        self.queue_store.forget_marks(name)  # (its offsets will be given again)
         self.state.delete(CF_METADATA, topic_key(name), sync=True)
         self.producers.forget_topic(name)
         self.groups.forget_topic(name)

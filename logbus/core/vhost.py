@@ -309,6 +309,12 @@ class VHost:
         HTTP) can reach one of its queues: it backs an exchange here."""
         return self.router.routes_topic(topic)
 
+    def backs(self, topic: str) -> bool:
+        """Whether ``topic`` is the log topic behind one of this vhost's exchanges (the
+        default exchange's included, which ``routes_topic`` leaves out): its records'
+        queue entries are journaled, and routed again after a power loss."""
+        return self.router.exchange_for_topic(topic) is not None
+
     def record_queues(self, topic: str, message: Message) -> frozenset[str]:
         """The queues a record appended to ``topic`` by a Kafka producer or over HTTP
         reaches: those bound to the exchange behind the topic, with the record key as

@@ -126,6 +126,7 @@ class MqttRoom:
     def __init__(self, broker: Broker, reactor: Any, *, vhost: str = "/", max_queued: int = 0,
                  max_session_expiry: int = NEVER_EXPIRES, dropped: Callable[[], object] | None = None) -> None:
         self.broker = broker
+        broker.at_start.append(self.start)  # its stored sessions' queues, before the broker's redo
         self.reactor = reactor
         self.vhost_name = vhost
         self.max_session_expiry = max_session_expiry
