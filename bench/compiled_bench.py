@@ -4,20 +4,26 @@ logbus/compiled.py's MODULES (decision 0044).
 
 Each workload calls one module's per-message function in a loop: the MQTT decoder on a
 buffer of QoS 1 PUBLISH packets (3.1.1 and 5.0), the encoder's PUBLISH and PUBACK, the topic
-trie's match over a thousand patterns. Every measurement runs in a fresh process, one per
-build ("variant") and round, the variants alternating in order from round to round: this
-machine's speed drifts by a quarter within minutes, so only ratios taken within a round
-are worth reading. A variant is a source tree (its own in-place build) and whether
-LOGBUS_PURE=1 is set; the default is this tree pure against this tree compiled. Each
-process reports which build it ran (logbus.compiled.status()), and the run fails when a
-variant ran another build than it names.
+trie's match over a thousand patterns. Each build ("variant": a source tree with its own
+in-place build, and whether LOGBUS_PURE=1 is set; by default this tree pure against this
+tree compiled) runs in a process of its own, and the processes take turns: one span of
+``--span-ms`` each, the order alternating from round to round. This machine's speed drifts
+by a quarter within minutes and other work comes and goes, so only the ratio of two spans
+run one after the other is worth reading. Each process says which build it runs
+(logbus.compiled.status()); the run fails when a variant runs another build than it names.
 
-    python bench/compiled_bench.py --rounds 8
+    python bench/compiled_bench.py --rounds 200
     python bench/compiled_bench.py --variant pure=.:pure --variant three=.:compiled \\
-        --variant wire=/tmp/variant-wire:compiled --rounds 8
+        --variant wire=/tmp/variant-wire:compiled
+    python bench/compiled_bench.py --variant debian=.:pure \\
+        --variant pyenv=/tmp/tree-pyenv:pure@/tmp/tree-pyenv/.venv/bin/python
 
-Prints one JSON document: per workload, each variant's median ns per call and the median
-(min-max) over rounds of each variant's time over the first variant's.
+A variant runs on the interpreter after its @ (default: the one running this script), so
+that builds and interpreters can be compared in the same rounds.
+
+Prints one JSON document: per workload, each variant's best and median ns per operation,
+and the 10th, 50th and 90th percentiles over rounds of its span's time over the first
+variant's span in the same round.
 """
 
 from __future__ import annotations
@@ -89,91 +95,114 @@ def _workloads() -> dict[str, tuple[Callable[[], object], int]]:
     }
 
 
-def worker(seconds: float) -> dict[str, Any]:
-    """ns per operation of each workload in this process (the best of five spans)."""
+def worker() -> None:
+    """Serve spans over stdin/stdout: ``WORKLOAD CALLS`` in, the seconds they took out."""
     from logbus import compiled
 
     built, why = compiled.status()
-    out: dict[str, Any] = {"compiled": built, "why": why, "ns": {}}
-    for name, (run, ops) in _workloads().items():
-        calls = 1
-        while True:  # calibrate: a span of about seconds/5
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                run()
-            spent = time.perf_counter() - t0
-            if spent >= seconds / 25:
-                break
-            calls *= 2
-        calls = max(1, int(calls * (seconds / 5) / spent))
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                run()
-            best = min(best, time.perf_counter() - t0)
-        out["ns"][name] = best / (calls * ops) * 1e9
-    return out
+    workloads = _workloads()
+    print(json.dumps({"compiled": built, "why": why, "python": sys.version.split()[0],
+                      "ops": {k: ops for k, (_, ops) in workloads.items()}}), flush=True)  # fmt: skip
+    for line in sys.stdin:
+        name, calls = line.split()
+        run = workloads[name][0]
+        t0 = time.perf_counter()
+        for _ in range(int(calls)):
+            run()
+        print(time.perf_counter() - t0, flush=True)
 
 
-def run_variant(tree: str, pure: bool, seconds: float) -> dict[str, Any]:
-    env = dict(os.environ)
-    env.pop("LOGBUS_PURE", None)
-    if pure:
-        env["LOGBUS_PURE"] = "1"
-    env["PYTHONPATH"] = os.path.abspath(tree)
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", "--seconds", str(seconds)],
-                          cwd=os.path.abspath(tree), env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
-    if proc.returncode != 0:
-        raise SystemExit(f"compiled_bench: the worker in {tree} failed:\n{proc.stderr[-3000:]}")
-    doc: dict[str, Any] = json.loads(proc.stdout)
-    if doc["compiled"] == pure:
-        raise SystemExit(f"compiled_bench: {tree} ran {'compiled' if doc['compiled'] else 'pure'}, "
-                         f"not as asked ({doc['why']})")  # fmt: skip
-    return doc
+class Variant:
+    """A worker process of one build, kept for the whole run."""
+
+    def __init__(self, name: str, tree: str, pure: bool, python: str) -> None:
+        self.name, self.tree, self.pure, self.python = name, os.path.abspath(tree), pure, python
+        env = dict(os.environ)
+        env.pop("LOGBUS_PURE", None)
+        if pure:
+            env["LOGBUS_PURE"] = "1"
+        env["PYTHONPATH"] = self.tree
+        self.proc = subprocess.Popen([python, os.path.abspath(__file__), "--worker"], cwd=self.tree,
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert self.proc.stdout is not None
+        hello = json.loads(self.proc.stdout.readline())
+        if hello["compiled"] == pure:
+            raise SystemExit(f"compiled_bench: {tree} runs {'compiled' if hello['compiled'] else 'pure'}, "
+                             f"not as asked ({hello['why']})")  # fmt: skip
+        self.why: str = hello["why"]
+        self.version: str = hello["python"]
+        self.ops: dict[str, int] = hello["ops"]
+
+    def span(self, workload: str, calls: int) -> float:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{workload} {calls}\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--seconds", type=float, default=1.0, help="per workload and process")
+    parser.add_argument("--rounds", type=int, default=200, help="spans per variant and workload")
+    parser.add_argument("--span-ms", type=float, default=20.0, help="the length of one span")
     parser.add_argument("--variant", action="append", default=[],
-                        help="NAME=TREE:pure|compiled (the first is the reference)")  # fmt: skip
+                        help="NAME=TREE:pure|compiled[@PYTHON] (the first is the reference)")  # fmt: skip
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.seconds)))
+        worker()
         return 0
     specs = args.variant or [f"pure={ROOT}:pure", f"compiled={ROOT}:compiled"]
-    variants: list[tuple[str, str, bool]] = []
+    variants: list[Variant] = []
     for spec in specs:
         name, _, rest = spec.partition("=")
+        rest, _, python = rest.partition("@")
         tree, _, mode = rest.rpartition(":")
         if mode not in ("pure", "compiled") or not tree:
-            parser.error(f"--variant {spec!r}: NAME=TREE:pure|compiled")
-        variants.append((name, tree, mode == "pure"))
-    rounds: list[dict[str, dict[str, float]]] = []
-    for r in range(args.rounds):
-        order = variants if r % 2 == 0 else variants[::-1]
-        results = {name: run_variant(tree, pure, args.seconds)["ns"] for name, tree, pure in order}
-        rounds.append(results)
-        print(f"compiled_bench: round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    reference = variants[0][0]
+            parser.error(f"--variant {spec!r}: NAME=TREE:pure|compiled[@PYTHON]")
+        variants.append(Variant(name, tree, mode == "pure", python or sys.executable))
+    reference = variants[0]
     workloads: dict[str, Any] = {}
-    for w in rounds[0][reference]:
-        entry: dict[str, Any] = {}
-        for name, _, _ in variants:
-            ns = [rd[name][w] for rd in rounds]
-            ratios = [rd[name][w] / rd[reference][w] for rd in rounds]
-            entry[name] = {"ns_per_op_median": round(statistics.median(ns), 1),
-                           f"time_over_{reference}_median": round(statistics.median(ratios), 3),
-                           f"time_over_{reference}_min": round(min(ratios), 3),
-                           f"time_over_{reference}_max": round(max(ratios), 3)}  # fmt: skip
-        workloads[w] = entry
+    try:
+        for workload, ops in reference.ops.items():
+            calls = 1  # calibrated on the reference: a span of about --span-ms
+            while (spent := reference.span(workload, calls)) < args.span_ms / 1000 / 4:
+                calls *= 2
+            calls = max(1, round(calls * args.span_ms / 1000 / spent))
+            for v in variants:
+                v.span(workload, calls)  # warm
+            times: dict[str, list[float]] = {v.name: [] for v in variants}
+            for r in range(args.rounds):
+                for v in variants if r % 2 == 0 else variants[::-1]:
+                    times[v.name].append(v.span(workload, calls))
+            entry: dict[str, Any] = {}
+            for v in variants:
+                ratios = [t / ref for t, ref in zip(times[v.name], times[reference.name])]
+                entry[v.name] = {
+                    "ns_per_op_best": round(min(times[v.name]) / (calls * ops) * 1e9, 1),
+                    "ns_per_op_median": round(statistics.median(times[v.name]) / (calls * ops) * 1e9, 1),
+                    f"time_over_{reference.name}": {q: round(_quantile(ratios, f), 3) for q, f in
+                                                    (("p10", 0.1), ("median", 0.5), ("p90", 0.9))},
+                }  # fmt: skip
+            workloads[workload] = entry
+            print(f"compiled_bench: {workload} done", file=sys.stderr, flush=True)
+    finally:
+        for v in variants:
+            v.close()
     print(json.dumps({
         "python": sys.version.split()[0], "executable": os.path.realpath(sys.executable),
-        "rounds": args.rounds, "seconds_per_workload": args.seconds,
-        "variants": {name: {"tree": os.path.abspath(tree), "pure": pure} for name, tree, pure in variants},
+        "rounds": args.rounds, "span_ms": args.span_ms,
+        "variants": {v.name: {"tree": v.tree, "pure": v.pure, "build": v.why, "python": v.python,
+                              "version": v.version} for v in variants},  # fmt: skip
         "workloads": workloads,
     }, indent=2))  # fmt: skip
     return 0
