@@ -26,7 +26,6 @@ which build runs and why (tests/unit/test_compiled.py, ``python -m logbus.compil
 from __future__ import annotations
 
 import hashlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
@@ -58,9 +57,13 @@ def source_path(module: str, package_dir: str = PACKAGE_DIR) -> str:
     return os.path.join(package_dir, *module.split(".")[1:]) + ".py"
 
 
-def digest(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+def digest(path: str) -> str | None:
+    """The SHA-256 of a file's bytes (None: no such file)."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def pure_asked(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
@@ -85,9 +88,18 @@ def extension_path(module: str, package_dir: str = PACKAGE_DIR) -> str | None:
     return None
 
 
+def group_library(package_dir: str = PACKAGE_DIR) -> str | None:
+    """mypyc's shared library of the group, beside the package, if there is one."""
+    base = os.path.join(os.path.dirname(package_dir), f"{GROUP}__mypyc")
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if os.path.exists(base + suffix):
+            return base + suffix
+    return None
+
+
 def decide(package_dir: str = PACKAGE_DIR, modules: Sequence[str] = MODULES,
            environ: dict[str, str] | os._Environ[str] = os.environ) -> tuple[bool, str, bool]:  # fmt: skip
-    """(compiled, why, warn): whether to run ``modules`` compiled, the reason in words, and
+    """(compiled, why, fault): whether to run ``modules`` compiled, the reason in words, and
     whether the reason is a fault to report (a stale or incomplete build)."""
     if pure_asked(environ):
         return False, f"{PURE_ENV}={environ[PURE_ENV]} at run time", False
@@ -105,14 +117,17 @@ def decide(package_dir: str = PACKAGE_DIR, modules: Sequence[str] = MODULES,
                           for m in changed)  # fmt: skip
         return False, f"{names} changed since the extensions were built: run `make` to rebuild", True
     missing = [m for m in modules if extension_path(m, package_dir) is None]
+    if group_library(package_dir) is None:
+        missing.append(f"{GROUP}__mypyc")
     if missing:
         return False, (f"no extension of {', '.join(missing)} for this interpreter "
                        f"({sys.implementation.cache_tag}): run `make` to rebuild"), True  # fmt: skip
     return True, f"compiled by mypyc {manifest.get('mypy', '?')}", False
 
 
-class PureFinder(importlib.abc.MetaPathFinder):
-    """Loads the listed modules from their ``.py`` although an extension lies beside it."""
+class PureFinder:
+    """Loads the listed modules from their ``.py`` although an extension lies beside it (a
+    meta path finder; not importlib.abc's class, whose import costs 50-100 ms here)."""
 
     def __init__(self, modules: Sequence[str], package_dir: str) -> None:
         self.modules = frozenset(modules)
@@ -133,11 +148,11 @@ def install() -> None:
     global _status
     if _status is not None:
         return
-    compiled, why, warn = decide()
+    compiled, why, fault = decide()
     _status = compiled, why
     if not compiled:
         sys.meta_path.insert(0, PureFinder(MODULES, PACKAGE_DIR))
-        if warn:
+        if fault:
             sys.stderr.write(f"logbus: running the compiled modules pure (slower): {why}\n")
 
 

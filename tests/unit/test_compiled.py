@@ -101,6 +101,7 @@ def _package(tmp_path: Path, modules: tuple[str, ...]) -> Path:
         source.write_text(f"NAME = {module!r}\n")
         source.with_name(source.stem + SUFFIX).write_bytes(b"")
         hashes[module] = hashlib.sha256(source.read_bytes()).hexdigest()
+    (tmp_path / f"{compiled.GROUP}__mypyc{SUFFIX}").write_bytes(b"")
     (package / compiled.MANIFEST).write_text(json.dumps({"compiled": True, "mypy": "x", "sources": hashes}))
     return package
 
@@ -122,6 +123,16 @@ def test_decide_runs_compiled_only_with_a_current_complete_build(tmp_path: Path)
     built, why, fault = compiled.decide(str(package), MODULES, {})
     assert (built, fault) == (False, True) and "logbus.a.one" in why and "`make`" in why
     assert compiled.needs_build(str(package), MODULES, {}) == why
+    (tmp_path / f"{compiled.GROUP}__mypyc{SUFFIX}").unlink()
+    built, why, fault = compiled.decide(str(package), MODULES, {})
+    assert (built, fault) == (False, True) and f"{compiled.GROUP}__mypyc" in why
+
+
+def test_decide_finds_a_removed_source(tmp_path: Path) -> None:
+    package = _package(tmp_path, MODULES)
+    (package / "two.py").unlink()
+    built, why, fault = compiled.decide(str(package), MODULES, {})
+    assert (built, fault) == (False, True) and "logbus/two.py" in why
 
 
 def test_decide_finds_a_changed_source(tmp_path: Path) -> None:
