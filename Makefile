@@ -11,33 +11,17 @@ apt = SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(1) >/dev/null
 
 # The interpreter .venv is made with (decision 0043, docs/development.md): an optimised
-# CPython >= 3.11 where one is installed, as tools/choose_python.py finds it (Debian's
-# /usr/bin/python3.11 is built with PGO and LTO; a source build only with
-# --enable-optimizations --with-lto), said in one line at every `make run` and `make test`.
-# `make PYTHON=python3.13 ...` (or PYTHON in the environment) chooses instead. The stamp
-# .venv/.interpreter holds the interpreter .venv was made with: a .venv made by another
-# one (or before this stamp) is made again, with everything installed in it, so a stale
-# venv never keeps the slow interpreter. Its mtime changes only when .venv is made again.
-# Debian's python3.X-venv (ensurepip), python3.X-dev (Python.h) and gcc (the compiled
-# modules: setup.py) are installed when missing; without a compiler the build is pure.
+# CPython >= 3.11 where one is installed (Debian's /usr/bin/python3.11 is built with PGO
+# and LTO; a source build only with --enable-optimizations --with-lto), said in one line
+# at every `make run` and `make test`; `make PYTHON=python3.13 ...` (or PYTHON in the
+# environment) chooses instead. tools/venv.sh makes .venv again when it was made by another
+# interpreter (.venv/.interpreter records which), so a stale venv never keeps the slow
+# one; the record's mtime changes only then, and everything is installed again. It also
+# installs Debian's python3.X-venv, python3.X-dev and gcc when missing (the compiled
+# modules: setup.py; without a compiler the build is pure).
 INTERPRETER := $(VENV)/.interpreter
 $(INTERPRETER): FORCE
-	@if [ -n "$(PYTHON)" ]; then py="$(PYTHON)"; why="PYTHON=$(PYTHON) given to make"; \
-	else choice=$$(python3 tools/choose_python.py) || exit 1; \
-		py=$$(printf '%s\n' "$$choice" | cut -f1); why=$$(printf '%s\n' "$$choice" | cut -f2); fi; \
-	real=$$("$$py" -c 'import os, sys; print(os.path.realpath(sys.executable))') || exit 1; \
-	echo "interpreter: $$real, $$why"; \
-	ver=$$("$$real" -c 'import sys; print("%d.%d" % sys.version_info[:2])'); missing=""; \
-	if dpkg -S "$$real" >/dev/null 2>&1; then \
-		"$$real" -c 'import ensurepip' 2>/dev/null || missing="$$missing python$$ver-venv"; \
-		"$$real" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
-			|| missing="$$missing python$$ver-dev"; fi; \
-	command -v gcc >/dev/null || missing="$$missing gcc"; \
-	if [ -n "$$missing" ]; then echo "installing Debian packages:$$missing"; \
-		{ $(call apt,$$missing); } || echo "could not install$$missing: the build falls back to pure Python"; fi; \
-	if [ -x $(PY) ] && [ "$$(cat $@ 2>/dev/null)" = "$$real" ]; then exit 0; fi; \
-	if [ -d $(VENV) ]; then echo "making $(VENV) again: it was made by $$(cat $@ 2>/dev/null || echo an interpreter not recorded)"; fi; \
-	rm -rf $(VENV) && "$$real" -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip && echo "$$real" > $@
+	@sh tools/venv.sh "$(PYTHON)" $(VENV)
 
 # An editable install whose .pth puts the repository root on sys.path: PySpark finds data
 # sources by listing the pyspark_* modules on sys.path (pkgutil.iter_modules), which does
