@@ -58,11 +58,16 @@ def start(tree: str, workdir: str) -> tuple[Any, dict[str, Any]]:
     """`logbus serve` of the source tree ``tree`` (its package first on PYTHONPATH)."""
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.path.abspath(tree)
+    here = os.getcwd()
+    # `python -m logbus` puts its working directory first on sys.path, before PYTHONPATH:
+    # started from the other build's tree (`--b .`), it would import that build
+    os.chdir(tree)
     try:
         # as mqtt_bench.py: no session queue limit (a subscriber a burst outruns would
         # lose what passed the limit, as under Mosquitto's max_queued_messages)
         return start_logbus(workdir, {"amqp": LOOPBACK, "mqtt": LOOPBACK}, ["--mqtt-max-queued-messages", "0"])
     finally:
+        os.chdir(here)
         if old is None:
             del os.environ["PYTHONPATH"]
         else:
@@ -72,7 +77,8 @@ def start(tree: str, workdir: str) -> tuple[Any, dict[str, Any]]:
 def amqp_burst(args: argparse.Namespace, address: str, pid: int) -> dict[str, float]:
     cmd = [sys.executable, os.path.join(HERE, "amqp_bench.py"), "--url", f"amqp://guest:guest@{address}/",
            "--broker-pid", str(pid), "--workloads", args.amqp, "--messages", str(args.messages),
-           "--fanout-messages", str(args.fanout_messages)]
+           "--fanout-messages", str(args.fanout_messages), "--latency-rate", str(args.latency_rate),
+           "--latency-seconds", str(args.latency_seconds)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if out.returncode != 0:
         raise BenchError(f"amqp_bench failed: {out.stderr[-2000:]}")
@@ -83,6 +89,10 @@ def amqp_burst(args: argparse.Namespace, address: str, pid: int) -> dict[str, fl
         if cpu is None:
             raise BenchError(f"amqp {name}: no broker CPU figure in {res}")
         results[f"amqp {name}"] = cpu
+        lat = res.get("latency")
+        if isinstance(lat, dict):  # its quantiles too (a ratio per round like the CPU's)
+            results[f"amqp {name} p50 ms"] = lat["p50_ms"]
+            results[f"amqp {name} p99 ms"] = lat["p99_ms"]
     return results
 
 
@@ -156,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mqtt", default="qos0,qos1,fanout", help="mqtt_bench workloads ('' for none)")
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--fanout-messages", type=int, default=5_000)
+    ap.add_argument("--latency-rate", type=float, default=2000.0, help="amqp_bench's, for its latency workload")
+    ap.add_argument("--latency-seconds", type=float, default=10.0, help="amqp_bench's, for its latency workload")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds one burst may take")
     ap.add_argument("--settle", type=float, default=1.0,
                     help="mqtt_bench's --settle: seconds without a delivery before a subscriber stops")

@@ -27,7 +27,6 @@ from .errors import (
     DataDirLocked,
     LogbusError,
     StorageError,
-    UnknownPartition,
 )
 from .log import AppendResult, LogManager, Record
 from .log.batch import BatchInfo
@@ -63,11 +62,12 @@ from .queues.journal import QueueStore, forget_from
 from .queues.lateness import Lateness
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pins import lowest
-from .queues.pop import Popped, PopGroups, check_delay
+from .queues.pop import Popped, PopGroups
+from .queues.redo import Redone, redo
 from .queues.replay import DeadLetterReplay
-from .queues.feed import Feed
 from .forms import NEUTRAL, Forms
 from .vhost import VHost
+from .pipeline import Pipeline
 from .queues.timers import Timers
 from .streams.producers import ProducerRegistry
 from .topics import TopicAdmin, TopicInfo
@@ -193,7 +193,12 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         self._expiry_failing: set[str | None] = set()  # vhosts (None: pop groups) whose expiry fails, logged
         # the protocol rooms gateways keep (the MQTT sessions: "mqtt"), for the CLI and HTTP API
         self.rooms: dict[str, Any] = {}
+        # run at start once the vhosts are loaded, before the journal's redo and before
+        # anything serves: what takes up the queues that are no stored definitions (the
+        # MQTT room's stored sessions, with their bindings), so that redo routes to them
+        self.at_start: list[Callable[[], object]] = []
         self.log: LogManager | None = None
+        self.redone = Redone()  # what start-up routed again (queues/redo.py)
         self._lock_fd: int | None = None
         self._housekeeping: LoopingCall | None = None
         # retained messages by topic (MQTT's), loaded at start
@@ -223,10 +228,14 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
             self._forget_cut()
             self._open_vhosts()
             self.sessions = SessionRecords(self.state)
+            for take_up in self.at_start:  # the queues that are no stored definitions
+                take_up()
+            # what a power loss took from the queue journal, from the log, before anything serves
+            self.redone = redo(self.log, self.queue_store, self.vhosts, self.pop, self.pipeline, self._clock)
             self.faults.attach(self.log, self.state, self.queue_store,
                                [self.sessions.write_kept, self._write_kept_definitions])
-            # each sync of appends also covers what the queue journal wrote before them
-            self.log.flusher.extra = self.queue_store.wal_to_sync
+            # each turn's appends mark their partitions in the queue journal's batch
+            self.log.before_drain = self.queue_store.commit
         except BaseException:
             self._close_all()
             raise
@@ -298,10 +307,10 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
             yield pop.service
 
     def _message_stores(self) -> list[MessageStore]:
-        """Every message store: the queue services' and the feed's."""
+        """Every message store: the queue services' and the pipeline's."""
         stores = [s.messages for s in self._queue_services()]
-        feed = getattr(self, "feed", None)
-        return stores if feed is None else [*stores, feed.messages]
+        pipeline = getattr(self, "pipeline", None)
+        return stores if pipeline is None else [*stores, pipeline.messages]
 
     def _activity(self) -> int:
         """A count that moves with the work: the log's appends (by the turn), the
@@ -338,34 +347,33 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
                              clock=self._clock, dead_letter=self._append_dead_letter, retry=self.pop_retry)
         self.pop.properties = self.forms.properties
         self.pop.load()
-        self.feed = Feed(self.vhosts, self.pop, self.timers, MessageStore(log_batch_reader(self.log)), self._clock)
+        self.pipeline = Pipeline(self.log, self.vhosts, self.pop, self.timers,
+                                 MessageStore(log_batch_reader(self.log)), self._clock, forms=self.forms,
+                                 later=tick_of(self.reactor).later)
         for name in self.access.vhosts:
             self._open_vhost(name)
-        self.timers.arm(self.feed.timer_due)
+        self.queue_store.journaled = self._journaled
+        self.timers.arm(self.pipeline.timer_due)
+
+    def _journaled(self, topic: str) -> bool:
+        """Whether records of ``topic`` can make queue entries or timers: it backs an
+        exchange (the default one too) or a pop group reads it (the queue journal marks
+        only those partitions)."""
+        return self.pop.watches(topic) or any(v.backs(topic) for v in self.vhosts.values())
 
     def _clock(self) -> int:
         return int(self.reactor.seconds() * 1000)
 
-    def _hook(self, vhost: VHost) -> None:
-        vhost.watches = self.pop.watches
-        vhost.appended = self.pop.appended
-        vhost.delay = self.feed.delay
-
-    def delay(self, topic: str, partition: int, offset: int, due_ms: int, **where: str) -> None:
-        """Route the record at ``offset`` when ``due_ms`` comes (``Feed.delay``)."""
-        self.feed.delay(topic, partition, offset, due_ms, **where)
-
     def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[BatchInfo]) -> int:
         """Kafka-produced batches just appended at ``base``, to the queues that read
-        ``topic`` (``Feed.route_appended``): the append stands whatever happens there."""
-        return self.feed.route_appended(topic, partition, base, data, infos)
+        ``topic`` (``Pipeline.appended``): the append stands whatever happens there."""
+        return self.pipeline.appended(topic, partition, base, data, infos)
 
     def _open_vhost(self, name: str) -> VHost:
         assert self.log is not None
         vhost = VHost(name, self.log, self._create_exchange_topic, self.queue_store, clock=self._clock,
                       store=self.state, topic_owner=self._topic_owner, timers=self.timers, forms=self.forms,
-                      later=tick_of(self.reactor).later)
-        self._hook(vhost)
+                      pipeline=self.pipeline)
         vhost.load()
         self.vhosts[name] = vhost
         return vhost
@@ -648,31 +656,11 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
     # -- publish (HTTP) and pop ------------------------------------------------------------
 
     def publish(self, topic: str, messages: Sequence[Message], *, partition: int | None = None) -> Deferred[list[int]]:
-        """Append ``messages`` to ``topic`` (one partition: ``partition``, else chosen by
-        the first message's key) and hand them to the queues that read the topic (at
-        their deliver-at time if in the future). Fires with their offsets once durable
-        per the topic's flush policy."""
-        t = self._log.topic(topic)
-        n = len(t.partitions)
-        if partition is None:
-            partition = key_partition(messages[0].key if messages else None, n)
-        if not 0 <= partition < n:
-            raise UnknownPartition(f"topic {topic!r} has no partition {partition}")
-        now = self._clock()
-        for m in messages:
-            if m.envelope.deliver_at_ms:
-                check_delay(max(0, m.envelope.deliver_at_ms - now))
-        p = t.partitions[partition]
-        base = p.next_offset
-        d = p.append([m.to_record() for m in messages])
-        assert d is not None
-        for i, m in enumerate(messages):
-            due = m.envelope.deliver_at_ms
-            if due > now:
-                self.feed.delay(topic, partition, base + i, due)
-            else:
-                self.feed.record(topic, partition, base + i, m)
-        return d.addCallback(lambda _: list(range(base, base + len(messages))))
+        """Append ``messages`` to ``topic`` through the pipeline (``Pipeline.append``):
+        one partition (``partition``, else chosen by the first message's key), handed to
+        the queues that read the topic at their deliver-at time. Fires with their offsets
+        once durable per the topic's flush policy."""
+        return self.pipeline.append(topic, messages, partition)
 
     def partition_for(self, topic: str, key: bytes | None) -> int:
         """The partition ``publish`` picks for a first message with ``key``."""

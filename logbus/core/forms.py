@@ -8,6 +8,9 @@ broker asks its ``Forms`` for them:
   field table), as a mapping, for routing a message read back from the log (a delayed
   publish, due) and for what selectors see (``filters.properties``); None: only the
   record's text headers;
+- ``delay(message)``: the delay in ms its publisher asked of a delayed exchange (AMQP's
+  ``x-delay`` header), read again from a message in the log when start-up routes it
+  again (``queues/redo.py``); 0: none;
 - ``dead_letter(message, queue, reason, now_ms, exchange, routing_key)``: the copy a
   queue's dead-letter policy publishes to an exchange, with the headers it routes by
   and its deaths so far, newest first, as (queue, reason) (a copy that would come back
@@ -33,10 +36,15 @@ def no_headers(message: Message) -> Mapping[str, Any] | None:
     return None
 
 
+def no_delay(message: Message) -> int:
+    return 0
+
+
 @dataclass(frozen=True, slots=True)
 class Forms:
     headers: Callable[[Message], Mapping[str, Any] | None] = no_headers
     dead_letter: Callable[[Message, str, str, int, str, str | None], DeadLetterCopy] = neutral_dead_letter
+    delay: Callable[[Message], int] = no_delay
     # what a selector sees of a message in a log topic, built once per message
     properties: Callable[[Message, str], Mapping[str, Any]] = field(init=False)
 

@@ -21,6 +21,7 @@ list instead of copying it when nothing is added or removed, so a ``Record`` mad
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,10 @@ class Message:
     # What a selector sees of this message (``filters.properties.record_properties``):
     # (log topic, properties), built at the first filter that asks; never stored.
     selector_properties: tuple[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The typed headers the publisher's gateway decoded (AMQP's field table), which a
+    # headers exchange routes by and a delayed exchange reads the delay from
+    # (core/pipeline.py); never stored: read back from the log, ``Forms.headers`` gives them.
+    routing_headers: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def to_record(self) -> Record:
         """The record to append: user headers, then the envelope header if non-empty."""

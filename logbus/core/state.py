@@ -50,6 +50,12 @@ queues         ``b"qentry\0" + vhost + b"\0"``      fixed-width entry (see
                ``+ queue + b"\0"``                 seq delivered (queues whose
                                                    entries are not rewritten per
                                                    delivery; see queue_store)
+               ``b"qmark\0" + topic + b"\0"``      uint64 big-endian: every record
+               ``+ partition``                     of the partition below this
+               (partition: uint32 big-endian)      offset has its queue entries
+                                                   and timers written in this
+                                                   batch or an earlier one
+                                                   (``journal_mark_key``)
 timers         ``b"timer\0" + due ms + id``        ``TimerRecord``: a retry or a
                (uint64, uint64 big-endian; the     delayed message due then
                id unique for ever: reserved in     (core/queues/timers.py)
@@ -151,7 +157,7 @@ M = TypeVar("M", bound=ProtoMessage)
 # One constant per column family; every module names its family by these.
 CF_METADATA = "metadata"  # topics, definitions, users, vhosts, permissions, pop groups, retained messages
 CF_OFFSETS = "offsets"  # consumer groups' committed offsets
-CF_QUEUES = "queues"  # queue entries and delivered marks
+CF_QUEUES = "queues"  # queue entries, delivered marks and the journal's marks
 CF_TIMERS = "timers"  # retries and delayed messages by due time
 CF_SESSIONS = "sessions"  # MQTT sessions that outlive their connection
 CF_PRODUCERS = "producers"  # idempotent producers' sequence state
@@ -208,9 +214,6 @@ class StateStore:
         self.failed: StorageError | None = None
         self.failures = 0  # writes refused since the start
         self.recoveries = 0  # reopened after a failure
-        self._wal_fd = -1  # our descriptor of RocksDB's current write-ahead log (``wal_fd``)
-        self._wal_size = -1
-        self.retired_wal: list[int] = []  # descriptors ``wal_fd`` gave before: the caller closes them
         self._open()
 
     def _open(self) -> None:
@@ -244,44 +247,6 @@ class StateStore:
             log.error("state store write failed, writes are refused until it is reopened: %s", e)
             self.failed = StorageError(f"state store write failed: {e}")
         return self._refusal()
-
-    # -- the write-ahead log, for syncs that must cover what was just written -----------
-
-    def wal_fd(self) -> int:
-        """A descriptor (ours, read-only) of the write-ahead log file RocksDB writes now,
-        so that a sync of it makes the writes since the last one durable, as a synced
-        write would, without blocking here; -1 when there is none. Call it after a write:
-        a file that did not grow is one RocksDB left (it starts a new file when a memtable
-        is flushed), and the directory is looked at again. A descriptor given before goes
-        to ``retired_wal``, for the caller to close once no sync uses it."""
-        fd = self._wal_fd
-        if fd >= 0:
-            try:
-                size = os.fstat(fd).st_size
-            except OSError:
-                size = self._wal_size
-            if size != self._wal_size:
-                self._wal_size = size
-                return fd
-        newest = -1
-        try:
-            for entry in os.scandir(self.path):
-                stem, dot, ext = entry.name.partition(".")
-                if dot and ext == "log" and stem.isdigit() and int(stem) > newest:
-                    newest = int(stem)
-        except OSError:
-            return fd
-        if newest < 0:
-            return fd
-        try:
-            new = os.open(self.path / f"{newest:06d}.log", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return fd
-        if fd >= 0:
-            self.retired_wal.append(fd)
-        self._wal_fd = new
-        self._wal_size = os.fstat(new).st_size
-        return new
 
     def flush_memtables(self) -> None:
         """Write the memtables out to SST files in the background (not waited for), so
@@ -444,10 +409,6 @@ class StateStore:
         if self._closed:
             return
         self._closed = True
-        for fd in (self._wal_fd, *self.retired_wal):
-            if fd >= 0:
-                os.close(fd)
-        self._wal_fd, self.retired_wal = -1, []
         if self.failed is not None:
             self._release()
             raise self._refusal()
@@ -631,6 +592,26 @@ QUEUE_DELIVERED_PREFIX = b"qdeliv\x00"
 def queue_delivered_key(vhost: str, queue: str) -> bytes:
     """queues CF: the delivered mark of one queue (``queue_store``)."""
     return QUEUE_DELIVERED_PREFIX + _text(vhost) + _text(queue)
+
+
+JOURNAL_MARK_PREFIX = b"qmark\x00"
+
+
+def journal_marks_prefix(topic: str) -> bytes:
+    """queues CF: the prefix of the journal marks of a topic's partitions."""
+    return JOURNAL_MARK_PREFIX + _text(topic)
+
+
+def journal_mark_key(topic: str, partition: int) -> bytes:
+    """queues CF: the journal's mark of one partition (``queues/journal.py``): records
+    below it had their queue entries and timers written in this batch or before."""
+    return journal_marks_prefix(topic) + _PARTITION.pack(partition)
+
+
+def journal_mark_fields(key: bytes) -> tuple[str, int]:
+    """(topic, partition) of a ``journal_mark_key``."""
+    body = key[len(JOURNAL_MARK_PREFIX) :]
+    return body[: -_PARTITION.size - 1].decode(), int(_PARTITION.unpack(body[-_PARTITION.size :])[0])
 
 
 # -- timers CF: retries and delayed messages by due time (logbus.core.queues.timers) --------

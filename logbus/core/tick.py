@@ -8,6 +8,12 @@ three reactor iterations, with an ``epoll_wait`` and Twisted's timer bookkeeping
 ``Tick`` runs them all in one pass instead, in the order they were asked for, including
 work asked for by work already running in the pass.
 
+The pass is asked for with ``callLater(0)``, unless the reactor runs it itself: logbus's
+own reactor (``logbus/reactor.py``) calls ``run_pending`` at the end of every turn, after
+its I/O and after its timed calls. Then asking costs a list append: no DelayedCall, no
+push into (and pop from) the reactor's heap of timers, whose every comparison is a
+Python call (with a keep-alive timer per connection, about ten of each per turn).
+
     tick = tick_of(reactor)
     tick.later(flush)   # once per turn: the caller keeps its own "scheduled" flag
 """
@@ -26,27 +32,43 @@ _ticks: weakref.WeakKeyDictionary[Any, Tick] = weakref.WeakKeyDictionary()
 
 
 def tick_of(reactor: Any) -> Tick:
-    """The one Tick of ``reactor`` (anything with ``callLater``)."""
+    """The one Tick of ``reactor`` (anything with ``callLater``; a reactor with
+    ``drive_tick`` runs its passes itself)."""
     t = _ticks.get(reactor)
     if t is None:
         t = _ticks[reactor] = Tick(reactor)
+        drive = getattr(reactor, "drive_tick", None)
+        if drive is not None:
+            drive(t)
+            t._driven = True
     return t
 
 
 class Tick:
-    __slots__ = ("_reactor", "_work", "_running", "__weakref__")
+    __slots__ = ("_reactor", "_work", "_running", "_driven", "__weakref__")
 
     def __init__(self, reactor: Any) -> None:
         self._reactor = reactor
         self._work: list[Callable[[], object]] = []
         self._running = False
+        self._driven = False  # the reactor calls ``run_pending`` at the end of each turn
 
     def later(self, f: Callable[[], object]) -> None:
         """Run ``f()`` at the end of this turn (in this pass, when one is running)."""
         work = self._work
-        if not work and not self._running:
+        if not work and not self._running and not self._driven:
             self._reactor.callLater(0, self._run)
         work.append(f)
+
+    @property
+    def pending(self) -> bool:
+        """Work waits for a pass."""
+        return bool(self._work)
+
+    def run_pending(self) -> None:
+        """The reactor's end of a turn: a pass if work waits (its own reactor's)."""
+        if self._work and not self._running:
+            self._run()
 
     def _run(self) -> None:
         self._running = True
@@ -63,5 +85,5 @@ class Tick:
         finally:
             self._running = False
             self._work = rest = work[i:]
-            if rest:
+            if rest and not self._driven:
                 self._reactor.callLater(0, self._run)

@@ -29,7 +29,7 @@ from .streams.groups import GroupCoordinator
 from .streams.producers import ProducerRegistry
 
 if TYPE_CHECKING:
-    from .queues.feed import Feed
+    from .pipeline import Pipeline
     from .queues.journal import QueueStore
     from .queues.service import QueueService
     from .queues.timers import Timers
@@ -92,7 +92,7 @@ class TopicAdmin:
 
         queue_store: QueueStore
         timers: Timers
-        feed: Feed
+        pipeline: Pipeline
 
     def _open_topics(self) -> None:
         """Open every recorded topic in the log, at its recorded log start offsets."""
@@ -265,12 +265,13 @@ class TopicAdmin:
             log.warning("deleting topic %r with force: %d queue entries removed (%s)", name, removed,
                         "; ".join(readers))
         stores = {id(s.messages): s.messages for s in self._queue_services()}
-        stores[id(self.feed.messages)] = self.feed.messages
+        stores[id(self.pipeline.messages)] = self.pipeline.messages
         for store in stores.values():
             store.forget_topic(name)
         # files first: a crash in between leaves the record of a topic with no files,
         # which opens empty, never files without a record, which no create may delete
         lm.delete_topic(name)
+        self.queue_store.forget_marks(name)  # (its offsets will be given again)
         self.state.delete(CF_METADATA, topic_key(name), sync=True)
         self.producers.forget_topic(name)
         self.groups.forget_topic(name)

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     )
     from .state_pb2 import MqttSessionRecord, RetainedRecord
     from .tick import Tick, tick_of
-    from .vhost import Published, VHost
+    from .pipeline import Published
+    from .vhost import VHost
     from .log.topic_config import TopicConfig, validate_topic_name
     from .streams.group_model import (
         Code,
@@ -96,7 +97,7 @@ _OWNER = {
     "Outcome": "queues.queue",
     "Perm": "access.auth",
     "Popped": "queues.pop",
-    "Published": "vhost",
+    "Published": "pipeline",
     "QUEUE": "routing.definitions",
     "QueueLimits": "queues.queue",
     "QueueSettings": "queues.service",

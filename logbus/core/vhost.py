@@ -1,7 +1,8 @@
-"""One virtual host of the neutral model: exchanges, queues, publishing and dispatch.
+"""One virtual host of the neutral model: exchanges, queues, routing and dispatch.
 
-Theory of operation (docs/architecture.md sections 4 and 5). A publish routes once
-(``core/routing/router.py``) and appends the message ONCE, to the log topic behind the
+Theory of operation (docs/architecture.md sections 4 and 5). A publish is routed here
+(``target``: ``core/routing/router.py``) and made by the broker's one publish pipeline
+(``core/pipeline.py``), which appends the message ONCE, to the log topic behind the
 exchange, whatever the number of queues it reaches; each queue gets an entry pointing
 at it (``core/queues/queue.py``), and the message itself stays in memory until every one of
 those queues settled it (``core/queues/msgstore.py``). The publisher's confirm fires when the
@@ -26,18 +27,16 @@ from __future__ import annotations
 import logging
 from functools import partial
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..filters.message_filter import FilterSpec
-from ..retry.policy import MAX_DELAY_MS
 from .definitions import DefinitionStore, binding_filter, binding_match, decode_values, settings_of
 from .errors import LogbusError, RecordGone
 from .envelope_pb2 import Envelope
-from .deadletters import Deaths, dead_letter_cycles
+from .deadletters import Deaths
 from .forms import NEUTRAL, Forms
 from .log.manager import LogManager
-from .message import Message, per_message_ttl
+from .message import Message
 from .queues.journal import QueueStore
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.queue import Entry, Outcome, Receipt
@@ -54,26 +53,16 @@ from .routing.router import (
     PreconditionFailed,
     ResourceLocked,
     Router,
-    Refused,
 )
 from .state import StateStore
 
+from .pipeline import NoPopGroups, Pipeline
+
+if TYPE_CHECKING:
+    from .pipeline import Published
+
 log = logging.getLogger(__name__)
 _AMQP = Envelope.AMQP
-
-
-@dataclass(frozen=True, slots=True)
-class Published:
-    routed: bool  # reached at least one queue (basic.return when mandatory and not)
-    refused: bool  # a queue refused it (overflow reject-publish): nack the publish
-
-
-@dataclass(slots=True)
-class PublishedMany:
-    done: int  # items published: all of them unless ``error``
-    unrouted: list[int]  # indexes of items that reached no queue
-    refused: list[int]  # indexes of items a queue refused (overflow reject-publish)
-    error: Refused | None  # why item ``done`` was not published
 
 
 class VHost:
@@ -81,13 +70,8 @@ class VHost:
                  queue_store: QueueStore, *, clock: Callable[[], int],
                  store: StateStore | None = None, message_memory: int = 256 << 20,
                  topic_owner: Callable[[str], str | None] | None = None,
-                 timers: Timers | None = None, forms: Forms = NEUTRAL,
-                 later: Callable[[Callable[[], object]], None] | None = None) -> None:
+                 timers: Timers | None = None, forms: Forms = NEUTRAL, pipeline: Pipeline | None = None) -> None:
         self.name = name
-        # work run once at the end of the reactor turn (core/tick.py): the dispatches of
-        # ``publish_many(dispatch_later=True)``; None: at once
-        self._later = later
-        self._dispatch_due: dict[str, None] = {}  # queues to dispatch at the end of the turn, in order
         self.topic_owner = topic_owner  # "exchange 'x' in vhost 'v'" backed by a topic, across vhosts
         self.defs = DefinitionStore(store, name)
         self.log = log
@@ -96,7 +80,6 @@ class VHost:
         self.clock = clock  # epoch milliseconds
         self.forms = forms
         self.router = Router(name)
-        self._last_refusal: tuple[str, str] | None = None  # what _refused logged last
         self.messages = MessageStore(log_batch_reader(log), max_bytes=message_memory)
         if timers is None:
             timers = Timers(queue_store, store, clock)
@@ -105,11 +88,11 @@ class VHost:
                                     message_properties=forms.properties)
         self.queues: dict[str, QueueState] = self.service.queues
         self.session_queues: set[str] = set()  # made by open_queue: not stored definitions
-        # told of every record this vhost appends (pop groups read topics whatever
-        # appended to them): ``watches(topic)`` first, then ``appended(...)``
-        self.watches: Callable[[str], bool] = _never
-        self.appended: Callable[[str, int, int, Message], None] = _ignore_appended
-        self.delay: Callable[..., None] = _no_delay  # route a record when due (the broker's timers)
+        # the broker's one publish pipeline (core/pipeline.py): dead-lettered copies and
+        # ``publish`` go through it; without a broker, one of its own (no pop groups)
+        if pipeline is None:
+            pipeline = Pipeline(log, {name: self}, NoPopGroups(), timers, self.messages, clock, forms=forms)
+        self.pipeline = pipeline
 
     # -- exchanges -----------------------------------------------------------------------
 
@@ -278,160 +261,32 @@ class VHost:
     def purge_queue(self, name: str) -> int:
         return self.service.purge(name)
 
-    # -- publish -------------------------------------------------------------------------
+    # -- publish: where a row goes (the pipeline, core/pipeline.py, publishes) ------------
 
     def publish(self, exchange: str, routing_key: str, message: Message, *,
                 headers: Mapping[str, Any] | None = None, delay_ms: int = 0,
                 on_durable: Callable[[Any], object] | None = None,
                 deaths: Deaths | None = None) -> Published:
-        """Route, append once, enqueue; ``on_durable(result_or_exception)`` fires when
-        the append is durable. Raises NotFound / AccessRefused for a bad exchange.
-        ``delay_ms``: to a delayed exchange, routed when due. ``deaths``: a dead-lettered
-        copy's, newest first; queues it would cycle back into are left out
-        (``dead_letter_cycles``)."""
-        if delay_ms > 0 and self.router.exchange(exchange).delayed:
-            return self._publish_delayed(exchange, routing_key, message, delay_ms, on_durable)
-        topic, partition, queues, candidates = self._target(exchange, routing_key, headers)
-        if candidates:
-            queues = queues | passing(candidates, message, topic, self.forms.properties)
-        if deaths and queues:
-            queues = queues - dead_letter_cycles(queues, deaths)
-        p = self.log.partition(topic, partition)
-        record = message.to_record()
-        offset = p.next_offset
-        try:
-            p.append([record], callback=on_durable if on_durable is not None else _ignore)
-        except LogbusError as e:  # refused by the log: in no queue, and nacked
-            self._refused(topic, e)
-            if on_durable is not None:
-                on_durable(e)
-            return Published(bool(queues), True)
-        if self.watches(topic):
-            self.appended(topic, p.index, offset, message)
-        if not queues:
-            return Published(False, False)
-        return Published(True, self._enqueue(queues, topic, p.index, offset, message))
+        """One publish through the pipeline (``Pipeline.publish``): ``message`` to
+        ``exchange`` with ``routing_key`` (written into its envelope), ``headers`` the
+        typed headers it routes by, ``delay_ms`` honoured on a delayed exchange;
+        ``on_durable(result_or_exception)`` fires when its append is durable. Raises
+        NotFound / AccessRefused for a bad exchange."""
+        env = message.envelope
+        if env.exchange != exchange:
+            env.exchange = exchange
+        if env.routing_key != routing_key:
+            env.routing_key = routing_key
+        if headers is not None:
+            message.routing_headers = headers
+        out = self.pipeline.publish(self, [message], None if on_durable is None else partial(_single, on_durable),
+                                    delay_of=(lambda _: delay_ms) if delay_ms > 0 else None, deaths=deaths)
+        if out.error is not None:
+            raise out.error
+        return out
 
-    def _publish_delayed(self, exchange: str, routing_key: str, message: Message, delay: int,
-                         on_durable: Callable[[Any], object] | None) -> Published:
-        """A publish to a delayed exchange with a delay: appended now, routed
-        (through the exchange, as it is then) when due. Like RabbitMQ's plugin it counts
-        as routed (no basic.return for mandatory)."""
-        ex = self.router.exchange(exchange)
-        topic = ex.log_topic
-        self._ensure_topic(topic)
-        p = self.log.partition(topic, self._partition_for(topic, routing_key))
-        offset = p.next_offset
-        try:
-            p.append([message.to_record()], callback=on_durable if on_durable is not None else _ignore)
-        except LogbusError as e:
-            self._refused(topic, e)
-            if on_durable is not None:
-                on_durable(e)
-            return Published(True, True)
-        self.delay(topic, p.index, offset, self.clock() + min(delay, MAX_DELAY_MS), vhost=self.name,
-                   exchange=exchange, routing_key=routing_key)
-        return Published(True, False)
-
-    def route_delayed(self, exchange: str, routing_key: str, topic: str, partition: int, offset: int,
-                      message: Message, visible_ms: int = 0) -> None:
-        """A delayed publish whose timer was released (staged in its queues until
-        ``visible_ms``): routed through ``exchange`` as it is now (gone: dropped, as
-        RabbitMQ's plugin drops it)."""
-        try:
-            queues, candidates = self.router.route_filtered(exchange, routing_key, self.forms.headers(message))
-        except Refused as e:
-            log.info("a delayed message for exchange %r in vhost %r was dropped: %s", exchange, self.name, e)
-            return
-        if candidates:
-            queues = queues | passing(candidates, message, topic, self.forms.properties)
-        if queues:
-            self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)
-
-    def publish_many(self, items: list[tuple[str, str, Message, Mapping[str, Any] | None]],
-                     on_durable: Callable[[int, int, Any], object] | None = None,
-                     delay_of: Callable[[Mapping[str, Any]], int] | None = None,
-                     dispatch_later: bool = False) -> PublishedMany:
-        """``publish`` for consecutive publishes of one client read, as (exchange, routing
-        key, message, headers): each (exchange, routing key) without headers is routed
-        once, a run of messages bound for one partition is appended with one call, and
-        each queue is dispatched once, at the end. ``on_durable(first, last, result)``
-        fires per append for the items ``first..last``. ``delay_of(headers)``: the delay
-        the protocol's headers ask for, read for a delayed exchange. Stops at the first
-        item whose exchange is missing: the items before it are published and ``error``
-        holds it. ``dispatch_later``: the queues are dispatched once at the end of the
-        reactor turn, with whatever the turn's other reads published to them (a fleet of
-        connections, one message each: one delivery run, one write to the consumer)."""
-        routes: dict[tuple[str, str], tuple[str, int, frozenset[str], Candidates]] = {}
-        error: Refused | None = None
-        unrouted: list[int] = []
-        refused: list[int] = []
-        touched: set[str] = set()
-        run: list[Any] = []  # records bound for one partition, appended together
-        run_msgs: list[tuple[int, frozenset[str], Message]] = []
-        run_at: tuple[str, int] | None = None
-        run_first = 0
-        now = self.clock()
-        done = 0
-        for i, (exchange, routing_key, message, headers) in enumerate(items):
-            # the headers' delay first (a dict lookup), the exchange only for a message that has one
-            delay = delay_of(headers) if headers and delay_of is not None else 0
-            if delay and self.router.has_exchange(exchange) and self.router.exchange(exchange).delayed:
-                if run:  # what came before goes first
-                    self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched, items)
-                    run, run_msgs, run_at = [], [], None
-                out = self.publish(exchange, routing_key, message, headers=headers, delay_ms=delay,
-                                   on_durable=None if on_durable is None else partial(_one, on_durable, i))
-                if out.refused:
-                    refused.append(i)
-                done = i + 1
-                continue
-            cached = not headers or self.router.headers_free(exchange)  # headers cannot change the route
-            hit = routes.get((exchange, routing_key)) if cached else None
-            if hit is None:
-                try:
-                    hit = self._target(exchange, routing_key, headers)
-                except Refused as e:
-                    error = e
-                    break
-                if cached:
-                    routes[(exchange, routing_key)] = hit
-            at = hit[0], hit[1]
-            if at != run_at:
-                if run:
-                    self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched, items)
-                    run, run_msgs = [], []
-                run_at, run_first = at, i
-            run.append(message.to_record())
-            queues = hit[2]
-            if hit[3]:
-                queues = queues | passing(hit[3], message, hit[0], self.forms.properties)
-            if queues:
-                run_msgs.append((i, queues, message))
-            else:
-                unrouted.append(i)
-            done = i + 1
-        if run:
-            self._append_run(run_at, run_first, run, run_msgs, now, on_durable, refused, touched, items)
-        if dispatch_later and self._later is not None:
-            due = self._dispatch_due
-            if touched and not due:
-                self._later(self._dispatch_at_end)
-            for name in touched:
-                due[name] = None
-        else:
-            for name in touched:
-                self.dispatch(name)
-        return PublishedMany(done, unrouted, refused, error)
-
-    def _dispatch_at_end(self) -> None:
-        due, self._dispatch_due = self._dispatch_due, {}
-        for name in due:
-            if name in self.queues:
-                self.dispatch(name)
-
-    def _target(self, exchange: str, routing_key: str,
-                headers: Mapping[str, Any] | None) -> tuple[str, int, frozenset[str], Candidates]:
+    def target(self, exchange: str, routing_key: str,
+               headers: Mapping[str, Any] | None) -> tuple[str, int, frozenset[str], Candidates]:
         """Where a publish goes: the log topic and partition behind ``exchange`` (the
         topic created on first use), the queues it routes to and the candidates of
         filtered bindings (``passing``). Raises NotFound."""
@@ -442,82 +297,35 @@ class VHost:
             self._ensure_topic(topic)
         return topic, self._partition_for(topic, routing_key), queues, candidates
 
-    def _append_run(self, at: Any, first: int, records: list[Any],
-                    msgs: list[tuple[int, frozenset[str], Message]], now: int,
-                    on_durable: Callable[[int, int, Any], object] | None,
-                    refused: list[int], touched: set[str], items: list[Any]) -> None:
-        """Append ``records`` (items ``first``... of a publish_many) to one partition and
-        give the routed ones (``msgs``) their queue entries. When the log refuses the
-        run, each record is appended alone, so only those it refuses are refused."""
-        topic, partition = at
-        p = self.log.partition(topic, partition)
-        base = p.next_offset
-        last = first + len(records) - 1
-        try:
-            if on_durable is None:
-                p.append(records, callback=_ignore)
-            else:
-                p.append(records, callback=lambda result: on_durable(first, last, result))
-        except LogbusError as e:
-            if len(records) > 1:
-                routed = {m[0]: m for m in msgs}
-                for i, record in enumerate(records, first):
-                    self._append_run(at, i, [record], [routed[i]] if i in routed else [], now, on_durable,
-                                     refused, touched, items)
-                return
-            self._refused(topic, e)
-            refused.append(first)
-            if on_durable is not None:
-                on_durable(first, first, e)
-            return
-        for i, queues, message in msgs:
-            if self._enqueue(queues, topic, partition, base + i - first, message, now, dispatch=False):
-                refused.append(i)
-            touched |= queues
-        if self.watches(topic):
-            for i in range(first, last + 1):
-                self.appended(topic, partition, base + i - first, items[i][2])
-
-    def _refused(self, topic: str, error: LogbusError) -> None:
-        """Logged once per topic and reason (a full disk refuses thousands in a row)."""
-        said = (topic, str(error))
-        if self._last_refusal != said:
-            self._last_refusal = said
-            log.warning("publishes in vhost '%s' are refused by the log (topic '%s'): %s", self.name, topic, error)
+    def delayed_target(self, exchange: str, routing_key: str) -> tuple[str, int]:
+        """Where a publish to a delayed exchange with a delay is appended (routed when
+        due). Raises NotFound."""
+        topic = self.router.exchange(exchange).log_topic
+        self._ensure_topic(topic)
+        return topic, self._partition_for(topic, routing_key)
 
     def routes_topic(self, topic: str) -> bool:
         """Whether records appended to ``topic`` outside this vhost's publishes (Kafka,
         HTTP) can reach one of its queues: it backs an exchange here."""
         return self.router.routes_topic(topic)
 
-    def route_record(self, topic: str, partition: int, offset: int, message: Message, visible_ms: int = 0) -> bool:
-        """A record appended to ``topic`` by a Kafka producer or over HTTP goes to the
-        queues bound to the exchange behind the topic, with the record key as routing
-        key and the record headers as headers (docs/architecture.md section 4); staged
-        until ``visible_ms`` if not 0. True when it reached a queue."""
+    def backs(self, topic: str) -> bool:
+        """Whether ``topic`` is the log topic behind one of this vhost's exchanges (the
+        default exchange's included, which ``routes_topic`` leaves out): its records'
+        queue entries are journaled, and routed again after a power loss."""
+        return self.router.exchange_for_topic(topic) is not None
+
+    def record_queues(self, topic: str, message: Message) -> frozenset[str]:
+        """The queues a record appended to ``topic`` by a Kafka producer or over HTTP
+        reaches: those bound to the exchange behind the topic, with the record key as
+        routing key and the record headers as headers (docs/architecture.md section 4)."""
         key = (message.key or b"").decode("utf-8", "replace")
         headers = {k: v.decode("utf-8", "replace") if v is not None else None
                    for k, v in message.headers} if message.headers else None
         queues, candidates = self.router.route_log_filtered(topic, key, headers)
         if candidates:
             queues = queues | passing(candidates, message, topic, self.forms.properties)
-        if not queues:
-            return False
-        self._enqueue(queues, topic, partition, offset, message, visible_ms=visible_ms)
-        return True
-
-    def _enqueue(self, queues: frozenset[str], topic: str, partition: int, offset: int, message: Message,
-                 now: int | None = None, dispatch: bool = True, visible_ms: int = 0) -> bool:
-        """Give each of ``queues`` an entry for the record at ``offset`` (staged until
-        ``visible_ms`` if not 0); True when a queue refused it (overflow reject-publish).
-        ``dispatch`` False: the caller dispatches the queues. A per-message TTL counts
-        from when the message is visible."""
-        if now is None:
-            now = self.clock()
-        env = message.envelope
-        ttl = per_message_ttl(env.expiration) if env.expiration else None
-        return self.service.enqueue(queues, topic, partition, offset, message, now, dispatch,
-                                    max(now, visible_ms) + ttl if ttl is not None else 0, visible_ms)
+        return queues
 
     def _message(self, entry: Entry) -> Message:
         """The message an entry points at. One a Kafka producer appended is delivered as
@@ -632,22 +440,6 @@ class VHost:
 
 
 
-def _ignore(_: Any) -> None:
-    pass
 
-
-def _one(on_durable: Callable[[int, int, Any], object], i: int, result: Any) -> None:
-    on_durable(i, i, result)
-
-
-def _no_delay(topic: str, partition: int, offset: int, due_ms: int, *, vhost: str = "", exchange: str = "",
-              routing_key: str = "") -> None:
-    raise RuntimeError("this vhost has no timer index")
-
-
-def _never(_: str) -> bool:
-    return False
-
-
-def _ignore_appended(topic: str, partition: int, offset: int, message: Message) -> None:
-    pass
+def _single(on_durable: Callable[[Any], object], first: int, last: int, result: Any) -> None:
+    on_durable(result)

@@ -16,7 +16,7 @@ OpenLog = Callable[..., LogManager]
 
 
 def flushes(lm: LogManager) -> float:
-    return lm.metrics.flush_files._value.get()
+    return lm.metrics.flushes.files
 
 
 def test_a_small_sync_completes_in_the_tick_that_wrote_it(open_log: OpenLog, loop: LoopReactor) -> None:

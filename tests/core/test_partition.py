@@ -193,7 +193,7 @@ def test_sync_policy_fires_after_flush(open_log: OpenLog, loop: LoopReactor) -> 
     assert not fired  # not before the tick's write and the flusher's fsync
     loop.run_until(lambda: bool(fired))
     assert fired[0].base_offset == 0
-    before = lm.metrics.flush_files._value.get()
+    before = lm.metrics.flushes.files
     assert before >= 1
 
 
@@ -201,7 +201,7 @@ def test_interval_policy(open_log: OpenLog, loop: LoopReactor) -> None:
     lm = open_log()
     p = lm.open_topic("t", topic_config(flush="interval:20"), create=True).partition(0)
     loop.wait(p.append([Record(None, b"x")]))
-    loop.run_until(lambda: lm.metrics.flush_files._value.get() >= 1, timeout=5)
+    loop.run_until(lambda: lm.metrics.flushes.files >= 1, timeout=5)
 
 
 def test_topics_create_open_delete(open_log: OpenLog, loop: LoopReactor, tmp_path: Any) -> None:

@@ -127,12 +127,14 @@ def run(w: World, reads: list[tuple[bool, list[tuple[str, bool]]]]) -> None:
             run_items = []
             for ex, large in batch:
                 n += 1
-                run_items.append((ex, "", message(body(large)), None))
-            out = v.publish_many(run_items)
+                m = message(body(large))
+                m.envelope.exchange = ex
+                run_items.append(m)
+            out = v.pipeline.publish(v.vhost, run_items)
             stop = next((i for i, (ex, _) in enumerate(batch) if ex == "missing"), len(batch))
             assert out.done == stop and (out.error is not None) == (stop < len(batch))
-            for ex, _, m, _ in run_items[:stop]:
-                accept(ex, m.value or b"")
+            for m in run_items[:stop]:
+                accept(m.envelope.exchange, m.value or b"")
         else:
             for ex, large in batch:
                 n += 1

@@ -301,7 +301,7 @@ def test_messages_holding_the_log_past_the_bound_are_dead_lettered_when_retentio
 # -- the expiry tick and the timers while the state store refuses (issue 45) ----------------
 
 # the loggers of the expiry tick, the timers and the feed: what they say while the store refuses
-TICK_LOGGERS = ("logbus.core.broker", "logbus.core.queues.timers", "logbus.core.queues.feed",
+TICK_LOGGERS = ("logbus.core.broker", "logbus.core.queues.timers", "logbus.core.pipeline",
                 "logbus.core.queues.service")
 
 
@@ -443,10 +443,10 @@ def test_routing_a_record_the_store_refused_is_a_warning_line(tmp_path: Path, ca
     v.declare_queue("q", durable=True)
     v.bind("x", "q")
 
-    def route_record(*args: Any, **kw: Any) -> bool:
+    def record_queues(*args: Any, **kw: Any) -> frozenset[str]:
         raise error
 
-    monkeypatch.setattr(b.vhosts["/"], "route_record", route_record)
+    monkeypatch.setattr(b.vhosts["/"], "record_queues", record_queues)
     since = len(caplog.records)
     with caplog.at_level("INFO"):
         assert brokers.loop.wait(b.publish("x", [Message(None, b"r")], partition=0)) == [0]

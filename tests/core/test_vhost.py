@@ -14,6 +14,7 @@ import pytest
 from logbus.gateway.amqp.model.forms import AMQP_FORMS, amqp_headers
 from logbus.core.log import LogManager, TopicConfig
 from logbus.core.message import Envelope, Message
+from logbus.core.pipeline import NoPopGroups, Pipeline
 from logbus.core.queues.journal import QueueStore
 from logbus.core.queues.msgstore import MESSAGE_OVERHEAD
 from logbus.core.routing.router import NotFound, PreconditionFailed, ResourceLocked
@@ -340,20 +341,23 @@ def test_the_neutral_model_dead_letters_without_any_protocol(tmp_path: Path) -> 
 
 
 def test_publishes_of_one_turn_are_dispatched_once_at_its_end(env: Env) -> None:
-    """``publish_many(dispatch_later=True)`` (MQTT's: a fleet, one message per read): the
-    queues are dispatched once at the end of the turn with everything the turn's reads
+    """``Pipeline.publish(dispatch_later=True)`` (MQTT's: a fleet, one message per read):
+    the queues are dispatched once at the end of the turn with everything the turn's reads
     published, in order, instead of once per read; without it, at once."""
     at_end: list[Any] = []
     v = VHost("/", env.lm, lambda t: env.lm.open_topic(t, TopicConfig(flush="none"), create=True), env.qs,
-              clock=lambda: env.now, store=env.store, later=at_end.append)
+              clock=lambda: env.now, store=env.store)
+    pipeline = Pipeline(env.lm, {"/": v}, NoPopGroups(), v.service.timers, v.messages, lambda: env.now,
+                        later=at_end.append)
     v.open_queue("q")
     v.router.bind("amq.topic", "q", "fleet.#")
     c = Consumer("c", owner="sub")
     v.consume("q", c)
     for device in ("d1", "d2", "d3"):  # three connections' reads in one turn
-        v.publish_many([("amq.topic", f"fleet.{device}", msg(device.encode()), None)], dispatch_later=True)
+        pipeline.publish(v, [msg(device.encode(), exchange="amq.topic", routing_key=f"fleet.{device}")],
+                         dispatch_later=True)
     assert c.got == [] and len(at_end) == 1  # one end-of-turn dispatch asked for, nothing delivered yet
     at_end.pop()()
     assert [d.message.value for d in c.got] == [b"d1", b"d2", b"d3"]
-    v.publish_many([("amq.topic", "fleet.d4", msg(b"d4"), None)])  # the default: dispatched at once
+    pipeline.publish(v, [msg(b"d4", exchange="amq.topic", routing_key="fleet.d4")])  # the default: dispatched at once
     assert [d.message.value for d in c.got][-1] == b"d4" and at_end == []

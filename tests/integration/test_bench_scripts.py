@@ -234,3 +234,10 @@ def test_ab_bench_compares_two_builds_round_by_round() -> None:
         assert figures["geomean_low"] <= figures["geomean_ratio"] <= figures["geomean_high"]
     assert out["summary"]["turn"]["a_median"] > 3000 * 2 * 1e-3  # ms: more than 1 us a message
     assert {b: f["workloads"] for b, f in out["benches"].items()} == {"amqp": ["amqp publish"], "mqtt": ["mqtt qos0"]}
+
+
+def test_redo_bench_routes_again_what_the_loss_took() -> None:
+    out = run_bench("redo_bench.py", "--messages", "2000", "--queues", "2", "--rounds", "1")
+    assert out["bench"] == "redo_bench"
+    assert out["records_routed_again"] == 2000 and out["entries_made_again"] == 4000
+    assert [n for _, n, _ in out["runs"]["intact"]] == [0]

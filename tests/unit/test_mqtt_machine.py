@@ -123,7 +123,7 @@ class Shell:
             elif isinstance(r, MatchRetained):
                 m.retained_found([[rec for t, rec in self.retained.items() if t == f] for f in r.topic_filters])
             elif isinstance(r, PublishBatch):
-                self.published += [p.message for p in r.items]
+                self.published += r.items
                 m.routed(r.items, [], len(r.items), None)
                 if self.auto_durable:
                     m.durable(r.items, 0, len(r.items) - 1, None)

@@ -47,7 +47,7 @@ def test_qos1_publishes_are_answered_once_durable_in_their_order() -> None:
     got = client.send(*(Publish("t/a", b"%d" % i, 1, packet_id=10 + i) for i in range(4)))
     assert got == []  # nothing before the log says durable
     [batch] = [r for r in client.requests if isinstance(r, PublishBatch)]  # one batch for the read
-    assert [p.packet.packet_id for p in batch.items] == [10, 11, 12, 13]
+    assert [p.packet_id for p in batch.items] == [10, 11, 12, 13]
     assert client.requests[-1] is QUICK_ACK  # the read started answers waiting (decision 0017)
     m = shell.machine
     m.durable(batch.items, 2, 3, None)  # the later partition first: held back
@@ -106,7 +106,7 @@ def test_receive_maximum_from_the_client() -> None:
     got = client.send(*(Publish("t/a", b"x", 1, packet_id=i) for i in (1, 2, 3)))
     assert [(type(p), p.reason_code) for p in got] == [(Disconnect, 0x93)]
     assert shell.machine.state is State.CLOSED
-    assert [p.packet.packet_id for p in shell.batches[0]] == [1, 2]  # what came before the error goes out
+    assert [p.packet_id for p in shell.batches[0]] == [1, 2]  # what came before the error goes out
 
 
 def test_topic_aliases_from_the_client() -> None:

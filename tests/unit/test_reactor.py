@@ -118,3 +118,43 @@ def test_busy_is_the_share_of_time_spent_outside_the_poll(reactor: Reactor) -> N
     assert reactor.busy()
     reactor.doPoll(LOAD_WINDOW * 1.5)
     assert not reactor.busy()
+
+
+def test_the_end_of_turn_pass_runs_once_after_the_turns_reads_without_a_timer(reactor: Reactor) -> None:
+    """logbus's reactor drives the end-of-turn pass itself (core/tick.py): work asked for
+    by each read of a turn runs once, after every read of the turn, and asking for it
+    schedules no timed call (no DelayedCall in the reactor's heap)."""
+    from logbus.core.tick import tick_of
+
+    tick = tick_of(reactor)
+    fds: list[int] = []
+    order: list[str] = []
+    timers_when_asked: list[int] = []
+
+    def end_of_turn() -> None:
+        order.append("pass")
+        reactor.stop()
+
+    class Asking(Reader):
+        def doRead(self) -> Any:
+            order.append("read")
+            os.read(self.fd, 100)
+            tick.later(end_of_turn) if order.count("read") == 1 else None
+            timers_when_asked.append(len(reactor.getDelayedCalls()))
+            return None
+
+    try:
+        (a, a_w), (b, b_w) = pipe(fds), pipe(fds)
+        readers = [Asking(a, [], []), Asking(b, [], [])]
+        for r in readers:
+            reactor.addReader(r)
+        os.write(a_w, b"x")
+        os.write(b_w, b"y")
+        reactor.run(installSignalHandlers=False)
+        assert order == ["read", "read", "pass"]
+        assert timers_when_asked == [0, 0]
+        for r in readers:
+            reactor.removeReader(r)
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -102,15 +102,6 @@ class Ticket:
         self.deadline = deadline
 
 
-class _Extra:
-    """The owner of an extra file a sync covers (the state store's write-ahead log)."""
-
-    __slots__ = ("ticket",)
-
-    def __init__(self) -> None:
-        self.ticket = None
-
-
 class Flusher:
     def __init__(
         self,
@@ -145,10 +136,6 @@ class Flusher:
         self._cond = threading.Condition(self._lock)
         self._queue: list[Ticket] = []
         self._stopping = False
-        # a file every sync also covers, when it returns one (the queue journal's
-        # ``wal_to_sync``: the state store's write-ahead log, written since the last sync)
-        self.extra: Callable[[], Handle | None] | None = None
-        self._extra_owner = _Extra()
         self._thread = threading.Thread(target=self._run, name="logbus-flusher", daemon=True)
         self._thread.start()
 
@@ -164,10 +151,6 @@ class Flusher:
             _pin(items, 1)
             self._behind.append((items, written))
             return
-        if self.extra is not None:
-            wal = self.extra()
-            if wal is not None:
-                items = [*items, (self._extra_owner, [wal], [], 0.0)]
         if self.inline and not self._outstanding and 0 <= written <= INLINE_MAX_BYTES:
             if all(waiters is not None for _, _, waiters, _ in items):
                 if ring is not None:

@@ -65,14 +65,10 @@ class LogManager:
         m = self.metrics
         self.cache = FileCache(max_open_files, on_change=m.open_files.set)
 
-        def on_flush(seconds: float, files: int) -> None:
-            m.flush_seconds.observe(seconds)
-            m.flush_files.inc(files)
-
         self.reactor = reactor
         self._tick = tick_of(reactor)
         ring = Ring.open() if inline_flush and hasattr(reactor, "addReader") else None
-        self.flusher = Flusher(reactor.callFromThread, on_flush, inline=inline_flush, ring=ring,
+        self.flusher = Flusher(reactor.callFromThread, m.flushes.observe, inline=inline_flush, ring=ring,
                                call_later=reactor.callLater, busy=getattr(reactor, "busy", None))
         self._ring_reader = None if ring is None else _RingReader(ring, self.flusher.ring_ready)
         if self._ring_reader is not None:
@@ -96,6 +92,11 @@ class LogManager:
         # tick's appends are written (the queue journal's commit), and told of appends
         # refused after their offsets were given
         self.before_write: Callable[[], object] | None = None
+        # run first in each end-of-turn drain, with the partitions appended to since the
+        # last one (every record of which has been routed then): the queue journal's
+        # commit with their marks (queues/journal.py); a StorageError it raises is raised
+        # again by ``before_write``, which refuses the appends
+        self.before_drain: Callable[[list[Partition]], object] | None = None
         self.on_lost: Callable[[Partition, int, int, StorageError], object] | None = None
         # the partitions' key indexes, off the append path (keyindexer.py)
         self.keys = KeyIndexer(self.topics, self.cache, reactor.callLater if key_index else None)
@@ -197,6 +198,11 @@ class LogManager:
         """Write every partition's buffered appends (runs once per reactor tick)."""
         parts, self._to_drain = self._to_drain, []
         self.drains += 1
+        if self.before_drain is not None:
+            try:
+                self.before_drain(parts)
+            except StorageError:
+                pass  # each partition's ``before_write`` meets it again and refuses its appends
         handoff: list[Any] = []
         written = 0
         for p in parts:

@@ -23,33 +23,45 @@ The delivery count survives a restart in both ways a queue is kept
   a delete.
 
 Writes are collected and committed as one ``StateBatch`` once per reactor tick, before
-the tick's appends are written (the log calls ``commit`` first: ``Partition.before_write``;
-a commit the store refuses refuses those appends, and its changes are kept for the next
-one), without a WAL sync on the reactor: the log's flusher syncs RocksDB's write-ahead
-log with the appends it makes durable (``wal_to_sync``, decision 0025), so a confirm
-covers the entries and timers its publish made against a power loss too. Changes with
-no confirm behind them (deliveries, acks) may be lost to a power loss (a redelivery). A put followed by a delete of the same key within one tick cancels out
-before it reaches RocksDB. Timers (CF ``timers``, ``timers.py``) are written through the
-same batch, so an entry given back with a backoff leaves the queue and becomes a timer
-in one atomic write, with the reservation of the block of timer ids it is the first of.
+the tick's appends are written (the log calls ``commit`` first: ``LogManager.before_drain``
+and ``Partition.before_write``; a commit the store refuses refuses those appends, and its
+changes are kept for the next one), never synced on the confirm path: the log is the
+truth, the journal a checkpoint (decision 0045). The batch of the log's end-of-turn
+drain also carries a *mark* per partition appended to in the turn (``state.journal_mark_key``):
+every record below it has had its queue entries and timers written in this batch or an
+earlier one. RocksDB writes its write-ahead log in order, so a power loss leaves a
+prefix of the batches, and the records at or past a partition's mark are exactly those
+whose entries and timers may be lost: start-up routes them again from the log
+(``redo.py``). A partition's first mark is written with a synced batch, once (a missing
+mark means "nothing to redo"), and only partitions of topics behind an exchange or read
+by a pop group get marks (``journaled``). Changes with no confirm behind them (deliveries,
+acks) may be lost to a power loss (a redelivery). A put followed by a delete of the same
+key within one tick cancels out before it reaches RocksDB. Timers (CF ``timers``,
+``timers.py``) are written through the same batch, so an entry given back with a
+backoff leaves the queue and becomes a timer in one atomic write, with the reservation
+of the block of timer ids it is the first of.
 """
 
 from __future__ import annotations
 
-import os
 import struct
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import StorageError
-from ..log.filecache import Handle
 from .queue import Entry
 from ..state import (
     CF_METADATA,
     CF_QUEUES,
     CF_TIMERS,
+    JOURNAL_MARK_PREFIX,
     QUEUE_ENTRY_PREFIX,
     TIMER_PREFIX,
     StateStore,
+    journal_mark_fields,
+    journal_mark_key,
+    journal_marks_prefix,
+    pack_uint64,
     queue_delivered_key,
     queue_entries_prefix,
     queue_entry_key,
@@ -117,11 +129,25 @@ def forget_from(store: StateStore, topic: str, partition: int, offset: int) -> t
         rec = TimerRecord.FromString(raw)
         if rec.offset >= offset and rec.partition == partition and rec.topic == topic:
             timers.append(key)
-    if entries or timers:
+    mark_key = journal_mark_key(topic, partition)
+    stored = store.get(CF_QUEUES, mark_key)
+    mark_past = stored is not None and unpack_uint64(stored) > offset
+    if entries or timers or mark_past:
         with store.batch(sync=True) as b:
             b.delete_many(CF_QUEUES, entries)
             b.delete_many(CF_TIMERS, timers)
+            if mark_past:  # the records from ``offset`` on are gone: the next ones get their offsets
+                b.put(CF_QUEUES, mark_key, pack_uint64(offset))
     return len(entries), len(timers)
+
+
+def stored_marks(store: StateStore) -> dict[tuple[str, int], int]:
+    """Every partition's journal mark, as (topic, partition) -> offset."""
+    return {journal_mark_fields(k): unpack_uint64(v) for k, v in store.scan_prefix(CF_QUEUES, JOURNAL_MARK_PREFIX)}
+
+
+def _always(topic: str) -> bool:
+    return True
 
 
 class QueueStore:
@@ -138,10 +164,15 @@ class QueueStore:
         self._timer_deletes: set[bytes] = set()
         self._metadata_puts: dict[bytes, bytes] = {}  # CF metadata (the timers' id blocks), the same
         self._scheduled = False
-        self._wal_dirty = False  # committed since the log's last sync (``wal_to_sync``)
         self.commits = 0  # batches written (the faults check watches it for quiet spells)
-        self._wal: Handle | None = None
-        self._retired: list[Handle] = []
+        # the journal marks as stored (``commit(appended)``), read at start (``load_marks``)
+        self.marks: dict[tuple[str, int], int] = {}
+        self._unmarked: dict[Any, None] = {}  # partitions a refused batch did not mark
+        # whether a topic's records can make queue entries or timers (the broker's: it backs
+        # an exchange, the default one too, or a pop group reads it); no other topic's
+        # partitions get marks
+        self.journaled: Callable[[str], bool] = _always
+        self.first_marks = 0  # batches synced because they held a partition's first mark
 
     def journal(self, vhost: str, queue: str, *, exact: bool = True) -> QueueStoreJournal:
         """``exact``: rewrite an entry per delivery; else only what the delivered mark
@@ -233,38 +264,26 @@ class QueueStore:
         """Changes not yet committed."""
         return bool(self._puts or self._deletes or self._timer_puts or self._timer_deletes or self._metadata_puts)
 
-    def wal_to_sync(self) -> Handle | None:
-        """The state store's write-ahead log, when something was committed since the last
-        call: the log's flusher syncs it with the appends it makes durable, so a confirm
-        covers the queue entries and timers its publish made (a power loss cannot take
-        them from a confirmed message), without a synced write on the reactor."""
-        if not self._wal_dirty or self.store is None:
-            return None
-        self._wal_dirty = False
-        fd = self.store.wal_fd()
-        if fd < 0:
-            return None
-        wal = self._wal
-        if wal is None or wal.fd != fd:
-            if wal is not None:
-                self._retired.append(wal)
-            wal = self._wal = Handle("state write-ahead log", fd, False)
-        if self._retired or self.store.retired_wal:
-            self._close_retired()
-        return wal
+    def load_marks(self) -> dict[tuple[str, int], int]:
+        """The stored journal marks (kept as ``marks``)."""
+        if self.store is not None:
+            self.marks = stored_marks(self.store)
+        return self.marks
 
-    def _close_retired(self) -> None:
-        """Close the write-ahead logs RocksDB left once no sync holds them."""
-        assert self.store is not None
-        self._retired = [h for h in self._retired if h.pins]
-        busy = {h.fd for h in self._retired}
-        still = []
-        for fd in self.store.retired_wal:
-            if fd in busy:
-                still.append(fd)
-            else:
-                os.close(fd)
-        self.store.retired_wal[:] = still
+    def set_marks(self, marks: dict[tuple[str, int], int | None], *, sync: bool = False) -> None:
+        """Write ``marks`` ((topic, partition) -> offset; None: deleted) with what is
+        pending, as one batch (start-up's redo, a topic's deletion)."""
+        self._write(marks, sync)
+
+    def forget_marks(self, topic: str) -> None:
+        """Delete the marks of a deleted topic's partitions (its offsets will be given again)."""
+        gone: dict[tuple[str, int], int | None] = {k: None for k in self.marks if k[0] == topic}
+        if self.store is not None:
+            gone.update({journal_mark_fields(k): None
+                         for k, _ in self.store.scan_prefix(CF_QUEUES, journal_marks_prefix(topic))})
+        self._unmarked = {p: None for p in self._unmarked if p.topic != topic}
+        if gone:
+            self._write(gone, True)
 
     def _commit_at_tick_end(self) -> None:
         try:
@@ -272,20 +291,56 @@ class QueueStore:
         except StorageError:
             pass  # the store logged it; the changes are kept for the next commit
 
-    def commit(self) -> None:
+    def commit(self, appended: Iterable[Any] = ()) -> None:
         """Write what changed since the last commit as one batch. StorageError: the
-        store refused it; the changes are kept, and go with the next commit."""
+        store refused it; the changes are kept, and go with the next commit.
+
+        ``appended``: partitions appended to since the last such call, every record of
+        which has been routed (its entries and timers are in this batch or an earlier
+        one): each gets its mark, its ``next_offset``, in the batch. Only the log's
+        end-of-turn drain passes them (no publish is half done then: a commit in the
+        middle of one, from a read, may not mark). A partition's first mark is written
+        with a synced batch, once: a missing mark means "nothing to redo"."""
         self._scheduled = False
-        if not self.pending:
+        marks = self._marks_of(appended) if appended else None
+        if not self.pending and not marks:
             return
+        try:
+            self._write(marks, False)
+        except StorageError:
+            for p in appended:
+                self._unmarked[p] = None
+            raise
+        self._unmarked.clear()
+
+    def _marks_of(self, appended: Iterable[Any]) -> dict[tuple[str, int], int | None]:
+        out: dict[tuple[str, int], int | None] = {}
+        known, journaled = self.marks, self.journaled
+        for ps in (appended, self._unmarked):
+            for p in ps:
+                if p.failure is not None:  # closed (its topic deleted) or refusing appends
+                    continue
+                at = (p.topic, p.index)
+                end = p.next_offset
+                old = known.get(at)
+                if old != end and (old is not None or journaled(p.topic)):
+                    out[at] = end
+        return out
+
+    def _write(self, marks: dict[tuple[str, int], int | None] | None, sync: bool) -> None:
         puts, deletes = self._puts, self._deletes
         timer_puts, timer_deletes, metadata = self._timer_puts, self._timer_deletes, self._metadata_puts
         self._puts, self._deletes, self._new = {}, set(), set()
         self._timer_puts, self._timer_deletes, self._metadata_puts = {}, set(), {}
         if self.store is None:
             return
+        known = self.marks
+        first = False
+        if marks:
+            first = any(known.get(at) is None for at, end in marks.items() if end is not None)
+            self.first_marks += first
         try:
-            with self.store.batch() as b:
+            with self.store.batch(sync=sync or first) as b:
                 b.delete_many(CF_QUEUES, deletes)
                 b.put_many(CF_QUEUES, puts.items())
                 if timer_puts or timer_deletes:
@@ -293,8 +348,17 @@ class QueueStore:
                     b.put_many(CF_TIMERS, timer_puts.items())
                 if metadata:
                     b.put_many(CF_METADATA, metadata.items())
-            self._wal_dirty = True
+                if marks:
+                    b.delete_many(CF_QUEUES, [journal_mark_key(*at) for at, end in marks.items() if end is None])
+                    b.put_many(CF_QUEUES, [(journal_mark_key(*at), pack_uint64(end))
+                                           for at, end in marks.items() if end is not None])
             self.commits += 1
+            if marks:
+                for at, end in marks.items():
+                    if end is None:
+                        known.pop(at, None)
+                    else:
+                        known[at] = end
         except StorageError:
             # Kept for the next commit (nothing changed since the swap: one thread). No
             # key counts as new any more: a failed batch may still be found in RocksDB's

@@ -84,7 +84,7 @@ def to_message(p: Publish) -> Message:
         hit = _ENVELOPES[key] = _share(p, props._replace(message_id=None, timestamp=None) if identity else props)
     if not identity:
         return Message(p.routing_key.encode(), p.body, None, hit.user, hit.envelope, p.raw_properties,
-                       record_headers=hit.record_headers)
+                       record_headers=hit.record_headers, routing_headers=props.headers)
     data = hit.below
     if props.message_id:
         raw = props.message_id.encode()
@@ -95,7 +95,7 @@ def to_message(p: Publish) -> Message:
     data += hit.above
     user = hit.user
     return Message(p.routing_key.encode(), p.body, None, user, _parse_envelope(data), p.raw_properties,
-                   record_headers=[*user, (ENVELOPE_HEADER, data)])
+                   record_headers=[*user, (ENVELOPE_HEADER, data)], routing_headers=props.headers)
 
 
 def _share(p: Publish, props: Properties) -> _Shared:

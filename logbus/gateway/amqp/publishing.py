@@ -24,8 +24,7 @@ from .events import Publish
 from .fastpath import encode_ack, encode_nack, encode_return
 from .mapping import to_message
 from ...core.types import VHost
-from .model import room
-from .model.translate import x_delay
+from .model.translate import message_delay
 
 if TYPE_CHECKING:
     from .session import Session
@@ -125,8 +124,8 @@ class Publishing:
                     if confirms.ok_range(seq0 + first, seq0 + last) and not self.confirms_due:
                         self._confirms_due()
 
-        out = self.vhost.publish_many([(p.exchange, p.routing_key, to_message(p), p.properties.headers)
-                                       for p in run], on_durable, x_delay)
+        out = self.broker.pipeline.publish(self.vhost, [to_message(p) for p in run], on_durable,
+                                           delay_of=message_delay)
         if self.conn.record is not None:
             self.conn.record.received += out.done
         for i in out.unrouted:
@@ -150,7 +149,7 @@ class Publishing:
             self.conn.record.received += 1
         confirms = self.confirms
 
-        def durable(result: Any) -> None:
+        def durable(first: int, last: int, result: Any) -> None:
             if isinstance(result, Exception):
                 self.confirm_failed(seq or 0)
             else:
@@ -159,12 +158,9 @@ class Publishing:
                 if confirms.ok(seq or 0) and not self.confirms_due:
                     self._confirms_due()
 
-        try:
-            out = room.publish(self.vhost, p.exchange, p.routing_key, message, headers=p.properties.headers,
-                               on_durable=durable if seq else None)
-        except Refused as e:
-            raise refused(e, channel=self.number,
-                                   class_id=60, method_id=40) from None
+        out = self.broker.pipeline.publish(self.vhost, [message], durable if seq else None, delay_of=message_delay)
+        if out.error is not None:
+            raise refused(out.error, channel=self.number, class_id=60, method_id=40)
         if not out.routed and p.mandatory:
             self.conn.send(encode_return(self.number, NO_ROUTE, "NO_ROUTE", p.exchange, p.routing_key,
                                          p.raw_properties, p.body, self.conn.frame_max))

@@ -21,8 +21,6 @@ DISCONNECT carrying it (5.0) or closes (3.1.1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .packets import Publish
 from .properties import NO_PROPERTIES
 from .topics import has_wildcard
@@ -34,18 +32,6 @@ from .reasons import (
     MqttError,
 )
 
-NEW, DUPLICATE = "new", "duplicate"  # what a received PUBLISH is
-
-
-@dataclass(frozen=True, slots=True)
-class Received:
-    """A PUBLISH accepted: ``kind`` NEW (publish it; for QoS > 0 answer once it is
-    durable) or DUPLICATE (a QoS 2 resend: answer PUBREC again, publish nothing);
-    ``topic`` with the alias resolved."""
-
-    kind: str
-    topic: str
-
 
 class Inbound:
     def __init__(self, receive_maximum: int = 65535, topic_alias_maximum: int = 0) -> None:
@@ -55,7 +41,10 @@ class Inbound:
         self.outstanding: set[int] = set()  # QoS 1/2 packet ids not yet answered (PUBACK / PUBCOMP)
         self.awaiting_rel: set[int] = set()  # QoS 2 packet ids we sent PUBREC for
 
-    def publish(self, p: Publish) -> Received:
+    def publish(self, p: Publish) -> str | None:
+        """A PUBLISH accepted: its topic with the alias resolved (publish it; for QoS > 0
+        answer once it is durable), or None for a QoS 2 resend (answer PUBREC again,
+        publish nothing)."""
         props = p.properties
         if props is not NO_PROPERTIES:
             if props.subscription_identifiers:  # MQTT 5 section 3.3.4: the server's to send
@@ -64,20 +53,20 @@ class Inbound:
                 raise MqttError(PROTOCOL_ERROR, f"response topic {props.response_topic!r} holds a wildcard")
         topic = self._topic(p)
         if p.qos == 2 and p.packet_id in self.awaiting_rel:
-            return Received(DUPLICATE, topic)
+            return None
         if p.qos > 0:
             if p.packet_id not in self.outstanding and len(self.outstanding) >= self.receive_maximum:
                 raise MqttError(RECEIVE_MAXIMUM_EXCEEDED,
                                 f"more than {self.receive_maximum} QoS 1 and 2 publishes unanswered")
             self.outstanding.add(p.packet_id)
-        return Received(NEW, topic)
+        return topic
 
-    def answered(self, p: Publish) -> None:
-        """We sent the PUBLISH's PUBACK (QoS 1) or PUBREC (QoS 2)."""
-        if p.qos == 1:
-            self.outstanding.discard(p.packet_id)
-        elif p.qos == 2:
-            self.awaiting_rel.add(p.packet_id)
+    def answered(self, qos: int, packet_id: int) -> None:
+        """We sent a PUBLISH's PUBACK (QoS 1) or PUBREC (QoS 2)."""
+        if qos == 1:
+            self.outstanding.discard(packet_id)
+        elif qos == 2:
+            self.awaiting_rel.add(packet_id)
 
     def release(self, packet_id: int) -> int:
         """A PUBREL: the reason code of the PUBCOMP to send: 0, and the id is free again;

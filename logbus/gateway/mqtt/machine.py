@@ -50,14 +50,14 @@ from .decoder import Decoder
 from .alarms import ReadGate
 from .delivery import INFLIGHT_FULL, LimitHit, Outgoing, retained_passes, retained_publish
 from .encoder import encode
-from .inbound import DUPLICATE, Inbound
+from .inbound import Inbound
 from .mapping import message_from_publish
 from .packets import (
     Auth, ConnAck, Connect, Disconnect, Packet, PingReq, PubAck, PubComp, Publish, PubRec, PubRel, SubAck,
     Subscribe, Subscription, UnsubAck, Unsubscribe, Will,
 )  # fmt: skip
 from .properties import NO_PROPERTIES, Properties
-from .publishing import CLOSE, SAVE, Pending, Publishing
+from .publishing import CLOSE, SAVE, Inflight, Publishing
 from .reasons import (
     ADMINISTRATIVE_ACTION, BAD_AUTHENTICATION_METHOD, DISCONNECT_WITH_WILL_MESSAGE, IMPLEMENTATION_SPECIFIC_ERROR,
     KEEP_ALIVE_TIMEOUT, NO_SUBSCRIPTION_EXISTED, NOT_AUTHORIZED, PAYLOAD_FORMAT_INVALID, PROTOCOL_ERROR,
@@ -339,7 +339,7 @@ class Machine:
 
     # -- the publishes' answers (from the log) ---------------------------------------------------
 
-    def routed(self, batch: list[Pending], unrouted: list[int], done: int, error: str | None) -> None:
+    def routed(self, batch: list[Inflight], unrouted: list[int], done: int, error: str | None) -> None:
         """The batch was appended: which items reached no queue; from ``done`` on, refused
         (``error``)."""
         if error is not None:
@@ -347,15 +347,15 @@ class Machine:
         self.publishing.routed(batch, unrouted, done, error is not None)
         self._flush_answers()
 
-    def durable(self, batch: list[Pending], first: int, last: int, error: BaseException | None) -> None:
+    def durable(self, batch: list[Inflight], first: int, last: int, error: BaseException | None) -> None:
         """Items ``first`` to ``last`` of the batch are durable (``error``: they failed)."""
         if error is not None:
             log.warning("MQTT %s: %d publishes failed: %s", self.peer, last - first + 1, error)
-        for pending in self.publishing.durable(batch, first, last, error is not None):
-            self._pending.append(Retain(pending.message, pending.packet.qos))
+        for m in self.publishing.durable(batch, first, last, error is not None):
+            self._pending.append(Retain(m, m.qos))
         self._flush_answers()
 
-    def batch_refused(self, batch: list[Pending], error: str) -> None:
+    def batch_refused(self, batch: list[Inflight], error: str) -> None:
         """Publishing the batch raised: each publish is answered 0x80."""
         log.info("MQTT %s: %d publishes refused: %s", self.peer, len(batch), error)
         self.publishing.all_failed(batch)
@@ -505,13 +505,13 @@ class Machine:
     def _publish(self, p: Publish) -> None:
         self.gate.published()
         publishing = self.publishing
-        received = publishing.inbound.publish(p)
-        if received.kind == DUPLICATE:
+        topic = publishing.inbound.publish(p)
+        if topic is None:  # a QoS 2 resend
             publishing.duplicate(p)
             return
         session = self.session
         assert session is not None
-        message = message_from_publish(received.topic, p, session.client_id, self.clock(), publishing.envelopes)
+        message = message_from_publish(topic, p, session.client_id, self.clock(), publishing.envelopes, Inflight)
         refusal = 0
         if not self.access.may_publish(message.envelope.routing_key):
             refusal = NOT_AUTHORIZED

@@ -20,11 +20,15 @@ properties, with the message expiry interval lowered by the time the message wai
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from ...core.types import ENVELOPE_HEADER, Envelope, Message
 from .packets import Publish
 from .properties import NO_PROPERTIES, Properties
 from .topic_map import Unmappable, to_amqp, to_mqtt_name
 from .wire import MQTT_5
+
+M = TypeVar("M", bound=Message)
 
 EXCHANGE = "amq.topic"
 _MQTT = Envelope.MQTT
@@ -38,11 +42,12 @@ EnvelopeCache = dict[tuple[str, int, bool], tuple[Envelope, list[tuple[str, byte
 
 
 def message_from_publish(topic: str, p: Publish, client_id: str, now_ms: int,
-                         cache: EnvelopeCache | None = None) -> Message:
-    """The message a client's PUBLISH (its topic alias resolved to ``topic``) is. A PUBLISH
-    without properties shares its envelope (and the envelope's encoded record header)
-    with the connection's earlier ones to the same topic, QoS and retain flag, when given
-    their ``cache``: nothing changes a message's envelope in place."""
+                         cache: EnvelopeCache | None = None, make: type[M] = Message) -> M:  # type: ignore[assignment]
+    """The message a client's PUBLISH (its topic alias resolved to ``topic``) is, of class
+    ``make`` (a Message, or the session's ``Inflight``). A PUBLISH without properties
+    shares its envelope (and the envelope's encoded record header) with the connection's
+    earlier ones to the same topic, QoS and retain flag, when given their ``cache``:
+    nothing changes a message's envelope in place."""
     if cache is not None and p.properties is NO_PROPERTIES:
         key = (topic, p.qos, p.retain)
         hit = cache.get(key)
@@ -51,7 +56,7 @@ def message_from_publish(topic: str, p: Publish, client_id: str, now_ms: int,
             if len(cache) >= ENVELOPE_CACHE:
                 cache.clear()
             hit = cache[key] = (env, [(ENVELOPE_HEADER, env.SerializeToString())])
-        return Message(topic.encode(), p.payload, now_ms, [], hit[0], record_headers=hit[1])
+        return make(topic.encode(), p.payload, now_ms, [], hit[0], record_headers=hit[1])
     env = _envelope(topic, p, client_id)
     props = p.properties
     headers: list[tuple[str, bytes | None]] = []
@@ -72,7 +77,7 @@ def message_from_publish(topic: str, p: Publish, client_id: str, now_ms: int,
             env.user_properties.add(key=k, value=v)
             if k == TAG_PROPERTY:  # the message's tag (docs/filters.md); of several, the last
                 env.tag = v
-    return Message(topic.encode(), p.payload, now_ms, headers, env)
+    return make(topic.encode(), p.payload, now_ms, headers, env)
 
 
 def _envelope(topic: str, p: Publish, client_id: str) -> Envelope:

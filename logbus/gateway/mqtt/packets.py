@@ -1,4 +1,4 @@
-"""The MQTT control packets (3.1.1 and 5.0) as frozen values.
+"""The MQTT control packets (3.1.1 and 5.0) as values.
 
 One class per packet type. Fields that exist only in 5.0 (reason codes on acknowledgements
 and DISCONNECT, ``properties``, AUTH) default to the value that 3.1.1 implies, so one class
@@ -6,6 +6,10 @@ serves both versions: encoding a packet as 3.1.1 refuses a 5.0-only field that i
 its default (``LocalProtocolError``). Reason codes are ints (named in ``reasons``); in
 CONNACK under 3.1.1, ``reason_code`` is the 3.1.1 return code (0-5), and in SUBACK the
 granted QoS or 0x80.
+
+The packets of every message (PUBLISH and its acknowledgements) are plain slots classes,
+the others frozen: a frozen dataclass's ``__init__`` costs twice a plain one's, and
+nothing changes a packet once the decoder (or its sender) made it.
 
 A QoS 0 PUBLISH has ``packet_id`` 0 (it carries none on the wire); every other packet with
 a packet identifier has one between 1 and 65535.
@@ -48,7 +52,7 @@ class ConnAck:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Publish:
     topic: str
     payload: bytes
@@ -59,28 +63,28 @@ class Publish:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PubAck:
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PubRec:
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PubRel:
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PubComp:
     packet_id: int
     reason_code: int = 0

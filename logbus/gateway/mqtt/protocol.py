@@ -53,7 +53,7 @@ from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
 from .machine import EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT, Machine
 from .mapping import EXCHANGE
-from .publishing import Pending
+from .publishing import Inflight
 from .reasons import (
     BAD_USER_NAME_OR_PASSWORD, NOT_AUTHORIZED, REFUSED_BAD_USER_NAME_OR_PASSWORD, REFUSED_NOT_AUTHORIZED,
     REFUSED_SERVER_UNAVAILABLE, SERVER_UNAVAILABLE, UNSPECIFIED_ERROR, MqttError,
@@ -396,24 +396,24 @@ class MqttProtocol(Protocol):
         self._held = True
         self.factory.turn.add(self, r.items)
 
-    def published(self, batch: list[Pending], unrouted: list[int], done: int, error: str | None) -> None:
+    def published(self, batch: list[Inflight], unrouted: list[int], done: int, error: str | None) -> None:
         """The turn's publishes were appended (``TurnPublishes.publish``): which of
         this batch reached no queue, and from ``done`` on, refused with ``error``."""
         self._held = False
         self.machine.routed(batch, unrouted, done, error)
         self._drain()
 
-    def publish_failed(self, batch: list[Pending], error: str) -> None:
+    def publish_failed(self, batch: list[Inflight], error: str) -> None:
         self._held = False
         self.machine.batch_refused(batch, error)
         self._drain()
 
-    def durable(self, batch: list[Pending], first: int, last: int, result: Any) -> None:
+    def durable(self, batch: list[Inflight], first: int, last: int, result: Any) -> None:
         """Items ``first`` to ``last`` of a batch are durable (or failed: ``result`` is the
         exception)."""
         failed = isinstance(result, BaseException)
         if not failed and self.record is not None:  # QoS 1 and 2 publishes are answered now
-            self.record.confirmed += sum(1 for i in range(first, last + 1) if batch[i].packet.qos)
+            self.record.confirmed += sum(1 for i in range(first, last + 1) if batch[i].qos)
         self.machine.durable(batch, first, last, result if failed else None)
         self._drain()
 

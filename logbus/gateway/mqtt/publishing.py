@@ -2,7 +2,9 @@
 QoS flows, owned by the session machine (machine.py). Pure.
 
 A PUBLISH is checked by ``inbound.Inbound`` (topic aliases, receive maximum, QoS 2
-duplicates), turned into a message (``mapping``) and put in the read's batch, published
+duplicates), turned into a message (``mapping``): an ``Inflight``, the one object that
+carries it from the read to its answer (the message the pipeline publishes, with its
+packet id, QoS and answer state on it), put in the read's batch, published
 together at the end of the read (or before the next packet that is not a PUBLISH) by the
 shell (``requests.PublishBatch``: the room's ``publish_many``, one route per topic,
 appends in runs). Each QoS 1/2 one is answered (PUBACK, PUBREC) once durable in the log,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from dataclasses import dataclass
 
 from ...core.types import Message
 from .encoder import encode
@@ -31,16 +34,16 @@ SAVE = 1  # a PUBREC went out: the session's QoS 2 state changed
 CLOSE = 2  # a 3.1.1 client's publish was refused: it cannot be told, the connection ends
 
 
-class Pending:
-    """A PUBLISH from the client on its way: its answer is ``code`` once known."""
+@dataclass(slots=True, eq=False)
+class Inflight(Message):
+    """A PUBLISH from the client on its way, as the message it publishes (the pipeline's
+    row): its answer is ``code`` once known."""
 
-    __slots__ = ("packet", "message", "code", "unrouted")
-
-    def __init__(self, packet: Publish, message: Message) -> None:
-        self.packet = packet
-        self.message = message
-        self.code: int | None = None
-        self.unrouted = False
+    packet_id: int = 0
+    qos: int = 0
+    retain: bool = False
+    code: int | None = None
+    unrouted: bool = False  # reached no queue (5.0: answered 0x10, No matching subscribers)
 
 
 class Publishing:
@@ -52,59 +55,59 @@ class Publishing:
         self.inbound = inbound
         self.version = version
         self.out = out
-        self.answers: deque[Pending] = deque()  # QoS 1/2 PUBLISHes not answered yet, in order
-        self.batch: list[Pending] = []  # PUBLISHes of this read, published together
+        self.answers: deque[Inflight] = deque()  # QoS 1/2 PUBLISHes not answered yet, in order
+        self.batch: list[Inflight] = []  # PUBLISHes of this read, published together
         self.envelopes: EnvelopeCache = {}  # shared by this connection's PUBLISHes without properties
 
-    def take(self, p: Publish, message: Message) -> None:
-        """A PUBLISH accepted: into the batch, and awaiting its answer if QoS 1/2."""
-        pending = Pending(p, message)
+    def take(self, p: Publish, m: Inflight) -> None:
+        """A PUBLISH accepted (its message ``m``): into the batch, and awaiting its answer
+        if QoS 1/2."""
+        m.packet_id = p.packet_id
+        m.retain = p.retain
         if p.qos:
-            self.answers.append(pending)
-        self.batch.append(pending)
+            m.qos = p.qos
+            self.answers.append(m)
+        self.batch.append(m)
 
-    def take_batch(self) -> list[Pending]:
+    def take_batch(self) -> list[Inflight]:
         batch, self.batch = self.batch, []
         return batch
 
     def refused(self, p: Publish, code: int) -> None:
         """A PUBLISH refused with ``code`` (5.0: its answer says so, in its turn)."""
         if p.qos:
-            pending = Pending(p, Message())
-            pending.code = code
-            self.answers.append(pending)
+            self.answers.append(Inflight(packet_id=p.packet_id, qos=p.qos, code=code))
 
-    def routed(self, batch: list[Pending], unrouted: list[int], done: int, failed: bool) -> None:
+    def routed(self, batch: list[Inflight], unrouted: list[int], done: int, failed: bool) -> None:
         """The batch was appended: ``unrouted`` reached no queue; items from ``done`` on
         were not published (``failed``)."""
         v5 = self.version == MQTT_5
         for i in unrouted:
-            pending = batch[i]
-            pending.unrouted = True
-            if pending.code == 0 and v5:
-                pending.code = NO_MATCHING_SUBSCRIBERS
+            m = batch[i]
+            m.unrouted = True
+            if m.code == 0 and v5:
+                m.code = NO_MATCHING_SUBSCRIBERS
         if failed:
-            for pending in batch[done:]:
-                pending.code = UNSPECIFIED_ERROR
+            for m in batch[done:]:
+                m.code = UNSPECIFIED_ERROR
 
-    def durable(self, batch: list[Pending], first: int, last: int, failed: bool) -> list[Pending]:
+    def durable(self, batch: list[Inflight], first: int, last: int, failed: bool) -> list[Inflight]:
         """Items ``first`` to ``last`` are durable (or ``failed``); those retained with
         QoS 1/2, to keep now."""
         retained = []
         v5 = self.version == MQTT_5
-        for pending in batch[first:last + 1]:
+        for m in batch[first:last + 1]:
             if failed:
-                pending.code = UNSPECIFIED_ERROR
+                m.code = UNSPECIFIED_ERROR
             else:
-                p = pending.packet
-                if p.retain and p.qos:
-                    retained.append(pending)
-                pending.code = NO_MATCHING_SUBSCRIBERS if pending.unrouted and v5 else 0
+                if m.retain and m.qos:
+                    retained.append(m)
+                m.code = NO_MATCHING_SUBSCRIBERS if m.unrouted and v5 else 0
         return retained
 
-    def all_failed(self, batch: list[Pending]) -> None:
-        for pending in batch:
-            pending.code = UNSPECIFIED_ERROR
+    def all_failed(self, batch: list[Inflight]) -> None:
+        for m in batch:
+            m.code = UNSPECIFIED_ERROR
 
     def flush(self, connected: bool) -> int:
         """Write the answers that are ready, in the order the PUBLISHes came; SAVE and
@@ -113,19 +116,20 @@ class Publishing:
         asks = 0
         version = self.version
         while answers and (code := answers[0].code) is not None:
-            p = answers.popleft().packet
+            m = answers.popleft()
             if not connected:
                 continue
             if code >= 0x80 and version < MQTT_5:
                 return asks | CLOSE
-            self.inbound.answered(p)
-            if p.qos == 1:
-                self.out.append(_PUBACK.pack(0x40, 2, p.packet_id) if not code
-                                else encode(PubAck(p.packet_id, code), version))
+            packet_id = m.packet_id
+            self.inbound.answered(m.qos, packet_id)
+            if m.qos == 1:
+                self.out.append(_PUBACK.pack(0x40, 2, packet_id) if not code
+                                else encode(PubAck(packet_id, code), version))
             else:
                 if code >= 0x80:  # refused: the id is free again at once
-                    self.inbound.release(p.packet_id)
-                self.out.append(encode(PubRec(p.packet_id, code), version))
+                    self.inbound.release(packet_id)
+                self.out.append(encode(PubRec(packet_id, code), version))
                 asks |= SAVE
         return asks
 

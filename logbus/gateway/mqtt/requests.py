@@ -21,7 +21,7 @@ from .packets import Subscription, Will
 
 if TYPE_CHECKING:
     from ...core.types import Message
-    from .publishing import Pending
+    from .publishing import Inflight
     from .session import Session
     from .subscriptions import Filtered
 
@@ -82,7 +82,7 @@ class PublishBatch:
     the machine ``routed`` with its result, then ``durable`` as they become durable (or
     ``batch_refused`` if it raised)."""
 
-    items: list[Pending]
+    items: list[Inflight]
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ The room knows nothing of sockets: connections (``protocol.MqttProtocol``) call 
 from __future__ import annotations
 
 import logging
+from functools import partial
 import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -125,6 +126,7 @@ class MqttRoom:
     def __init__(self, broker: Broker, reactor: Any, *, vhost: str = "/", max_queued: int = 0,
                  max_session_expiry: int = NEVER_EXPIRES, dropped: Callable[[], object] | None = None) -> None:
         self.broker = broker
+        broker.at_start.append(self.start)  # its stored sessions' queues, before the broker's redo
         self.reactor = reactor
         self.vhost_name = vhost
         self.max_session_expiry = max_session_expiry
@@ -454,15 +456,17 @@ class MqttRoom:
     def publish(self, message: Message, on_durable: Callable[[Any], object] | None = None) -> bool:
         """Publish to ``amq.topic``; True when a queue took it. ``on_durable(result)``
         fires once the append is durable (the exception if it failed or was refused)."""
-        env = message.envelope
-        return bool(self.vhost().publish(EXCHANGE, env.routing_key, message, on_durable=on_durable).routed)
+        out = self.broker.pipeline.publish(self.vhost(), [message],
+                                           None if on_durable is None else partial(_one, on_durable))
+        if out.error is not None:
+            raise out.error
+        return out.routed
 
-    def publish_many(self, items: list[tuple[str, str, Message, Any]],
-                     on_durable: Callable[[int, int, Any], object] | None = None) -> Any:
-        """Consecutive publishes of one read, together (the vhost's ``publish_many``); the
-        queues they reach are dispatched once at the end of the turn, with every other
-        connection's publishes of the turn (a fleet: one delivery run per subscriber)."""
-        return self.vhost().publish_many(items, on_durable, dispatch_later=True)
+    def publish_many(self, rows: list[Message], on_durable: Callable[[int, int, Any], object] | None = None) -> Any:
+        """A turn's publishes, together (the broker's pipeline: their envelopes say
+        ``amq.topic`` and the routing key); the queues they reach are dispatched once at
+        the end of the turn (a fleet: one delivery run per subscriber)."""
+        return self.broker.pipeline.publish(self.vhost(), rows, on_durable, dispatch_later=True)
 
     def retain(self, message: Message, qos: int) -> None:
         """Keep (or, with an empty payload, clear) the retained message of its topic."""
@@ -477,7 +481,7 @@ class MqttRoom:
 
     def publish_will(self, will: Will, client_id: str) -> None:
         p = Publish(will.topic, will.payload, will.qos, will.retain, properties=will.properties)
-        message = message_from_publish(will.topic, p, client_id, self.clock())
+        message: Message = message_from_publish(will.topic, p, client_id, self.clock())
         try:
             if will.retain:
                 self.retain(message, will.qos)
@@ -536,3 +540,7 @@ class MqttRoom:
                 "in_flight": len(s.outbound.in_flight),
             })
         return out
+
+
+def _one(on_durable: Callable[[Any], object], first: int, last: int, result: Any) -> None:
+    on_durable(result)

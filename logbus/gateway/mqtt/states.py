@@ -10,3 +10,7 @@ class State(enum.Enum):
     CONNECTING = "connecting"  # CONNECT taken, its login asked of the shell
     CONNECTED = "connected"
     CLOSED = "closed"
+
+    # members are singletons: hashed by identity, not by name (Enum's __hash__ is a
+    # Python call; the machine looks a (state, packet type) up per packet)
+    __hash__ = object.__hash__

@@ -23,32 +23,29 @@ from bisect import bisect_right
 from typing import Any, Protocol
 
 from ...core.errors import LogbusError
-from ...core.types import Tick
-from .mapping import EXCHANGE
-from .publishing import Pending
+from ...core.types import Message, Tick
+from .publishing import Inflight
 
 
 class Publisher(Protocol):
     """What a connection (``MqttProtocol``) is told of its batch."""
 
-    def published(self, batch: list[Pending], unrouted: list[int], done: int, error: str | None) -> None: ...
+    def published(self, batch: list[Inflight], unrouted: list[int], done: int, error: str | None) -> None: ...
 
-    def publish_failed(self, batch: list[Pending], error: str) -> None: ...
+    def publish_failed(self, batch: list[Inflight], error: str) -> None: ...
 
-    def durable(self, batch: list[Pending], first: int, last: int, result: Any) -> None: ...
+    def durable(self, batch: list[Inflight], first: int, last: int, result: Any) -> None: ...
 
 
-def _items(batch: list[Pending]) -> list[tuple[str, str, Any, None]]:
-    return [(EXCHANGE, b.message.envelope.routing_key, b.message, None) for b in batch]
 
 
 class TurnPublishes:
     def __init__(self, room: Any, tick: Tick) -> None:
         self.room = room  # the MqttRoom: publish_many
         self._tick = tick
-        self._batches: list[tuple[Publisher, list[Pending]]] = []
+        self._batches: list[tuple[Publisher, list[Inflight]]] = []
 
-    def add(self, c: Publisher, batch: list[Pending]) -> None:
+    def add(self, c: Publisher, batch: list[Inflight]) -> None:
         """A read's publishes, kept for the end of the turn."""
         if not self._batches:
             self._tick.later(self.publish)
@@ -60,11 +57,11 @@ class TurnPublishes:
         batches, self._batches = self._batches, []
         if not batches:
             return
-        items: list[tuple[str, str, Any, None]] = []
+        rows: list[Message] = []
         starts: list[int] = []
         for _, batch in batches:
-            starts.append(len(items))
-            items.extend(_items(batch))
+            starts.append(len(rows))
+            rows.extend(batch)
 
         def durable(first: int, last: int, result: Any) -> None:
             i = bisect_right(starts, first) - 1
@@ -75,7 +72,7 @@ class TurnPublishes:
                 i += 1
 
         try:
-            out = self.room.publish_many(items, durable)
+            out = self.room.publish_many(rows, durable)
         except LogbusError as e:
             for c, batch in batches:
                 c.publish_failed(batch, str(e))

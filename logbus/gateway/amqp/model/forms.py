@@ -29,6 +29,7 @@ from ....core.types import DeadLetterCopy, Forms
 from ....core.types import Envelope, Message
 from ..errors import MalformedFrame
 from ..fastpath import decode_table
+from .translate import x_delay
 
 
 def typed_headers(message: Message) -> Mapping[str, Any] | None:
@@ -105,4 +106,10 @@ def deaths_of(x_death: Any) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-AMQP_FORMS = Forms(headers=typed_headers, dead_letter=dead_letter)
+def delay(message: Message) -> int:
+    """The ``x-delay`` a message read back from the log was published with (0: none)."""
+    headers = typed_headers(message)
+    return x_delay(headers) if headers else 0
+
+
+AMQP_FORMS = Forms(headers=typed_headers, dead_letter=dead_letter, delay=delay)

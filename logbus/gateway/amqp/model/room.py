@@ -5,15 +5,15 @@ terms (``core/vhost.py``), with RabbitMQ's checks and wording. The channel's met
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ....core.errors import PreconditionFailed
 from ....core.types import (
-    HEADERS, QUEUE, DestKind, HeaderMatch, Message, Published, QueueSettings, QueueState, VHost, freeze_arguments,
+    HEADERS, QUEUE, DestKind, HeaderMatch, QueueSettings, QueueState, VHost, freeze_arguments,
 )  # fmt: skip
 from .queue_args import check_equivalent, parse_queue_arguments
-from .translate import binding_filter, exchange_kind, header_match, x_delay
+from .translate import binding_filter, exchange_kind, header_match
 
 
 def declare_exchange(vhost: VHost, name: str, kind: str = "direct", *, durable: bool = False,
@@ -61,11 +61,3 @@ def _match(vhost: VHost, source: str, arguments: Mapping[str, Any]) -> HeaderMat
     if not vhost.has_exchange(source) or vhost.exchange(source).routing_kind != HEADERS:
         return None
     return header_match(freeze_arguments(arguments))
-
-
-def publish(vhost: VHost, exchange: str, routing_key: str, message: Message, *,
-            headers: Mapping[str, Any] | None = None,
-            on_durable: Callable[[Any], object] | None = None) -> Published:
-    """basic.publish; an ``x-delay`` header delays it on a delayed-message exchange."""
-    return vhost.publish(exchange, routing_key, message, headers=headers,
-                         delay_ms=x_delay(headers) if headers else 0, on_durable=on_durable)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ....core.errors import PreconditionFailed
-from ....core.types import Arguments, HeaderMatch
+from ....core.types import Arguments, HeaderMatch, Message
 from ....filters import FilterError
 from ....filters.message_filter import SQL_ARG, TAG_ARG, FilterSpec
 
@@ -62,6 +62,13 @@ def x_delay(headers: Mapping[str, Any]) -> int:
         text = value.decode() if isinstance(value, bytes) else value
         value = int(text) if text.lstrip("-").isdigit() else 0
     return value if isinstance(value, int) and value > 0 else 0
+
+
+def message_delay(message: Message) -> int:
+    """A publish's ``x-delay`` (``Pipeline.publish``'s ``delay_of``): from the typed
+    headers the gateway decoded."""
+    headers = message.routing_headers
+    return x_delay(headers) if headers else 0
 
 
 X_MATCH: Final = "x-match"
