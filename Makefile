@@ -1,27 +1,49 @@
 # The two set-up commands a new user needs: `make run` and `make test`.
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 PROTOS := logbus/core/envelope.proto logbus/core/state.proto
 
-.PHONY: run test install install-test spark proto bench clean debian-tools sslyze console-vendor console-screenshots
+.PHONY: run test install install-test build spark proto bench clean debian-tools sslyze \
+	console-vendor console-screenshots FORCE
 
-$(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+# Debian packages installed when missing, through sudo unless run as root: `$(call apt,PKGS)`.
+apt = SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(1) >/dev/null
+
+# The interpreter .venv is made with (decision 0043, docs/development.md): an optimised
+# CPython >= 3.11 where one is installed (Debian's /usr/bin/python3.11 is built with PGO
+# and LTO; a source build only with --enable-optimizations --with-lto), said in one line
+# at every `make run` and `make test`; `make PYTHON=python3.13 ...` (or PYTHON in the
+# environment) chooses instead. tools/venv.sh makes .venv again when it was made by another
+# interpreter (.venv/.interpreter records which), so a stale venv never keeps the slow
+# one; the record's mtime changes only then, and everything is installed again. It also
+# installs Debian's python3.X-venv, python3.X-dev and gcc when missing (the compiled
+# modules: setup.py; without a compiler the build is pure).
+INTERPRETER := $(VENV)/.interpreter
+$(INTERPRETER): FORCE
+	@sh tools/venv.sh "$(PYTHON)" $(VENV)
 
 # An editable install whose .pth puts the repository root on sys.path: PySpark finds data
 # sources by listing the pyspark_* modules on sys.path (pkgutil.iter_modules), which does
 # not see an import hook, so pyspark_logbus would not be found outside the repository.
 # pyproject.toml's `package-dir = {"" = "."}` is what makes setuptools' default editable
 # mode write that .pth (its deprecated compat mode did the same, with a warning block).
-$(VENV)/.installed: pyproject.toml Makefile | $(PY)
+# The install builds the compiled modules in place (setup.py, logbus/compiled.py).
+$(VENV)/.installed: pyproject.toml setup.py Makefile $(INTERPRETER)
 	$(PY) -m pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml Makefile | $(PY) debian-tools
+$(VENV)/.installed-test: pyproject.toml setup.py Makefile $(INTERPRETER) | debian-tools
 	$(PY) -m pip install -q -e '.[test,spark]'
 	touch $@ $(VENV)/.installed
+
+# The compiled modules built again when a source changed since they were built (or the
+# list did, or LOGBUS_PURE changed): logbus/compiled.py compares each source with its hash
+# in logbus/compiled.json (-P: run as a file, the logbus directory must not shadow stdlib
+# modules). Then one line says which build runs: compiled, or pure Python and why.
+build:
+	@if $(PY) -P logbus/compiled.py --needs-build; then $(PY) -m pip install -q --no-deps -e .; fi
+	@$(PY) -P logbus/compiled.py
 
 # The Spark data source's extra (pyspark, pyarrow, numpy, numba: docs/spark.md) without
 # the test toolchain; `make run` serves without it.
@@ -43,8 +65,7 @@ debian-tools: $(PROMETHEUS)
 	@missing=""; for tp in $(DEBIAN_TOOLS); do command -v $${tp%%:*} >/dev/null || missing="$$missing $${tp#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+		$(call apt,$$missing); \
 		case " $$missing " in *" mosquitto "*) if [ -d /run/systemd/system ]; then \
 			$$SUDO systemctl disable --now mosquitto.service; fi;; esac; \
 	fi
@@ -62,8 +83,8 @@ $(PROMETHEUS):
 # sslyze (PyPI), the TLS scanner tests/integration/test_tls_scan.py runs against every TLS
 # listener, in a venv of its own: it pins a cryptography older than the broker's.
 SSLYZE_VENV := .venv-sslyze
-$(SSLYZE_VENV)/.installed:
-	$(PYTHON) -m venv $(SSLYZE_VENV)
+$(SSLYZE_VENV)/.installed: | $(INTERPRETER)
+	$$(cat $(INTERPRETER)) -m venv $(SSLYZE_VENV)
 	$(SSLYZE_VENV)/bin/python -m pip install -q sslyze==6.3.1
 	touch $@
 sslyze: $(SSLYZE_VENV)/.installed
@@ -72,7 +93,7 @@ install: $(VENV)/.installed
 
 install-test: $(VENV)/.installed-test
 
-run: install
+run: install build
 	$(VENV)/bin/logbus serve --data-dir ./data
 
 # The suite over the cores with pytest-xdist, two workers a core: its tests mostly wait (on
@@ -80,8 +101,14 @@ run: install
 # the CPU idle (docs/development.md: the tiers, their times, the measurement).
 # PYTEST_WORKERS=1 runs it in one process.
 PYTEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc 2>/dev/null || echo 1) )))
-test: debian-tools install-test sslyze
+# The whole suite against the compiled build, then the unit and core tiers again pure
+# (LOGBUS_PURE=1: the compiled modules loaded from their .py; lint and types, which do not
+# depend on it, once), so that both builds pass the same tests (docs/development.md).
+PURE_TIERS := tests/unit tests/core --deselect tests/unit/test_lint.py::test_ruff_is_clean \
+	--deselect tests/unit/test_typing.py::test_mypy_is_clean
+test: debian-tools install-test build sslyze
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=25
+	LOGBUS_PURE=1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(PURE_TIERS)
 
 # Regenerate the committed protobuf modules (tests/unit/test_proto_fresh.py fails when stale).
 proto: install-test
@@ -104,8 +131,10 @@ console-vendor:
 console-screenshots: debian-tools install-test
 	LOGBUS_CONSOLE_SCREENSHOTS=docs/images $(PY) -m pytest -q tests/browser/test_console_screenshots.py
 
-bench: install
+bench: install build
 	$(PY) bench/log_append.py
 
+# the compiled build too: every extension in the tree, mypyc's shared library, the manifest
 clean:
-	rm -rf $(VENV) $(SSLYZE_VENV) .tools build *.egg-info
+	rm -rf $(VENV) $(SSLYZE_VENV) .tools build *.egg-info logbus__mypyc.* logbus/compiled.json
+	find logbus -name '*.so' -delete

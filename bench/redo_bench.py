@@ -53,10 +53,9 @@ def fill(path: Path, messages: int, queues: int) -> None:
         room.bind(v, "xd", f"q{i}", "k")
     props = Properties(delivery_mode=2)
     raw = encode_properties(props)
-    items = [("xd", "k", to_message(Publish(1, "xd", "k", False, False, props, raw, b"x" * 100)), None)
-             for _ in range(1000)]
+    rows = [to_message(Publish(1, "xd", "k", False, False, props, raw, b"x" * 100)) for _ in range(1000)]
     for _ in range(messages // 1000):
-        v.publish_many(items)
+        b.pipeline.publish(v, rows)
         settle(loop)
     b.stop()
     settle(loop)

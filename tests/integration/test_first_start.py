@@ -16,8 +16,9 @@ from typing import Any
 
 from tests.serverproc import REPO_ROOT
 
-# what `pip install` needs of the repository (pyproject's readme is README.md)
-SOURCES = ("pyproject.toml", "README.md", "Makefile", "pyspark_logbus.py", "logbus")
+# what `pip install` needs of the repository (pyproject's readme is README.md; setup.py
+# builds the compiled modules; tools/ has the Makefile's choice of interpreter)
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "Makefile", "pyspark_logbus.py", "logbus", "tools")
 
 
 def _copy_sources(dest: Path) -> Path:
@@ -25,7 +26,9 @@ def _copy_sources(dest: Path) -> Path:
     for name in SOURCES:
         src = REPO_ROOT / name
         if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            # not the in-place build: the install builds its own
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so",
+                                                                            "compiled.json"))
         else:
             shutil.copy2(src, dest / name)
     return dest
@@ -44,15 +47,18 @@ def test_make_install_prints_no_setuptools_warning_and_spark_finds_the_module(tm
     # the test venv's packages (pip, and logbus's dependencies, so nothing is downloaded but
     # the build backend), after the install's own .pth
     (purelib / "zz-test-packages.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    plan = subprocess.run(["make", "-n", "-C", str(repo), f"VENV={venv}", "install"],
+    # the venv is the interpreter's the Makefile is given, and says so: it is kept
+    (venv / ".interpreter").write_text(os.path.realpath(sys.executable) + "\n")
+    plan = subprocess.run(["make", "-n", "-C", str(repo), f"VENV={venv}", f"PYTHON={sys.executable}", "install"],
                           capture_output=True, text=True, check=True).stdout
     steps = [line for line in plan.splitlines() if line.strip() and not line.startswith("make")]
     assert any(" pip install " in step for step in steps), plan
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    out = subprocess.run(["sh", "-ec", "\n".join(steps)], cwd=repo, env=env, capture_output=True, text=True,
-                         timeout=300)
-    printed = out.stdout + out.stderr
-    assert out.returncode == 0, printed
+    printed = ""
+    for step in steps:  # each in a shell of its own, as make runs them
+        out = subprocess.run(["sh", "-ec", step], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        printed += out.stdout + out.stderr
+        assert out.returncode == 0, printed
     assert "setuptools" not in printed and "Warning" not in printed and "!!" not in printed, printed
     found = subprocess.run(
         [str(venv / "bin/python"), "-c",

@@ -518,7 +518,7 @@ def test_subscription_identifier_in_a_client_publish(server: Any, bystanders: By
     with session(server, 5) as (r, _):
         topic, payload = accepted_publish(r, bystanders)
         r.send(Publish(bystanders.topic("with-sid"), b"x", qos=1, packet_id=2,
-                       properties=Properties(subscription_identifiers=[5])))
+                       properties=Properties(subscription_identifiers=(5,))))
         assert_protocol_error(r, 5, PROTOCOL_ERROR)
     bystanders.wait_for(topic, payload)
 
