@@ -389,3 +389,23 @@ def test_a_delivery_settles_only_its_own_queues_lease() -> None:
             new.settle(d_old, outcome)
     assert new.leases == {0: d_new} and new.unacked_count == 1
     assert new.ack(d_new) is d_new.entry and not new.entries
+
+
+def test_an_entry_taken_through_a_view_and_given_back_twice_is_ready_once() -> None:
+    """An entry taken through a consumer filter's view leaves its copy in the main ready
+    heap behind (skipped there while leased); given back, that copy is its place again,
+    not a second one (Hypothesis found peek listing it twice, and message order with it)."""
+    from logbus.core.queues.entry import NullJournal
+
+    q = Queue("q", QueueLimits(), NullJournal(), RetryPolicy())
+    q.watch("even", lambda e, message: VIEWS["even"](e.offset, e.priority))
+    q.watch("odd", lambda e, message: VIEWS["odd"](e.offset, e.priority))
+    q.publish("t", 0, 0, 0)
+    for _ in range(2):
+        d, _ = q.take("a", view=q.views["even"])
+        assert d is not None and d.entry.seq == 0
+        q.release("a")
+    assert [e.seq for e in q.peek(5)] == [0] and q.message_count == 1
+    d, _ = q.take("b")
+    assert d is not None and d.entry.seq == 0
+    assert q.take("b")[0] is None  # no second copy to hand out

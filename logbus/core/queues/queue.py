@@ -113,6 +113,8 @@ class Queue(Viewed):
         self.ready_bytes = 0
         self.views: dict[Any, View] = {}  # a consumer filter's key -> its view
         self._stale = 0  # copies in the ready heaps of seqs taken through a view or dropped
+        # the seqs of those taken through a view: given back, that copy is their place again
+        self._stale_seqs: set[int] = set()
         # the service's count of log offsets its entries point at (retention keeps them)
         self.pins: OffsetPins | None = None
         self._tables_freed_at = 0  # next_seq when the tables of ``_objects`` and ``leases`` were last freed
@@ -547,7 +549,12 @@ class Queue(Viewed):
         if heap is None:
             heap = self._ready[entry.priority] = []
             self._add_priority(entry.priority)
-        heapq.heappush(heap, entry.seq)
+        seq = entry.seq
+        if seq in self._stale_seqs:  # taken through a view: its copy is still in the heap
+            self._stale_seqs.discard(seq)
+            self._stale -= 1
+        else:
+            heapq.heappush(heap, seq)
         self.ready_count += 1
         self.ready_bytes += entry.size
         if self.views:
@@ -572,7 +579,7 @@ class Queue(Viewed):
         heap = self._ready.get(pri)
         if heap and self._stale:
             while heap and not self._object_ready(heap[0]):
-                heapq.heappop(heap)
+                self._stale_seqs.discard(heapq.heappop(heap))
                 self._stale -= 1  # taken through a view, or dropped
         rows = self._rows.get(pri)
         row = -1 if rows is None else rows.first()
@@ -618,6 +625,7 @@ class Queue(Viewed):
         entry = self._objects.get(seq)
         if entry is not None:
             self._stale += 1  # its copy in a ready heap
+            self._stale_seqs.add(seq)
         else:
             found = self.entries.locate(seq)
             assert found is not None
@@ -665,6 +673,7 @@ class Queue(Viewed):
         self._ready.clear()
         self._priorities.clear()
         self._stale = 0
+        self._stale_seqs.clear()
 
     def _unpin(self, entry: Entry) -> None:
         if self.pins is not None:

@@ -65,6 +65,7 @@ class Viewed:
     _ready: dict[int, list[int]]
     _priorities: list[int]
     _stale: int
+    _stale_seqs: set[int]
 
     if TYPE_CHECKING:
         def _object_ready(self, seq: int) -> bool: ...
@@ -148,3 +149,4 @@ class Viewed:
             heapq.heapify(heap)
         self._ready = ready
         self._stale = 0
+        self._stale_seqs.clear()
