@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -397,11 +398,9 @@ class Pipeline:
                            exchange=env.exchange, routing_key=env.routing_key)
                 return True
             try:
-                queues, candidates = router.route_filtered(env.exchange, env.routing_key, self.forms.headers(message))
+                queues = self._stored_route(vhost, env.exchange, env.routing_key, topic, message)
             except Refused:
                 return False
-            if candidates:
-                queues = queues | passing(candidates, message, topic, self.forms.properties)
         elif router.routes_topic(topic):  # as a Kafka or HTTP record is routed
             queues = vhost.record_queues(topic, message)
         else:
@@ -456,16 +455,33 @@ class Pipeline:
         ``visible_ms``): routed through ``exchange`` as it is now (gone: dropped, as
         RabbitMQ's plugin drops it)."""
         try:
-            queues, candidates = vhost.router.route_filtered(exchange, routing_key, self.forms.headers(message))
+            queues = self._stored_route(vhost, exchange, routing_key, topic, message)
         except Refused as e:
             log.info("a delayed message for exchange %r in vhost %r was dropped: %s", exchange, vhost.name, e)
             return
-        if candidates:
-            queues = queues | passing(candidates, message, topic, self.forms.properties)
         if queues:
             self._enqueue(vhost, queues, topic, partition, offset, message, self.clock(), visible_ms)
             for name in queues:
                 vhost.service.dispatch(name)
+
+
+    def _stored_route(self, vhost: VHost, exchange: str, routing_key: str, topic: str,
+                      message: Message) -> frozenset[str]:
+        """The queues a message read back from the log reaches through ``exchange`` as it is
+        now, by the typed headers its protocol's forms find in it. Raises Refused."""
+        queues, candidates = vhost.router.route_filtered(exchange, routing_key, self.forms.headers(message))
+        if candidates:
+            queues = queues | passing(candidates, message, topic, self.forms.properties)
+        return queues
+
+
+def one_row(on_durable: Callable[[Any], object]) -> OnDurable:
+    """A one-row publish's ``on_durable(result)`` as the pipeline calls it."""
+    return partial(_one_row, on_durable)
+
+
+def _one_row(on_durable: Callable[[Any], object], first: int, last: int, result: Any) -> None:
+    on_durable(result)
 
 
 def _ignore(_: Any) -> None:

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     )
     from .state_pb2 import MqttSessionRecord, RetainedRecord
     from .tick import Tick, tick_of
-    from .pipeline import Published
+    from .pipeline import Published, one_row
     from .vhost import VHost
     from .log.topic_config import TopicConfig, validate_topic_name
     from .streams.group_model import (
@@ -99,6 +99,7 @@ _OWNER = {
     "Perm": "access.auth",
     "Popped": "queues.pop",
     "Published": "pipeline",
+    "one_row": "pipeline",
     "QUEUE": "routing.definitions",
     "QueueLimits": "queues.queue",
     "QueueSettings": "queues.service",
@@ -176,6 +177,7 @@ __all__ = [
     "PeekedMessage",
     "Popped",
     "Published",
+    "one_row",
     "QueueInfo",
     "QueueLimits",
     "QueueSettings",

@@ -25,7 +25,6 @@ AMQP gateway's ``x-`` arguments: ``gateway/amqp/model/``), and implements ``Cons
 from __future__ import annotations
 
 import logging
-from functools import partial
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +55,7 @@ from .routing.router import (
 )
 from .state import StateStore
 
-from .pipeline import NoPopGroups, Pipeline
+from .pipeline import NoPopGroups, Pipeline, one_row
 
 if TYPE_CHECKING:
     from .pipeline import Published
@@ -279,7 +278,7 @@ class VHost:
             env.routing_key = routing_key
         if headers is not None:
             message.routing_headers = headers
-        out = self.pipeline.publish(self, [message], None if on_durable is None else partial(_single, on_durable),
+        out = self.pipeline.publish(self, [message], None if on_durable is None else one_row(on_durable),
                                     delay_of=(lambda _: delay_ms) if delay_ms > 0 else None, deaths=deaths)
         if out.error is not None:
             raise out.error
@@ -426,9 +425,3 @@ class VHost:
                          deaths=copy.deaths)
         except LogbusError as exc:
             log.info("dead-lettering from %r to %r failed: %s", qs.name, dlx, exc)
-
-
-
-
-def _single(on_durable: Callable[[Any], object], first: int, last: int, result: Any) -> None:
-    on_durable(result)

@@ -86,6 +86,15 @@ def setup(brokers: Brokers) -> tuple[Any, AmqpTerms]:
     return b, v
 
 
+def three_published(brokers: Brokers) -> tuple[Any, AmqpTerms]:
+    """``setup``, then m0..m2 published to "xd" and settled."""
+    b, v = setup(brokers)
+    for i in range(3):
+        v.publish("xd", "k", amqp_message("xd", "k", b"m%d" % i))
+    settle(brokers)
+    return b, v
+
+
 def test_a_confirm_syncs_the_records_only_and_the_turns_batch_marks_the_partition(tmp_path: Path) -> None:
     brokers = Brokers(tmp_path)
     b, v = setup(brokers)
@@ -115,10 +124,7 @@ def test_a_confirm_syncs_the_records_only_and_the_turns_batch_marks_the_partitio
 
 def test_records_past_a_mark_are_routed_again_into_the_queues_that_lack_them_once(tmp_path: Path) -> None:
     brokers = Brokers(tmp_path)
-    b, v = setup(brokers)
-    for i in range(3):
-        v.publish("xd", "k", amqp_message("xd", "k", b"m%d" % i))
-    settle(brokers)
+    b, v = three_published(brokers)
     assert stored_mark(b.state, "xd") == 3
     brokers.stop()
     lose(tmp_path, marks={"xd": 0}, entries_of=("q2",))  # q1's batch survived, q2's did not
@@ -133,10 +139,7 @@ def test_records_past_a_mark_are_routed_again_into_the_queues_that_lack_them_onc
 
 def test_a_kill_leaves_the_marks_current_and_nothing_is_redone(tmp_path: Path) -> None:
     brokers = Brokers(tmp_path)
-    b, v = setup(brokers)
-    for i in range(3):
-        v.publish("xd", "k", amqp_message("xd", "k", b"m%d" % i))
-    settle(brokers)
+    b, v = three_published(brokers)
     got = b.vhost("/").service.take("q1", "me", 2, no_ack=True)  # settled: their entries deleted
     assert len(got) == 2
     settle(brokers)

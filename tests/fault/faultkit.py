@@ -221,19 +221,23 @@ class Publishers:
         return sum(len(v) for v in self.confirmed.values())
 
 
+def drain(ch: Any, queue: str) -> list[bytes]:
+    """The bodies ``queue`` holds now, taken (basic.get with auto-ack until it is empty)."""
+    out = []
+    while True:
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            return out
+        out.append(body)
+
+
 def read_back(server: LogbusServer) -> dict[str, list[bytes]]:
     """Everything each destination holds now (queues are drained)."""
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.ports["amqp"]))
     ch = conn.channel()
     out: dict[str, list[bytes]] = {}
     for protocol, queue in (("amqp", AMQP_QUEUE), ("mqtt", MQTT_QUEUE)):
-        got = []
-        while True:
-            method, _, body = ch.basic_get(queue, auto_ack=True)
-            if method is None:
-                break
-            got.append(body)
-        out[protocol] = got
+        out[protocol] = drain(ch, queue)
     conn.close()
     for protocol, topic in (("kafka", KAFKA_TOPIC), ("http", HTTP_TOPIC)):
         c = KafkaConsumer(topic, bootstrap_servers=f"127.0.0.1:{server.ports['kafka']}",

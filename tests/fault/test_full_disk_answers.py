@@ -26,7 +26,7 @@ from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProdu
 from logbus.gateway.mqtt import NO_PROPERTIES, ConnAck, Connect, Disconnect, Properties, Subscribe, Subscription
 
 from tests.fault.answerkit import AmqpPublisher, Answer, KafkaPublisher, MqttPublisher, publish_together
-from tests.fault.faultkit import Tmpfs, http, on_a_small_disk
+from tests.fault.faultkit import Tmpfs, drain, http, on_a_small_disk
 from tests.integration.mqtt_clients import Paho, Raw
 from tests.kafka_wire import Wire
 from tests.serverproc import LogbusServer
@@ -124,13 +124,7 @@ def no_traceback(s: LogbusServer, since: int) -> None:
 def read_queue(s: LogbusServer, queue: str) -> list[bytes]:
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", s.ports["amqp"]))
     try:
-        ch = conn.channel()
-        got = []
-        while True:
-            method, _, b = ch.basic_get(queue, auto_ack=True)
-            if method is None:
-                return got
-            got.append(b)
+        return drain(conn.channel(), queue)
     finally:
         conn.close()
 

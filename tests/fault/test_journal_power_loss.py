@@ -28,6 +28,7 @@ import pytest
 from kafka import KafkaProducer
 
 from tests.integration.mqtt_clients import Paho
+from tests.fault.faultkit import drain
 from tests.serverproc import LogbusServer, ServerFactory
 
 N = 15  # messages of each kind after the noted point
@@ -91,15 +92,6 @@ def newest_wal(server: LogbusServer) -> Path:
     logs = sorted((server.data_dir / "state").glob("*.log"), key=lambda p: int(p.stem))
     assert logs, "no RocksDB write-ahead log"
     return logs[-1]
-
-
-def drain(ch: Any, queue: str) -> list[bytes]:
-    out = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return out
-        out.append(body)
 
 
 def collect(server: LogbusServer, want: dict[str, list[bytes]]) -> dict[str, list[bytes]]:

@@ -47,13 +47,12 @@ The room knows nothing of sockets: connections (``protocol.MqttProtocol``) call 
 from __future__ import annotations
 
 import logging
-from functools import partial
 import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import LogbusError, StorageError
-from ...core.types import Message
+from ...core.types import Message, one_row
 from ...core.types import Outcome
 from ...core.types import DROP_NEW, Delivery, QueueLimits, QueueSettings
 from ...core.types import RetainedStore
@@ -457,7 +456,7 @@ class MqttRoom:
         """Publish to ``amq.topic``; True when a queue took it. ``on_durable(result)``
         fires once the append is durable (the exception if it failed or was refused)."""
         out = self.broker.pipeline.publish(self.vhost(), [message],
-                                           None if on_durable is None else partial(_one, on_durable))
+                                           None if on_durable is None else one_row(on_durable))
         if out.error is not None:
             raise out.error
         return out.routed
@@ -536,7 +535,3 @@ class MqttRoom:
                 "in_flight": len(s.outbound.in_flight),
             })
         return out
-
-
-def _one(on_durable: Callable[[Any], object], first: int, last: int, result: Any) -> None:
-    on_durable(result)
