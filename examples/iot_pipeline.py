@@ -82,9 +82,9 @@ def append_locally(broker: Any, records: int) -> None:
     @defer.inlineCallbacks
     def run() -> Any:
         try:
-            if TOPIC not in {t.name for t in broker.list_topics()}:
-                broker.create_topic(TOPIC, {"partitions": PARTITIONS})
-            parts = len(broker.describe_topic(TOPIC).partitions)
+            if TOPIC not in {t.name for t in broker.topics.list_topics()}:
+                broker.topics.create_topic(TOPIC, {"partitions": PARTITIONS})
+            parts = len(broker.topics.describe_topic(TOPIC).partitions)
             chunk: dict[int, list[Any]] = {}
             for i, (dev, body, ts) in enumerate(readings(records), 1):
                 msg = Message(dev, body, ts, [], Envelope(protocol=Envelope.MQTT, tag=TOPIC,

@@ -76,7 +76,10 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
     if settings.kafka_advertised:
         host, _, port = settings.kafka_advertised.rpartition(":")
         advertised = (host, int(port))
-    return IProtocolFactory(KafkaFactory(broker, reactor, DEFAULT_MAX_FRAME, advertised,
+    # the broker stands for the Doors port until the doors service is its own object (its
+    # access_version is a property where ports.Doors declares a method)
+    return IProtocolFactory(KafkaFactory(broker, broker.streams, broker.topics,  # type: ignore[arg-type]
+                                         broker.access, broker.metrics, reactor, DEFAULT_MAX_FRAME, advertised,
                                          auto_create_topics=settings.kafka_auto_create_topics,
                                          idle_timeout=settings.kafka_idle_timeout_ms / 1000,
                                          handshake_timeout=settings.handshake_timeout_ms / 1000,

@@ -1,10 +1,11 @@
 """The facade every gateway calls. It owns the data directory (lock), the state store,
-the log, the vhosts of the queue model and the metrics, and offers topic admin
-(core/topics.py), publish, pop and the stream model (core/streams/facade.py).
+the log, the vhosts of the queue model and the metrics, and the services: topic admin
+(``broker.topics``, core/topics.py) and the stream model (``broker.streams``,
+core/streams/service.py); it offers publish and pop.
 
     broker = Broker(Path("data"), reactor=reactor)
     broker.start()                      # lock, open state, recover the log
-    info = broker.create_topic("t", {"partitions": 3, "flush": "sync"})
+    info = broker.topics.create_topic("t", {"partitions": 3, "flush": "sync"})
     d = broker.append("t", 0, [Record(b"k", b"v")])   # Deferred[AppendResult], fires when durable
     yield broker.stop()                 # flush everything, clean-shutdown marker, unlock
 """
@@ -29,7 +30,6 @@ from .errors import (
     StorageError,
 )
 from .log import AppendResult, LogManager, Record
-from .log.batch import BatchInfo
 from .log.topic_config import TopicConfig, validate_topic_name
 from .metrics import Metrics
 from .pressure import (
@@ -54,8 +54,7 @@ from .quiet import Leftovers, QuietSpell
 from .retained import RetainedStore
 from .sessions import SessionRecords
 from .state import StateStore, vhost_definitions_prefixes
-from .streams.facade import ConsumerGroups, StreamModel
-from .streams.groups import GroupCoordinator
+from .streams.service import OFFSETS_RETENTION_MS, PRODUCER_ID_EXPIRATION_MS, StreamService
 from ..retry.policy import POP_DEFAULT, RetryPolicy
 from .message import Message
 from .queues.journal import QueueStore, forget_from
@@ -69,8 +68,7 @@ from .forms import NEUTRAL, Forms
 from .vhost import VHost
 from .pipeline import Pipeline
 from .queues.timers import Timers
-from .streams.producers import ProducerRegistry
-from .topics import TopicAdmin, TopicInfo
+from .topics import TopicInfo, TopicReaders, TopicService
 from .search import KeyForms, MessageSearch
 
 log = logging.getLogger(__name__)
@@ -79,18 +77,9 @@ EXCHANGE_TOPIC_SLACK = 1 << 20  # a record's envelope, headers and framing besid
 HOUSEKEEPING_SECONDS = 10.0
 EXPIRY_SECONDS = 0.1  # how often queues drop expired messages (a message TTL)
 PRESSURE_SECONDS = 1.0  # how often memory and disk are checked against their limits
-PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms: 1 day
-OFFSETS_RETENTION_MS = 7 * 86_400_000  # Kafka's offsets.retention.minutes: 7 days
-CLIENT_EXPIRY_CHECK_MAX_S = 600.0  # Kafka's *.check.interval.ms: 10 minutes
 
 
-def client_expiry_interval(*expiry_ms: int) -> float:
-    """How often expired client state is looked for (s): Kafka's 10 minutes, or half the
-    shortest expiry when that is shorter (at least 50 ms)."""
-    return max(0.05, min(CLIENT_EXPIRY_CHECK_MAX_S, min(expiry_ms) / 2000))
-
-
-class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, MessageSearch):
+class Broker(AccessFacade, Inventory, MessageSearch):
     def __init__(
         self,
         data_dir: str | os.PathLike[str],
@@ -122,7 +111,6 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         self.reactor = reactor
         self.started_at = time.time()
         self.metrics = Metrics()
-        self.topic_defaults = topic_defaults or TopicConfig()
         self.max_open_files = max_open_files
         # the largest message a queue-model publish carries (the AMQP gateway's
         # max_message_size): topics created for exchanges take batches that large
@@ -137,22 +125,12 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         # per log topic, the forms a record key may have there, which a message search
         # looks up (core/search.py; the server hands the MQTT gateway's for amq.topic)
         self.key_forms: Mapping[str, KeyForms] = dict(key_forms or {})
-        # per-client state of the stream model that expires as in Kafka (expire_client_state)
-        self.producer_id_expiration_ms = producer_id_expiration_ms
-        self.offsets_retention_ms = offsets_retention_ms
         # how far queue entries may hold a topic's log past its retention (0: no bound)
         self.queue_max_pinned_ms = queue_max_pinned_ms
         self.queue_max_pinned_bytes = queue_max_pinned_bytes
         self._pins_evicted = self.metrics.counter(
             "logbus_queue_pinned_evicted", "Queue messages dead-lettered or dropped because they held a topic's "
             "log past queue_max_pinned_ms / queue_max_pinned_bytes")
-        self._client_expiry: LoopingCall | None = None
-        self._producers_expired = self.metrics.counter(
-            "logbus_producer_states_expired",
-            "Idempotent producers' states forgotten after producer.id.expiration.ms (per partition)")
-        self._offsets_expired = self.metrics.counter(
-            "logbus_group_offsets_expired",
-            "Committed offsets of groups with no members deleted after offsets.retention.minutes")
         # Made here, not at start, so gateways built before start can subscribe to it.
         self.pressure = ResourceMonitor(self.data_dir, memory_high_watermark=memory_high_watermark,
                                         disk_free_limit=disk_free_limit)
@@ -173,8 +151,13 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         # listeners that are not serving (the server's): name -> why, for /healthz
         self.listener_problems: dict[str, str] = {}
         self.state: StateStore | None = None
-        self.producers = ProducerRegistry(None)  # replaced at start, with the store
-        self.groups = GroupCoordinator(reactor)  # consumer groups (the Kafka gateway's)
+        # the services (ports.Streams, ports.Topics), made here so gateways can be built before start
+        defaults = topic_defaults or TopicConfig()
+        self.streams = StreamService(reactor, self.metrics, topic_defaults=defaults,
+                                     producer_id_expiration_ms=producer_id_expiration_ms,
+                                     offsets_retention_ms=offsets_retention_ms)
+        self.topics = TopicService(defaults, self.streams.forget_topic)
+        self.groups = self.streams.groups  # consumer groups, for the inventory and the dead-letter replay
         self._dlq_replay = DeadLetterReplay(
             lambda: self._log, self.groups, lambda t, ms, p: self.publish(t, ms, partition=p),
             lambda g: any(name == g for name, _, _ in self.pop.groups()))
@@ -216,15 +199,14 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
                 n = upgrade_definitions(self.state, self.legacy)
                 if n:
                     log.info("%d stored definitions rewritten in the neutral form", n)
-            self.producers = ProducerRegistry(self.state)
-            offsets = self.groups.open(self.state)
             self.log = LogManager(
                 self.data_dir,
                 self.reactor,
                 max_open_files=self.max_open_files,
                 metrics=self.metrics,
             )
-            self._open_topics()
+            offsets = self.streams.open(self.state, self.log)
+            self.topics.open(self.state, self.log)
             self._forget_cut()
             self._open_vhosts()
             self.sessions = SessionRecords(self.state)
@@ -245,10 +227,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         self._expiry = LoopingCall(self._expire)
         self._expiry.clock = self.reactor
         self._expiry.start(EXPIRY_SECONDS, now=False)
-        self._client_expiry = LoopingCall(self.expire_client_state)
-        self._client_expiry.clock = self.reactor
-        self._client_expiry.start(client_expiry_interval(self.producer_id_expiration_ms, self.offsets_retention_ms),
-                                  now=False)
+        self.streams.start(self.pipeline.appended)  # produced batches on to the queues that read them
         self._pressure = LoopingCall(self._check_resources)
         self._pressure.clock = self.reactor
         self._pressure.start(PRESSURE_SECONDS, now=True)  # alarms are known before any listener
@@ -354,6 +333,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
             self._open_vhost(name)
         self.queue_store.journaled = self._journaled
         self.timers.arm(self.pipeline.timer_due)
+        self.topics.readers = TopicReaders(self.state, self._queue_services, self.queue_store, self.timers,
+                                           self._message_stores)
 
     def _journaled(self, topic: str) -> bool:
         """Whether records of ``topic`` can make queue entries or timers: it backs an
@@ -363,11 +344,6 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
 
     def _clock(self) -> int:
         return int(self.reactor.seconds() * 1000)
-
-    def route_appended(self, topic: str, partition: int, base: int, data: bytes, infos: list[BatchInfo]) -> int:
-        """Kafka-produced batches just appended at ``base``, to the queues that read
-        ``topic`` (``Pipeline.appended``): the append stands whatever happens there."""
-        return self.pipeline.appended(topic, partition, base, data, infos)
 
     def _open_vhost(self, name: str) -> VHost:
         assert self.log is not None
@@ -382,7 +358,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         """The topic behind an exchange, created on first use: its max.message.bytes fits
         the largest queue-model message with its envelope and record framing."""
         largest = self.queue_max_message_bytes + EXCHANGE_TOPIC_SLACK
-        return self.create_topic(topic, {"max.message.bytes": max(largest, self.topic_defaults.max_message_bytes)})
+        return self.topics.create_topic(topic, {"max.message.bytes": max(largest,
+                                                                           self.topics.topic_defaults.max_message_bytes)})
 
     def _topic_owner(self, topic: str) -> str | None:
         """Which exchange, in any vhost, ``topic`` backs (vhost "/" exchange names may hold
@@ -536,28 +513,6 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         return lowest(self.timers.pinned_from(topic, partition), self.pop.service.pinned_from(topic, partition),
                       *(v.pinned_from(topic, partition) for v in self.vhosts.values()))
 
-    def expire_client_state(self, now_ms: int | None = None) -> tuple[int, int]:
-        """Forget idempotent producers idle past ``producer_id_expiration_ms`` and the
-        committed offsets of groups with no members past ``offsets_retention_ms`` (Kafka's
-        producer.id.expiration.ms and offsets.retention.minutes; counted in
-        logbus_producer_states_expired_total and logbus_group_offsets_expired_total).
-        Returns (producer states, offsets) expired. A failure is logged and tried again at
-        the next check: it never stops the checks. O(producers + groups), every
-        ``client_expiry_interval`` (10 minutes by default), not per tick."""
-        producers = offsets = 0
-        try:
-            producers = self.producers.expire(self.producer_id_expiration_ms, now_ms)
-            offsets = self.groups.expire_offsets(self.offsets_retention_ms, now_ms)
-        except StorageError as e:
-            log.warning("expiring producer states and group offsets failed; trying again at the next check: %s", e)
-        except Exception:
-            log.exception("expiring producer states and group offsets failed; trying again at the next check")
-        if producers:
-            self._producers_expired.inc(producers)
-        if offsets:
-            self._offsets_expired.inc(offsets)
-        return producers, offsets
-
     def _expire(self) -> None:
         """Every 100 ms: each vhost's expiry and the pop groups' tick. Never raises (a
         LoopingCall whose function raises stops for good): a tick that fails is logged
@@ -586,7 +541,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
 
     def stop(self) -> Deferred[None]:
         """Flush everything, mark the shutdown clean and release the data directory."""
-        for call in (self._housekeeping, self._expiry, self._pressure, self._client_expiry):
+        for call in (self._housekeeping, self._expiry, self._pressure):
             if call is not None and call.running:
                 call.stop()
         if self.vhosts:
@@ -607,7 +562,8 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
     def _close_all(self) -> None:
         """Close what is open; each part is closed even when one before it fails (the
         first failure is raised then)."""
-        self.groups.shutdown()  # waiting joins and syncs: COORDINATOR_NOT_AVAILABLE
+        self.streams.stop()  # waiting joins and syncs: COORDINATOR_NOT_AVAILABLE
+        self.topics.close()
         try:
             if self.log is not None:
                 log_manager, self.log = self.log, None
@@ -703,7 +659,7 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         first use with the broker's defaults."""
         lm = self._log
         if topic not in lm.topics:
-            self.create_topic(topic, {"partitions": 1})
+            self.topics.create_topic(topic, {"partitions": 1})
         try:
             self.publish(topic, [message], partition=0).addErrback(
                 lambda f: log.warning("dead letter to %r failed: %s", topic, f.value))

@@ -21,16 +21,29 @@ its port. The argument and result types are the public types of ``core/types.py`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
-    from .access.auth import AccessChange, Action, Perm, Resource
+    from .access.auth import AccessChange, Action, Perm, Permission, Resource
     from .access.scram import ScramCredential
     from .connections import ConnectionRecord
     from .errors import LogbusError
+    from .log.partition import AppendResult, ReadResult
+    from .log.topic_config import TopicConfig
+    from .streams.group_model import (
+        Code,
+        GroupDescription,
+        GroupListing,
+        JoinGroup,
+        JoinResult,
+        OffsetAndMetadata,
+        SyncResult,
+        TopicPartition,
+    )
     from .topics import TopicInfo
+    from .types import PartitionOffsets
 
 
 # -- Doors -------------------------------------------------------------------------------
@@ -97,6 +110,58 @@ class Topics(Protocol):
 
 
 # -- Streams (Kafka) ---------------------------------------------------------------------
+
+
+class Streams(Protocol):
+    """The log's topics as partitioned streams, and consumer groups (core/streams/service.py).
+
+        d = streams.produce("t", 0, batches)         # Deferred[AppendResult], fires when durable
+        r = streams.read_spans("t", 0, offset, 1 << 20)  # ReadResult: file spans, for sendfile
+        unwatch = streams.watch([("t", 0)], wake)    # wake() when the high watermark moves
+        d = streams.join_group(JoinGroup(...))       # Deferred[JoinResult], at the rebalance's end
+    """
+
+    @property
+    def topic_defaults(self) -> TopicConfig: ...  # what a topic created without settings gets
+
+    # topics as partitioned logs
+    def topic_names(self) -> list[str]: ...
+    def partition_count(self, topic: str) -> int | None: ...
+    def topic_config(self, topic: str) -> TopicConfig: ...
+    def produce(self, topic: str, partition: int, data: bytes) -> Deferred[AppendResult]: ...
+    def new_producer_id(self) -> int: ...
+    def read_spans(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult: ...
+    def offsets(self, topic: str, partition: int) -> PartitionOffsets: ...
+    def offset_for_time(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None: ...
+    def watch(self, partitions: Iterable[tuple[str, int]], callback: Callable[[], object]) -> Callable[[], None]: ...
+
+    # consumer groups (core/streams/groups.py)
+    def join_group(self, req: JoinGroup) -> Deferred[JoinResult]: ...
+    def sync_group(self, group_id: str, generation_id: int, member_id: str, assignments: Mapping[str, bytes],
+                   protocol_type: str | None = None, protocol_name: str | None = None,
+                   instance_id: str | None = None) -> Deferred[SyncResult]: ...
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None = None) -> Code: ...
+    def leave_group(self, group_id: str, member_ids: Sequence[str],
+                    instance_ids: Sequence[str | None] | None = None) -> list[Code]: ...
+    def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
+                       offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                       instance_id: str | None = None) -> tuple[Code, dict[TopicPartition, Code]]: ...
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None
+                      ) -> dict[TopicPartition, OffsetAndMetadata | None]: ...
+    def list_groups(self) -> list[GroupListing]: ...
+    def describe_group(self, group_id: str) -> GroupDescription | None: ...
+    def delete_group(self, group_id: str) -> Code: ...
+
+
+class Acls(Protocol):
+    """Kafka's ACL requests over logbus's permissions (the user store, core/access/auth.py):
+    listed, and set as a whole per (user, vhost)."""
+
+    @property
+    def version(self) -> int: ...  # moves with every change of users and permissions
+    @property
+    def permissions(self) -> Mapping[tuple[str, str], Permission]: ...  # (user, vhost) -> permission
+    def set_permission(self, user: str, vhost: str, configure: str, write: str, read: str) -> bool: ...
 
 
 # -- Admin (HTTP, CLI) -------------------------------------------------------------------

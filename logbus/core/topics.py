@@ -1,14 +1,19 @@
-"""Topic administration, a concept of the broker facade: each topic's record in the
-state store (``TopicRecord`` in the ``metadata`` column family: partition count, settings,
-log start offsets) and its partitions in the log, changed together. ``TopicAdmin`` is a
-mixin of ``core.broker.Broker``; ``TopicInfo`` and ``PartitionInfo`` are what it returns.
+"""Topic administration, a service the broker owns (``broker.topics``, ``ports.Topics``):
+each topic's record in the state store (``TopicRecord`` in the ``metadata`` column family:
+partition count, settings, log start offsets) and its partitions in the log, changed
+together. ``TopicInfo`` and ``PartitionInfo`` are what it returns; ``TopicReaders`` is the
+queue model's side of a deletion.
+
+    topics = TopicService(defaults, forget=streams.forget_topic)
+    topics.open(state, log)                  # every recorded topic opened in the log
+    info = topics.create_topic("t", {"partitions": 3})
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .errors import (
     InvalidConfig,
@@ -25,17 +30,14 @@ from .log.batch import now_ms
 from .log.topic_config import TopicConfig, validate_topic_name
 from .state import CF_METADATA, CF_TIMERS, TOPIC_PREFIX, StateStore, topic_key
 from .state_pb2 import TimerRecord, TopicRecord
-from .streams.groups import GroupCoordinator
-from .streams.producers import ProducerRegistry
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
     from .queues.journal import QueueStore
+    from .queues.msgstore import MessageStore
     from .queues.service import QueueService
     from .queues.timers import Timers
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,37 +75,102 @@ class TopicInfo:
         }
 
 
-class TopicAdmin:
-    """Create, grow, alter, describe and delete topics, and Kafka's DeleteRecords. Needs
-    of the broker: its state store, topic defaults, producer registry and group
-    coordinator (a deleted topic's producer state and committed offsets go too), and
-    ``_log``, the started broker's log."""
+class TopicReaders:
+    """The queue model's side of a topic's deletion: what reads the topic (the queue
+    services, the timers) and what holds its offsets (message stores, the journal's
+    marks). Made by the broker once its queue model is open; ``services`` and ``stores``
+    are asked at each deletion (vhosts come and go)."""
 
-    state: StateStore | None
-    topic_defaults: TopicConfig
-    producers: ProducerRegistry
-    groups: GroupCoordinator
+    def __init__(self, state: StateStore, services: Callable[[], Iterable[QueueService]], queue_store: QueueStore,
+                 timers: Timers, stores: Callable[[], list[MessageStore]]) -> None:
+        self.state = state
+        self.services = services
+        self.queue_store = queue_store
+        self.timers = timers
+        self.stores = stores
 
-    if TYPE_CHECKING:
-        @property
-        def _log(self) -> LogManager: ...
+    def readers(self, name: str) -> list[str]:
+        """What reads topic ``name`` now, for the refusal of its deletion: each queue,
+        MQTT session queue or pop group holding messages in it, and the delayed or
+        retried messages (timers) that point into it."""
+        readers = []
+        for service in self.services():
+            for qs in service.queues.values():
+                n = sum(1 for e in qs.queue.entries.values() if e.topic == name)
+                if n:
+                    readers.append(f"queue {qs.name!r} of vhost {service.vhost!r} ({n} messages)")
+        timers = 0
+        for _, raw in self.state.scan_prefix(CF_TIMERS, b""):
+            if TimerRecord.FromString(raw).topic == name:
+                timers += 1
+        if timers:
+            readers.append(f"{timers} delayed or retried messages")
+        return readers
 
-        def _queue_services(self) -> Iterator[QueueService]: ...
+    def withdraw(self, name: str, partitions: int) -> int:
+        """Every queue entry in topic ``name`` removed, in one write, and its timers
+        forgotten (dropped when due); returns the entries removed."""
+        why = RecordGone(f"topic {name!r} was deleted")
+        removed = 0
+        for service in self.services():
+            for index in range(partitions):
+                removed += service.withdraw(name, index, 0, 1 << 63, why, leased=True)
+        self.queue_store.commit()
+        self.timers.forget_topic(name)  # (its offsets will be given again)
+        self.queue_store.commit()
+        return removed
 
-        queue_store: QueueStore
-        timers: Timers
-        pipeline: Pipeline
+    def forget(self, name: str) -> None:
+        """What the message stores cached of topic ``name`` goes (before its files)."""
+        stores = {id(s): s for s in self.stores()}
+        for store in stores.values():
+            store.forget_topic(name)
 
-    def _open_topics(self) -> None:
-        """Open every recorded topic in the log, at its recorded log start offsets."""
-        assert self.state is not None
-        for _, value in self.state.scan_prefix(CF_METADATA, TOPIC_PREFIX):
+    def forget_marks(self, name: str) -> None:
+        """The journal's marks of topic ``name`` go (after its files)."""
+        self.queue_store.forget_marks(name)  # (its offsets will be given again)
+
+
+class TopicService:
+    """``ports.Topics``: create, grow, alter, describe and delete topics, and Kafka's
+    DeleteRecords. Handed the state store and the log at ``open``; ``forget(topic)`` (the
+    stream service's: producer states, committed offsets) and ``readers`` (the queue
+    model's side, set once it is open) when a topic is deleted."""
+
+    def __init__(self, topic_defaults: TopicConfig, forget: Callable[[str], object]) -> None:
+        self.topic_defaults = topic_defaults
+        self._forget = forget
+        self.readers: TopicReaders | None = None
+        self._state: StateStore | None = None
+        self._log: LogManager | None = None
+
+    def open(self, state: StateStore, log_manager: LogManager) -> None:
+        """Open every recorded topic in ``log_manager``, at its recorded log start offsets."""
+        self._state, self._log = state, log_manager
+        for _, value in state.scan_prefix(CF_METADATA, TOPIC_PREFIX):
             rec = TopicRecord.FromString(value)
-            topic = self._log.open_topic(rec.name, self._config_of(rec))
+            topic = log_manager.open_topic(rec.name, self._config_of(rec))
             for p, start in zip(topic.partitions, rec.log_start_offsets):
                 p.advance_start(start)
 
-    def _config_of(self, rec: Any) -> TopicConfig:
+    def close(self) -> None:
+        """The log and the state store are closed (the broker's)."""
+        self._state = self._log = None
+        self.readers = None
+
+    @property
+    def log(self) -> LogManager:
+        if self._log is None:
+            raise RuntimeError("broker is not started")
+        return self._log
+
+    @property
+    def state(self) -> StateStore:
+        if self._state is None:
+            raise RuntimeError("broker is not started")
+        return self._state
+
+    def _config_of(self, rec: TopicRecord) -> TopicConfig:
         values: dict[str, Any] = dict(rec.config)
         values["partitions"] = rec.partitions
         return TopicConfig.from_mapping(values, base=self.topic_defaults)
@@ -111,12 +178,11 @@ class TopicAdmin:
     def create_topic(self, name: str, settings: Mapping[str, Any] | None = None) -> TopicInfo:
         validate_topic_name(name)
         config = TopicConfig.from_mapping(settings or {}, base=self.topic_defaults)
-        lm = self._log
+        lm = self.log
         if name in lm.topics:
             raise TopicExists(f"topic {name!r} already exists")
         stored = {k: str(v) for k, v in config.to_mapping().items() if k != "partitions"}
         rec = TopicRecord(name=name, partitions=config.partitions, config=stored, created_ms=now_ms())
-        assert self.state is not None
         self.state.put(CF_METADATA, topic_key(name), rec, sync=True)
         try:
             lm.open_topic(name, config, create=True)
@@ -129,11 +195,10 @@ class TopicAdmin:
     def grow_topic(self, name: str, partitions: int) -> TopicInfo:
         """Add partitions to a topic (never fewer): the new count is recorded first, then
         the partitions are opened; if opening fails the old record is put back."""
-        lm = self._log
+        lm = self.log
         topic = lm.topic(name)
         if partitions < len(topic.partitions):
             raise InvalidConfig(f"topic {name!r} has {len(topic.partitions)} partitions; it cannot shrink to {partitions}")
-        assert self.state is not None
         key = topic_key(name)
         old = self.state.get_msg(CF_METADATA, key, TopicRecord)
         if old is None:
@@ -155,7 +220,7 @@ class TopicAdmin:
         default when its value is None; the others stay. The partition count is not
         changed here (``grow_topic``). The new settings are recorded first, then applied
         to the live partitions; ``validate_only`` stops after the checks."""
-        lm = self._log
+        lm = self.log
         topic = lm.topic(name)
         defaults = self.topic_defaults.to_mapping()
         values: dict[str, Any] = {}
@@ -174,7 +239,6 @@ class TopicAdmin:
         rec = self._topic_record(name)
         rec.config.clear()
         rec.config.update({k: str(v) for k, v in config.to_mapping().items() if k != "partitions"})
-        assert self.state is not None
         self.state.put(CF_METADATA, topic_key(name), rec, sync=True)
         lm.reconfigure(name, config)
         log.info("topic %r settings changed: %s", name, ", ".join(f"{k}={v}" for k, v in sorted(values.items())))
@@ -186,7 +250,7 @@ class TopicAdmin:
         the error (UnknownPartition; OffsetOutOfRange past the high watermark). The new
         starts are recorded (one synced put) before readers see them; whole segments
         below them are deleted by housekeeping."""
-        t = self._log.topic(topic)
+        t = self.log.topic(topic)
         results: dict[int, int | LogbusError] = {}
         moves: dict[int, int] = {}
         for index, offset in offsets.items():
@@ -208,7 +272,6 @@ class TopicAdmin:
                 starts[index] = target
             del rec.log_start_offsets[:]
             rec.log_start_offsets.extend(starts)
-            assert self.state is not None
             self.state.put(CF_METADATA, topic_key(topic), rec, sync=True)
             for index, target in moves.items():
                 t.partitions[index].advance_start(target)
@@ -216,70 +279,42 @@ class TopicAdmin:
         return {i: results[i] if i in results else t.partitions[i].log_start_offset for i in offsets}
 
     def _topic_record(self, name: str) -> TopicRecord:
-        assert self.state is not None
         rec = self.state.get_msg(CF_METADATA, topic_key(name), TopicRecord)
         if rec is None:
             raise UnknownTopic(f"topic {name!r} has no metadata record")
         return rec
 
-    def topic_readers(self, name: str) -> list[str]:
-        """What reads topic ``name`` now, for the refusal of its deletion: each queue,
-        MQTT session queue or pop group holding messages in it, and the delayed or
-        retried messages (timers) that point into it."""
-        readers = []
-        for service in self._queue_services():
-            for qs in service.queues.values():
-                n = sum(1 for e in qs.queue.entries.values() if e.topic == name)
-                if n:
-                    readers.append(f"queue {qs.name!r} of vhost {service.vhost!r} ({n} messages)")
-        assert self.state is not None
-        timers = 0
-        for _, raw in self.state.scan_prefix(CF_TIMERS, b""):
-            if TimerRecord.FromString(raw).topic == name:
-                timers += 1
-        if timers:
-            readers.append(f"{timers} delayed or retried messages")
-        return readers
-
     def delete_topic(self, name: str, *, force: bool = False) -> int:
-        """Delete a topic's files and record. A topic that queues read (``topic_readers``)
+        """Delete a topic's files and record. A topic that queues read (``TopicReaders.readers``)
         is refused (TopicInUse, naming them) unless ``force``: then their entries go
         first, in one write, and are counted (returned); timers into it are dropped when
         due. Returns the queue entries removed."""
-        lm = self._log
+        lm = self.log
         topic = lm.topic(name)  # UnknownTopic
-        assert self.state is not None
-        readers = self.topic_readers(name)
+        queues = self.readers
+        readers = queues.readers(name) if queues is not None else []
         removed = 0
-        if readers:
+        if queues is not None and readers:
             if not force:
                 raise TopicInUse(f"topic {name!r} is read by {'; '.join(readers)}: "
                                  "delete those first, or delete the topic with force")
-            why = RecordGone(f"topic {name!r} was deleted")
-            for service in self._queue_services():
-                for p in topic.partitions:
-                    removed += service.withdraw(name, p.index, 0, 1 << 63, why, leased=True)
-            self.queue_store.commit()
-            self.timers.forget_topic(name)  # (its offsets will be given again)
-            self.queue_store.commit()
+            removed = queues.withdraw(name, len(topic.partitions))
             log.warning("deleting topic %r with force: %d queue entries removed (%s)", name, removed,
                         "; ".join(readers))
-        stores = {id(s.messages): s.messages for s in self._queue_services()}
-        stores[id(self.pipeline.messages)] = self.pipeline.messages
-        for store in stores.values():
-            store.forget_topic(name)
+        if queues is not None:
+            queues.forget(name)
         # files first: a crash in between leaves the record of a topic with no files,
         # which opens empty, never files without a record, which no create may delete
         lm.delete_topic(name)
-        self.queue_store.forget_marks(name)  # (its offsets will be given again)
+        if queues is not None:
+            queues.forget_marks(name)
         self.state.delete(CF_METADATA, topic_key(name), sync=True)
-        self.producers.forget_topic(name)
-        self.groups.forget_topic(name)
+        self._forget(name)  # producer states, committed offsets
         log.info("deleted topic %r", name)
         return removed
 
     def describe_topic(self, name: str) -> TopicInfo:
-        t = self._log.topic(name)
+        t = self.log.topic(name)
         parts = [
             PartitionInfo(p.index, p.log_start_offset, p.log_end_offset, len(p.segments), p.size_bytes,
                           p.records_appended)
@@ -288,4 +323,4 @@ class TopicAdmin:
         return TopicInfo(t.name, t.config.to_mapping(), parts)
 
     def list_topics(self) -> list[TopicInfo]:
-        return [self.describe_topic(n) for n in sorted(self._log.topics)]
+        return [self.describe_topic(n) for n in sorted(self.log.topics)]

@@ -183,7 +183,7 @@ def test_deleting_a_vhost_removes_its_state_but_keeps_its_topics(brokers: Broker
         b.delete_vhost("gone")
     b = brokers.restart()
     assert list(b.vhosts) == ["/"] and "gone@x" in b._log.topics
-    assert b.describe_topic("gone@x").partitions[0].log_end_offset == 2
+    assert b.topics.describe_topic("gone@x").partitions[0].log_end_offset == 2
     b.create_vhost("gone")  # again: empty, no permissions, the old topic is reused
     v = b.vhosts["gone"]
     assert "q" not in v.queues and not v.router.has_exchange("x")

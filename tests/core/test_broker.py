@@ -18,16 +18,16 @@ def test_grow_topic_is_recorded_and_survives_restart(tmp_path: Any) -> None:
     loop = LoopReactor()
     b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
-    b.create_topic("t", {"partitions": 2, "flush": "none"})
-    assert len(b.grow_topic("t", 5).partitions) == 5
+    b.topics.create_topic("t", {"partitions": 2, "flush": "none"})
+    assert len(b.topics.grow_topic("t", 5).partitions) == 5
     with pytest.raises(InvalidConfig):
-        b.grow_topic("t", 3)
+        b.topics.grow_topic("t", 3)
     with pytest.raises(UnknownTopic):
-        b.grow_topic("nope", 3)
+        b.topics.grow_topic("nope", 3)
     b.stop()
     b2 = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b2.start()
-    info = b2.describe_topic("t")
+    info = b2.topics.describe_topic("t")
     assert len(info.partitions) == 5 and info.config["flush"] == "none"
     b2.stop()
 
@@ -41,7 +41,7 @@ def test_retention_keeps_what_a_queue_points_into(tmp_path: Any) -> None:
     loop = LoopReactor()
     b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
-    b.create_topic("__amqp_default", {"segment.bytes": 1024, "retention.ms": 1000, "flush": "none"})
+    b.topics.create_topic("__amqp_default", {"segment.bytes": 1024, "retention.ms": 1000, "flush": "none"})
     v = b.vhosts["/"]
     v.declare_queue("q", durable=True)
     for i in range(200):
@@ -84,17 +84,17 @@ def test_delete_records_moves_the_start_and_retention_drops_whole_segments(tmp_p
     loop = LoopReactor()
     b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
-    b.create_topic("t", {"segment.bytes": 1024, "flush": "none", "partitions": 2})
+    b.topics.create_topic("t", {"segment.bytes": 1024, "flush": "none", "partitions": 2})
     _fill(b, loop, "t", 40)
     p = b.log.partition("t", 0)
     segments = len(p.segments)
     assert segments > 3
     middle = p.segments[2].base_offset + 1  # inside the third segment
-    results = b.delete_records("t", {0: middle, 1: 5, 7: 1})
+    results = b.topics.delete_records("t", {0: middle, 1: 5, 7: 1})
     assert results[0] == middle and p.log_start_offset == middle
     assert isinstance(results[1], OffsetOutOfRange)  # partition 1 is empty: 5 > its high watermark
     assert isinstance(results[7], UnknownPartition)
-    assert b.delete_records("t", {0: 1}) == {0: middle}  # never back
+    assert b.topics.delete_records("t", {0: 1}) == {0: middle}  # never back
     with pytest.raises(OffsetOutOfRange):
         p.read(middle - 1, 1 << 20)
     assert p.read(middle - 1, 1, deleted=True).spans  # still on disk: a queue's pointer reads it
@@ -106,8 +106,8 @@ def test_delete_records_moves_the_start_and_retention_drops_whole_segments(tmp_p
     b2 = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b2.start()
     p2 = b2.log.partition("t", 0)
-    assert p2.log_start_offset == middle and b2.describe_topic("t").partitions[0].log_start_offset == middle
-    assert b2.delete_records("t", {0: -1}) == {0: 40}  # -1: the high watermark
+    assert p2.log_start_offset == middle and b2.topics.describe_topic("t").partitions[0].log_start_offset == middle
+    assert b2.topics.delete_records("t", {0: -1}) == {0: 40}  # -1: the high watermark
     b2.stop()
     b3 = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b3.start()
@@ -121,12 +121,12 @@ def test_alter_topic_is_recorded_applied_live_and_survives_restart(tmp_path: Any
     loop = LoopReactor()
     b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
-    b.create_topic("t", {"flush": "none", "retention.ms": 60000})
+    b.topics.create_topic("t", {"flush": "none", "retention.ms": 60000})
     _fill(b, loop, "t", 3)
     p = b.log.partition("t", 0)
     assert p.high_watermark == 3
-    info = b.alter_topic("t", {"flush": "sync", "max.message.bytes": 100, "retention.ms": None})
-    assert info.config["flush"] == "sync" and info.config["retention.ms"] == b.topic_defaults.retention_ms
+    info = b.topics.alter_topic("t", {"flush": "sync", "max.message.bytes": 100, "retention.ms": None})
+    assert info.config["flush"] == "sync" and info.config["retention.ms"] == b.topics.topic_defaults.retention_ms
     assert p.high_watermark == 3  # records readable under "none" stay readable under "sync"
     assert p.config.max_message_bytes == 100
     d = b.append("t", 0, [Record(b"k", b"x" * 500)])
@@ -136,19 +136,19 @@ def test_alter_topic_is_recorded_applied_live_and_survives_restart(tmp_path: Any
         pass
     assert failures and failures[0].check(RecordTooLarge)
     with pytest.raises(InvalidConfig):
-        b.alter_topic("t", {"partitions": 3})
+        b.topics.alter_topic("t", {"partitions": 3})
     with pytest.raises(InvalidConfig):
-        b.alter_topic("t", {"retention.ms": "soon"})
+        b.topics.alter_topic("t", {"retention.ms": "soon"})
     with pytest.raises(InvalidConfig):
-        b.alter_topic("t", {"no.such": None})
+        b.topics.alter_topic("t", {"no.such": None})
     with pytest.raises(UnknownTopic):
-        b.alter_topic("nope", {"flush": "none"})
-    assert b.alter_topic("t", {"segment.ms": 5000}, validate_only=True).config["segment.ms"] == 5000
+        b.topics.alter_topic("nope", {"flush": "none"})
+    assert b.topics.alter_topic("t", {"segment.ms": 5000}, validate_only=True).config["segment.ms"] == 5000
     assert p.config.segment_ms != 5000
     b.stop()
     b2 = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b2.start()
-    config = b2.describe_topic("t").config
+    config = b2.topics.describe_topic("t").config
     assert config["flush"] == "sync" and config["max.message.bytes"] == 100
     assert b2.log.partition("t", 0).config.max_message_bytes == 100
 
@@ -176,15 +176,15 @@ def test_creating_a_topic_never_deletes_files_it_did_not_create(tmp_path: Any) -
     try:
         assert "telemetry" not in b.log.topics
         with pytest.raises(TopicExists, match=str(tdir)):
-            b.create_topic("telemetry", {"partitions": 1, "flush": "none"})
+            b.topics.create_topic("telemetry", {"partitions": 1, "flush": "none"})
         assert _tree(tdir) == before
         with pytest.raises(UnknownTopic):
-            b.describe_topic("telemetry")
+            b.topics.describe_topic("telemetry")
         # the broker's own delete leaves nothing behind: the name can be used again
-        b.create_topic("orders", {"flush": "none"})
+        b.topics.create_topic("orders", {"flush": "none"})
         b.append("orders", 0, [Record(b"k", b"v", 1000)])
-        b.delete_topic("orders")
-        assert len(b.create_topic("orders", {"flush": "none", "partitions": 3}).partitions) == 3
+        b.topics.delete_topic("orders")
+        assert len(b.topics.create_topic("orders", {"flush": "none", "partitions": 3}).partitions) == 3
     finally:
         b.stop()
     b2 = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
@@ -201,7 +201,7 @@ def test_retention_keeps_what_a_delayed_message_points_into(tmp_path: Any) -> No
     loop = LoopReactor()
     b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
-    b.create_topic("t", {"segment.bytes": 1024, "retention.ms": 1000, "flush": "none"})
+    b.topics.create_topic("t", {"segment.bytes": 1024, "retention.ms": 1000, "flush": "none"})
     assert b.pop_receive("g", "t", "m", 1, 1000) == []
     now = int(loop.seconds() * 1000)
     later = Message(None, b"later")
@@ -248,8 +248,8 @@ def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -
 
     b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
-    b.create_topic("__amqp_default", {"flush": "none"})
-    b.create_topic("t", {"flush": "none"})
+    b.topics.create_topic("__amqp_default", {"flush": "none"})
+    b.topics.create_topic("t", {"flush": "none"})
     v = b.vhosts["/"]
     v.declare_queue("q", durable=True)
     assert b.pinned_from("__amqp_default", 0) is None and b.pinned_from("t", 0) is None
@@ -303,7 +303,7 @@ def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -
     run()
     [leased] = b.pop_receive("g", "t", "m", 10, 60_000)
     assert b.pinned_from("t", 0) == 0
-    b.delete_topic("t", force=True)
+    b.topics.delete_topic("t", force=True)
     assert b.pinned_from("t", 0) is None
     b.stop()
     run()

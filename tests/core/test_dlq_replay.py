@@ -38,8 +38,8 @@ def test_replay_once_and_after_a_restart(tmp_path: Any) -> None:
     loop = LoopReactor()
     b = Broker(tmp_path, reactor=loop)
     b.start()
-    b.create_topic("t", {"flush": "none"})
-    b.create_topic("%DLQ%g", {"partitions": 1})  # flush sync: a replay waits for the disk
+    b.topics.create_topic("t", {"flush": "none"})
+    b.topics.create_topic("%DLQ%g", {"partitions": 1})  # flush sync: a replay waits for the disk
     assert b.pop_receive("g", "t", "m", 1, 1000) == []
     settle(loop, b.publish("%DLQ%g", [dead("t", b"a"), dead("t", b"b")]))
 

@@ -121,7 +121,7 @@ def test_browse_in_delivery_order_takes_nothing(broker: Broker) -> None:
 
 
 def test_pop_groups_are_queues_of_their_own_namespace(broker: Broker) -> None:
-    broker.create_topic("jobs", {"partitions": 1})
+    broker.topics.create_topic("jobs", {"partitions": 1})
     broker.pop_receive("workers", "jobs", "m", 1, 30_000)
     broker.publish("jobs", [msg(b"a"), msg(b"b")], partition=0)
     while broker.reactor.run_once():
@@ -133,14 +133,14 @@ def test_pop_groups_are_queues_of_their_own_namespace(broker: Broker) -> None:
 
 
 def test_offset_reset_plans(broker: Broker) -> None:
-    broker.create_topic("clicks", {"partitions": 2})
+    broker.topics.create_topic("clicks", {"partitions": 2})
     for p in (0, 1):
         broker.publish("clicks", [msg(b"x") for _ in range(10)], partition=p)
     while broker.reactor.run_once():
         pass
     with pytest.raises(NotFound):
         broker.consumer_group_offsets("g")
-    broker.commit_offsets("g", -1, "", {("clicks", 0): OffsetAndMetadata(4)})
+    broker.streams.commit_offsets("g", -1, "", {("clicks", 0): OffsetAndMetadata(4)})
     g = broker.consumer_group_offsets("g")
     # partition 1, not committed on, counts from the log start
     assert [(p.topic, p.partition, p.committed, p.log_end, p.lag, p.uncommitted) for p in g.partitions] \

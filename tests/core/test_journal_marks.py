@@ -114,7 +114,7 @@ def test_a_confirm_syncs_the_records_only_and_the_turns_batch_marks_the_partitio
     brokers.loop.run_until(lambda: len(done) == 3)
     assert stored_mark(b.state, "xd") == 3
 
-    b.create_topic("plain", {"flush": "sync"})  # read by no queue: no mark
+    b.topics.create_topic("plain", {"flush": "sync"})  # read by no queue: no mark
     d = b.append("plain", 0, [Record(None, b"x", None, [])])
     d.addBoth(done.append)
     brokers.loop.run_until(lambda: len(done) == 4)
@@ -209,7 +209,7 @@ def test_a_kafka_record_on_an_exchanges_topic_is_routed_again_by_its_key(tmp_pat
     from logbus.core.log import batch as B
 
     data = bytes(B.build([Record(b"k", b"produced", None, [])], 0))
-    b.produce("xd", 0, data)
+    b.streams.produce("xd", 0, data)
     settle(brokers)
     assert count(b, "q1") == 1
     brokers.stop()

@@ -250,7 +250,7 @@ def test_broker_facade(tmp_path: Any) -> None:
     b = Broker(tmp_path, reactor=loop)
     b.start()
     try:
-        b.create_topic("orders", {"partitions": 2, "flush": "none"})
+        b.topics.create_topic("orders", {"partitions": 2, "flush": "none"})
         loop.wait(b.publish("orders", [Message(b"c-1", "ü".encode(), T0, [("bin", b"\xff")],
                                                Envelope(message_id="m-1"))]))
         loop.wait(b.publish("orders", [Message(b"c-2", b"\xff\xfe", T0 + 1)]))

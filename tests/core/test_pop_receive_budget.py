@@ -18,7 +18,7 @@ def test_a_receive_past_its_budget_returns_fewer_and_the_next_takes_the_rest(tmp
     b = Broker(tmp_path, reactor=loop)
     b.start()
     try:
-        b.create_topic("t", {"flush": "none", "partitions": 1})
+        b.topics.create_topic("t", {"flush": "none", "partitions": 1})
         assert b.pop_receive("g", "t", "m", 1, 60_000) == []
         settle(loop, b.publish("t", [Message(b"k", str(i).encode()) for i in range(300)]))
 

@@ -178,7 +178,7 @@ def test_an_entry_whose_record_is_gone_is_dropped_and_the_next_one_delivered(tmp
         v.publish("", "q", message(i, 10))
     leased = b.vhost("/").get("q", "consumer", False)  # delivered, not acked
     assert leased is not None
-    b.delete_topic(leased.entry.topic, force=True)  # the two ready entries go at once
+    b.topics.delete_topic(leased.entry.topic, force=True)  # the two ready entries go at once
     v.publish("", "q", message(3, 10))  # the topic comes back: a new record at offset 0
     b.vhost("/").service.release("q", "consumer")  # the leased one is ready again: its record is gone
     got = b.vhost("/").get("q", None, True)
@@ -225,9 +225,9 @@ def test_deleting_a_topic_queues_read_is_refused_unless_forced(tmp_path: Path) -
         v.publish("", "q", message(i, 10))
     topic = next(iter(b.vhost("/").service.queues["q"].queue.entries.values())).topic
     with pytest.raises(TopicInUse, match="queue 'q' of vhost '/' \\(4 messages\\)"):
-        b.delete_topic(topic)
+        b.topics.delete_topic(topic)
     assert b.vhost("/").service.queues["q"].queue.message_count == 4
-    assert b.delete_topic(topic, force=True) == 4
+    assert b.topics.delete_topic(topic, force=True) == 4
     assert b.vhost("/").service.queues["q"].queue.message_count == 0
     brokers.restart()
     assert brokers.current is not None
@@ -343,7 +343,7 @@ def test_a_lease_lapsing_while_the_state_store_refuses_stops_no_tick_and_loses_n
     the loop stopped for good, the message gone.)"""
     brokers = Brokers(small_fs / "data")
     b = brokers.start(disk_free_limit=0)
-    b.create_topic("t", {"flush": "none"})
+    b.topics.create_topic("t", {"flush": "none"})
     assert b.pop_receive("g", "t", "m", 1, 1000) == []  # the group reads t from now on
     b.publish("t", [Message(None, b"job")], partition=0)
     [leased] = b.pop_receive("g", "t", "m", 1, 1000)
@@ -405,7 +405,7 @@ def test_a_failing_expiry_tick_stops_neither_the_loop_nor_the_other_ticks(tmp_pa
     with its traceback. (Before: the loop stopped for good at the first.)"""
     brokers = Brokers(tmp_path)
     b = brokers.start()
-    b.create_topic("t", {"flush": "none"})
+    b.topics.create_topic("t", {"flush": "none"})
     assert b.pop_receive("g", "t", "m", 1, 1000) == []
     b.publish("t", [Message(None, b"job")], partition=0)
     assert len(b.pop_receive("g", "t", "m", 1, 1000)) == 1

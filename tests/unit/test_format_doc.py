@@ -457,7 +457,7 @@ def test_state_store_layout(tmp_path: Path) -> None:
 
     broker = Broker(tmp_path, reactor=Reactor())
     broker.start()
-    broker.create_topic(ESCAPED, {"partitions": 3, "flush": "none"})
+    broker.topics.create_topic(ESCAPED, {"partitions": 3, "flush": "none"})
     broker.stop()
     assert (tmp_path / "LOCK").read_text() == f"{os.getpid()}\n"
     assert (tmp_path / "log" / ESCAPED_DIR / "2").is_dir()

@@ -11,36 +11,34 @@ from twisted.internet.task import Clock
 
 from logbus.core.broker import Broker
 from logbus.core.access.auth import Access
+from logbus.core.log.topic_config import TopicConfig
+from logbus.core.metrics import Metrics
+from logbus.core.streams.service import StreamService
+from logbus.core.topics import TopicService
 from logbus.gateway.kafka.caller import Caller
 from logbus.gateway.kafka.errors import group_error
-from logbus.core.streams.groups import Code, GroupCoordinator, OffsetAndMetadata
+from logbus.core.streams.groups import Code, OffsetAndMetadata
 from tests.unit.group_helpers import G, REBALANCE_MS, SESSION_MS
 
 
-class GroupsBroker:
-    """The broker's group methods (the real ones) over a coordinator, with no log: topic
-    "t" has 2 partitions."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.groups = GroupCoordinator(clock)
-        self.access = Access()  # the real access check, in memory: guest may do anything in "/"
-        self.access.seed("guest", "guest")
+class GroupsStreams(StreamService):
+    """The real stream service (its group methods are the coordinator's), with no log:
+    topic "t" has 2 partitions."""
 
     def partition_count(self, topic: str) -> int | None:
         return 2 if topic == "t" else None
 
-    join_group = Broker.join_group
-    sync_group = Broker.sync_group
-    heartbeat = Broker.heartbeat
-    leave_group = Broker.leave_group
-    commit_offsets = Broker.commit_offsets
-    fetch_offsets = Broker.fetch_offsets
-    list_groups = Broker.list_groups
-    describe_group = Broker.describe_group
-    delete_group = Broker.delete_group
+
+class GroupsDoors:
+    """The broker's access check (the real one) over the user store in memory: guest may
+    do anything in "/"."""
+
+    def __init__(self) -> None:
+        self.access = Access()
+        self.access.seed("guest", "guest")
+
     authorize = Broker.authorize
     authorize_topic = Broker.authorize_topic
-    access_version = Broker.access_version
 
 
 def gateway() -> tuple[Any, Clock]:
@@ -48,7 +46,10 @@ def gateway() -> tuple[Any, Clock]:
     from logbus.gateway.kafka.handlers import KafkaHandlers
 
     clock = Clock()
-    handlers = KafkaHandlers(GroupsBroker(clock), clock)  # type: ignore[arg-type]
+    streams = GroupsStreams(clock, Metrics(), topic_defaults=TopicConfig())
+    doors = GroupsDoors()
+    handlers = KafkaHandlers(doors, streams, TopicService(TopicConfig(), streams.forget_topic),  # type: ignore[arg-type]
+                             doors.access, clock)
     kafka_groups.install(handlers)
     kafka_groups.install(handlers)  # idempotent: one coordinator per handlers
     return handlers, clock
@@ -179,7 +180,7 @@ def test_gateway_find_coordinator_for_unknown_key_types_and_list_filters() -> No
     assert [(c.key, c.error_code, c.node_id) for c in bad.coordinators] == [("a", 42, -1), ("b", 42, -1)]
     txn = call(h, FindCoordinatorRequest(key="tx", key_type=1, version=3), 3)
     assert (txn.error_code, txn.node_id) == (0, 0)
-    coord = h.broker.groups
+    coord = h.streams.groups
     assert coord.commit_offsets("simple", -1, "", {("t", 0): OffsetAndMetadata(1)})[0] is Code.NONE
     listed = call(h, ListGroupsRequest(states_filter=[], version=4), 4).groups
     assert [(g.group_id, g.group_state, g.protocol_type) for g in listed] == [("simple", "Empty", "")]

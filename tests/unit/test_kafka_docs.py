@@ -18,7 +18,7 @@ ROW = re.compile(r"^\| (\w+) \((\d+)\) \| (\d+)–(\d+) \|")
 
 
 def advertised() -> dict[int, tuple[str, int, int]]:
-    handlers = KafkaHandlers(broker=None, reactor=None)  # type: ignore[arg-type]  (only the table is read)
+    handlers = KafkaHandlers(None, None, None, None, None)  # type: ignore[arg-type]  (only the table is read)
     for module in MODULES:
         module.install(handlers)
     out: dict[int, tuple[str, int, int]] = {}

@@ -33,8 +33,8 @@ def test_the_wait_ends_once_when_its_last_read_wakes_it(tmp_path: Path) -> None:
     broker = Broker(tmp_path, reactor=loop, topic_defaults=TopicConfig(flush="sync"))
     broker.start()
     try:
-        broker.create_topic("t")
-        handlers = KafkaHandlers(broker, loop)
+        broker.topics.create_topic("t")
+        handlers = KafkaHandlers(broker, broker.streams, broker.topics, broker.access, loop)
         req = fetch_request(30)
         from logbus.gateway.kafka.codec import parse_request
 

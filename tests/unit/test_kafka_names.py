@@ -133,7 +133,7 @@ def test_every_ascii_name_of_up_to_80_characters_has_a_kafka_name(name: str) -> 
 
 
 def all_apis() -> dict[int, tuple[type, type]]:
-    h = KafkaHandlers(None, None)  # type: ignore[arg-type]
+    h = KafkaHandlers(None, None, None, None, None)  # type: ignore[arg-type]
     for module in (groups, admin, configs, records_admin):
         module.install(h)
     return {key: (req, resp) for key, (req, resp, _, _) in h.supported.items()}

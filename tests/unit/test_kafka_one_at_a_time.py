@@ -54,7 +54,8 @@ class Setup:
         self.broker = Broker(tmp_path, reactor=LoopReactor())
         self.broker.start()
         self.clock = Clock()
-        self.factory = KafkaFactory(self.broker, self.clock, 1 << 20, idle_timeout=IDLE)
+        b = self.broker
+        self.factory = KafkaFactory(b, b.streams, b.topics, b.access, b.metrics, self.clock, 1 << 20, idle_timeout=IDLE)
         self.pending: list[tuple[Deferred[Any], Any]] = []
         self.factory.handlers.register(ApiVersionsRequest, ApiVersionsResponse, 0, 3, self._handle)
 

@@ -92,14 +92,14 @@ class Topics(ApiResource):
 
     def handle_GET(self, request: server.Request) -> Response:
         user = require(request, self.broker, "manage")
-        return Response.json(200, [with_rate(info.to_json(), self.sampler) for info in self.broker.list_topics()
+        return Response.json(200, [with_rate(info.to_json(), self.sampler) for info in self.broker.topics.list_topics()
                                    if self.broker.sees_vhost(user, topic_exchange(info.name)[0])])
 
     def handle_POST(self, request: server.Request) -> Response:
         require(request, self.broker, "manage")
         name, settings = parse_create(read_json(request))
         require_topic(request, self.broker, "configure", name)
-        info = self.broker.create_topic(name, settings)
+        info = self.broker.topics.create_topic(name, settings)
         location = "/api/topics/" + quote(info.name, safe="")
         return Response.json(201, with_rate(info.to_json(), self.sampler), (("Location", location),))
 
@@ -128,14 +128,14 @@ class Topic(ApiResource):
         vhost = topic_exchange(name)[0]
         if not self.broker.sees_vhost(user, vhost):
             raise HttpError(403, "forbidden", f"access to vhost '{vhost}' refused for user '{user}'")
-        return Response.json(200, with_rate(self.broker.describe_topic(name).to_json(), self.sampler))
+        return Response.json(200, with_rate(self.broker.topics.describe_topic(name).to_json(), self.sampler))
 
     def handle_PUT(self, request: server.Request) -> Response:
         require(request, self.broker, "policy")  # a topic's settings are its policy
         name = self.name()
         require_topic(request, self.broker, "configure", name)
         settings = parse_alter(read_json(request))
-        return Response.json(200, with_rate(self.broker.alter_topic(name, settings).to_json(), self.sampler))
+        return Response.json(200, with_rate(self.broker.topics.alter_topic(name, settings).to_json(), self.sampler))
 
     def handle_DELETE(self, request: server.Request) -> Response:
         """``?force=true``: a topic queues read is deleted too, their entries with it."""
@@ -143,7 +143,7 @@ class Topic(ApiResource):
         name = self.name()
         require_topic(request, self.broker, "configure", name)
         force = query_flag(request, "force")
-        self.broker.delete_topic(name, force=force)
+        self.broker.topics.delete_topic(name, force=force)
         return Response.empty(204)
 
 

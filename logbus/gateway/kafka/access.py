@@ -1,5 +1,5 @@
 """What a Kafka user may do, in Kafka's terms (ACL operations on topics, groups and the
-cluster), decided by logbus's one access check (``Broker.authorize``):
+cluster), decided by logbus's one access check (``Doors.authorize``):
 
 ==========  ==============================================  ==============================
 resource    Kafka operation                                 logbus permission
@@ -16,9 +16,9 @@ cluster     DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE    any user (each produ
             CREATE, ALTER, ALTER_CONFIGS, CLUSTER_ACTION    the ``administrator`` tag
 ==========  ==============================================  ==============================
 
-The vhost of a topic is in its name (``Broker.authorize_topic``). ``operations`` answers
+The vhost of a topic is in its name (``Doors.authorize_topic``). ``operations`` answers
 KIP-430's authorized operations with the truth for the user asking. Answers are kept per
-(user, resource, operation) until a permission, user or vhost changes.
+(user, resource, operation) until a permission, user or vhost changes (``Acls.version``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from .operations import (
 )
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from ...core.ports import Acls, Doors
     from ...core.types import Perm
 
 GROUP_VHOST = "/"  # Kafka groups have no vhost: they are queues of "/" for these checks
@@ -53,13 +53,14 @@ _ANY: tuple[Perm, ...] = ("read", "write", "configure")
 
 
 class KafkaAccess:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, doors: Doors, acls: Acls) -> None:
+        self.doors = doors
+        self.acls = acls
         self._seen: dict[tuple[str, str, int, str], bool] = {}
         self._version = -1
 
     def _cached(self, user: str, kind: str, op: int, name: str) -> bool | None:
-        version = self.broker.access_version
+        version = self.acls.version
         if version != self._version or len(self._seen) > 100_000:
             self._seen.clear()
             self._version = version
@@ -84,7 +85,7 @@ class KafkaAccess:
         return hit
 
     def _topic_perm(self, user: str, perm: Perm, topic: str) -> bool:
-        return self._perm(lambda: self.broker.authorize_topic(user, perm, topic))
+        return self._perm(lambda: self.doors.authorize_topic(user, perm, topic))
 
     def group(self, user: str | None, op: int, group: str) -> bool:
         """May ``user`` do ``op`` (READ, DESCRIBE, DELETE) on consumer group ``group``?"""
@@ -93,7 +94,7 @@ class KafkaAccess:
         hit = self._cached(user, "group", op, group)
         if hit is None:
             perm: Perm = "configure" if op == DELETE else "read"
-            hit = self._perm(lambda: self.broker.authorize(user, perm, Resource(GROUP_VHOST, "queue", group)))
+            hit = self._perm(lambda: self.doors.authorize(user, perm, Resource(GROUP_VHOST, "queue", group)))
             self._seen[(user, "group", op, group)] = hit
         return hit
 
@@ -104,7 +105,7 @@ class KafkaAccess:
             return True
         hit = self._cached(user, "cluster", op, "")
         if hit is None:
-            hit = self._perm(lambda: self.broker.authorize(user, "administer", Resource("")))
+            hit = self._perm(lambda: self.doors.authorize(user, "administer", Resource("")))
             self._seen[(user, "cluster", op, "")] = hit
         return hit
 

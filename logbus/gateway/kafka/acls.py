@@ -65,6 +65,7 @@ from .operations import (
 )
 
 if TYPE_CHECKING:
+    from ...core.ports import Acls
     from .handlers import KafkaHandlers
 
 # Kafka's enums (org.apache.kafka.common.resource / acl)
@@ -287,7 +288,7 @@ def matches(b: Binding, rtype: int, name: str | None, pattern: int, principal: s
 
 
 def install(handlers: KafkaHandlers) -> None:
-    broker = handlers.broker
+    acls = handlers.acls
 
     def admin(caller: Caller) -> bool:
         return handlers.access.cluster(caller.user, ALTER)
@@ -297,7 +298,7 @@ def install(handlers: KafkaHandlers) -> None:
         if not admin(caller):
             return DescribeAclsResponse(throttle_time_ms=0, error_code=K.CLUSTER_AUTHORIZATION_FAILED,
                                         error_message="describing ACLs needs the administrator tag", resources=[])
-        found = [b for b in bindings(broker.access.permissions.values())
+        found = [b for b in bindings(acls.permissions.values())
                  if matches(b, body.resource_type_filter, body.resource_name_filter, body.pattern_type_filter,
                             body.principal_filter, body.host_filter, body.operation, body.permission_type)]
         R = DescribeAclsResponse.DescribeAclsResource
@@ -326,12 +327,12 @@ def install(handlers: KafkaHandlers) -> None:
                 if not perms:
                     describes.append((len(results), user, vhost, alt))
                 for perm in perms:
-                    _grant(broker, user, vhost, perm, alt)
+                    _grant(acls, user, vhost, perm, alt)
                 results.append(R(error_code=K.NONE, error_message=None))
             except (AclRefused, LogbusError) as e:
                 results.append(R(error_code=K.INVALID_REQUEST, error_message=str(e)))
         for index, user, vhost, alt in describes:  # DESCRIBE: implied by another grant, never alone
-            p = broker.access.permissions.get((user, vhost))
+            p = acls.permissions.get((user, vhost))
             if p is None or not any(parsed == alt for perm in PERMS for _, parsed in alternatives(getattr(p, perm))):
                 results[index] = R(error_code=K.INVALID_REQUEST, error_message=(
                     "logbus has no describe-only permission: grant READ, WRITE or ALTER on the same resource,"
@@ -348,14 +349,14 @@ def install(handlers: KafkaHandlers) -> None:
                 results.append(R(error_code=K.CLUSTER_AUTHORIZATION_FAILED,
                                  error_message="deleting ACLs needs the administrator tag", matching_acls=[]))
                 continue
-            found = [b for b in bindings(broker.access.permissions.values())
+            found = [b for b in bindings(acls.permissions.values())
                      if matches(b, f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
                                 f.principal_filter, f.host_filter, f.operation, f.permission_type)]
             try:
                 for b in found:
                     vhost, alt = target(b.resource_type, b.name, b.pattern)
                     for perm in perms_for(b.resource_type, b.operation):
-                        _revoke(broker, b.user, vhost, perm, alt)
+                        _revoke(acls, b.user, vhost, perm, alt)
             except (AclRefused, LogbusError) as e:
                 results.append(R(error_code=K.INVALID_REQUEST, error_message=str(e), matching_acls=[]))
                 continue
@@ -370,17 +371,17 @@ def install(handlers: KafkaHandlers) -> None:
     handlers.register(DeleteAclsRequest, DeleteAclsResponse, 1, 3, delete_acls)
 
 
-def _grant(broker: Any, user: str, vhost: str, perm: str, alt: Alt) -> None:
-    p = broker.access.permissions.get((user, vhost))
+def _grant(acls: Acls, user: str, vhost: str, perm: str, alt: Alt) -> None:
+    p = acls.permissions.get((user, vhost))
     current = {k: getattr(p, k) if p is not None else "" for k in PERMS}
     current[perm] = with_alternative(current[perm], alt)
-    broker.access.set_permission(user, vhost, **current)
+    acls.set_permission(user, vhost, **current)
 
 
-def _revoke(broker: Any, user: str, vhost: str, perm: str, alt: Alt) -> None:
-    p = broker.access.permissions.get((user, vhost))
+def _revoke(acls: Acls, user: str, vhost: str, perm: str, alt: Alt) -> None:
+    p = acls.permissions.get((user, vhost))
     if p is None:
         return
     current = {k: getattr(p, k) for k in PERMS}
     current[perm] = without_alternative(current[perm], alt)
-    broker.access.set_permission(user, vhost, **current)
+    acls.set_permission(user, vhost, **current)

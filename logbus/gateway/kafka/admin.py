@@ -1,4 +1,4 @@
-"""Kafka admin requests over the broker: CreateTopics, DeleteTopics, CreatePartitions
+"""Kafka admin requests over the ``Topics`` port: CreateTopics, DeleteTopics, CreatePartitions
 (topic settings and DescribeConfigs/AlterConfigs are in configs.py). Like handlers.py: each takes a decoded request and returns the response
 object; no sockets here.
 
@@ -108,13 +108,13 @@ class KafkaAdmin(HandlerPart):
                 self.handlers.check(caller.user, "configure", t.name)
                 config = self._plan_topic(t)
                 if not body.validate_only:
-                    self.broker.create_topic(t.name, config.to_mapping())
+                    self.topics.create_topic(t.name, config.to_mapping())
             except (LogbusError, AdminError, OSError) as e:
                 code, message = K.admin_result(e)
                 results.append(R(name=t.name, topic_id=None, error_code=code, error_message=message,
                                  num_partitions=-1, replication_factor=-1, configs=None))
                 continue
-            entries = topic_entries(config, self.broker.topic_defaults)
+            entries = topic_entries(config, self.streams.topic_defaults)
             configs = [C(name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
                          is_sensitive=False) for e in entries]
             results.append(R(name=t.name, topic_id=None, error_code=K.NONE, error_message=None,
@@ -127,7 +127,7 @@ class KafkaAdmin(HandlerPart):
         if isinstance(t.name, Unmapped):
             raise AdminError(K.INVALID_TOPIC_EXCEPTION, t.name.reason)
         validate_topic_name(t.name)
-        if self.broker.partition_count(t.name) is not None:
+        if self.streams.partition_count(t.name) is not None:
             raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic {t.name!r} already exists.")
         node = self.handlers.node_id
         partitions = t.num_partitions
@@ -152,12 +152,12 @@ class KafkaAdmin(HandlerPart):
             raise AdminError(INVALID_REPLICATION_FACTOR,
                              f"Replication factor: {t.replication_factor} larger than available brokers: 1.")
         if partitions == -1:
-            partitions = self.broker.topic_defaults.partitions
+            partitions = self.streams.topic_defaults.partitions
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise AdminError(INVALID_PARTITIONS, f"Number of partitions must be 1..{MAX_PARTITIONS}, not {partitions}.")
         settings = topic_settings((c.name, c.value) for c in t.configs)
         settings["partitions"] = partitions
-        return TopicConfig.from_mapping(settings, base=self.broker.topic_defaults)
+        return TopicConfig.from_mapping(settings, base=self.streams.topic_defaults)
 
     # -- DeleteTopics -----------------------------------------------------------------
 
@@ -178,9 +178,9 @@ class KafkaAdmin(HandlerPart):
                 if repeated:
                     raise _repeated(name)
                 self.handlers.check(caller.user, "configure", name)
-                if self.broker.partition_count(name) is None:
+                if self.streams.partition_count(name) is None:
                     raise UnknownTopic(f"This server does not host topic {name!r}.")
-                self.broker.delete_topic(name)
+                self.topics.delete_topic(name)
             except (LogbusError, AdminError, OSError) as e:
                 code, message = K.admin_result(e)
                 results.append(R(name=name, topic_id=None, error_code=code, error_message=message))
@@ -202,7 +202,7 @@ class KafkaAdmin(HandlerPart):
                     raise AdminError(K.TOPIC_AUTHORIZATION_FAILED, f"not authorized to alter topic {t.name!r}")
                 config = self._plan_growth(t)
                 if not body.validate_only:
-                    self.broker.grow_topic(t.name, config.partitions)
+                    self.topics.grow_topic(t.name, config.partitions)
             except (LogbusError, AdminError, OSError) as e:
                 code, message = K.admin_result(e)
                 results.append(R(name=t.name, error_code=code, error_message=message))
@@ -211,7 +211,7 @@ class KafkaAdmin(HandlerPart):
         return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
     def _plan_growth(self, t: Any) -> TopicConfig:
-        current = self.broker.partition_count(t.name)
+        current = self.streams.partition_count(t.name)
         if current is None:
             raise UnknownTopic(f"The topic {t.name!r} does not exist.")
         if t.count <= current:
@@ -230,7 +230,7 @@ class KafkaAdmin(HandlerPart):
                 if list(a.broker_ids) != [node]:
                     raise AdminError(INVALID_REPLICA_ASSIGNMENT,
                                      f"assignment {list(a.broker_ids)}: logbus has one broker, node {node}")
-        config: TopicConfig = replace(self.broker.topic_config(t.name), partitions=t.count)
+        config: TopicConfig = replace(self.streams.topic_config(t.name), partitions=t.count)
         return config
 
 def install(handlers: KafkaHandlers) -> None:

@@ -12,7 +12,7 @@ DescribeConfigs tells a topic's setting apart from the broker's default by value
 ``TopicRecord`` stores every setting, so a setting given explicitly with the default's
 value is described as a default.
 
-Altering a topic goes through ``Broker.alter_topic``: the new settings are recorded, then
+Altering a topic goes through ``Topics.alter_topic``: the new settings are recorded, then
 applied to the live partitions (flush policy, segment size and age, retention, largest
 batch). AlterConfigs sets exactly the settings given, the others go back to the broker's
 default (as Kafka's AlterConfigs); IncrementalAlterConfigs applies SET, DELETE (back to
@@ -183,7 +183,7 @@ def broker_entries(node_id: int, auto_create: bool, defaults: TopicConfig) -> li
 
 
 def replacement_settings(configs: Iterable[tuple[str, str | None]]) -> dict[str, Any]:
-    """AlterConfigs entries -> settings for ``Broker.alter_topic``: those given, and every
+    """AlterConfigs entries -> settings for ``Topics.alter_topic``: those given, and every
     other one back to the broker's default (None). Raises AdminError."""
     changes: dict[str, Any] = dict.fromkeys(_BY_NAME)
     changes.update(topic_settings(_no_repeats(configs, lambda c: c[0])))
@@ -192,7 +192,7 @@ def replacement_settings(configs: Iterable[tuple[str, str | None]]) -> dict[str,
 
 def incremental_settings(ops: Iterable[tuple[str, int, str | None]]) -> dict[str, str | None]:
     """IncrementalAlterConfigs operations (name, op, value) -> settings for
-    ``Broker.alter_topic`` (None: back to the broker's default). Raises AdminError."""
+    ``Topics.alter_topic`` (None: back to the broker's default). Raises AdminError."""
     changes: dict[str, str | None] = {}
     for name, op, value in _no_repeats(ops, lambda o: o[0]):
         if op not in (SET, DELETE, APPEND, SUBTRACT):
@@ -270,11 +270,11 @@ class KafkaConfigs(HandlerPart):
         return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
     def _entries(self, resource_type: int, name: str) -> list[ConfigEntry]:
-        defaults = self.broker.topic_defaults
+        defaults = self.streams.topic_defaults
         if resource_type == RESOURCE_TOPIC:
-            if self.broker.partition_count(name) is None:
+            if self.streams.partition_count(name) is None:
                 raise UnknownTopic(f"Topic {name!r} does not exist.")
-            return topic_entries(self.broker.topic_config(name), defaults)
+            return topic_entries(self.streams.topic_config(name), defaults)
         if resource_type == RESOURCE_BROKER:
             node = self.handlers.node_id
             if name not in ("", str(node)):
@@ -311,9 +311,9 @@ class KafkaConfigs(HandlerPart):
             if resource_type == RESOURCE_TOPIC:
                 if not access.topic(caller.user, ALTER_CONFIGS, name):
                     raise AdminError(K.TOPIC_AUTHORIZATION_FAILED, f"not authorized to alter topic {name!r}")
-                if self.broker.partition_count(name) is None:
+                if self.streams.partition_count(name) is None:
                     raise UnknownTopic(f"Topic {name!r} does not exist.")
-                self.broker.alter_topic(name, settings(), validate_only=validate_only)
+                self.topics.alter_topic(name, settings(), validate_only=validate_only)
             elif resource_type == RESOURCE_BROKER:
                 if not access.cluster(caller.user, ALTER_CONFIGS):
                     raise AdminError(K.CLUSTER_AUTHORIZATION_FAILED, "not authorized to alter the broker's configs")

@@ -1,8 +1,8 @@
 """Kafka the group coordinator: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 
-Each handler translates a decoded request into a call on the broker's group methods
-(``Broker.join_group``, ``commit_offsets``, ...: the stream model's group coordinator,
+Each handler translates a decoded request into a call on the ``Streams`` port's group
+methods (``join_group``, ``commit_offsets``, ...: the stream service's group coordinator,
 core/streams/groups.py, one per broker, shared by every connection) and the result into
 the response of the request's version. This broker is the coordinator of every group.
 
@@ -54,7 +54,6 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from ...core.broker import Broker
 from ...core.types import Code, JoinGroup, JoinResult, OffsetAndMetadata, SyncResult
 from .caller import Caller
 from .codec import Request
@@ -91,14 +90,11 @@ def install(handlers: KafkaHandlers) -> None:
 class _GroupApi:
     def __init__(self, handlers: KafkaHandlers) -> None:
         self.handlers = handlers
+        self.streams = handlers.streams
 
     def _may(self, caller: Caller, op: int, group: str) -> bool:
         """May the caller's user do ``op`` on ``group`` (access.py: read on queue ``group``)?"""
         return self.handlers.access.group(caller.user, op, group)
-
-    @property
-    def broker(self) -> Broker:
-        return self.handlers.broker
 
     # -- FindCoordinator -----------------------------------------------------------------
 
@@ -169,7 +165,7 @@ class _GroupApi:
                          for mid, md in r.members],
             )
 
-        return self.broker.join_group(join).addCallback(build)
+        return self.streams.join_group(join).addCallback(build)
 
     def sync_group(self, req: Request, caller: Caller) -> Any:
         body, v = req.body, req.api_version
@@ -177,7 +173,7 @@ class _GroupApi:
             return SyncGroupResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, protocol_type=None,
                                      protocol_name=None, assignment=b"")
         assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
-        d = self.broker.sync_group(
+        d = self.streams.sync_group(
             body.group_id, body.generation_id, body.member_id, assignments,
             protocol_type=body.protocol_type if v >= 5 else None,
             protocol_name=body.protocol_name if v >= 5 else None,
@@ -199,7 +195,7 @@ class _GroupApi:
         if not self._may(caller, READ, body.group_id):
             return HeartbeatResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED)
         instance = body.group_instance_id if req.api_version >= 3 else None
-        code = self.broker.heartbeat(body.group_id, body.generation_id, body.member_id, instance)
+        code = self.streams.heartbeat(body.group_id, body.generation_id, body.member_id, instance)
         return HeartbeatResponse(throttle_time_ms=0, error_code=group_error(code))
 
     def leave_group(self, req: Request, caller: Caller) -> Any:
@@ -207,10 +203,10 @@ class _GroupApi:
         if not self._may(caller, READ, body.group_id):
             return LeaveGroupResponse(throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED, members=[])
         if req.api_version < 3:
-            (code,) = self.broker.leave_group(body.group_id, [body.member_id])
+            (code,) = self.streams.leave_group(body.group_id, [body.member_id])
             return LeaveGroupResponse(throttle_time_ms=0, error_code=group_error(code))
         identities = list(body.members)
-        codes = self.broker.leave_group(body.group_id, [m.member_id for m in identities],
+        codes = self.streams.leave_group(body.group_id, [m.member_id for m in identities],
                                  [m.group_instance_id for m in identities])
         R = LeaveGroupResponse.MemberResponse
         members = [
@@ -222,7 +218,7 @@ class _GroupApi:
     # -- OffsetCommit / OffsetFetch ------------------------------------------------------
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
-        count = self.broker.partition_count(topic)
+        count = self.streams.partition_count(topic)
         return count is not None and 0 <= partition < count
 
     def offset_commit(self, req: Request, caller: Caller) -> Any:
@@ -238,7 +234,7 @@ class _GroupApi:
                         p.committed_metadata if p.committed_metadata is not None else NO_METADATA,
                         p.committed_leader_epoch,
                     )
-        code, codes = self.broker.commit_offsets(
+        code, codes = self.streams.commit_offsets(
             body.group_id, body.generation_id_or_member_epoch, body.member_id or "", offsets,
             body.group_instance_id if req.api_version >= 7 else None,
         ) if group_ok else (Code.NONE, {})
@@ -302,7 +298,7 @@ class _GroupApi:
             return self.handlers.access.topic(caller.user, DESCRIBE, topic)
 
         tps = None if wanted is None else [(name, p) for name, parts in wanted for p in parts if may(name)]
-        found = self.broker.fetch_offsets(group_id, tps)
+        found = self.streams.fetch_offsets(group_id, tps)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         if wanted is not None:
             for name, parts in wanted:
@@ -329,7 +325,7 @@ class _GroupApi:
         L = ListGroupsResponse.ListedGroup
         groups = [
             L(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=GROUP_TYPE)
-            for g in self.broker.list_groups()
+            for g in self.streams.list_groups()
             if (not states or g.state.lower() in states) and self._may(caller, DESCRIBE, g.group_id)
         ]
         return ListGroupsResponse(throttle_time_ms=0, error_code=NONE, groups=groups)
@@ -346,7 +342,7 @@ class _GroupApi:
                              authorized_operations=authorized(frozenset(), asked)))
                 continue
             operations = authorized(self.handlers.access.group_operations(caller.user, group_id), asked)
-            g = self.broker.describe_group(group_id)
+            g = self.streams.describe_group(group_id)
             if g is None:  # Kafka describes an unknown group as Dead, without an error
                 out.append(D(error_code=NONE, error_message=None, group_id=group_id, group_state="Dead",
                              protocol_type="", protocol_data="", members=[],
@@ -364,6 +360,6 @@ class _GroupApi:
 
     def delete_groups(self, req: Request, caller: Caller) -> Any:
         R = DeleteGroupsResponse.DeletableGroupResult
-        results = [R(group_id=g, error_code=group_error(self.broker.delete_group(g)) if self._may(caller, DELETE, g)
+        results = [R(group_id=g, error_code=group_error(self.streams.delete_group(g)) if self._may(caller, DELETE, g)
                      else GROUP_AUTHORIZATION_FAILED) for g in req.body.groups_names]
         return DeleteGroupsResponse(throttle_time_ms=0, results=results)

@@ -1,15 +1,16 @@
-"""Kafka request handlers over the broker: each takes a decoded request and returns the
+"""Kafka request handlers over the core's ports: each takes a decoded request and returns the
 response object (or a Deferred of it). No sockets here; protocol.py moves the bytes.
 
 KafkaHandlers answers ApiVersions, Metadata, Produce, Fetch, ListOffsets and
 InitProducerId; the install() of groups.py, admin.py, configs.py and records_admin.py
 registers more (``KafkaHandlers.register``; docs/kafka.md lists them all). A Fetch that
 must wait for ``min_bytes`` is woken when a partition it asked for gets new readable
-records (``Broker.watch``).
+records (``Streams.watch``).
 
-The handlers hold the broker and nothing of the core behind it: from ``logbus.core`` they
-import ``broker`` (the facade), ``errors`` and ``types`` (the values its methods take and
-return); a Produce's checks, idempotence and routing are ``Broker.produce``.
+The handlers hold ports and nothing else of the core (core/ports.py): ``doors`` (logins,
+the access check), ``streams`` (produce, reads, offsets, groups), ``topics`` (topic admin)
+and ``acls`` (permissions as Kafka's ACLs); from ``logbus.core`` they import ``ports``,
+``errors`` and ``types``. A Produce's checks, idempotence and routing are ``Streams.produce``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 from twisted.internet.defer import Deferred, DeferredList, succeed
 
-from ...core.broker import Broker
+from ...core.ports import Acls, Doors, Streams, Topics
 from ...core.errors import AccessRefused, LogbusError, OffsetOutOfRange, Refused, StorageError
 from ...core.types import ConnectionRecord, FileSpan, Perm, topic_exchange
 from . import errors as K
@@ -80,16 +81,20 @@ def _kafka_names(answer: Any) -> Any:
 
 
 class KafkaHandlers:
-    def __init__(self, broker: Broker, reactor: Any, *, node_id: int = 0, auto_create_topics: bool = True,
+    def __init__(self, doors: Doors, streams: Streams, topics: Topics, acls: Acls, reactor: Any, *,
+                 node_id: int = 0, auto_create_topics: bool = True,
                  sasl_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")) -> None:
-        self.broker = broker
+        self.doors = doors
+        self.streams = streams
+        self.topics = topics
+        self.acls = acls
         self.reactor = reactor
         self.sasl_mechanisms = sasl_mechanisms  # what SaslHandshake offers (sasl.py)
         self.node_id = node_id
         self.auto_create_topics = auto_create_topics
         # what each request's user (its Caller's: SASL, or the default user) may do in
         # Kafka's terms, from logbus's permissions (access.py)
-        self.access = KafkaAccess(broker)
+        self.access = KafkaAccess(doors, acls)
         H = Callable[[Request, Caller], Any]
         self._table: dict[int, tuple[Any, Any, int, int, H]] = {
             18: (ApiVersionsRequest, ApiVersionsResponse, 0, 4, self.api_versions),
@@ -155,9 +160,9 @@ class KafkaHandlers:
 
     def metadata(self, req: Request, caller: Caller) -> Any:
         body = req.body
-        broker = self.broker
+        streams = self.streams
         if body.topics is None or (req.api_version == 0 and not body.topics):
-            names = broker.topic_names()
+            names = streams.topic_names()
         else:
             names = [t.name for t in body.topics]
         every = body.topics is None or (req.api_version == 0 and not body.topics)
@@ -178,7 +183,7 @@ class KafkaHandlers:
                                     partitions=[], authorized_operations=authorized(frozenset(), asked_topic_ops)))
                 continue  # every topic: only those the user may describe
             topic_ops = authorized(access.topic_operations(user, name), asked_topic_ops)
-            count = broker.partition_count(name)
+            count = streams.partition_count(name)
             if count is None and allow_create and not unmapped and name:
                 if not self.allowed(user, "configure", name):  # no CREATE on a topic it asked for: 29, as Kafka
                     topics.append(T(error_code=K.TOPIC_AUTHORIZATION_FAILED, name=name, is_internal=False,
@@ -214,17 +219,17 @@ class KafkaHandlers:
             log.info("not auto-creating topic %r: configure access refused for user %r", name, user)
             return None
         try:
-            self.broker.create_topic(name)
+            self.topics.create_topic(name)
         except LogbusError as e:
             log.info("not auto-creating topic %r: %s", name, e)
             return None
-        return self.broker.partition_count(name)
+        return self.streams.partition_count(name)
 
     # -- Produce ----------------------------------------------------------------------
 
     def produce(self, req: Request, caller: Caller) -> Any:
         body = req.body
-        broker = self.broker
+        streams = self.streams
         pending: list[Deferred[Any]] = []
         slots: list[tuple[str, int]] = []
         for td in body.topic_data:
@@ -233,11 +238,11 @@ class KafkaHandlers:
                     slots.append((td.name, pd.index))
                     pending.append(succeed(K.TOPIC_AUTHORIZATION_FAILED))
                 continue
-            count = broker.partition_count(td.name)
+            count = streams.partition_count(td.name)
             if count is None and self.auto_create_topics and not isinstance(td.name, Unmapped):
                 count = self._auto_create(td.name, caller.user)
             vhost, exchange = topic_exchange(td.name)
-            by_key = caller.user is not None and broker.topic_restricted(caller.user, vhost, exchange)
+            by_key = caller.user is not None and self.doors.topic_restricted(caller.user, vhost, exchange)
             for pd in td.partition_data:
                 slots.append((td.name, pd.index))
                 if count is None or not 0 <= pd.index < count:
@@ -247,7 +252,7 @@ class KafkaHandlers:
                 if by_key and not self._keys_allowed(caller.user, td.name, records):
                     pending.append(succeed(K.TOPIC_AUTHORIZATION_FAILED))
                     continue
-                pending.append(broker.produce(td.name, pd.index, records).addCallback(
+                pending.append(streams.produce(td.name, pd.index, records).addCallback(
                     _counted, caller.record, body.acks != 0))
         if body.acks == 0:
             for d in pending:
@@ -288,7 +293,7 @@ class KafkaHandlers:
             return True
         try:
             for key in keys:
-                self.broker.authorize_topic(user, "write", topic, key.decode("utf-8", "replace"))
+                self.doors.authorize_topic(user, "write", topic, key.decode("utf-8", "replace"))
         except Refused:
             log.info("kafka produce to %r refused for user %r: a record key its topic permission does not allow",
                      topic, user)
@@ -310,7 +315,7 @@ class KafkaHandlers:
             return InitProducerIdResponse(throttle_time_ms=0, error_code=K.NONE, producer_id=pid,
                                           producer_epoch=epoch + 1)
         try:
-            pid = self.broker.new_producer_id()
+            pid = self.streams.new_producer_id()
         except StorageError as e:  # no block of ids could be reserved: retriable
             log.warning("InitProducerId: no producer id, the state store refused a write: %s", e)
             return InitProducerIdResponse(throttle_time_ms=0, error_code=K.COORDINATOR_NOT_AVAILABLE,
@@ -353,7 +358,7 @@ class KafkaHandlers:
             answer, _, records = self._read(req, caller.user)  # may drain appends, and so wake() first
             finish(answer, records)
 
-        unwatch = self.broker.watch([(ft.topic, fp.partition) for ft in body.topics for fp in ft.partitions], wake)
+        unwatch = self.streams.watch([(ft.topic, fp.partition) for ft in body.topics for fp in ft.partitions], wake)
         timer = self.reactor.callLater(body.max_wait_ms / 1000.0, expired)
         return d
 
@@ -365,12 +370,12 @@ class KafkaHandlers:
         its messages out; a batch's records before the fetch offset are skipped by
         the client, and its end is known from the read without opening a header)."""
         body = req.body
-        broker = self.broker
+        streams = self.streams
         remaining = body.max_bytes if body.max_bytes > 0 else 1 << 30
         total = records = 0
         topics = []
         for ft in body.topics:
-            count = broker.partition_count(ft.topic)
+            count = streams.partition_count(ft.topic)
             parts = []
             refused = not self.allowed(user, "read", ft.topic)
             for fp in ft.partitions:
@@ -384,15 +389,15 @@ class KafkaHandlers:
                 spans: list[FileSpan]
                 try:
                     if limit > 0:
-                        r = broker.read_spans(ft.topic, fp.partition, fp.fetch_offset, limit)
+                        r = streams.read_spans(ft.topic, fp.partition, fp.fetch_offset, limit)
                         spans, hw, start = r.spans, r.high_watermark, r.log_start_offset
                         if spans:
                             records += max(0, r.next_offset - fp.fetch_offset)
                     else:
-                        o = broker.offsets(ft.topic, fp.partition)
+                        o = streams.offsets(ft.topic, fp.partition)
                         spans, hw, start = [], o.high_watermark, o.log_start_offset
                 except OffsetOutOfRange:
-                    o = broker.offsets(ft.topic, fp.partition)
+                    o = streams.offsets(ft.topic, fp.partition)
                     hw = o.high_watermark
                     parts.append(FetchPartition(fp.partition, K.OFFSET_OUT_OF_RANGE, hw, hw, o.log_start_offset, b""))
                     continue
@@ -406,7 +411,7 @@ class KafkaHandlers:
     # -- ListOffsets ------------------------------------------------------------------
 
     def list_offsets(self, req: Request, caller: Caller) -> Any:
-        broker = self.broker
+        streams = self.streams
         T = ListOffsetsResponse.ListOffsetsTopicResponse
         P = T.ListOffsetsPartitionResponse
         topics = []
@@ -419,7 +424,7 @@ class KafkaHandlers:
                                    old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1))
                     continue
                 try:
-                    o = broker.offsets(t.name, lp.partition_index)
+                    o = streams.offsets(t.name, lp.partition_index)
                 except LogbusError:
                     parts.append(P(partition_index=lp.partition_index, error_code=K.UNKNOWN_TOPIC_OR_PARTITION,
                                    old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1))
@@ -429,7 +434,7 @@ class KafkaHandlers:
                 elif lp.timestamp == EARLIEST:
                     ts, off = -1, o.log_start_offset
                 else:
-                    found = broker.offset_for_time(t.name, lp.partition_index, lp.timestamp)
+                    found = streams.offset_for_time(t.name, lp.partition_index, lp.timestamp)
                     off, ts = found if found is not None else (-1, -1)
                 parts.append(P(partition_index=lp.partition_index, error_code=K.NONE,
                                old_style_offsets=[off], timestamp=ts, offset=off, leader_epoch=0))
@@ -439,14 +444,12 @@ class KafkaHandlers:
 
 class HandlerPart:
     """A group of API handlers kept in a module of its own (admin, configs): it reaches
-    the broker through the KafkaHandlers that install it."""
+    the ports through the KafkaHandlers that install it."""
 
     def __init__(self, handlers: KafkaHandlers) -> None:
         self.handlers = handlers
-
-    @property
-    def broker(self) -> Broker:
-        return self.handlers.broker
+        self.streams = handlers.streams
+        self.topics = handlers.topics
 
 
 def _counted(result: Any, record: ConnectionRecord | None, confirmed: bool) -> Any:

@@ -42,9 +42,9 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
-from ...core.broker import Broker
+from ...core.ports import Acls, Doors, Streams, Topics
 from ...core.errors import Refused, StorageError
-from ...core.types import FileSpan
+from ...core.types import FileSpan, Metrics
 from ..output import FileOutput, is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
 from ..websocket import DEFAULT_HANDSHAKE_TIMEOUT
@@ -107,22 +107,22 @@ class KafkaProtocol(Protocol):
         host = self._t.getHost()
         self.advertised = self._advertised or (host.host, host.port)
         peer_host, peer_port = peer_of(self._t)
-        self.record = self.handlers.broker.connection_opened(
+        self.record = self.handlers.doors.connection_opened(
             "kafka", f"{peer_host}:{peer_port}", tls=is_tls(self._t), close=self._abort)
         loopback = is_loopback(peer_host)
         anonymous = self.listener_rules.anonymous or (self.factory.anonymous if self.factory is not None
                                                        else "loopback")
         user = None
         if anonymous == "loopback" and loopback:
-            name = self.factory.anonymous_user if self.factory is not None else self.handlers.broker.anonymous_user
+            name = self.factory.anonymous_user if self.factory is not None else self.handlers.doors.anonymous_user
             try:
-                self.handlers.broker.authenticate_anonymous(name, loopback=loopback)
+                self.handlers.doors.authenticate_anonymous(name, loopback=loopback)
                 user = name
             except Refused as e:
-                self.handlers.broker.connection_refused(self.record, name, str(e))
+                self.handlers.doors.connection_refused(self.record, name, str(e))
         self.caller = Caller(self.advertised, user, f"{peer_host}:{peer_port}", loopback, self.record)
         if user is not None:
-            self.handlers.broker.connection_logged_in(self.record, user, how="anonymous (kafka_anonymous)")
+            self.handlers.doors.connection_logged_in(self.record, user, how="anonymous (kafka_anonymous)")
         if self.factory is not None:
             self._active = self.factory.reactor.seconds()
             self._idle_call = self.factory.reactor.callLater(self.factory.idle_timeout, self._idle_check)
@@ -255,15 +255,15 @@ class KafkaProtocol(Protocol):
         identity = peer_identity(self._t, factory.cert_login) if factory is not None else None
         if identity is None:
             return
-        broker = self.handlers.broker
+        doors = self.handlers.doors
         try:
-            broker.authenticate_certificate(identity, loopback=self.caller.loopback)
+            doors.authenticate_certificate(identity, loopback=self.caller.loopback)
         except Refused as e:
-            broker.connection_refused(self.record, identity, str(e))
+            doors.connection_refused(self.record, identity, str(e))
             self.caller.anonymous = None  # a certificate that names no user: no anonymous fallback either
             return
         self.caller.anonymous = identity
-        broker.connection_logged_in(self.record, identity, how="client certificate")
+        doors.connection_logged_in(self.record, identity, how="client certificate")
 
     def _hold(self, req: Any, slot: list[Any]) -> None:
         """A Produce under a resource alarm: neither appended nor answered until the
@@ -300,11 +300,11 @@ class KafkaProtocol(Protocol):
         if self._closing:
             return
         if step.failed:
-            self.handlers.broker.connection_refused(self.record, sasl.attempted,
+            self.handlers.doors.connection_refused(self.record, sasl.attempted,
                                                     f"SASL {sasl.mechanism}: {sasl.why or step.error_message}")
             return self._abort(f"SASL {sasl.mechanism} authentication failed")
         if sasl.user is not None:
-            self.handlers.broker.connection_logged_in(self.record, sasl.user, how=f"SASL {sasl.mechanism}")
+            self.handlers.doors.connection_logged_in(self.record, sasl.user, how=f"SASL {sasl.mechanism}")
         data = len(step.auth_bytes).to_bytes(4, "big") + step.auth_bytes
         if slot is None:
             self._enqueue_ready(data)
@@ -418,7 +418,7 @@ class KafkaProtocol(Protocol):
             if call is not None and call.active():
                 call.cancel()
         self._idle_call = self._handshake_call = None
-        self.handlers.broker.connection_closed(self.record, lost_reason(reason))
+        self.handlers.doors.connection_closed(self.record, lost_reason(reason))
         self.output.close()
         if self._queue:  # a long poll, or a client that gave up waiting: say on what
             now = time.monotonic()
@@ -442,7 +442,11 @@ MODULES = (groups, admin, configs, records_admin, sasl, acls)
 
 
 class KafkaFactory(Factory):
-    def __init__(self, broker: Broker, reactor: Any, max_frame: int, advertised: tuple[str, int] | None = None,
+    """The Kafka listener's factory, built from ports: ``doors`` (connections, logins, the
+    access check, alarms), ``streams``, ``topics``, ``acls`` (core/ports.py) and the metrics."""
+
+    def __init__(self, doors: Doors, streams: Streams, topics: Topics, acls: Acls, metrics: Metrics, reactor: Any,
+                 max_frame: int, advertised: tuple[str, int] | None = None,
                  *, auto_create_topics: bool = True, idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
                  handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
                  max_in_flight: int = 1, anonymous: str = "loopback",
@@ -450,34 +454,34 @@ class KafkaFactory(Factory):
                  anonymous_user: str | None = None) -> None:
         self.cert_login = cert_login  # tls_cert_login: a verified client certificate's identity is the user
         # who a client that does not authenticate acts as, from loopback (None: the broker's, anonymous_user)
-        self.anonymous_user = anonymous_user if anonymous_user is not None else broker.anonymous_user
+        self.anonymous_user = anonymous_user if anonymous_user is not None else doors.anonymous_user
         self.advertised = advertised
         self.anonymous = anonymous  # "off", or "loopback": who may skip SASL (acting as anonymous_user)
         self.reactor = reactor
         self.idle_timeout = idle_timeout  # seconds (kafka_idle_timeout_ms)
         self.handshake_timeout = handshake_timeout  # seconds from accept to the handshake's end (handshake_timeout_ms)
-        self.handshake_timeouts = broker.metrics.counter(
+        self.handshake_timeouts = metrics.counter(
             "logbus_kafka_handshake_timeouts",
             "Kafka connections closed for no request answered (or no SASL authentication, where the listener"
             " asks for it) within handshake_timeout_ms")
         self.max_in_flight = max_in_flight  # requests handled before the first is answered (Kafka: 1)
-        self.idle_closed = broker.metrics.counter(
+        self.idle_closed = metrics.counter(
             "logbus_kafka_idle_closes",
             "Kafka connections closed with no complete request for kafka_idle_timeout_ms")
-        self.muted = broker.metrics.counter(
+        self.muted = metrics.counter(
             "logbus_kafka_muted_reads",
             "Times a Kafka connection's reading was paused: requests arrived while an answer was pending")
-        self.produces_held = broker.metrics.counter(
+        self.produces_held = metrics.counter(
             "logbus_kafka_produces_held",
             "Kafka Produce requests held (not appended, not answered) while a resource alarm was set")
-        self.unfinished_reads_paused = broker.metrics.counter(
+        self.unfinished_reads_paused = metrics.counter(
             "logbus_kafka_unfinished_paused",
             "Times a Kafka connection in the middle of a large request was not read under the memory alarm")
         self.connections: set[KafkaProtocol] = set()
         self.unread = UnreadWatch(reactor)  # connections not read: gone meanwhile?
         self._logged: set[str] = set()  # what was logged for the alarms now set
-        self.alarms: frozenset[str] = broker.on_alarms(self._alarms_changed)
-        self.handlers = KafkaHandlers(broker, reactor, auto_create_topics=auto_create_topics,
+        self.alarms: frozenset[str] = doors.on_alarms(self._alarms_changed)
+        self.handlers = KafkaHandlers(doors, streams, topics, acls, reactor, auto_create_topics=auto_create_topics,
                                       sasl_mechanisms=sasl_mechanisms)
         for module in MODULES:
             module.install(self.handlers)

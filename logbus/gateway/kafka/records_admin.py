@@ -39,7 +39,7 @@ def install(handlers: KafkaHandlers) -> None:
             try:
                 if not handlers.access.topic(caller.user, DELETE, t.name):
                     raise AdminError(K.TOPIC_AUTHORIZATION_FAILED, f"not authorized to delete records of {t.name!r}")
-                results: dict[int, Any] = handlers.broker.delete_records(t.name, wanted)
+                results: dict[int, Any] = handlers.topics.delete_records(t.name, wanted)
             except (LogbusError, AdminError, OSError) as e:
                 results = dict.fromkeys(wanted, e)
             parts = []

@@ -301,13 +301,13 @@ def _unescape(name: str) -> str:
 def install(handlers: KafkaHandlers) -> None:
     """Register SaslHandshake (v1: the tokens then come in SaslAuthenticate) and
     SaslAuthenticate with ``handlers``, offering ``handlers.sasl_mechanisms``."""
-    broker = handlers.broker
+    doors = handlers.doors
     mechanisms = handlers.sasl_mechanisms
 
     def session(caller: Caller) -> SaslSession:
         return SaslSession(mechanisms, caller.loopback,
-                           lambda user, password, loopback: broker.authenticate(user, password, loopback=loopback),
-                           broker.scram_credential, broker.loopback_only)
+                           lambda user, password, loopback: doors.authenticate(user, password, loopback=loopback),
+                           doors.scram_credential, doors.loopback_only)
 
     def sasl_handshake(req: Request, caller: Caller) -> Any:
         if caller.sasl is None:
@@ -333,13 +333,13 @@ def install(handlers: KafkaHandlers) -> None:
                                             auth_bytes=step.auth_bytes, session_lifetime_ms=0)
         if step.failed:
             caller.close_after_answer = True  # as Kafka: the connection ends after a failed authentication
-            delay = broker.connection_refused(caller.record, sasl.attempted if sasl else "",
+            delay = doors.connection_refused(caller.record, sasl.attempted if sasl else "",
                                               f"SASL {sasl.mechanism if sasl else '-'}: "
                                               f"{sasl.why if sasl and sasl.why else step.error_message}")
             if delay:  # repeated failures from this host: answered later (Kafka's
                 return deferLater(handlers.reactor, delay, lambda: response)  # failed.authentication.delay)
         elif sasl is not None and sasl.state is State.DONE and sasl.user is not None:
-            broker.connection_logged_in(caller.record, sasl.user, how=f"SASL {sasl.mechanism}")
+            doors.connection_logged_in(caller.record, sasl.user, how=f"SASL {sasl.mechanism}")
         return response
 
     handlers.register(SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, sasl_handshake)

@@ -52,7 +52,7 @@ def render(view: View) -> Html:
               else Html("none"))
     facts = (f"<dl class=\"facts\"><dt>Version</dt><dd>{h(version())}</dd>"
              f"<dt>Up for</dt><dd>{h(duration(time.time() - view.console.started))}</dd>"
-             f"<dt>Topics</dt><dd id=\"topic-count\">{len(broker.list_topics())}</dd>"
+             f"<dt>Topics</dt><dd id=\"topic-count\">{len(broker.topics.list_topics())}</dd>"
              f"<dt>Connections</dt><dd id=\"connection-count\">{len(connections)}</dd>"
              f"<dt>Alarms</dt><dd class=\"{'problem' if reasons else 'ok'}\">{alarms}</dd></dl>")
     per = [(protocol.upper(), sum(1 for c in connections if c.protocol == protocol)) for protocol in PROTOCOLS]

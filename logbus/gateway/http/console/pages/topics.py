@@ -42,7 +42,7 @@ def _retention(config: dict[str, object]) -> str:
 
 def render(view: View) -> Html:
     broker = view.broker
-    topics = sorted((t for t in broker.list_topics() if broker.sees_vhost(view.user, topic_exchange(t.name)[0])),
+    topics = sorted((t for t in broker.topics.list_topics() if broker.sees_vhost(view.user, topic_exchange(t.name)[0])),
                     key=lambda t: t.name)
     summary, detail = [], []
     for t in topics:
@@ -68,7 +68,7 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
     if len(parts) != 1:
         raise HttpError(404, "not_found", "a topic's page is /topics/<topic>")
     broker = view.broker
-    found = [t for t in broker.list_topics() if t.name == parts[0]]
+    found = [t for t in broker.topics.list_topics() if t.name == parts[0]]
     if not found or not broker.sees_vhost(view.user, topic_exchange(found[0].name)[0]):
         raise HttpError(404, "not_found", f"no topic '{parts[0]}'")
     t = found[0]

@@ -1,0 +1,218 @@
+"""The stream model as a service the broker owns (``broker.streams``): what the Kafka
+gateway calls (``ports.Streams``): topics as partitioned logs (produce, reads, offsets,
+watchers, producer ids) and consumer groups, and the client state that expires as in Kafka.
+
+It owns the producer registry and the group coordinator; it is handed the state store and
+the log at ``start`` and where produced batches go on from the log (``route``: the
+pipeline's ``appended``, the queues that read the topic). The group coordinator's methods
+are its own, bound at construction, so a group request is one call.
+
+    streams = StreamService(reactor, metrics, topic_defaults=TopicConfig())
+    streams.start(state, log, route=pipeline.appended)   # loads groups, starts the expiry
+    d = streams.produce("t", 0, batches)                 # Deferred[AppendResult]
+    streams.stop()                                       # waiting joins fail, expiry stops
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterable
+
+from twisted.internet.defer import Deferred, fail
+from twisted.internet.task import LoopingCall
+
+from ..errors import LogbusError, StorageError
+from ..log import AppendResult, LogManager
+from ..log.partition import ReadResult
+from ..log.topic_config import TopicConfig
+from ..metrics import Metrics
+from ..state import StateStore
+from ..types import PartitionOffsets
+from .groups import GroupCoordinator
+from .produce import Route
+from .produce import produce as produce_batches
+from .producers import ProducerRegistry
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms: 1 day
+OFFSETS_RETENTION_MS = 7 * 86_400_000  # Kafka's offsets.retention.minutes: 7 days
+CLIENT_EXPIRY_CHECK_MAX_S = 600.0  # Kafka's *.check.interval.ms: 10 minutes
+
+
+def client_expiry_interval(*expiry_ms: int) -> float:
+    """How often expired client state is looked for (s): Kafka's 10 minutes, or half the
+    shortest expiry when that is shorter (at least 50 ms)."""
+    return max(0.05, min(CLIENT_EXPIRY_CHECK_MAX_S, min(expiry_ms) / 2000))
+
+
+def _not_started(*args: object) -> int:
+    raise RuntimeError("the stream service is not started")
+
+
+class StreamService:
+    """``ports.Streams``: produce, read and watch partitions, their offsets, producer ids,
+    consumer groups (see the module's header)."""
+
+    def __init__(self, reactor: Any, metrics: Metrics, *, topic_defaults: TopicConfig,
+                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+                 offsets_retention_ms: int = OFFSETS_RETENTION_MS) -> None:
+        self.reactor = reactor
+        self.topic_defaults = topic_defaults
+        self.producers = ProducerRegistry(None)  # replaced at start, with the store
+        self.groups = GroupCoordinator(reactor)
+        self._log: LogManager | None = None
+        self._route: Route = _not_started
+        # per-client state that expires as in Kafka (expire_client_state)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.offsets_retention_ms = offsets_retention_ms
+        self._client_expiry: LoopingCall | None = None
+        self._producers_expired = metrics.counter(
+            "logbus_producer_states_expired",
+            "Idempotent producers' states forgotten after producer.id.expiration.ms (per partition)")
+        self._offsets_expired = metrics.counter(
+            "logbus_group_offsets_expired",
+            "Committed offsets of groups with no members deleted after offsets.retention.minutes")
+        # consumer groups: the coordinator's own methods (one call per request)
+        groups = self.groups
+        self.join_group = groups.join
+        self.sync_group = groups.sync
+        self.heartbeat = groups.heartbeat
+        self.leave_group = groups.leave
+        self.commit_offsets = groups.commit_offsets
+        self.fetch_offsets = groups.fetch_offsets
+        self.list_groups = groups.list_groups
+        self.describe_group = groups.describe
+        self.delete_group = groups.delete_group
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def open(self, state: StateStore, log_manager: LogManager) -> int:
+        """Take the state store (producer states, committed offsets) and the log; returns
+        the committed offsets loaded."""
+        self.producers = ProducerRegistry(state)
+        self._log = log_manager
+        return self.groups.open(state)
+
+    def start(self, route: Route) -> None:
+        """Serve: produced batches go on to ``route`` (the queues that read their topic);
+        expired client state is looked for from now on."""
+        self._route = route
+        self._client_expiry = LoopingCall(self.expire_client_state)
+        self._client_expiry.clock = self.reactor
+        self._client_expiry.start(client_expiry_interval(self.producer_id_expiration_ms, self.offsets_retention_ms),
+                                  now=False)
+
+    def stop(self) -> None:
+        """Waiting joins and syncs fail (COORDINATOR_NOT_AVAILABLE); the expiry stops; the
+        log and the state store are the broker's to close."""
+        if self._client_expiry is not None and self._client_expiry.running:
+            self._client_expiry.stop()
+        self.groups.shutdown()
+        self._log = None
+        self._route = _not_started
+
+    @property
+    def log(self) -> LogManager:
+        if self._log is None:
+            raise RuntimeError("broker is not started")
+        return self._log
+
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic's producer states and committed offsets go."""
+        self.producers.forget_topic(topic)
+        self.groups.forget_topic(topic)
+
+    # -- topics as partitioned logs -------------------------------------------------------
+
+    def topic_names(self) -> list[str]:
+        """Every topic's name, sorted."""
+        return sorted(self.log.topics)
+
+    def partition_count(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has; None when there is no such topic."""
+        t = self.log.topics.get(topic)
+        return None if t is None else len(t.partitions)
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        """``topic``'s settings (UnknownTopic)."""
+        return self.log.topic(topic).config
+
+    def produce(self, topic: str, partition: int, data: bytes) -> Deferred[AppendResult]:
+        """Append record batches a client sent encoded (Kafka RecordBatch v2) to one
+        partition: checked against the topic's limits and the reserved envelope header,
+        with producer idempotence, routed to the queues that read the topic
+        (core/streams/produce.py). Fires once durable per the topic's flush policy (a
+        duplicate of an idempotent batch: once its first offsets are readable), or fails
+        with a LogbusError (UnknownTopic, UnknownPartition, CorruptBatch, RecordTooLarge,
+        InvalidRecord, OutOfOrderSequence, ProducerFenced, StorageError)."""
+        try:
+            p = self.log.partition(topic, partition)
+        except LogbusError as e:
+            return fail(e)
+        return produce_batches(p, data, self.producers, self._route)
+
+    def new_producer_id(self) -> int:
+        """A producer id never handed out before, across restarts too."""
+        return self.producers.new_producer_id()
+
+    def read_spans(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult:
+        """Whole batches from the one holding ``offset`` on, below the high watermark, up
+        to ``max_bytes`` (at least one batch), as ranges of segment files (``spans``; no
+        bytes are read: a gateway sends them with sendfile). UnknownTopic,
+        UnknownPartition; OffsetOutOfRange outside [log start, log end]."""
+        return self.log.partition(topic, partition).read(offset, max_bytes, data=False)
+
+    def offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        """A partition's log start, log end and high watermark (UnknownTopic,
+        UnknownPartition)."""
+        p = self.log.partition(topic, partition)
+        return PartitionOffsets(p.log_start_offset, p.log_end_offset, p.high_watermark)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first readable record whose timestamp is at least
+        ``timestamp``, or None (UnknownTopic, UnknownPartition)."""
+        return self.log.partition(topic, partition).offset_for_time(timestamp)
+
+    def watch(self, partitions: Iterable[tuple[str, int]], callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback()`` each time one of ``partitions`` (topic, index) gets new
+        readable records (its high watermark moves), until the function returned is
+        called. Partitions that do not exist are not watched."""
+        watched = []
+        topics = self.log.topics
+        for topic, index in partitions:
+            t = topics.get(topic)
+            if t is not None and 0 <= index < len(t.partitions):
+                p = t.partitions[index]
+                p.watch(callback)
+                watched.append(p)
+
+        def unwatch() -> None:
+            for p in watched:
+                p.unwatch(callback)
+
+        return unwatch
+
+    # -- client state that expires ------------------------------------------------------------
+
+    def expire_client_state(self, now_ms: int | None = None) -> tuple[int, int]:
+        """Forget idempotent producers idle past ``producer_id_expiration_ms`` and the
+        committed offsets of groups with no members past ``offsets_retention_ms`` (Kafka's
+        producer.id.expiration.ms and offsets.retention.minutes; counted in
+        logbus_producer_states_expired_total and logbus_group_offsets_expired_total).
+        Returns (producer states, offsets) expired. A failure is logged and tried again at
+        the next check: it never stops the checks. O(producers + groups), every
+        ``client_expiry_interval`` (10 minutes by default), not per tick."""
+        producers = offsets = 0
+        try:
+            producers = self.producers.expire(self.producer_id_expiration_ms, now_ms)
+            offsets = self.groups.expire_offsets(self.offsets_retention_ms, now_ms)
+        except StorageError as e:
+            log.warning("expiring producer states and group offsets failed; trying again at the next check: %s", e)
+        except Exception:
+            log.exception("expiring producer states and group offsets failed; trying again at the next check")
+        if producers:
+            self._producers_expired.inc(producers)
+        if offsets:
+            self._offsets_expired.inc(offsets)
+        return producers, offsets
