@@ -219,7 +219,7 @@ def __getattr__(name: str) -> Any:
 
 
 class PartitionOffsets(NamedTuple):
-    """Where a partition's readable records are (``Broker.offsets``)."""
+    """Where a partition's readable records are (``Streams.offsets``)."""
 
     log_start_offset: int  # the first offset still kept
     log_end_offset: int  # the offset the next append gets

@@ -1,4 +1,4 @@
-"""Broker.produce and the reads beside it (core/streams/produce.py), on a temp dir: raw
+"""Streams.produce (broker.streams) and the reads beside it (core/streams/produce.py), on a temp dir: raw
 record batches checked, appended, made idempotent; the refusals are the core's errors."""
 
 from __future__ import annotations

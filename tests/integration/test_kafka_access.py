@@ -1,4 +1,4 @@
-"""Kafka clients and the one access check (``Broker.authorize``) against a real `logbus
+"""Kafka clients and the one access check (``Doors.authorize``) against a real `logbus
 serve`: with no login yet they act as the broker's default user, whose permissions on the
 exchange a topic stands for (in the topic's vhost: docs/security.md) decide: write to produce, read to fetch, configure
 to create (also by auto-creation) or delete. A refusal is TOPIC_AUTHORIZATION_FAILED (29)

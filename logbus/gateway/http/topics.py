@@ -284,7 +284,7 @@ def parse_message(raw: Any, now_ms: int) -> Message:
 
 
 def parse_create(body: Any) -> tuple[str, dict[str, Any]]:
-    """The create request body -> (name, settings for Broker.create_topic), or HttpError."""
+    """The create request body -> (name, settings for Topics.create_topic), or HttpError."""
     body = json_object(body, CREATE_FIELDS)
     if "name" not in body:
         raise HttpError(400, "bad_request", "field 'name' is required")
@@ -310,7 +310,7 @@ def parse_create(body: Any) -> tuple[str, dict[str, Any]]:
 
 
 def parse_alter(body: Any) -> dict[str, Any]:
-    """The alter request body -> settings for Broker.alter_topic, or HttpError."""
+    """The alter request body -> settings for Topics.alter_topic, or HttpError."""
     body = json_object(body, ALTER_FIELDS)
     if "config" not in body:
         raise HttpError(400, "bad_request", "field 'config' is required")

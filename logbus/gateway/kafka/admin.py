@@ -14,7 +14,7 @@ fail the others. A topic named twice in one request is INVALID_REQUEST for that 
 failures the handlers do not expect (bugs) propagate, and the connection is closed with
 the traceback logged (protocol.py).
 
-CreatePartitions goes through ``Broker.grow_topic``, which records the new count *before*
+CreatePartitions goes through ``Topics.grow_topic``, which records the new count *before*
 the log grows, so a crash in between reopens the topic with the new, empty partitions.
 """
 

@@ -1,7 +1,7 @@
 """Who a Kafka request comes from: what every handler is given beside the request.
 
 ``advertised`` is the address the client connected to (Metadata and FindCoordinator
-answer it); ``user`` the logbus user whose permissions decide (Broker.authorize): the one
+answer it); ``user`` the logbus user whose permissions decide (Doors.authorize): the one
 SASL authenticated (sasl.py), else, on a connection that never started SASL, the user an
 anonymous connection acts as when ``kafka_anonymous`` lets it in (``anonymous_user``), else
 None: such a connection may only ask ApiVersions and authenticate.

@@ -289,7 +289,7 @@ class KafkaHandlers:
             return False
         try:
             keys = {r.key or b"" for batch in _batches(records) for r in batch}
-        except Exception:  # noqa: BLE001 -- a batch that does not decode: Broker.produce says why
+        except Exception:  # noqa: BLE001 -- a batch that does not decode: Streams.produce says why
             return True
         try:
             for key in keys:

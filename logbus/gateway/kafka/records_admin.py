@@ -1,6 +1,6 @@
 """DeleteRecords (API 21): move partitions' log start offsets (low watermarks) forward.
 
-``Broker.delete_records`` records the new log start offsets in the topic's record
+``Topics.delete_records`` records the new log start offsets in the topic's record
 (RocksDB, synced) before readers see them, so they survive a restart. A fetch or a
 ListOffsets below the new start is then OFFSET_OUT_OF_RANGE / answered with the new
 start, and housekeeping deletes every segment wholly below it (unless a queue still points

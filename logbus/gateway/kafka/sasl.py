@@ -9,8 +9,8 @@ server's token:
     SCRAM-SHA-256  (RFC 5802, 7677) two tokens: client-first -> server-first,
     SCRAM-SHA-512  client-final -> server-final ("v=" the server's signature)
 
-The password is checked by ``Broker.authenticate`` (PLAIN) or against the user's SCRAM
-credential (``Broker.scram_credential``: StoredKey and ServerKey, never the password);
+The password is checked by ``Doors.authenticate`` (PLAIN) or against the user's SCRAM
+credential (``Doors.scram_credential``: StoredKey and ServerKey, never the password);
 ``loopback_users`` apply as on every protocol. A failure is SASL_AUTHENTICATION_FAILED
 (58) with a message that does not say whether the user exists (an unknown user goes
 through SCRAM with a made-up salt, as RFC 5802 suggests), and Kafka closes the
@@ -100,7 +100,7 @@ class SaslSession:
                  loopback_only: Callable[[str], bool],
                  nonce: Callable[[], str] | None = None) -> None:
         """``authenticate(user, password, loopback)`` fires, or fails with Refused
-        (Broker.authenticate: maybe later, the password checked off the reactor);
+        (Doors.authenticate: maybe later, the password checked off the reactor);
         ``credential(user, mechanism)`` is the user's SCRAM credential or None;
         ``loopback_only(user)``: whether it may log in from loopback only."""
         self.mechanisms = mechanisms

@@ -1,4 +1,4 @@
-"""Topics (``Broker.list_topics``) as ``GET /api/topics`` shows them: those of the vhosts
+"""Topics (``Topics.list_topics``) as ``GET /api/topics`` shows them: those of the vhosts
 the user has a permission in (monitoring: all); per topic its partitions, messages, size
 and retention, and per partition its offsets and segments.
 
@@ -58,7 +58,7 @@ def render(view: View) -> Html:
                         detail, numeric=(1, 2, 3)))
 
 
-def _partitions(t: Any) -> Html:  # a TopicInfo of Broker.list_topics
+def _partitions(t: Any) -> Html:  # a TopicInfo of Topics.list_topics
     return table("Partitions", ["Partition", "Start offset", "End offset", "Segments", "Size"],
                  [(p.partition, p.log_start_offset, p.log_end_offset, p.segments, size(p.size_bytes))
                   for p in t.partitions], numeric=(0, 1, 2, 3))
