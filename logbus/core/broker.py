@@ -358,8 +358,8 @@ class Broker(AccessFacade, Inventory, MessageSearch):
         """The topic behind an exchange, created on first use: its max.message.bytes fits
         the largest queue-model message with its envelope and record framing."""
         largest = self.queue_max_message_bytes + EXCHANGE_TOPIC_SLACK
-        return self.topics.create_topic(topic, {"max.message.bytes": max(largest,
-                                                                           self.topics.topic_defaults.max_message_bytes)})
+        defaults = self.topics.topic_defaults
+        return self.topics.create_topic(topic, {"max.message.bytes": max(largest, defaults.max_message_bytes)})
 
     def _topic_owner(self, topic: str) -> str | None:
         """Which exchange, in any vhost, ``topic`` backs (vhost "/" exchange names may hold
