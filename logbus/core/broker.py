@@ -333,8 +333,8 @@ class Broker(AccessFacade, Inventory, MessageSearch):
             self._open_vhost(name)
         self.queue_store.journaled = self._journaled
         self.timers.arm(self.pipeline.timer_due)
-        self.topics.readers = TopicReaders(self.state, self._queue_services, self.queue_store, self.timers,
-                                           self._message_stores)
+        self.topics.readers = TopicReaders(self.state, self.vhosts, self.pop.service, self.queue_store, self.timers,
+                                           self.pipeline.messages)
 
     def _journaled(self, topic: str) -> bool:
         """Whether records of ``topic`` can make queue entries or timers: it backs an

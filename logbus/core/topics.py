@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .errors import (
     InvalidConfig,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .queues.msgstore import MessageStore
     from .queues.service import QueueService
     from .queues.timers import Timers
+    from .vhost import VHost
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +78,23 @@ class TopicInfo:
 
 class TopicReaders:
     """The queue model's side of a topic's deletion: what reads the topic (the queue
-    services, the timers) and what holds its offsets (message stores, the journal's
-    marks). Made by the broker once its queue model is open; ``services`` and ``stores``
-    are asked at each deletion (vhosts come and go)."""
+    services of the vhosts and the pop groups, the timers) and what holds its offsets
+    (message stores, the journal's marks). Handed by the broker once its queue model is
+    open: ``vhosts`` is the broker's dict of open vhosts, changed in place as vhosts come
+    and go; ``messages`` the publish pipeline's message store."""
 
-    def __init__(self, state: StateStore, services: Callable[[], Iterable[QueueService]], queue_store: QueueStore,
-                 timers: Timers, stores: Callable[[], list[MessageStore]]) -> None:
+    def __init__(self, state: StateStore, vhosts: Mapping[str, VHost], pop: QueueService, queue_store: QueueStore,
+                 timers: Timers, messages: MessageStore) -> None:
         self.state = state
-        self.services = services
+        self.vhosts = vhosts
+        self.pop = pop
         self.queue_store = queue_store
         self.timers = timers
-        self.stores = stores
+        self.messages = messages
+
+    def services(self) -> list[QueueService]:
+        """Every queue service: each vhost's, and the pop groups'."""
+        return [*(v.service for v in self.vhosts.values()), self.pop]
 
     def readers(self, name: str) -> list[str]:
         """What reads topic ``name`` now, for the refusal of its deletion: each queue,
@@ -122,7 +129,8 @@ class TopicReaders:
 
     def forget(self, name: str) -> None:
         """What the message stores cached of topic ``name`` goes (before its files)."""
-        stores = {id(s): s for s in self.stores()}
+        stores = {id(s.messages): s.messages for s in self.services()}
+        stores[id(self.messages)] = self.messages
         for store in stores.values():
             store.forget_topic(name)
 
