@@ -46,6 +46,7 @@ from .tls import ServerTLS, server_tls
 
 if TYPE_CHECKING:
     from .core.broker import Broker
+    from .core.ports import Doors
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,9 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
         advertised = (host, int(port))
     # the broker stands for the Doors port until the doors service is its own object (its
     # access_version is a property where ports.Doors declares a method)
-    return IProtocolFactory(KafkaFactory(broker, broker.streams, broker.topics,  # type: ignore[arg-type]
-                                         broker.access, broker.metrics, reactor, DEFAULT_MAX_FRAME, advertised,
+    doors: Doors = broker  # type: ignore[assignment]
+    return IProtocolFactory(KafkaFactory(doors, broker.streams, broker.topics, broker.access, broker.metrics,
+                                         reactor, DEFAULT_MAX_FRAME, advertised,
                                          auto_create_topics=settings.kafka_auto_create_topics,
                                          idle_timeout=settings.kafka_idle_timeout_ms / 1000,
                                          handshake_timeout=settings.handshake_timeout_ms / 1000,
