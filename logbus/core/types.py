@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .search import FoundMessage
     from .log.partition import AppendResult, FileSpan, ReadResult
     from .message import ENVELOPE_HEADER, Envelope, Message
+    from .metrics import Metrics
     from .pressure import RESOURCES
     from .queues.pop import MAX_INVISIBLE_MS, Popped, check_delay, dlq_topic
     from .queues.entry import Delivery
@@ -92,6 +93,7 @@ _OWNER = {
     "MAX_INVISIBLE_MS": "queues.pop",
     "MemberDescription": "streams.group_model",
     "Message": "message",
+    "Metrics": "metrics",
     "MqttSessionRecord": "state_pb2",
     "OVERFLOW_MODES": "queues.queue",
     "OffsetAndMetadata": "streams.group_model",
@@ -167,6 +169,7 @@ __all__ = [
     "LegacyTranslation",
     "MemberDescription",
     "Message",
+    "Metrics",
     "MqttSessionRecord",
     "OffsetAndMetadata",
     "OffsetReset",
