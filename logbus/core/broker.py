@@ -1,6 +1,7 @@
 """The facade every gateway calls. It owns the data directory (lock), the state store,
 the log, the vhosts of the queue model and the metrics, and offers topic admin
-(core/topics.py), publish, pop and the stream model (core/streams/facade.py).
+(core/topics.py) and the stream model (core/streams/facade.py); it owns the Admin service
+(``broker.admin``, core/admin.py) and pop groups' Pop service (``broker.pop_service``).
 
     broker = Broker(Path("data"), reactor=reactor)
     broker.start()                      # lock, open state, recover the log
