@@ -24,7 +24,7 @@ its port. The argument and result types are the public types of ``core/types.py`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from .topics import TopicInfo
 
     # the Admin and Pop ports'
+    from collections.abc import Sequence
+
     from .access.auth import Permission, User, VHostInfo
     from .access.facade import NewPassword
     from .access.topic_permissions import TopicPermission
