@@ -7,7 +7,7 @@ reactor): ``--records`` records over ``--keys`` distinct keys, each with an enve
 message id (``--no-message-ids``: without), while the background pass indexes them. Then
 waits until every key index is up to date, and measures, with the reactor stopped:
 
-- lookups (``core.search.search``, as ``Broker.search_messages``): ``--lookups`` each of
+- lookups (``core.search.search``, as ``Admin.search_messages``): ``--lookups`` each of
   keys present, keys absent and message ids present, p50/p90/p99/max in ms;
 - the background pass's reactor time while the topic was written, and how far it lagged;
 - a rebuild from the log alone (every ``.keyindex`` removed, reopened, indexed in one

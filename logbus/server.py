@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
@@ -56,10 +56,14 @@ GatewayBuilder = Callable[["Broker", Settings, Any], IProtocolFactory]
 
 
 def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
+    from .core.ports import Doors
     from .gateway.http.site import build_site
 
-    return IProtocolFactory(build_site(broker, reactor, timeouts=_http_timeouts(settings),
-                                       metrics_auth=settings.http_metrics_auth))
+    # doors: the broker until the Doors service lands (a cast: Broker's
+    # access_version is a property where ports.Doors has a method)
+    return IProtocolFactory(build_site(doors=cast(Doors, broker), admin=broker.admin, topics=broker.topics,
+                                       pop=broker.pop_service, metrics=broker.metrics, reactor=reactor,
+                                       timeouts=_http_timeouts(settings), metrics_auth=settings.http_metrics_auth))
 
 
 def _http_timeouts(settings: Settings) -> Any:
@@ -107,9 +111,11 @@ def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
     """The one MQTT factory (and room of sessions) of a broker, TCP and WebSocket alike."""
     from .gateway.mqtt.connect import ServerLimits
     from .gateway.mqtt.protocol import MqttFactory
+    from .gateway.mqtt.room import MqttRoom
 
-    room = broker.rooms.get("mqtt")
-    if room is None:
+    sessions = broker.admin.client_sessions  # the operator's view of them (HTTP API, console)
+    room = sessions.get("mqtt")
+    if not isinstance(room, MqttRoom):
         limits = ServerLimits(maximum_packet_size=settings.mqtt_max_packet_size, topic_alias_maximum=64,
                               max_session_expiry=settings.mqtt_max_session_expiry,
                               max_inflight=settings.mqtt_max_inflight_messages,
@@ -119,7 +125,7 @@ def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
                               max_queued=settings.mqtt_max_queued_messages,
                               connect_timeout=settings.handshake_timeout_ms / 1000,
                               cert_login=settings.tls_cert_login, anonymous_user=settings.anonymous_user)
-        broker.rooms["mqtt"] = room = factory.room
+        sessions["mqtt"] = room = factory.room
     return room.factory
 
 

@@ -1,7 +1,8 @@
 """The facade every gateway calls. It owns the data directory (lock), the state store,
 the log, the vhosts of the queue model and the metrics, and the services: topic admin
-(``broker.topics``, core/topics.py) and the stream model (``broker.streams``,
-core/streams/service.py); it offers publish and pop.
+(``broker.topics``, core/topics.py), the stream model (``broker.streams``,
+core/streams/service.py), the Admin service (``broker.admin``, core/admin.py) and the pop
+groups' Pop service (``broker.pop_service``).
 
     broker = Broker(Path("data"), reactor=reactor)
     broker.start()                      # lock, open state, recover the log
@@ -30,7 +31,7 @@ from .errors import (
     StorageError,
 )
 from .log import AppendResult, LogManager, Record
-from .log.topic_config import TopicConfig, validate_topic_name
+from .log.topic_config import TopicConfig
 from .metrics import Metrics
 from .pressure import (
     DEFAULT_DISK_FREE_LIMIT,
@@ -41,19 +42,18 @@ from .pressure import (
 from .access.facade import AccessFacade
 from .access.passwords import PasswordWorker
 from .tick import tick_of
-from .access.auth import ANONYMOUS_USER, Access, AccessChange, InvalidAccess, VHostInfo, check_name
+from .access.auth import ANONYMOUS_USER, Access
 from .connections import ConnectionRecord, Connections
 from .definitions import LegacyTranslation
 from .definitions import upgrade as upgrade_definitions
-from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
-from .routing.router import PREDECLARED
 from .faults import FaultCollector, StorageFaults
+from .admin import AdminService
 from .inventory import Inventory
 from .inventory_metrics import OperatorCollector, PerObjectCollector
 from .quiet import Leftovers, QuietSpell
 from .retained import RetainedStore
 from .sessions import SessionRecords
-from .state import StateStore, vhost_definitions_prefixes
+from .state import StateStore
 from .streams.service import OFFSETS_RETENTION_MS, PRODUCER_ID_EXPIRATION_MS, StreamService
 from ..retry.policy import POP_DEFAULT, RetryPolicy
 from .message import Message
@@ -61,15 +61,15 @@ from .queues.journal import QueueStore, forget_from
 from .queues.lateness import Lateness
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pins import lowest
-from .queues.pop import Popped, PopGroups
+from .queues.pop import PopGroups
 from .queues.redo import Redone, redo
-from .queues.replay import DeadLetterReplay
 from .forms import NEUTRAL, Forms
 from .vhost import VHost
 from .pipeline import Pipeline
 from .queues.timers import Timers
 from .topics import TopicInfo, TopicReaders, TopicService
-from .search import KeyForms, MessageSearch
+from .pop_service import PopService
+from .search import KeyForms
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ EXPIRY_SECONDS = 0.1  # how often queues drop expired messages (a message TTL)
 PRESSURE_SECONDS = 1.0  # how often memory and disk are checked against their limits
 
 
-class Broker(AccessFacade, Inventory, MessageSearch):
+class Broker(AccessFacade):
     def __init__(
         self,
         data_dir: str | os.PathLike[str],
@@ -142,14 +142,10 @@ class Broker(AccessFacade, Inventory, MessageSearch):
         # how late delayed messages and retries became ready (core/queues/lateness.py)
         self.release_lateness = Lateness()
         self.metrics.registry.register(self.release_lateness)
-        self.metrics.registry.register(OperatorCollector(self))  # queues, connections, groups
-        self.metrics.per_object.register(PerObjectCollector(self))
         # what a burst left behind, given back once quiet (core/quiet.py)
         leftovers = Leftovers(lambda: self.state, self._message_stores, lambda: self.connections.closes,
                               lambda: [v.router for v in self.vhosts.values()])
         self.quiet = QuietSpell(self._activity, leftovers.release)
-        # listeners that are not serving (the server's): name -> why, for /healthz
-        self.listener_problems: dict[str, str] = {}
         self.state: StateStore | None = None
         # the services (ports.Streams, ports.Topics), made here so gateways can be built before start
         defaults = topic_defaults or TopicConfig()
@@ -158,9 +154,6 @@ class Broker(AccessFacade, Inventory, MessageSearch):
                                      offsets_retention_ms=offsets_retention_ms)
         self.topics = TopicService(defaults, self.streams.forget_topic)
         self.groups = self.streams.groups  # consumer groups, for the inventory and the dead-letter replay
-        self._dlq_replay = DeadLetterReplay(
-            lambda: self._log, self.groups, lambda t, ms, p: self.publish(t, ms, partition=p),
-            lambda g: any(name == g for name, _, _ in self.pop.groups()))
         # Users, vhosts, permissions: made here so gateways can subscribe before start.
         self.access = Access(loopback_users=loopback_users)
         self.password_worker: PasswordWorker[Any] = PasswordWorker(reactor.callFromThread)  # the KDF's thread
@@ -174,8 +167,6 @@ class Broker(AccessFacade, Inventory, MessageSearch):
         self.vhosts: dict[str, VHost] = {}
         self._expiry: LoopingCall | None = None
         self._expiry_failing: set[str | None] = set()  # vhosts (None: pop groups) whose expiry fails, logged
-        # the protocol rooms gateways keep (the MQTT sessions: "mqtt"), for the CLI and HTTP API
-        self.rooms: dict[str, Any] = {}
         # run at start once the vhosts are loaded, before the journal's redo and before
         # anything serves: what takes up the queues that are no stored definitions (the
         # MQTT room's stored sessions, with their bindings), so that redo routes to them
@@ -186,6 +177,16 @@ class Broker(AccessFacade, Inventory, MessageSearch):
         self._housekeeping: LoopingCall | None = None
         # retained messages by topic (MQTT's), loaded at start
         self.retained = RetainedStore(None, self._clock)
+        # the operator's view and changes (core/admin.py), and pop groups' data path
+        inventory = Inventory(self.vhosts, self.groups, self.connections)
+        self.metrics.registry.register(OperatorCollector(inventory, self.data_dir))  # queues, connections, groups
+        self.metrics.per_object.register(PerObjectCollector(inventory))
+        self.admin = AdminService(inventory, access=self.access, connections=self.connections,
+                                  pressure=self.pressure, faults=self.faults, groups=self.groups,
+                                  password_worker=self.password_worker, vhosts=self.vhosts,
+                                  open_vhost=self._open_vhost, key_forms=self.key_forms,
+                                  data_dir=self.data_dir, started_at=self.started_at)
+        self.pop_service = PopService(reactor.callLater)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -218,6 +219,8 @@ class Broker(AccessFacade, Inventory, MessageSearch):
                                [self.sessions.write_kept, self._write_kept_definitions])
             # each turn's appends mark their partitions in the queue journal's batch
             self.log.before_drain = self.queue_store.commit
+            self.admin.open(self.log, self.pop, self.pipeline, self.state, self.queue_store)
+            self.pop_service.open(self.log, self.pop)
         except BaseException:
             self._close_all()
             raise
@@ -298,14 +301,6 @@ class Broker(AccessFacade, Inventory, MessageSearch):
         drains = self.log.drains if self.log is not None else 0
         return drains + commits + sum(s.log_reads for s in self._message_stores()) + self.connections.closes
 
-    def health(self) -> list[str]:
-        """Why the broker does not serve as it should now (empty: it does): partitions
-        or the state store refusing writes, resource alarms, listeners down."""
-        reasons = self.faults.reasons()
-        reasons += [f"{name} alarm: {self.pressure.describe(name)}" for name in sorted(self.pressure.alarms)]
-        reasons += [f"listener {name}: {why}" for name, why in sorted(self.listener_problems.items())]
-        return reasons
-
     def _open_vhosts(self) -> None:
         """Every stored vhost, with its durable exchanges, queues and bindings; on a fresh
         data directory (RabbitMQ's first boot) vhost "/" and the default user first."""
@@ -370,39 +365,6 @@ class Broker(AccessFacade, Inventory, MessageSearch):
                 return f"exchange '{ex.name}' in vhost '{vhost.name}'"
         return None
 
-    # -- vhosts ---------------------------------------------------------------------------
-
-    def create_vhost(self, name: str, description: str = "", tags: Any = None) -> bool:
-        """Create (and open) a vhost, or update its description and tags; True when new.
-        Refused (InvalidAccess) when its exchanges' log topics could not be named."""
-        check_name("vhost", name)
-        for topic in [vhost_topic(name, DEFAULT_EXCHANGE_TOPIC), *(vhost_topic(name, x) for x in PREDECLARED)]:
-            try:
-                validate_topic_name(topic)
-            except LogbusError as exc:
-                raise InvalidAccess(f"vhost name {name!r} cannot name its log topics ({topic!r}: {exc})") from None
-        new = self.access.put_vhost(name, description, tags)
-        if new and self.log is not None:
-            self._open_vhost(name)
-            log.info("created vhost %r", name)
-        return new
-
-    def delete_vhost(self, name: str) -> None:
-        """Delete a vhost: its connections are closed (gateways hear of it first), then its
-        exchanges, queues, bindings, queue entries and permissions are deleted from the
-        state store in one batch. Its log topics stay, with their data."""
-        self.access.vhost(name)  # UnknownVHost
-        self.access.announce(AccessChange("vhost_deleted", name))
-        self.vhosts.pop(name, None)
-        assert self.state is not None
-        self.queue_store.commit()  # what closing connections wrote, before it is deleted
-        with self.state.batch(sync=True) as b:
-            for cf, prefix in vhost_definitions_prefixes(name):
-                for key, _ in self.state.scan_prefix(cf, prefix):
-                    b.delete(cf, key)
-            self.access.forget_vhost(name, b)
-        log.info("deleted vhost %r (its log topics are kept)", name)
-
     # -- connections and access: every gateway's one way in --------------------------------------
 
     def connection_opened(self, protocol: str, peer: str, *, tls: bool,
@@ -427,13 +389,6 @@ class Broker(AccessFacade, Inventory, MessageSearch):
         Returns the seconds the gateway should wait before it answers: repeated failures
         from one host are slowed down (access/throttle.py)."""
         return self.connections.refused(connection, user, reason)
-
-    def list_connections(self, protocol: str | None = None) -> list[ConnectionRecord]:
-        return self.connections.list(protocol)
-
-    def close_connection(self, id: int, reason: str = "closed by an administrator") -> bool:
-        """Close connection ``id``, whatever its protocol; False when there is none."""
-        return self.connections.close(id, reason)
 
     def on_alarms(self, listener: Callable[[frozenset[str]], None]) -> frozenset[str]:
         """``listener(alarms)`` whenever the memory or disk alarms change; returns the
@@ -466,9 +421,6 @@ class Broker(AccessFacade, Inventory, MessageSearch):
     def vhost(self, name: str) -> VHost | None:
         """The open vhost ``name``'s model, None if none."""
         return self.vhosts.get(name)
-
-    def list_vhosts(self) -> list[VHostInfo]:
-        return [self.access.vhosts[n] for n in sorted(self.access.vhosts)]
 
     def housekeeping(self, now_ms: int | None = None) -> int:
         """The log's segment rolling and retention, guarded: a segment any queue entry or
@@ -557,6 +509,8 @@ class Broker(AccessFacade, Inventory, MessageSearch):
             self.vhosts.clear()
         self._close_all()
         self.password_worker.stop()
+        self.admin.close()
+        self.pop_service.close()
         return succeed(None)
 
     def _close_all(self) -> None:
@@ -609,50 +563,7 @@ class Broker(AccessFacade, Inventory, MessageSearch):
         assert d is not None  # without a callback, append returns its Deferred
         return d
 
-    # -- publish (HTTP) and pop ------------------------------------------------------------
-
-    def publish(self, topic: str, messages: Sequence[Message], *, partition: int | None = None) -> Deferred[list[int]]:
-        """Append ``messages`` to ``topic`` through the pipeline (``Pipeline.append``):
-        one partition (``partition``, else chosen by the first message's key), handed to
-        the queues that read the topic at their deliver-at time. Fires with their offsets
-        once durable per the topic's flush policy."""
-        return self.pipeline.append(topic, messages, partition)
-
-    def partition_for(self, topic: str, key: bytes | None) -> int:
-        """The partition ``publish`` picks for a first message with ``key``."""
-        return key_partition(key, len(self._log.topic(topic).partitions))
-
-    def pop_receive(self, group: str, topic: str, member: str, n: int, invisible_ms: int,
-                    filter_tag: Any = None, filter_sql: Any = None) -> list[Popped]:
-        """Pop: up to ``n`` messages of ``topic`` for ``group``, invisible to the group's
-        other members for ``invisible_ms`` unless acked or changed. The group is created
-        on first use and gets what is appended from then on (what its filter takes:
-        ``filter_tag``, ``filter_sql``, docs/filters.md)."""
-        self._log.topic(topic)  # UnknownTopic
-        return self.pop.receive(group, topic, member, n, invisible_ms, filter_tag, filter_sql)
-
-    def pop_receive_wait(self, group: str, topic: str, member: str, n: int, invisible_ms: int,
-                         wait_ms: int, filter_tag: Any = None, filter_sql: Any = None) -> Deferred[list[Popped]]:
-        """``pop_receive``, waiting up to ``wait_ms`` for a first message (long polling)."""
-        self._log.topic(topic)  # UnknownTopic
-        return self.pop.receive_wait(group, topic, member, n, invisible_ms, wait_ms, self.reactor.callLater,
-                                     filter_tag, filter_sql)
-
-    def pop_ack(self, group: str, topic: str, handle: str) -> None:
-        self.pop.ack(group, topic, handle)
-
-    def pop_nack(self, group: str, topic: str, handle: str) -> None:
-        self.pop.nack(group, topic, handle)
-
-    def pop_change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> None:
-        self.pop.change_invisible(group, topic, handle, invisible_ms)
-
-    def pop_groups(self) -> list[dict[str, Any]]:
-        """Each pop group on each topic: ready and invisible messages, dead-lettered since
-        start, and its dead letters not yet replayed (per group: ``%DLQ%<group>``)."""
-        return [{"pop_group": g, "topic": t, "ready": qs.queue.message_count, "invisible": qs.queue.unacked_count,
-                 "dead_lettered": qs.stats.dead_lettered, "dead_letters_waiting": self.dead_letters_waiting(g)}
-                for g, t, qs in self.pop.groups()]
+    # -- dead letters of pop groups ---------------------------------------------------------
 
     def _append_dead_letter(self, topic: str, message: Message) -> None:
         """A dead-lettered copy to ``topic`` (a pop group's ``%DLQ%<group>``), created on
@@ -661,17 +572,7 @@ class Broker(AccessFacade, Inventory, MessageSearch):
         if topic not in lm.topics:
             self.topics.create_topic(topic, {"partitions": 1})
         try:
-            self.publish(topic, [message], partition=0).addErrback(
+            self.pipeline.append(topic, [message], 0).addErrback(
                 lambda f: log.warning("dead letter to %r failed: %s", topic, f.value))
         except LogbusError as e:
             log.warning("dead letter to %r refused: %s", topic, e)
-
-    def dlq_replay(self, group: str, topic: str | None = None, max: int | None = None,
-                   may_publish: Callable[[str], object] | None = None) -> Deferred[dict[str, Any]]:
-        """Publish ``group``'s dead letters (topic ``%DLQ%<group>``) not yet replayed
-        again to the topics they died in (only ``topic`` if given; at most ``max``, else
-        ``queues.replay.MAX_REPLAY``), as new messages that every queue reading those
-        topics gets. Fires with the counts once they are durable and the group's replay
-        cursor is committed (core/queues/replay.py). ``may_publish(topic)`` may refuse
-        (raise) a topic before anything is published."""
-        return self._dlq_replay.run(group, topic, max, may_publish)

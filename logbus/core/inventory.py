@@ -16,17 +16,14 @@ be reset if the group is inactive").
 from __future__ import annotations
 
 import os
-import socket
 from copy import copy
 import struct
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .connections import PROTOCOLS, Connections
 from .errors import GroupActive, InvalidRequest, NotFound, PreconditionFailed, RecordGone
-from .pressure import ResourceMonitor, free_disk, resident_memory
 from .queues.pop import POP_VHOST, dlq_topic
 from .queues.replay import replay_group
 from .queues.stats import POP, PUBLISHED_BY, SESSION, SHARED, QueueStats
@@ -221,21 +218,29 @@ def consumer_assignment(data: bytes) -> list[tuple[str, int]]:
 
 
 class Inventory:
-    """The Broker's operator-view methods (a mixin: core/broker.py)."""
+    """The operator's view of the queues, exchanges and consumer groups (the Admin
+    service's, core/admin.py, and the Prometheus collectors', inventory_metrics.py). It
+    reads the open vhosts (the broker's dict, changed in place), the consumer groups and
+    the connection registry; the log and the pop groups from ``open`` (at start) on."""
 
-    if TYPE_CHECKING:
-        vhosts: dict[str, VHost]
-        pop: PopGroups
-        groups: GroupCoordinator
-        connections: Connections
-        pressure: ResourceMonitor
-        data_dir: Any
-        started_at: float
+    def __init__(self, vhosts: Mapping[str, VHost], groups: GroupCoordinator, connections: Connections) -> None:
+        self.vhosts = vhosts
+        self.groups = groups
+        self.connections = connections
+        self.log: LogManager | None = None  # None: the broker is not started
+        self.pop: PopGroups | None = None
 
-        def health(self) -> list[str]: ...
+    def open(self, log: LogManager, pop: PopGroups) -> None:
+        self.log, self.pop = log, pop
 
-        @property
-        def _log(self) -> LogManager: ...
+    def close(self) -> None:
+        self.log = self.pop = None
+
+    @property
+    def _log(self) -> LogManager:
+        if self.log is None:
+            raise RuntimeError("broker is not started")
+        return self.log
 
     # -- queues ----------------------------------------------------------------------------
 
@@ -243,7 +248,7 @@ class Inventory:
         for name in sorted(self.vhosts):
             if vhost is None or vhost == name:
                 yield name, self.vhosts[name].service
-        pop = getattr(self, "pop", None)  # made at start
+        pop = self.pop
         if pop is not None and (vhost is None or vhost in (POP_VHOST, POP_PATH_VHOST)):
             yield POP_VHOST, pop.service
 
@@ -305,7 +310,7 @@ class Inventory:
                          copy(qs.stats), {k: jsonable(v) for k, v in declared.items()} if declared else {})
 
     def _queue_state(self, vhost: str, name: str) -> tuple[QueueService, QueueState, str]:
-        if vhost in (POP_VHOST, POP_PATH_VHOST) and vhost not in self.vhosts:
+        if vhost in (POP_VHOST, POP_PATH_VHOST) and vhost not in self.vhosts and self.pop is not None:
             group, sep, topic = name.partition("/")
             service, real = self.pop.service, group + "\x1f" + topic
             vhost = POP_VHOST
@@ -358,7 +363,7 @@ class Inventory:
 
     def topic_append_counts(self) -> dict[str, int]:
         """Records appended to each topic since start (O(partitions)); {} before start."""
-        lm = getattr(self, "log", None)
+        lm = self.log
         if lm is None:
             return {}
         return {t.name: sum(p.records_appended for p in t.partitions) for t in list(lm.topics.values())}
@@ -398,31 +403,6 @@ class Inventory:
                     row[name] += n
         return out
 
-    def overview(self) -> dict[str, Any]:
-        """RabbitMQ's /api/overview, in its field names where it has them."""
-        sums = self.queue_sums()
-        by_protocol = {p: 0 for p in PROTOCOLS}
-        for c in self.connections:
-            by_protocol[c.protocol] += 1
-        now = time.time()
-        return {
-            "product_name": "logbus", "product_version": _version(),
-            "node": socket.gethostname(), "uptime_ms": int((now - self.started_at) * 1000),
-            "object_totals": {"connections": len(self.connections), "queues": sum(r[0] for r in sums.values()),
-                              "vhosts": len(self.vhosts), "topics": len(self._log.topics),
-                              "consumers": sum(r[4] for r in sums.values()),
-                              "consumer_groups": len(self.groups.list_groups())},
-            "connections_by_protocol": by_protocol,
-            "queue_totals": {"messages": sum(r[1] + r[2] + r[3] for r in sums.values()),
-                             "messages_ready": sum(r[1] for r in sums.values()),
-                             "messages_unacknowledged": sum(r[2] for r in sums.values()),
-                             "messages_scheduled": sum(r[3] for r in sums.values())},
-            "message_totals": self.message_totals(),
-            "alarms": sorted(self.pressure.alarms), "health": self.health(),
-            "mem_used": resident_memory(), "fd_used": open_descriptors(),
-            "disk_free": free_disk(self.data_dir), "disk_free_limit": self.pressure.disk_free_limit,
-        }
-
     # -- exchanges and bindings ----------------------------------------------------------
 
     def list_exchanges(self, vhost: str | None = None) -> list[dict[str, Any]]:
@@ -448,7 +428,23 @@ class Inventory:
                             "filter": None if b.filter is None else str(b.filter)})
         return out
 
-    # -- consumer groups ---------------------------------------------------------------------
+    # -- pop groups and consumer groups -------------------------------------------------------
+
+    def pop_groups(self) -> list[dict[str, Any]]:
+        """Each pop group on each topic: ready and invisible messages, dead-lettered since
+        start, and its dead letters not yet replayed (per group: ``%DLQ%<group>``)."""
+        if self.pop is None:
+            return []
+        return [{"pop_group": g, "topic": t, "ready": qs.queue.message_count, "invisible": qs.queue.unacked_count,
+                 "dead_lettered": qs.stats.dead_lettered, "dead_letters_waiting": self.dead_letters_waiting(g)}
+                for g, t, qs in self.pop.groups()]
+
+    def is_pop_group(self, group: str) -> bool:
+        """Whether a pop group of that name reads any topic."""
+        return self.pop is not None and any(name == group for name, _, _ in self.pop.groups())
+
+    def consumer_group_count(self) -> int:
+        return len(self.groups.list_groups())
 
     def list_consumer_groups(self) -> list[GroupInfo]:
         return [self.consumer_group_offsets(g.group_id) for g in self.groups.list_groups()]
@@ -557,7 +553,7 @@ def open_descriptors() -> int:
         return 0
 
 
-def _version() -> str:
+def version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -23,6 +23,8 @@ group partition (``PerObjectCollector``).
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -32,10 +34,10 @@ from prometheus_client.registry import Collector
 from .pressure import free_disk
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .inventory import Inventory
 
 KIND_LABEL = ("kind",)
-# Broker.message_totals' counters (docs/operations.md, "Message counters", defines each)
+# Inventory.message_totals' counters (docs/operations.md, "Message counters", defines each)
 EVENTS = (("received", "received", "Messages received from clients, by their protocol"),
           ("confirmed", "confirmed", "Messages confirmed to publishers (AMQP confirms, MQTT PUBACK/PUBREC, "
            "Kafka produce acks, HTTP answers), by their protocol"),
@@ -55,12 +57,13 @@ QUEUE_GAUGES = (("ready", "logbus_queue_messages_ready", "Messages ready to be d
 
 
 class OperatorCollector(Collector):
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, inventory: Inventory, data_dir: str | os.PathLike[str]) -> None:
+        self.inventory = inventory
+        self.data_dir = data_dir
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        b = self.broker
-        if getattr(b, "log", None) is None:
+        b = self.inventory
+        if b.log is None:
             return  # not started
         conns = GaugeMetricFamily("logbus_connections", "Open client connections", labels=("protocol",))
         by_protocol = {p: 0 for p in ("amqp", "mqtt", "kafka", "http")}
@@ -95,18 +98,18 @@ class OperatorCollector(Collector):
         yield lag
         yield uncommitted
         yield GaugeMetricFamily("logbus_disk_free_bytes", "Free space of the data directory's filesystem",
-                                value=free_disk(b.data_dir))
+                                value=free_disk(self.data_dir))
 
 
 class PerObjectCollector(Collector):
     """One series per queue and per consumer group partition (``/metrics/per-object``)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        b = self.broker
-        if getattr(b, "log", None) is None:
+        b = self.inventory
+        if b.log is None:
             return
         labels = ("vhost", "queue", "kind")
         gauges = [GaugeMetricFamily(name, doc, labels=labels) for _, name, doc in QUEUE_GAUGES]

@@ -1,10 +1,11 @@
-"""Message search in a topic by record key, message id or time range: ``MessageSearch``,
-a mixin of ``core.broker.Broker``, and ``FoundMessage``, what it returns.
+"""Message search in a topic by record key, message id or time range: ``search``, which
+the Admin service offers (``broker.admin.search_messages``, core/admin.py), and
+``FoundMessage``, what it returns.
 
-    broker.search_messages("orders", key=b"customer-42")              # through the key index
-    broker.search_messages("orders", message_id="m-17", partition=0)
-    broker.search_messages("orders", start_ms=t0, end_ms=t1, limit=50)   # .timeindex seeks
-    found.truncated                                                      # more matched than limit
+    admin.search_messages("orders", key=b"customer-42")              # through the key index
+    admin.search_messages("orders", message_id="m-17", partition=0)
+    admin.search_messages("orders", start_ms=t0, end_ms=t1, limit=50)   # .timeindex seeks
+    found.truncated                                                     # more matched than limit
 
 Theory of operation. A key or a message id is looked up in each partition's key index
 (``log/keyindexer.py``), which answers candidate offsets; each candidate's record is read
@@ -29,7 +30,7 @@ scale. The key index's backlog, if any, is indexed first (keyindexer.py).
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -121,7 +122,7 @@ def _found(partition: int, r: B.StoredRecord) -> FoundMessage:
 def search(log: LogManager, topic: str, *, key: bytes | None = None, message_id: str | None = None,
            start_ms: int | None = None, end_ms: int | None = None, partition: int | None = None,
            limit: int = 100, key_forms: KeyForms | None = None) -> Found:
-    """``MessageSearch.search_messages`` over a log manager."""
+    """``Admin.search_messages`` over a log manager (core/admin.py says what it finds)."""
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit {limit} is not in [1, {MAX_LIMIT}]")
     if key is None and message_id is None and start_ms is None and end_ms is None:
@@ -200,29 +201,3 @@ def _by_time(p: Partition, start_ms: int | None, end_ms: int | None, want: int) 
             break  # records after the range: the log is appended in (about) time order
         offset = res.next_offset
     return out
-
-
-class MessageSearch:
-    """The Broker's message search. Needs of the broker: ``_log``, the started log, and
-    ``key_forms``: per log topic, the forms of a key there (``KeyForms``)."""
-
-    if TYPE_CHECKING:
-        key_forms: Mapping[str, KeyForms]
-
-        @property
-        def _log(self) -> LogManager: ...
-
-    def search_messages(self, topic: str, *, key: bytes | None = None, message_id: str | None = None,
-                        start_ms: int | None = None, end_ms: int | None = None, partition: int | None = None,
-                        limit: int = 100) -> Found:
-        """Records of ``topic`` with record key ``key`` and/or envelope message id
-        ``message_id``, and/or a timestamp in ``[start_ms, end_ms]`` (epoch ms, both
-        inclusive; either may be open), in one partition or all; at most ``limit`` (1 to
-        MAX_LIMIT), partitions in order and offsets ascending. A key or message id is found
-        through the key index, never by a scan; a time range alone seeks with the time
-        index; a key is looked up in each of its forms in the topic (``key_forms``: on
-        ``amq.topic``, MQTT's ``a/b`` and AMQP's ``a.b``). ``Found.truncated``: more
-        matched than ``limit``. Raises UnknownTopic, UnknownPartition, InvalidRequest (no
-        criterion, a limit out of range, a range that ends before it starts)."""
-        return search(self._log, topic, key=key, message_id=message_id, start_ms=start_ms, end_ms=end_ms,
-                      partition=partition, limit=limit, key_forms=self.key_forms.get(topic))

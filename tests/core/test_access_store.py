@@ -66,8 +66,8 @@ def test_users_vhosts_and_permissions_survive_a_restart(brokers: Brokers) -> Non
     b.access.put_user("alice", password="pw", tags="monitoring,management")
     b.access.put_user("bob", password_hash="fOC0HhN9jd35fgdugCrUmtJEDBykNKlPSAkkQrMfQfuWjx2w")
     vhosts = b.vhosts
-    assert b.create_vhost("prod", "production", ["eu"])
-    assert not b.create_vhost("prod", "still production")  # updated, not new
+    assert b.admin.create_vhost("prod", "production", ["eu"])
+    assert not b.admin.create_vhost("prod", "still production")  # updated, not new
     assert b.vhosts is vhosts and set(vhosts) == {"/", "prod"}  # the same dict, mutated
     b.access.set_permission("alice", "prod", "^a", "^b", "^c")
     b.access.set_permission("bob", "/", "", "", ".*")
@@ -133,7 +133,7 @@ def test_anonymous_and_certificate_logins_need_a_user_and_anonymous_needs_loopba
 
 def test_each_vhost_has_its_own_definitions_and_topics(brokers: Brokers) -> None:
     b = brokers.start()
-    b.create_vhost("a/b")
+    b.admin.create_vhost("a/b")
     root, other = b.vhosts["/"], b.vhosts["a/b"]
     for v in (root, other):
         v.declare_exchange("orders", "fanout", durable=True)
@@ -153,7 +153,7 @@ def test_each_vhost_has_its_own_definitions_and_topics(brokers: Brokers) -> None
 
 def test_deleting_a_vhost_removes_its_state_but_keeps_its_topics(brokers: Brokers) -> None:
     b = brokers.start()
-    b.create_vhost("gone")
+    b.admin.create_vhost("gone")
     b.access.put_user("u", password="pw")
     b.access.set_permission("u", "gone", ".*", ".*", ".*")
     v = b.vhosts["gone"]
@@ -168,7 +168,7 @@ def test_deleting_a_vhost_removes_its_state_but_keeps_its_topics(brokers: Broker
     heard: list[tuple[AccessChange, bool]] = []
     b.access.subscribe(lambda change: heard.append((change, "gone" in b.vhosts)))
     vhosts = b.vhosts
-    b.delete_vhost("gone")
+    b.admin.delete_vhost("gone")
     assert heard == [(AccessChange("vhost_deleted", "gone"), True)]  # told before it went
     assert b.vhosts is vhosts and list(vhosts) == ["/"]
     assert "gone" not in b.access.vhosts and b.access.permission("u", "gone") is None
@@ -180,11 +180,11 @@ def test_deleting_a_vhost_removes_its_state_but_keeps_its_topics(brokers: Broker
         assert list(b.state.scan_prefix("metadata", prefix)) == [], prefix
     assert "gone@x" in b._log.topics  # the data stays
     with pytest.raises(UnknownVHost):
-        b.delete_vhost("gone")
+        b.admin.delete_vhost("gone")
     b = brokers.restart()
     assert list(b.vhosts) == ["/"] and "gone@x" in b._log.topics
     assert b.topics.describe_topic("gone@x").partitions[0].log_end_offset == 2
-    b.create_vhost("gone")  # again: empty, no permissions, the old topic is reused
+    b.admin.create_vhost("gone")  # again: empty, no permissions, the old topic is reused
     v = b.vhosts["gone"]
     assert "q" not in v.queues and not v.router.has_exchange("x")
     v.declare_exchange("x", "fanout")
@@ -194,9 +194,9 @@ def test_deleting_a_vhost_removes_its_state_but_keeps_its_topics(brokers: Broker
 def test_a_vhost_whose_topics_cannot_be_named_is_refused(brokers: Brokers) -> None:
     b = brokers.start()
     with pytest.raises(InvalidAccess, match="cannot name its log topics"):
-        b.create_vhost("v" * 240)
+        b.admin.create_vhost("v" * 240)
     with pytest.raises(InvalidAccess):
-        b.create_vhost("")
+        b.admin.create_vhost("")
     assert list(b.vhosts) == ["/"] and list(b.access.vhosts) == ["/"]
 
 
@@ -206,7 +206,7 @@ def test_a_topic_backs_one_exchange_across_vhosts(brokers: Brokers) -> None:
     from logbus.core.routing.router import PreconditionFailed
 
     b = brokers.start()
-    b.create_vhost("a")
+    b.admin.create_vhost("a")
     b.vhosts["a"].declare_exchange("x", "direct")
     with pytest.raises(PreconditionFailed, match="log topic 'a@x' already backs exchange 'x' in vhost 'a'"):
         b.vhosts["/"].declare_exchange("a@x", "direct")

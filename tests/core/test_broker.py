@@ -202,16 +202,16 @@ def test_retention_keeps_what_a_delayed_message_points_into(tmp_path: Any) -> No
     b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
     b.topics.create_topic("t", {"segment.bytes": 1024, "retention.ms": 1000, "flush": "none"})
-    assert b.pop_receive("g", "t", "m", 1, 1000) == []
+    assert b.pop_service.receive("g", "t", "m", 1, 1000) == []
     now = int(loop.seconds() * 1000)
     later = Message(None, b"later")
     later.envelope.deliver_at_ms = now + 3_600_000  # due in an hour of the loop's clock
-    b.publish("t", [later])
+    b.admin.publish("t", [later])
     for i in range(40):
-        b.publish("t", [Message(None, b"m%02d" % i + b"." * 80)])
+        b.admin.publish("t", [Message(None, b"m%02d" % i + b"." * 80)])
         while loop.run_once():  # a batch per tick: the segments roll
             pass
-    assert [p.message.value[:3] for p in b.pop_receive("g", "t", "m", 100, 1000)][:1] == [b"m00"]
+    assert [p.message.value[:3] for p in b.pop_service.receive("g", "t", "m", 100, 1000)][:1] == [b"m00"]
     p = b.log.partition("t", 0)
     assert len(p.segments) > 2
     assert b.housekeeping(10**13) == 0  # the delayed message holds the first segment
@@ -220,10 +220,10 @@ def test_retention_keeps_what_a_delayed_message_points_into(tmp_path: Any) -> No
         pass
     b = Broker(tmp_path, reactor=loop, forms=AMQP_FORMS)
     b.start()
-    assert b.pop_receive("g", "t", "m", 10, 1000) == []  # not due yet
+    assert b.pop_service.receive("g", "t", "m", 10, 1000) == []  # not due yet
     loop.advance(3600)
     got: list[Any] = []
-    loop.run_until(lambda: bool(got.extend(b.pop_receive("g", "t", "m", 10, 1000)) or got))
+    loop.run_until(lambda: bool(got.extend(b.pop_service.receive("g", "t", "m", 10, 1000)) or got))
     assert [m.message.value for m in got] == [b"later"] and got[0].offset == 0
     b.stop()
 
@@ -269,15 +269,15 @@ def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -
     v.ack(taken[0])
     assert b.pinned_from("__amqp_default", 0) == n - 3 == block(n - 1)  # settled below n - 3
     # a pop group on t: its entries pin t, and so does a delayed message's timer
-    assert b.pop_receive("g", "t", "m", 1, 1000) == []
+    assert b.pop_service.receive("g", "t", "m", 1, 1000) == []
     later = Message(None, b"later")
     later.envelope.deliver_at_ms = int(loop.seconds() * 1000) + 3_600_000
-    b.publish("t", [Message(None, b"a"), Message(None, b"b")], partition=0)
-    b.publish("t", [later], partition=0)  # offset 2, an hour from now
+    b.admin.publish("t", [Message(None, b"a"), Message(None, b"b")], partition=0)
+    b.admin.publish("t", [later], partition=0)  # offset 2, an hour from now
     run()
     assert b.pinned_from("t", 0) == 0
-    for p in b.pop_receive("g", "t", "m", 10, 60_000):
-        b.pop_ack("g", "t", p.handle)
+    for p in b.pop_service.receive("g", "t", "m", 10, 60_000):
+        b.pop_service.ack("g", "t", p.handle)
     # only the timer is left: pinned from its block of offsets
     assert b.pinned_from("t", 0) == (2 >> PIN_SHIFT) << PIN_SHIFT
     b.stop()
@@ -299,9 +299,9 @@ def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -
     v.delete_queue("gone")
     assert b.pinned_from("__amqp_default", 0) is None  # a deleted queue pins nothing
     # a topic deleted with force: its timers, entries and leases pin nothing any more
-    b.publish("t", [Message(None, b"c")], partition=0)
+    b.admin.publish("t", [Message(None, b"c")], partition=0)
     run()
-    [leased] = b.pop_receive("g", "t", "m", 10, 60_000)
+    [leased] = b.pop_service.receive("g", "t", "m", 10, 60_000)
     assert b.pinned_from("t", 0) == 0
     b.topics.delete_topic("t", force=True)
     assert b.pinned_from("t", 0) is None

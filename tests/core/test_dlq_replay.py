@@ -1,4 +1,4 @@
-"""Broker.dlq_replay on a temp dir (core/queues/replay.py): dead letters go back to their
+"""Admin.dlq_replay on a temp dir (core/queues/replay.py): dead letters go back to their
 topic and its pop groups as new messages, once; the cursor is the committed offset of
 group ``%REPLAY%<group>`` and survives a restart; a replay of a group while another waits
 for durability is refused."""
@@ -40,20 +40,20 @@ def test_replay_once_and_after_a_restart(tmp_path: Any) -> None:
     b.start()
     b.topics.create_topic("t", {"flush": "none"})
     b.topics.create_topic("%DLQ%g", {"partitions": 1})  # flush sync: a replay waits for the disk
-    assert b.pop_receive("g", "t", "m", 1, 1000) == []
-    settle(loop, b.publish("%DLQ%g", [dead("t", b"a"), dead("t", b"b")]))
+    assert b.pop_service.receive("g", "t", "m", 1, 1000) == []
+    settle(loop, b.admin.publish("%DLQ%g", [dead("t", b"a"), dead("t", b"b")]))
 
-    d = b.dlq_replay("g")
+    d = b.admin.dlq_replay("g")
     with pytest.raises(ReplayInProgress):
-        b.dlq_replay("g")
+        b.admin.dlq_replay("g")
     assert settle(loop, d) == {"pop_group": "g", "replayed": 2, "topics": {"t": 2}, "skipped": 0, "more": False}
-    got = b.pop_receive("g", "t", "m", 10, 1000)
+    got = b.pop_service.receive("g", "t", "m", 10, 1000)
     assert [(p.message.value, p.deliveries, p.offset) for p in got] == [(b"a", 1, 0), (b"b", 1, 1)]
     assert not any(p.message.envelope.HasField("dead_letter") for p in got)
-    assert settle(loop, b.dlq_replay("g"))["replayed"] == 0
+    assert settle(loop, b.admin.dlq_replay("g"))["replayed"] == 0
     cursor = b.groups.fetch_offsets("%REPLAY%g", [("%DLQ%g", 0)])[("%DLQ%g", 0)]
     assert cursor is not None and cursor.offset == 2
-    settle(loop, b.publish("%DLQ%g", [dead("t", b"c")]))
+    settle(loop, b.admin.publish("%DLQ%g", [dead("t", b"c")]))
     b.stop()
     while loop.run_once():
         pass
@@ -61,9 +61,9 @@ def test_replay_once_and_after_a_restart(tmp_path: Any) -> None:
     b = Broker(tmp_path, reactor=loop)
     b.start()
     try:
-        assert settle(loop, b.dlq_replay("g", max=5))["topics"] == {"t": 1}  # only the new one
-        assert [p.message.value for p in b.pop_receive("g", "t", "m", 10, 1000)] == [b"c"]
-        assert settle(loop, b.dlq_replay("g"))["replayed"] == 0
+        assert settle(loop, b.admin.dlq_replay("g", max=5))["topics"] == {"t": 1}  # only the new one
+        assert [p.message.value for p in b.pop_service.receive("g", "t", "m", 10, 1000)] == [b"c"]
+        assert settle(loop, b.admin.dlq_replay("g"))["replayed"] == 0
     finally:
         b.stop()
         while loop.run_once():

@@ -40,7 +40,7 @@ def test_counts_and_stats_follow_what_happens(broker: Broker) -> None:
         v.publish("", "work", msg(b"%d" % i))
     c = Consumer("c", owner="ch", prefetch=3)
     v.consume("work", c)
-    info = broker.queue_info("/", "work")
+    info = broker.admin.queue_info("/", "work")
     assert (info.ready, info.unacked, info.consumers, info.messages) == (3, 3, 1, 6)
     assert (info.stats.routed, info.stats.delivered) == (6, 3)
     v.settle(c.got[0], Outcome.ACK)
@@ -49,21 +49,21 @@ def test_counts_and_stats_follow_what_happens(broker: Broker) -> None:
     c.unacked = 0  # its credit back
     v.dispatch("work")
     assert [d.message.value for d in c.got[3:]] == [b"1", b"3", b"4"]
-    info = broker.queue_info("/", "work")
+    info = broker.admin.queue_info("/", "work")
     s = info.stats
     assert (s.acked, s.dead_lettered, s.redelivered) == (1, 1, 1)
     assert s.delivered == 6
     assert (info.ready, info.unacked) == (1, 3)
-    assert broker.queue_info("/", "dlq").ready == 1
+    assert broker.admin.queue_info("/", "dlq").ready == 1
 
-    totals = broker.queue_totals()["classic"]
+    totals = broker.admin.inventory.queue_totals()["classic"]
     assert (totals.routed, totals.acked) == (7, 1)  # 6 to work, 1 dead letter to dlq
     v.delete_queue("work")
     with pytest.raises(NotFound):
-        broker.queue_info("/", "work")
-    assert broker.queue_totals()["classic"].routed == 7  # the deleted queue's work still counts
-    assert broker.message_totals()["amqp"]["dead_lettered"] == 1
-    assert [q.name for q in broker.list_queues("/")] == ["dlq"]
+        broker.admin.queue_info("/", "work")
+    assert broker.admin.inventory.queue_totals()["classic"].routed == 7  # the deleted queue's work still counts
+    assert broker.admin.message_totals()["amqp"]["dead_lettered"] == 1
+    assert [q.name for q in broker.admin.list_queues("/")] == ["dlq"]
 
 
 def test_routed_is_counted_by_the_publishers_protocol(broker: Broker) -> None:
@@ -76,19 +76,19 @@ def test_routed_is_counted_by_the_publishers_protocol(broker: Broker) -> None:
     v.declare_queue("copy", durable=True)
     v.bind("amq.fanout", "mixed", "")
     v.bind("amq.fanout", "copy", "")
-    before = {p: t["routed"] for p, t in broker.message_totals().items()}
+    before = {p: t["routed"] for p, t in broker.admin.message_totals().items()}
     for protocol, n in ((Envelope.MQTT, 3), (Envelope.AMQP, 1), (Envelope.HTTP, 2), (Envelope.PROTOCOL_UNSPECIFIED, 4)):
         for _ in range(n):
             v.publish("amq.fanout", "", msg(b"x", protocol=protocol))
     c = Consumer("c", owner="ch", prefetch=100)
     v.consume("mixed", c)
     v.settle(c.got[0], Outcome.ACK)
-    totals = broker.message_totals()
+    totals = broker.admin.message_totals()
     routed = {p: t["routed"] - before[p] for p, t in totals.items()}
     assert routed == {"mqtt": 6, "amqp": 2, "http": 4, "kafka": 8}  # two queues each
     assert (totals["amqp"]["delivered"], totals["amqp"]["acked"]) == (10, 1)
     assert totals["mqtt"]["delivered"] == 0
-    assert broker.queue_info("/", "mixed").stats.routed == 10  # a queue's own count is unchanged
+    assert broker.admin.queue_info("/", "mixed").stats.routed == 10  # a queue's own count is unchanged
 
 
 def test_browse_in_delivery_order_takes_nothing(broker: Broker) -> None:
@@ -97,68 +97,68 @@ def test_browse_in_delivery_order_takes_nothing(broker: Broker) -> None:
     v.declare_queue("pri", QueueSettings(limits=QueueLimits(max_priority=5)))
     for body, pri in ((b"low", 1), (b"high", 5), (b"mid", 3), (b"high2", 5)):
         v.publish("", "pri", msg(body, priority=pri, message_id=body.decode()))
-    peeked = broker.peek_queue("/", "pri", 3)
+    peeked = broker.admin.peek_queue("/", "pri", 3)
     assert [p.payload for p in peeked] == [b"high", b"high2", b"mid"]
     assert [p.message_id for p in peeked] == ["high", "high2", "mid"]
     assert [p.position for p in peeked] == [1, 2, 3]
-    info = broker.queue_info("/", "pri")
+    info = broker.admin.queue_info("/", "pri")
     assert (info.ready, info.stats.delivered) == (4, 0)
     c = Consumer("c", owner="ch", prefetch=1)
     v.consume("pri", c)
     assert c.got[0].message.value == b"high"  # as the browse said
-    assert [p.payload for p in broker.peek_queue("/", "pri", 10)] == [b"high2", b"mid", b"low"]
+    assert [p.payload for p in broker.admin.peek_queue("/", "pri", 10)] == [b"high2", b"mid", b"low"]
     v.settle(c.got[0], Outcome.REQUEUE)  # given back: in its old place again
     c.unacked = 1  # (no credit: it stays ready)
-    assert [(p.payload, p.redelivered) for p in broker.peek_queue("/", "pri", 2)] == [
+    assert [(p.payload, p.redelivered) for p in broker.admin.peek_queue("/", "pri", 2)] == [
         (b"high", True), (b"high2", False)]
     v.consume("pri", Consumer("c2", owner="ch2", prefetch=1))  # takes "high" again
     with pytest.raises(InvalidRequest):
-        broker.peek_queue("/", "pri", 0)
+        broker.admin.peek_queue("/", "pri", 0)
 
-    assert broker.purge_queue_contents("/", "pri") == 3
-    info = broker.queue_info("/", "pri")
+    assert broker.admin.purge_queue_contents("/", "pri") == 3
+    info = broker.admin.queue_info("/", "pri")
     assert (info.ready, info.unacked) == (0, 1)  # the leased one stays
 
 
 def test_pop_groups_are_queues_of_their_own_namespace(broker: Broker) -> None:
     broker.topics.create_topic("jobs", {"partitions": 1})
-    broker.pop_receive("workers", "jobs", "m", 1, 30_000)
-    broker.publish("jobs", [msg(b"a"), msg(b"b")], partition=0)
+    broker.pop_service.receive("workers", "jobs", "m", 1, 30_000)
+    broker.admin.publish("jobs", [msg(b"a"), msg(b"b")], partition=0)
     while broker.reactor.run_once():
         pass
-    [q] = broker.list_queues("~")
+    [q] = broker.admin.list_queues("~")
     assert (q.vhost, q.name, q.kind, q.protocol, q.ready) == ("", "workers/jobs", "pop", "http", 2)
-    assert broker.queue_info("~", "workers/jobs").ready == 2
-    assert [p.payload for p in broker.peek_queue("~", "workers/jobs", 5)] == [b"a", b"b"]
+    assert broker.admin.queue_info("~", "workers/jobs").ready == 2
+    assert [p.payload for p in broker.admin.peek_queue("~", "workers/jobs", 5)] == [b"a", b"b"]
 
 
 def test_offset_reset_plans(broker: Broker) -> None:
     broker.topics.create_topic("clicks", {"partitions": 2})
     for p in (0, 1):
-        broker.publish("clicks", [msg(b"x") for _ in range(10)], partition=p)
+        broker.admin.publish("clicks", [msg(b"x") for _ in range(10)], partition=p)
     while broker.reactor.run_once():
         pass
     with pytest.raises(NotFound):
-        broker.consumer_group_offsets("g")
+        broker.admin.consumer_group_offsets("g")
     broker.streams.commit_offsets("g", -1, "", {("clicks", 0): OffsetAndMetadata(4)})
-    g = broker.consumer_group_offsets("g")
+    g = broker.admin.consumer_group_offsets("g")
     # partition 1, not committed on, counts from the log start
     assert [(p.topic, p.partition, p.committed, p.log_end, p.lag, p.uncommitted) for p in g.partitions] \
         == [("clicks", 0, 4, 10, 6, False), ("clicks", 1, None, 10, 10, True)]
     assert (g.lag, g.uncommitted_partitions) == (16, 1)
 
-    plan = broker.reset_group_offsets("g", "shift", 100)  # clamped to the end; a dry run
+    plan = broker.admin.reset_group_offsets("g", "shift", 100)  # clamped to the end; a dry run
     assert [(r.partition, r.current, r.new) for r in plan] == [(0, 4, 10)]
-    assert broker.consumer_group_offsets("g").partitions[0].committed == 4
-    plan = broker.reset_group_offsets("g", "shift", -100, topics=["clicks"], execute=True)
+    assert broker.admin.consumer_group_offsets("g").partitions[0].committed == 4
+    plan = broker.admin.reset_group_offsets("g", "shift", -100, topics=["clicks"], execute=True)
     assert [(r.partition, r.current, r.new) for r in plan] == [(0, 4, 0), (1, None, 0)]
-    assert [p.committed for p in broker.consumer_group_offsets("g").partitions] == [0, 0]
-    assert [r.new for r in broker.reset_group_offsets("g", "latest")] == [10, 10]
-    assert [r.new for r in broker.reset_group_offsets("g", "offset", 7)] == [7, 7]
-    assert [r.new for r in broker.reset_group_offsets("g", "datetime", 0)] == [0, 0]
-    assert [r.new for r in broker.reset_group_offsets("g", "datetime", 2**62)] == [10, 10]
+    assert [p.committed for p in broker.admin.consumer_group_offsets("g").partitions] == [0, 0]
+    assert [r.new for r in broker.admin.reset_group_offsets("g", "latest")] == [10, 10]
+    assert [r.new for r in broker.admin.reset_group_offsets("g", "offset", 7)] == [7, 7]
+    assert [r.new for r in broker.admin.reset_group_offsets("g", "datetime", 0)] == [0, 0]
+    assert [r.new for r in broker.admin.reset_group_offsets("g", "datetime", 2**62)] == [10, 10]
     with pytest.raises(InvalidRequest):
-        broker.reset_group_offsets("g", "sideways")
+        broker.admin.reset_group_offsets("g", "sideways")
     with pytest.raises(NotFound):
-        broker.reset_group_offsets("g", "earliest", topics=["nope"])
+        broker.admin.reset_group_offsets("g", "earliest", topics=["nope"])
     # a group with members is refused (GroupActive): tests/integration/test_operator_view.py, with a real consumer

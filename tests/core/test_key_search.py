@@ -251,29 +251,29 @@ def test_broker_facade(tmp_path: Any) -> None:
     b.start()
     try:
         b.topics.create_topic("orders", {"partitions": 2, "flush": "none"})
-        loop.wait(b.publish("orders", [Message(b"c-1", "ü".encode(), T0, [("bin", b"\xff")],
+        loop.wait(b.admin.publish("orders", [Message(b"c-1", "ü".encode(), T0, [("bin", b"\xff")],
                                                Envelope(message_id="m-1"))]))
-        loop.wait(b.publish("orders", [Message(b"c-2", b"\xff\xfe", T0 + 1)]))
-        [f] = b.search_messages("orders", message_id="m-1")
+        loop.wait(b.admin.publish("orders", [Message(b"c-2", b"\xff\xfe", T0 + 1)]))
+        [f] = b.admin.search_messages("orders", message_id="m-1")
         assert ExportedFoundMessage is FoundMessage
         assert f.to_json() == {
             "partition": f.partition, "offset": 0, "timestamp_ms": T0, "key": "c-1", "key_encoding": "string",
             "message_id": "m-1", "headers": [{"name": "bin", "value": "/w==", "encoding": "base64"}],
             "payload": "ü", "payload_encoding": "string", "size": 2,
         }
-        [g] = b.search_messages("orders", key=b"c-2")
+        [g] = b.admin.search_messages("orders", key=b"c-2")
         assert g.to_json()["payload"] == "//4=" and g.to_json()["payload_encoding"] == "base64"
         assert g.message_id is None and g.headers == ()
         with pytest.raises(UnknownTopic):
-            b.search_messages("nope", key=b"x")
+            b.admin.search_messages("nope", key=b"x")
         with pytest.raises(UnknownPartition):
-            b.search_messages("orders", key=b"x", partition=2)
+            b.admin.search_messages("orders", key=b"x", partition=2)
         with pytest.raises(InvalidRequest):
-            b.search_messages("orders")
+            b.admin.search_messages("orders")
         with pytest.raises(InvalidRequest):
-            b.search_messages("orders", key=b"x", limit=0)
+            b.admin.search_messages("orders", key=b"x", limit=0)
         with pytest.raises(InvalidRequest):
-            b.search_messages("orders", start_ms=5, end_ms=4)
+            b.admin.search_messages("orders", start_ms=5, end_ms=4)
     finally:
         b.stop()
 

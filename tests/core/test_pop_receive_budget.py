@@ -19,17 +19,17 @@ def test_a_receive_past_its_budget_returns_fewer_and_the_next_takes_the_rest(tmp
     b.start()
     try:
         b.topics.create_topic("t", {"flush": "none", "partitions": 1})
-        assert b.pop_receive("g", "t", "m", 1, 60_000) == []
-        settle(loop, b.publish("t", [Message(b"k", str(i).encode()) for i in range(300)]))
+        assert b.pop_service.receive("g", "t", "m", 1, 60_000) == []
+        settle(loop, b.admin.publish("t", [Message(b"k", str(i).encode()) for i in range(300)]))
 
         monkeypatch.setattr(pop, "RECEIVE_BUDGET_S", 3600.0)  # a budget no machine spends
-        unbounded = b.pop_receive("g", "t", "m", 100, 60_000)
+        unbounded = b.pop_service.receive("g", "t", "m", 100, 60_000)
         assert len(unbounded) == 100
 
         monkeypatch.setattr(pop, "RECEIVE_BUDGET_S", 1e-9)  # spent at the first message
         seen = [p.message.value for p in unbounded]
         while True:
-            got = b.pop_receive("g", "t", "m", 100, 60_000)
+            got = b.pop_service.receive("g", "t", "m", 100, 60_000)
             if not got:
                 break
             assert len(got) == 1

@@ -133,7 +133,7 @@ def test_a_full_disk_refuses_cleanly_and_writes_resume_without_a_restart(small_f
     assert p.refused, "the disk never filled"
     broker = brokers.current
     assert broker is not None
-    reasons = broker.health()
+    reasons = broker.admin.health()
     assert reasons and any("could not be written" in r or "state store" in r for r in reasons), reasons
     # every confirmed publish is in the queue, no refused one is
     assert p.answered() == p.sent
@@ -146,7 +146,7 @@ def test_a_full_disk_refuses_cleanly_and_writes_resume_without_a_restart(small_f
         after.publish(100)
     after.settle()
     assert len(after.confirmed) == 20, after.refused[:1]
-    assert broker.health() == []
+    assert broker.admin.health() == []
     got = queue_bodies(brokers)
     assert got == p.confirmed + after.confirmed
     assert not set(got) & set(p.refused)
@@ -344,30 +344,30 @@ def test_a_lease_lapsing_while_the_state_store_refuses_stops_no_tick_and_loses_n
     brokers = Brokers(small_fs / "data")
     b = brokers.start(disk_free_limit=0)
     b.topics.create_topic("t", {"flush": "none"})
-    assert b.pop_receive("g", "t", "m", 1, 1000) == []  # the group reads t from now on
-    b.publish("t", [Message(None, b"job")], partition=0)
-    [leased] = b.pop_receive("g", "t", "m", 1, 1000)
+    assert b.pop_service.receive("g", "t", "m", 1, 1000) == []  # the group reads t from now on
+    b.admin.publish("t", [Message(None, b"job")], partition=0)
+    [leased] = b.pop_service.receive("g", "t", "m", 1, 1000)
     ballast = fill(small_fs)
     refuse_state_writes(b)
     since = len(caplog.records)
     with caplog.at_level("INFO"):
         ticks(brokers, 3.0)  # past the invisible time and the first retry's backoff: 30 ticks
         assert b._expiry is not None and b._expiry.running
-        assert b.pop_groups()[0]["invisible"] == 0  # it lapsed
+        assert b.admin.pop_groups()[0]["invisible"] == 0  # it lapsed
         [refused] = said(caplog, since)  # once, not per tick
         assert refused.levelno == 30 and refused.exc_info is None and "state store" in refused.getMessage()
         ballast.unlink()
         got: list[Any] = []
         for _ in range(100):  # the store reopens (once a second), then the retry comes (1 s)
             ticks(brokers, 0.5)
-            got += b.pop_receive("g", "t", "m", 10, 1000)
+            got += b.pop_service.receive("g", "t", "m", 10, 1000)
             if got:
                 break
     assert [p.message.value for p in got] == [b"job"] and got[0].offset == leased.offset
-    assert b.health() == []
-    b.pop_ack("g", "t", got[0].handle)
+    assert b.admin.health() == []
+    b.pop_service.ack("g", "t", got[0].handle)
     brokers.restart(disk_free_limit=0)
-    assert brokers.current is not None and brokers.current.pop_receive("g", "t", "m", 10, 1000) == []
+    assert brokers.current is not None and brokers.current.pop_service.receive("g", "t", "m", 10, 1000) == []
 
 
 def test_a_retry_asked_for_while_the_state_store_refuses_is_kept(small_fs: Path) -> None:
@@ -406,9 +406,9 @@ def test_a_failing_expiry_tick_stops_neither_the_loop_nor_the_other_ticks(tmp_pa
     brokers = Brokers(tmp_path)
     b = brokers.start()
     b.topics.create_topic("t", {"flush": "none"})
-    assert b.pop_receive("g", "t", "m", 1, 1000) == []
-    b.publish("t", [Message(None, b"job")], partition=0)
-    assert len(b.pop_receive("g", "t", "m", 1, 1000)) == 1
+    assert b.pop_service.receive("g", "t", "m", 1, 1000) == []
+    b.admin.publish("t", [Message(None, b"job")], partition=0)
+    assert len(b.pop_service.receive("g", "t", "m", 1, 1000)) == 1
 
     def expire() -> None:
         raise error
@@ -419,7 +419,7 @@ def test_a_failing_expiry_tick_stops_neither_the_loop_nor_the_other_ticks(tmp_pa
     with caplog.at_level("INFO"):
         for _ in range(100):  # the lease lapses (1 s), then the retry comes (1 s)
             ticks(brokers, 0.5)
-            got += b.pop_receive("g", "t", "m", 10, 1000)
+            got += b.pop_service.receive("g", "t", "m", 10, 1000)
             if got:
                 break
     assert [p.message.value for p in got] == [b"job"]
@@ -432,7 +432,7 @@ def test_a_failing_expiry_tick_stops_neither_the_loop_nor_the_other_ticks(tmp_pa
 @pytest.mark.parametrize("error", [StorageError("state store write failed: the test's"), RuntimeError("a bug")])
 def test_routing_a_record_the_store_refused_is_a_warning_line(tmp_path: Path, caplog: Any, monkeypatch: Any,
                                                               error: Exception) -> None:
-    """A record appended outside a vhost's own publishes (here: ``Broker.publish``, as HTTP
+    """A record appended outside a vhost's own publishes (here: ``Admin.publish``, as HTTP
     does) whose routing in a vhost raises: a StorageError (the disk, not a bug) is one
     warning line naming the record, with no traceback; anything else keeps its traceback.
     The append stands either way."""
@@ -449,7 +449,7 @@ def test_routing_a_record_the_store_refused_is_a_warning_line(tmp_path: Path, ca
     monkeypatch.setattr(b.vhosts["/"], "record_queues", record_queues)
     since = len(caplog.records)
     with caplog.at_level("INFO"):
-        assert brokers.loop.wait(b.publish("x", [Message(None, b"r")], partition=0)) == [0]
+        assert brokers.loop.wait(b.admin.publish("x", [Message(None, b"r")], partition=0)) == [0]
     [logged] = said(caplog, since)
     assert "x/0 offset 0" in logged.getMessage() and str(error) in logged.getMessage() + str(logged.exc_info)
     assert (logged.exc_info is not None) == (not isinstance(error, StorageError))

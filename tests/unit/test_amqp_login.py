@@ -102,14 +102,14 @@ def test_loopback_users_is_a_setting(tmp_path: Path) -> None:
 
 
 def test_vhost_checks_at_connection_open(env: Env) -> None:
-    env.broker.create_vhost("v")
+    env.broker.admin.create_vhost("v")
     closed(env.login("guest", "guest", "v"), 530, "NOT_ALLOWED - access to vhost 'v' refused for user 'guest'")
     closed(env.login("guest", "guest", "w"), 530, "NOT_ALLOWED - vhost w not found")
     env.broker.access.set_permission("guest", "v", "", "", "")  # any permission lets one in
     assert isinstance(env.login("guest", "guest", "v"), C.Connection.OpenOk)
 
     def create_w() -> None:  # after the connection got the broker's mapping, before Open
-        env.broker.create_vhost("w")
+        env.broker.admin.create_vhost("w")
         env.broker.access.set_permission("guest", "w", ".*", ".*", ".*")
 
     assert isinstance(env.login("guest", "guest", "w", before_open=create_w), C.Connection.OpenOk)

@@ -1,7 +1,8 @@
 """HTTP gateway: health, Prometheus metrics, the topic admin REST API and the users /
 vhosts / permissions management API (twisted.web).
 
-    site.py       build_site(broker, reactor): the resource tree and the Site to listen with
+    site.py       build_site(doors=, admin=, topics=, pop=, metrics=, reactor=): the resource tree and the Site
+    services.py   Services: the ports the site and its resources are built from
     request.py    the Request class: body size limit (checked before the body is read), JSON body
     resource.py   ApiResource: method dispatch, JSON errors, LogbusError -> HTTP status
     responses.py  Response and HttpError values, the status table for core error codes

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from .responses import HttpError
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from ...core.ports import Doors
+    from ...core.types import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +26,11 @@ RETRY_AFTER = 5  # seconds: the alarms are checked once a second; a client shoul
 class AlarmGate:
     """Follows the broker's alarms; ``check()`` raises the 503 while any is set."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.refused = broker.metrics.counter(
+    def __init__(self, doors: Doors, metrics: Metrics) -> None:
+        self.refused = metrics.counter(
             "logbus_http_alarm_refusals", "HTTP publishes refused (503) while a resource alarm was set")
         self._logged = False
-        self.alarms: frozenset[str] = broker.on_alarms(self._changed)
+        self.alarms: frozenset[str] = doors.on_alarms(self._changed)
 
     def _changed(self, alarms: frozenset[str]) -> None:
         if alarms - self.alarms:

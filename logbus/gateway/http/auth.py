@@ -14,7 +14,7 @@ from .resource import ApiResource
 from ...core.types import Action
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from .services import Services
 
 
 class AdminResource(ApiResource):
@@ -24,9 +24,11 @@ class AdminResource(ApiResource):
     needs: Action | None = "administer"
     audited = True
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, services: Services) -> None:
         super().__init__()
-        self.broker = broker
+        self.services = services
+        self.doors = services.doors
+        self.admin = services.admin
 
 
 def path_name(raw: bytes, what: str) -> str:

@@ -1,5 +1,5 @@
 """Client connections of every protocol, from the broker's connection registry
-(``Broker.list_connections``). As RabbitMQ's management API: a user with the
+(``Admin.list_connections``). As RabbitMQ's management API: a user with the
 ``management`` tag sees and may close its own connections, ``monitoring`` sees every
 one, an administrator may close any.
 
@@ -31,7 +31,7 @@ from .credentials import allowed, user_of
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from .services import Services
 
 PROTOCOLS = ("amqp", "mqtt", "kafka", "http")
 
@@ -42,7 +42,7 @@ class Connections(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self
-        return OneConnection(self.broker, path)
+        return OneConnection(self.services, path)
 
     def handle_GET(self, request: server.Request) -> Response:
         args: dict[bytes, list[bytes]] = request.args or {}
@@ -50,8 +50,8 @@ class Connections(AdminResource):
         protocol = raw[0].decode("utf-8", "replace") if raw else None
         if protocol is not None and protocol not in PROTOCOLS:
             raise HttpError(400, "bad_request", f"protocol must be one of {', '.join(PROTOCOLS)}")
-        records = sorted(self.broker.list_connections(protocol), key=lambda c: c.id)
-        if not allowed(request, self.broker, "monitor"):
+        records = sorted(self.admin.list_connections(protocol), key=lambda c: c.id)
+        if not allowed(request, self.doors, "monitor"):
             user = user_of(request)
             records = [c for c in records if c.user == user]
         return Response.json(200, [c.to_json() for c in records])
@@ -61,8 +61,8 @@ class OneConnection(AdminResource):
     isLeaf = True
     needs: Action | None = "manage"
 
-    def __init__(self, broker: Broker, raw_id: bytes) -> None:
-        super().__init__(broker)
+    def __init__(self, services: Services, raw_id: bytes) -> None:
+        super().__init__(services)
         self.raw_id = raw_id
 
     def handle_DELETE(self, request: server.Request) -> Response:
@@ -70,11 +70,11 @@ class OneConnection(AdminResource):
             id = int(self.raw_id)
         except ValueError:
             raise HttpError(404, "unknown_connection", f"no connection {self.raw_id!r}") from None
-        if not allowed(request, self.broker, "administer"):
+        if not allowed(request, self.doors, "administer"):
             user = user_of(request)
-            own = [c for c in self.broker.list_connections() if c.id == id and c.user == user]
+            own = [c for c in self.admin.list_connections() if c.id == id and c.user == user]
             if not own:
                 raise HttpError(403, "forbidden", f"user '{user}' may close only its own connections")
-        if not self.broker.close_connection(id):
+        if not self.admin.close_connection(id):
             raise HttpError(404, "unknown_connection", f"no connection {id}")
         return Response.empty(204)

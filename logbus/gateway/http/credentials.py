@@ -1,5 +1,5 @@
 """Who makes an HTTP request, and what the broker lets them do: HTTP Basic against the
-broker's users, as RabbitMQ's management API, then ``Broker.authorize`` (the one access
+broker's users, as RabbitMQ's management API, then ``Doors.authorize`` (the one access
 check every protocol uses).
 
     401 + ``WWW-Authenticate: Basic realm="logbus"``   no credentials, or wrong ones
@@ -33,7 +33,7 @@ from .responses import HttpError
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from ...core.ports import Doors
     from ...core.types import Action, Perm
 
 REALM = 'Basic realm="logbus"'
@@ -69,7 +69,7 @@ def from_loopback(request: server.Request) -> bool:
     return is_loopback(str(getattr(request.getClientAddress(), "host", "")))
 
 
-def authenticate(request: server.Request, broker: Broker) -> str:
+def authenticate(request: server.Request, doors: Doors) -> str:
     """The user the request's credentials name, checked (HttpError 401 otherwise), and
     kept on the request for ``user_of``."""
     known = _decided(request)
@@ -78,10 +78,10 @@ def authenticate(request: server.Request, broker: Broker) -> str:
     credentials = basic_credentials(request)
     if credentials is None:
         raise HttpError(401, "unauthorized", "HTTP Basic credentials are required", CHALLENGE)
-    return check_password(request, broker, *credentials, how="HTTP Basic")
+    return check_password(request, doors, *credentials, how="HTTP Basic")
 
 
-def check_password(request: server.Request, broker: Broker, name: str, password: str, how: str) -> str:
+def check_password(request: server.Request, doors: Doors, name: str, password: str, how: str) -> str:
     """``name`` and ``password`` checked as ``authenticate`` checks the Basic header's
     (the broker's login cache, its password thread, the slow-down of repeated failures),
     for credentials that came another way (the console's login form, logged as ``how``).
@@ -91,12 +91,12 @@ def check_password(request: server.Request, broker: Broker, name: str, password:
     if known is not None:
         return known
     record = getattr(request.channel, "record", None)  # site.RegisteredChannel's
-    checked = broker.authenticate(name, password, loopback=from_loopback(request))
+    checked = doors.authenticate(name, password, loopback=from_loopback(request))
     pending: Deferred[None] = Deferred()
     now: list[Failure | None] = []
     if now_or_later(checked, now.append,
-                    lambda result: _settle(request, broker, record, name, how, result, pending)):
-        return _settle(request, broker, record, name, how, now[0])
+                    lambda result: _settle(request, doors, record, name, how, result, pending)):
+        return _settle(request, doors, record, name, how, now[0])
     raise LoginPending(pending)  # not known yet: checked on the password thread
 
 
@@ -111,23 +111,23 @@ def _decided(request: server.Request) -> str | None:
     return None
 
 
-def set_user(request: server.Request, broker: Broker, name: str, how: str) -> None:
+def set_user(request: server.Request, doors: Doors, name: str, how: str) -> None:
     """``name`` is the request's user, known another way (the console's session cookie,
     logged as ``how``): ``require`` and ``allowed`` ask about it from here on."""
     setattr(request, _USER, name)
-    broker.connection_logged_in(getattr(request.channel, "record", None), name, how=how)
+    doors.connection_logged_in(getattr(request.channel, "record", None), name, how=how)
 
 
-def _settle(request: server.Request, broker: Broker, record: Any, name: str, how: str, result: Failure | None,
+def _settle(request: server.Request, doors: Doors, record: Any, name: str, how: str, result: Failure | None,
             pending: Deferred[None] | None = None) -> str:
     """The login's outcome kept on the request: the user, or the refusal (raised)."""
     if isinstance(result, Failure):
         if result.check(LoopbackOnly):
             error = HttpError(401, "unauthorized", f"user '{name}' can only connect via localhost", CHALLENGE)
-            error.delay = broker.connection_refused(record, name, "may connect from loopback only")
+            error.delay = doors.connection_refused(record, name, "may connect from loopback only")
         elif result.check(Refused):
             error = HttpError(401, "unauthorized", "Login failed", CHALLENGE)
-            error.delay = broker.connection_refused(record, name, "bad user name or password")
+            error.delay = doors.connection_refused(record, name, "bad user name or password")
         else:  # a bug: said as one, the request answered all the same
             log.error("login of user %r failed: %s", name, result.getTraceback())
             error = HttpError(500, "internal_error", "internal error (see the broker log)")
@@ -137,7 +137,7 @@ def _settle(request: server.Request, broker: Broker, record: Any, name: str, how
             return name
         raise error
     setattr(request, _USER, name)
-    broker.connection_logged_in(record, name, how=how)
+    doors.connection_logged_in(record, name, how=how)
     if pending is not None:
         pending.callback(None)
     return name
@@ -149,33 +149,33 @@ def user_of(request: server.Request) -> str:
     return name
 
 
-def require(request: server.Request, broker: Broker, action: Action, resource: Resource | None = None) -> str:
+def require(request: server.Request, doors: Doors, action: Action, resource: Resource | None = None) -> str:
     """The request's user, if it may ``action`` (a tag's action such as "manage", or a
     permission on ``resource``); HttpError 401 / 403 otherwise."""
-    user = authenticate(request, broker)
+    user = authenticate(request, doors)
     try:
-        broker.authorize(user, action, resource or Resource(""))
+        doors.authorize(user, action, resource or Resource(""))
     except Refused as exc:
         raise HttpError(403, "forbidden", str(exc)) from None
     return user
 
 
-def allowed(request: server.Request, broker: Broker, action: Action, resource: Resource | None = None) -> bool:
+def allowed(request: server.Request, doors: Doors, action: Action, resource: Resource | None = None) -> bool:
     """Whether the request's (authenticated) user may ``action``: for what a handler
     shows or does differently, not to refuse."""
     try:
-        broker.authorize(user_of(request), action, resource or Resource(""))
+        doors.authorize(user_of(request), action, resource or Resource(""))
     except Refused:
         return False
     return True
 
 
-def require_topic(request: server.Request, broker: Broker, action: Perm, topic: str,
+def require_topic(request: server.Request, doors: Doors, action: Perm, topic: str,
                   key: str | None = None) -> str:
-    """``require`` on the exchange a log topic stands for (``Broker.authorize_topic``)."""
-    user = authenticate(request, broker)
+    """``require`` on the exchange a log topic stands for (``Doors.authorize_topic``)."""
+    user = authenticate(request, doors)
     try:
-        broker.authorize_topic(user, action, topic, key)
+        doors.authorize_topic(user, action, topic, key)
     except Refused as exc:
         raise HttpError(403, "forbidden", str(exc)) from None
     return user

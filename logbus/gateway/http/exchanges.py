@@ -23,7 +23,7 @@ from .credentials import user_of
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from .services import Services
 
 
 class Listing(AdminResource):
@@ -31,8 +31,8 @@ class Listing(AdminResource):
 
     needs: Action | None = "manage"
 
-    def __init__(self, broker: Broker, what: str, vhost: str | None = None) -> None:
-        super().__init__(broker)
+    def __init__(self, services: Services, what: str, vhost: str | None = None) -> None:
+        super().__init__(services)
         self.what, self.vhost = what, vhost
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
@@ -40,11 +40,11 @@ class Listing(AdminResource):
             return self
         if self.vhost is not None:
             raise HttpError(404, "not_found", f"no such resource: {request.uri.decode('latin-1', 'replace')}")
-        return Listing(self.broker, self.what, path_name(path, "vhost"))
+        return Listing(self.services, self.what, path_name(path, "vhost"))
 
     def handle_GET(self, request: server.Request) -> Response:
-        if self.vhost is not None and self.broker.vhost(self.vhost) is None:
+        if self.vhost is not None and not self.admin.has_vhost(self.vhost):
             raise HttpError(404, "not_found", f"no vhost '{self.vhost}'")
-        rows = (self.broker.list_exchanges if self.what == "exchanges" else self.broker.list_bindings)(self.vhost)
+        rows = (self.admin.list_exchanges if self.what == "exchanges" else self.admin.list_bindings)(self.vhost)
         user = user_of(request)
-        return Response.json(200, [r for r in rows if self.broker.sees_vhost(user, r["vhost"])])
+        return Response.json(200, [r for r in rows if self.doors.sees_vhost(user, r["vhost"])])

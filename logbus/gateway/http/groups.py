@@ -39,7 +39,7 @@ from .request import json_object, read_json
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from .services import Services
 
 
 class ConsumerGroups(AdminResource):
@@ -48,33 +48,33 @@ class ConsumerGroups(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self
-        return OneGroup(self.broker, path_name(path, "group"))
+        return OneGroup(self.services, path_name(path, "group"))
 
     def handle_GET(self, request: server.Request) -> Response:
-        return Response.json(200, [g.to_json() for g in self.broker.list_consumer_groups()])
+        return Response.json(200, [g.to_json() for g in self.admin.list_consumer_groups()])
 
 
 class OneGroup(AdminResource):
     needs: Action | None = "monitor"
 
-    def __init__(self, broker: Broker, group: str, action: str = "") -> None:
-        super().__init__(broker)
+    def __init__(self, services: Services, group: str, action: str = "") -> None:
+        super().__init__(services)
         self.group, self.action = group, action
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if self.action or path != b"reset-offsets":
             raise HttpError(404, "not_found", f"no such resource: {request.uri.decode('latin-1', 'replace')}")
-        return OneGroup(self.broker, self.group, "reset-offsets")
+        return OneGroup(self.services, self.group, "reset-offsets")
 
     def handle_GET(self, request: server.Request) -> Response:
         if self.action:
             raise HttpError(405, "method_not_allowed", "POST to reset offsets")
-        return Response.json(200, self.broker.consumer_group_offsets(self.group).to_json())
+        return Response.json(200, self.admin.consumer_group_offsets(self.group).to_json())
 
     def handle_POST(self, request: server.Request) -> Response:
         if not self.action:
             raise HttpError(405, "method_not_allowed", "POST .../reset-offsets")
-        require(request, self.broker, "administer")
+        require(request, self.doors, "administer")
         body = json_object(read_json(request), ("to", "value", "topics", "execute"))
         to, value, topics, execute = body.get("to"), body.get("value"), body.get("topics"), body.get("execute", False)
         if not isinstance(to, str):
@@ -85,5 +85,5 @@ class OneGroup(AdminResource):
             raise HttpError(400, "bad_request", "topics must be a list of topic names")
         if not isinstance(execute, bool):
             raise HttpError(400, "bad_request", "execute must be true or false")
-        plan = self.broker.reset_group_offsets(self.group, to, value, topics=topics, execute=execute)
+        plan = self.admin.reset_group_offsets(self.group, to, value, topics=topics, execute=execute)
         return Response.json(200, [r.to_json() for r in plan])

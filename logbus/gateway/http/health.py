@@ -1,6 +1,6 @@
 """GET /healthz: 200 ``{"status": "ok"}`` while the broker serves as it should; 503
 ``{"status": "failing", "reasons": [...]}`` while it does not (a partition or the state
-store refusing writes, a resource alarm, a listener down: ``Broker.health``)."""
+store refusing writes, a resource alarm, a listener down: ``Admin.health``)."""
 
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ from .resource import ApiResource
 from .responses import Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from ...core.ports import Admin
 
 
 class Health(ApiResource):
     isLeaf = True
     public = True  # what a load balancer or an orchestrator asks, without credentials
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, admin: Admin) -> None:
         super().__init__()
-        self.broker = broker
+        self.admin = admin
 
     def handle_GET(self, request: server.Request) -> Response:
-        reasons = self.broker.health()
+        reasons = self.admin.health()
         if reasons:
             return Response.json(503, {"status": "failing", "reasons": reasons})
         return Response.json(200, {"status": "ok"})

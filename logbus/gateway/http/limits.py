@@ -25,7 +25,7 @@ from .resource import ApiResource
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from .services import Services
 
 FIELDS = ("memory_high_watermark", "disk_free_limit")
 
@@ -34,22 +34,22 @@ class Limits(ApiResource):
     isLeaf = True
     audited = True
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, services: Services) -> None:
         super().__init__()
-        self.broker = broker
+        self.doors = services.doors
+        self.admin = services.admin
 
     def handle_GET(self, request: server.Request) -> Response:
-        require(request, self.broker, "monitor")
-        return Response.json(200, self.broker.pressure.to_json())
+        require(request, self.doors, "monitor")
+        return Response.json(200, self.admin.limits())
 
     def handle_PUT(self, request: server.Request) -> Response:
-        require(request, self.broker, "administer")
-        self.broker.pressure.set_limits(**parse_limits(read_json(request)))
-        return Response.json(200, self.broker.pressure.to_json())
+        require(request, self.doors, "administer")
+        return Response.json(200, self.admin.set_limits(**parse_limits(read_json(request))))
 
 
 def parse_limits(body: Any) -> dict[str, Any]:
-    """The PUT body -> keyword arguments of ResourceMonitor.set_limits, or HttpError.
+    """The PUT body -> keyword arguments of Admin.set_limits, or HttpError.
     The values themselves are checked by the monitor (InvalidConfig: 400)."""
     body = json_object(body, FIELDS)
     if not body:

@@ -14,13 +14,14 @@ A session is ``{"client_id", "user", "connected", "peer", "protocol", "clean",
 ``%2F``). With no MQTT listener (``--mqtt`` and ``--mqtt-ws`` off) the broker has no MQTT
 room and every path here is 404, saying so.
 
-The room is the MQTT gateway's (``broker.rooms["mqtt"]``); this module knows it only as
-``MqttAdmin``, so the HTTP gateway does not import the MQTT one.
+The room is the MQTT gateway's, which the server hands the Admin service
+(``admin.client_sessions["mqtt"]``); this module knows it only as the port
+``ClientSessions``, so the HTTP gateway does not import the MQTT one.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING
 
 from twisted.web import resource, server
 
@@ -29,26 +30,19 @@ from .auth import AdminResource, path_name
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from ...core.ports import Admin, ClientSessions
+    from .services import Services
 
 ROOM = "mqtt"
 
 
-class MqttAdmin(Protocol):
-    """What the HTTP API uses of the MQTT room (gateway/mqtt/room.py's MqttRoom)."""
-
-    def describe(self) -> list[dict[str, Any]]: ...
-    def kick(self, client_id: str) -> bool: ...
-    def delete_session(self, client_id: str) -> bool: ...
-
-
-def mqtt_room(broker: Broker) -> MqttAdmin:
+def mqtt_room(admin: Admin) -> ClientSessions:
     """The broker's MQTT room, or 404 when no MQTT listener built one."""
-    room = broker.rooms.get(ROOM)
+    room = admin.client_sessions.get(ROOM)
     if room is None:
         raise HttpError(404, "not_found", "the MQTT listener is off: this broker has no MQTT clients"
                                           " or sessions (start it with --mqtt EP or --mqtt-ws EP)")
-    return cast(MqttAdmin, room)
+    return room
 
 
 class MqttClients(AdminResource):
@@ -57,10 +51,10 @@ class MqttClients(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/mqtt/clients/
-        return MqttOne(self.broker, path, "kick", "unknown_client", "no MQTT client {!r} is connected")
+        return MqttOne(self.services, path, "kick", "unknown_client", "no MQTT client {!r} is connected")
 
     def handle_GET(self, request: server.Request) -> Response:
-        return Response.json(200, [s for s in mqtt_room(self.broker).describe() if s["connected"]])
+        return Response.json(200, [s for s in mqtt_room(self.admin).describe() if s["connected"]])
 
 
 class MqttSessions(AdminResource):
@@ -69,11 +63,11 @@ class MqttSessions(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/mqtt/sessions/
-        return MqttOne(self.broker, path, "delete_session", "unknown_session",
+        return MqttOne(self.services, path, "delete_session", "unknown_session",
                        "no MQTT session of client {!r}")
 
     def handle_GET(self, request: server.Request) -> Response:
-        return Response.json(200, mqtt_room(self.broker).describe())
+        return Response.json(200, mqtt_room(self.admin).describe())
 
 
 class MqttOne(AdminResource):
@@ -82,15 +76,15 @@ class MqttOne(AdminResource):
 
     isLeaf = True
 
-    def __init__(self, broker: Broker, raw_id: bytes, action: str, code: str,
+    def __init__(self, services: Services, raw_id: bytes, action: str, code: str,
                  missing: str) -> None:
-        super().__init__(broker)
+        super().__init__(services)
         self.raw_id = raw_id
         self.action, self.code, self.missing = action, code, missing
 
     def handle_DELETE(self, request: server.Request) -> Response:
         client_id = path_name(self.raw_id, "MQTT client")
-        done: bool = getattr(mqtt_room(self.broker), self.action)(client_id)
+        done: bool = getattr(mqtt_room(self.admin), self.action)(client_id)
         if not done:
             raise HttpError(404, self.code, self.missing.format(client_id))
         return Response.empty(204)

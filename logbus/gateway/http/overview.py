@@ -26,7 +26,8 @@ from .auth import AdminResource
 from .responses import Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from ...core.ports import Admin
+    from .services import Services
 
 SAMPLE_SECONDS = 5.0
 KEEP = 120  # samples kept: 10 minutes of history for the console's charts
@@ -36,8 +37,8 @@ class RateSampler:
     """The broker's message totals, sampled every ``SAMPLE_SECONDS`` while the site runs:
     O(protocols + vhosts) per sample, never a walk over the queues."""
 
-    def __init__(self, broker: Broker, clock: Any) -> None:
-        self.broker, self.clock = broker, clock
+    def __init__(self, admin: Admin, clock: Any) -> None:
+        self.admin, self.clock = admin, clock
         self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
         self.topics: list[tuple[float, dict[str, int]]] = []  # records appended per topic
         self._loop: LoopingCall | None = None
@@ -55,9 +56,9 @@ class RateSampler:
 
     def sample(self) -> None:
         now = self.clock.seconds()
-        self.samples.append((now, self.broker.message_totals()))
+        self.samples.append((now, self.admin.message_totals()))
         del self.samples[:-KEEP]
-        self.topics.append((now, self.broker.topic_append_counts()))
+        self.topics.append((now, self.admin.topic_append_counts()))
         del self.topics[:-2]
 
     def rates(self) -> dict[str, dict[str, float]]:
@@ -80,11 +81,11 @@ class Overview(AdminResource):
     isLeaf = True
     needs: Action | None = "manage"
 
-    def __init__(self, broker: Broker, sampler: RateSampler) -> None:
-        super().__init__(broker)
+    def __init__(self, services: Services, sampler: RateSampler) -> None:
+        super().__init__(services)
         self.sampler = sampler
 
     def handle_GET(self, request: server.Request) -> Response:
-        body = self.broker.overview()
+        body = self.admin.overview()
         body["message_rates"] = self.sampler.rates()
         return Response.json(200, body)

@@ -24,7 +24,7 @@ from .resource import Directory
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from .services import Services
 
 PERMS = ("configure", "write", "read")
 FIELDS = ("user", "vhost", *PERMS)
@@ -34,32 +34,31 @@ class Permissions(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/permissions/
-        return VHostPermissions(self.broker, path)
+        return VHostPermissions(self.services, path)
 
     def handle_GET(self, request: server.Request) -> Response:
-        perms = self.broker.access.permissions
-        return Response.json(200, [perms[k].to_json() for k in sorted(perms, key=lambda k: (k[1], k[0]))])
+        return Response.json(200, [p.to_json() for p in self.admin.list_permissions()])
 
 
 class VHostPermissions(Directory):
     """/api/permissions/<vhost> (and /api/topic-permissions/<vhost>): not an endpoint
     itself (404); its children are the vhost's users, as ``leaf`` resources."""
 
-    def __init__(self, broker: Broker, raw_vhost: bytes, leaf: type[PermissionResource] | None = None) -> None:
+    def __init__(self, services: Services, raw_vhost: bytes, leaf: type[PermissionResource] | None = None) -> None:
         super().__init__()
-        self.broker = broker
+        self.services = services
         self.raw_vhost = raw_vhost
         self.leaf = leaf or PermissionResource
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
-        return self.leaf(self.broker, self.raw_vhost, path)
+        return self.leaf(self.services, self.raw_vhost, path)
 
 
 class PermissionResource(AdminResource):
     isLeaf = True
 
-    def __init__(self, broker: Broker, raw_vhost: bytes, raw_user: bytes) -> None:
-        super().__init__(broker)
+    def __init__(self, services: Services, raw_vhost: bytes, raw_user: bytes) -> None:
+        super().__init__(services)
         self.raw_vhost = raw_vhost
         self.raw_user = raw_user
 
@@ -68,17 +67,17 @@ class PermissionResource(AdminResource):
 
     def handle_GET(self, request: server.Request) -> Response:
         vhost, user = self.names()
-        return Response.json(200, self.broker.access.get_permission(vhost, user).to_json())
+        return Response.json(200, self.admin.permission(vhost, user).to_json())
 
     def handle_PUT(self, request: server.Request) -> Response:
         vhost, user = self.names()
         perms = parse_permission(read_json(request), vhost, user)
-        created = self.broker.access.set_permission(user, vhost, **perms)
+        created = self.admin.set_permission(user, vhost, **perms)
         return Response.empty(201 if created else 204)
 
     def handle_DELETE(self, request: server.Request) -> Response:
         vhost, user = self.names()
-        self.broker.access.clear_permission(user, vhost)
+        self.admin.clear_permission(user, vhost)
         return Response.empty(204)
 
 

@@ -44,7 +44,7 @@ from .resource import ApiResource, NotFound
 from .responses import HttpError, Response, status_for
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from .services import Services
 
 DEFAULT_INVISIBLE_MS = 30_000
 
@@ -77,10 +77,11 @@ def message_json(m: Message) -> dict[str, Any]:
 
 
 class Pop(ApiResource):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, services: Services) -> None:
         super().__init__()
-        self.broker = broker
-        self.gate = AlarmGate(broker)  # a replay appends; receive, ack, nack go on
+        self.services = services
+        self.doors, self.admin = services.doors, services.admin
+        self.gate = AlarmGate(services.doors, services.metrics)  # a replay appends; receive, ack, nack go on
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
@@ -91,30 +92,31 @@ class Pop(ApiResource):
         topic, action = postpath
         request.postpath = []
         if (topic, action) == (b"dlq", b"replay"):  # no topic action is named "replay"
-            return DlqReplay(self.broker, _segment(path, "pop group"), self.gate)
+            return DlqReplay(self.services, _segment(path, "pop group"), self.gate)
         handler = _ACTIONS.get(action)
         if handler is None:
             return NotFound()
-        return PopAction(self.broker, _segment(path, "pop group"), _segment(topic, "topic"), handler)
+        return PopAction(self.services, _segment(path, "pop group"), _segment(topic, "topic"), handler)
 
     def handle_GET(self, request: server.Request) -> Response:
-        user = require(request, self.broker, "manage")
-        return Response.json(200, [g for g in self.broker.pop_groups()
-                                   if self.broker.sees_vhost(user, topic_exchange(g["topic"])[0])])
+        user = require(request, self.doors, "manage")
+        return Response.json(200, [g for g in self.admin.pop_groups()
+                                   if self.doors.sees_vhost(user, topic_exchange(g["topic"])[0])])
 
 
 class PopAction(ApiResource):
     isLeaf = True
 
-    def __init__(self, broker: Broker, group: str, topic: str, action: Any) -> None:
+    def __init__(self, services: Services, group: str, topic: str, action: Any) -> None:
         super().__init__()
-        self.broker, self.group, self.topic, self.action = broker, group, topic, action
+        self.doors, self.pop = services.doors, services.pop
+        self.group, self.topic, self.action = group, topic, action
         self.record: Any = None  # the connection's, in the registry: a receive counts its messages sent
 
     def handle_POST(self, request: server.Request) -> Response | Deferred[Response]:
         # a pop group reads a topic as a queue bound to its exchange: read on both
-        require_topic(request, self.broker, "read", self.topic)
-        require(request, self.broker, "read", Resource(topic_exchange(self.topic)[0], "queue", self.group))
+        require_topic(request, self.doors, "read", self.topic)
+        require(request, self.doors, "read", Resource(topic_exchange(self.topic)[0], "queue", self.group))
         self.record = getattr(request.channel, "record", None)
         response: Response | Deferred[Response] = self.action(self, read_json(request))
         return response
@@ -123,22 +125,23 @@ class PopAction(ApiResource):
 class DlqReplay(ApiResource):
     isLeaf = True
 
-    def __init__(self, broker: Broker, group: str, gate: AlarmGate) -> None:
+    def __init__(self, services: Services, group: str, gate: AlarmGate) -> None:
         super().__init__()
-        self.broker, self.group, self.gate = broker, group, gate
+        self.doors, self.admin = services.doors, services.admin
+        self.group, self.gate = group, gate
 
     def handle_POST(self, request: server.Request) -> Deferred[Response]:
         # read the group's dead letters; write to each topic they go back to (checked
         # by the replay before it publishes anything)
-        require_topic(request, self.broker, "read", dlq_topic(self.group))
+        require_topic(request, self.doors, "read", dlq_topic(self.group))
         self.gate.check()
         body = read_json(request) if request_body(request).strip() else {}
         b = json_object(body, ("topic", "max"))
         topic = b.get("topic")
         if topic is not None and not isinstance(topic, str):
             raise HttpError(400, "invalid_request", "topic must be a string")
-        d = self.broker.dlq_replay(self.group, topic, b.get("max"),
-                                   lambda target: require_topic(request, self.broker, "write", target))
+        d = self.admin.dlq_replay(self.group, topic, b.get("max"),
+                                   lambda target: require_topic(request, self.doors, "write", target))
         return d.addCallback(lambda result: Response.json(200, result))
 
 
@@ -152,9 +155,9 @@ def _receive(a: PopAction, body: Any) -> Response | Deferred[Response]:
     tag, sql = b.get("filter_tag"), b.get("filter_sql")
     wait = b.get("wait_ms", 0)
     if wait:
-        return a.broker.pop_receive_wait(a.group, a.topic, member, n, invisible, wait, tag, sql).addCallback(
+        return a.pop.receive_wait(a.group, a.topic, member, n, invisible, wait, tag, sql).addCallback(
             _received, a.record)
-    return _received(a.broker.pop_receive(a.group, a.topic, member, n, invisible, tag, sql), a.record)
+    return _received(a.pop.receive(a.group, a.topic, member, n, invisible, tag, sql), a.record)
 
 
 def _received(got: list[Popped], record: Any) -> Response:
@@ -186,18 +189,18 @@ def _settle_all(a: PopAction, body: Any, settle: Any) -> Response:
 
 
 def _ack(a: PopAction, body: Any) -> Response:
-    return _settle_all(a, body, a.broker.pop_ack)
+    return _settle_all(a, body, a.pop.ack)
 
 
 def _nack(a: PopAction, body: Any) -> Response:
-    return _settle_all(a, body, a.broker.pop_nack)
+    return _settle_all(a, body, a.pop.nack)
 
 
 def _invisible(a: PopAction, body: Any) -> Response:
     b = json_object(body, ("handle", "invisible_ms"))
     if "handle" not in b or "invisible_ms" not in b:
         raise HttpError(400, "invalid_request", "give \"handle\" and \"invisible_ms\"")
-    a.broker.pop_change_invisible(a.group, a.topic, b["handle"], b["invisible_ms"])
+    a.pop.change_invisible(a.group, a.topic, b["handle"], b["invisible_ms"])
     return Response.empty(204)
 
 

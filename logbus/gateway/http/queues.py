@@ -34,7 +34,8 @@ from .request import json_object, read_json, request_body
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from ...core.ports import Doors
+    from .services import Services
 
 POP_PATH = "~"
 
@@ -42,56 +43,56 @@ POP_PATH = "~"
 class Queues(AdminResource):
     needs: Action | None = "manage"
 
-    def __init__(self, broker: Broker, vhost: str | None = None) -> None:
-        super().__init__(broker)
+    def __init__(self, services: Services, vhost: str | None = None) -> None:
+        super().__init__(services)
         self.vhost = vhost
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self
         if self.vhost is None:
-            return Queues(self.broker, path_name(path, "vhost"))
-        return OneQueue(self.broker, self.vhost, path_name(path, "queue"))
+            return Queues(self.services, path_name(path, "vhost"))
+        return OneQueue(self.services, self.vhost, path_name(path, "queue"))
 
     def handle_GET(self, request: server.Request) -> Response:
         user = user_of(request)
         vhost = None if self.vhost is None else ("" if self.vhost == POP_PATH else self.vhost)
-        if vhost is not None and vhost != "" and self.broker.vhost(vhost) is None:
+        if vhost is not None and vhost != "" and not self.admin.has_vhost(vhost):
             raise HttpError(404, "not_found", f"no vhost '{vhost}'")
-        queues = self.broker.list_queues(self.vhost)
-        return Response.json(200, [q.to_json() for q in queues if sees_queue(self.broker, user, q.vhost, q.name)])
+        queues = self.admin.list_queues(self.vhost)
+        return Response.json(200, [q.to_json() for q in queues if sees_queue(self.doors, user, q.vhost, q.name)])
 
 
-def sees_queue(broker: Broker, user: str, vhost: str, name: str) -> bool:
+def sees_queue(doors: Doors, user: str, vhost: str, name: str) -> bool:
     """Whether ``user`` sees the queue (the console asks this too)."""
     if vhost == "":  # a pop group: shown as /api/pop shows it, by its topic's vhost
-        return broker.sees_vhost(user, topic_exchange(name.split("/", 1)[1])[0])
-    return broker.sees_vhost(user, vhost)
+        return doors.sees_vhost(user, topic_exchange(name.split("/", 1)[1])[0])
+    return doors.sees_vhost(user, vhost)
 
 
 class OneQueue(AdminResource):
     needs: Action | None = "manage"
 
-    def __init__(self, broker: Broker, vhost: str, name: str, action: str = "") -> None:
-        super().__init__(broker)
+    def __init__(self, services: Services, vhost: str, name: str, action: str = "") -> None:
+        super().__init__(services)
         self.vhost, self.name, self.action = vhost, name, action
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if self.action or path not in (b"contents", b"get"):
             raise HttpError(404, "not_found", f"no such resource: {request.uri.decode('latin-1', 'replace')}")
-        return OneQueue(self.broker, self.vhost, self.name, path.decode())
+        return OneQueue(self.services, self.vhost, self.name, path.decode())
 
     def _visible(self, request: server.Request) -> QueueInfo:
-        info = self.broker.queue_info(self.vhost, self.name)
-        if not sees_queue(self.broker, user_of(request), info.vhost, info.name):
+        info = self.admin.queue_info(self.vhost, self.name)
+        if not sees_queue(self.doors, user_of(request), info.vhost, info.name):
             raise HttpError(404, "not_found", f"no queue '{self.name}' in vhost '{self.vhost}'")
         return info
 
     def _may_read(self, request: server.Request, info: QueueInfo) -> None:
         if info.vhost == "":
-            require_topic(request, self.broker, "read", info.name.split("/", 1)[1])
+            require_topic(request, self.doors, "read", info.name.split("/", 1)[1])
         else:
-            require(request, self.broker, "read", Resource(info.vhost, "queue", info.name))
+            require(request, self.doors, "read", Resource(info.vhost, "queue", info.name))
 
     def handle_GET(self, request: server.Request) -> Response:
         if self.action:
@@ -104,7 +105,7 @@ class OneQueue(AdminResource):
                             "DELETE .../contents purges it")
         info = self._visible(request)
         self._may_read(request, info)
-        self.broker.purge_queue_contents(self.vhost, self.name)
+        self.admin.purge_queue_contents(self.vhost, self.name)
         return Response.empty(204)
 
     def handle_POST(self, request: server.Request) -> Response:
@@ -119,4 +120,4 @@ class OneQueue(AdminResource):
             count = body.get("count", 10)
             if isinstance(count, bool) or not isinstance(count, int):
                 raise HttpError(400, "bad_request", "count must be a whole number")
-        return Response.json(200, [m.to_json() for m in self.broker.peek_queue(self.vhost, self.name, count)])
+        return Response.json(200, [m.to_json() for m in self.admin.peek_queue(self.vhost, self.name, count)])

@@ -83,11 +83,11 @@ class ApiResource(resource.Resource):
         if self.public:
             return
         site: Any = request.site  # an ApiSite (site.py)
-        broker = site.broker
+        doors = site.doors
         if self.needs is None:
-            authenticate(request, broker)
+            authenticate(request, doors)
         else:
-            require(request, broker, self.needs)
+            require(request, doors, self.needs)
 
     def allowed_methods(self) -> list[str]:
         allowed = [m for m in METHODS if hasattr(self, f"handle_{m}")]

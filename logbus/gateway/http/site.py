@@ -56,6 +56,7 @@ from .queues import Queues
 from .request import LimitedRequest, abort_transport, discard
 from .resource import Directory, Refusal
 from .responses import HttpError, Response
+from .services import Services
 from .timeouts import Phase, RequestClock, Timeouts
 from .topic_permissions import TopicPermissions
 from .topics import Topics
@@ -64,7 +65,10 @@ from .vhosts import VHosts
 from .whoami import WhoAmI
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from ...core.ports import Admin, Doors
+    from ...core.ports import Pop as PopPort
+    from ...core.ports import Topics as TopicsPort
+    from ...core.types import Metrics as MetricsRegistry
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("logbus.http.access")
@@ -87,10 +91,9 @@ class RegisteredChannel(http.HTTPChannel):
     def connectionMade(self) -> None:
         super().connectionMade()
         site: ApiSite = self.site  # type: ignore[attr-defined]
-        broker = site.broker
         t: Any = self.transport
         host, port = peer_of(t)
-        self.record = broker.connection_opened("http", f"{host}:{port}", tls=is_tls(t),
+        self.record = site.doors.connection_opened("http", f"{host}:{port}", tls=is_tls(t),
                                                close=lambda reason: t.loseConnection())
         self.clock = RequestClock(site.timeouts, self._reactor().seconds())
         self._arm()
@@ -195,7 +198,7 @@ class RegisteredChannel(http.HTTPChannel):
             self._deadline_call.cancel()
         self._deadline_call = None
         if self.record is not None:
-            self.site.broker.connection_closed(self.record, lost_reason(reason))  # type: ignore[attr-defined]
+            self.site.doors.connection_closed(self.record, lost_reason(reason))  # type: ignore[attr-defined]
             self.record = None
         super().connectionLost(reason)
 
@@ -205,14 +208,14 @@ class ApiSite(server.Site):
     protocol = RegisteredChannel  # type: ignore[assignment]  # twisted types it as a generic factory
     noisy = False  # no "Starting factory" lines; server.py logs the bound address
 
-    def __init__(self, root: Any, broker: Broker, reactor: Any = None, timeouts: Timeouts | None = None) -> None:
+    def __init__(self, root: Any, services: Services, reactor: Any = None, timeouts: Timeouts | None = None) -> None:
         # timeout=None: twisted's own idle timer (reset by every byte) gives way to ours
         super().__init__(root, reactor=reactor, timeout=None)
-        self.broker = broker
+        self.doors = services.doors  # each connection's registration and each request's login
         self.sampler: RateSampler | None = None  # the overview's message rates (build_site)
         self.timeouts = timeouts or Timeouts()
         self._timeout_counters = {
-            phase: broker.metrics.counter(f"logbus_http_{phase.value}_timeouts", doc) for phase, doc in (
+            phase: services.metrics.counter(f"logbus_http_{phase.value}_timeouts", doc) for phase, doc in (
                 (Phase.HEAD, "HTTP connections closed for no complete request head within handshake_timeout_ms"),
                 (Phase.BODY, "HTTP requests answered 408 for no complete body within http_body_timeout_ms"),
                 (Phase.IDLE, "Kept-alive HTTP connections closed idle after http_idle_timeout_ms"))}
@@ -243,32 +246,29 @@ class ApiSite(server.Site):
             access_log.debug("%s", http.combinedLogFormatter(self._logDateTime, request))
 
 
-def build_resource(broker: Broker, metrics_auth: bool = False,
-                   sampler: RateSampler | None = None) -> resource.Resource:
-    if sampler is None:
-        sampler = RateSampler(broker, broker.reactor)
+def build_resource(services: Services, sampler: RateSampler, metrics_auth: bool = False) -> resource.Resource:
     api = _directory({
-        b"overview": Overview(broker, sampler),
-        b"queues": Queues(broker),
-        b"exchanges": Listing(broker, "exchanges"),
-        b"bindings": Listing(broker, "bindings"),
-        b"consumer-groups": ConsumerGroups(broker),
-        b"whoami": WhoAmI(broker),
-        b"topics": Topics(broker, sampler),
-        b"connections": Connections(broker),
-        b"limits": Limits(broker),
-        b"users": Users(broker),
-        b"vhosts": VHosts(broker),
-        b"permissions": Permissions(broker),
-        b"topic-permissions": TopicPermissions(broker),
-        b"pop": Pop(broker),
-        b"mqtt": _directory({b"clients": MqttClients(broker), b"sessions": MqttSessions(broker)}),
+        b"overview": Overview(services, sampler),
+        b"queues": Queues(services),
+        b"exchanges": Listing(services, "exchanges"),
+        b"bindings": Listing(services, "bindings"),
+        b"consumer-groups": ConsumerGroups(services),
+        b"whoami": WhoAmI(services.admin),
+        b"topics": Topics(services, sampler),
+        b"connections": Connections(services),
+        b"limits": Limits(services),
+        b"users": Users(services),
+        b"vhosts": VHosts(services),
+        b"permissions": Permissions(services),
+        b"topic-permissions": TopicPermissions(services),
+        b"pop": Pop(services),
+        b"mqtt": _directory({b"clients": MqttClients(services), b"sessions": MqttSessions(services)}),
     })
-    root = build_console(broker)  # the web console at / (console/app.py), the API beside it
+    root = build_console(services)  # the web console at / (console/app.py), the API beside it
     for name, child in {
-        b"healthz": Health(broker),
-        b"metrics": Metrics(broker.metrics.registry, authenticated=metrics_auth,
-                            per_object=broker.metrics.per_object),
+        b"healthz": Health(services.admin),
+        b"metrics": Metrics(services.metrics.registry, authenticated=metrics_auth,
+                            per_object=services.metrics.per_object),
         b"api": api,
     }.items():
         root.putChild(name, resource.IResource(child))
@@ -283,9 +283,11 @@ def _directory(children: dict[bytes, resource.Resource]) -> Directory:
     return directory
 
 
-def build_site(broker: Broker, reactor: Any = None, timeouts: Timeouts | None = None,
-               metrics_auth: bool = False) -> ApiSite:
-    sampler = RateSampler(broker, reactor if reactor is not None else broker.reactor)
-    site = ApiSite(build_resource(broker, metrics_auth, sampler), broker, reactor=reactor, timeouts=timeouts)
+def build_site(*, doors: Doors, admin: Admin, topics: TopicsPort, pop: PopPort, metrics: MetricsRegistry,
+               reactor: Any, timeouts: Timeouts | None = None, metrics_auth: bool = False) -> ApiSite:
+    """The HTTP gateway, built from the ports it calls (services.py)."""
+    services = Services(doors=doors, admin=admin, topics=topics, pop=pop, metrics=metrics)
+    sampler = RateSampler(admin, reactor)
+    site = ApiSite(build_resource(services, sampler, metrics_auth), services, reactor=reactor, timeouts=timeouts)
     site.sampler = sampler
     return site

@@ -30,10 +30,10 @@ class TopicPermissions(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self
-        return VHostPermissions(self.broker, path, TopicPermissionResource)
+        return VHostPermissions(self.services, path, TopicPermissionResource)
 
     def handle_GET(self, request: server.Request) -> Response:
-        return Response.json(200, [tp.to_json() for tp in self.broker.access.list_topic_permissions()])
+        return Response.json(200, [tp.to_json() for tp in self.admin.list_topic_permissions()])
 
 
 class TopicPermissionResource(PermissionResource):
@@ -41,10 +41,10 @@ class TopicPermissionResource(PermissionResource):
 
     def handle_GET(self, request: server.Request) -> Response:
         vhost, user = self.names()
-        access = self.broker.access
-        access.vhost(vhost)
-        access.user(user)
-        found = [tp.to_json() for tp in access.list_topic_permissions() if (tp.user, tp.vhost) == (user, vhost)]
+        admin = self.admin
+        admin.vhost_info(vhost)
+        admin.user(user)
+        found = [tp.to_json() for tp in admin.list_topic_permissions() if (tp.user, tp.vhost) == (user, vhost)]
         if not found:
             raise HttpError(404, "not_found", f"no topic permissions for user '{user}' in vhost '{vhost}'")
         return Response.json(200, found)
@@ -60,7 +60,7 @@ class TopicPermissionResource(PermissionResource):
             raise HttpError(400, "bad_request", f"field(s) {', '.join(map(repr, missing))} required")
         if not isinstance(body["exchange"], str):
             raise HttpError(400, "bad_request", "exchange must be a string")
-        created = self.broker.access.set_topic_permission(user, vhost, body["exchange"], body["write"], body["read"])
+        created = self.admin.set_topic_permission(user, vhost, body["exchange"], body["write"], body["read"])
         return Response.empty(201 if created else 204)
 
     def handle_DELETE(self, request: server.Request) -> Response:
@@ -68,5 +68,5 @@ class TopicPermissionResource(PermissionResource):
         args: dict[bytes, list[bytes]] = request.args or {}
         raw = args.get(b"exchange")
         exchange = raw[0].decode("utf-8", "replace") if raw else None
-        self.broker.access.clear_topic_permissions(user, vhost, exchange)
+        self.admin.clear_topic_permissions(user, vhost, exchange)
         return Response.empty(204)

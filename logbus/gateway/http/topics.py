@@ -56,7 +56,7 @@ from .resource import ApiResource
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from .services import Services
     from .overview import RateSampler
 
 CREATE_FIELDS = ("name", "partitions", "config")
@@ -73,10 +73,11 @@ ALTER_FIELDS = ("config",)
 class Topics(ApiResource):
     audited = True
 
-    def __init__(self, broker: Broker, sampler: RateSampler | None = None) -> None:
+    def __init__(self, services: Services, sampler: RateSampler | None = None) -> None:
         super().__init__()
-        self.broker = broker
-        self.gate = AlarmGate(broker)
+        self.services = services
+        self.doors, self.admin, self.topics = services.doors, services.admin, services.topics
+        self.gate = AlarmGate(services.doors, services.metrics)
         self.sampler = sampler  # each topic's append rate (overview.py)
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
@@ -84,22 +85,22 @@ class Topics(ApiResource):
             return self  # /api/topics/
         if request.postpath == [b"messages"]:
             request.postpath = []
-            return TopicMessages(self.broker, path, self.gate)
+            return TopicMessages(self.services, path, self.gate)
         if request.postpath == [b"search"]:
             request.postpath = []
-            return TopicSearch(self.broker, path)
-        return Topic(self.broker, path, self.sampler)
+            return TopicSearch(self.services, path)
+        return Topic(self.services, path, self.sampler)
 
     def handle_GET(self, request: server.Request) -> Response:
-        user = require(request, self.broker, "manage")
-        return Response.json(200, [with_rate(info.to_json(), self.sampler) for info in self.broker.topics.list_topics()
-                                   if self.broker.sees_vhost(user, topic_exchange(info.name)[0])])
+        user = require(request, self.doors, "manage")
+        return Response.json(200, [with_rate(info.to_json(), self.sampler) for info in self.topics.list_topics()
+                                   if self.doors.sees_vhost(user, topic_exchange(info.name)[0])])
 
     def handle_POST(self, request: server.Request) -> Response:
-        require(request, self.broker, "manage")
+        require(request, self.doors, "manage")
         name, settings = parse_create(read_json(request))
-        require_topic(request, self.broker, "configure", name)
-        info = self.broker.topics.create_topic(name, settings)
+        require_topic(request, self.doors, "configure", name)
+        info = self.topics.create_topic(name, settings)
         location = "/api/topics/" + quote(info.name, safe="")
         return Response.json(201, with_rate(info.to_json(), self.sampler), (("Location", location),))
 
@@ -108,9 +109,9 @@ class Topic(ApiResource):
     isLeaf = True
     audited = True
 
-    def __init__(self, broker: Broker, raw_name: bytes, sampler: RateSampler | None = None) -> None:
+    def __init__(self, services: Services, raw_name: bytes, sampler: RateSampler | None = None) -> None:
         super().__init__()
-        self.broker = broker
+        self.doors, self.admin, self.topics = services.doors, services.admin, services.topics
         self.raw_name = raw_name
         self.sampler = sampler
 
@@ -123,27 +124,27 @@ class Topic(ApiResource):
             ) from None
 
     def handle_GET(self, request: server.Request) -> Response:
-        user = require(request, self.broker, "manage")
+        user = require(request, self.doors, "manage")
         name = self.name()
         vhost = topic_exchange(name)[0]
-        if not self.broker.sees_vhost(user, vhost):
+        if not self.doors.sees_vhost(user, vhost):
             raise HttpError(403, "forbidden", f"access to vhost '{vhost}' refused for user '{user}'")
-        return Response.json(200, with_rate(self.broker.topics.describe_topic(name).to_json(), self.sampler))
+        return Response.json(200, with_rate(self.topics.describe_topic(name).to_json(), self.sampler))
 
     def handle_PUT(self, request: server.Request) -> Response:
-        require(request, self.broker, "policy")  # a topic's settings are its policy
+        require(request, self.doors, "policy")  # a topic's settings are its policy
         name = self.name()
-        require_topic(request, self.broker, "configure", name)
+        require_topic(request, self.doors, "configure", name)
         settings = parse_alter(read_json(request))
-        return Response.json(200, with_rate(self.broker.topics.alter_topic(name, settings).to_json(), self.sampler))
+        return Response.json(200, with_rate(self.topics.alter_topic(name, settings).to_json(), self.sampler))
 
     def handle_DELETE(self, request: server.Request) -> Response:
         """``?force=true``: a topic queues read is deleted too, their entries with it."""
-        require(request, self.broker, "manage")
+        require(request, self.doors, "manage")
         name = self.name()
-        require_topic(request, self.broker, "configure", name)
+        require_topic(request, self.doors, "configure", name)
         force = query_flag(request, "force")
-        self.broker.topics.delete_topic(name, force=force)
+        self.topics.delete_topic(name, force=force)
         return Response.empty(204)
 
 
@@ -153,13 +154,13 @@ class TopicMessages(Topic):
     handle_GET = handle_PUT = handle_DELETE = None  # type: ignore[assignment]
     audited = False  # publishing is data, not management
 
-    def __init__(self, broker: Broker, raw_name: bytes, gate: AlarmGate) -> None:
-        super().__init__(broker, raw_name)
+    def __init__(self, services: Services, raw_name: bytes, gate: AlarmGate) -> None:
+        super().__init__(services, raw_name)
         self.gate = gate
 
     def handle_POST(self, request: server.Request) -> Deferred[Response]:
         name = self.name()
-        require_topic(request, self.broker, "write", name)
+        require_topic(request, self.doors, "write", name)
         self.gate.check()
         body = json_object(read_json(request), ("messages", "partition"))
         raw = body.get("messages")
@@ -171,12 +172,12 @@ class TopicMessages(Topic):
         now = int(time.time() * 1000)
         messages = [parse_message(m, now) for m in raw]
         vhost, exchange = topic_exchange(name)
-        if self.broker.topic_restricted(user_of(request), vhost, exchange):  # the key is the routing key
+        if self.doors.topic_restricted(user_of(request), vhost, exchange):  # the key is the routing key
             for key in {m.key or b"" for m in messages}:
-                require_topic(request, self.broker, "write", name, key.decode("utf-8", "replace"))
+                require_topic(request, self.doors, "write", name, key.decode("utf-8", "replace"))
         if partition is None:
-            partition = self.broker.partition_for(name, messages[0].key)
-        d = self.broker.publish(name, messages, partition=partition)
+            partition = self.admin.partition_for(name, messages[0].key)
+        d = self.admin.publish(name, messages, partition=partition)
         record = getattr(request.channel, "record", None)  # the connection's, in the registry
 
         def published(offsets: list[int]) -> Response:
@@ -199,8 +200,8 @@ class TopicSearch(Topic):
 
     def handle_GET(self, request: server.Request) -> Response:
         name = self.name()
-        require(request, self.broker, "manage")
-        require_topic(request, self.broker, "read", name)
+        require(request, self.doors, "manage")
+        require_topic(request, self.doors, "read", name)
         args: dict[bytes, list[bytes]] = request.args or {}
         unknown = sorted(k.decode("latin-1") for k in args) if not set(args) <= SEARCH_ARGS else []
         if unknown:
@@ -229,7 +230,7 @@ class TopicSearch(Topic):
         elif b"key" in args:
             key = args[b"key"][0]
         limit = number(b"limit")
-        found = self.broker.search_messages(name, key=key, message_id=text(b"message_id"), start_ms=number(b"from"),
+        found = self.admin.search_messages(name, key=key, message_id=text(b"message_id"), start_ms=number(b"from"),
                                             end_ms=number(b"to"), partition=number(b"partition"),
                                             limit=100 if limit is None else limit)
         return Response.json(200, found.to_json())

@@ -29,7 +29,7 @@ from .request import json_object, read_json
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from .services import Services
 
 FIELDS = ("name", "password", "password_hash", "hashing_algorithm", "tags", "limits")
 
@@ -38,22 +38,21 @@ class Users(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/users/
-        return UserResource(self.broker, path)
+        return UserResource(self.services, path)
 
     def handle_GET(self, request: server.Request) -> Response:
-        access = self.broker.access
-        return Response.json(200, [access.users[n].to_json() for n in sorted(access.users)])
+        return Response.json(200, [u.to_json() for u in self.admin.list_users()])
 
 
 class UserResource(AdminResource):
     isLeaf = True
 
-    def __init__(self, broker: Broker, raw_name: bytes) -> None:
-        super().__init__(broker)
+    def __init__(self, services: Services, raw_name: bytes) -> None:
+        super().__init__(services)
         self.raw_name = raw_name
 
     def handle_GET(self, request: server.Request) -> Response:
-        return Response.json(200, self.broker.access.user(path_name(self.raw_name, "user")).to_json())
+        return Response.json(200, self.admin.user(path_name(self.raw_name, "user")).to_json())
 
     def handle_PUT(self, request: server.Request) -> Response | Deferred[Response]:
         name = path_name(self.raw_name, "user")
@@ -64,21 +63,21 @@ class UserResource(AdminResource):
         if not isinstance(password, str):
             raise HttpError(400, "bad_request", "password must be a string")
         # hashed on the broker's password thread (scrypt: a fifth of a second of a core)
-        return self.broker.hash_new_password(password).addCallback(
+        return self.admin.hash_password(password).addCallback(
             lambda new: self._put(name, password_hash=new.password_hash, hashing_algorithm=new.hashing_algorithm,
                                   scram=new.scram, tags=body["tags"]))
 
     def _put(self, name: str, **fields: Any) -> Response:
-        created = self.broker.access.put_user(name, **fields)
+        created = self.admin.put_user(name, **fields)
         return Response.empty(201 if created else 204)
 
     def handle_DELETE(self, request: server.Request) -> Response:
-        self.broker.access.delete_user(path_name(self.raw_name, "user"))
+        self.admin.delete_user(path_name(self.raw_name, "user"))
         return Response.empty(204)
 
 
 def parse_user(body: Any, name: str) -> dict[str, Any]:
-    """The PUT body -> keyword arguments of Access.put_user, or HttpError 400. Values are
+    """The PUT body -> keyword arguments of Admin.put_user, or HttpError 400. Values are
     checked by Access (InvalidAccess: 400)."""
     body = json_object(body, FIELDS)
     if "name" in body and body["name"] != name:

@@ -27,7 +27,7 @@ from .request import json_object, read_json, request_body
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from .services import Services
 
 FIELDS = ("name", "description", "tags")
 
@@ -38,40 +38,40 @@ class VHosts(AdminResource):
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self  # /api/vhosts/
-        return VHostResource(self.broker, path)
+        return VHostResource(self.services, path)
 
     def handle_GET(self, request: server.Request) -> Response:
         user = user_of(request)
-        return Response.json(200, [v.to_json() for v in self.broker.list_vhosts()
-                                   if self.broker.sees_vhost(user, v.name)])
+        return Response.json(200, [v.to_json() for v in self.admin.list_vhosts()
+                                   if self.doors.sees_vhost(user, v.name)])
 
 
 class VHostResource(AdminResource):
     isLeaf = True
     needs: Action | None = "manage"
 
-    def __init__(self, broker: Broker, raw_name: bytes) -> None:
-        super().__init__(broker)
+    def __init__(self, services: Services, raw_name: bytes) -> None:
+        super().__init__(services)
         self.raw_name = raw_name
 
     def handle_GET(self, request: server.Request) -> Response:
         name = path_name(self.raw_name, "vhost")
-        vhost = self.broker.access.vhost(name)
-        if not self.broker.sees_vhost(user_of(request), name):
+        vhost = self.admin.vhost_info(name)
+        if not self.doors.sees_vhost(user_of(request), name):
             raise HttpError(403, "forbidden", f"access to vhost '{name}' refused for user '{user_of(request)}'")
         return Response.json(200, vhost.to_json())
 
     def handle_PUT(self, request: server.Request) -> Response:
-        require(request, self.broker, "administer")
+        require(request, self.doors, "administer")
         name = path_name(self.raw_name, "vhost")
         raw = request_body(request)
         body = parse_vhost(read_json(request) if raw.strip() else {}, name)
-        created = self.broker.create_vhost(name, **body)
+        created = self.admin.create_vhost(name, **body)
         return Response.empty(201 if created else 204)
 
     def handle_DELETE(self, request: server.Request) -> Response:
-        require(request, self.broker, "administer")
-        self.broker.delete_vhost(path_name(self.raw_name, "vhost"))
+        require(request, self.doors, "administer")
+        self.admin.delete_vhost(path_name(self.raw_name, "vhost"))
         return Response.empty(204)
 
 

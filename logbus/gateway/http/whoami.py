@@ -12,17 +12,17 @@ from .resource import ApiResource
 from .responses import Response
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from ...core.ports import Admin
 
 
 class WhoAmI(ApiResource):
     isLeaf = True
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, admin: Admin) -> None:
         super().__init__()
-        self.broker = broker
+        self.admin = admin
 
     def handle_GET(self, request: server.Request) -> Response:
         name = user_of(request)
-        user = self.broker.access.users.get(name)
+        user = self.admin.find_user(name)
         return Response.json(200, {"name": name, "tags": list(user.tags) if user else []})

@@ -12,7 +12,7 @@ JSON API (RabbitMQ's management UI, over the same checks as the API).
     pages/        one module per page
     static/       console.css, console.js, vendor/ (htmx, uPlot: versions in vendor/VERSIONS)
 
-``build_console(broker)`` is what site.py mounts.
+``build_console(services)`` is what site.py mounts.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ....core.broker import Broker
+    from ..services import Services
     from .app import Console
 
 
-def build_console(broker: Broker) -> Console:
+def build_console(services: Services) -> Console:
     from .app import Console
     from .pages import PAGES
-    return Console(broker, PAGES)
+    return Console(services, PAGES)

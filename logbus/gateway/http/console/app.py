@@ -45,7 +45,7 @@ from .session import COOKIE, SESSION_SECONDS, Session, Sessions, cookie_header
 from .static import Static, load
 
 if TYPE_CHECKING:
-    from ....core.broker import Broker
+    from ..services import Services
 
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("logbus.audit")
@@ -66,20 +66,20 @@ class NeedLogin(Exception):
 
 
 class Console(resource.Resource):
-    def __init__(self, broker: Broker, pages: Sequence[Page], clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, services: Services, pages: Sequence[Page], clock: Callable[[], float] = time.time) -> None:
         super().__init__()
-        self.broker = broker
+        self.doors, self.admin, self.topics = services.doors, services.admin, services.topics
         self.clock = clock
         self.started = clock()
         self.pages = {p.path: p for p in pages}
         self.nav = list(pages)
         self.sessions = Sessions(clock, self._password_hash)
         self.static = Static(load())
-        self.rates = Rates(broker)
-        self.gate = AlarmGate(broker)
+        self.rates = Rates(services.admin)
+        self.gate = AlarmGate(services.doors, services.metrics)
 
     def _password_hash(self, user: str) -> str | None:
-        found = self.broker.access.users.get(user)
+        found = self.admin.find_user(user)
         return None if found is None else found.password_hash
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
@@ -111,12 +111,12 @@ class Console(resource.Resource):
         cookie = request.getCookie(COOKIE.encode())
         session = self.sessions.check(cookie.decode("latin-1")) if cookie else None
         if session is not None:
-            set_user(request, self.broker, session.user, how="console session")  # what require() asks about
+            set_user(request, self.doors, session.user, how="console session")  # what require() asks about
         elif request.getHeader("authorization") is not None:
-            session = self.sessions.basic(authenticate(request, self.broker))
+            session = self.sessions.basic(authenticate(request, self.doors))
         else:
             raise NeedLogin()
-        require(request, self.broker, "manage")
+        require(request, self.doors, "manage")
         setattr(request, _SESSION, session)
         return session
 
@@ -275,7 +275,7 @@ class Login(ConsoleResource):
         # checked as the API checks HTTP Basic credentials: the login cache, the password
         # thread, the refusal log and the slow-down of repeated failures
         try:
-            name = check_password(request, self.console.broker, user, password, how="console login")
+            name = check_password(request, self.console.doors, user, password, how="console login")
         except HttpError as exc:
             if exc.status != 401:
                 raise
@@ -288,7 +288,7 @@ class Login(ConsoleResource):
                 return server.NOT_DONE_YET
             return body
         try:
-            require(request, self.console.broker, "manage")
+            require(request, self.console.doors, "manage")
         except HttpError as exc:
             request.setResponseCode(403)
             return html_response(request, login_page(self.console.urls(), target, f"Login refused: {exc.message}"

@@ -58,11 +58,11 @@ class Page:
 
 
 class View:
-    """One request to a page: the broker, who asks, the form's values, and the checks."""
+    """One request to a page: the ports, who asks, the form's values, and the checks."""
 
     def __init__(self, console: Console, request: server.Request, session: Session, now: float) -> None:
         self.console = console  # the app: its start time, its rate sampler
-        self.broker = console.broker
+        self.doors, self.admin, self.topics = console.doors, console.admin, console.topics
         self.request = request
         self.session = session
         self.user = session.user
@@ -71,22 +71,22 @@ class View:
 
     def can(self, action: Action, resource: Resource | None = None) -> bool:
         """Whether the user may ``action`` (a tag's action or a permission on ``resource``)."""
-        return allowed(self.request, self.broker, action, resource)
+        return allowed(self.request, self.doors, action, resource)
 
     def require(self, action: Action, resource: Resource | None = None) -> None:
         """``can``, or HttpError 403 with the broker's reason."""
-        require(self.request, self.broker, action, resource)
+        require(self.request, self.doors, action, resource)
 
     def can_topic(self, perm: Perm, topic: str) -> bool:
         try:
-            self.broker.authorize_topic(self.user, perm, topic)
+            self.doors.authorize_topic(self.user, perm, topic)
         except Refused:
             return False
         return True
 
     def require_topic(self, perm: Perm, topic: str) -> None:
         try:
-            self.broker.authorize_topic(self.user, perm, topic)
+            self.doors.authorize_topic(self.user, perm, topic)
         except Refused as exc:
             raise HttpError(403, "forbidden", str(exc)) from None
 

@@ -1,7 +1,7 @@
 """The overview charts' numbers: messages per second in and out of the broker, from the
-message counters received and sent summed over the protocols (``Broker.message_totals``:
+message counters received and sent summed over the protocols (``Admin.message_totals``:
 closed connections' included, so a close takes nothing away), and the queues' depth
-(ready and unacked messages of every queue, ``Broker.list_queues``).
+(ready and unacked messages of every queue, ``Admin.list_queues``).
 
 ``Rates`` samples the sums once a second into a ring of the last ``KEEP`` seconds, and
 the depth every ``DEPTH_EVERY`` seconds, but only while someone looks: every overview or
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from twisted.internet.task import LoopingCall
 
 if TYPE_CHECKING:
-    from ....core.broker import Broker
+    from ....core.ports import Admin
 
 KEEP = 300  # seconds of history
 IDLE = 120.0  # seconds without a viewer before sampling stops
@@ -30,8 +30,8 @@ DEPTH_EVERY = 5  # rate samples per depth sample
 
 
 class Rates:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, admin: Admin) -> None:
+        self.admin = admin
         self.samples: deque[tuple[float, int, int]] = deque(maxlen=KEEP + 1)  # (t, received, sent)
         self.depths: deque[tuple[float, int, int]] = deque(maxlen=KEEP // DEPTH_EVERY + 1)  # (t, ready, unacked)
         self._ticks = 0
@@ -58,13 +58,13 @@ class Rates:
             self._loop.stop()
             return
         received = sent = 0
-        for counts in self.broker.message_totals().values():
+        for counts in self.admin.message_totals().values():
             received += counts["received"]
             sent += counts["sent"]
         self.samples.append((now, received, sent))
         if self._ticks % DEPTH_EVERY == 0:
             ready = unacked = 0
-            for q in self.broker.list_queues():
+            for q in self.admin.list_queues():
                 ready += q.ready
                 unacked += q.unacked
             self.depths.append((now, ready, unacked))

@@ -1,6 +1,6 @@
 """Who uses the console: a session cookie made at a form login, or HTTP Basic credentials,
-both checked the way the HTTP API checks them (credentials.py: ``Broker.authenticate``,
-then ``Broker.authorize`` for the tags).
+both checked the way the HTTP API checks them (credentials.py: ``Doors.authenticate``,
+then ``Doors.authorize`` for the tags).
 
 A session cookie holds ``<user>.<expiry>.<nonce>.<mac>``: the user name (base64url), the
 epoch second it expires, 16 random bytes (base64url) and an HMAC-SHA256 of those three and

@@ -1,4 +1,4 @@
-"""Connections of every protocol (``Broker.list_connections``), with a Close button, under
+"""Connections of every protocol (``Admin.list_connections``), with a Close button, under
 the rules of ``GET`` and ``DELETE /api/connections``: a management user sees and may close
 its own, monitoring sees every one, an administrator may close any. Each shows the name
 the client gave (AMQP connection_name, MQTT client id, Kafka client.id), its software
@@ -15,7 +15,7 @@ from ..page import Page, PageAction, View
 
 def render(view: View) -> Html:
     protocol = view.arg("protocol", "")
-    records = sorted(view.broker.list_connections(protocol if protocol in PROTOCOLS else None), key=lambda c: c.id)
+    records = sorted(view.admin.list_connections(protocol if protocol in PROTOCOLS else None), key=lambda c: c.id)
     sees_all, closes_any = view.can("monitor"), view.can("administer")
     if not sees_all:
         records = [c for c in records if c.user == view.user]
@@ -42,9 +42,9 @@ def render(view: View) -> Html:
 def close(view: View) -> str:
     id = view.int_arg("id")
     if not view.can("administer"):
-        if not [c for c in view.broker.list_connections() if c.id == id and c.user == view.user]:
+        if not [c for c in view.admin.list_connections() if c.id == id and c.user == view.user]:
             raise HttpError(403, "forbidden", f"user '{view.user}' may close only its own connections")
-    if not view.broker.close_connection(id):
+    if not view.admin.close_connection(id):
         raise HttpError(404, "unknown_connection", f"no connection {id}")
     return f"Connection {id} closed."
 

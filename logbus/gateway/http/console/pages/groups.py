@@ -26,7 +26,7 @@ from .....core.types import GroupInfo, OffsetReset
 from ...responses import HttpError
 from ..html import Html, action_form, field, get_form, h, plural, select, table
 from ..page import Page, PageAction, View
-# what a reset may go to (Broker.reset_group_offsets checks it), as the form offers it
+# what a reset may go to (Admin.reset_group_offsets checks it), as the form offers it
 TO_TEXT = {"earliest": "the earliest offset", "latest": "the latest offset (skip everything)",
            "datetime": "the first offset at a date and time", "offset": "an offset",
            "shift": "a shift of the current offset"}
@@ -39,7 +39,7 @@ def path_of(group: str) -> str:
 def render(view: View) -> Html:
     rows = [(Html(f'<a href="{h(path_of(g.group))}">{h(g.group)}</a>'), g.state, len(g.members),
              len({p.topic for p in g.partitions}), len(g.partitions), g.uncommitted_partitions, g.lag)
-            for g in sorted(view.broker.list_consumer_groups(), key=lambda g: g.group)]
+            for g in sorted(view.admin.list_consumer_groups(), key=lambda g: g.group)]
     return table("Consumer groups", ["Consumer group", "State", "Members", "Topics", "Partitions",
                                      "Uncommitted partitions", "Lag"], rows, numeric=(2, 3, 4, 5, 6))
 
@@ -47,7 +47,7 @@ def render(view: View) -> Html:
 def detail(view: View, parts: list[str]) -> tuple[str, Html]:
     if len(parts) != 1:
         raise HttpError(404, "not_found", "a consumer group's page is /consumer-groups/<group>")
-    g = view.broker.consumer_group_offsets(parts[0])
+    g = view.admin.consumer_group_offsets(parts[0])
     out = [f'<dl class="facts"><dt>State</dt><dd>{h(g.state)}</dd><dt>Protocol</dt>'
            f'<dd>{h(g.protocol_type or "none")} {h(g.protocol)}</dd><dt>Lag</dt><dd id="group-lag">{g.lag}</dd></dl>',
            table("Members", ["Member id", "Client id", "Host", "Assigned partitions"],
@@ -104,7 +104,7 @@ def _request(view: View) -> tuple[str, int | None, list[str] | None]:
 def _plan(view: View, group: str) -> Html:
     try:
         to, value, topics = _request(view)
-        plan = view.broker.reset_group_offsets(group, to, value, topics=topics, execute=False)
+        plan = view.admin.reset_group_offsets(group, to, value, topics=topics, execute=False)
     except (GroupActive, InvalidRequest, NotFound) as exc:
         return Html(f'<p class="problem" role="alert" id="reset-problem">No reset: {h(exc)}</p>')
     fields: dict[str, object] = {"group": group, "to": to, "value": "" if value is None else value,
@@ -125,7 +125,7 @@ def reset(view: View) -> str:
     group, to = view.arg("group"), view.arg("to")
     value = view.int_arg("value") if to in ("datetime", "offset", "shift") else None
     topics = [t.strip() for t in view.arg("topics", "").split(",") if t.strip()] or None
-    plan = view.broker.reset_group_offsets(group, to, value, topics=topics, execute=True)
+    plan = view.admin.reset_group_offsets(group, to, value, topics=topics, execute=True)
     return f"Offsets of consumer group {group!r} reset on {plural(len(plan), 'partition')}."
 
 

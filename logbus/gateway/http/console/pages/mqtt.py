@@ -11,7 +11,7 @@ from ..page import Page, PageAction, View
 
 def render(view: View) -> Html:
     try:
-        sessions = mqtt_room(view.broker).describe()
+        sessions = mqtt_room(view.admin).describe()
     except HttpError as exc:
         return Html(f"<p>{join([exc.message])}</p>")
     admin = view.can("administer")
@@ -38,7 +38,7 @@ def _act(method: str, code: str, missing: str) -> PageAction:
     def run(view: View) -> str:
         view.require("administer")
         client_id = view.arg("client_id")
-        if not getattr(mqtt_room(view.broker), method)(client_id):
+        if not getattr(mqtt_room(view.admin), method)(client_id):
             raise HttpError(404, code, missing.format(client_id))
         return ("Client {!r} disconnected." if method == "kick" else "Session of {!r} deleted.").format(client_id)
     return PageAction(run)

@@ -1,4 +1,4 @@
-"""The overview (``/``): the broker's version and uptime, its alarms (``Broker.health``),
+"""The overview (``/``): the broker's version and uptime, its alarms (``Admin.health``),
 open connections per protocol, the message counters per protocol since start (those of
 ``/api/overview`` and the CLI's, closed connections included), the number of topics,
 the queues' totals, and two charts (uPlot, fed by /rates.json): the message rates and the queues'
@@ -15,7 +15,7 @@ from ..html import Html, duration, h, table
 from ..page import Page, View
 
 TABLE_SECONDS = 10
-# Broker.message_totals' counters, in the CLI overview's order (docs/operations.md defines them)
+# Admin.message_totals' counters, in the CLI overview's order (docs/operations.md defines them)
 COUNTERS = (("received", "Received"), ("confirmed", "Confirmed"), ("sent", "Sent"), ("routed", "Routed"),
             ("delivered", "Delivered"), ("redelivered", "Redelivered"), ("acked", "Acked"),
             ("dead_lettered", "Dead-lettered"))
@@ -45,23 +45,23 @@ def chart(view: View) -> Html:
 
 
 def render(view: View) -> Html:
-    broker = view.broker
-    connections = broker.list_connections()
-    reasons = broker.health()
+    admin = view.admin
+    connections = admin.list_connections()
+    reasons = admin.health()
     alarms = (Html("<ul>" + "".join(f"<li>{h(r)}</li>" for r in reasons) + "</ul>") if reasons
               else Html("none"))
     facts = (f"<dl class=\"facts\"><dt>Version</dt><dd>{h(version())}</dd>"
              f"<dt>Up for</dt><dd>{h(duration(time.time() - view.console.started))}</dd>"
-             f"<dt>Topics</dt><dd id=\"topic-count\">{len(broker.topics.list_topics())}</dd>"
+             f"<dt>Topics</dt><dd id=\"topic-count\">{len(view.topics.list_topics())}</dd>"
              f"<dt>Connections</dt><dd id=\"connection-count\">{len(connections)}</dd>"
              f"<dt>Alarms</dt><dd class=\"{'problem' if reasons else 'ok'}\">{alarms}</dd></dl>")
     per = [(protocol.upper(), sum(1 for c in connections if c.protocol == protocol)) for protocol in PROTOCOLS]
-    totals = broker.message_totals()
+    totals = admin.message_totals()
     counted = [(protocol.upper(), *(totals[protocol][k] for k, _ in COUNTERS)) for protocol in PROTOCOLS]
     series = view.console.rates.series()
     recent = list(zip(series["t"], series["received"], series["sent"]))[-TABLE_SECONDS:]
     rates = [(time.strftime("%H:%M:%S", time.localtime(t)), f"{r:g}", f"{s:g}") for t, r, s in reversed(recent)]
-    queues = broker.list_queues()
+    queues = admin.list_queues()
     depth = [(len(queues), sum(q.ready for q in queues), sum(q.unacked for q in queues),
               sum(q.scheduled for q in queues))]
     return Html(facts

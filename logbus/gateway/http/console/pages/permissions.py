@@ -9,10 +9,8 @@ from ..page import Page, PageAction, View
 
 
 def render(view: View) -> Html:
-    perms = view.broker.access.permissions
     rows = []
-    for key in sorted(perms, key=lambda k: (k[1], k[0])):
-        p = perms[key]
+    for p in view.admin.list_permissions():
         clear = action_form("/permissions/clear", view.csrf, "Clear", {"user": p.user, "vhost": p.vhost},
                             describe=f"Clear the permissions of {p.user} in vhost {p.vhost}", danger=True)
         rows.append((p.user, p.vhost, p.configure, p.write, p.read, clear))
@@ -27,14 +25,14 @@ def set_permission(view: View) -> str:
     view.require("administer")
     user, vhost = view.arg("user"), view.arg("vhost")
     perms = parse_permission({p: view.arg(p, "") for p in PERMS}, vhost, user)
-    created = view.broker.access.set_permission(user, vhost, **perms)
+    created = view.admin.set_permission(user, vhost, **perms)
     return f"Permissions of {user!r} in {vhost!r} {'set' if created else 'updated'}."
 
 
 def clear(view: View) -> str:
     view.require("administer")
     user, vhost = view.arg("user"), view.arg("vhost")
-    view.broker.access.clear_permission(user, vhost)
+    view.admin.clear_permission(user, vhost)
     return f"Permissions of {user!r} in {vhost!r} cleared."
 
 

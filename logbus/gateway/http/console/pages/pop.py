@@ -1,4 +1,4 @@
-"""Pop groups (``Broker.pop_groups``) as ``GET /api/pop`` shows them (ready, invisible,
+"""Pop groups (``Admin.pop_groups``) as ``GET /api/pop`` shows them (ready, invisible,
 dead-lettered since the start, dead letters waiting in ``%DLQ%<pop group>``), with a button
 that replays a pop group's dead letters to the row's topic, as ``POST
 /api/pop/<g>/dlq/replay`` does (read on ``%DLQ%<g>``, write on the topic, refused while a
@@ -18,10 +18,9 @@ from ..page import Page, PageAction, View
 
 
 def render(view: View) -> Html:
-    broker = view.broker
     rows = []
-    for g in sorted(broker.pop_groups(), key=lambda g: (g["pop_group"], g["topic"])):
-        if not broker.sees_vhost(view.user, topic_exchange(g["topic"])[0]):
+    for g in sorted(view.admin.pop_groups(), key=lambda g: (g["pop_group"], g["topic"])):
+        if not view.doors.sees_vhost(view.user, topic_exchange(g["topic"])[0]):
             continue
         button: object = ""
         if view.can_topic("read", dlq_topic(g["pop_group"])) and view.can_topic("write", g["topic"]):
@@ -38,7 +37,7 @@ def replay(view: View) -> Deferred[str | None]:
     group, topic = view.arg("group"), view.arg("topic")
     view.require_topic("read", dlq_topic(group))
     view.console.gate.check()  # a replay appends: refused while a resource alarm is set
-    d = view.broker.dlq_replay(group, topic, None, lambda target: view.require_topic("write", target))
+    d = view.admin.dlq_replay(group, topic, None, lambda target: view.require_topic("write", target))
     return d.addCallback(lambda result: f"Replayed {plural(result['replayed'], 'dead letter')} of pop group {group!r}.")
 
 

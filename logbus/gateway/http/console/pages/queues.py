@@ -1,4 +1,4 @@
-"""Queues of every kind (``Broker.list_queues``) as ``GET /api/queues`` shows them: AMQP's
+"""Queues of every kind (``Admin.list_queues``) as ``GET /api/queues`` shows them: AMQP's
 declared queues, MQTT sessions and shared subscriptions, pop groups; only those of the
 vhosts the user sees (a pop group: its topic's vhost, queues.py ``sees_queue``).
 
@@ -52,7 +52,7 @@ def path_of(q: QueueInfo) -> str:
 
 
 def _visible(view: View) -> list[QueueInfo]:
-    return [q for q in view.broker.list_queues() if sees_queue(view.broker, view.user, q.vhost, q.name)]
+    return [q for q in view.admin.list_queues() if sees_queue(view.doors, view.user, q.vhost, q.name)]
 
 
 def filters(view: View) -> Html:
@@ -90,8 +90,8 @@ def render(view: View) -> Html:
 
 
 def _queue(view: View, vhost: str, name: str) -> QueueInfo:
-    info = view.broker.queue_info(vhost, name)  # NotFound: 404
-    if not sees_queue(view.broker, view.user, info.vhost, info.name):
+    info = view.admin.queue_info(vhost, name)  # NotFound: 404
+    if not sees_queue(view.doors, view.user, info.vhost, info.name):
         raise HttpError(404, "not_found", f"no queue '{name}' in vhost '{vhost}'")
     return info
 
@@ -137,7 +137,7 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
 
 def _dead_letters(view: View, q: QueueInfo, here: str) -> Html:
     group, topic = q.name.split("/", 1)
-    waiting = view.broker.dead_letters_waiting(group)
+    waiting = view.admin.dead_letters_waiting(group)
     button = ""
     if view.can_topic("read", dlq_topic(group)) and view.can_topic("write", topic):
         button = action_form("/pop-groups/replay", view.csrf, "Requeue dead letters",
@@ -150,7 +150,7 @@ def _dead_letters(view: View, q: QueueInfo, here: str) -> Html:
 
 def _browse(view: View, q: QueueInfo) -> Html:
     count = max(1, min(view.int_arg("count", BROWSE), 100))
-    messages = view.broker.peek_queue(q.vhost or POP_PATH_VHOST, q.name, count)
+    messages = view.admin.peek_queue(q.vhost or POP_PATH_VHOST, q.name, count)
     rows = []
     for m in messages:
         j = m.to_json()
@@ -174,7 +174,7 @@ def purge(view: View) -> str:
         view.require_topic("read", q.name.split("/", 1)[1])
     else:
         view.require("read", Resource(q.vhost, "queue", q.name))
-    n = view.broker.purge_queue_contents(vhost, name)
+    n = view.admin.purge_queue_contents(vhost, name)
     return f"Purged {n} messages from {name!r}."
 
 

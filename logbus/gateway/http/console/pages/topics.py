@@ -4,7 +4,7 @@ and retention, and per partition its offsets and segments.
 
     /topics/<topic>                       its partitions, and the message search form
     /topics/<topic>?key=...&message_id=...&start=...&end=...&partition=...&limit=...
-                                          the records found (``Broker.search_messages``:
+                                          the records found (``Admin.search_messages``:
                                           by key or message id through the key index, or
                                           by time range), for a user with read on the
                                           topic; times are UTC; when more match than
@@ -41,8 +41,7 @@ def _retention(config: dict[str, object]) -> str:
 
 
 def render(view: View) -> Html:
-    broker = view.broker
-    topics = sorted((t for t in broker.topics.list_topics() if broker.sees_vhost(view.user, topic_exchange(t.name)[0])),
+    topics = sorted((t for t in view.topics.list_topics() if view.doors.sees_vhost(view.user, topic_exchange(t.name)[0])),
                     key=lambda t: t.name)
     summary, detail = [], []
     for t in topics:
@@ -67,9 +66,8 @@ def _partitions(t: Any) -> Html:  # a TopicInfo of Topics.list_topics
 def detail(view: View, parts: list[str]) -> tuple[str, Html]:
     if len(parts) != 1:
         raise HttpError(404, "not_found", "a topic's page is /topics/<topic>")
-    broker = view.broker
-    found = [t for t in broker.topics.list_topics() if t.name == parts[0]]
-    if not found or not broker.sees_vhost(view.user, topic_exchange(found[0].name)[0]):
+    found = [t for t in view.topics.list_topics() if t.name == parts[0]]
+    if not found or not view.doors.sees_vhost(view.user, topic_exchange(found[0].name)[0]):
         raise HttpError(404, "not_found", f"no topic '{parts[0]}'")
     t = found[0]
     out: list[str] = [_partitions(t)]
@@ -106,7 +104,7 @@ def _results(view: View, topic: str) -> Html:
     key, message_id = view.arg("key", ""), view.arg("message_id", "")
     partition = view.arg("partition", "")
     try:
-        found = view.broker.search_messages(
+        found = view.admin.search_messages(
             topic, key=key.encode() if key else None, message_id=message_id or None,
             start_ms=_utc_ms(view, "start"), end_ms=_utc_ms(view, "end"),
             partition=view.int_arg("partition") if partition else None, limit=view.int_arg("limit", LIMIT))

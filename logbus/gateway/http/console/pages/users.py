@@ -14,10 +14,9 @@ from ..page import Page, PageAction, View
 
 
 def render(view: View) -> Html:
-    access = view.broker.access
     rows = []
-    for name in sorted(access.users):
-        u = access.users[name]
+    for u in view.admin.list_users():
+        name = u.name
         delete = action_form("/users/delete", view.csrf, "Delete", {"name": name},
                              describe=f"Delete user {name}", danger=True)
         rows.append((name, ", ".join(u.tags) or "(none)", u.hashing_algorithm, delete))
@@ -33,19 +32,19 @@ def put(view: View) -> Deferred[str | None]:
     view.require("administer")
     name = view.arg("name")
     body = parse_user({"password": view.arg("password"), "tags": view.arg("tags", "")}, name)
-    access = view.broker.access
+    admin = view.admin
 
     def store(new: Any) -> str:  # a NewPassword (core/access/facade.py)
-        created = access.put_user(name, password_hash=new.password_hash, hashing_algorithm=new.hashing_algorithm,
+        created = admin.put_user(name, password_hash=new.password_hash, hashing_algorithm=new.hashing_algorithm,
                                   scram=new.scram, tags=body["tags"])
         return f"User {name!r} {'created' if created else 'updated'}."
-    return view.broker.hash_new_password(body["password"]).addCallback(store)
+    return view.admin.hash_password(body["password"]).addCallback(store)
 
 
 def delete(view: View) -> str:
     view.require("administer")
     name = view.arg("name")
-    view.broker.access.delete_user(name)
+    view.admin.delete_user(name)
     return f"User {name!r} deleted."
 
 

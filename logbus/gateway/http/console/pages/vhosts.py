@@ -11,8 +11,8 @@ from ..page import Page, PageAction, View
 def render(view: View) -> Html:
     admin = view.can("administer")
     rows = []
-    for v in view.broker.list_vhosts():
-        if not view.broker.sees_vhost(view.user, v.name):
+    for v in view.admin.list_vhosts():
+        if not view.doors.sees_vhost(view.user, v.name):
             continue
         delete: object = ""
         if admin:
@@ -31,14 +31,14 @@ def put(view: View) -> str:
     view.require("administer")
     name = view.arg("name")
     body = parse_vhost({"description": view.arg("description", ""), "tags": view.arg("tags", "") or None}, name)
-    created = view.broker.create_vhost(name, **body)
+    created = view.admin.create_vhost(name, **body)
     return f"Vhost {name!r} {'created' if created else 'updated'}."
 
 
 def delete(view: View) -> str:
     view.require("administer")
     name = view.arg("name")
-    view.broker.delete_vhost(name)
+    view.admin.delete_vhost(name)
     return f"Vhost {name!r} deleted."
 
 
