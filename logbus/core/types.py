@@ -1,5 +1,5 @@
-"""The public types the Broker facade lists: what its methods (and the vhost model it
-hands out, ``Broker.vhost``) take and return, for the gateways.
+"""The public types the Broker facade and the ports (``ports.py``) list: what their
+methods take and return, for the gateways.
 
 A gateway imports from ``logbus.core`` the facade (``broker.py``), the error vocabulary
 (``errors.py``) and this module, nothing else (tests/unit/test_layering.py). Each name
@@ -38,13 +38,14 @@ if TYPE_CHECKING:
         TOPIC,
         Arguments,
         DestKind,
+        ExchangeDef,
         HeaderMatch,
         freeze_arguments,
     )
     from .state_pb2 import MqttSessionRecord, RetainedRecord
     from .tick import Tick, tick_of
     from .pipeline import Published, one_row
-    from .vhost import VHost
+    from .metrics import Metrics
     from .log.topic_config import TopicConfig, validate_topic_name
     from .streams.group_model import (
         Code,
@@ -71,6 +72,7 @@ _OWNER = {
     "DeadLetterTarget": "queues.service",
     "Delivery": "queues.entry",
     "DestKind": "routing.definitions",
+    "ExchangeDef": "routing.definitions",
     "ENVELOPE_HEADER": "message",
     "Envelope": "message",
     "FileSpan": "log.partition",
@@ -115,7 +117,7 @@ _OWNER = {
     "TopicConfig": "log.topic_config",
     "TopicPartition": "streams.group_model",
     "User": "access.auth",
-    "VHost": "vhost",
+    "Metrics": "metrics",
     "check_delay": "queues.pop",
     "SCRAM_ITERATIONS": "access.scram",
     "ScramCredential": "access.scram",
@@ -154,6 +156,7 @@ __all__ = [
     "Delivery",
     "DestKind",
     "Envelope",
+    "ExchangeDef",
     "FileSpan",
     "Forms",
     "FoundMessage",
@@ -167,6 +170,7 @@ __all__ = [
     "LegacyTranslation",
     "MemberDescription",
     "Message",
+    "Metrics",
     "MqttSessionRecord",
     "OffsetAndMetadata",
     "OffsetReset",
@@ -190,7 +194,6 @@ __all__ = [
     "TopicConfig",
     "TopicPartition",
     "User",
-    "VHost",
     "check_delay",
     "ScramCredential",
     "scram_signature",

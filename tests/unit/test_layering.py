@@ -58,7 +58,7 @@ def test_the_check_sees_relative_imports() -> None:
 
 # A gateway holds the broker and nothing behind it: from logbus.core it imports the
 # facade, the error vocabulary and the public types of the facade's methods (core/types.py).
-GATEWAY_MAY_IMPORT = ("logbus.core.broker", "logbus.core.errors", "logbus.core.types")
+GATEWAY_MAY_IMPORT = ("logbus.core.broker", "logbus.core.errors", "logbus.core.types", "logbus.core.ports")
 # an attribute behind the broker's methods: its log, producer registry, group coordinator,
 # vhosts, state store, queue services, timers, queue journal; a vhost's queue service and
 # router; the user store's checks (gateways call Broker.authenticate / authorize)
