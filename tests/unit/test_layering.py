@@ -3,7 +3,7 @@ imports no gateway, no protocol codec (pamqp, kafka-python's protocol classes) a
 the server, and holds no protocol's vocabulary (no ``amqp_``/``mqtt_`` name of its own, no
 ``x-`` name); ``logbus/retry`` imports nothing but the standard library; no gateway
 imports another; every gateway imports of ``logbus.core`` only the broker facade,
-``errors`` and ``types`` (the public types the facade lists), never names an attribute
+``ports``, ``errors`` and ``types`` (the public types the facade lists), never names an attribute
 behind the broker (``broker.log``, ``broker.state``, a vhost's ``service`` or
 ``router``, ...) and checks access only through ``Broker.authenticate`` and
 ``Broker.authorize``."""
@@ -57,7 +57,8 @@ def test_the_check_sees_relative_imports() -> None:
 
 
 # A gateway holds the broker and nothing behind it: from logbus.core it imports the
-# facade, the error vocabulary and the public types of the facade's methods (core/types.py).
+# facade, the ports (core/ports.py), the error vocabulary and the public types of their
+# methods (core/types.py).
 GATEWAY_MAY_IMPORT = ("logbus.core.broker", "logbus.core.errors", "logbus.core.types", "logbus.core.ports")
 # an attribute behind the broker's methods: its log, producer registry, group coordinator,
 # vhosts, state store, queue services, timers, queue journal; a vhost's queue service and
