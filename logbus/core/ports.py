@@ -32,20 +32,6 @@ if TYPE_CHECKING:
     from .errors import LogbusError
     from .topics import TopicInfo
 
-    # VHosts and Queues, Sessions
-    from collections.abc import Iterator, Sequence
-
-    from google.protobuf.message import Message as ProtoMessage
-
-    from ..filters.message_filter import FilterSpec
-    from .message import Message
-    from .pipeline import OnDurable, Published
-    from .queues.entry import Delivery
-    from .queues.queue import Outcome
-    from .queues.service import Consumer, QueueSettings, QueueState
-    from .retained import RetainedStore
-    from .routing.definitions import DestKind, ExchangeDef, HeaderMatch
-
 
 # -- Doors -------------------------------------------------------------------------------
 
@@ -90,6 +76,20 @@ class Doors(Protocol):
 
 
 # -- VHosts and Queues (AMQP, MQTT) ------------------------------------------------------
+
+if TYPE_CHECKING:  # the types of this section and of Sessions
+    from collections.abc import Iterator, Sequence
+
+    from google.protobuf.message import Message as ProtoMessage
+
+    from ..filters.message_filter import FilterSpec
+    from .message import Message
+    from .pipeline import OnDurable, Published
+    from .queues.entry import Delivery
+    from .queues.queue import Outcome
+    from .queues.service import Consumer, QueueSettings, QueueState
+    from .retained import RetainedStore
+    from .routing.definitions import DestKind, ExchangeDef, HeaderMatch
 
 
 class VHosts(Protocol):
