@@ -65,7 +65,8 @@ class AdminService:
     def __init__(self, inventory: Inventory, *, access: Access, connections: Connections,
                  pressure: ResourceMonitor, faults: StorageFaults, groups: GroupCoordinator,
                  password_worker: PasswordWorker[Any], vhosts: MutableMapping[str, VHost],
-                 open_vhost: Callable[[str], object], key_forms: Mapping[str, KeyForms],
+                 open_vhost: Callable[[str], object], close_vhost: Callable[[str], object],
+                 key_forms: Mapping[str, KeyForms],
                  data_dir: Path, started_at: float) -> None:
         self.inventory = inventory
         self._access = access
@@ -75,6 +76,7 @@ class AdminService:
         self._password_worker = password_worker
         self._vhosts = vhosts  # the broker's open vhosts: changed in place
         self._open_vhost = open_vhost
+        self._close_vhost = close_vhost  # the vhost's model and its queues' port forgotten
         self._key_forms = key_forms
         self._data_dir = data_dir
         self._started_at = started_at
@@ -154,7 +156,7 @@ class AdminService:
         state store in one batch. Its log topics stay, with their data."""
         self._access.vhost(name)  # UnknownVHost
         self._access.announce(AccessChange("vhost_deleted", name))
-        self._vhosts.pop(name, None)
+        self._close_vhost(name)
         state, queue_store = self._state, self._queue_store
         assert state is not None and queue_store is not None, "broker is not started"
         queue_store.commit()  # what closing connections wrote, before it is deleted

@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from google.protobuf.message import Message as ProtoMessage
-
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
 
@@ -51,8 +49,8 @@ from .admin import AdminService
 from .inventory import Inventory
 from .inventory_metrics import OperatorCollector, PerObjectCollector
 from .quiet import Leftovers, QuietSpell
-from .retained import RetainedStore
-from .sessions import SessionRecords
+from .queue_model import QueueModel, VHostQueues
+from .sessions import SessionService
 from .state import StateStore
 from .streams.service import OFFSETS_RETENTION_MS, PRODUCER_ID_EXPIRATION_MS, StreamService
 from ..retry.policy import POP_DEFAULT, RetryPolicy
@@ -167,16 +165,19 @@ class Broker(AccessFacade):
         self.vhosts: dict[str, VHost] = {}
         self._expiry: LoopingCall | None = None
         self._expiry_failing: set[str | None] = set()  # vhosts (None: pop groups) whose expiry fails, logged
-        # run at start once the vhosts are loaded, before the journal's redo and before
-        # anything serves: what takes up the queues that are no stored definitions (the
-        # MQTT room's stored sessions, with their bindings), so that redo routes to them
-        self.at_start: list[Callable[[], object]] = []
+        # the queue model as the AMQP and MQTT gateways see it (ports.VHosts), a
+        # VHostQueues beside each open vhost (core/queue_model.py)
+        self.queue_model = QueueModel()
+        # protocol sessions' records and retained messages (ports.Sessions), opened at start;
+        # its ``on_start`` work runs once the vhosts are loaded, before the journal's redo
+        # and before anything serves: what takes up the queues that are no stored
+        # definitions (the MQTT room's stored sessions, with their bindings), so that redo
+        # routes to them
+        self.sessions = SessionService(self._clock)
         self.log: LogManager | None = None
         self.redone = Redone()  # what start-up routed again (queues/redo.py)
         self._lock_fd: int | None = None
         self._housekeeping: LoopingCall | None = None
-        # retained messages by topic (MQTT's), loaded at start
-        self.retained = RetainedStore(None, self._clock)
         # the operator's view and changes (core/admin.py), and pop groups' data path
         inventory = Inventory(self.vhosts, self.groups, self.connections)
         self.metrics.registry.register(OperatorCollector(inventory, self.data_dir))  # queues, connections, groups
@@ -184,7 +185,8 @@ class Broker(AccessFacade):
         self.admin = AdminService(inventory, access=self.access, connections=self.connections,
                                   pressure=self.pressure, faults=self.faults, groups=self.groups,
                                   password_worker=self.password_worker, vhosts=self.vhosts,
-                                  open_vhost=self._open_vhost, key_forms=self.key_forms,
+                                  open_vhost=self._open_vhost, close_vhost=self._close_vhost,
+                                  key_forms=self.key_forms,
                                   data_dir=self.data_dir, started_at=self.started_at)
         self.pop_service = PopService(reactor.callLater)
 
@@ -210,9 +212,7 @@ class Broker(AccessFacade):
             self.topics.open(self.state, self.log)
             self._forget_cut()
             self._open_vhosts()
-            self.sessions = SessionRecords(self.state)
-            for take_up in self.at_start:  # the queues that are no stored definitions
-                take_up()
+            self.sessions.take_up()  # the queues that are no stored definitions
             # what a power loss took from the queue journal, from the log, before anything serves
             self.redone = redo(self.log, self.queue_store, self.vhosts, self.pop, self.pipeline, self._clock)
             self.faults.attach(self.log, self.state, self.queue_store,
@@ -313,10 +313,11 @@ class Broker(AccessFacade):
                                  "and was retried later").inc)
         self.timers.lateness = self.release_lateness
         self.access.open(self.state)
-        self.retained = RetainedStore(self.state, self._clock)
-        self.retained.load()
+        self.sessions.open(self.state)  # records and retained messages
         self.access.seed(self.default_user, self.default_pass, self.anonymous_user)
         self.vhosts.clear()
+        self.queue_model.open.clear()
+        self.queue_model.commit = self.queue_store.commit
         self.pop = PopGroups(self.state, self.queue_store, self.timers, MessageStore(log_batch_reader(self.log)),
                              clock=self._clock, dead_letter=self._append_dead_letter, retry=self.pop_retry)
         self.pop.properties = self.forms.properties
@@ -340,6 +341,11 @@ class Broker(AccessFacade):
     def _clock(self) -> int:
         return int(self.reactor.seconds() * 1000)
 
+    def _close_vhost(self, name: str) -> None:
+        """Forget the open vhost ``name``: its model and its queues' port (a deleted vhost)."""
+        self.vhosts.pop(name, None)
+        self.queue_model.open.pop(name, None)
+
     def _open_vhost(self, name: str) -> VHost:
         assert self.log is not None
         vhost = VHost(name, self.log, self._create_exchange_topic, self.queue_store, clock=self._clock,
@@ -347,6 +353,7 @@ class Broker(AccessFacade):
                       pipeline=self.pipeline)
         vhost.load()
         self.vhosts[name] = vhost
+        self.queue_model.open[name] = VHostQueues(vhost, self.pipeline)
         return vhost
 
     def _create_exchange_topic(self, topic: str) -> TopicInfo:
@@ -395,28 +402,6 @@ class Broker(AccessFacade):
         alarms now (core/pressure.py)."""
         self.pressure.subscribe(listener)
         return self.pressure.alarms
-
-    # -- what protocol sessions keep (MQTT) ---------------------------------------------------
-
-    def stored_sessions(self, protocol: str) -> Iterator[bytes]:
-        """The stored records of ``protocol``'s sessions that outlive their connections."""
-        return self.sessions.stored(protocol)
-
-    def save_session(self, protocol: str, client_id: str, record: ProtoMessage) -> None:
-        """Store (or replace) a session's record; written without a WAL sync, as queue
-        entries are (a power loss may lose the last ones). StorageError: the state store
-        refused it; it is written once the store takes writes again (core/sessions.py)."""
-        self.sessions.save(protocol, client_id, record)
-
-    def forget_session(self, protocol: str, client_id: str) -> None:
-        """Delete a session's record; never raises: a deletion the state store refuses
-        is made once it takes writes again."""
-        self.sessions.forget(protocol, client_id)
-
-    def commit(self) -> None:
-        """Write the queues' changes of this turn now rather than at its end (a protocol
-        about to answer for a settlement it must not lose to a crash)."""
-        self.queue_store.commit()
 
     def vhost(self, name: str) -> VHost | None:
         """The open vhost ``name``'s model, None if none."""
@@ -507,6 +492,7 @@ class Broker(AccessFacade):
             except LogbusError as e:
                 log.error("queue changes of the last moments not written: %s", e)
             self.vhosts.clear()
+            self.queue_model.open.clear()
         self._close_all()
         self.password_worker.stop()
         self.admin.close()

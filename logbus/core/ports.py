@@ -104,8 +104,115 @@ class Doors(Protocol):
 
 # -- VHosts and Queues (AMQP, MQTT) ------------------------------------------------------
 
+if TYPE_CHECKING:  # the types of this section and of Sessions
+    from collections.abc import Iterator, Sequence
+
+    from google.protobuf.message import Message as ProtoMessage
+
+    from ..filters.message_filter import FilterSpec
+    from .message import Message
+    from .pipeline import OnDurable, Published
+    from .queues.entry import Delivery
+    from .queues.queue import Outcome
+    from .queues.service import Consumer, QueueSettings, QueueState
+    from .retained import RetainedStore
+    from .routing.definitions import DestKind, ExchangeDef, HeaderMatch
+
+
+class VHosts(Protocol):
+    """The open vhosts' queue models, by name (core/queue_model.py's ``QueueModel``).
+
+        queues = vhosts.queues("/")      # None: no such vhost open (deleted meanwhile)
+        vhosts.commit()                  # the queues' changes of this turn written now
+    """
+
+    def queues(self, vhost: str) -> Queues | None: ...
+    def commit(self) -> None: ...
+
+
+class Queues(Protocol):
+    """The queue model of one vhost: exchanges, queues, bindings, consumers, deliveries
+    and their settlement, and its publishes through the one pipeline (core/pipeline.py).
+    Implemented by ``VHostQueues`` (core/queue_model.py), whose methods are the queue
+    service's, the vhost's and the pipeline's own, bound: no call layer of its own.
+
+        queues.declare_queue("q", QueueSettings(), durable=True)
+        queues.bind("amq.topic", "q", "a.*")
+        out = queues.publish([message], on_durable)   # Published: done, unrouted, refused, error
+        queues.consume("q", consumer)                 # consumer.deliver(delivery) when one is ready
+        queues.ack(delivery)
+    """
+
+    name: str  # the vhost's
+
+    @property
+    def queues(self) -> Mapping[str, QueueState]: ...  # by name, live
+
+    # exchanges and bindings
+    def declare_exchange(self, name: str, kind: str = "direct", *, durable: bool = False,
+                         auto_delete: bool = False, internal: bool = False,
+                         arguments: Mapping[str, Any] | None = None, passive: bool = False,
+                         delayed: bool = False) -> None: ...
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None: ...
+    def has_exchange(self, name: str) -> bool: ...
+    def exchange(self, name: str) -> ExchangeDef: ...
+    def bind(self, source: str, destination: str, routing_key: str = "",
+             arguments: Mapping[str, Any] | None = None, *, kind: DestKind = "queue",
+             filter: FilterSpec | None = None, match: HeaderMatch | None = None) -> None: ...
+    def unbind(self, source: str, destination: str, routing_key: str = "",
+               arguments: Mapping[str, Any] | None = None, *, kind: DestKind = "queue",
+               filter: FilterSpec | None = None, match: HeaderMatch | None = None) -> None: ...
+
+    # queues: declared ones (stored definitions) and those a protocol's sessions own
+    def declare_queue(self, name: str, settings: QueueSettings = ..., *, durable: bool = False,
+                      exclusive: Any = None, auto_delete: bool = False,
+                      arguments: Mapping[str, Any] | None = None, passive: bool = False, declarer: Any = None,
+                      equivalent: Callable[[QueueState, dict[str, Any]], None] | None = None) -> QueueState: ...
+    def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int: ...
+    def purge_queue(self, name: str) -> int: ...
+    def queue(self, name: str) -> QueueState: ...
+    def open_queue(self, name: str, settings: QueueSettings = ..., *, durable: bool = False,
+                   kind: str = ...) -> QueueState: ...
+    def close_queue(self, name: str) -> None: ...
+
+    # consumers and deliveries (per message: bound to the queue service's methods)
+    def consume(self, name: str, consumer: Consumer, spec: FilterSpec | None = None) -> None: ...
+    def cancel(self, queue: str, consumer: Consumer) -> None: ...
+    def dispatch(self, name: str) -> None: ...
+    def get(self, queue: str, owner: Any, no_ack: bool) -> Delivery | None: ...
+    def ack(self, d: Delivery) -> None: ...
+    def reject(self, d: Delivery, requeue: bool) -> None: ...
+    def settle(self, d: Delivery, outcome: Outcome) -> None: ...
+    def release(self, name: str, owner: Any) -> None: ...
+    def holds(self, queue: str, seq: int) -> bool: ...
+
+    # publish: a batch of rows (their envelopes say exchange and routing key)
+    def publish(self, rows: Sequence[Message], on_durable: OnDurable | None = None, *,
+                delay_of: Callable[[Message], int] | None = None,
+                dispatch_later: bool = False) -> Published: ...
+
 
 # -- Sessions (MQTT) ---------------------------------------------------------------------
+
+
+class Sessions(Protocol):
+    """What the MQTT room keeps in the broker (core/sessions.py's ``SessionService``): the
+    records of sessions that outlive their connections, the retained messages, and its
+    work at start.
+
+        sessions.on_start(room.start)     # after the vhosts load, before the journal's redo
+        for raw in sessions.stored_sessions("mqtt"): ...
+        sessions.save_session("mqtt", client_id, record)   # StorageError: kept, written later
+        sessions.retained.retain(record)
+    """
+
+    @property
+    def retained(self) -> RetainedStore: ...  # the one open now (opened at start)
+
+    def on_start(self, take_up: Callable[[], object]) -> None: ...
+    def stored_sessions(self, protocol: str) -> Iterator[bytes]: ...
+    def save_session(self, protocol: str, client_id: str, record: ProtoMessage) -> None: ...
+    def forget_session(self, protocol: str, client_id: str) -> None: ...
 
 
 # -- Topics (Kafka, HTTP, CLI) -----------------------------------------------------------

@@ -10,16 +10,21 @@ write of the same session that succeeds replaces the kept one. ``save`` still ra
 StorageError, for the connection that must not say what the record does not hold yet
 (its answer is the protocol's: a refused CONNECT, a DISCONNECT); ``forget`` does not:
 the session is over whatever the store says, and its record goes once it can.
+
+``SessionService`` is what the MQTT room is given (``ports.Sessions``): these records,
+the retained messages (``retained.py``) and its work at start, made with the broker
+before it starts and opened with the state store.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Iterator
+from typing import Callable, Iterator
 
 from google.protobuf.message import Message as ProtoMessage
 
 from .errors import StorageError
+from .retained import RetainedStore
 from .state import CF_SESSIONS, StateStore, session_key, session_prefix
 
 log = logging.getLogger(__name__)
@@ -72,3 +77,59 @@ class SessionRecords:
                     b.put(CF_SESSIONS, key, value)
         log.info("%d session records the state store refused before are written", len(kept))
         self.kept = {}
+
+
+class SessionService:
+    """``ports.Sessions``: the protocol sessions' records, the retained messages, and what
+    takes the stored sessions up at start (run by the broker once its vhosts are loaded,
+    before the queue journal's redo routes to their queues)."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self._clock = clock  # epoch ms
+        self._records: SessionRecords | None = None
+        self._retained = RetainedStore(None, clock)  # in memory until opened
+        self._at_start: list[Callable[[], object]] = []
+
+    def open(self, state: StateStore) -> None:
+        """At start: the records and the retained messages of ``state``."""
+        self._records = SessionRecords(state)
+        self._retained = RetainedStore(state, self._clock)
+        self._retained.load()
+
+    def take_up(self) -> None:
+        """At start, once the vhosts are loaded: every ``on_start`` callable, in order."""
+        for take_up in self._at_start:
+            take_up()
+
+    @property
+    def retained(self) -> RetainedStore:
+        return self._retained
+
+    def on_start(self, take_up: Callable[[], object]) -> None:
+        self._at_start.append(take_up)
+
+    @property
+    def records(self) -> SessionRecords:
+        if self._records is None:
+            raise RuntimeError("broker is not started")
+        return self._records
+
+    def stored_sessions(self, protocol: str) -> Iterator[bytes]:
+        """The stored records of ``protocol``'s sessions that outlive their connections."""
+        return self.records.stored(protocol)
+
+    def save_session(self, protocol: str, client_id: str, record: ProtoMessage) -> None:
+        """Store (or replace) a session's record; written without a WAL sync, as queue
+        entries are (a power loss may lose the last ones). StorageError: the state store
+        refused it; it is written once the store takes writes again."""
+        self.records.save(protocol, client_id, record)
+
+    def forget_session(self, protocol: str, client_id: str) -> None:
+        """Delete a session's record; never raises: a deletion the state store refuses
+        is made once it takes writes again."""
+        self.records.forget(protocol, client_id)
+
+    def write_kept(self) -> None:
+        """What the state store refused, written now (``core/faults.py``)."""
+        if self._records is not None:
+            self._records.write_kept()

@@ -1,8 +1,9 @@
-"""The public types the Broker facade lists: what its methods (and the vhost model it
-hands out, ``Broker.vhost``) take and return, for the gateways.
+"""The public types the Broker facade and the ports (``ports.py``) list: what their
+methods take and return, for the gateways.
 
-A gateway imports from ``logbus.core`` the facade (``broker.py``), the error vocabulary
-(``errors.py``) and this module, nothing else (tests/unit/test_layering.py). Each name
+A gateway imports from ``logbus.core`` the facade (``broker.py``), the ports
+(``ports.py``), the error vocabulary (``errors.py``) and this module, nothing else
+(tests/unit/test_layering.py). Each name
 keeps its one owner: it is only re-exported here, except ``PartitionOffsets``, which
 exists for the facade. The names are loaded on first use, so that a gateway's sans-I/O
 parts (the MQTT session machine) import what they name here without the broker's
@@ -39,13 +40,13 @@ if TYPE_CHECKING:
         TOPIC,
         Arguments,
         DestKind,
+        ExchangeDef,
         HeaderMatch,
         freeze_arguments,
     )
     from .state_pb2 import MqttSessionRecord, RetainedRecord
     from .tick import Tick, tick_of
     from .pipeline import Published, one_row
-    from .vhost import VHost
     from .log.topic_config import TopicConfig, validate_topic_name
     from .streams.group_model import (
         Code,
@@ -72,6 +73,7 @@ _OWNER = {
     "DeadLetterTarget": "queues.service",
     "Delivery": "queues.entry",
     "DestKind": "routing.definitions",
+    "ExchangeDef": "routing.definitions",
     "ENVELOPE_HEADER": "message",
     "Envelope": "message",
     "FileSpan": "log.partition",
@@ -117,7 +119,6 @@ _OWNER = {
     "TopicConfig": "log.topic_config",
     "TopicPartition": "streams.group_model",
     "User": "access.auth",
-    "VHost": "vhost",
     "check_delay": "queues.pop",
     "SCRAM_ITERATIONS": "access.scram",
     "ScramCredential": "access.scram",
@@ -156,6 +157,7 @@ __all__ = [
     "Delivery",
     "DestKind",
     "Envelope",
+    "ExchangeDef",
     "FileSpan",
     "Forms",
     "FoundMessage",
@@ -193,7 +195,6 @@ __all__ = [
     "TopicConfig",
     "TopicPartition",
     "User",
-    "VHost",
     "check_delay",
     "ScramCredential",
     "scram_signature",

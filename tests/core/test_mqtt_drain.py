@@ -49,8 +49,8 @@ def test_a_draining_session_is_stored_in_o1_bytes_per_message(tmp_path: Path, mo
             written.append(record.ByteSize())
             saved(protocol, client_id, record)
 
-        saved = broker.save_session
-        monkeypatch.setattr(broker, "save_session", save_session)
+        saved = broker.sessions.save_session
+        monkeypatch.setattr(broker.sessions, "save_session", save_session)
         back = Client(factory, loop)
         back.send(Connect("keeper", 5, clean_start=False, properties=KEEP))
         payloads: list[bytes] = []

@@ -69,7 +69,8 @@ class MqttSessionMachine(RuleBasedStateMachine):
         self.loop = LoopReactor()
         self.broker = Broker(Path(self._dir.name), reactor=self.loop, forms=AMQP_FORMS)
         self.broker.start()
-        self.factory = MqttFactory(self.broker, self.loop)
+        b = self.broker
+        self.factory = MqttFactory(b, b.queue_model, b.sessions, b.metrics, self.loop, properties=b.forms.properties)
         self.factory.startFactory()
         self.client: Client | None = None
         self.subs: dict[str, int] = {}  # the model: filter -> maximum QoS
@@ -219,7 +220,8 @@ def _gateway(path: Path) -> Iterator[tuple[LoopReactor, Broker, MqttFactory]]:
     loop = LoopReactor()
     broker = Broker(path, reactor=loop, forms=AMQP_FORMS)
     broker.start()
-    factory = MqttFactory(broker, loop)
+    factory = MqttFactory(broker, broker.queue_model, broker.sessions, broker.metrics, loop,
+                          properties=broker.forms.properties)
     factory.startFactory()
     try:
         yield loop, broker, factory
@@ -267,7 +269,8 @@ def test_a_restored_qos2_message_whose_entry_is_gone_is_released(tmp_path: Path)
         s = Session("gone", "mqtt-session:gone", version=5, expiry=600)
         s.restored[("mqtt-session:gone", 7)] = (5, 2)  # its queue holds no entry 7
         s.restored[("mqtt-session:gone", 8)] = (6, 1)  # QoS 1: nothing to release
-        vhost = room.vhost()
+        vhost = broker.vhost("/")
+        assert vhost is not None
         vhost.service.create(s.queue, QueueSettings(), durable=True)
         vhost.router.add_queue(s.queue)
         room.sessions["gone"] = s

@@ -241,3 +241,11 @@ def test_redo_bench_routes_again_what_the_loss_took() -> None:
     assert out["bench"] == "redo_bench"
     assert out["records_routed_again"] == 2000 and out["entries_made_again"] == 4000
     assert [n for _, n, _ in out["runs"]["intact"]] == [0]
+
+
+def test_calls_per_message_counts_each_path() -> None:
+    out = run_bench("calls_per_message.py", "--messages", "20")
+    assert out["bench"] == "calls_per_message" and out["messages"] == 20
+    for path in (out["amqp"]["publish_confirm_deliver"], out["amqp"]["ack"],
+                 out["mqtt"]["qos1_publish_puback_deliver"], out["mqtt"]["puback"]):
+        assert path["python_calls_per_message"] > 0 and path["c_calls_per_message"] > 0

@@ -3,7 +3,7 @@ imports no gateway, no protocol codec (pamqp, kafka-python's protocol classes) a
 the server, and holds no protocol's vocabulary (no ``amqp_``/``mqtt_`` name of its own, no
 ``x-`` name); ``logbus/retry`` imports nothing but the standard library; no gateway
 imports another; every gateway imports of ``logbus.core`` only the broker facade,
-``errors`` and ``types`` (the public types the facade lists), never names an attribute
+``ports``, ``errors`` and ``types`` (the public types the facade lists), never names an attribute
 behind the broker (``broker.log``, ``broker.state``, a vhost's ``service`` or
 ``router``, ...) and checks access only through ``Broker.authenticate`` and
 ``Broker.authorize``."""

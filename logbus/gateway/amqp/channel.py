@@ -33,7 +33,7 @@ from .confirms import Confirms
 from .consumers import ChannelConsumer, Consuming
 from .declarations import Declarations
 from .errors import COMMAND_INVALID, NOT_IMPLEMENTED, PRECONDITION_FAILED, AMQPChannelError, AMQPConnectionError, refused
-from ...core.types import VHost
+from ...core.ports import Queues
 from .publishing import Publishing
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class Channel(Declarations, Consuming, Publishing):
         self.number = number
         vhost = conn.vhost
         assert vhost is not None, "channels are opened after connection.open"
-        self.vhost: VHost = vhost
+        self.vhost: Queues = vhost  # the vhost's queue model
         self.active = True  # channel.flow
         self.closing = False  # we sent Channel.Close; waiting for Close-Ok
         self.prefetch = 0  # per consumer (basic.qos global=false)
@@ -60,7 +60,7 @@ class Channel(Declarations, Consuming, Publishing):
         self.confirms_due = False  # a flush of the confirms is scheduled for this tick
         self.tx: list[Callable[[], None]] | None = None  # pending operations in tx mode
         self.queues_touched: set[str] = set()
-        self.broker = conn.broker
+        self.doors = conn.doors
         self.writable: set[str] = set()  # exchanges basic.publish was allowed to write to...
         self.writable_version = -1  # ...as of this access.version (another: check again)
 
@@ -85,7 +85,7 @@ class Channel(Declarations, Consuming, Publishing):
     def _permit(self, perm: Perm, kind: Kind, name: str) -> None:
         """AccessRefused (403, closes the channel) unless the user may do ``perm`` on the
         resource; the default exchange is ``amq.default`` here, as in RabbitMQ."""
-        self.broker.authorize(self.conn.user, perm, Resource(self.vhost.name, kind, name))
+        self.doors.authorize(self.conn.user, perm, Resource(self.vhost.name, kind, name))
 
     def _owned(self, queue: str, class_id: int, method_id: int) -> None:
         """RESOURCE_LOCKED for another connection's exclusive queue."""

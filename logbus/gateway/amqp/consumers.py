@@ -31,7 +31,7 @@ from .events import Ack, Nack, Reject
 from .fastpath import deliver_parts, encode_deliver_parts, encode_get_ok, encode_properties, shortstr
 from .mapping import properties_of
 from ...core.types import Delivery
-from ...core.types import VHost
+from ...core.ports import Queues
 
 if TYPE_CHECKING:
     from .session import Session
@@ -83,7 +83,7 @@ class Consuming:
     # the Channel's own, set in Channel.__init__
     conn: Session
     number: int
-    vhost: VHost
+    vhost: Queues  # the vhost's queue model
     active: bool  # channel.flow
     closing: bool  # we sent Channel.Close; waiting for Close-Ok
     prefetch: int  # per consumer (basic.qos global=false)

@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING
 from pamqp import base
 from pamqp import commands as C
 
-from ...core.broker import Broker
+from ...core.ports import Doors, Queues
 from ...core.types import Kind, Perm, Resource
 from ...core.types import TOPIC
 from .consumers import ChannelConsumer, new_name
 from .errors import ACCESS_REFUSED, AMQPChannelError
-from ...core.types import VHost
 from .model import room
 
 if TYPE_CHECKING:
@@ -32,8 +31,8 @@ class Declarations:
     # the Channel's own, set in Channel.__init__
     conn: Session
     number: int
-    vhost: VHost
-    broker: Broker
+    vhost: Queues  # the vhost's queue model
+    doors: Doors
 
     if TYPE_CHECKING:
         def _reply(self, m: base.Frame) -> None: ...
@@ -112,9 +111,9 @@ class Declarations:
         """Topic authorisation: a binding to a topic exchange the user has a topic
         permission on needs its read expression to match the binding key."""
         v = self.vhost
-        if (self.broker.topic_restricted(self.conn.user, v.name, exchange) and v.has_exchange(exchange)
+        if (self.doors.topic_restricted(self.conn.user, v.name, exchange) and v.has_exchange(exchange)
                 and v.exchange(exchange).kind == TOPIC):
-            self.broker.authorize(self.conn.user, "read", Resource(v.name, "exchange", exchange, binding_key))
+            self.doors.authorize(self.conn.user, "read", Resource(v.name, "exchange", exchange, binding_key))
 
     def _queue_bind(self, m: C.Queue.Bind) -> None:
         self._permit_binding(m.exchange, m.queue, "queue")

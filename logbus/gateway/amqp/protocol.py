@@ -49,7 +49,8 @@ from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 
 from ...core.types import AccessChange, ConnectionRecord
-from ...core.broker import Broker
+from ...core.ports import Doors, VHosts
+from ...core.types import Metrics
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
 from ..output import direct_writer, is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
@@ -78,9 +79,9 @@ class AmqpProtocol(Protocol):
         if hasattr(t, "setTcpNoDelay"):
             t.setTcpNoDelay(True)
         host, port = peer_of(t)
-        broker = self.factory.broker
-        self.record = broker.connection_opened("amqp", f"{host}:{port}", tls=is_tls(t), close=self._close_forced)
-        self.conn = Session(broker, send=direct_writer(t, self.record),
+        doors = self.factory.doors
+        self.record = doors.connection_opened("amqp", f"{host}:{port}", tls=is_tls(t), close=self._close_forced)
+        self.conn = Session(doors, self.factory.vhosts, send=direct_writer(t, self.record),
                             close=t.loseConnection, reading=self._reading, reactor=self.factory.reactor,
                             peer_is_loopback=is_loopback(host), peer=f"{host}:{port}",
                             max_message_size=self.factory.max_message_size, prompt=self.factory.prompt,
@@ -140,7 +141,7 @@ class AmqpProtocol(Protocol):
             self._handshake_call.cancel()
         self._handshake_call = None
         if self.record is not None:
-            self.factory.broker.connection_closed(self.record, lost_reason(reason))
+            self.factory.doors.connection_closed(self.record, lost_reason(reason))
         if self.conn is not None:
             self.conn.connection_lost()
 
@@ -174,30 +175,31 @@ class AmqpProtocol(Protocol):
 
 
 class AmqpFactory(Factory):
-    def __init__(self, broker: Broker, reactor: Any, *, read_linger: float = 0.0,
+    def __init__(self, doors: Doors, vhosts: VHosts, metrics: Metrics, reactor: Any, *, read_linger: float = 0.0,
                  read_linger_max: float = 0.0, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT, cert_login: str = "off") -> None:
-        self.broker = broker
+        self.doors = doors  # connections, logins, the access check, the alarms
+        self.vhosts = vhosts  # each vhost's queue model
         self.cert_login = cert_login  # tls_cert_login: a verified client certificate's identity may log in
         self.handshake_timeout = handshake_timeout  # seconds from accept to connection.open
-        self.handshake_timeouts = broker.metrics.counter(
+        self.handshake_timeouts = metrics.counter(
             "logbus_amqp_handshake_timeouts",
             "AMQP connections closed for not reaching connection.open within handshake_timeout_ms")
         self.max_message_size = max_message_size  # larger bodies: 406 PRECONDITION_FAILED
         self.reactor = reactor
         self.read_linger = read_linger  # seconds, the shortest pause; 0: never
         self.read_linger_max = read_linger_max  # seconds, the longest (at most: a power of two times the shortest)
-        self.lingers = broker.metrics.counter(
+        self.lingers = metrics.counter(
             "logbus_amqp_read_lingers",
             "Pauses in reading a pipelining AMQP connection, to read more at once (read linger)")
-        self.linger_seconds = broker.metrics.counter(
+        self.linger_seconds = metrics.counter(
             "logbus_amqp_read_linger_seconds",
             "Seconds those pauses lasted, together (divided by the pauses: the mean linger)")
         self.connections: set[AmqpProtocol] = set()
         self.unread = UnreadWatch(reactor)  # connections blocked by an alarm: gone meanwhile?
         self.prompt = Prompt()  # consumers fed by the read being handled
-        self.alarm = blocked_reason(broker.on_alarms(self._alarms_changed))  # Connection.Blocked's reason
-        broker.on_access_change(self._access_changed)
+        self.alarm = blocked_reason(doors.on_alarms(self._alarms_changed))  # Connection.Blocked's reason
+        doors.on_access_change(self._access_changed)
 
     def buildProtocol(self, addr: Any) -> AmqpProtocol:
         return AmqpProtocol(self)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from ...core.broker import Broker
+from ...core.ports import Doors, Queues
 from ...core.types import Kind, Perm, Resource
 from ...core.errors import Refused
 from ...core.types import TOPIC
@@ -23,7 +23,6 @@ from .errors import NO_ROUTE, AMQPChannelError, refused
 from .events import Publish
 from .fastpath import encode_ack, encode_nack, encode_return
 from .mapping import to_message
-from ...core.types import VHost
 from .model.translate import message_delay
 
 if TYPE_CHECKING:
@@ -36,14 +35,14 @@ class Publishing:
     # the Channel's own, set in Channel.__init__
     conn: Session
     number: int
-    vhost: VHost
+    vhost: Queues  # the vhost's queue model
     closing: bool  # we sent Channel.Close; waiting for Close-Ok
     confirm: bool
     publish_seq: int
     confirms: Confirms
     confirms_due: bool  # a flush of the confirms is scheduled for this tick
     tx: list[Callable[[], None]] | None  # pending operations in tx mode
-    broker: Broker
+    doors: Doors
     writable: set[str]  # exchanges basic.publish was allowed to write to...
     writable_version: int  # ...as of this access.version (another: check again)
 
@@ -54,12 +53,12 @@ class Publishing:
         """basic.publish's permission check, remembered in ``writable`` until the
         permissions change; a topic exchange the user has a topic permission on is checked
         for each routing key instead (RabbitMQ's topic authorisation)."""
-        if self.writable_version != self.broker.access_version:
+        if self.writable_version != self.doors.access_version:
             self.writable.clear()
-            self.writable_version = self.broker.access_version
+            self.writable_version = self.doors.access_version  # type: ignore[assignment]  # an int: Doors says a method (issue 46)
         try:
             if self._topic_restricted(exchange):
-                self.broker.authorize(self.conn.user, "write",
+                self.doors.authorize(self.conn.user, "write",
                                       Resource(self.vhost.name, "exchange", exchange, routing_key))
                 return
             self._permit("write", "exchange", exchange)
@@ -70,11 +69,11 @@ class Publishing:
 
     def _topic_restricted(self, exchange: str) -> bool:
         v = self.vhost
-        return (self.broker.topic_restricted(self.conn.user, v.name, exchange)
+        return (self.doors.topic_restricted(self.conn.user, v.name, exchange)
                 and v.has_exchange(exchange) and v.exchange(exchange).kind == TOPIC)
 
     def publish(self, p: Publish) -> None:
-        if self.writable_version != self.broker.access_version or p.exchange not in self.writable:
+        if self.writable_version != self.doors.access_version or p.exchange not in self.writable:
             self._check_write(p.exchange, p.routing_key)  # 403 unless the user may write to the exchange
         if self.tx is not None:
             self.tx.append(lambda: self._publish(p, None))
@@ -87,7 +86,7 @@ class Publishing:
 
     def publish_many(self, run: list[Publish]) -> None:
         """Consecutive basic.publish of one read on this channel: as ``publish`` each, in
-        order, with the Python work shared (``VHost.publish_many``). A publish that fails
+        order, with the Python work shared (one pipeline batch). A publish that fails
         closes the channel after the ones before it were published."""
         if self.tx is not None:
             for p in run:
@@ -95,7 +94,7 @@ class Publishing:
             return
         error: AMQPChannelError | None = None
         writable = self.writable
-        if self.writable_version != self.broker.access_version or any(p.exchange not in writable for p in run):
+        if self.writable_version != self.doors.access_version or any(p.exchange not in writable for p in run):
             for i, p in enumerate(run):
                 try:
                     self._check_write(p.exchange, p.routing_key)
@@ -124,8 +123,7 @@ class Publishing:
                     if confirms.ok_range(seq0 + first, seq0 + last) and not self.confirms_due:
                         self._confirms_due()
 
-        out = self.broker.pipeline.publish(self.vhost, [to_message(p) for p in run], on_durable,
-                                           delay_of=message_delay)
+        out = self.vhost.publish([to_message(p) for p in run], on_durable, delay_of=message_delay)
         if self.conn.record is not None:
             self.conn.record.received += out.done
         for i in out.unrouted:
@@ -158,7 +156,7 @@ class Publishing:
                 if confirms.ok(seq or 0) and not self.confirms_due:
                     self._confirms_due()
 
-        out = self.broker.pipeline.publish(self.vhost, [message], durable if seq else None, delay_of=message_delay)
+        out = self.vhost.publish([message], durable if seq else None, delay_of=message_delay)
         if out.error is not None:
             raise refused(out.error, channel=self.number, class_id=60, method_id=40)
         if not out.routed and p.mandatory:

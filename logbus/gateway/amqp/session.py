@@ -2,8 +2,9 @@
 state machine (connection.py) and holds its channels (channel.py).
 
 ``data_received`` feeds the machine and then drains it (``_run``): each request is
-carried out against the broker (the user store of ``core.access.auth``, the vhosts, the
-reactor's timers) or the transport callables (``send``, ``close``, ``reading``), and a
+carried out against the core's ports (``Doors``: logins and the access check;
+``VHosts``: each vhost's queue model), the reactor's timers or the transport callables
+(``send``, ``close``, ``reading``), and a
 question's answer goes straight back to the machine. A channel's input goes to its
 Channel; a channel or connection exception that the Channel raises goes back to the
 machine, which decides what the client is told.
@@ -25,12 +26,11 @@ from pamqp import base
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
 
-from ...core.broker import Broker
+from ...core.ports import Doors, Queues, VHosts
 from ...core.errors import LogbusError, LoopbackOnly, Refused
 from ...core.types import ConnectionRecord, Resource
 from ...core.types import RESOURCES
 from ...core.types import tick_of
-from ...core.types import VHost
 from ..answers import now_or_later
 from .channel import Channel
 from .codec import DEFAULT_MAX_MESSAGE_SIZE, encode_method
@@ -86,7 +86,7 @@ class Prompt:
 
 
 class Session:
-    def __init__(self, broker: Broker, *, send: Callable[[bytes], None],
+    def __init__(self, doors: Doors, vhosts: VHosts, *, send: Callable[[bytes], None],
                  close: Callable[[], None], reading: Callable[[bool], None], reactor: Any,
                  peer_is_loopback: bool, peer: str = "",
                  heartbeat: int = HEARTBEAT, frame_max: int = FRAME_MAX,
@@ -94,7 +94,8 @@ class Session:
                  record: ConnectionRecord | None = None) -> None:
         self.machine = Connection(peer=peer, heartbeat=heartbeat, frame_max=frame_max,
                                   max_message_size=max_message_size)
-        self.broker = broker  # the facade: vhosts, authenticate, authorize
+        self.doors = doors  # logins, the access check, the connection registry
+        self.vhosts = vhosts  # the vhosts' queue models
         self.record = record  # this connection in the broker's registry (user, vhost, counters)
         self._send = send
         self._close = close
@@ -103,7 +104,7 @@ class Session:
         self.peer_is_loopback = peer_is_loopback
         self.peer = peer
         self.user = ""
-        self.vhost: VHost | None = None  # set by connection.open
+        self.vhost: Queues | None = None  # the vhost's queue model, set by connection.open
         self.frame_max = self.machine.frame_max  # the negotiated one once the vhost is open
         self.channels: dict[int, Channel] = {}
         self.exclusive_queues: set[str] = set()
@@ -243,12 +244,12 @@ class Session:
                                version=machine.client_version)
         if r.mechanism == "EXTERNAL":  # the handshake took the user from the TLS client certificate
             try:
-                self.broker.authenticate_certificate(r.user, loopback=self.peer_is_loopback)
+                self.doors.authenticate_certificate(r.user, loopback=self.peer_is_loopback)
                 checked: Deferred[None] = succeed(None)
             except Refused as exc:
                 checked = fail(exc)
         else:
-            checked = self.broker.authenticate(r.user, r.password, loopback=self.peer_is_loopback)
+            checked = self.doors.authenticate(r.user, r.password, loopback=self.peer_is_loopback)
         if not now_or_later(checked, lambda result: self._answer_login(r, result),
                             lambda result: self._later(self._answer_login, r, result)):
             self._reading(False)
@@ -265,7 +266,7 @@ class Session:
                 log.error("amqp connection %s: login failed: %s", self.peer, result.getTraceback())
             failure = AuthFailure.REFUSED
             why = "no such user for the client certificate" if r.mechanism == "EXTERNAL" else "bad user name or password"
-        wait = self.broker.connection_refused(self.record, r.user, why)
+        wait = self.doors.connection_refused(self.record, r.user, why)
         if wait:  # failed logins from this host, over a burst: answered later
             self._reading(False)
             self._timers.append(self.reactor.callLater(wait, self._later, self.machine.auth_failed, failure))
@@ -284,19 +285,19 @@ class Session:
         self.flush()
 
     def _open_vhost(self, r: OpenVHost) -> None:
-        vhost = self.broker.vhost(r.name)
+        vhost = self.vhosts.queues(r.name)
         if vhost is None:
-            self.broker.connection_refused(self.record, r.user, f"no vhost {r.name!r}")
+            self.doors.connection_refused(self.record, r.user, f"no vhost {r.name!r}")
             self.machine.vhost_refused(VHostFailure.NOT_FOUND)
             return
         try:
-            self.broker.authorize(r.user, "access", Resource(vhost.name))
+            self.doors.authorize(r.user, "access", Resource(vhost.name))
         except Refused:
-            self.broker.connection_refused(self.record, r.user, f"no permission in vhost {vhost.name!r}")
+            self.doors.connection_refused(self.record, r.user, f"no permission in vhost {vhost.name!r}")
             self.machine.vhost_refused(VHostFailure.ACCESS_REFUSED)
         else:
             self.vhost = vhost
-            self.broker.connection_logged_in(self.record, r.user, vhost.name)
+            self.doors.connection_logged_in(self.record, r.user, vhost.name)
             self.frame_max = self.machine.frame_max
             self.machine.vhost_opened(vhost.name)
 

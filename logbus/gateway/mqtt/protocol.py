@@ -4,9 +4,9 @@ Theory of operation (docs/mqtt.md). The shell moves bytes and owns the timers; t
 sans-I/O ``machine.Machine`` decides everything else (the states and ``TRANSITIONS``,
 protocol errors and their reason codes, the QoS 1/2 flows both ways) and hands out typed
 requests (requests.py), which ``_carry`` carries out against the room (``room.MqttRoom``,
-which holds the sessions and talks to the broker) and the socket. The login and the
-access checks (``ConnectionAccess``) are the shell's: they ask the broker
-(``Broker.authenticate``, ``Broker.authorize``). Each connection is in the broker's
+which holds the sessions over the core's ``VHosts`` and ``Sessions`` ports) and the socket.
+The login and the access checks (``ConnectionAccess``) are the shell's: they ask the
+``Doors`` port (``authenticate``, ``authorize``). Each connection is in the broker's
 connection registry while it is open.
 
 Per read: the bytes go to the machine and its requests are carried out in order. The
@@ -51,7 +51,8 @@ from ..listener import DEFAULT_RULES, ListenerRules
 from ..output import direct_writer, is_loopback, is_tls, lost_reason, peer_identity, peer_of, quick_ack
 from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
-from .machine import EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT, Machine
+from ...filters.properties import record_properties
+from .machine import EXPIRY_CAPPED, INFLIGHT_FULL, RECEIVE_MAXIMUM_HIT, Machine, Properties_
 from ...core.types import Delivery
 from .mapping import EXCHANGE
 from .publishing import Inflight
@@ -70,7 +71,8 @@ from .turn import TurnPublishes
 from .wire import MQTT_5
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
+    from ...core.ports import Doors, Sessions, VHosts
+    from ...core.types import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +82,13 @@ CONNECT_TIMEOUT = 10.0  # seconds for a new connection to send its CONNECT (by d
 class ConnectionAccess:
     """A logged-in connection's rights (the machine's ``requests.Access``): write and read
     on amq.topic, and, when the user has a topic permission there, that permission for
-    each routing key (``Broker.authorize``). What it learnt is kept until the broker's
-    users or permissions change (``Broker.access_version``)."""
+    each routing key (``Doors.authorize``). What it learnt is kept until the broker's
+    users or permissions change (``Doors.access_version``)."""
 
-    __slots__ = ("broker", "vhost", "user", "client_id", "version", "may_write", "may_read", "by_key")
+    __slots__ = ("doors", "vhost", "user", "client_id", "version", "may_write", "may_read", "by_key")
 
-    def __init__(self, broker: Broker, vhost: str, user: str, client_id: str) -> None:
-        self.broker = broker
+    def __init__(self, doors: Doors, vhost: str, user: str, client_id: str) -> None:
+        self.doors = doors
         self.vhost = vhost
         self.user = user
         self.client_id = client_id
@@ -94,24 +96,24 @@ class ConnectionAccess:
         self.may_write = self.may_read = self.by_key = False
 
     def _learn(self) -> None:
-        self.version = self.broker.access_version
+        self.version = self.doors.access_version  # type: ignore[assignment]  # an int: Doors says a method (issue 46)
         self.may_write = self._allowed("write")
         self.may_read = self._allowed("read")
-        self.by_key = self.broker.topic_restricted(self.user, self.vhost, EXCHANGE)
+        self.by_key = self.doors.topic_restricted(self.user, self.vhost, EXCHANGE)
 
     def may_publish(self, routing_key: str) -> bool:
-        if self.version != self.broker.access_version:
+        if self.version != self.doors.access_version:
             self._learn()
         return self.may_write and (not self.by_key or self._allowed("write", routing_key))
 
     def may_subscribe(self, topic_filter: str) -> bool:
-        if self.version != self.broker.access_version:
+        if self.version != self.doors.access_version:
             self._learn()
         return self.may_read and (not self.by_key or self._allowed("read", binding_key(inner_filter(topic_filter))))
 
     def _allowed(self, perm: Perm, routing_key: str | None = None) -> bool:
         try:
-            self.broker.authorize(self.user, perm, Resource(self.vhost, "exchange", EXCHANGE, routing_key,
+            self.doors.authorize(self.user, perm, Resource(self.vhost, "exchange", EXCHANGE, routing_key,
                                                             self.client_id))
         except Refused:
             return False
@@ -127,7 +129,7 @@ class MqttProtocol(Protocol):
         self.room = factory.room
         self.machine = Machine(limits=factory.limits, max_packet_size=factory.max_packet_size,
                                clock=self.room.clock, new_client_id=self.room.new_client_id,
-                               properties=factory.broker.forms.properties, limit_hit=factory.limit_hit)
+                               properties=factory.properties, limit_hit=factory.limit_hit)
         self.peer = ""
         self.last_read = 0.0
         self._timer: Any = None  # CONNECT timeout, then keep alive
@@ -155,7 +157,7 @@ class MqttProtocol(Protocol):
     def connectionMade(self) -> None:
         host, port = peer_of(self.transport)
         self.peer = self.machine.peer = f"{host}:{port}"
-        self.record = self.factory.broker.connection_opened("mqtt", self.peer, tls=is_tls(self.transport),
+        self.record = self.factory.doors.connection_opened("mqtt", self.peer, tls=is_tls(self.transport),
                                                             close=self._close_by_admin)
         if hasattr(self.transport, "setTcpNoDelay"):
             self.transport.setTcpNoDelay(True)
@@ -175,7 +177,7 @@ class MqttProtocol(Protocol):
         self.factory.connections.discard(self)
         self.factory.unread.discard(self.transport)
         if self.record is not None:
-            self.factory.broker.connection_closed(self.record, lost_reason(reason))
+            self.factory.doors.connection_closed(self.record, lost_reason(reason))
         self._cancel_timer()
         if self._login_timer is not None and self._login_timer.active():
             self._login_timer.cancel()
@@ -264,7 +266,7 @@ class MqttProtocol(Protocol):
         packets that came after the CONNECT wait in the machine (MQTT lets a client send
         them before the CONNACK; none is acted on before the login is)."""
         acc = r.accepted
-        broker = self.room.broker
+        doors = self.factory.doors
         loopback = is_loopback(self.peer.rsplit(":", 1)[0])
         v5 = acc.version == MQTT_5
         not_authorized = NOT_AUTHORIZED if v5 else REFUSED_NOT_AUTHORIZED
@@ -272,7 +274,7 @@ class MqttProtocol(Protocol):
         if identity is not None:  # Mosquitto's use_identity_as_username: the certificate is the login
             self._how = "client certificate"
             try:
-                broker.authenticate_certificate(identity, loopback=loopback)
+                doors.authenticate_certificate(identity, loopback=loopback)
             except Refused as exc:
                 self._login_failed(acc, identity, Failure(exc), f"no user {identity!r} for the client certificate")
             else:
@@ -285,7 +287,7 @@ class MqttProtocol(Protocol):
                                                   "listener's anonymous=: from loopback only, if at all)")
                 return
             try:
-                broker.authenticate_anonymous(name, loopback=loopback)
+                doors.authenticate_anonymous(name, loopback=loopback)
             except Refused as e:
                 self._refuse(acc, not_authorized, str(e))
             else:
@@ -293,7 +295,7 @@ class MqttProtocol(Protocol):
         else:
             name, self._how = acc.username, ""
             password = (acc.password or b"").decode("utf-8", "replace")
-            checked = broker.authenticate(name, password, loopback=loopback)
+            checked = doors.authenticate(name, password, loopback=loopback)
             bad = f"bad user name or password for {name!r}"
             if not now_or_later(checked, lambda result: self._password_checked(acc, name, result, bad),
                                 lambda result: self._later(self._password_checked, acc, name, result, bad)):
@@ -319,7 +321,7 @@ class MqttProtocol(Protocol):
         """The CONNACK refuses the login, after the failed-login slowdown if this host
         has failed too often (access/throttle.py)."""
         identity = peer_identity(self.transport, self.factory.cert_login)
-        wait = self.room.broker.connection_refused(self.record, identity or acc.username or "(anonymous)", why)
+        wait = self.factory.doors.connection_refused(self.record, identity or acc.username or "(anonymous)", why)
         if wait:
             self.transport.pauseProducing()
             self._login_timer = self.factory.reactor.callLater(wait, self._later, self.machine.login_refused,
@@ -344,7 +346,7 @@ class MqttProtocol(Protocol):
         """A user logged in: may it use the room's vhost? Then the session is attached."""
         vhost = self.room.vhost_name
         try:
-            self.room.broker.authorize(name, "access", Resource(vhost))
+            self.factory.doors.authorize(name, "access", Resource(vhost))
         except Refused:
             self._refuse(acc, NOT_AUTHORIZED if acc.version == MQTT_5 else REFUSED_NOT_AUTHORIZED,
                          f"user {name!r} has no permissions in vhost {vhost!r}")
@@ -358,9 +360,9 @@ class MqttProtocol(Protocol):
         self.room.released_gone(session)  # PUBRECed, but the record did not say so yet
         if self.record is not None:
             self.record.client_id = session.client_id
-        self.room.broker.connection_logged_in(self.record, name, self.room.vhost_name, self._how)
+        self.factory.doors.connection_logged_in(self.record, name, self.room.vhost_name, self._how)
         self.machine.attached(session, present, name,
-                              ConnectionAccess(self.room.broker, self.room.vhost_name, name, session.client_id))
+                              ConnectionAccess(self.factory.doors, self.room.vhost_name, name, session.client_id))
 
     def _add_subscriptions(self, r: AddSubscriptions) -> None:
         try:
@@ -571,21 +573,24 @@ _CARRY: dict[type, Callable[[MqttProtocol, Any], None]] = {
 
 
 class MqttFactory(Factory):
-    def __init__(self, broker: Broker, reactor: Any, *, max_packet_size: int = 1 << 20,
+    def __init__(self, doors: Doors, vhosts: VHosts, sessions: Sessions, metrics: Metrics, reactor: Any, *,
+                 properties: Properties_ = record_properties, max_packet_size: int = 1 << 20,
                  anonymous: str = "loopback", limits: ServerLimits | None = None, max_queued: int = 0,
                  connect_timeout: float = CONNECT_TIMEOUT, cert_login: str = "off",
                  anonymous_user: str | None = None) -> None:
-        self.broker = broker
+        self.doors = doors  # connections, logins, the access check, the alarms
+        # what a subscription's selector sees of a message (the broker's forms)
+        self.properties = properties
         # who a CONNECT without a user name acts as (None: the broker's, anonymous_user)
-        self.anonymous_user = anonymous_user if anonymous_user is not None else broker.anonymous_user
+        self.anonymous_user = anonymous_user if anonymous_user is not None else doors.anonymous_user
         self.cert_login = cert_login  # tls_cert_login: a verified client certificate's identity is the user
         self.connect_timeout = connect_timeout  # seconds from accept to CONNECT
-        self.connect_timeouts = broker.metrics.counter(
+        self.connect_timeouts = metrics.counter(
             "logbus_mqtt_connect_timeouts", "MQTT connections closed for sending no CONNECT within handshake_timeout_ms")
         self.reactor = reactor
         self._tick = tick_of(reactor)
         self.limits = limits or ServerLimits(maximum_packet_size=max_packet_size, topic_alias_maximum=64)
-        counter = broker.metrics.counter
+        counter = metrics.counter
         self._limit_counters = {
             EXPIRY_CAPPED: counter("logbus_mqtt_session_expiry_capped",
                                    "MQTT session expiry intervals lowered to mqtt_max_session_expiry"),
@@ -598,14 +603,14 @@ class MqttFactory(Factory):
         }
         dropped = counter("logbus_mqtt_queue_dropped",
                           "Messages dropped for an MQTT session at its queue limit (mqtt_max_queued_messages)")
-        self.room = MqttRoom(broker, reactor, max_queued=max_queued, max_session_expiry=self.limits.max_session_expiry,
+        self.room = MqttRoom(vhosts, sessions, reactor, max_queued=max_queued, max_session_expiry=self.limits.max_session_expiry,
                              dropped=dropped.inc)
         self.room.factory = self
         self.blocked_publishers = counter(
             "logbus_mqtt_blocked_publishers",
             "MQTT connections not read while a resource alarm was set (each time one is stopped)")
         self._blocked_logged = False  # for the alarm now set
-        self.alarms: frozenset[str] = broker.on_alarms(self._alarms_changed)
+        self.alarms: frozenset[str] = doors.on_alarms(self._alarms_changed)
         self.max_packet_size = max_packet_size
         self.anonymous = anonymous  # "off", or "loopback": anonymous clients from loopback addresses only
         self.connections: set[MqttProtocol] = set()

@@ -52,7 +52,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import LogbusError, StorageError
-from ...core.types import Message, one_row
+from ...core.types import Message, Published, one_row
 from ...core.types import Outcome
 from ...core.types import DROP_NEW, Delivery, QueueLimits, QueueSettings
 from ...core.types import RetainedStore
@@ -66,8 +66,7 @@ from .subscriptions import SHARE_PREFIX, SHARED_QUEUE, Filtered, shared_queue
 from .topic_map import Unmappable, filter_to_amqp
 
 if TYPE_CHECKING:
-    from ...core.broker import Broker
-    from ...core.types import VHost
+    from ...core.ports import Queues, Sessions, VHosts
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +121,11 @@ class SessionConsumer:
 
 
 class MqttRoom:
-    def __init__(self, broker: Broker, reactor: Any, *, vhost: str = "/", max_queued: int = 0,
+    def __init__(self, vhosts: VHosts, store: Sessions, reactor: Any, *, vhost: str = "/", max_queued: int = 0,
                  max_session_expiry: int = NEVER_EXPIRES, dropped: Callable[[], object] | None = None) -> None:
-        self.broker = broker
-        broker.at_start.append(self.start)  # its stored sessions' queues, before the broker's redo
+        self.vhosts = vhosts  # the vhosts' queue models: the room's is ``vhost``'s
+        self.store = store  # the broker's session records and retained messages
+        store.on_start(self.start)  # its stored sessions' queues, before the broker's redo
         self.reactor = reactor
         self.vhost_name = vhost
         self.max_session_expiry = max_session_expiry
@@ -146,7 +146,7 @@ class MqttRoom:
     @property
     def retained(self) -> RetainedStore:
         """The broker's retained messages."""
-        return self.broker.retained
+        return self.store.retained
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -157,8 +157,8 @@ class MqttRoom:
             return
         self.started = True
         now = self.clock()
-        vhost = self.broker.vhost(self.vhost_name)
-        for raw in self.broker.stored_sessions(PROTOCOL):
+        vhost = self.vhosts.queues(self.vhost_name)
+        for raw in self.store.stored_sessions(PROTOCOL):
             s = Session.from_record(MqttSessionRecord.FromString(raw))
             if vhost is None:
                 continue
@@ -180,8 +180,8 @@ class MqttRoom:
                 call.cancel()
         self._timers.clear()
 
-    def vhost(self) -> VHost:
-        v = self.broker.vhost(self.vhost_name)
+    def vhost(self) -> Queues:
+        v = self.vhosts.queues(self.vhost_name)
         if v is None:
             raise Unavailable(f"vhost {self.vhost_name!r} is not open")
         return v
@@ -239,7 +239,7 @@ class MqttRoom:
 
     def dispatch(self, s: Session) -> None:
         """The connection may take more: hand out what its queues hold."""
-        vhost = self.broker.vhost(self.vhost_name)
+        vhost = self.vhosts.queues(self.vhost_name)
         if vhost is not None:
             if s.has_queue:
                 vhost.dispatch(s.queue)
@@ -251,7 +251,7 @@ class MqttRoom:
         seconds if the session outlives it; the session ends unless it is kept."""
         if s.connection is not connection:
             return
-        vhost = self.broker.vhost(self.vhost_name)
+        vhost = self.vhosts.queues(self.vhost_name)
         s.connection = None
         s.disconnected_ms = self.clock()
         if vhost is not None:
@@ -277,7 +277,7 @@ class MqttRoom:
         else:
             self.end(s)
 
-    def _give_back(self, vhost: VHost, s: Session) -> None:
+    def _give_back(self, vhost: Queues, s: Session) -> None:
         """The messages in flight to a connection that ended go back to their queues (to
         be sent again, DUP, with the same packet id; a shared queue's to any member),
         except QoS 2 ones already PUBRECed: only their PUBREL is left to send."""
@@ -296,7 +296,7 @@ class MqttRoom:
         if self.sessions.get(s.client_id) is s:
             del self.sessions[s.client_id]
         self._cancel(s.client_id, "expiry")
-        vhost = self.broker.vhost(self.vhost_name)
+        vhost = self.vhosts.queues(self.vhost_name)
         if vhost is not None:
             for queue in sorted(s.shared):
                 self._leave_shared(vhost, s, queue)
@@ -328,10 +328,10 @@ class MqttRoom:
         the connection must not say what the record does not hold."""
         if not s.kept or self.sessions.get(s.client_id) is not s:  # not stored, or ended meanwhile
             return
-        self.broker.save_session(PROTOCOL, s.client_id, s.to_record())
+        self.store.save_session(PROTOCOL, s.client_id, s.to_record())
 
     def _forget_record(self, client_id: str) -> None:
-        self.broker.forget_session(PROTOCOL, client_id)  # never raises: deleted once it can be
+        self.store.forget_session(PROTOCOL, client_id)  # never raises: deleted once it can be
 
     def _arm_expiry(self, s: Session) -> None:
         at = s.expires_at()
@@ -353,7 +353,7 @@ class MqttRoom:
         if call is not None and call.active():
             call.cancel()
 
-    def _open_queue(self, vhost: VHost, name: str, *, durable: bool, kind: str = "session") -> None:
+    def _open_queue(self, vhost: Queues, name: str, *, durable: bool, kind: str = "session") -> None:
         qs = vhost.open_queue(name, self.queue_settings, durable=durable, kind=kind)
         qs.on_dropped = self._dropped
 
@@ -374,7 +374,7 @@ class MqttRoom:
         self.save(s)
         return existed
 
-    def _bind(self, vhost: VHost, s: Session, sub: Subscription) -> None:
+    def _bind(self, vhost: Queues, s: Session, sub: Subscription) -> None:
         f = sub.topic_filter
         filtered = s.subscriptions.filters.get(f)
         if f.startswith(SHARE_PREFIX):
@@ -398,7 +398,7 @@ class MqttRoom:
                 self._make_session_queue(vhost, s)
             vhost.bind(EXCHANGE, s.queue, binding_key(f), filter=filtered)
 
-    def _make_session_queue(self, vhost: VHost, s: Session) -> None:
+    def _make_session_queue(self, vhost: Queues, s: Session) -> None:
         """The session's first subscription (not a shared one): its queue is made, durable
         if the session outlives its connection, and a connected session consumes it."""
         self._open_queue(vhost, s.queue, durable=s.kept)
@@ -420,7 +420,7 @@ class MqttRoom:
         self.save(s)
         return True
 
-    def _unbind(self, vhost: VHost, s: Session, topic_filter: str, filtered: Filtered | None) -> None:
+    def _unbind(self, vhost: Queues, s: Session, topic_filter: str, filtered: Filtered | None) -> None:
         """Remove the binding of a subscription gone (or replaced), unless another of the
         session's subscriptions has the same key and filter."""
         key = binding_key(topic_filter)
@@ -429,7 +429,7 @@ class MqttRoom:
                    for f in s.subscriptions.by_filter if not f.startswith(SHARE_PREFIX) and f != topic_filter):
             vhost.unbind(EXCHANGE, s.queue, key, filter=filtered)
 
-    def _leave_shared(self, vhost: VHost, s: Session, queue: str) -> None:
+    def _leave_shared(self, vhost: Queues, s: Session, queue: str) -> None:
         s.shared.discard(queue)
         c = self._consumers.pop((s.client_id, queue), None)
         if c is not None:
@@ -443,7 +443,7 @@ class MqttRoom:
             del self.shared_members[queue]
             vhost.close_queue(queue)
 
-    def _unshare(self, vhost: VHost, queue: str, client_id: str) -> None:
+    def _unshare(self, vhost: Queues, queue: str, client_id: str) -> None:
         """A member's filter leaves the group: its binding goes if no other member has it."""
         members = self.shared_members[queue]
         filtered = members.pop(client_id)
@@ -455,17 +455,17 @@ class MqttRoom:
     def publish(self, message: Message, on_durable: Callable[[Any], object] | None = None) -> bool:
         """Publish to ``amq.topic``; True when a queue took it. ``on_durable(result)``
         fires once the append is durable (the exception if it failed or was refused)."""
-        out = self.broker.pipeline.publish(self.vhost(), [message],
-                                           None if on_durable is None else one_row(on_durable))
+        out = self.vhost().publish([message], None if on_durable is None else one_row(on_durable))
         if out.error is not None:
             raise out.error
         return out.routed
 
-    def publish_many(self, rows: list[Message], on_durable: Callable[[int, int, Any], object] | None = None) -> Any:
+    def publish_many(self, rows: list[Message],
+                     on_durable: Callable[[int, int, Any], object] | None = None) -> Published:
         """A turn's publishes, together (the broker's pipeline: their envelopes say
         ``amq.topic`` and the routing key); the queues they reach are dispatched once at
         the end of the turn (a fleet: one delivery run per subscriber)."""
-        return self.broker.pipeline.publish(self.vhost(), rows, on_durable, dispatch_later=True)
+        return self.vhost().publish(rows, on_durable, dispatch_later=True)
 
     def retain(self, message: Message, qos: int) -> None:
         """Keep (or, with an empty payload, clear) the retained message of its topic."""
@@ -496,13 +496,13 @@ class MqttRoom:
         """Write the queues' changes to the state store now rather than at the end of the
         turn: a QoS 2 message PUBRECed is settled before the session says so and the
         PUBREL goes out (a kill -9 between them must not bring it back)."""
-        self.broker.commit()
+        self.vhosts.commit()
 
     def released_gone(self, s: Session) -> list[int]:
         """QoS 2 messages the session still means to send again whose entries are gone
         (settled at a PUBREC whose session record a crash lost): only their PUBREL is
         left; they move to the session's in-flight PUBRELs. Their packet ids."""
-        vhost = self.broker.vhost(self.vhost_name)
+        vhost = self.vhosts.queues(self.vhost_name)
         gone = []
         for (queue, seq), (pid, qos) in list(s.restored.items()):
             if qos == 2 and (vhost is None or not vhost.holds(queue, seq)) and pid not in s.outbound.in_flight:
@@ -513,14 +513,14 @@ class MqttRoom:
 
     def settle(self, d: Delivery, outcome: Outcome = Outcome.ACK) -> None:
         """Settle a delivery to a session (its queue deleted meanwhile: nothing to do)."""
-        vhost = self.broker.vhost(self.vhost_name)
+        vhost = self.vhosts.queues(self.vhost_name)
         if vhost is not None:
             vhost.settle(d, outcome)
 
     # -- what the CLI and the HTTP API list --------------------------------------------------
 
     def describe(self) -> list[dict[str, Any]]:
-        vhost = self.broker.vhost(self.vhost_name)
+        vhost = self.vhosts.queues(self.vhost_name)
         out = []
         for cid in sorted(self.sessions):
             s = self.sessions[cid]

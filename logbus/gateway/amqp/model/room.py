@@ -10,13 +10,14 @@ from typing import Any
 
 from ....core.errors import PreconditionFailed
 from ....core.types import (
-    HEADERS, QUEUE, DestKind, HeaderMatch, QueueSettings, QueueState, VHost, freeze_arguments,
+    HEADERS, QUEUE, DestKind, HeaderMatch, QueueSettings, QueueState, freeze_arguments,
 )  # fmt: skip
+from ....core.ports import Queues
 from .queue_args import check_equivalent, parse_queue_arguments
 from .translate import binding_filter, exchange_kind, header_match
 
 
-def declare_exchange(vhost: VHost, name: str, kind: str = "direct", *, durable: bool = False,
+def declare_exchange(vhost: Queues, name: str, kind: str = "direct", *, durable: bool = False,
                      auto_delete: bool = False, internal: bool = False, arguments: Mapping[str, Any] | None = None,
                      passive: bool = False) -> None:
     """exchange.declare; ``kind`` may be ``x-delayed-message`` (with ``x-delayed-type``)."""
@@ -25,7 +26,7 @@ def declare_exchange(vhost: VHost, name: str, kind: str = "direct", *, durable: 
                            arguments=arguments, passive=passive, delayed=delayed)
 
 
-def declare_queue(vhost: VHost, name: str, *, durable: bool = False, exclusive: Any = None,
+def declare_queue(vhost: Queues, name: str, *, durable: bool = False, exclusive: Any = None,
                   auto_delete: bool = False, arguments: Mapping[str, Any] | None = None, passive: bool = False,
                   declarer: Any = None) -> QueueState:
     """queue.declare: a new queue's ``x-`` arguments are its settings; a queue that exists
@@ -37,7 +38,7 @@ def declare_queue(vhost: VHost, name: str, *, durable: bool = False, exclusive: 
                                equivalent=check_equivalent(vhost.name))
 
 
-def bind(vhost: VHost, source: str, destination: str, routing_key: str = "",
+def bind(vhost: Queues, source: str, destination: str, routing_key: str = "",
          arguments: Mapping[str, Any] | None = None, *, kind: DestKind = QUEUE) -> None:
     """queue.bind / exchange.bind; ``x-filter-tag``/``x-filter-sql`` are the binding's
     filter, ``x-match`` and the other arguments a headers exchange's match."""
@@ -46,7 +47,7 @@ def bind(vhost: VHost, source: str, destination: str, routing_key: str = "",
                match=_match(vhost, source, args))
 
 
-def unbind(vhost: VHost, source: str, destination: str, routing_key: str = "",
+def unbind(vhost: Queues, source: str, destination: str, routing_key: str = "",
            arguments: Mapping[str, Any] | None = None, *, kind: DestKind = QUEUE) -> None:
     args, spec = binding_filter(arguments, to_queue=kind == QUEUE)
     try:
@@ -56,7 +57,7 @@ def unbind(vhost: VHost, source: str, destination: str, routing_key: str = "",
     vhost.unbind(source, destination, routing_key, args, kind=kind, filter=spec, match=match)
 
 
-def _match(vhost: VHost, source: str, arguments: Mapping[str, Any]) -> HeaderMatch | None:
+def _match(vhost: Queues, source: str, arguments: Mapping[str, Any]) -> HeaderMatch | None:
     """A binding's match when its source is a headers exchange (else None)."""
     if not vhost.has_exchange(source) or vhost.exchange(source).routing_kind != HEADERS:
         return None
