@@ -38,7 +38,7 @@ from .pressure import (
     AlarmCollector,
     ResourceMonitor,
 )
-from .access.facade import AccessFacade
+from .access.doors import Doors
 from .access.passwords import PasswordWorker
 from .tick import tick_of
 from .access.auth import ANONYMOUS_USER, Access, AccessChange, InvalidAccess, VHostInfo, check_name
@@ -90,7 +90,7 @@ def client_expiry_interval(*expiry_ms: int) -> float:
     return max(0.05, min(CLIENT_EXPIRY_CHECK_MAX_S, min(expiry_ms) / 2000))
 
 
-class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, MessageSearch):
+class Broker(TopicAdmin, StreamModel, ConsumerGroups, Inventory, MessageSearch):
     def __init__(
         self,
         data_dir: str | os.PathLike[str],
@@ -181,11 +181,13 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
         # Users, vhosts, permissions: made here so gateways can subscribe before start.
         self.access = Access(loopback_users=loopback_users)
         self.password_worker: PasswordWorker[Any] = PasswordWorker(reactor.callFromThread)  # the KDF's thread
-        self._logins: dict[bytes, list[Deferred[Any]]] = {}
         self.default_user, self.default_pass = default_user, default_pass
         self.anonymous_user = anonymous_user  # made on first boot beside the default user (access/auth.py)
         # every client connection of every protocol (core/connections.py)
         self.connections = Connections(self._clock)
+        # every gateway's way in: connections, logins, the access check, alarms (ports.Doors)
+        self.doors = Doors(self.access, self.connections, self.pressure, self.password_worker,
+                           anonymous_user=anonymous_user)
         # The vhost model, one VHost per stored vhost, opened at start. Always THIS dict:
         # connections look their vhost up in it, so it is changed in place.
         self.vhosts: dict[str, VHost] = {}
@@ -428,41 +430,12 @@ class Broker(TopicAdmin, StreamModel, ConsumerGroups, AccessFacade, Inventory, M
 
     # -- connections and access: every gateway's one way in --------------------------------------
 
-    def connection_opened(self, protocol: str, peer: str, *, tls: bool,
-                          close: Callable[[str], object]) -> ConnectionRecord:
-        """Register a client connection; the gateway sets its user, vhost and client id on
-        the record as it learns them, and calls ``connection_closed`` when it ends.
-        ``close(reason)`` closes it in the protocol's terms (``close_connection``)."""
-        return self.connections.open(protocol, peer, tls=tls, close=close)
-
-    def connection_closed(self, connection: ConnectionRecord, lost: str = "") -> None:
-        """``lost``: how the transport ended, for the log line (core/connections.py)."""
-        self.connections.closed(connection, lost)
-
-    def connection_logged_in(self, connection: ConnectionRecord | None, user: str, vhost: str = "",
-                             how: str = "") -> None:
-        """The connection acts as ``user`` (in ``vhost``) now: set on its record, logged."""
-        if connection is not None:
-            self.connections.logged_in(connection, user, vhost, how)
-
-    def connection_refused(self, connection: ConnectionRecord | None, user: str, reason: str) -> float:
-        """A login (or a vhost) refused on the connection: logged with who tried and why.
-        Returns the seconds the gateway should wait before it answers: repeated failures
-        from one host are slowed down (access/throttle.py)."""
-        return self.connections.refused(connection, user, reason)
-
     def list_connections(self, protocol: str | None = None) -> list[ConnectionRecord]:
         return self.connections.list(protocol)
 
     def close_connection(self, id: int, reason: str = "closed by an administrator") -> bool:
         """Close connection ``id``, whatever its protocol; False when there is none."""
         return self.connections.close(id, reason)
-
-    def on_alarms(self, listener: Callable[[frozenset[str]], None]) -> frozenset[str]:
-        """``listener(alarms)`` whenever the memory or disk alarms change; returns the
-        alarms now (core/pressure.py)."""
-        self.pressure.subscribe(listener)
-        return self.pressure.alarms
 
     # -- what protocol sessions keep (MQTT) ---------------------------------------------------
 

@@ -10,6 +10,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from logbus.core.broker import Broker
+from logbus.core.access.doors import Doors
 from logbus.core.access.auth import Access
 from logbus.gateway.kafka.caller import Caller
 from logbus.gateway.kafka.errors import group_error
@@ -38,9 +39,9 @@ class GroupsBroker:
     list_groups = Broker.list_groups
     describe_group = Broker.describe_group
     delete_group = Broker.delete_group
-    authorize = Broker.authorize
-    authorize_topic = Broker.authorize_topic
-    access_version = Broker.access_version
+    authorize = Doors.authorize
+    authorize_topic = Doors.authorize_topic
+    access_version = Doors.access_version
 
 
 def gateway() -> tuple[Any, Clock]:
