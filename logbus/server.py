@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from twisted.application.service import MultiService, Service
 from twisted.internet import defer
@@ -46,7 +46,6 @@ from .tls import ServerTLS, server_tls
 
 if TYPE_CHECKING:
     from .core.broker import Broker
-    from .core.ports import Doors
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +55,9 @@ GatewayBuilder = Callable[["Broker", Settings, Any], IProtocolFactory]
 
 
 def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
-    from .core.ports import Doors
     from .gateway.http.site import build_site
 
-    # doors: the broker until the Doors service lands (a cast: Broker's
-    # access_version is a property where ports.Doors has a method)
-    return IProtocolFactory(build_site(doors=cast(Doors, broker), admin=broker.admin, topics=broker.topics,
+    return IProtocolFactory(build_site(doors=broker.doors, admin=broker.admin, topics=broker.topics,
                                        pop=broker.pop_service, metrics=broker.metrics, reactor=reactor,
                                        timeouts=_http_timeouts(settings), metrics_auth=settings.http_metrics_auth))
 
@@ -81,10 +77,7 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
     if settings.kafka_advertised:
         host, _, port = settings.kafka_advertised.rpartition(":")
         advertised = (host, int(port))
-    # the broker stands for the Doors port until the doors service is its own object (its
-    # access_version is a property where ports.Doors declares a method)
-    doors: Doors = broker  # type: ignore[assignment]
-    return IProtocolFactory(KafkaFactory(doors, broker.streams, broker.topics, broker.access, broker.metrics,
+    return IProtocolFactory(KafkaFactory(broker.doors, broker.streams, broker.topics, broker.access, broker.metrics,
                                          reactor, DEFAULT_MAX_FRAME, advertised,
                                          auto_create_topics=settings.kafka_auto_create_topics,
                                          idle_timeout=settings.kafka_idle_timeout_ms / 1000,
@@ -99,7 +92,7 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
 def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.amqp.protocol import AmqpFactory
 
-    return IProtocolFactory(AmqpFactory(_doors(broker), broker.queue_model, broker.metrics, reactor,
+    return IProtocolFactory(AmqpFactory(broker.doors, broker.queue_model, broker.metrics, reactor,
                                         read_linger=settings.amqp_read_linger_ms / 1000,
                                         read_linger_max=settings.amqp_read_linger_max_ms / 1000,
                                         max_message_size=settings.amqp_max_message_size,
@@ -120,7 +113,7 @@ def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
                               max_session_expiry=settings.mqtt_max_session_expiry,
                               max_inflight=settings.mqtt_max_inflight_messages,
                               receive_maximum=settings.mqtt_receive_maximum)
-        factory = MqttFactory(_doors(broker), broker.queue_model, broker.sessions, broker.metrics, reactor,
+        factory = MqttFactory(broker.doors, broker.queue_model, broker.sessions, broker.metrics, reactor,
                               properties=broker.forms.properties, max_packet_size=settings.mqtt_max_packet_size,
                               anonymous=settings.mqtt_anonymous, limits=limits,
                               max_queued=settings.mqtt_max_queued_messages,
@@ -128,13 +121,6 @@ def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:
                               cert_login=settings.tls_cert_login, anonymous_user=settings.anonymous_user)
         sessions["mqtt"] = room = factory.room
     return room.factory
-
-
-def _doors(broker: Broker) -> Doors:
-    """The ``Doors`` port of ``broker``: the broker itself until its own service lands
-    (issue 46). A cast: ``ports.Doors`` declares ``access_version`` a method, which the
-    Broker's is not (a property the gateways read as an int)."""
-    return cast("Doors", broker)
 
 
 def _mqtt(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:

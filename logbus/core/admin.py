@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.defer import Deferred
 
 from .access.auth import SHA256, Access, AccessChange, InvalidAccess, Permission, User, VHostInfo, check_name
-from .access.facade import NewPassword
+from .access.doors import NewPassword
 from .access.passwords import PasswordWorker, hash_password
 from .access.scram import ScramCredential, derive_all
 from .access.topic_permissions import TopicPermission

@@ -37,11 +37,11 @@ from .pressure import (
     AlarmCollector,
     ResourceMonitor,
 )
-from .access.facade import AccessFacade
+from .access.doors import Doors
 from .access.passwords import PasswordWorker
 from .tick import tick_of
 from .access.auth import ANONYMOUS_USER, Access
-from .connections import ConnectionRecord, Connections
+from .connections import Connections
 from .definitions import LegacyTranslation
 from .definitions import upgrade as upgrade_definitions
 from .faults import FaultCollector, StorageFaults
@@ -77,7 +77,7 @@ EXPIRY_SECONDS = 0.1  # how often queues drop expired messages (a message TTL)
 PRESSURE_SECONDS = 1.0  # how often memory and disk are checked against their limits
 
 
-class Broker(AccessFacade):
+class Broker:
     def __init__(
         self,
         data_dir: str | os.PathLike[str],
@@ -155,11 +155,13 @@ class Broker(AccessFacade):
         # Users, vhosts, permissions: made here so gateways can subscribe before start.
         self.access = Access(loopback_users=loopback_users)
         self.password_worker: PasswordWorker[Any] = PasswordWorker(reactor.callFromThread)  # the KDF's thread
-        self._logins: dict[bytes, list[Deferred[Any]]] = {}
         self.default_user, self.default_pass = default_user, default_pass
         self.anonymous_user = anonymous_user  # made on first boot beside the default user (access/auth.py)
         # every client connection of every protocol (core/connections.py)
         self.connections = Connections(self._clock)
+        # every gateway's way in: connections, logins, the access check, alarms (ports.Doors)
+        self.doors = Doors(self.access, self.connections, self.pressure, self.password_worker,
+                           anonymous_user=anonymous_user)
         # The vhost model, one VHost per stored vhost, opened at start. Always THIS dict:
         # connections look their vhost up in it, so it is changed in place.
         self.vhosts: dict[str, VHost] = {}
@@ -371,37 +373,6 @@ class Broker(AccessFacade):
             if ex is not None:
                 return f"exchange '{ex.name}' in vhost '{vhost.name}'"
         return None
-
-    # -- connections and access: every gateway's one way in --------------------------------------
-
-    def connection_opened(self, protocol: str, peer: str, *, tls: bool,
-                          close: Callable[[str], object]) -> ConnectionRecord:
-        """Register a client connection; the gateway sets its user, vhost and client id on
-        the record as it learns them, and calls ``connection_closed`` when it ends.
-        ``close(reason)`` closes it in the protocol's terms (``close_connection``)."""
-        return self.connections.open(protocol, peer, tls=tls, close=close)
-
-    def connection_closed(self, connection: ConnectionRecord, lost: str = "") -> None:
-        """``lost``: how the transport ended, for the log line (core/connections.py)."""
-        self.connections.closed(connection, lost)
-
-    def connection_logged_in(self, connection: ConnectionRecord | None, user: str, vhost: str = "",
-                             how: str = "") -> None:
-        """The connection acts as ``user`` (in ``vhost``) now: set on its record, logged."""
-        if connection is not None:
-            self.connections.logged_in(connection, user, vhost, how)
-
-    def connection_refused(self, connection: ConnectionRecord | None, user: str, reason: str) -> float:
-        """A login (or a vhost) refused on the connection: logged with who tried and why.
-        Returns the seconds the gateway should wait before it answers: repeated failures
-        from one host are slowed down (access/throttle.py)."""
-        return self.connections.refused(connection, user, reason)
-
-    def on_alarms(self, listener: Callable[[frozenset[str]], None]) -> frozenset[str]:
-        """``listener(alarms)`` whenever the memory or disk alarms change; returns the
-        alarms now (core/pressure.py)."""
-        self.pressure.subscribe(listener)
-        return self.pressure.alarms
 
     def vhost(self, name: str) -> VHost | None:
         """The open vhost ``name``'s model, None if none."""

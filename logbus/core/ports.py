@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .access.auth import User, VHostInfo
-    from .access.facade import NewPassword
+    from .access.doors import NewPassword
     from .access.topic_permissions import TopicPermission
     from .inventory import GroupInfo, OffsetReset, PeekedMessage, QueueInfo
     from .message import Message
@@ -95,6 +95,7 @@ class Doors(Protocol):
     def authorize_topic(self, user: str, action: Perm, topic: str, key: str | None = None) -> None: ...
     def topic_restricted(self, user: str, vhost: str, exchange: str) -> bool: ...
     def sees_vhost(self, user: str, vhost: str) -> bool: ...
+    @property
     def access_version(self) -> int: ...
     def on_access_change(self, listener: Callable[[AccessChange], None]) -> None: ...
 

@@ -3,7 +3,7 @@ cache has it, or once the broker's password thread has checked it (core/access/p
 A gateway that answers its client in the same turn when it can, and from a later turn
 otherwise, says both:
 
-    now_or_later(broker.authenticate(user, password, loopback=...), answer, answer_later)
+    now_or_later(doors.authenticate(user, password, loopback=...), answer, answer_later)
 
 Either is called with the Deferred's result: None, or the Failure (consumed: nothing is
 left unhandled in the Deferred).

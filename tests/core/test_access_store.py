@@ -95,20 +95,20 @@ def test_scram_credentials_are_kept_never_the_password_and_made_at_the_first_log
     assert {c.mechanism for c in b.access.user("guest").scram} == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
     b.access.put_user("alice", password="alice-pw-Zq7")
     b.access.put_user("bob", password_hash="fOC0HhN9jd35fgdugCrUmtJEDBykNKlPSAkkQrMfQfuWjx2w")  # "secret"
-    assert b.scram_credential("bob", "SCRAM-SHA-256") is None
-    alice = b.scram_credential("alice", "SCRAM-SHA-512")
+    assert b.doors.scram_credential("bob", "SCRAM-SHA-256") is None
+    alice = b.doors.scram_credential("alice", "SCRAM-SHA-512")
     assert alice is not None and alice.iterations == 16384 and len(alice.salt) == 16
     assert alice == derive("SCRAM-SHA-512", "alice-pw-Zq7", salt=alice.salt)
     b = brokers.restart()
-    assert b.scram_credential("alice", "SCRAM-SHA-512") == alice
-    assert b.access.authenticate("bob", "wrong") is None and b.scram_credential("bob", "SCRAM-SHA-256") is None
+    assert b.doors.scram_credential("alice", "SCRAM-SHA-512") == alice
+    assert b.access.authenticate("bob", "wrong") is None and b.doors.scram_credential("bob", "SCRAM-SHA-256") is None
     assert b.access.authenticate("bob", "secret") is not None
-    bob = b.scram_credential("bob", "SCRAM-SHA-256")
+    bob = b.doors.scram_credential("bob", "SCRAM-SHA-256")
     assert bob is not None and bob == derive("SCRAM-SHA-256", "secret", salt=bob.salt)
     b = brokers.restart()
-    assert b.scram_credential("bob", "SCRAM-SHA-256") == bob  # stored, not made again
+    assert b.doors.scram_credential("bob", "SCRAM-SHA-256") == bob  # stored, not made again
     b.access.put_user("alice", password="alice-new-Xk9")
-    assert b.scram_credential("alice", "SCRAM-SHA-512") not in (None, alice)
+    assert b.doors.scram_credential("alice", "SCRAM-SHA-512") not in (None, alice)
     assert b.state is not None
     records = b"".join(v for _, v in b.state.scan_prefix("metadata", b""))
     assert b"alice-new-Xk9" not in records and b"alice-pw-Zq7" not in records
@@ -119,16 +119,16 @@ def test_anonymous_and_certificate_logins_need_a_user_and_anonymous_needs_loopba
 
     b = brokers.start()
     b.access.put_user("anon", password=None)
-    b.authenticate_anonymous("anon", loopback=True)
+    b.doors.authenticate_anonymous("anon", loopback=True)
     with pytest.raises(LoginRefused, match="beyond loopback"):
-        b.authenticate_anonymous("anon", loopback=False)
+        b.doors.authenticate_anonymous("anon", loopback=False)
     with pytest.raises(LoginRefused):
-        b.authenticate_anonymous("nobody", loopback=True)
-    b.authenticate_certificate("anon", loopback=False)  # a certificate is a credential from anywhere
+        b.doors.authenticate_anonymous("nobody", loopback=True)
+    b.doors.authenticate_certificate("anon", loopback=False)  # a certificate is a credential from anywhere
     with pytest.raises(LoopbackOnly):
-        b.authenticate_certificate("guest", loopback=False)  # loopback_users still apply
+        b.doors.authenticate_certificate("guest", loopback=False)  # loopback_users still apply
     with pytest.raises(LoginRefused):
-        b.authenticate_certificate("nobody", loopback=True)
+        b.doors.authenticate_certificate("nobody", loopback=True)
 
 
 def test_each_vhost_has_its_own_definitions_and_topics(brokers: Brokers) -> None:

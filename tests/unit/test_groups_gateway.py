@@ -9,7 +9,7 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from logbus.core.broker import Broker
+from logbus.core.access.doors import Doors
 from logbus.core.access.auth import Access
 from logbus.core.log.topic_config import TopicConfig
 from logbus.core.metrics import Metrics
@@ -37,8 +37,8 @@ class GroupsDoors:
         self.access = Access()
         self.access.seed("guest", "guest")
 
-    authorize = Broker.authorize
-    authorize_topic = Broker.authorize_topic
+    authorize = Doors.authorize
+    authorize_topic = Doors.authorize_topic
 
 
 def gateway() -> tuple[Any, Clock]:

@@ -17,7 +17,7 @@ A check costs the scrypt time, so it is never done on the reactor thread:
 ``PasswordWorker`` runs it on one thread of its own (hashlib releases the GIL), and
 ``LoginCache`` remembers successful logins in memory, so a client that reconnects with
 the same password, or an HTTP client sending Basic credentials with every request, pays
-an HMAC rather than a KDF (core/access/facade.py puts them together).
+an HMAC rather than a KDF (core/access/doors.py puts them together).
 """
 
 from __future__ import annotations

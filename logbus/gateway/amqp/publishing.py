@@ -55,7 +55,7 @@ class Publishing:
         for each routing key instead (RabbitMQ's topic authorisation)."""
         if self.writable_version != self.doors.access_version:
             self.writable.clear()
-            self.writable_version = self.doors.access_version  # type: ignore[assignment]  # an int: Doors says a method (issue 46)
+            self.writable_version = self.doors.access_version
         try:
             if self._topic_restricted(exchange):
                 self.doors.authorize(self.conn.user, "write",

@@ -96,7 +96,7 @@ class ConnectionAccess:
         self.may_write = self.may_read = self.by_key = False
 
     def _learn(self) -> None:
-        self.version = self.doors.access_version  # type: ignore[assignment]  # an int: Doors says a method (issue 46)
+        self.version = self.doors.access_version
         self.may_write = self._allowed("write")
         self.may_read = self._allowed("read")
         self.by_key = self.doors.topic_restricted(self.user, self.vhost, EXCHANGE)

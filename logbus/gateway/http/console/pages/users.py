@@ -34,7 +34,7 @@ def put(view: View) -> Deferred[str | None]:
     body = parse_user({"password": view.arg("password"), "tags": view.arg("tags", "")}, name)
     admin = view.admin
 
-    def store(new: Any) -> str:  # a NewPassword (core/access/facade.py)
+    def store(new: Any) -> str:  # a NewPassword (core/access/doors.py)
         created = admin.put_user(name, password_hash=new.password_hash, hashing_algorithm=new.hashing_algorithm,
                                   scram=new.scram, tags=body["tags"])
         return f"User {name!r} {'created' if created else 'updated'}."

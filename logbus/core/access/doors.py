@@ -1,20 +1,22 @@
-"""The access half of the Broker facade: who may log in, and the one access check every
-gateway asks (``authorize``). ``Broker`` inherits it; everything here reads the broker's
-``Access`` (users, vhosts, permissions: auth.py).
+"""The ``Doors`` service (``ports.Doors``): every gateway's way in. It owns the client
+connections (core/connections.py) and answers who may log in and the one access check
+every gateway asks (``authorize``), from the users, vhosts and permissions of ``Access``
+(auth.py); and it tells gateways about the memory and disk alarms. The broker makes it
+(``broker.doors``) and hands it to each gateway.
 
-    broker.authenticate(user, password, loopback=...)        # Deferred; LoginRefused, LoopbackOnly
-    broker.hash_new_password(password)                       # Deferred[NewPassword], for put_user
-    broker.authenticate_certificate(user, loopback=...)      # a verified TLS client certificate
-    broker.authenticate_anonymous(user, loopback=...)        # no credentials: loopback only
-    broker.authorize(user, "write", Resource("/", "exchange", "orders", routing_key="k"))
-    broker.authorize_topic(user, "read", "prod@orders")      # the vhost is in the topic's name
-    broker.authorize(user, "monitor", Resource(""))          # a tag's action (the HTTP API's)
+    doors.authenticate(user, password, loopback=...)        # Deferred; LoginRefused, LoopbackOnly
+    doors.hash_new_password(password)                       # Deferred[NewPassword], for put_user
+    doors.authenticate_certificate(user, loopback=...)      # a verified TLS client certificate
+    doors.authenticate_anonymous(user, loopback=...)        # no credentials: loopback only
+    doors.authorize(user, "write", Resource("/", "exchange", "orders", routing_key="k"))
+    doors.authorize_topic(user, "read", "prod@orders")      # the vhost is in the topic's name
+    doors.authorize(user, "monitor", Resource(""))          # a tag's action (the HTTP API's)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
@@ -24,6 +26,10 @@ from ..routing.log_topics import topic_exchange
 from .auth import REFUSED_TAG, TAGS_FOR, Access, AccessChange, Action, Perm, Resource, User
 from .passwords import SCRYPT, PasswordWorker, hash_password
 from .scram import ScramCredential, derive_all
+
+if TYPE_CHECKING:
+    from ..connections import ConnectionRecord, Connections
+    from ..pressure import ResourceMonitor
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +41,48 @@ class NewPassword:
     hashing_algorithm: str = SCRYPT
 
 
-class AccessFacade:
-    access: Access
-    password_worker: PasswordWorker[Any]  # the KDF's thread (passwords.py)
-    _logins: dict[bytes, list[Deferred[User | None]]]  # checks under way: token -> who waits
+class Doors:
+    def __init__(self, access: Access, connections: Connections, pressure: ResourceMonitor,
+                 password_worker: PasswordWorker[Any], *, anonymous_user: str) -> None:
+        self.access = access
+        self.connections = connections
+        self.pressure = pressure
+        self.password_worker = password_worker  # the KDF's thread (passwords.py)
+        self.anonymous_user = anonymous_user  # made on first boot beside the default user (auth.py)
+        self._logins: dict[bytes, list[Deferred[User | None]]] = {}  # checks under way: token -> who waits
+
+    # -- connections ---------------------------------------------------------------------
+
+    def connection_opened(self, protocol: str, peer: str, *, tls: bool,
+                          close: Callable[[str], object]) -> ConnectionRecord:
+        """Register a client connection; the gateway sets its user, vhost and client id on
+        the record as it learns them, and calls ``connection_closed`` when it ends.
+        ``close(reason)`` closes it in the protocol's terms (``Connections.close``)."""
+        return self.connections.open(protocol, peer, tls=tls, close=close)
+
+    def connection_closed(self, connection: ConnectionRecord, lost: str = "") -> None:
+        """``lost``: how the transport ended, for the log line (core/connections.py)."""
+        self.connections.closed(connection, lost)
+
+    def connection_logged_in(self, connection: ConnectionRecord | None, user: str, vhost: str = "",
+                             how: str = "") -> None:
+        """The connection acts as ``user`` (in ``vhost``) now: set on its record, logged."""
+        if connection is not None:
+            self.connections.logged_in(connection, user, vhost, how)
+
+    def connection_refused(self, connection: ConnectionRecord | None, user: str, reason: str) -> float:
+        """A login (or a vhost) refused on the connection: logged with who tried and why.
+        Returns the seconds the gateway should wait before it answers: repeated failures
+        from one host are slowed down (throttle.py)."""
+        return self.connections.refused(connection, user, reason)
+
+    def on_alarms(self, listener: Callable[[frozenset[str]], None]) -> frozenset[str]:
+        """``listener(alarms)`` whenever the memory or disk alarms change; returns the
+        alarms now (core/pressure.py)."""
+        self.pressure.subscribe(listener)
+        return self.pressure.alarms
+
+    # -- logins and the access check -------------------------------------------------------
 
     def authenticate(self, user: str, password: str, *, loopback: bool) -> Deferred[None]:
         """Fires when ``user`` may log in with ``password``, at once if it did before with
