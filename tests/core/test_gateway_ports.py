@@ -1,13 +1,11 @@
-"""The AMQP and MQTT gateways hold ports, not the core (issue 46, decision 0052): built
-by the server's own builders over a real broker on a temp dir, with a connection of each
-protocol open, logged in, consuming and publishing (Twisted's StringTransport, no
-socket), no object reachable from a factory or a connection is the ``Broker`` or a
-``VHost``. The walk follows the attributes of gateway objects (classes of
-``logbus.gateway``), containers, bound methods, partials and closures; a core object it
-reaches is a leaf, and must be neither of those two.
-
-The ``Doors`` port is still the broker itself (``server._doors``) until its own service
-lands: reached through an attribute named ``doors``, it is not counted (and not walked)."""
+"""Every gateway holds ports, not the core (issue 46, decisions 0049-0052): built by the
+server's own builders over a real broker on a temp dir, with a connection of each
+stateful protocol open, logged in, consuming and publishing (Twisted's StringTransport,
+no socket), every core object reachable from a gateway's factory, site or connection is
+a port's implementation (a service the broker owns, ``SERVICES``) or a value the ports
+hand out (``VALUES``): never the ``Broker``, a ``VHost`` or anything behind them. The walk
+follows the attributes of gateway objects (classes of ``logbus.gateway``), containers,
+bound methods, partials and closures; a core object it reaches is a leaf."""
 
 from __future__ import annotations
 
@@ -26,16 +24,39 @@ from logbus import server
 from logbus.config import Settings
 from logbus.core.broker import Broker
 from logbus.core.log import TopicConfig
+from logbus.core.access.auth import Access
+from logbus.core.access.doors import Doors
+from logbus.core.admin import AdminService
+from logbus.core.connections import ConnectionRecord
+from logbus.core.message import Envelope, Message
+from logbus.core.metrics import Metrics
+from logbus.core.pop_service import PopService
+from logbus.core.queue_model import QueueModel, VHostQueues
+from logbus.core.queues.entry import Delivery
+from logbus.core.queues.service import QueueSettings, QueueState
+from logbus.core.retained import RetainedStore
+from logbus.core.sessions import SessionService
+from logbus.core.tick import Tick
+from logbus.core.streams.service import StreamService
+from logbus.core.topics import TopicService
 from logbus.core.vhost import VHost
+from prometheus_client.registry import CollectorRegistry
 from logbus.gateway.amqp.model.forms import AMQP_FORMS
 from logbus.gateway.mqtt import Connect, Properties, Publish, Subscribe, Subscription, encode
 from tests.loop import LoopReactor
 
 CONTAINERS = (dict, list, set, frozenset, tuple)
+# the ports' implementations: what the server hands the gateways (core/ports.py), and the
+# reactor's end-of-turn pass (core/tick.py, ``tick_of``: the reactor's, not the broker's)
+SERVICES = (Doors, QueueModel, VHostQueues, SessionService, StreamService, TopicService, Access, AdminService,
+            PopService, Metrics, CollectorRegistry, Tick)
+# what the ports' methods take or hand out and gateways keep (core/types.py)
+VALUES = (ConnectionRecord, Delivery, Message, Envelope, QueueState, QueueSettings, RetainedStore)
 
 
 def core_held(roots: dict[str, Any], broker: Broker) -> list[str]:
-    """The paths from ``roots`` to a Broker or a VHost (see the module's header)."""
+    """The paths from ``roots`` to a core object that is neither a port's implementation
+    nor a value the ports hand out (see the module's header)."""
     bad: list[str] = []
     seen: set[int] = set()
     todo: list[tuple[str, Any]] = list(roots.items())
@@ -44,10 +65,13 @@ def core_held(roots: dict[str, Any], broker: Broker) -> list[str]:
         if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
             continue
         seen.add(id(obj))
-        if obj is broker and path.endswith(".doors"):
-            continue  # the Doors port, until its own service lands
         if isinstance(obj, (Broker, VHost)):
             bad.append(f"{path}: {type(obj).__name__}")
+            continue
+        if isinstance(obj, SERVICES + VALUES):
+            continue
+        if type(obj).__module__.startswith("logbus.core"):
+            bad.append(f"{path}: {type(obj).__module__}.{type(obj).__name__}")
             continue
         if isinstance(obj, CONTAINERS):
             items = obj.items() if isinstance(obj, dict) else enumerate(obj)
@@ -117,14 +141,17 @@ def _mqtt_connection(factory: Any, loop: LoopReactor, client_id: str) -> Any:
     return protocol
 
 
-def test_the_amqp_and_mqtt_gateways_hold_no_broker_and_no_vhost(tmp_path: Path) -> None:
+def test_every_gateway_holds_ports_only(tmp_path: Path) -> None:
     with _broker(tmp_path) as (loop, broker):
-        settings = Settings()
+        broker.admin.create_vhost("other")  # a second open vhost to find, if anything held them
+        settings = Settings(data_dir=tmp_path)
+        kafka = server._kafka(broker, settings, loop)
+        http = server._http(broker, settings, loop)
         amqp = server._amqp(broker, settings, loop)
         mqtt = server._mqtt(broker, settings, loop)
         mqtt_ws = server._mqtt_ws(broker, settings, loop)
         mqtt.startFactory()
-        roots = {"amqp": amqp, "mqtt": mqtt, "mqtt_ws": mqtt_ws,
+        roots = {"amqp": amqp, "mqtt": mqtt, "mqtt_ws": mqtt_ws, "kafka": kafka, "http": http,
                  "amqp connection": _amqp_connection(amqp, loop, broker),
                  "mqtt connection": _mqtt_connection(mqtt, loop, "walked"),
                  "client sessions": broker.admin.client_sessions}
@@ -133,8 +160,9 @@ def test_the_amqp_and_mqtt_gateways_hold_no_broker_and_no_vhost(tmp_path: Path) 
 
 
 def test_the_walk_finds_a_broker_or_a_vhost_held(tmp_path: Path) -> None:
-    """The check itself: a gateway object that keeps the broker (not as its doors), or a
-    vhost, or a bound method of either, is found."""
+    """The check itself: a gateway object that keeps the broker, or a vhost (as a gateway
+    given a VHost for its Queues port would), a bound method of either, or another core
+    object behind the ports, is found."""
     with _broker(tmp_path) as (loop, broker):
         amqp = server._amqp(broker, Settings(), loop)
         vhost = broker.vhost("/")
@@ -146,3 +174,8 @@ def test_the_walk_finds_a_broker_or_a_vhost_held(tmp_path: Path) -> None:
         assert core_held({"amqp": amqp}, broker) == ["amqp.kept.args[0]: VHost"]
         amqp.kept = (lambda: vhost)
         assert core_held({"amqp": amqp}, broker) == ["amqp.kept<vhost>: VHost"]
+        amqp.kept = broker.queue_store
+        assert core_held({"amqp": amqp}, broker) == ["amqp.kept: logbus.core.queues.journal.QueueStore"]
+        amqp.kept = None
+        amqp.vhosts = broker.vhosts  # a gateway given the VHosts, not their ports
+        assert core_held({"amqp": amqp}, broker) == ["amqp.vhosts['/']: VHost"]

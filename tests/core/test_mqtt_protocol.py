@@ -70,7 +70,7 @@ class MqttSessionMachine(RuleBasedStateMachine):
         self.broker = Broker(Path(self._dir.name), reactor=self.loop, forms=AMQP_FORMS)
         self.broker.start()
         b = self.broker
-        self.factory = MqttFactory(b, b.queue_model, b.sessions, b.metrics, self.loop, properties=b.forms.properties)
+        self.factory = MqttFactory(b.doors, b.queue_model, b.sessions, b.metrics, self.loop, properties=b.forms.properties)
         self.factory.startFactory()
         self.client: Client | None = None
         self.subs: dict[str, int] = {}  # the model: filter -> maximum QoS
@@ -220,7 +220,7 @@ def _gateway(path: Path) -> Iterator[tuple[LoopReactor, Broker, MqttFactory]]:
     loop = LoopReactor()
     broker = Broker(path, reactor=loop, forms=AMQP_FORMS)
     broker.start()
-    factory = MqttFactory(broker, broker.queue_model, broker.sessions, broker.metrics, loop,
+    factory = MqttFactory(broker.doors, broker.queue_model, broker.sessions, broker.metrics, loop,
                           properties=broker.forms.properties)
     factory.startFactory()
     try:

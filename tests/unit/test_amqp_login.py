@@ -32,7 +32,7 @@ class Env:
               mechanism: str = "PLAIN", before_open: Any = None) -> Any:
         """The handshake; the server's last method: Connection.OpenOk or Connection.Close."""
         out: list[bytes] = []
-        conn = Session(self.broker, self.broker.queue_model, send=out.append, close=lambda: None,
+        conn = Session(self.broker.doors, self.broker.queue_model, send=out.append, close=lambda: None,
                        reading=lambda on: None, reactor=self.loop, peer_is_loopback=loopback, peer="test")
         if mechanism == "PLAIN":
             response = f"\0{user}\0{password}"

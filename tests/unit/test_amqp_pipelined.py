@@ -36,7 +36,7 @@ class Client:
         self.loop = loop
         self.broker = broker
         self.out: list[bytes] = []
-        self.conn = Session(broker, broker.queue_model, send=self.out.append, close=lambda: None,
+        self.conn = Session(broker.doors, broker.queue_model, send=self.out.append, close=lambda: None,
                             reading=lambda on: None, reactor=loop, peer_is_loopback=True, peer="test")
         self.feed(HEADER, frame.marshal(C.Connection.StartOk({}, "PLAIN", f"\0{user}\0{password}"), 0),
                   frame.marshal(C.Connection.TuneOk(2047, 131072, 0), 0),

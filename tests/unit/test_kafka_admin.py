@@ -49,7 +49,7 @@ class Env:
     def start(self) -> None:
         self.broker = Broker(self.data, reactor=self.loop, topic_defaults=self.defaults)
         self.broker.start()
-        self.handlers = KafkaHandlers(self.broker, self.broker.streams, self.broker.topics, self.broker.access, self.loop)
+        self.handlers = KafkaHandlers(self.broker.doors, self.broker.streams, self.broker.topics, self.broker.access, self.loop)
         admin.install(self.handlers)
         kconfigs.install(self.handlers)
 

@@ -145,7 +145,7 @@ def test_a_response_that_cannot_be_encoded_closes_the_connection(tmp_path: Any) 
     broker = Broker(tmp_path, reactor=loop)
     broker.start()
     try:
-        handlers = KafkaHandlers(broker, broker.streams, broker.topics, broker.access, loop)
+        handlers = KafkaHandlers(broker.doors, broker.streams, broker.topics, broker.access, loop)
         handlers.register(ApiVersionsRequest, ApiVersionsResponse, 0, 3,
                           lambda req, adv: ApiVersionsResponse(error_code=0, api_keys=[("not", "a", "struct")]))
         proto = KafkaProtocol(handlers, 1 << 20)

@@ -34,7 +34,7 @@ def test_the_wait_ends_once_when_its_last_read_wakes_it(tmp_path: Path) -> None:
     broker.start()
     try:
         broker.topics.create_topic("t")
-        handlers = KafkaHandlers(broker, broker.streams, broker.topics, broker.access, loop)
+        handlers = KafkaHandlers(broker.doors, broker.streams, broker.topics, broker.access, loop)
         req = fetch_request(30)
         from logbus.gateway.kafka.codec import parse_request
 

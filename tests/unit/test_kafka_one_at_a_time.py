@@ -55,7 +55,7 @@ class Setup:
         self.broker.start()
         self.clock = Clock()
         b = self.broker
-        self.factory = KafkaFactory(b, b.streams, b.topics, b.access, b.metrics, self.clock, 1 << 20, idle_timeout=IDLE)
+        self.factory = KafkaFactory(b.doors, b.streams, b.topics, b.access, b.metrics, self.clock, 1 << 20, idle_timeout=IDLE)
         self.pending: list[tuple[Deferred[Any], Any]] = []
         self.factory.handlers.register(ApiVersionsRequest, ApiVersionsResponse, 0, 3, self._handle)
 
