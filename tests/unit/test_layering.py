@@ -2,11 +2,12 @@
 imports no gateway, no protocol codec (pamqp, kafka-python's protocol classes) and not
 the server, and holds no protocol's vocabulary (no ``amqp_``/``mqtt_`` name of its own, no
 ``x-`` name); ``logbus/retry`` imports nothing but the standard library; no gateway
-imports another; every gateway imports of ``logbus.core`` only the broker facade,
-``ports``, ``errors`` and ``types`` (the public types the facade lists), never names an attribute
-behind the broker (``broker.log``, ``broker.state``, a vhost's ``service`` or
-``router``, ...) and checks access only through ``Broker.authenticate`` and
-``Broker.authorize``."""
+imports another; every gateway imports of ``logbus.core`` only ``ports`` (the typed ports it
+is given: core/ports.py), ``errors`` and ``types`` (the public types the ports take and
+return), never the broker, never names an attribute behind a port (``broker.log``,
+``broker.state``, a vhost's ``service`` or ``router``, ...) and checks access only through
+``Doors.authenticate`` and ``Doors.authorize``. What the gateways hold, object by object,
+is checked by tests/core/test_gateway_ports.py."""
 
 from __future__ import annotations
 
@@ -56,13 +57,12 @@ def test_the_check_sees_relative_imports() -> None:
     assert "logbus.core.queues.queue" in names and "logbus.retry.policy" in names
 
 
-# A gateway holds the broker or ports and nothing behind them: from logbus.core it imports
-# the facade, the ports (core/ports.py), the error vocabulary and the public types of their
-# methods (core/types.py).
-GATEWAY_MAY_IMPORT = ("logbus.core.broker", "logbus.core.errors", "logbus.core.types", "logbus.core.ports")
+# A gateway holds ports and nothing behind them: from logbus.core it imports the ports
+# (core/ports.py), the error vocabulary and the public types of their methods (core/types.py).
+GATEWAY_MAY_IMPORT = ("logbus.core.errors", "logbus.core.types", "logbus.core.ports")
 # an attribute behind the broker's methods: its log, producer registry, group coordinator,
 # vhosts, state store, queue services, timers, queue journal; a vhost's queue service and
-# router; the user store's checks (gateways call Broker.authenticate / authorize)
+# router; the user store's checks (gateways call Doors.authenticate / authorize)
 BEHIND_THE_BROKER = re.compile(
     r"\bbroker\s*\.\s*(log|_log|producers|groups|vhosts|state|feed|pop|timers|queue_store|connections)\b"
     r"|\bvhost\s*\.\s*(service|router|defs|log)\b"
