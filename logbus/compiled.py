@@ -65,6 +65,18 @@ MODULES: tuple[str, ...] = (
     "logbus.core.log.manager",
     "logbus.core.tick",
     "logbus.core.message",
+    "logbus.core.log.keyindexer",
+    "logbus.core.log.flusher",
+    "logbus.core.log.batch",
+    "logbus.core.log.format",
+    "logbus.core.log.filecache",
+    "logbus.core.state",
+    "logbus.core.queues.msgstore",
+    "logbus.core.queues.timers",
+    "logbus.core.routing.router",
+    "logbus.core.routing.matchers",
+    "logbus.core.routing.filtered",
+    "logbus.core.metrics",
 )
 GROUP = "logbus"  # mypyc's shared library: logbus__mypyc<EXT_SUFFIX> beside the package
 MANIFEST = "compiled.json"
