@@ -172,6 +172,7 @@ def test_damaged_index_file_is_rebuilt(open_log: Callable[..., LogManager], loop
     assert path.read_bytes() == good  # written again, the same bytes
 
 
+@pytest.mark.pure_only
 def test_collisions_never_give_a_wrong_record(open_log: Callable[..., LogManager], loop: LoopReactor,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Every key and every message id hashes alike: every record is a candidate, and the

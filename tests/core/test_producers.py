@@ -61,6 +61,7 @@ def produce(loop: LoopReactor, reg: ProducerRegistry, p: Any, seq: int, n: int, 
     return APPEND, base
 
 
+@pytest.mark.pure_only
 def test_states_survive_restart_as_snapshot_plus_log_tail(partition: Any, loop: LoopReactor, store: Callable[[], StateStore]) -> None:
     p = partition
     s = store()

@@ -316,6 +316,7 @@ ServiceMachine.TestCase.settings = settings(max_examples=60, stateful_step_count
 test_queue_service_against_model = ServiceMachine.TestCase
 
 
+@pytest.mark.pure_only
 def test_a_stale_receipt_mutant_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """A queue that checks only that a seq is leased, not that the delivery is its lease,
     lets a lapsed delivery settle the message's next lease: the machine must catch it."""

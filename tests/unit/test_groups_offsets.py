@@ -47,6 +47,7 @@ def test_commit_generation_checks() -> None:
     assert c.fetch_offsets("nope", None) == {}
 
 
+@pytest.mark.pure_only
 def test_offsets_are_one_synced_batch_and_survive_a_reopen(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "state")
     batches: list[dict[str, Any]] = []

@@ -294,6 +294,7 @@ def test_create_partitions_errors_and_validate_only(env: Env) -> None:
     assert resp.results[0].error_code == K.NONE and len(env.lm.topics["t"].partitions) == 5
 
 
+@pytest.mark.pure_only
 def test_create_partitions_failure_restores_the_record(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     env.call(create_topics(create("f", 2)), 7)
 

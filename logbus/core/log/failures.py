@@ -51,8 +51,8 @@ class Failures:
     _wbytes: int
     _mode: str
 
-    if TYPE_CHECKING:
-        def _new_segment(self, base: int) -> Segment: ...
+    def _new_segment(self, base: int) -> Segment:
+        raise NotImplementedError  # the subclass's
 
 
     def unavailable(self) -> StorageError | None:

@@ -136,8 +136,8 @@ class Flusher:
         self._cond = threading.Condition(self._lock)
         self._queue: list[Ticket] = []
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="logbus-flusher", daemon=True)
-        self._thread.start()
+        self._worker = threading.Thread(target=self._run, name="logbus-flusher", daemon=True)
+        self._worker.start()
 
     # -- reactor thread ------------------------------------------------------------
 
@@ -253,7 +253,7 @@ class Flusher:
             for t in self._queue:
                 t.deadline = 0.0
             self._cond.notify()
-        self._thread.join(timeout)
+        self._worker.join(timeout)
 
     def _flush_now(self, items: list[tuple[Any, list[Handle], list[Waiter] | None, float]]) -> None:
         """Sync on this thread and fire the waiters (submit() checked that nothing is

@@ -25,7 +25,7 @@ from . import batch as B
 from . import format as F
 from .filecache import FileCache, Handle
 from .failures import Failures
-from .flusher import Flusher, Waiter, fire_waiters
+from .flusher import Flusher, Ticket, Waiter, fire_waiters
 from .segment import Segment
 from .topic_config import TopicConfig
 
@@ -94,7 +94,7 @@ class Partition(Failures):
         self.directory = directory
         self.cache = cache
         self.flusher = flusher
-        self.ticket = None  # the flusher's open ticket for this partition
+        self.ticket: Ticket | None = None  # the flusher's open ticket for this partition
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
         self.active = segments[-1]

@@ -67,9 +67,10 @@ class Viewed:
     _stale: int
     _stale_seqs: set[int]
 
-    if TYPE_CHECKING:
-        def _object_ready(self, seq: int) -> bool: ...
-        def _take_ready(self, seq: int) -> Entry: ...
+    def _object_ready(self, seq: int) -> bool:
+        raise NotImplementedError  # the subclass's
+    def _take_ready(self, seq: int) -> Entry:
+        raise NotImplementedError  # the subclass's
 
     def watch(self, key: Any, accept: Callable[[Entry, Any], bool]) -> View:
         """The view of ``key`` (a consumer filter): made now, with every ready entry in
