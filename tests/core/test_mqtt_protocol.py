@@ -8,6 +8,7 @@ but the DISCONNECT."""
 
 from __future__ import annotations
 
+import gc
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -358,3 +359,41 @@ def test_a_subscribe_after_a_publish_in_one_read_comes_after_it(tmp_path: Path) 
         c.send(Publish("t/x", b"after", 1, packet_id=3))
         loop.run_until(lambda: any(isinstance(x, Publish) for x in c.received_all()))
         assert [x.payload for x in c.seen if isinstance(x, Publish)] == [b"after"]
+
+
+def test_publishes_and_deliveries_leave_no_cyclic_garbage(tmp_path: Path) -> None:
+    """Decision 0053: the per-message path makes no reference cycles. A cycle per turn (a
+    closure compiled by mypyc and the environment it closes over refer to each other)
+    kept every turn's publishes alive until a collection, which then came every few
+    hundred messages and stalled the reactor for milliseconds. With the collector off,
+    QoS 1 publishes, their deliveries and both sides' acks, and a collection must find
+    (almost) nothing."""
+    with _gateway(tmp_path) as (loop, broker, factory):
+        sub = Client(factory, loop)
+        sub.send(Connect("sub", 5))
+        sub.send(Subscribe(1, (Subscription("fleet/#", 1),)))
+        pub = Client(factory, loop)
+        pub.send(Connect("dev", 5))
+        loop.run_until(lambda: all(any(isinstance(x, ConnAck) for x in c.received_all()) for c in [sub, pub]))
+
+        def burst(first: int, n: int) -> None:
+            for i in range(first, first + n):
+                pub.send(Publish("fleet/1", b"m%d" % i, 1, packet_id=i % 65535 + 1))
+                loop.run_until(lambda: any(isinstance(x, PubAck) for x in pub.received()))
+            for _ in range(100):
+                loop.run_once(block=0.001)
+                got = [x for x in sub.received() if isinstance(x, Publish)]
+                for p in got:
+                    sub.send(PubAck(p.packet_id))
+                if not got and not sub.protocol.machine.out:
+                    break
+
+        burst(0, 50)  # caches and first-use objects made before the count
+        gc.collect()
+        gc.disable()
+        try:
+            burst(50, 200)
+            found = gc.collect()
+        finally:
+            gc.enable()
+        assert found < 50, f"{found} objects in reference cycles after 200 messages"

@@ -39,6 +39,28 @@ class Publisher(Protocol):
 
 
 
+class TurnDurable:
+    """Splits a turn's durability callback back per connection and batch. A class, not a
+    closure: compiled by mypyc, a nested function and the environment it closes over
+    refer to each other, and every turn's batches (their Inflights) would wait for the
+    garbage collector (decision 0053)."""
+
+    __slots__ = ("batches", "starts")
+
+    def __init__(self, batches: list[tuple[Publisher, list[Inflight]]], starts: list[int]) -> None:
+        self.batches = batches
+        self.starts = starts  # each batch's first row in the turn's rows
+
+    def durable(self, first: int, last: int, result: Any) -> None:
+        batches, starts = self.batches, self.starts
+        i = bisect_right(starts, first) - 1
+        while i < len(batches) and starts[i] <= last:
+            c, batch = batches[i]
+            s = starts[i]
+            c.durable(batch, max(first, s) - s, min(last, s + len(batch) - 1) - s, result)
+            i += 1
+
+
 class TurnPublishes:
     def __init__(self, room: Any, tick: Tick) -> None:
         self.room = room  # the MqttRoom: publish_many
@@ -62,17 +84,8 @@ class TurnPublishes:
         for _, batch in batches:
             starts.append(len(rows))
             rows.extend(batch)
-
-        def durable(first: int, last: int, result: Any) -> None:
-            i = bisect_right(starts, first) - 1
-            while i < len(batches) and starts[i] <= last:
-                c, batch = batches[i]
-                s = starts[i]
-                c.durable(batch, max(first, s) - s, min(last, s + len(batch) - 1) - s, result)
-                i += 1
-
         try:
-            out = self.room.publish_many(rows, durable)
+            out = self.room.publish_many(rows, TurnDurable(batches, starts).durable)
         except LogbusError as e:
             for c, batch in batches:
                 c.publish_failed(batch, str(e))
