@@ -41,14 +41,7 @@ from .stalls import StallTrace
 log = logging.getLogger(__name__)
 
 
-LOAD_WINDOW = 0.05  # seconds over which ``busy`` measures the thread's share of work
-BUSY_SHARE = 0.5  # ``busy``: at least this share of the last window spent outside the poll
-
-
 class Reactor(EPollReactor):
-    _load = 0.0  # the share of the last window spent outside epoll_wait
-    _idle = 0.0  # seconds in epoll_wait since the window began
-    _window_start = 0.0
     _tick: Tick | None = None  # the end-of-turn pass this reactor runs
 
     def drive_tick(self, tick: Tick) -> None:
@@ -84,26 +77,13 @@ class Reactor(EPollReactor):
             if tick is not None:
                 tick.run_pending()
 
-    def busy(self) -> bool:
-        """Whether the reactor thread was busy (``BUSY_SHARE`` of the last
-        ``LOAD_WINDOW`` outside the poll): the log's flusher paces its syncs then, to spend
-        less of the thread that is short (core/log/flusher.py, ``RING_PACE_SECONDS``)."""
-        return self._load >= BUSY_SHARE
-
     def doPoll(self, timeout: float | None) -> None:
-        t0 = time.perf_counter()
         try:
             events = self._poller.poll(-1 if timeout is None else timeout, len(self._selectables))
         except OSError as err:
             if err.errno == errno.EINTR:
                 return
             raise
-        t1 = time.perf_counter()
-        self._idle += t1 - t0
-        span = t1 - self._window_start
-        if span >= LOAD_WINDOW:
-            self._load = max(0.0, 1.0 - self._idle / span)
-            self._window_start, self._idle = t1, 0.0
         selectables = self._selectables
         handle = self._doReadOrWrite
         for fd, event in events:

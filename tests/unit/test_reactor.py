@@ -102,24 +102,6 @@ def test_an_error_escaping_one_event_is_logged_and_the_others_are_served(
             os.close(fd)
 
 
-def test_busy_is_the_share_of_time_spent_outside_the_poll(reactor: Reactor) -> None:
-    """``busy`` (the log's flusher paces its syncs by it) is true after a window in which
-    the thread spent most of its time between polls, false after one spent waiting."""
-    import time
-
-    from logbus.reactor import LOAD_WINDOW
-
-    reactor.doPoll(0)
-    reactor.doPoll(LOAD_WINDOW * 1.5)  # nothing ready: the window was spent in the poll
-    assert not reactor.busy()
-    reactor.doPoll(0)
-    time.sleep(LOAD_WINDOW * 1.5)  # working between polls
-    reactor.doPoll(0)
-    assert reactor.busy()
-    reactor.doPoll(LOAD_WINDOW * 1.5)
-    assert not reactor.busy()
-
-
 def test_the_end_of_turn_pass_runs_once_after_the_turns_reads_without_a_timer(reactor: Reactor) -> None:
     """logbus's reactor drives the end-of-turn pass itself (core/tick.py): work asked for
     by each read of a turn runs once, after every read of the turn, and asking for it

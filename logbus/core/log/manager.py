@@ -69,7 +69,7 @@ class LogManager:
         self._tick = tick_of(reactor)
         ring = Ring.open() if inline_flush and hasattr(reactor, "addReader") else None
         self.flusher = Flusher(reactor.callFromThread, m.flushes.observe, inline=inline_flush, ring=ring,
-                               call_later=reactor.callLater, busy=getattr(reactor, "busy", None))
+                               call_later=reactor.callLater)
         self._ring_reader = None if ring is None else _RingReader(ring, self.flusher.ring_ready)
         if self._ring_reader is not None:
             reactor.addReader(self._ring_reader)
