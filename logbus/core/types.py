@@ -1,13 +1,12 @@
-"""The public types the Broker facade and the ports (``ports.py``) list: what their
-methods take and return, for the gateways.
+"""The public types the ports (``ports.py``) list: what their methods take and return,
+for the gateways.
 
-A gateway imports from ``logbus.core`` the facade (``broker.py``), the ports
-(``ports.py``), the error vocabulary (``errors.py``) and this module, nothing else
-(tests/unit/test_layering.py). Each name
+A gateway imports from ``logbus.core`` the ports (``ports.py``), the error vocabulary
+(``errors.py``) and this module, nothing else (tests/unit/test_layering.py). Each name
 keeps its one owner: it is only re-exported here, except ``PartitionOffsets``, which
-exists for the facade. The names are loaded on first use, so that a gateway's sans-I/O
-parts (the MQTT session machine) import what they name here without the broker's
-Twisted side.
+exists for the Streams port. The names are loaded on first use, so that a gateway's
+sans-I/O parts (the MQTT session machine) import what they name here without the
+broker's Twisted side.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ REFUSED_TAG: Final = {"manage": "Not management user", "policy": "Not policymake
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """What ``Broker.authorize`` is asked about: a vhost (action "access"), or an
+    """What ``Doors.authorize`` is asked about: a vhost (action "access"), or an
     exchange or queue in it; with ``routing_key`` (a publish to, or a binding from, a
     topic exchange) the user's topic permission on it too, ``client_id`` filling in
     its ``{client_id}`` variable."""
