@@ -26,6 +26,8 @@ from tests.integration.mgmt import Mgmt, q
 from tests.integration.mqtt_clients import WAIT, Paho, unique
 from tests.serverproc import LogbusServer, module_server, run_logbus
 
+JOIN_WAIT = 60.0  # s: a consumer group join, which may wait out a session timeout
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
@@ -214,15 +216,19 @@ def test_kafka_group_lag_and_reset(server: LogbusServer, mgmt: Mgmt) -> None:
     # a group with members may not be reset
     member = KafkaConsumer(topic, bootstrap_servers=server.addresses["kafka"], group_id=group,
                            enable_auto_commit=False, consumer_timeout_ms=200)
-    deadline = time.monotonic() + WAIT
-    while not member.assignment():
-        member.poll(timeout_ms=100)
-        assert time.monotonic() < deadline
-    g = mgmt.call("GET", f"/api/consumer-groups/{group}").json()
-    assert g["state"] == "Stable" and [a["partition"] for a in g["members"][0]["assignment"]] == [0]
-    refused = mgmt.call("POST", reset, {"to": "earliest", "execute": True})
-    assert refused.status == 409 and refused.json()["error"] == "group_active", refused
-    member.close()
+    try:
+        # a join may wait out a rebalance (a member whose leave was lost: its session
+        # timeout, 10 s in kafka-python), so the bound is well past that, not a speed
+        deadline = time.monotonic() + JOIN_WAIT
+        while not member.assignment():
+            member.poll(timeout_ms=100)
+            assert time.monotonic() < deadline
+        g = mgmt.call("GET", f"/api/consumer-groups/{group}").json()
+        assert g["state"] == "Stable" and [a["partition"] for a in g["members"][0]["assignment"]] == [0]
+        refused = mgmt.call("POST", reset, {"to": "earliest", "execute": True})
+        assert refused.status == 409 and refused.json()["error"] == "group_active", refused
+    finally:
+        member.close()  # also when an assertion failed: its thread would reconnect to a stopped server
     assert mgmt.call("GET", "/api/consumer-groups/no-such").status == 404
 
 
