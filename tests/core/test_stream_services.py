@@ -5,10 +5,7 @@ a deleted topic's producer states and committed offsets go through the hand-over
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from twisted.python.failure import Failure
 
 from logbus.core.errors import ProducerFenced
 from logbus.core.log import LogManager, TopicConfig
@@ -17,20 +14,8 @@ from logbus.core.state import StateStore
 from logbus.core.streams.service import StreamService
 from logbus.core.topics import TopicService
 from logbus.core.types import AppendResult, Code, OffsetAndMetadata
+from tests.core.test_produce import batch, outcome
 from tests.loop import LoopReactor
-
-
-def batch(value: bytes, pid: int = -1, epoch: int = -1, seq: int = -1) -> bytes:
-    b = DefaultRecordBatchBuilder(2, 0, 0, pid, epoch, seq, 1 << 20)
-    b.append(0, 1000, None, value, [])
-    return bytes(b.build())
-
-
-def outcome(loop: LoopReactor, d: Any) -> Any:
-    box: list[Any] = []
-    d.addBoth(box.append)
-    loop.run_until(lambda: bool(box))
-    return box[0].value if isinstance(box[0], Failure) else box[0]
 
 
 class Services:
@@ -59,15 +44,15 @@ def test_produce_is_routed_and_a_deleted_topic_takes_its_client_state(tmp_path: 
         assert outcome(s.loop, s.streams.produce("t", 1, batch(b"a"))) == AppendResult(0, 0, 0)
         assert s.routed == [("t", 1, 0)]  # on to the queues that read the topic, handed at start
         pid = s.streams.new_producer_id()
-        assert outcome(s.loop, s.streams.produce("t", 0, batch(b"b", pid, 1, 0))).base_offset == 0
-        assert isinstance(outcome(s.loop, s.streams.produce("t", 0, batch(b"c", pid, 0, 1))), ProducerFenced)
+        assert outcome(s.loop, s.streams.produce("t", 0, batch(b"b", pid=pid, epoch=1, seq=0))).base_offset == 0
+        assert isinstance(outcome(s.loop, s.streams.produce("t", 0, batch(b"c", pid=pid, epoch=0, seq=1))), ProducerFenced)
         assert s.streams.commit_offsets("g", -1, "", {("t", 0): OffsetAndMetadata(1)})[0] is Code.NONE
         assert s.topics.delete_topic("t") == 0  # no queue model here: nothing reads it
         assert s.streams.fetch_offsets("g", None) == {} and s.streams.partition_count("t") is None
         s.topics.create_topic("t", {"partitions": 1})
         assert outcome(s.loop, s.streams.produce("t", 0, batch(b"d"))).base_offset == 0  # as far as the old log
         # the producer's epoch 1 went with the topic (in the store too): an older epoch is a new producer's
-        assert outcome(s.loop, s.streams.produce("t", 0, batch(b"e", pid, 0, 0))).base_offset == 1
+        assert outcome(s.loop, s.streams.produce("t", 0, batch(b"e", pid=pid, epoch=0, seq=0))).base_offset == 1
         s.topics.create_topic("kept", {"partitions": 3})
     finally:
         s.close()
