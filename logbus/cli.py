@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--disk-free-limit", metavar="BYTES",
                        help="disk alarm below this many bytes free on the data directory's"
                             " filesystem (default: 50000000)")
+    serve.add_argument("--turn-pace-ms", metavar="MS",
+                       help="under a steady load, append, write and dispatch the publishes read at most"
+                            " once per this long, gathering several turns' reads (default: 1; 0: every turn)")
     serve.add_argument("--amqp-read-linger-ms", metavar="MS",
                        help="after a read of several AMQP frames, wait this long before reading"
                             " that connection again, to batch a pipelining client (default: 1; 0: off)")
@@ -335,6 +338,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "kafka_auto_create_topics": args.kafka_auto_create_topics,
         "memory_high_watermark": args.memory_high_watermark,
         "disk_free_limit": args.disk_free_limit,
+        "turn_pace_ms": args.turn_pace_ms,
         "amqp_read_linger_ms": args.amqp_read_linger_ms,
         "amqp_read_linger_max_ms": args.amqp_read_linger_max_ms,
         "amqp_max_message_size": args.amqp_max_message_size,

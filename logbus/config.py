@@ -61,6 +61,9 @@ class Settings:
     kafka_auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
     kafka_anonymous: str = "loopback"  # Kafka clients without SASL: "off", or from loopback only
     kafka_sasl_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"  # offered by SaslHandshake
+    # under a steady load, the end-of-turn pass that appends a turn's publishes, writes the log
+    # and dispatches runs at most once per this long (core/tick.py, decision 0055; 0: every turn)
+    turn_pace_ms: float = 1.0
     amqp_read_linger_ms: float = 1.0  # pause after a pipelined read (gateway/amqp/protocol.py)
     amqp_read_linger_max_ms: float = 8.0  # the longest it grows to, for a client that goes on sending
     amqp_max_message_size: int = 128 << 20  # largest AMQP body accepted (RabbitMQ's max_message_size)
@@ -374,6 +377,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "kafka_auto_create_topics": _as_bool,
     "kafka_anonymous": _anonymous,
     "kafka_sasl_mechanisms": _sasl_mechanisms,
+    "turn_pace_ms": lambda raw: _as_float(raw, 0.0, 100.0),
     "amqp_read_linger_ms": lambda raw: _as_float(raw, 0.0, 100.0),
     "amqp_read_linger_max_ms": lambda raw: _as_float(raw, 0.0, 1000.0),
     "amqp_max_message_size": lambda raw: _as_int(raw, 1, 512 << 20),  # RabbitMQ's ceiling: 512 MiB

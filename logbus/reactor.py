@@ -27,8 +27,13 @@ connections in the listen backlog instead of accepting and closing them.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import logging
+import math
+import os
+import select
 import time
 from typing import Any
 
@@ -41,8 +46,64 @@ from .stalls import StallTrace
 log = logging.getLogger(__name__)
 
 
+FINE_TIMEOUT = 0.01  # poll timeouts shorter than this are kept to the microsecond (a timerfd)
+
+
+class FineTimer:
+    """A timerfd in the reactor's epoll set: wakes a poll at a sub-millisecond deadline."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.armed_until = 0.0  # time.monotonic() of the armed expiry; 0.0: not armed
+        self._spec = _ITimerSpec()
+
+    @classmethod
+    def open(cls, poller: Any) -> FineTimer | None:
+        fd = _libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+        if fd < 0:
+            log.warning("no timerfd (%s): poll timeouts rounded up to whole milliseconds",
+                        os.strerror(ctypes.get_errno()))
+            return None
+        poller.register(fd, select.EPOLLIN)
+        return cls(fd)
+
+    def arm(self, timeout: float) -> None:
+        """Expire in ``timeout`` seconds, unless already armed to expire about then."""
+        until = time.monotonic() + timeout
+        if self.armed_until and abs(until - self.armed_until) < 50e-6:
+            return
+        self.armed_until = until
+        ns = int(timeout * 1e9) or 1
+        spec = self._spec
+        spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(ns, 1_000_000_000)
+        _libc.timerfd_settime(self.fd, 0, ctypes.byref(spec), None)
+
+    def expired(self) -> None:
+        self.armed_until = 0.0
+        try:
+            os.read(self.fd, 8)
+        except BlockingIOError:
+            pass
+
+
+class _TimeSpec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _ITimerSpec(ctypes.Structure):
+    _fields_ = [("it_interval", _TimeSpec), ("it_value", _TimeSpec)]
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_CLOCK_MONOTONIC = 1
+_TFD_NONBLOCK = os.O_NONBLOCK
+_TFD_CLOEXEC = os.O_CLOEXEC
+
+
 class Reactor(EPollReactor):
     _tick: Tick | None = None  # the end-of-turn pass this reactor runs
+    _fine: FineTimer | None = None  # the poll's sub-millisecond timer, opened when first needed
+    _fine_failed = False
 
     def drive_tick(self, tick: Tick) -> None:
         """Run ``tick``'s passes at the end of each turn (``tick_of`` hands it over)."""
@@ -59,6 +120,7 @@ class Reactor(EPollReactor):
 
     def _loop(self) -> None:
         seconds = self.seconds
+        clock = time.monotonic
         while self._started:
             tick = self._tick
             calls = self._pendingTimedCalls
@@ -66,20 +128,46 @@ class Reactor(EPollReactor):
                     or (calls and calls[0].time <= seconds())):
                 self.runUntilCurrent()
                 if tick is not None:
-                    tick.run_pending()
+                    tick.run_pending(clock())
             if not self.running:
                 timeout: float | None = 0.0
+                if tick is not None:
+                    tick.run_pending(-1.0)  # stopping: what waits for the pace runs now
             elif tick is not None and tick.pending:
-                timeout = 0.0  # a pass's leftovers (past MAX_PER_PASS): go on at once
+                # a pass's leftovers (past MAX_PER_PASS): at once; a paced pass: when due
+                timeout = tick.wait(clock())
+                if timeout:
+                    t = self.timeout()
+                    if t is not None and t < timeout:
+                        timeout = t
             else:
                 timeout = self.timeout()
             self.doIteration(timeout)
             if tick is not None:
-                tick.run_pending()
+                tick.run_pending(clock())
+
+    def _fine_timeout(self, timeout: float) -> int:
+        """``epoll_wait`` counts whole milliseconds and rounds a timeout up: a timer due
+        in 0.2 ms would wake the loop 1 ms later. A timeout under ``FINE_TIMEOUT`` is armed
+        on a timerfd in the poll set instead (its expiry wakes the poll); the poll's own
+        timeout stays as a bound. Returns the poll's timeout in ms."""
+        fine = self._fine
+        if fine is None and not self._fine_failed:
+            fine = self._fine = FineTimer.open(self._poller)
+            self._fine_failed = fine is None
+        if fine is not None:
+            fine.arm(timeout)
+        return math.ceil(timeout * 1000)
 
     def doPoll(self, timeout: float | None) -> None:
+        if timeout is None:
+            ms = -1
+        elif 0 < timeout < FINE_TIMEOUT:
+            ms = self._fine_timeout(timeout)
+        else:
+            ms = math.ceil(timeout * 1000)
         try:
-            events = self._poller.poll(-1 if timeout is None else timeout, len(self._selectables))
+            events = self._poller.poll(ms / 1000 if ms > 0 else ms, len(self._selectables))
         except OSError as err:
             if err.errno == errno.EINTR:
                 return
@@ -89,6 +177,9 @@ class Reactor(EPollReactor):
         for fd, event in events:
             selectable = selectables.get(fd)
             if selectable is None:
+                fine = self._fine
+                if fine is not None and fd == fine.fd:
+                    fine.expired()
                 continue
             try:
                 handle(selectable, fd, event)

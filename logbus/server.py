@@ -269,8 +269,10 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
     from .gateway.amqp.model.forms import AMQP_FORMS
     from .gateway.amqp.model.upgrade import AMQP_LEGACY
     from .gateway.mqtt.mapping import EXCHANGE as MQTT_EXCHANGE
+    from .core.tick import tick_of
     from .gateway.mqtt.topic_map import key_forms
 
+    tick_of(reactor).pace = settings.turn_pace_ms / 1000
     broker = Broker(
         settings.data_dir,
         reactor=reactor,

@@ -44,6 +44,8 @@ def reactor() -> Iterator[Reactor]:
         r.removeReader(r.waker)
         r.waker.connectionLost(None)
         r._poller.close()
+        if r._fine is not None:
+            os.close(r._fine.fd)
 
 
 def pipe(fds: list[int]) -> tuple[int, int]:
@@ -140,3 +142,53 @@ def test_the_end_of_turn_pass_runs_once_after_the_turns_reads_without_a_timer(re
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def test_under_a_steady_load_later_work_waits_for_the_pace_and_soon_work_does_not(reactor: Reactor) -> None:
+    """The end-of-turn pass is paced (decision 0055): work asked for ``later`` within
+    ``pace`` of the last full pass waits for the next one (here: the pace is an hour, so
+    it waits until the reactor stops, which runs it), while work asked for ``soon`` runs at
+    the end of its own turn; the first full pass after a quiet spell runs at once."""
+    from logbus.core.tick import tick_of
+
+    tick = tick_of(reactor)
+    tick.pace = 3600.0
+    fds: list[int] = []
+    order: list[str] = []
+
+    class Asking(Reader):
+        def doRead(self) -> Any:
+            data = os.read(self.fd, 100)
+            order.append(f"read {data.decode()}")
+            tick.later(lambda: order.append(f"later {data.decode()}"))
+            tick.soon(lambda: order.append(f"soon {data.decode()}"))
+            if data == b"2":
+                tick.soon(reactor.stop)
+            else:
+                reactor.callLater(0, os.write, w, b"2")  # the next turn: within the pace
+            return None
+
+    try:
+        r, w = pipe(fds)
+        reader = Asking(r, [], [])
+        reactor.addReader(reader)
+        os.write(w, b"1")
+        reactor.run(installSignalHandlers=False)
+        reactor.removeReader(reader)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    # turn 1: a full pass at once, the later work first; turn 2: only the soon work;
+    # the later work of turn 2 when the reactor stops
+    assert order == ["read 1", "later 1", "soon 1", "read 2", "soon 2", "later 2"]
+    assert tick.full_passes == 2
+
+
+def test_a_poll_timeout_under_a_millisecond_is_woken_by_the_fine_timer(reactor: Reactor) -> None:
+    """epoll_wait rounds a timeout up to whole milliseconds; a shorter one is armed on the
+    reactor's timerfd, whose expiry ends the poll (and is read, so it does not end the next)."""
+    reactor.doPoll(0.0002)
+    fine = reactor._fine
+    assert fine is not None and fine.armed_until == 0.0  # armed, expired and read
+    with pytest.raises(BlockingIOError):
+        os.read(fine.fd, 8)
