@@ -97,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="disk alarm below this many bytes free on the data directory's"
                             " filesystem (default: 50000000)")
     serve.add_argument("--turn-pace-ms", metavar="MS",
-                       help="under a steady load, append, write and dispatch the publishes read at most"
-                            " once per this long, gathering several turns' reads (default: 1; 0: every turn)")
+                       help="under a steady load, append, write and dispatch the MQTT publishes read at"
+                            " most once per this long, gathering several turns' reads (default: 1; 0: every turn)")
     serve.add_argument("--amqp-read-linger-ms", metavar="MS",
                        help="after a read of several AMQP frames, wait this long before reading"
                             " that connection again, to batch a pipelining client (default: 1; 0: off)")

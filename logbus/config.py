@@ -61,8 +61,8 @@ class Settings:
     kafka_auto_create_topics: bool = True  # Kafka's auto.create.topics.enable
     kafka_anonymous: str = "loopback"  # Kafka clients without SASL: "off", or from loopback only
     kafka_sasl_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"  # offered by SaslHandshake
-    # under a steady load, the end-of-turn pass that appends a turn's publishes, writes the log
-    # and dispatches runs at most once per this long (core/tick.py, decision 0055; 0: every turn)
+    # under a steady load, MQTT publishes read are appended, written and dispatched together
+    # at most once per this long (core/tick.py, decision 0055; 0: at the end of every turn)
     turn_pace_ms: float = 1.0
     amqp_read_linger_ms: float = 1.0  # pause after a pipelined read (gateway/amqp/protocol.py)
     amqp_read_linger_max_ms: float = 8.0  # the longest it grows to, for a client that goes on sending

@@ -144,11 +144,11 @@ def test_the_end_of_turn_pass_runs_once_after_the_turns_reads_without_a_timer(re
             os.close(fd)
 
 
-def test_under_a_steady_load_later_work_waits_for_the_pace_and_soon_work_does_not(reactor: Reactor) -> None:
-    """The end-of-turn pass is paced (decision 0055): work asked for ``later`` within
-    ``pace`` of the last full pass waits for the next one (here: the pace is an hour, so
-    it waits until the reactor stops, which runs it), while work asked for ``soon`` runs at
-    the end of its own turn; the first full pass after a quiet spell runs at once."""
+def test_under_a_steady_load_paced_work_waits_for_the_pace_and_later_work_does_not(reactor: Reactor) -> None:
+    """Work asked for ``paced`` (decision 0055) within ``pace`` of the last pass that ran
+    such work waits for the next one (here the pace is an hour, so it waits until the
+    reactor stops, which runs it), while work asked for ``later`` runs at the end of its
+    own turn; paced work asked for after a quiet spell runs at the end of its turn, first."""
     from logbus.core.tick import tick_of
 
     tick = tick_of(reactor)
@@ -158,12 +158,12 @@ def test_under_a_steady_load_later_work_waits_for_the_pace_and_soon_work_does_no
 
     class Asking(Reader):
         def doRead(self) -> Any:
-            data = os.read(self.fd, 100)
-            order.append(f"read {data.decode()}")
-            tick.later(lambda: order.append(f"later {data.decode()}"))
-            tick.soon(lambda: order.append(f"soon {data.decode()}"))
-            if data == b"2":
-                tick.soon(reactor.stop)
+            data = os.read(self.fd, 100).decode()
+            order.append(f"read {data}")
+            tick.later(lambda: order.append(f"later {data}"))
+            tick.paced(lambda: order.append(f"paced {data}"))
+            if data == "2":
+                tick.later(reactor.stop)
             else:
                 reactor.callLater(0, os.write, w, b"2")  # the next turn: within the pace
             return None
@@ -178,10 +178,8 @@ def test_under_a_steady_load_later_work_waits_for_the_pace_and_soon_work_does_no
     finally:
         for fd in fds:
             os.close(fd)
-    # turn 1: a full pass at once, the later work first; turn 2: only the soon work;
-    # the later work of turn 2 when the reactor stops
-    assert order == ["read 1", "later 1", "soon 1", "read 2", "soon 2", "later 2"]
-    assert tick.full_passes == 2
+    assert order == ["read 1", "paced 1", "later 1", "read 2", "later 2", "paced 2"]
+    assert tick.paced_passes == 2
 
 
 def test_a_poll_timeout_under_a_millisecond_is_woken_by_the_fine_timer(reactor: Reactor) -> None:

@@ -175,7 +175,7 @@ class Publishing:
 
     def _confirms_due(self) -> None:
         self.confirms_due = True
-        self.conn.tick.soon(self._flush_confirms)
+        self.conn.tick.later(self._flush_confirms)
 
     def _flush_confirms(self) -> None:
         """The end of the tick: the one ack that covers what settled during it."""

@@ -150,7 +150,7 @@ class Session:
         if self.open:
             out = self._out
             if not out:
-                self.tick.soon(self.flush)
+                self.tick.later(self.flush)
             out.append(data)
 
     def flush(self) -> None:

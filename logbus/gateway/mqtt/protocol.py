@@ -646,7 +646,7 @@ class MqttFactory(Factory):
         if not self.reading and self._flush_call is None:  # at the end of this turn (core/tick.py),
             # after the turn's dispatches, or as soon as possible outside a turn
             self._flush_call = True
-            self._tick.soon(self.flush)
+            self._tick.later(self.flush)
 
     def flush(self) -> None:
         """Send every connection's pending output."""

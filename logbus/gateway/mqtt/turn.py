@@ -70,7 +70,7 @@ class TurnPublishes:
     def add(self, c: Publisher, batch: list[Inflight]) -> None:
         """A read's publishes, kept for the end of the turn."""
         if not self._batches:
-            self._tick.later(self.publish)
+            self._tick.paced(self.publish)
         self._batches.append((c, batch))
 
     def publish(self) -> None:
