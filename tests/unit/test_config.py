@@ -395,3 +395,12 @@ def test_client_state_expiry_has_kafkas_defaults_and_is_validated() -> None:
     for key in ("kafka_producer_id_expiration_ms", "kafka_offsets_retention_ms"):
         with pytest.raises(ConfigError, match=f"^{key}: must be between 1 and"):
             load_settings({key: "0"}, environ={})
+
+
+def test_turn_pace() -> None:
+    assert Settings().turn_pace_ms == 1.0
+    assert load_settings({}, environ={"LOGBUS_TURN_PACE_MS": "0"}).turn_pace_ms == 0.0
+    assert load_settings({"turn_pace_ms": "0.5"}, environ={}).turn_pace_ms == 0.5
+    for bad, fragment in (("-1", "between 0 and 100"), ("101", "between 0 and 100"), ("soon", "must be a number")):
+        with pytest.raises(ConfigError, match=fragment):
+            load_settings({"turn_pace_ms": bad}, environ={})
