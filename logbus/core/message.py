@@ -39,7 +39,7 @@ _parse_envelope = Envelope.FromString
 _new_tuple = tuple.__new__  # what Record._make uses: skips the Python-level __new__
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Message:
     key: bytes | None = None
     value: bytes | None = None
@@ -64,6 +64,26 @@ class Message:
     # headers exchange routes by and a delayed exchange reads the delay from
     # (core/pipeline.py); never stored: read back from the log, ``Forms.headers`` gives them.
     routing_headers: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    # Written out, not generated: mypyc compiles this one; a dataclass's generated
+    # ``__init__`` runs interpreted (one per message; decision 0055). ``headers`` and
+    # ``envelope`` left out (None): a new list, an empty Envelope.
+    def __init__(self, key: bytes | None = None, value: bytes | None = None, timestamp: int | None = None,
+                 headers: list[tuple[str, bytes | None]] | None = None, envelope: Envelope | None = None,
+                 origin_properties: bytes | None = None, encoded: dict[str, Any] | None = None,
+                 record_headers: list[tuple[str, bytes | None]] | None = None,
+                 selector_properties: tuple[str, Any] | None = None,
+                 routing_headers: Mapping[str, Any] | None = None) -> None:
+        self.key = key
+        self.value = value
+        self.timestamp = timestamp
+        self.headers = [] if headers is None else headers
+        self.envelope = Envelope() if envelope is None else envelope
+        self.origin_properties = origin_properties
+        self.encoded = encoded
+        self.record_headers = record_headers
+        self.selector_properties = selector_properties
+        self.routing_headers = routing_headers
 
     def to_record(self) -> Record:
         """The record to append: user headers, then the envelope header if non-empty."""

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from ..message import Message
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Entry:
     seq: int
     topic: str
@@ -22,6 +22,20 @@ class Entry:
     expires_ms: int = 0  # epoch ms after which it is dead; 0: never
     deliveries: int = 0  # times handed to a consumer; > 0 means "redelivered" next time
     visible_ms: int = 0  # staged until this epoch ms (0: not staged)
+
+    # Written out, not generated: mypyc compiles this one, a dataclass's generated
+    # ``__init__`` runs interpreted (one per queue entry; decision 0055).
+    def __init__(self, seq: int, topic: str, partition: int, offset: int, size: int, priority: int = 0,
+                 expires_ms: int = 0, deliveries: int = 0, visible_ms: int = 0) -> None:
+        self.seq = seq
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.size = size
+        self.priority = priority
+        self.expires_ms = expires_ms
+        self.deliveries = deliveries
+        self.visible_ms = visible_ms
 
     @property
     def redelivered(self) -> bool:

@@ -52,7 +52,7 @@ class ConnAck:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Publish:
     topic: str
     payload: bytes
@@ -62,12 +62,29 @@ class Publish:
     packet_id: int = 0
     properties: Properties = NO_PROPERTIES
 
+    # Written out, not generated: mypyc compiles this one; a dataclass's generated
+    # ``__init__`` runs interpreted (one per message).
+    def __init__(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, dup: bool = False,
+                 packet_id: int = 0, properties: Properties = NO_PROPERTIES) -> None:
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.dup = dup
+        self.packet_id = packet_id
+        self.properties = properties
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class PubAck:
     packet_id: int
     reason_code: int = 0
     properties: Properties = NO_PROPERTIES
+
+    def __init__(self, packet_id: int, reason_code: int = 0, properties: Properties = NO_PROPERTIES) -> None:
+        self.packet_id = packet_id
+        self.reason_code = reason_code
+        self.properties = properties
 
 
 @dataclass(slots=True)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from ...core.types import Message
+from ...core.types import Envelope, Message
 from .encoder import encode
 from .inbound import Inbound
 from .mapping import EnvelopeCache
@@ -34,7 +36,7 @@ SAVE = 1  # a PUBREC went out: the session's QoS 2 state changed
 CLOSE = 2  # a 3.1.1 client's publish was refused: it cannot be told, the connection ends
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Inflight(Message):
     """A PUBLISH from the client on its way, as the message it publishes (the pipeline's
     row): its answer is ``code`` once known."""
@@ -44,6 +46,22 @@ class Inflight(Message):
     retain: bool = False
     code: int | None = None
     unrouted: bool = False  # reached no queue (5.0: answered 0x10, No matching subscribers)
+
+    # Written out, not generated: compiled by mypyc (one per message).
+    def __init__(self, key: bytes | None = None, value: bytes | None = None, timestamp: int | None = None,
+                 headers: list[tuple[str, bytes | None]] | None = None, envelope: Envelope | None = None,
+                 origin_properties: bytes | None = None, encoded: dict[str, Any] | None = None,
+                 record_headers: list[tuple[str, bytes | None]] | None = None,
+                 selector_properties: tuple[str, Any] | None = None,
+                 routing_headers: Mapping[str, Any] | None = None, packet_id: int = 0, qos: int = 0,
+                 retain: bool = False, code: int | None = None, unrouted: bool = False) -> None:
+        Message.__init__(self, key, value, timestamp, headers, envelope, origin_properties, encoded,
+                         record_headers, selector_properties, routing_headers)
+        self.packet_id = packet_id
+        self.qos = qos
+        self.retain = retain
+        self.code = code
+        self.unrouted = unrouted
 
 
 class Publishing:
