@@ -31,7 +31,6 @@ import ctypes
 import ctypes.util
 import errno
 import logging
-import math
 import os
 import select
 import time
@@ -146,28 +145,23 @@ class Reactor(EPollReactor):
             if tick is not None:
                 tick.run_pending(clock())
 
-    def _fine_timeout(self, timeout: float) -> int:
+    def _arm_fine(self, timeout: float) -> None:
         """``epoll_wait`` counts whole milliseconds and rounds a timeout up: a timer due
-        in 0.2 ms would wake the loop 1 ms later. A timeout under ``FINE_TIMEOUT`` is armed
-        on a timerfd in the poll set instead (its expiry wakes the poll); the poll's own
-        timeout stays as a bound. Returns the poll's timeout in ms."""
+        in 0.2 ms would wake the loop 1 ms later. A timeout under ``FINE_TIMEOUT`` is also
+        armed on a timerfd in the poll set (its expiry wakes the poll); the poll's own
+        timeout stays as a bound."""
         fine = self._fine
         if fine is None and not self._fine_failed:
             fine = self._fine = FineTimer.open(self._poller)
             self._fine_failed = fine is None
         if fine is not None:
             fine.arm(timeout)
-        return math.ceil(timeout * 1000)
 
     def doPoll(self, timeout: float | None) -> None:
-        if timeout is None:
-            ms = -1
-        elif 0 < timeout < FINE_TIMEOUT:
-            ms = self._fine_timeout(timeout)
-        else:
-            ms = math.ceil(timeout * 1000)
+        if timeout is not None and 0 < timeout < FINE_TIMEOUT:
+            self._arm_fine(timeout)
         try:
-            events = self._poller.poll(ms / 1000 if ms > 0 else ms, len(self._selectables))
+            events = self._poller.poll(-1 if timeout is None else timeout, len(self._selectables))
         except OSError as err:
             if err.errno == errno.EINTR:
                 return
