@@ -101,8 +101,13 @@ _TFD_CLOEXEC = os.O_CLOEXEC
 
 class Reactor(EPollReactor):
     _tick: Tick | None = None  # the end-of-turn pass this reactor runs
-    _fine: FineTimer | None = None  # the poll's sub-millisecond timer, opened when first needed
-    _fine_failed = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        # the poll's sub-millisecond timer, opened now: opened on the first short poll, it
+        # could take the one descriptor a closed connection freed for a listener paused
+        # out of descriptors (accepting.py), and leave a client in the backlog for good
+        self._fine: FineTimer | None = FineTimer.open(self._poller)
 
     def drive_tick(self, tick: Tick) -> None:
         """Run ``tick``'s passes at the end of each turn (``tick_of`` hands it over)."""
@@ -145,21 +150,14 @@ class Reactor(EPollReactor):
             if tick is not None:
                 tick.run_pending(clock())
 
-    def _arm_fine(self, timeout: float) -> None:
-        """``epoll_wait`` counts whole milliseconds and rounds a timeout up: a timer due
-        in 0.2 ms would wake the loop 1 ms later. A timeout under ``FINE_TIMEOUT`` is also
-        armed on a timerfd in the poll set (its expiry wakes the poll); the poll's own
-        timeout stays as a bound."""
-        fine = self._fine
-        if fine is None and not self._fine_failed:
-            fine = self._fine = FineTimer.open(self._poller)
-            self._fine_failed = fine is None
-        if fine is not None:
-            fine.arm(timeout)
-
     def doPoll(self, timeout: float | None) -> None:
-        if timeout is not None and 0 < timeout < FINE_TIMEOUT:
-            self._arm_fine(timeout)
+        # epoll_wait counts whole milliseconds and rounds a timeout up: a timer due in
+        # 0.2 ms would wake the loop 1 ms later. A timeout under FINE_TIMEOUT is also armed
+        # on the timerfd in the poll set (its expiry wakes the poll); the poll's own
+        # timeout stays as a bound.
+        fine = self._fine
+        if fine is not None and timeout is not None and 0 < timeout < FINE_TIMEOUT:
+            fine.arm(timeout)
         try:
             events = self._poller.poll(-1 if timeout is None else timeout, len(self._selectables))
         except OSError as err:

@@ -190,3 +190,43 @@ def test_a_poll_timeout_under_a_millisecond_is_woken_by_the_fine_timer(reactor: 
     assert fine is not None and fine.armed_until == 0.0  # armed, expired and read
     with pytest.raises(BlockingIOError):
         os.read(fine.fd, 8)
+
+
+HELD_AT_ONE_FREE = """
+import os, resource
+from logbus.reactor import Reactor
+from tests.fault.fdlimit import limit_leaving, open_descriptors
+
+reactor = Reactor()
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+held = set()
+for fd in open_descriptors(os.getpid()):  # less the one listing /proc/self/fd, closed again
+    try:
+        os.fstat(fd)
+        held.add(fd)
+    except OSError:
+        pass
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit_leaving(held, 1), hard))
+reactor.callLater(0.0005, lambda: None)
+reactor.runUntilCurrent()
+reactor.doPoll(reactor.timeout())  # a sub-10 ms timeout: the fine timer is armed
+try:
+    os.close(os.dup(0))
+except OSError as e:
+    print("taken", e)
+else:
+    print("free")
+"""
+
+
+def test_the_fine_timer_takes_no_descriptor_once_the_reactor_runs() -> None:
+    """Out of descriptors, the one a closed connection frees is for the listener paused in
+    accepting.py to take: a timerfd opened on the first short poll took it (CI at a5fd912:
+    a client left in the backlog for good). The reactor opens its timer when it is made."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", HELD_AT_ONE_FREE], capture_output=True, text=True,
+                          timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "free", done.stdout
