@@ -80,6 +80,17 @@ MODULES: tuple[str, ...] = (
     "logbus.core.routing.matchers",
     "logbus.core.routing.filtered",
     "logbus.core.metrics",
+    "logbus.gateway.amqp.fastpath",
+    "logbus.gateway.amqp.codec",
+    "logbus.gateway.amqp.mapping",
+    "logbus.gateway.amqp.confirms",
+    "logbus.gateway.amqp.handshake",
+    "logbus.gateway.amqp.connection",
+    "logbus.gateway.amqp.declarations",
+    "logbus.gateway.amqp.consumers",
+    "logbus.gateway.amqp.publishing",
+    "logbus.gateway.amqp.channel",
+    "logbus.gateway.amqp.session",
 )
 GROUP = "logbus"  # mypyc's shared library: logbus__mypyc<EXT_SUFFIX> beside the package
 MANIFEST = "compiled.json"

@@ -2,10 +2,10 @@
 
 ``Channel`` holds the channel's state, dispatches each method through ``_HANDLERS`` and
 carries out the modes (confirm, tx, flow) and closing; the methods themselves are in
-three mixins: ``Declarations`` (declarations.py: exchange.* and queue.*), ``Consuming``
-(consumers.py: basic.qos / consume / cancel / get, deliveries, acks, nacks, rejects,
-recover) and ``Publishing`` (publishing.py: basic.publish, basic.return, publisher
-confirms). In tx mode publishes and settlements wait for ``tx.commit``.
+three bases, one inheriting the next (mypyc compiles single inheritance only):
+``Consuming`` (consumers.py: basic.qos / consume / cancel / get, deliveries, acks, nacks,
+rejects, recover), ``Declarations`` (declarations.py: exchange.* and queue.*) and
+``Publishing`` (publishing.py: basic.publish, basic.return, publisher confirms). In tx mode publishes and settlements wait for ``tx.commit``.
 
 Refusals of the broker's model (``core.errors.Refused``, as 404, 403, 405, 406) close the channel
 with that reply code; the connection (connection.py, through session.py) sends the Channel.Close and
@@ -30,8 +30,7 @@ from ...core.types import Kind, Perm, Resource
 from ...core.errors import Refused
 from ...core.types import Delivery
 from .confirms import Confirms
-from .consumers import ChannelConsumer, Consuming
-from .declarations import Declarations
+from .consumers import ChannelConsumer
 from .errors import COMMAND_INVALID, NOT_IMPLEMENTED, PRECONDITION_FAILED, AMQPChannelError, AMQPConnectionError, refused
 from ...core.ports import Queues
 from .publishing import Publishing
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
     from .session import Session
 
 
-class Channel(Declarations, Consuming, Publishing):
+class Channel(Publishing):
     def __init__(self, conn: Session, number: int) -> None:
         self.conn = conn
         self.number = number

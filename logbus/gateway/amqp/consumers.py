@@ -78,7 +78,8 @@ class ChannelConsumer:
 
 
 class Consuming:
-    """The consumer side of ``Channel``: its consumers, prefetch and unsettled deliveries."""
+    """The consumer side of ``Channel``: its consumers, prefetch and unsettled deliveries.
+    The first of Channel's bases (Consuming <- Declarations <- Publishing <- Channel)."""
 
     # the Channel's own, set in Channel.__init__
     conn: Session
@@ -93,10 +94,12 @@ class Consuming:
     next_tag: int
     tx: list[Callable[[], None]] | None  # pending operations in tx mode
 
-    if TYPE_CHECKING:
-        def _reply(self, m: base.Frame) -> None: ...
-        def _permit(self, perm: Perm, kind: Kind, name: str) -> None: ...
-        def _owned(self, queue: str, class_id: int, method_id: int) -> None: ...
+    def _reply(self, m: base.Frame) -> None:
+        raise NotImplementedError  # the Channel's
+    def _permit(self, perm: Perm, kind: Kind, name: str) -> None:
+        raise NotImplementedError  # the Channel's
+    def _owned(self, queue: str, class_id: int, method_id: int) -> None:
+        raise NotImplementedError  # the Channel's
 
     # -- basic ------------------------------------------------------------------------------------
 

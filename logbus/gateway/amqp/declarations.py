@@ -9,35 +9,21 @@ that one); write on the destination and read on the source of a binding.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pamqp import base
 from pamqp import commands as C
 
-from ...core.ports import Doors, Queues
-from ...core.types import Kind, Perm, Resource
+from ...core.ports import Doors
+from ...core.types import Kind, Resource
 from ...core.types import TOPIC
-from .consumers import ChannelConsumer, new_name
+from .consumers import ChannelConsumer, Consuming, new_name
 from .errors import ACCESS_REFUSED, AMQPChannelError
 from .model import room
 
-if TYPE_CHECKING:
-    from .session import Session
 
-
-class Declarations:
+class Declarations(Consuming):
     """The exchange and queue methods of ``Channel``."""
 
-    # the Channel's own, set in Channel.__init__
-    conn: Session
-    number: int
-    vhost: Queues  # the vhost's queue model
+    # the Channel's own, set in Channel.__init__ (Consuming declares the rest)
     doors: Doors
-
-    if TYPE_CHECKING:
-        def _reply(self, m: base.Frame) -> None: ...
-        def _permit(self, perm: Perm, kind: Kind, name: str) -> None: ...
-        def _owned(self, queue: str, class_id: int, method_id: int) -> None: ...
 
     def _permit_new_exchange(self, m: C.Exchange.Declare) -> None:
         """exchange.declare: configure on it; when new with an alternate exchange, also

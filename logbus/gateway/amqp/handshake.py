@@ -25,7 +25,7 @@ import logging
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pamqp import base
 from pamqp import commands as C
@@ -99,10 +99,12 @@ class Handshake:
     decoder: Decoder
     _pending: deque[Any]
 
-    if TYPE_CHECKING:
-        def _send_method(self, method: base.Frame, channel: int = 0) -> None: ...
-        def _fail(self, e: AMQPError, wait_close_ok: bool = True) -> None: ...
-        def _drop(self, reason: str) -> None: ...
+    def _send_method(self, method: base.Frame, channel: int = 0) -> None:
+        raise NotImplementedError  # the Connection's
+    def _fail(self, e: AMQPError, wait_close_ok: bool = True) -> None:
+        raise NotImplementedError  # the Connection's
+    def _drop(self, reason: str) -> None:
+        raise NotImplementedError  # the Connection's
 
     def __init__(self, *, heartbeat: int, frame_max: int) -> None:
         self.server_heartbeat = heartbeat

@@ -12,42 +12,31 @@ comparison and one set lookup, never a regular expression.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
-from ...core.ports import Doors, Queues
-from ...core.types import Kind, Perm, Resource
+from ...core.types import Resource
 from ...core.errors import Refused
 from ...core.types import TOPIC
 from .confirms import Confirms
+from .declarations import Declarations
 from .errors import NO_ROUTE, AMQPChannelError, refused
 from .events import Publish
 from .fastpath import encode_ack, encode_nack, encode_return
 from .mapping import to_message
 from .model.translate import message_delay
 
-if TYPE_CHECKING:
-    from .session import Session
 
-
-class Publishing:
+class Publishing(Declarations):
     """The publishing side of ``Channel``: permission cache, publishes, confirms."""
 
-    # the Channel's own, set in Channel.__init__
-    conn: Session
-    number: int
-    vhost: Queues  # the vhost's queue model
-    closing: bool  # we sent Channel.Close; waiting for Close-Ok
+    # the Channel's own, set in Channel.__init__ (Consuming and Declarations declare the rest)
     confirm: bool
     publish_seq: int
     confirms: Confirms
     confirms_due: bool  # a flush of the confirms is scheduled for this tick
-    tx: list[Callable[[], None]] | None  # pending operations in tx mode
-    doors: Doors
     writable: set[str]  # exchanges basic.publish was allowed to write to...
     writable_version: int  # ...as of this access.version (another: check again)
 
-    if TYPE_CHECKING:
-        def _permit(self, perm: Perm, kind: Kind, name: str) -> None: ...
 
     def _check_write(self, exchange: str, routing_key: str) -> None:
         """basic.publish's permission check, remembered in ``writable`` until the
