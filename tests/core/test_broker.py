@@ -281,8 +281,9 @@ def test_the_pin_follows_entries_and_timers_as_they_come_and_go(tmp_path: Any) -
     b.admin.publish("t", [later], partition=0)  # offset 2, an hour from now
     run()
     assert b.pinned_from("t", 0) == 0
-    for p in b.pop_service.receive("g", "t", "m", 10, 60_000):
-        b.pop_service.ack("g", "t", p.handle)
+    while got := b.pop_service.receive("g", "t", "m", 10, 60_000):  # in more than one past its time budget
+        for p in got:
+            b.pop_service.ack("g", "t", p.handle)
     # only the timer is left: pinned from its block of offsets
     assert b.pinned_from("t", 0) == (2 >> PIN_SHIFT) << PIN_SHIFT
     b.stop()
