@@ -73,8 +73,10 @@ PEER = {"mqtt": "mosquitto", "amqp": "rabbitmq", "kafka": None}
 METHOD = {
     "schedule": "device i of N sends seq k*N+i at t0 + seq/(N*rate); one message in flight per "
                 "connection: a slot that comes while the previous message waits for its ack is "
-                "sent the moment the ack arrives (owed_sends counts them); the clients' epoll "
-                "wakes with 1 ms resolution",
+                "sent the moment the ack arrives (owed_sends counts them); --send-clock timer (the "
+                "default): each send is woken at its time by a timerfd in the devices' epoll, so "
+                "sends are spread as scheduled; --send-clock poll: by epoll's own timeout, which "
+                "counts whole milliseconds (sends then go in 1 ms bursts, before 2026-12-07)",
     "window": "after every device has connected: --warmup s of sending not measured, then the "
               "messages due in the next --seconds s; CPU is read at the window's start and end",
     "cpu": "broker: /proc/<pid>/stat utime and stime over the window / messages sent in it "
@@ -258,6 +260,7 @@ def measure(args: argparse.Namespace, broker: Any, label: str) -> dict[str, Any]
         "topic": run_id, "queue": run_id, "devices": n, "rate": rate, "total": total, "warmup_msgs": warm,
         "timeout": args.timeout, "prefetch": args.prefetch, "connect_timeout": args.connect_timeout,
         "concurrency": args.concurrency, "drain_timeout": args.drain_timeout, "processes": args.client_processes,
+        "send_clock": args.send_clock,
         "start_timeout": args.timeout + args.connect_timeout * (n / args.concurrency + 1),
     }
     acks = not (args.protocol == "mqtt" and args.qos == 0)
@@ -405,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="logbus, the peer (mqtt: Mosquitto, amqp: RabbitMQ, kafka: none) or both, "
                          "the order alternating each round")
     ap.add_argument("--client-processes", type=int, default=1, help="processes the devices are split over")
+    ap.add_argument("--send-clock", choices=("timer", "poll"), default="timer",
+                    help="what wakes a device's send: a timerfd at its time (spread as scheduled) or "
+                         "epoll's millisecond timeout (1 ms bursts)")
     ap.add_argument("--size", type=int, default=64, help=f"payload bytes (at least {LATENCY_HEAD.size})")
     ap.add_argument("--prefetch", type=int, default=1000, help="amqp: the consumer's basic.qos")
     ap.add_argument("--concurrency", type=int, default=100,
