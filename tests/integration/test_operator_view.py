@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -180,7 +181,7 @@ def test_mqtt_session_queue_while_offline(server: LogbusServer, mgmt: Mgmt) -> N
     sub.close()
 
 
-def test_kafka_group_lag_and_reset(server: LogbusServer, mgmt: Mgmt) -> None:
+def test_kafka_group_lag_and_reset(server: LogbusServer, mgmt: Mgmt, caplog: pytest.LogCaptureFixture) -> None:
     topic, group = "ov-clicks", "ov-analytics"
     producer = KafkaProducer(bootstrap_servers=server.addresses["kafka"])
     for i in range(10):
@@ -214,6 +215,11 @@ def test_kafka_group_lag_and_reset(server: LogbusServer, mgmt: Mgmt) -> None:
     consumer.close()
 
     # a group with members may not be reset
+    # (kafka-python's coordinator at DEBUG: shown if the join below does not complete, as
+    # twice in fresh `make test` runs on 2026-12-07: generation 2 stable on the broker, the
+    # member silent after it; see issue 46's session-21 note)
+    caplog.set_level(logging.DEBUG, logger="kafka.coordinator")
+    caplog.set_level(logging.DEBUG, logger="kafka.conn")
     member = KafkaConsumer(topic, bootstrap_servers=server.addresses["kafka"], group_id=group,
                            enable_auto_commit=False, consumer_timeout_ms=200)
     try:
