@@ -27,8 +27,6 @@ The codecs are in bench/fanin_codecs.py.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import multiprocessing
 import os
@@ -42,6 +40,8 @@ from typing import Any
 from common import BenchError, end_process, self_cpu
 from fanin_codecs import CODECS, HOST, Device, raise_nofile
 
+from logbus.reactor import FineTimer
+
 _U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
@@ -50,13 +50,6 @@ _U32 = struct.Struct(">I")
 
 # -- the devices -------------------------------------------------------------------
 
-# timerfd_settime through libc: Python 3.11's os module has no timerfd (3.13 has)
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_settime = _libc.timerfd_settime
-_settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
-_TS = struct.Struct("=qq")  # struct timespec
-_CLOCK_MONOTONIC = 1
-_TFD_TIMER_ABSTIME = 1
 
 
 class Fleet:
@@ -197,17 +190,13 @@ class Fleet:
                 acked_map[seq] = 1
                 counts["acked"] += 1
 
-        # --send-clock timer: a timerfd (CLOCK_MONOTONIC, as monotonic_ns) wakes the poll at
-        # the next send's time; epoll's own timeout counts whole milliseconds, rounded up
-        timer: int | None = None
+        # --send-clock timer: the broker's own timerfd (logbus.reactor.FineTimer) wakes the
+        # poll at the next send's time; epoll's own timeout counts whole ms, rounded up
+        timer: FineTimer | None = None
         if spec.get("send_clock", "timer") == "timer":
-            timer = _libc.timerfd_create(_CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
-            if timer < 0:
-                raise BenchError(f"timerfd_create: {os.strerror(ctypes.get_errno())}")
-            ep.register(timer, select.EPOLLIN)
-        spec_buf = ctypes.create_string_buffer(32)  # struct itimerspec: interval, value
-        spec_addr = ctypes.addressof(spec_buf)
-        armed = [0]  # the send time the timer is armed for (0: none)
+            timer = FineTimer.open(ep)
+            if timer is None:
+                raise BenchError("--send-clock timer: no timerfd here")
         j, k = 0, 0
         next_seq = order[0].index if order else total
         end = t0 + int(total * period) + int(spec["drain_timeout"] * 1e9)
@@ -230,20 +219,13 @@ class Fleet:
                 due_ns = t0 + int(next_seq * period)
                 timeout = min(max(due_ns - now, 0) / 1e9, 0.05)
                 if timer is not None and 0 < due_ns - now < 50_000_000:
-                    if due_ns != armed[0]:
-                        armed[0] = due_ns
-                        _TS.pack_into(spec_buf, 16, due_ns // 1_000_000_000, due_ns % 1_000_000_000)
-                        _settime(timer, _TFD_TIMER_ABSTIME, spec_addr, None)
+                    timer.arm((due_ns - now) / 1e9)  # not again while armed for about then
                     timeout = 0.05  # the timer wakes the poll at the send's time
             else:
                 timeout = 0.05
             for fd, ev in ep.poll(timeout):
-                if fd == timer:
-                    try:
-                        os.read(timer, 8)
-                    except BlockingIOError:
-                        pass
-                    armed[0] = 0
+                if timer is not None and fd == timer.fd:
+                    timer.expired()
                     continue
                 dev = by_fd[fd]
                 if ev & select.EPOLLOUT:
@@ -267,8 +249,7 @@ class Fleet:
                     if dev.owed:
                         send(dev, dev.owed.popleft())
         if timer is not None:
-            ep.unregister(timer)
-            os.close(timer)
+            timer.close(ep)
         due_here = sum((total - d.index + n - 1) // n for d in order if d.index < total)
         unsent = due_here - counts["sent"]
         return {**counts, "unacked": busy, "unsent": unsent, "sent_map": bytes(sent_map),

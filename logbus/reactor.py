@@ -84,6 +84,10 @@ class FineTimer:
         except BlockingIOError:
             pass
 
+    def close(self, poller: Any) -> None:
+        poller.unregister(self.fd)
+        os.close(self.fd)
+
 
 class _TimeSpec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]

@@ -43,9 +43,9 @@ def reactor() -> Iterator[Reactor]:
     finally:
         r.removeReader(r.waker)
         r.waker.connectionLost(None)
-        r._poller.close()
         if r._fine is not None:
-            os.close(r._fine.fd)
+            r._fine.close(r._poller)
+        r._poller.close()
 
 
 def pipe(fds: list[int]) -> tuple[int, int]:
