@@ -5,7 +5,8 @@ carries out the modes (confirm, tx, flow) and closing; the methods themselves ar
 three bases, one inheriting the next (mypyc compiles single inheritance only):
 ``Consuming`` (consumers.py: basic.qos / consume / cancel / get, deliveries, acks, nacks,
 rejects, recover), ``Declarations`` (declarations.py: exchange.* and queue.*) and
-``Publishing`` (publishing.py: basic.publish, basic.return, publisher confirms). In tx mode publishes and settlements wait for ``tx.commit``.
+``Publishing`` (publishing.py: basic.publish, basic.return, publisher confirms). In tx
+mode publishes and settlements wait for ``tx.commit``.
 
 Refusals of the broker's model (``core.errors.Refused``, as 404, 403, 405, 406) close the channel
 with that reply code; the connection (connection.py, through session.py) sends the Channel.Close and
