@@ -19,6 +19,7 @@ from selenium.webdriver.common.by import By
 
 from tests.browser.console import DEADLINE, ConsoleBrowser
 from tests.integration.mgmt import Mgmt
+from tests.kafka_members import ready_to_join
 from tests.serverproc import LogbusServer
 
 TOPIC, GROUP = "console-lag", "console-lag-group"
@@ -196,8 +197,8 @@ def test_a_kafka_group_shows_its_lag_per_partition_and_is_reset(console: Console
 
 def test_an_active_group_may_not_be_reset_and_says_so(console: ConsoleBrowser, server: LogbusServer,
                                                      kafka_group: str) -> None:
-    member = KafkaConsumer(TOPIC, bootstrap_servers=kafka_group, group_id="console-active", enable_auto_commit=False,
-                           auto_offset_reset="earliest")
+    member = ready_to_join(KafkaConsumer(TOPIC, bootstrap_servers=kafka_group, group_id="console-active",
+                                         enable_auto_commit=False, auto_offset_reset="earliest"))
     try:
         member.poll(timeout_ms=5000)  # joins the group and is assigned both partitions
         console.login("guest", "guest", then="/consumer-groups/console-active?to=earliest&topics=" + TOPIC)

@@ -15,6 +15,7 @@ from kafka.errors import TopicAuthorizationFailedError  # type: ignore[import-un
 
 from logbus.gateway.kafka.operations import DESCRIBE, DESCRIBE_CONFIGS, READ, WRITE
 from tests.integration.mgmt import Mgmt
+from tests.kafka_members import ready_to_join
 from tests.kafka_wire import Wire
 from tests.serverproc import LogbusServer, module_server
 
@@ -133,8 +134,8 @@ def test_a_consumer_group_needs_read_on_the_group(server: LogbusServer, mgmt: Mg
     mgmt.ok("POST", "/api/topics/grp-topic/messages", {"messages": [{"value": "m"}]})
     mgmt.grant("/", "guest", configure="", write="", read="^(grp-topic|members)$")
     addr = server.addresses["kafka"]
-    ok = KafkaConsumer("grp-topic", bootstrap_servers=addr, group_id="members", auto_offset_reset="earliest",
-                       consumer_timeout_ms=10_000)
+    ok = ready_to_join(KafkaConsumer("grp-topic", bootstrap_servers=addr, group_id="members",
+                                     auto_offset_reset="earliest", consumer_timeout_ms=10_000))
     try:
         assert [r.value for r in ok][:1] == [b"m"]
     finally:

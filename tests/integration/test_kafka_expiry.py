@@ -13,6 +13,7 @@ import time
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
+from tests.kafka_members import ready_to_join
 from tests.serverproc import LogbusServer, ServerFactory
 
 
@@ -75,8 +76,8 @@ def test_offsets_of_a_group_left_empty_expire_and_a_consumer_starts_over(logbus_
     p.flush()
     p.close()
     tp = TopicPartition("exp", 0)
-    c = KafkaConsumer("exp", bootstrap_servers=boot, group_id="g", auto_offset_reset="earliest",
-                      enable_auto_commit=False, consumer_timeout_ms=3000)
+    c = ready_to_join(KafkaConsumer("exp", bootstrap_servers=boot, group_id="g", auto_offset_reset="earliest",
+                                    enable_auto_commit=False, consumer_timeout_ms=3000))
     assert [m.value for m in c] == [b"m%d" % i for i in range(5)]
     c.commit({tp: OffsetAndMetadata(5, "", -1)})
     admin = KafkaAdminClient(bootstrap_servers=boot)
@@ -91,8 +92,8 @@ def test_offsets_of_a_group_left_empty_expire_and_a_consumer_starts_over(logbus_
     finally:
         admin.close()
     # what a client sees: no committed offset, so auto.offset.reset applies again
-    c2 = KafkaConsumer("exp", bootstrap_servers=boot, group_id="g", auto_offset_reset="earliest",
-                       enable_auto_commit=False, consumer_timeout_ms=3000)
+    c2 = ready_to_join(KafkaConsumer("exp", bootstrap_servers=boot, group_id="g", auto_offset_reset="earliest",
+                                     enable_auto_commit=False, consumer_timeout_ms=3000))
     try:
         assert [m.value for m in c2][:1] == [b"m0"]
     finally:

@@ -23,6 +23,8 @@ from kafka.admin import NewTopic
 from kafka.errors import CommitFailedError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
 
+from tests.kafka_members import ready_to_join
+
 TOPIC = "rebalance"
 PARTITIONS = 6
 GROUP = "g-rebalance"
@@ -49,6 +51,7 @@ import json, sys
 from kafka import KafkaConsumer
 config, topic, out = json.loads(sys.argv[1]), sys.argv[2], open(sys.argv[3], "a", buffering=1)
 c = KafkaConsumer(topic, **config)
+assert c.partitions_for_topic(topic)  # before the first poll: tests/kafka_members.py says why
 while True:
     batch = c.poll(timeout_ms=100)
     out.write(json.dumps({"assigned": sorted(tp.partition for tp in c.assignment())}) + "\n")
@@ -87,8 +90,8 @@ class ThreadConsumer:
 
     def __init__(self, server: Any, name: str) -> None:
         self.name = name
-        self.consumer = KafkaConsumer(TOPIC, bootstrap_servers=server.addresses["kafka"],
-                                      client_id=name, **CONSUMER_CONFIG)
+        self.consumer = ready_to_join(KafkaConsumer(TOPIC, bootstrap_servers=server.addresses["kafka"],
+                                                    client_id=name, **CONSUMER_CONFIG))
         self.records: list[tuple[int, int, str]] = []
         self.uncommitted: set[tuple[int, int]] = set()  # a rebalance beat the commit
         self.assigned: set[int] = set()
@@ -223,9 +226,8 @@ def test_committed_offsets_survive_restart(logbus_server: Any) -> None:
     tp = TopicPartition(topic, 0)
 
     def consumer() -> KafkaConsumer:
-        c = KafkaConsumer(topic, bootstrap_servers=server.addresses["kafka"], consumer_timeout_ms=2000,
-                          **dict(CONSUMER_CONFIG, group_id=group))
-        return c
+        return ready_to_join(KafkaConsumer(topic, bootstrap_servers=server.addresses["kafka"], consumer_timeout_ms=2000,
+                                           **dict(CONSUMER_CONFIG, group_id=group)))
 
     c = consumer()
     try:

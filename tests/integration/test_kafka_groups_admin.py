@@ -27,6 +27,7 @@ from kafka.protocol.consumer import (
 )
 
 from tests.integration.test_kafka_admin import admin_client
+from tests.kafka_members import ready_to_join
 from tests.kafka_wire import Wire
 from tests.serverproc import LogbusServer, ServerFactory
 
@@ -88,7 +89,7 @@ def group_consumer(server: LogbusServer, group: str, topic: str, **config: Any) 
     c = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], group_id=group, enable_auto_commit=False,
                       session_timeout_ms=10_000, heartbeat_interval_ms=500, **config)
     c.subscribe([topic])
-    return c
+    return ready_to_join(c)
 
 
 def poll_until_assigned(c: KafkaConsumer, timeout: float = 20.0) -> set[TopicPartition]:
@@ -212,24 +213,7 @@ class StaticMember(ConsumerRebalanceListener):
                                       enable_auto_commit=False, session_timeout_ms=10_000,
                                       heartbeat_interval_ms=500, group_instance_id=instance)
         self.consumer.subscribe(["static"], listener=self)
-        # Load the topic's partitions into the client before it first joins. Without this
-        # a leader can assign from empty metadata (its bootstrap Metadata asked for no
-        # topics; "No partition metadata for topic static"), and when the metadata comes
-        # in, kafka-python (3.0.x) rejoins to reassign: a client-side race, whatever the
-        # broker. If that JoinGroup is still in flight when a poll(timeout_ms=100) gives
-        # up, the next poll sees need_rejoin() True and calls ensure_active_group(), but
-        # by the time join_group_async() runs, the IO thread has handled the JoinGroup
-        # answer and _perform_assignment() has set _assignment_snapshot to the new
-        # metadata; rejoin_needed was never set (the rejoin came from the snapshot), so
-        # need_rejoin() is now False and join_group_async() returns without awaiting the
-        # cached _join_task. Its SyncGroup answer is then never applied: the member stays
-        # REBALANCING with heartbeats disabled and no assignment, never polls the
-        # coordinator again, and its session expires (the Java client's
-        # rejoinNeededOrPending() also counts a pending join; kafka-python's loop does
-        # not). Called after subscribe(), this metadata update also reaches the
-        # coordinator's metadata snapshot with the subscription, so the first
-        # assignment is made with both partitions and nothing triggers that rejoin.
-        assert self.consumer.partitions_for_topic("static") == {0, 1}
+        ready_to_join(self.consumer)  # tests/kafka_members.py: kafka-python's rejoin race
         self.assigned: set[int] = set()
         self.rebalances = 0
         self.error: Exception | None = None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +24,7 @@ from kafka.structs import OffsetAndMetadata  # type: ignore[import-untyped]
 from tests.integration.html_tables import html_rows, html_tables
 from tests.integration.mgmt import Mgmt, q
 from tests.integration.mqtt_clients import WAIT, Paho, unique
+from tests.kafka_members import ready_to_join
 from tests.serverproc import LogbusServer, module_server, run_logbus
 
 JOIN_WAIT = 60.0  # s: a consumer group join, which may wait out a session timeout
@@ -181,7 +181,7 @@ def test_mqtt_session_queue_while_offline(server: LogbusServer, mgmt: Mgmt) -> N
     sub.close()
 
 
-def test_kafka_group_lag_and_reset(server: LogbusServer, mgmt: Mgmt, caplog: pytest.LogCaptureFixture) -> None:
+def test_kafka_group_lag_and_reset(server: LogbusServer, mgmt: Mgmt) -> None:
     topic, group = "ov-clicks", "ov-analytics"
     producer = KafkaProducer(bootstrap_servers=server.addresses["kafka"])
     for i in range(10):
@@ -215,13 +215,8 @@ def test_kafka_group_lag_and_reset(server: LogbusServer, mgmt: Mgmt, caplog: pyt
     consumer.close()
 
     # a group with members may not be reset
-    # (kafka-python's coordinator at DEBUG: shown if the join below does not complete, as
-    # twice in fresh `make test` runs on 2026-12-07: generation 2 stable on the broker, the
-    # member silent after it; see issue 46's session-21 note)
-    caplog.set_level(logging.DEBUG, logger="kafka.coordinator")
-    caplog.set_level(logging.DEBUG, logger="kafka.conn")
-    member = KafkaConsumer(topic, bootstrap_servers=server.addresses["kafka"], group_id=group,
-                           enable_auto_commit=False, consumer_timeout_ms=200)
+    member = ready_to_join(KafkaConsumer(topic, bootstrap_servers=server.addresses["kafka"], group_id=group,
+                                         enable_auto_commit=False, consumer_timeout_ms=200))
     try:
         # a join may wait out a rebalance (a member whose leave was lost: its session
         # timeout, 10 s in kafka-python), so the bound is well past that, not a speed
