@@ -20,8 +20,10 @@ access itself, and the docs' examples, run with the shipped default (user ``anon
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -127,6 +129,18 @@ class LogbusServer:
     def host_port(self, listener: str) -> tuple[str, int]:
         host, _, port = self.addresses[listener].rpartition(":")
         return host.strip("[]"), int(port)
+
+    def metric(self, name: str) -> float:
+        """A sample of ``name`` (no labels) from the server's /metrics; 0.0 if absent."""
+        host, port = self.host_port("http")
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+        return float(found.group(1)) if found else 0.0
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

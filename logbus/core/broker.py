@@ -55,7 +55,7 @@ from .state import StateStore
 from .streams.service import OFFSETS_RETENTION_MS, PRODUCER_ID_EXPIRATION_MS, StreamService
 from ..retry.policy import POP_DEFAULT, RetryPolicy
 from .message import Message
-from .queues.journal import QueueStore, forget_from
+from .queues.journal import COMMIT_INTERVAL, QueueStore, forget_from
 from .queues.lateness import Lateness
 from .queues.msgstore import MessageStore, log_batch_reader
 from .queues.pins import lowest
@@ -220,7 +220,7 @@ class Broker:
             self.faults.attach(self.log, self.state, self.queue_store,
                                [self.sessions.write_kept, self._write_kept_definitions])
             # each turn's appends mark their partitions in the queue journal's batch
-            self.log.before_drain = self.queue_store.commit
+            self.log.before_drain = self.queue_store.commit_due
             self.admin.open(self.log, self.pop, self.pipeline, self.state, self.queue_store)
             self.pop_service.open(self.log, self.pop)
         except BaseException:
@@ -307,7 +307,7 @@ class Broker:
         """Every stored vhost, with its durable exchanges, queues and bindings; on a fresh
         data directory (RabbitMQ's first boot) vhost "/" and the default user first."""
         assert self.log is not None and self.state is not None
-        self.queue_store = QueueStore(self.state, self.reactor)
+        self.queue_store = QueueStore(self.state, self.reactor, COMMIT_INTERVAL)
         self.timers = Timers(self.queue_store, self.state, self._clock, self.reactor,
                              failed=self.metrics.counter(
                                  "logbus_timer_failures",

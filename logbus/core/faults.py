@@ -56,7 +56,7 @@ class StorageFaults:
         the store refused before (raising StorageError while it still cannot)."""
         self.log, self.state, self.queue_store = log_manager, state, queue_store
         self.kept_writes = kept_writes
-        log_manager.before_write = queue_store.commit
+        log_manager.before_write = queue_store.commit_due
         log_manager.on_lost = self.lost
 
     def lost(self, p: Partition, first: int, end: int, error: StorageError) -> None:
@@ -116,6 +116,10 @@ class FaultCollector:
         state = f.state
         yield CounterMetricFamily("logbus_state_write_failures", "State store writes refused",
                                   value=0 if state is None else state.failures)
+        qs = f.queue_store
+        yield CounterMetricFamily("logbus_queue_journal_batches", "Batches of queue entries, timers and journal "
+                                  "marks written to the state store (under load one per COMMIT_INTERVAL, 10 ms)",
+                                  value=0 if qs is None else qs.commits)
         yield GaugeMetricFamily("logbus_state_store_failed", "1 while the state store refuses writes",
                                 value=1.0 if state is not None and state.failed is not None else 0.0)
         yield GaugeMetricFamily("logbus_state_memtable_bytes", "Memory the state store holds in memtables",

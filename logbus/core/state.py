@@ -273,6 +273,11 @@ class StateStore:
         would carry every traceback it went through)."""
         return StorageError(str(self.failed))
 
+    @property
+    def closed(self) -> bool:
+        """Closed: nothing can be read or written any more."""
+        return self._closed
+
     def recover(self) -> bool:
         """After a failed write: close the database and open it again (True: writes
         work again; False: the open failed, as it does while the disk is still full)."""

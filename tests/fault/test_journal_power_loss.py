@@ -11,8 +11,9 @@ cache. At the restart the records past the journal's marks are routed again
 (``core/queues/redo.py``): every confirmed message must be in each of its queues exactly
 once. Covered: AMQP to a direct and a topic exchange with two queues and through the
 default exchange, a delayed publish, a Kafka-produced record on an exchange's topic, an
-MQTT QoS 1 publish to a subscribed persistent session. A plain kill -9 (no cut) redoes
-nothing: no acked message comes back.
+MQTT QoS 1 publish to a subscribed persistent session. A plain kill -9 (no cut) once the
+journal has written its batch (at most ``COMMIT_INTERVAL`` after the turn, decision 0057)
+redoes nothing: no acked message comes back.
 """
 
 from __future__ import annotations
@@ -34,6 +35,18 @@ from tests.serverproc import LogbusServer, ServerFactory
 N = 15  # messages of each kind after the noted point
 DELAY_MS = 1500
 REDONE = "records past the queue journal's marks routed again"
+BATCHES = "logbus_queue_journal_batches_total"
+
+
+def journal_written(server: LogbusServer) -> None:
+    """Wait for a batch of the queue journal written after everything handled so far
+    (it carries every change and mark owed: the journal writes at most once per
+    ``COMMIT_INTERVAL``)."""
+    before = server.metric(BATCHES)
+    deadline = time.monotonic() + 30
+    while server.metric(BATCHES) <= before:
+        assert time.monotonic() < deadline, "no journal batch written"
+        time.sleep(0.01)  # polling the broker's own count of its batches, with a deadline
 
 
 @pytest.fixture
@@ -142,6 +155,7 @@ def test_a_power_loss_of_the_state_stores_unsynced_writes_loses_no_confirmed_mes
     server = servers.start()
     connection, ch, producer, pub = setup(server)
     want = publish_round(server, ch, producer, pub, "warm", 1)  # every partition's first mark (synced)
+    journal_written(server)  # the batch with the first marks, before the point the cut goes back to
     wal = newest_wal(server)
     size = wal.stat().st_size
     more = publish_round(server, ch, producer, pub, "cut", N)
@@ -171,7 +185,8 @@ def test_a_kill_9_redoes_nothing_and_brings_no_acked_message_back(servers: Serve
         method, _, body = ch.basic_get("q1")
         ch.basic_ack(method.delivery_tag)
         want["q1"].remove(body)
-    ch.queue_declare("q1", passive=True)  # answered after the acks were handled and journaled
+    ch.queue_declare("q1", passive=True)  # answered after the acks were handled
+    journal_written(server)  # and written, with the marks of every partition appended to
     pub.close()
     producer.close(timeout=5)
     connection.close()

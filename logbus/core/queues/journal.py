@@ -13,7 +13,7 @@ The delivery count survives a restart in both ways a queue is kept
 
 - **exact** (a queue with priorities): every delivery rewrites the entry's record.
 - otherwise the **delivered mark**, one record per queue (``state.queue_delivered_key``):
-  the highest seq ever delivered, written at most once per tick. Such a queue hands
+  the highest seq ever delivered, written at most once per batch. Such a queue hands
   entries out in seq order (requeued ones go back to their old place), so an entry
   at or below the mark whose record says "never delivered" was delivered once
   (``QueueStore.load``). Every other change of the count is written to the record: a
@@ -22,21 +22,22 @@ The delivery count survives a restart in both ways a queue is kept
   message delivered once and acked, costs a put and a delete, not a put, a rewrite and
   a delete.
 
-Writes are collected and committed as one ``StateBatch`` once per reactor tick, before
-the tick's appends are written (the log calls ``commit`` first: ``LogManager.before_drain``
-and ``Partition.before_write``; a commit the store refuses refuses those appends, and its
-changes are kept for the next one), never synced on the confirm path: the log is the
-truth, the journal a checkpoint (decision 0045). The batch of the log's end-of-turn
-drain also carries a *mark* per partition appended to in the turn (``state.journal_mark_key``):
-every record below it has had its queue entries and timers written in this batch or an
-earlier one. RocksDB writes its write-ahead log in order, so a power loss leaves a
+Writes are collected and committed as one ``StateBatch`` at most once per
+``COMMIT_INTERVAL`` (decision 0057), before a turn's appends are written (the log calls
+``commit_due`` first: ``LogManager.before_drain`` and ``Partition.before_write``; a commit
+the store refuses refuses those appends, its changes are kept for the next one, and every
+turn tries again until one is taken), never synced on the confirm path: the log is the
+truth, the journal a checkpoint (decision 0045). The log's end-of-turn drain notes a
+*mark* per partition appended to in the turn (``state.journal_mark_key``, its end then),
+which the next batch carries: every record below it has had its queue entries and timers
+written in this batch or an earlier one. RocksDB writes its write-ahead log in order, so a power loss leaves a
 prefix of the batches, and the records at or past a partition's mark are exactly those
 whose entries and timers may be lost: start-up routes them again from the log
 (``redo.py``). A partition's first mark is written with a synced batch, once (a missing
 mark means "nothing to redo"), and only partitions of topics behind an exchange or read
 by a pop group get marks (``journaled``). Changes with no confirm behind them (deliveries,
 acks) may be lost to a power loss (a redelivery). A put followed by a delete of the same
-key within one tick cancels out before it reaches RocksDB. Timers (CF ``timers``,
+key between two batches cancels out before it reaches RocksDB. Timers (CF ``timers``,
 ``timers.py``) are written through the same batch, so an entry given back with a
 backoff leaves the queue and becomes a timer in one atomic write, with the reservation
 of the block of timer ids it is the first of.
@@ -70,6 +71,12 @@ from ..state import (
 )
 from ..state_pb2 import TimerRecord
 from ..tick import tick_of
+
+# The broker's journal writes a turn's changes at most this often (decision 0057): under a
+# steady load one batch then carries many turns, and an entry settled within it (put,
+# then deleted) never reaches RocksDB. A kill -9 may bring back what was settled in the
+# last interval (at-least-once), as a power loss already could.
+COMMIT_INTERVAL = 0.010
 
 # partition, offset, size, priority, expires_ms, deliveries; then the topic
 _ENTRY_V0 = struct.Struct(">IqIBqI")
@@ -151,12 +158,20 @@ def _always(topic: str) -> bool:
 
 
 class QueueStore:
-    """Every queue's journal on one state store; ``reactor`` None commits at once."""
+    """Every queue's journal on one state store; ``reactor`` None commits at once.
 
-    def __init__(self, store: StateStore | None, reactor: Any = None) -> None:
+    ``interval`` (seconds; the broker's is ``COMMIT_INTERVAL``): the turns' own commits
+    (``commit_due``: the end of a turn, the log's drain) write at most once per interval
+    while the store takes writes; 0: every turn. Every other ``commit`` writes at once."""
+
+    def __init__(self, store: StateStore | None, reactor: Any = None, interval: float = 0.0) -> None:
         self.store = store
         self.reactor = reactor
         self._tick = None if reactor is None else tick_of(reactor)
+        self.interval = interval if reactor is not None else 0.0
+        self._written_at = -1e18  # reactor.seconds() when the last batch was written
+        self._due: Any = None  # the DelayedCall that writes a deferred batch no turn wrote
+        self._refused = False  # the last batch was refused: every turn tries again
         self._puts: dict[bytes, bytes] = {}
         self._deletes: set[bytes] = set()
         self._new: set[bytes] = set()  # keys first put since the last commit
@@ -167,7 +182,9 @@ class QueueStore:
         self.commits = 0  # batches written (the faults check watches it for quiet spells)
         # the journal marks as stored (``commit(appended)``), read at start (``load_marks``)
         self.marks: dict[tuple[str, int], int] = {}
-        self._unmarked: dict[Any, None] = {}  # partitions a refused batch did not mark
+        # partitions appended to whose marks are not written yet, each with its end at the
+        # log's drain (every record below it routed): any batch may write them
+        self._unmarked: dict[Any, int] = {}
         # whether a topic's records can make queue entries or timers (the broker's: it backs
         # an exchange, the default one too, or a pop group reads it); no other topic's
         # partitions get marks
@@ -281,50 +298,97 @@ class QueueStore:
         if self.store is not None:
             gone.update({journal_mark_fields(k): None
                          for k, _ in self.store.scan_prefix(CF_QUEUES, journal_marks_prefix(topic))})
-        self._unmarked = {p: None for p in self._unmarked if p.topic != topic}
+        self._unmarked = {p: end for p, end in self._unmarked.items() if p.topic != topic}
         if gone:
             self._write(gone, True)
 
     def _commit_at_tick_end(self) -> None:
         try:
-            self.commit()
+            self.commit_due()
         except StorageError:
             pass  # the store logged it; the changes are kept for the next commit
 
+    def commit_due(self, appended: Iterable[Any] = ()) -> None:
+        """A turn's commit (the end of a turn, the log's drain, a partition's write):
+        ``commit(appended)`` if ``interval`` has passed since the last batch (or the last
+        was refused), else kept for a later one, which a timer writes if no turn does.
+        Between batches nothing is on disk of what the turns changed, and a put and the
+        delete of the same key cancel out: the log is the truth, the journal a
+        checkpoint, and the records past a partition's mark are routed again at start
+        (``redo.py``; decision 0057)."""
+        interval = self.interval
+        if interval > 0.0 and not self._refused:
+            wait = self._written_at + interval - self.reactor.seconds()
+            if 0.0 < wait <= interval:
+                self._scheduled = False
+                self._note_ends(appended)
+                if self._due is None and (self.pending or self._unmarked):
+                    # a fallback, an interval after the batch is due: under load a turn
+                    # past the interval writes it (no wake of its own, no timer churn)
+                    self._due = self.reactor.callLater(wait + interval, self._commit_deferred)
+                return
+        self.commit(appended)
+
+    def _commit_deferred(self) -> None:
+        """The fallback: what no turn wrote, written now with the marks it owes; if a
+        turn wrote a batch meanwhile and more changed since, again an interval after
+        that batch is due."""
+        self._due = None
+        if self.store is None or self.store.closed or not (self.pending or self._unmarked):
+            return
+        wait = self._written_at + self.interval - self.reactor.seconds()
+        if 0.0 < wait <= self.interval:
+            self._due = self.reactor.callLater(wait + self.interval, self._commit_deferred)
+            return
+        try:
+            self.commit()
+        except StorageError:
+            pass  # kept; the next turn's commit tries again
+
     def commit(self, appended: Iterable[Any] = ()) -> None:
-        """Write what changed since the last commit as one batch. StorageError: the
-        store refused it; the changes are kept, and go with the next commit.
+        """Write what changed since the last commit as one batch, with the marks owed.
+        StorageError: the store refused it; the changes and marks are kept, and go with
+        the next commit.
 
         ``appended``: partitions appended to since the last such call, every record of
         which has been routed (its entries and timers are in this batch or an earlier
-        one): each gets its mark, its ``next_offset``, in the batch. Only the log's
-        end-of-turn drain passes them (no publish is half done then: a commit in the
-        middle of one, from a read, may not mark). A partition's first mark is written
-        with a synced batch, once: a missing mark means "nothing to redo"."""
+        one): each owes its mark, its ``next_offset`` now. Only the log's end-of-turn
+        drain passes them (no publish is half done then: an end taken in the middle of
+        one, from a read, could pass a record not yet routed); a batch written later
+        (``commit_due``'s deferred one, or any other) carries those ends. A partition's
+        first mark is written with a synced batch, once: a missing mark means "nothing
+        to redo"."""
         self._scheduled = False
-        marks = self._marks_of(appended) if appended else None
+        self._note_ends(appended)
+        marks = self._marks_owed() if self._unmarked else None
         if not self.pending and not marks:
+            self._unmarked.clear()  # each is at its mark already
             return
         try:
             self._write(marks, False)
         except StorageError:
-            for p in appended:
-                self._unmarked[p] = None
+            self._refused = True
             raise
+        self._refused = False
         self._unmarked.clear()
+        if self.reactor is not None:
+            self._written_at = self.reactor.seconds()
 
-    def _marks_of(self, appended: Iterable[Any]) -> dict[tuple[str, int], int | None]:
+    def _note_ends(self, appended: Iterable[Any]) -> None:
+        unmarked = self._unmarked
+        for p in appended:
+            unmarked[p] = p.next_offset
+
+    def _marks_owed(self) -> dict[tuple[str, int], int | None]:
         out: dict[tuple[str, int], int | None] = {}
         known, journaled = self.marks, self.journaled
-        for ps in (appended, self._unmarked):
-            for p in ps:
-                if p.failure is not None:  # closed (its topic deleted) or refusing appends
-                    continue
-                at = (p.topic, p.index)
-                end = p.next_offset
-                old = known.get(at)
-                if old != end and (old is not None or journaled(p.topic)):
-                    out[at] = end
+        for p, end in self._unmarked.items():
+            if p.failure is not None:  # closed (its topic deleted) or refusing appends
+                continue
+            at = (p.topic, p.index)
+            old = known.get(at)
+            if old != end and (old is not None or journaled(p.topic)):
+                out[at] = end
         return out
 
     def _write(self, marks: dict[tuple[str, int], int | None] | None, sync: bool) -> None:

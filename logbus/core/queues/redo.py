@@ -8,7 +8,9 @@ entries and timers written in this batch or an earlier one. RocksDB writes its
 write-ahead log in order and a batch whole, so what a power loss leaves of the journal
 is a prefix of its batches: the records at or past a partition's mark are exactly
 those whose entries and timers may be gone. After a kill -9 the unsynced batches are in
-the page cache and survive: the marks are current and nothing is redone.
+the page cache and survive, but the journal writes at most once per ``COMMIT_INTERVAL``
+(decision 0057): the marks are up to two intervals behind, and those records are routed
+again (an entry settled meanwhile comes back: at least once).
 
 ``redo`` runs once at start, after the vhosts, their queues and the pop groups are
 loaded and before anything serves:
