@@ -6,8 +6,6 @@ offsets.retention.minutes). Each waits for the expiry's counter in /metrics, not
 
 from __future__ import annotations
 
-import http.client
-import re
 import time
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -17,22 +15,10 @@ from tests.kafka_members import ready_to_join
 from tests.serverproc import LogbusServer, ServerFactory
 
 
-def metric(server: LogbusServer, name: str) -> float:
-    host, port = server.host_port("http")
-    conn = http.client.HTTPConnection(host, port, timeout=10)
-    try:
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-    finally:
-        conn.close()
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
-    return float(found.group(1)) if found else 0.0
-
-
 def wait_for_metric(server: LogbusServer, name: str, at_least: float, timeout: float = 30.0) -> float:
     deadline = time.monotonic() + timeout
     while True:
-        value = metric(server, name)
+        value = server.metric(name)
         if value >= at_least or time.monotonic() > deadline:
             return value
         time.sleep(0.05)  # polling the broker's own count of the event, with a deadline
@@ -58,7 +44,7 @@ def test_an_idempotent_producer_idle_past_the_expiry_goes_on(logbus_server: Serv
     try:
         first = [f.get(timeout=10).offset for f in [p.send("idle", b"a%d" % i, partition=0) for i in range(100)]]
         assert first == list(range(100))
-        assert metric(server, "logbus_producer_states_expired_total") == 0
+        assert server.metric("logbus_producer_states_expired_total") == 0
         assert wait_for_metric(server, "logbus_producer_states_expired_total", 1) == 1
         later = [f.get(timeout=10).offset for f in [p.send("idle", b"b%d" % i, partition=0) for i in range(10)]]
         assert later == list(range(100, 110))
@@ -84,7 +70,7 @@ def test_offsets_of_a_group_left_empty_expire_and_a_consumer_starts_over(logbus_
     try:
         assert admin.list_group_offsets("g")["g"][tp].offset == 5
         assert "g" in [g["group_id"] for g in admin.list_groups()]
-        assert metric(server, "logbus_group_offsets_expired_total") == 0  # a member holds the group
+        assert server.metric("logbus_group_offsets_expired_total") == 0  # a member holds the group
         c.close()  # leaves: the group is Empty from here
         assert wait_for_metric(server, "logbus_group_offsets_expired_total", 1) == 1
         assert admin.list_group_offsets("g")["g"] == {}
