@@ -130,8 +130,9 @@ class LogbusServer:
         host, _, port = self.addresses[listener].rpartition(":")
         return host.strip("[]"), int(port)
 
-    def metric(self, name: str) -> float:
-        """A sample of ``name`` (no labels) from the server's /metrics; 0.0 if absent."""
+    def metric(self, name: str, *, required: bool = False) -> float:
+        """A sample of ``name`` (no labels) from the server's /metrics; 0.0 if absent
+        (``required``: an AssertionError)."""
         host, port = self.host_port("http")
         conn = http.client.HTTPConnection(host, port, timeout=10)
         try:
@@ -140,6 +141,7 @@ class LogbusServer:
         finally:
             conn.close()
         found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+        assert found or not required, f"{name} missing from /metrics"
         return float(found.group(1)) if found else 0.0
 
     def running(self) -> bool:

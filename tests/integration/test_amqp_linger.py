@@ -10,8 +10,6 @@ counted by ``logbus_amqp_read_lingers_total`` and their lengths summed in
 from __future__ import annotations
 
 import asyncio
-import http.client
-import re
 from collections.abc import Callable
 
 import aio_pika
@@ -23,25 +21,12 @@ from tests.serverproc import LogbusServer
 PIPELINED = 1000
 
 
-def metric(server: LogbusServer, name: str) -> float:
-    host, port = server.host_port("http")
-    conn = http.client.HTTPConnection(host, port, timeout=10)
-    try:
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-    finally:
-        conn.close()
-    found = re.search(rf"^{name} (\S+)$", text, re.M)
-    assert found, f"{name} missing from /metrics"
-    return float(found.group(1))
-
-
 def lingers(server: LogbusServer) -> float:
-    return metric(server, "logbus_amqp_read_lingers_total")
+    return server.metric("logbus_amqp_read_lingers_total", required=True)
 
 
 def mean_linger_ms(server: LogbusServer) -> float:
-    return 1000 * metric(server, "logbus_amqp_read_linger_seconds_total") / lingers(server)
+    return 1000 * server.metric("logbus_amqp_read_linger_seconds_total", required=True) / lingers(server)
 
 
 async def publish_pipelined(server: LogbusServer, queue_name: str) -> list[bytes]:

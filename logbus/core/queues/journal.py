@@ -316,18 +316,21 @@ class QueueStore:
         delete of the same key cancel out: the log is the truth, the journal a
         checkpoint, and the records past a partition's mark are routed again at start
         (``redo.py``; decision 0057)."""
-        interval = self.interval
-        if interval > 0.0 and not self._refused:
-            wait = self._written_at + interval - self.reactor.seconds()
-            if 0.0 < wait <= interval:
-                self._scheduled = False
-                self._note_ends(appended)
-                if self._due is None and (self.pending or self._unmarked):
-                    # a fallback, an interval after the batch is due: under load a turn
-                    # past the interval writes it (no wake of its own, no timer churn)
-                    self._due = self.reactor.callLater(wait + interval, self._commit_deferred)
-                return
+        wait = self._wait() if self.interval > 0.0 and not self._refused else 0.0
+        if wait:
+            self._scheduled = False
+            self._note_ends(appended)
+            if self._due is None and (self.pending or self._unmarked):
+                # a fallback, an interval after the batch is due: under load a turn past
+                # the interval writes it (no wake of its own, no timer churn)
+                self._due = self.reactor.callLater(wait + self.interval, self._commit_deferred)
+            return
         self.commit(appended)
+
+    def _wait(self) -> float:
+        """Seconds until the next batch is due (0.0: now; a clock that went back: now)."""
+        wait = self._written_at + self.interval - self.reactor.seconds()
+        return wait if 0.0 < wait <= self.interval else 0.0
 
     def _commit_deferred(self) -> None:
         """The fallback: what no turn wrote, written now with the marks it owes; if a
@@ -336,8 +339,8 @@ class QueueStore:
         self._due = None
         if self.store is None or self.store.closed or not (self.pending or self._unmarked):
             return
-        wait = self._written_at + self.interval - self.reactor.seconds()
-        if 0.0 < wait <= self.interval:
+        wait = self._wait()
+        if wait:
             self._due = self.reactor.callLater(wait + self.interval, self._commit_deferred)
             return
         try:
