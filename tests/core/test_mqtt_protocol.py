@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -310,6 +311,7 @@ def test_an_offline_session_holds_no_table_its_connection_grew(tmp_path: Path) -
         pub.drop()
 
 
+@pytest.mark.pure_only  # counts the calls by replacing MqttRoom.publish_many (compiled)
 def test_the_publishes_of_a_turn_are_published_together(tmp_path: Path) -> None:
     """Decision 0033: what every connection read in one turn is published by one
     ``publish_many`` at its end, and each publisher gets its own PUBACKs, in its order."""

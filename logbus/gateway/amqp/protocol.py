@@ -52,7 +52,8 @@ from ...core.types import AccessChange, ConnectionRecord
 from ...core.ports import Doors, VHosts
 from ...core.types import Metrics
 from .codec import DEFAULT_MAX_MESSAGE_SIZE
-from ..output import direct_writer, is_loopback, is_tls, lost_reason, peer_identity, peer_of
+from ..output import direct_writer
+from ..peers import is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
 from .handshake import State
 from .session import Prompt, Session, blocked_reason

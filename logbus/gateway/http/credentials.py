@@ -27,7 +27,7 @@ from twisted.web import server
 from ...core.errors import LoopbackOnly, Refused
 from ...core.types import Resource
 from ..answers import now_or_later
-from ..output import is_loopback
+from ..peers import is_loopback
 from .responses import HttpError
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ from twisted.python.failure import Failure
 from twisted.web import http, resource, server
 
 from ...core.types import ConnectionRecord
-from ..output import is_tls, lost_reason, peer_of
+from ..peers import is_tls, lost_reason, peer_of
 from .connections import Connections
 from .exchanges import Listing
 from .groups import ConsumerGroups

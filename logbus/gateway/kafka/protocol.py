@@ -45,7 +45,8 @@ from twisted.python.failure import Failure
 from ...core.ports import Acls, Doors, Streams, Topics
 from ...core.errors import Refused, StorageError
 from ...core.types import FileSpan, Metrics
-from ..output import FileOutput, is_loopback, is_tls, lost_reason, peer_identity, peer_of
+from ..output import FileOutput
+from ..peers import is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
 from ..websocket import DEFAULT_HANDSHAKE_TIMEOUT
 from . import acls, admin, configs, groups, records_admin, sasl

@@ -48,7 +48,8 @@ from ...core.errors import LoopbackOnly, Refused, StorageError
 from ...core.types import ConnectionRecord, Perm, Resource, tick_of
 from ..answers import now_or_later
 from ..listener import DEFAULT_RULES, ListenerRules
-from ..output import direct_writer, is_loopback, is_tls, lost_reason, peer_identity, peer_of, quick_ack
+from ..output import direct_writer, quick_ack
+from ..peers import is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
 from .connect import Accepted, ServerLimits
 from ...filters.properties import record_properties
