@@ -60,6 +60,7 @@ MODULES: tuple[str, ...] = (
     "logbus.gateway.mqtt.session",
     "logbus.core.queues.pins",
     "logbus.gateway.output",
+    "logbus.reactor",
     "logbus.core.pipeline",
     "logbus.core.queues.service",
     "logbus.core.queues.views",

@@ -27,12 +27,8 @@ connections in the listen backlog instead of accepting and closing them.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import logging
-import os
-import select
 import time
 from typing import Any
 
@@ -40,67 +36,10 @@ from twisted.internet.epollreactor import EPollReactor
 
 from . import accepting
 from .core.tick import Tick
+from .finetimer import FINE_TIMEOUT, FineTimer
 from .stalls import StallTrace
 
 log = logging.getLogger(__name__)
-
-
-FINE_TIMEOUT = 0.01  # poll timeouts shorter than this are kept to the microsecond (a timerfd)
-
-
-class FineTimer:
-    """A timerfd in the reactor's epoll set: wakes a poll at a sub-millisecond deadline."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.armed_until = 0.0  # time.monotonic() of the armed expiry; 0.0: not armed
-        self._spec = _ITimerSpec()
-
-    @classmethod
-    def open(cls, poller: Any) -> FineTimer | None:
-        fd = _libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
-        if fd < 0:
-            log.warning("no timerfd (%s): poll timeouts rounded up to whole milliseconds",
-                        os.strerror(ctypes.get_errno()))
-            return None
-        poller.register(fd, select.EPOLLIN)
-        return cls(fd)
-
-    def arm(self, timeout: float) -> None:
-        """Expire in ``timeout`` seconds, unless already armed to expire about then."""
-        until = time.monotonic() + timeout
-        if self.armed_until and abs(until - self.armed_until) < 50e-6:
-            return
-        self.armed_until = until
-        ns = int(timeout * 1e9) or 1
-        spec = self._spec
-        spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(ns, 1_000_000_000)
-        _libc.timerfd_settime(self.fd, 0, ctypes.byref(spec), None)
-
-    def expired(self) -> None:
-        self.armed_until = 0.0
-        try:
-            os.read(self.fd, 8)
-        except BlockingIOError:
-            pass
-
-    def close(self, poller: Any) -> None:
-        poller.unregister(self.fd)
-        os.close(self.fd)
-
-
-class _TimeSpec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-class _ITimerSpec(ctypes.Structure):
-    _fields_ = [("it_interval", _TimeSpec), ("it_value", _TimeSpec)]
-
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_CLOCK_MONOTONIC = 1
-_TFD_NONBLOCK = os.O_NONBLOCK
-_TFD_CLOEXEC = os.O_CLOEXEC
 
 
 class Reactor(EPollReactor):
@@ -150,7 +89,7 @@ class Reactor(EPollReactor):
                         timeout = t
             else:
                 timeout = self.timeout()
-            self.doIteration(timeout)
+            self.doPoll(timeout)
             if tick is not None:
                 tick.run_pending(clock())
 
@@ -182,7 +121,8 @@ class Reactor(EPollReactor):
             except Exception:
                 log.exception("I/O event on %r", selectable)
 
-    doIteration = doPoll
+    def doIteration(self, timeout: float | None) -> None:  # Twisted's name (iterate())
+        self.doPoll(timeout)
 
     def listenTCP(self, port: int, factory: Any, backlog: int = 50, interface: str = "") -> Any:
         """A TCP (and, through ``listenSSL``, TLS) listener that stops accepting while the

@@ -248,7 +248,7 @@ def init_producer_id(w: Wire) -> tuple[int, int]:
 
 
 def test_what_else_the_state_store_refuses_is_answered_and_written_once_it_takes_writes(
-        server: tuple[LogbusServer, Tmpfs]) -> None:
+        server: tuple[LogbusServer, Tmpfs], request: pytest.FixtureRequest) -> None:
     """Sessions' CONNECT and SUBSCRIBE, a queue deleted, one expired (x-expires) and an
     exclusive queue's connection closed, a Kafka offset commit, InitProducerId and
     DeleteGroups: each answered in its protocol's terms (or done) while the store refuses,
@@ -271,6 +271,7 @@ def test_what_else_the_state_store_refuses_is_answered_and_written_once_it_takes
     tp = TopicPartition(f"{tag}-kafka", 0)
     consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{s.ports['kafka']}", group_id=f"{tag}-group",
                              enable_auto_commit=False)
+    request.addfinalizer(consumer.close)  # failed: its client must not go on reconnecting for the later tests
     consumer.assign([tp])
     consumer.commit({tp: OffsetAndMetadata(0, "", -1)})
 

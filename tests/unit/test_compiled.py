@@ -193,3 +193,33 @@ def test_every_package_the_compiled_modules_import_is_in_the_build_requirements(
                 if top.lower() not in required:
                     missing.add(f"{name}: {module}")
     assert not missing, sorted(missing)
+
+
+def test_no_except_name_of_a_compiled_function_is_bound_to_unrelated_types() -> None:
+    """mypyc (2.4.1) gives a name bound by ``except A as e`` the type of its first except
+    clause in the function: a later ``except B as e`` with a B that is no A raises
+    TypeError ("A object expected; got B") in the compiled build, where the pure build
+    handles it (a full disk's StorageError under an MQTT SUBSCRIBE closed the connection
+    with no DISCONNECT). Each such clause needs a name of its own."""
+    import ast
+
+    found = []
+    for name in compiled.MODULES:
+        module = importlib.import_module(name)
+        source = ROOT / (name.replace(".", "/") + ".py")
+        for fn in ast.walk(ast.parse(source.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            first: dict[str, tuple[type, ...]] = {}
+            handlers = [h for h in ast.walk(fn) if isinstance(h, ast.ExceptHandler) and h.name and h.type]
+            for h in sorted(handlers, key=lambda h: h.lineno):
+                assert h.name is not None and h.type is not None
+                caught = eval(compile(ast.Expression(h.type), str(source), "eval"), vars(module))  # noqa: S307
+                types = caught if isinstance(caught, tuple) else (caught,)
+                if h.name not in first:
+                    first[h.name] = types
+                elif not all(issubclass(t, first[h.name]) for t in types):
+                    found.append(f"{source.relative_to(ROOT)}:{h.lineno} {fn.name}: "
+                                 f"`except {ast.unparse(h.type)} as {h.name}` after "
+                                 f"`{' | '.join(t.__name__ for t in first[h.name])}`")
+    assert not found, "\n".join(found)

@@ -422,8 +422,8 @@ class Partition(Failures):
         try:
             self._encode_pending()
             self._write_out()
-        except OSError as e:
-            self._lose(waiters, self._write_failed(e))
+        except OSError as err:  # not ``e``: mypyc types a name by its first except clause
+            self._lose(waiters, self._write_failed(err))
             return 0
         if refused is not None:  # written, but what they changed in the state store is not
             self._lose(waiters, refused)

@@ -226,8 +226,8 @@ class Decoder:
             e.events = events
             self._failed = e
             raise
-        except BadProtocolHeader as e:
-            self._failed = e
+        except BadProtocolHeader as bad:  # not ``e``: mypyc types a name by its first except clause
+            self._failed = bad
             raise
         return events
 

@@ -114,9 +114,9 @@ class Connection(Handshake):
             self._send(e.reply)
             self._drop(f"bad protocol header {e.received!r}")
             return
-        except AMQPConnectionError as e:
-            events = e.events
-            self._decoder_error = e  # the decoder is dead: no Close-Ok can be read
+        except AMQPConnectionError as err:  # not ``e``: mypyc types a name by its first except clause
+            events = err.events
+            self._decoder_error = err  # the decoder is dead: no Close-Ok can be read
         if not self._started and self.decoder.greeted:
             self._started = True
             self.external = self.identity()  # a verified client certificate's user: EXTERNAL too
@@ -160,8 +160,8 @@ class Connection(Handshake):
             except AMQPChannelError as e:
                 self.channel_error(e)
                 out = None
-            except AMQPConnectionError as e:
-                self.connection_error(e)
+            except AMQPConnectionError as err:  # not ``e`` (mypyc: see receive_data)
+                self.connection_error(err)
                 out = None
             if out is not None:
                 return out

@@ -207,15 +207,15 @@ class Session:
                     carry_out[t](r)
             except AMQPChannelError as e:
                 machine.channel_error(e)
-            except AMQPConnectionError as e:
-                machine.connection_error(e)
-            except LogbusError as e:  # the log failed under a declare or a bind (the disk, out of file
+            except AMQPConnectionError as err:  # each clause its own name: mypyc types a name by its first
+                machine.connection_error(err)
+            except LogbusError as failed:  # the log failed under a declare or a bind (the disk, out of file
                 # descriptors, a topic directory holding foreign files): 541, said cleanly, as RabbitMQ
-                log.error("AMQP request failed: %s", e)
-                machine.connection_error(AMQPConnectionError(INTERNAL_ERROR, str(e), channel=0))
-            except Exception as e:  # a bug: said as 541 too, never a reset connection
+                log.error("AMQP request failed: %s", failed)
+                machine.connection_error(AMQPConnectionError(INTERNAL_ERROR, str(failed), channel=0))
+            except Exception as bug:  # a bug: said as 541 too, never a reset connection
                 log.exception("AMQP request %s failed", t.__name__)
-                machine.connection_error(AMQPConnectionError(INTERNAL_ERROR, f"internal error: {e!r}", channel=0))
+                machine.connection_error(AMQPConnectionError(INTERNAL_ERROR, f"internal error: {bug!r}", channel=0))
 
     def _publish(self, publish: Callable[[Any], None], what: Any) -> None:
         """``publish(what)``, noting whether it fed a consumer (``fed``)."""

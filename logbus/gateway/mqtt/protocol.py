@@ -371,8 +371,8 @@ class MqttProtocol(Protocol):
         except Unavailable as e:
             self.machine.fail(MqttError(SERVER_UNAVAILABLE, str(e)))
             return
-        except StorageError as e:
-            self.machine.fail(MqttError(UNSPECIFIED_ERROR, f"the subscription could not be stored: {e}"))
+        except StorageError as err:  # not ``e``: mypyc types a name by its first except clause
+            self.machine.fail(MqttError(UNSPECIFIED_ERROR, f"the subscription could not be stored: {err}"))
             return
         self.machine.subscribed(existed)
 
@@ -382,8 +382,8 @@ class MqttProtocol(Protocol):
         except Unavailable as e:
             self.machine.fail(MqttError(SERVER_UNAVAILABLE, str(e)))
             return
-        except StorageError as e:
-            self.machine.fail(MqttError(UNSPECIFIED_ERROR, f"the unsubscription could not be stored: {e}"))
+        except StorageError as err:
+            self.machine.fail(MqttError(UNSPECIFIED_ERROR, f"the unsubscription could not be stored: {err}"))
             return
         self.machine.unsubscribed(existed)
 
