@@ -27,7 +27,9 @@ class FineTimer:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.armed_until = 0.0  # time.monotonic() of the armed expiry; 0.0: not armed
-        self._spec = _ITimerSpec()
+        self._spec = spec = _ITimerSpec()  # it_interval 0: one expiry; it_value.tv_sec stays 0
+        self._value = spec.it_value  # a view of the struct's field, made once (not per arm)
+        self._ref = ctypes.byref(spec)
 
     @classmethod
     def open(cls, poller: Any) -> FineTimer | None:
@@ -40,15 +42,16 @@ class FineTimer:
         return cls(fd)
 
     def arm(self, timeout: float) -> None:
-        """Expire in ``timeout`` seconds, unless already armed to expire about then."""
-        until = time.monotonic() + timeout
-        if self.armed_until and abs(until - self.armed_until) < 50e-6:
+        """Expire in ``timeout`` seconds (0 < timeout < FINE_TIMEOUT: under a second, so the
+        nanoseconds alone), unless already armed to expire about then. Once per paced pass
+        under load: the struct and its reference are made once."""
+        until = _monotonic() + timeout
+        armed = self.armed_until
+        if armed and -50e-6 < until - armed < 50e-6:
             return
         self.armed_until = until
-        ns = int(timeout * 1e9) or 1
-        spec = self._spec
-        spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(ns, 1_000_000_000)
-        _libc.timerfd_settime(self.fd, 0, ctypes.byref(spec), None)
+        self._value.tv_nsec = int(timeout * 1e9) or 1
+        _timerfd_settime(self.fd, 0, self._ref, None)
 
     def expired(self) -> None:
         self.armed_until = 0.0
@@ -74,3 +77,5 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
 _TFD_CLOEXEC = os.O_CLOEXEC
+_timerfd_settime = _libc.timerfd_settime
+_monotonic = time.monotonic

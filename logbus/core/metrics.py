@@ -45,6 +45,22 @@ class Flushes(Collector):
         yield CounterMetricFamily("logbus_flush_files", "Files made durable by the flusher", value=self.files)
 
 
+class Tally(Collector):
+    """A counter kept as a plain int where it is counted (a method call and an add, where
+    prometheus_client's Counter takes a lock), read at scrape time as ``NAME_total``."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.value = 0
+
+    def inc(self) -> None:
+        self.value += 1
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, value=self.value)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -59,6 +75,7 @@ class Metrics:
         self.topics = Gauge("logbus_topics", "Topics", registry=r)
         self.open_files = Gauge("logbus_open_files", "Segment files held open", registry=r)
         self._counters: dict[str, Counter] = {}
+        self._tallies: dict[str, Tally] = {}
 
     def counter(self, name: str, documentation: str) -> Counter:
         """A gateway's own counter, made on first use and shared by every later caller
@@ -67,3 +84,12 @@ class Metrics:
         if c is None:
             c = self._counters[name] = Counter(name, documentation, registry=self.registry)
         return c
+
+    def tally(self, name: str, documentation: str) -> Tally:
+        """A counter counted where it happens often (per message, per delivery round), made
+        on first use and shared by every later caller."""
+        t = self._tallies.get(name)
+        if t is None:
+            t = self._tallies[name] = Tally(name, documentation)
+            self.registry.register(t)
+        return t
