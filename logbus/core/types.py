@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .search import FoundMessage
     from .log.partition import AppendResult, FileSpan, ReadResult
     from .message import ENVELOPE_HEADER, Envelope, Message
-    from .metrics import Metrics
+    from .metrics import Metrics, Tally
     from .pressure import RESOURCES
     from .queues.pop import MAX_INVISIBLE_MS, Popped, check_delay, dlq_topic
     from .queues.entry import Delivery
@@ -95,6 +95,7 @@ _OWNER = {
     "MemberDescription": "streams.group_model",
     "Message": "message",
     "Metrics": "metrics",
+    "Tally": "metrics",
     "MqttSessionRecord": "state_pb2",
     "OVERFLOW_MODES": "queues.queue",
     "OffsetAndMetadata": "streams.group_model",
@@ -191,6 +192,7 @@ __all__ = [
     "RetainedRecord",
     "RetainedStore",
     "SyncResult",
+    "Tally",
     "TopicConfig",
     "TopicPartition",
     "User",

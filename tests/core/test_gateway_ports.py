@@ -29,7 +29,7 @@ from logbus.core.access.doors import Doors
 from logbus.core.admin import AdminService
 from logbus.core.connections import ConnectionRecord
 from logbus.core.message import Envelope, Message
-from logbus.core.metrics import Metrics
+from logbus.core.metrics import Metrics, Tally
 from logbus.core.pop_service import PopService
 from logbus.core.queue_model import QueueModel, VHostQueues
 from logbus.core.queues.entry import Delivery
@@ -51,7 +51,7 @@ CONTAINERS = (dict, list, set, frozenset, tuple)
 SERVICES = (Doors, QueueModel, VHostQueues, SessionService, StreamService, TopicService, Access, AdminService,
             PopService, Metrics, CollectorRegistry, Tick)
 # what the ports' methods take or hand out and gateways keep (core/types.py)
-VALUES = (ConnectionRecord, Delivery, Message, Envelope, QueueState, QueueSettings, RetainedStore)
+VALUES = (ConnectionRecord, Delivery, Message, Envelope, QueueState, QueueSettings, RetainedStore, Tally)
 
 
 def core_held(roots: dict[str, Any], broker: Broker) -> list[str]:
@@ -86,9 +86,9 @@ def core_held(roots: dict[str, Any], broker: Broker) -> list[str]:
                      for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ())]
         elif type(obj).__module__.startswith("logbus.gateway"):
             fields = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
-            for cls in type(obj).__mro__:
-                for slot in getattr(cls, "__slots__", ()):
-                    if hasattr(obj, slot):
+            for cls in type(obj).__mro__:  # __mypyc_attrs__: a class compiled by mypyc
+                for slot in (*getattr(cls, "__slots__", ()), *getattr(cls, "__mypyc_attrs__", ())):
+                    if slot != "__dict__" and hasattr(obj, slot):
                         fields[slot] = getattr(obj, slot)
             todo += [(f"{path}.{name}", value) for name, value in fields.items()]
     return sorted(bad)
