@@ -27,9 +27,9 @@ class FineTimer:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.armed_until = 0.0  # time.monotonic() of the armed expiry; 0.0: not armed
-        self._spec = spec = _ITimerSpec()  # it_interval 0: one expiry; it_value.tv_sec stays 0
+        spec = _ITimerSpec()  # it_interval 0: one expiry; it_value.tv_sec stays 0
         self._value = spec.it_value  # a view of the struct's field, made once (not per arm)
-        self._ref = ctypes.byref(spec)
+        self._ref = ctypes.byref(spec)  # (both keep the struct alive)
 
     @classmethod
     def open(cls, poller: Any) -> FineTimer | None:

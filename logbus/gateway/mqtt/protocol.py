@@ -594,13 +594,13 @@ class MqttFactory(Factory):
         counter, tally = metrics.counter, metrics.tally
         self._limit_counters = {  # INFLIGHT_FULL may be met at every delivery round: plain ints
             EXPIRY_CAPPED: tally("logbus_mqtt_session_expiry_capped",
-                                   "MQTT session expiry intervals lowered to mqtt_max_session_expiry"),
+                                 "MQTT session expiry intervals lowered to mqtt_max_session_expiry"),
             INFLIGHT_FULL: tally("logbus_mqtt_inflight_full",
-                                   "Times an MQTT client's window of QoS 1/2 messages in flight filled up "
-                                   "(mqtt_max_inflight_messages, or a lower Receive Maximum of the client)"),
+                                 "Times an MQTT client's window of QoS 1/2 messages in flight filled up "
+                                 "(mqtt_max_inflight_messages, or a lower Receive Maximum of the client)"),
             RECEIVE_MAXIMUM_HIT: tally("logbus_mqtt_receive_maximum_exceeded",
-                                         "MQTT 5 clients disconnected for more QoS 1/2 publishes unanswered "
-                                         "than mqtt_receive_maximum (0x93)"),
+                                       "MQTT 5 clients disconnected for more QoS 1/2 publishes unanswered "
+                                       "than mqtt_receive_maximum (0x93)"),
         }
         dropped = counter("logbus_mqtt_queue_dropped",
                           "Messages dropped for an MQTT session at its queue limit (mqtt_max_queued_messages)")
