@@ -232,7 +232,8 @@ class Broker:
         self._expiry = LoopingCall(self._expire)
         self._expiry.clock = self.reactor
         self._expiry.start(EXPIRY_SECONDS, now=False)
-        self.streams.start(self.pipeline.appended)  # produced batches on to the queues that read them
+        # produced batches on to the queues that read them; a transaction's when it commits
+        self.streams.start(self.pipeline.appended, self.pipeline.committed)
         self._pressure = LoopingCall(self._check_resources)
         self._pressure.clock = self.reactor
         self._pressure.start(PRESSURE_SECONDS, now=True)  # alarms are known before any listener

@@ -91,6 +91,13 @@ class ProducerFenced(LogbusError):
     code = "producer_fenced"
 
 
+class InvalidTxnState(LogbusError):
+    """A transactional batch for a partition its producer's transaction has not added,
+    or with no transaction open."""
+
+    code = "invalid_txn_state"
+
+
 class InvalidRequest(LogbusError):
     """A request's arguments are out of range or malformed (a bad receipt handle, a
     negative invisible time, a delay past 40 days)."""

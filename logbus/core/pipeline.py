@@ -53,8 +53,9 @@ from .errors import LogbusError, StorageError, UnknownPartition
 from .forms import NEUTRAL, Forms
 from .log import batch as B
 from .log.batch import BatchInfo
-from .log.format import ATTR_TRANSACTIONAL
+from .log.format import ATTR_CONTROL, ATTR_TRANSACTIONAL, scan_valid
 from .log.manager import LogManager
+from .log.partition import Partition
 from .message import Message, per_message_ttl
 from .queues.msgstore import MessageStore
 from .queues.pop import check_delay
@@ -331,6 +332,23 @@ class Pipeline:
             routed += self.record(topic, partition, offset, message, vhosts)
         return routed
 
+    def committed(self, topic: str, partition: int, producer_id: int, start: int, end: int) -> int:
+        """A committed Kafka transaction's records: those of ``producer_id``'s
+        transactional batches in [start, end) of the partition go on as ``appended``
+        routes a produce's. Returns how many reached a queue now."""
+        vhosts = self._readers(topic)
+        if not vhosts and not self.pop.watches(topic):
+            return 0
+        routed = 0
+        now = self.clock()
+        for offset, message in committed_records(self.log.partition(topic, partition), producer_id, start, end):
+            due = deliver_at(message, now)
+            if due:
+                self.delay(topic, partition, offset, due)
+                continue
+            routed += self.record(topic, partition, offset, message, vhosts)
+        return routed
+
     def _readers(self, topic: str) -> list[VHost]:
         """The vhosts where ``topic`` backs an exchange."""
         return [v for v in self.vhosts.values() if v.routes_topic(topic)]
@@ -500,6 +518,28 @@ def decode_appended(base: int, data: bytes, infos: list[BatchInfo]) -> list[tupl
                 out.append((offset + r.offset - info.base_offset, message))
         offset += info.last_offset_delta + 1
         pos += info.size
+    return out
+
+
+COMMITTED_READ_BYTES = 1 << 20  # a committed transaction's records are read this much at a time
+
+
+def committed_records(p: Partition, producer_id: int, start: int, end: int) -> list[tuple[int, Message]]:
+    """(offset, Message) of ``producer_id``'s transactional records in [start, end) of ``p``
+    (control batches left out)."""
+    out = []
+    offset = start
+    while offset < end:
+        res = p.read(offset, COMMITTED_READ_BYTES, written=True)
+        data = res.data
+        if not data:
+            break
+        for info in scan_valid(data, 0, len(data), None)[0]:
+            if info.producer_id == producer_id and info.attributes & ATTR_TRANSACTIONAL \
+                    and not info.attributes & ATTR_CONTROL and start <= info.base_offset < end:
+                for r in B.decode(memoryview(data)[info.position : info.position + info.size]):
+                    out.append((r.offset, Message.from_record(B.Record(r.key, r.value, r.timestamp, r.headers))))
+        offset = max(res.next_offset, offset + 1)
     return out
 
 

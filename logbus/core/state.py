@@ -39,6 +39,10 @@ metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``
                ``b"retained\0" + topic + b"\0"``   ``RetainedRecord``: the retained
                                                    message of an MQTT topic name
                                                    (core/retained.py)
+               ``b"txn\0" + transactional id``     ``TransactionRecord``: a Kafka
+               ``+ b"\0"``                         transactional producer and its
+                                                   transaction (core/streams/
+                                                   transactions.py)
 offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
                ``+ topic + b"\0" + partition``     (consumer-group commits;
                (partition: uint32 big-endian)      see ``group_offset_key``)
@@ -657,6 +661,18 @@ def retained_key(topic: str) -> bytes:
 
 def retained_topic(key: bytes) -> str:
     return key[len(RETAINED_PREFIX) : -1].decode()
+
+
+TRANSACTION_PREFIX = b"txn\x00"
+
+
+def transaction_key(transactional_id: str) -> bytes:
+    """A Kafka transactional producer's ``TransactionRecord`` (core/streams/transactions.py)."""
+    return TRANSACTION_PREFIX + _text(transactional_id)
+
+
+def transactional_id_of_key(key: bytes) -> str:
+    return key[len(TRANSACTION_PREFIX) : -1].decode()
 
 
 def session_prefix(protocol: str) -> bytes:

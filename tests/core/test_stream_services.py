@@ -28,7 +28,9 @@ class Services:
         self.routed: list[tuple[str, int, int]] = []
         self.streams.open(self.state, self.log)
         self.topics.open(self.state, self.log)
-        self.streams.start(lambda topic, partition, base, data, infos: self.routed.append((topic, partition, base)))
+        self.committed: list[tuple[str, int, int, int, int]] = []
+        self.streams.start(lambda topic, partition, base, data, infos: self.routed.append((topic, partition, base)),
+                           lambda *committed: self.committed.append(committed))
 
     def close(self) -> None:
         self.streams.stop()

@@ -142,6 +142,7 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 KEYINDEX_SUFFIX = ".keyindex"
+TXNINDEX_NAME = "aborted.txnindex"  # in a partition's directory: its aborted transactions
 TMP_SUFFIX = ".tmp"
 DELETED_SUFFIX = ".deleted"
 _SEGMENT_DIGITS = 20
@@ -285,3 +286,62 @@ def stored_crc(buf: Buffer, pos: int) -> int:
 
 def max_timestamp(buf: Buffer, pos: int = 0) -> int:
     return int(INT64.unpack_from(buf, pos + MAX_TIMESTAMP_AT)[0])
+
+
+# -- transactions: control batches and the aborted-transaction index -------------------
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1  # a control record's type (its key's second int16)
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_CONTROL_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+# one control record: length 16, attributes 0, timestamp delta 0, offset delta 0,
+# key length 4, the key, value length 6, the value, no headers (lengths as zigzag varints)
+_CONTROL_RECORD = b"\x20\x00\x00\x00\x08%s\x0c%s\x00"
+ABORTED_ENTRY = struct.Struct(">qqqq")  # producer_id, first_offset, last_offset, last_stable_offset
+
+
+def control_batch(producer_id: int, producer_epoch: int, commit: bool, timestamp_ms: int,
+                  coordinator_epoch: int = 0) -> bytes:
+    """A transaction marker as Kafka writes it: one control record in a transactional
+    control batch of the producer, base offset 0 (given on append)."""
+    record = _CONTROL_RECORD % (_CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT),
+                                _CONTROL_VALUE.pack(0, coordinator_epoch))
+    length = HEADER_SIZE - LOG_OVERHEAD + len(record)
+    head = HEADER.pack(0, length, 0, MAGIC, 0, ATTR_TRANSACTIONAL | ATTR_CONTROL, 0, timestamp_ms, timestamp_ms,
+                       producer_id, producer_epoch, -1, 1)
+    buf = bytearray(head + record)
+    UINT32.pack_into(buf, CRC_AT, calc_crc32c(bytes(buf[CRC_START:])))
+    return bytes(buf)
+
+
+def control_type(buf: Buffer, info: BatchInfo) -> int | None:
+    """CONTROL_COMMIT or CONTROL_ABORT for a control batch (``info`` read from ``buf``),
+    None for any other batch or a control record of a type not known here."""
+    if not info.attributes & ATTR_CONTROL or info.attributes & COMPRESSION_MASK:
+        return None
+    at = info.position + HEADER_SIZE
+    record = bytes(buf[at : at + len(_CONTROL_RECORD) - 4 + _CONTROL_KEY.size + _CONTROL_VALUE.size])
+    if len(record) < 9 or record[4] != 0x08:
+        return None
+    version, kind = _CONTROL_KEY.unpack_from(record, 5)
+    return kind if version == 0 and kind in (CONTROL_ABORT, CONTROL_COMMIT) else None
+
+
+class AbortedTxn(NamedTuple):
+    """An aborted transaction on one partition: its producer's records from
+    ``first_offset`` to its abort marker at ``last_offset`` are not committed. A
+    read_committed reader skips that producer's transactional batches in the range."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+def pack_aborted(entry: AbortedTxn) -> bytes:
+    return ABORTED_ENTRY.pack(*entry)
+
+
+def unpack_aborted(data: bytes) -> list[AbortedTxn]:
+    """The entries of an ``aborted.txnindex`` file (a torn last entry left out)."""
+    size = ABORTED_ENTRY.size
+    return [AbortedTxn(*ABORTED_ENTRY.unpack_from(data, at)) for at in range(0, len(data) - size + 1, size)]

@@ -27,6 +27,7 @@ from .filecache import FileCache, Handle
 from .failures import Failures
 from .flusher import Flusher, Ticket, Waiter, fire_waiters
 from .segment import Segment
+from .txnindex import AbortedIndex
 from .topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class Partition(Failures):
         self._watchers: list[Callable[[], object]] = []
         self._start = 0  # the log start DeleteRecords set (0: the first segment's base)
         self._mode = config.flush_mode
+        self.aborted = AbortedIndex(directory)  # its aborted transactions (txnindex.py)
         self.set_config(config)
 
     def set_config(self, config: TopicConfig) -> None:
@@ -199,6 +201,10 @@ class Partition(Failures):
             self._watchers.remove(callback)
         except ValueError:
             pass
+
+    def notify_readers(self) -> None:
+        """Wake the watchers: what they may read changed (a last stable offset moved)."""
+        self._notify()
 
     def _notify(self) -> None:
         if self._watchers:
@@ -328,6 +334,15 @@ class Partition(Failures):
         elif first:
             self._schedule(self)
         return d
+
+    def append_control(self, data: bytes) -> Deferred[AppendResult]:
+        """Append a control batch the broker made (a transaction marker,
+        ``format.control_batch``), which ``append_raw`` refuses from a client."""
+        try:
+            info = F.validate(data, 0, len(data))
+        except F.InvalidBatch as e:
+            return fail(e)
+        return self.append_batches(data, [info])
 
     def _write_early(self) -> None:
         """Past the buffer bounds in the middle of a tick: encode and write what is
@@ -470,7 +485,7 @@ class Partition(Failures):
     # -- reading -----------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, data: bool = True, *, deleted: bool = False,
-             written: bool = False) -> ReadResult:
+             written: bool = False, upto: int = -1) -> ReadResult:
         """Whole batches from the one holding ``offset`` on, below the high watermark and
         up to ``max_bytes`` (the first batch is returned even if larger, so a reader
         always makes progress). Offsets from the high watermark to the log end read as
@@ -478,7 +493,8 @@ class Partition(Failures):
         ``deleted``: records below the log start that are still on disk may be read (a
         queue's pointers: retention keeps their segments). ``written``: up to the log end,
         durable or not (the broker's own queues, whose entries exist from the append on,
-        while a sync may still be in flight)."""
+        while a sync may still be in flight). ``upto`` (>= 0): no batch at or past it (a
+        read_committed reader's last stable offset)."""
         start, end = self.segments[0].base_offset if deleted else self.log_start_offset, self.next_offset
         if offset < start or offset > end:
             raise OffsetOutOfRange(
@@ -486,6 +502,8 @@ class Partition(Failures):
             )
         self.drain()
         hw = self.next_offset if written else self.high_watermark
+        if 0 <= upto < hw:
+            hw = upto
         spans: list[FileSpan] = []
         first_offset = next_offset = offset
         remaining = max_bytes
@@ -595,6 +613,11 @@ class Partition(Failures):
                 break
             total -= seg.size
             deleted += 1
+        if deleted and self.aborted.entries:
+            try:
+                self.aborted.trim(self.segments[0].base_offset)
+            except OSError as e:  # kept whole: trimmed at the next deletion
+                log.warning("trimming the aborted-transaction index of %s/%d failed: %s", self.topic, self.index, e)
         return deleted
 
     def _delete_segment(self, seg: Segment) -> bool:

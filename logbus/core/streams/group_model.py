@@ -35,6 +35,14 @@ class Code(enum.Enum):
     GROUP_ID_NOT_FOUND = "group_id_not_found"
     MEMBER_ID_REQUIRED = "member_id_required"
     FENCED_INSTANCE_ID = "fenced_instance_id"
+    # the transaction coordinator's (core/streams/transactions.py)
+    INVALID_PRODUCER_EPOCH = "invalid_producer_epoch"
+    INVALID_TXN_STATE = "invalid_txn_state"
+    INVALID_PRODUCER_ID_MAPPING = "invalid_producer_id_mapping"
+    INVALID_TRANSACTION_TIMEOUT = "invalid_transaction_timeout"
+    CONCURRENT_TRANSACTIONS = "concurrent_transactions"
+    UNSTABLE_OFFSET_COMMIT = "unstable_offset_commit"
+    PRODUCER_FENCED = "producer_fenced"
 
     @property
     def retriable(self) -> bool:
@@ -44,6 +52,7 @@ class Code(enum.Enum):
 _RETRIABLE = frozenset({
     Code.UNKNOWN_TOPIC_OR_PARTITION, Code.COORDINATOR_LOAD_IN_PROGRESS,
     Code.COORDINATOR_NOT_AVAILABLE, Code.NOT_COORDINATOR, Code.REBALANCE_IN_PROGRESS,
+    Code.CONCURRENT_TRANSACTIONS, Code.UNSTABLE_OFFSET_COMMIT,
 })
 
 

@@ -478,6 +478,20 @@ class GroupCoordinator(GroupRebalance):
         self._maybe_forget(group)  # a simple commit of nothing leaves no group behind
         return Code.NONE, codes
 
+    def apply_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        """A committed transaction's offsets of ``group_id`` (TxnOffsetCommit's), stored
+        as a commit of the group (raises when the store refuses)."""
+        now = now_ms()
+        accepted = {tp: OffsetAndMetadata(om.offset, om.metadata, om.leader_epoch, now) for tp, om in offsets.items()}
+        if not accepted:
+            return
+        if self.store is not None:
+            write_offsets(self.store, group_id, accepted, sync=self.sync_commits)
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id)
+        group.offsets.update(accepted)
+
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None,
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:

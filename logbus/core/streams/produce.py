@@ -6,8 +6,9 @@ batch within the topic's max.message.bytes: ``log.batch.split_validate``), refus
 record that carries the envelope header reserved for logbus, then:
 
 - without a producer id: appends;
-- with one (an idempotent producer): checks the batch's sequence against that
-  producer's state on the partition (``producers.py``). A duplicate (a retry after a
+- with one (an idempotent producer): a transactional batch must belong to its producer's
+  open transaction with this partition (``transactions.check_produce``); then the batch's
+  sequence is checked against that producer's state on the partition (``producers.py``). A duplicate (a retry after a
   lost answer) is not appended again: it is answered with the offsets it got the first
   time, once they are readable. A gap is ``OutOfOrderSequence``, an older epoch
   ``ProducerFenced``. Otherwise it appends, remembers the batch at once (a retry sent
@@ -15,9 +16,9 @@ record that carries the envelope header reserved for logbus, then:
   append is durable.
 
 Whatever was appended is handed to ``route`` (the feed: the queues and pop groups that
-read the topic) at once; the append stands whatever routing does. Every outcome is the
-returned Deferred: an AppendResult once durable under the topic's flush policy, or the
-failure (a ``LogbusError``). Nothing here knows a wire protocol.
+read the topic) at once (a transactional batch when its transaction commits); the append
+stands whatever routing does. Every outcome is the returned Deferred: an AppendResult
+once durable under the topic's flush policy, or the failure (a ``LogbusError``). Nothing here knows a wire protocol.
 """
 
 from __future__ import annotations
@@ -26,11 +27,14 @@ from typing import Any, Callable
 
 from twisted.internet.defer import Deferred, fail, succeed
 
-from ..errors import InvalidRecord, LogbusError, OutOfOrderSequence, ProducerFenced
+from ..errors import InvalidRecord, InvalidTxnState, LogbusError, OutOfOrderSequence, ProducerFenced
 from ..log import batch as B
+from ..log.format import ATTR_TRANSACTIONAL
 from ..log.partition import AppendResult, Partition
 from ..message import ENVELOPE_HEADER
+from .group_model import Code
 from .producers import APPEND, DUPLICATE, OUT_OF_ORDER, ProducerRegistry
+from .transactions import TransactionCoordinator
 
 Route = Callable[[str, int, int, bytes, list[B.BatchInfo]], object]
 
@@ -49,7 +53,8 @@ def reserved_header_in(data: bytes, infos: list[B.BatchInfo]) -> InvalidRecord |
     return None
 
 
-def produce(p: Partition, data: bytes, producers: ProducerRegistry, route: Route) -> Deferred[AppendResult]:
+def produce(p: Partition, data: bytes, producers: ProducerRegistry, route: Route,
+            txns: TransactionCoordinator | None = None) -> Deferred[AppendResult]:
     """Check, append and route the record batches ``data`` (see the module's header)."""
     try:
         infos = B.split_validate(data, p.config.max_message_bytes)
@@ -66,6 +71,16 @@ def produce(p: Partition, data: bytes, producers: ProducerRegistry, route: Route
         if p.next_offset > base:
             route(topic, p.index, base, data, infos)
         return d
+    transactional = bool(first.attributes & ATTR_TRANSACTIONAL)
+    if transactional:
+        code = Code.INVALID_TXN_STATE if txns is None else txns.check_produce(
+            topic, p.index, first.producer_id, first.producer_epoch)
+        if code is Code.INVALID_PRODUCER_EPOCH:
+            return fail(ProducerFenced(f"producer {first.producer_id}: epoch {first.producer_epoch} "
+                                       f"is older than its current one"))
+        if code is not Code.NONE:
+            return fail(InvalidTxnState(f"producer {first.producer_id} has no transaction open with "
+                                        f"{topic}/{p.index}"))
     states = producers.states(topic, p)
     count = sum(i.last_offset_delta + 1 for i in infos)
     verdict = states.check(first.producer_id, first.producer_epoch, first.base_sequence, count)
@@ -81,7 +96,11 @@ def produce(p: Partition, data: bytes, producers: ProducerRegistry, route: Route
     base = p.next_offset
     d = p.append_batches(data, infos)
     if p.next_offset > base:  # appended (offsets assigned): remember at once, store when durable
-        route(topic, p.index, base, data, infos)
+        if transactional:  # routed when its transaction commits
+            assert txns is not None
+            txns.produced(topic, p.index, first.producer_id, base)
+        else:
+            route(topic, p.index, base, data, infos)
         pid, end = first.producer_id, p.next_offset
         states.record(pid, first.producer_epoch, first.base_sequence, count, base)
         rec = producers.snapshot(topic, p, pid)

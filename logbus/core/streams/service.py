@@ -2,13 +2,16 @@
 gateway calls (``ports.Streams``): topics as partitioned logs (produce, reads, offsets,
 watchers, producer ids) and consumer groups, and the client state that expires as in Kafka.
 
-It owns the producer registry and the group coordinator; it is handed the state store and
-the log at ``start`` and where produced batches go on from the log (``route``: the
-pipeline's ``appended``, the queues that read the topic). The group coordinator's methods
-are its own, bound at construction, so a group request is one call.
+It owns the producer registry, the group coordinator and the transaction coordinator
+(transactions.py); it is handed the state store and the log at ``open`` and where produced
+batches go on from the log at ``start`` (``route``: the pipeline's ``appended``, the
+queues that read the topic; a committed transaction's records: ``committed``). The
+coordinators' methods are its own, bound at construction, so a group or transaction
+request is one call.
 
     streams = StreamService(reactor, metrics, topic_defaults=TopicConfig())
-    streams.start(state, log, route=pipeline.appended)   # loads groups, starts the expiry
+    streams.open(state, log)                             # producers, groups, transactions
+    streams.start(pipeline.appended, pipeline.committed) # starts the expiry
     d = streams.produce("t", 0, batches)                 # Deferred[AppendResult]
     streams.stop()                                       # waiting joins fail, expiry stops
 """
@@ -23,6 +26,7 @@ from twisted.internet.task import LoopingCall
 
 from ..errors import LogbusError, StorageError
 from ..log import AppendResult, LogManager
+from ..log.format import AbortedTxn
 from ..log.partition import ReadResult
 from ..log.topic_config import TopicConfig
 from ..metrics import Metrics
@@ -32,6 +36,7 @@ from .groups import GroupCoordinator
 from .produce import Route
 from .produce import produce as produce_batches
 from .producers import ProducerRegistry
+from .transactions import RouteCommitted, TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,7 @@ class StreamService:
         self.topic_defaults = topic_defaults
         self.producers = ProducerRegistry(None)  # replaced at start, with the store
         self.groups = GroupCoordinator(reactor)
+        self.txns = TransactionCoordinator(reactor)
         self._log: LogManager | None = None
         self._route: Route = _not_started
         # per-client state that expires as in Kafka (expire_client_state)
@@ -84,6 +90,14 @@ class StreamService:
         self.list_groups = groups.list_groups
         self.describe_group = groups.describe
         self.delete_group = groups.delete_group
+        # transactions: the coordinator's own methods too
+        txns = self.txns
+        self.init_transactional_producer = txns.init_producer_id
+        self.add_partitions_to_txn = txns.add_partitions
+        self.add_offsets_to_txn = txns.add_offsets
+        self.txn_commit_offsets = txns.commit_offsets
+        self.end_txn = txns.end
+        self.offsets_unstable = txns.unstable
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -92,12 +106,15 @@ class StreamService:
         the committed offsets loaded."""
         self.producers = ProducerRegistry(state)
         self._log = log_manager
+        self.txns.open(state, log_manager, self.producers.new_producer_id)
         return self.groups.open(state)
 
-    def start(self, route: Route) -> None:
-        """Serve: produced batches go on to ``route`` (the queues that read their topic);
-        expired client state is looked for from now on."""
+    def start(self, route: Route, route_committed: RouteCommitted) -> None:
+        """Serve: produced batches go on to ``route`` (the queues that read their topic),
+        a committed transaction's to ``route_committed``; expired client state is looked
+        for from now on, and transactions caught mid-commit are completed."""
         self._route = route
+        self.txns.start(route_committed, self.groups.apply_offsets)
         self._client_expiry = LoopingCall(self.expire_client_state)
         self._client_expiry.clock = self.reactor
         self._client_expiry.start(client_expiry_interval(self.producer_id_expiration_ms, self.offsets_retention_ms),
@@ -109,6 +126,7 @@ class StreamService:
         if self._client_expiry is not None and self._client_expiry.running:
             self._client_expiry.stop()
         self.groups.shutdown()
+        self.txns.stop()
         self._log = None
         self._route = _not_started
 
@@ -122,6 +140,7 @@ class StreamService:
         """A deleted topic's producer states and committed offsets go."""
         self.producers.forget_topic(topic)
         self.groups.forget_topic(topic)
+        self.txns.forget_topic(topic)
 
     # -- topics as partitioned logs -------------------------------------------------------
 
@@ -150,18 +169,30 @@ class StreamService:
             p = self.log.partition(topic, partition)
         except LogbusError as e:
             return fail(e)
-        return produce_batches(p, data, self.producers, self._route)
+        return produce_batches(p, data, self.producers, self._route, self.txns)
 
     def new_producer_id(self) -> int:
         """A producer id never handed out before, across restarts too."""
         return self.producers.new_producer_id()
 
-    def read_spans(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult:
-        """Whole batches from the one holding ``offset`` on, below the high watermark, up
-        to ``max_bytes`` (at least one batch), as ranges of segment files (``spans``; no
-        bytes are read: a gateway sends them with sendfile). UnknownTopic,
-        UnknownPartition; OffsetOutOfRange outside [log start, log end]."""
-        return self.log.partition(topic, partition).read(offset, max_bytes, data=False)
+    def read_spans(self, topic: str, partition: int, offset: int, max_bytes: int,
+                   committed: bool = False) -> ReadResult:
+        """Whole batches from the one holding ``offset`` on, below the high watermark (or,
+        ``committed``, the last stable offset), up to ``max_bytes`` (at least one batch),
+        as ranges of segment files (``spans``; no bytes are read: a gateway sends them
+        with sendfile). UnknownTopic, UnknownPartition; OffsetOutOfRange outside [log
+        start, log end]."""
+        p = self.log.partition(topic, partition)
+        return p.read(offset, max_bytes, data=False, upto=self.txns.last_stable_offset(p) if committed else -1)
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """Where read_committed readers stop (the first offset of the earliest open
+        transaction, or the high watermark); UnknownTopic, UnknownPartition."""
+        return self.txns.last_stable_offset(self.log.partition(topic, partition))
+
+    def aborted_transactions(self, topic: str, partition: int, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in [start, end) of the partition."""
+        return self.txns.aborted(self.log.partition(topic, partition), start, end)
 
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         """A partition's log start, log end and high watermark (UnknownTopic,

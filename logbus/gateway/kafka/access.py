@@ -11,6 +11,7 @@ topic t     READ                                            read on the exchange
                                                             each implies DESCRIBE)
 group g     READ (join, commit, fetch offsets), DESCRIBE    read on queue g of vhost ``/``
             DELETE                                          configure on queue g
+txn id x    WRITE, DESCRIBE (a transactional producer)      write on queue x of vhost ``/``
 cluster     DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE    any user (each produce is
                                                             checked on its topic)
             CREATE, ALTER, ALTER_CONFIGS, CLUSTER_ACTION    the ``administrator`` tag
@@ -96,6 +97,16 @@ class KafkaAccess:
             perm: Perm = "configure" if op == DELETE else "read"
             hit = self._perm(lambda: self.doors.authorize(user, perm, Resource(GROUP_VHOST, "queue", group)))
             self._seen[(user, "group", op, group)] = hit
+        return hit
+
+    def transactional_id(self, user: str | None, txn_id: str) -> bool:
+        """May ``user`` produce transactionally as ``txn_id`` (WRITE, and so DESCRIBE)?"""
+        if user is None:
+            return False
+        hit = self._cached(user, "txn", WRITE, txn_id)
+        if hit is None:
+            hit = self._perm(lambda: self.doors.authorize(user, "write", Resource(GROUP_VHOST, "queue", txn_id)))
+            self._seen[(user, "txn", WRITE, txn_id)] = hit
         return hit
 
     def cluster(self, user: str | None, op: int) -> bool:

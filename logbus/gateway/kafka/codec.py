@@ -179,6 +179,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +190,7 @@ class FetchPartition:
     last_stable_offset: int
     log_start_offset: int
     records: bytes | Sequence[FileSpan]
+    aborted: Sequence[tuple[int, int]] = ()  # (producer id, first offset) of aborted transactions
 
 
 class Chunks(list[bytes | FileSpan]):
@@ -225,7 +227,9 @@ def encode_fetch_response(
             buf += _PART.pack(p.index, p.error_code, p.high_watermark, p.last_stable_offset)
             if version >= 5:
                 buf += _I64.pack(p.log_start_offset)
-            buf += _I32.pack(0)  # aborted_transactions: empty
+            buf += _I32.pack(len(p.aborted))  # aborted_transactions
+            for producer_id, first_offset in p.aborted:
+                buf += _ABORTED.pack(producer_id, first_offset)
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred_read_replica
             size = _records_size(p.records)

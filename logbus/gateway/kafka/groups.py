@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 NONE = 0
 INVALID_REQUEST = 42
 UNKNOWN_TOPIC_OR_PARTITION = 3
+UNSTABLE_OFFSET_COMMIT = 88
 NO_OFFSET = -1
 NO_METADATA = ""  # what Kafka answers (and stores for a null) when there is none
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
@@ -273,7 +274,7 @@ class _GroupApi:
                 wanted = None if g.topics is None else [(t.name, t.partition_indexes) for t in g.topics]
                 topics = [
                     GT(name=name, partitions=[GP(**fields) for fields in parts])
-                    for name, parts in self._fetch(caller, g.group_id, wanted)
+                    for name, parts in self._fetch(caller, g.group_id, wanted, body.require_stable)
                 ]
                 groups.append(G(group_id=g.group_id, topics=topics, error_code=NONE))
             return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
@@ -284,16 +285,17 @@ class _GroupApi:
         wanted = None if body.topics is None else [(t.name, t.partition_indexes) for t in body.topics]
         topics = [
             T(name=name, partitions=[P(**fields) for fields in parts])
-            for name, parts in self._fetch(caller, body.group_id, wanted)
+            for name, parts in self._fetch(caller, body.group_id, wanted, v >= 7 and body.require_stable)
         ]
         return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=NONE)
 
     def _fetch(
-        self, caller: Caller, group_id: str, wanted: list[tuple[str, list[int]]] | None
+        self, caller: Caller, group_id: str, wanted: list[tuple[str, list[int]]] | None, stable: bool = False,
     ) -> list[tuple[str, list[dict[str, Any]]]]:
         """[(topic, [partition fields])] in request order (or topic order for null): a
         topic the caller may not describe is TOPIC_AUTHORIZATION_FAILED when named, left
-        out when every topic is asked for (as Kafka)."""
+        out when every topic is asked for (as Kafka). ``stable`` (require_stable): an
+        offset an open transaction holds is UNSTABLE_OFFSET_COMMIT."""
         def may(topic: str) -> bool:
             return self.handlers.access.topic(caller.user, DESCRIBE, topic)
 
@@ -308,12 +310,13 @@ class _GroupApi:
         for (topic, partition), om in found.items():
             if wanted is None and not may(topic):
                 continue
+            unstable = stable and self.streams.offsets_unstable(group_id, (topic, partition))
             by_topic.setdefault(topic, []).append({
                 "partition_index": partition,
-                "committed_offset": om.offset if om is not None else NO_OFFSET,
+                "committed_offset": om.offset if om is not None and not unstable else NO_OFFSET,
                 "committed_leader_epoch": om.leader_epoch if om is not None else -1,
                 "metadata": om.metadata if om is not None else NO_METADATA,
-                "error_code": NONE,
+                "error_code": UNSTABLE_OFFSET_COMMIT if unstable else NONE,
             })
         return list(by_topic.items())
 

@@ -72,6 +72,7 @@ def _batches(records: bytes) -> Iterator[Any]:
 _OPERATION: dict[str, int] = {"read": READ, "write": WRITE, "configure": ALTER}  # a permission as Kafka's operation
 
 EARLIEST, LATEST = -2, -1
+READ_COMMITTED = 1  # a Fetch's or ListOffsets' isolation_level
 
 
 def _kafka_names(answer: Any) -> Any:
@@ -303,12 +304,10 @@ class KafkaHandlers:
     # -- InitProducerId -----------------------------------------------------------------
 
     def init_producer_id(self, req: Request, caller: Caller) -> Any:
-        """A fresh producer id (or, KIP-360, the same id with the next epoch). Ids come
-        from blocks reserved in the state store, so they never repeat across restarts."""
+        """An idempotent producer's id: a fresh one (or, KIP-360, the same id with the
+        next epoch). Ids come from blocks reserved in the state store, so they never
+        repeat across restarts. With a transactional id: transactions.py."""
         body = req.body
-        if body.transactional_id is not None:
-            return InitProducerIdResponse(throttle_time_ms=0, error_code=K.TRANSACTIONAL_ID_NOT_SUPPORTED,
-                                          producer_id=-1, producer_epoch=-1)
         pid = getattr(body, "producer_id", -1)
         epoch = getattr(body, "producer_epoch", -1)
         if pid is not None and pid >= 0 and epoch is not None and epoch >= 0:
@@ -371,6 +370,7 @@ class KafkaHandlers:
         the client, and its end is known from the read without opening a header)."""
         body = req.body
         streams = self.streams
+        committed = req.api_version >= 4 and body.isolation_level == READ_COMMITTED
         remaining = body.max_bytes if body.max_bytes > 0 else 1 << 30
         total = records = 0
         topics = []
@@ -387,15 +387,20 @@ class KafkaHandlers:
                     continue
                 limit = min(fp.partition_max_bytes, remaining) if total else fp.partition_max_bytes
                 spans: list[FileSpan]
+                aborted: list[tuple[int, int]] = []
                 try:
                     if limit > 0:
-                        r = streams.read_spans(ft.topic, fp.partition, fp.fetch_offset, limit)
+                        r = streams.read_spans(ft.topic, fp.partition, fp.fetch_offset, limit, committed)
                         spans, hw, start = r.spans, r.high_watermark, r.log_start_offset
                         if spans:
                             records += max(0, r.next_offset - fp.fetch_offset)
+                            if committed:
+                                aborted = [(a.producer_id, a.first_offset) for a in streams.aborted_transactions(
+                                    ft.topic, fp.partition, r.first_offset, r.next_offset)]
                     else:
                         o = streams.offsets(ft.topic, fp.partition)
                         spans, hw, start = [], o.high_watermark, o.log_start_offset
+                    lso = streams.last_stable_offset(ft.topic, fp.partition)
                 except OffsetOutOfRange:
                     o = streams.offsets(ft.topic, fp.partition)
                     hw = o.high_watermark
@@ -404,7 +409,7 @@ class KafkaHandlers:
                 size = sum(s.size for s in spans)
                 total += size
                 remaining -= size
-                parts.append(FetchPartition(fp.partition, K.NONE, hw, hw, start, spans))
+                parts.append(FetchPartition(fp.partition, K.NONE, hw, lso, start, spans, aborted))
             topics.append((outbound(ft.topic) or ft.topic, parts))
         return encode_fetch_response(req.api_version, req.correlation_id, K.NONE, topics), total, records
 
@@ -430,7 +435,9 @@ class KafkaHandlers:
                                    old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1))
                     continue
                 if lp.timestamp == LATEST:
-                    ts, off = -1, o.high_watermark
+                    committed = req.api_version >= 2 and req.body.isolation_level == READ_COMMITTED
+                    ts, off = -1, streams.last_stable_offset(t.name, lp.partition_index) if committed \
+                        else o.high_watermark
                 elif lp.timestamp == EARLIEST:
                     ts, off = -1, o.log_start_offset
                 else:

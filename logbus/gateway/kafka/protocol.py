@@ -49,7 +49,7 @@ from ..output import FileOutput
 from ..peers import is_loopback, is_tls, lost_reason, peer_identity, peer_of
 from ..unread import UnreadWatch
 from ..websocket import DEFAULT_HANDSHAKE_TIMEOUT
-from . import acls, admin, configs, groups, records_admin, sasl
+from . import acls, admin, configs, groups, records_admin, sasl, transactions
 from .caller import Caller
 from ..listener import DEFAULT_RULES, ListenerRules
 from .sasl import SaslSession, Step
@@ -439,7 +439,7 @@ class KafkaProtocol(Protocol):
 
 
 # the modules whose install() registers more APIs beside handlers.py's own (docs/kafka.md lists them all)
-MODULES = (groups, admin, configs, records_admin, sasl, acls)
+MODULES = (groups, admin, configs, records_admin, sasl, acls, transactions)
 
 
 class KafkaFactory(Factory):
