@@ -75,6 +75,8 @@ def test_committed_records_are_routed_and_read_committed_waits_for_them(tmp_path
         assert s.routed == [("t", 0, 2)]  # the plain record at once; the transaction's not yet
         assert s.streams.last_stable_offset("t", 0) == 0 and s.streams.offsets("t", 0).high_watermark == 3
         assert committed_values(s, "t", 0) == []  # held back by the open transaction
+        r = s.streams.read_spans("t", 0, 0, 1 << 24, committed=True)
+        assert (r.next_offset, r.spans, r.high_watermark) == (0, [], 3)  # the high watermark as it is
         assert outcome(s.loop, s.streams.end_txn("tx", pid, epoch, True)) is Code.NONE
         assert markers(s, "t", 0) == [(3, pid, F.CONTROL_COMMIT)]
         assert s.committed == [("t", 0, pid, 0, 3)]  # routed now: its records in [0, 3)

@@ -502,13 +502,12 @@ class Partition(Failures):
             )
         self.drain()
         hw = self.next_offset if written else self.high_watermark
-        if 0 <= upto < hw:
-            hw = upto
+        stop = upto if 0 <= upto < hw else hw
         spans: list[FileSpan] = []
         first_offset = next_offset = offset
         remaining = max_bytes
         i = bisect_right(self._bases, offset) - 1
-        while i < len(self.segments) and next_offset < hw:
+        while i < len(self.segments) and next_offset < stop:
             seg = self.segments[i]
             found = seg.position_of(next_offset)
             i += 1
@@ -520,7 +519,7 @@ class Partition(Failures):
             span_start = pos
             span_end = pos
             for p, info in seg.walk(pos):
-                if info.base_offset >= hw:
+                if info.base_offset >= stop:
                     remaining = 0
                     break
                 if info.size > remaining and (spans or span_end > span_start):

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms: 1 day
 OFFSETS_RETENTION_MS = 7 * 86_400_000  # Kafka's offsets.retention.minutes: 7 days
 CLIENT_EXPIRY_CHECK_MAX_S = 600.0  # Kafka's *.check.interval.ms: 10 minutes
+CONSUMER_OFFSETS, TRANSACTION_STATE = "__consumer_offsets", "__transaction_state"  # Kafka's internal topics
+INTERNAL_PARTITIONS = 50  # Kafka's offsets.topic.num.partitions and transaction.state.log.num.partitions
 
 
 def client_expiry_interval(*expiry_ms: int) -> float:
@@ -73,6 +75,7 @@ class StreamService:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.offsets_retention_ms = offsets_retention_ms
         self._client_expiry: LoopingCall | None = None
+        self._coordinators_asked: set[str] = set()  # internal topics "created" (``coordinator_asked``)
         self._producers_expired = metrics.counter(
             "logbus_producer_states_expired",
             "Idempotent producers' states forgotten after producer.id.expiration.ms (per partition)")
@@ -152,6 +155,24 @@ class StreamService:
         """How many partitions ``topic`` has; None when there is no such topic."""
         t = self.log.topics.get(topic)
         return None if t is None else len(t.partitions)
+
+    def coordinator_asked(self, internal_topic: str) -> None:
+        """A client looked for the coordinator of a group (``__consumer_offsets``) or of a
+        transactional id (``__transaction_state``): Kafka creates that internal topic then,
+        and lists it from then on (``internal_topics``)."""
+        self._coordinators_asked.add(internal_topic)
+
+    def internal_topics(self) -> dict[str, int]:
+        """Kafka's internal topics as Kafka would list them here, with their partition
+        counts: ``__consumer_offsets`` once groups are used, ``__transaction_state`` once
+        transactions are. They hold nothing a client reads (the coordinators' state is in
+        the state store)."""
+        out = {}
+        if self.groups.groups or CONSUMER_OFFSETS in self._coordinators_asked:
+            out[CONSUMER_OFFSETS] = INTERNAL_PARTITIONS
+        if self.txns.txns or TRANSACTION_STATE in self._coordinators_asked:
+            out[TRANSACTION_STATE] = INTERNAL_PARTITIONS
+        return out
 
     def topic_config(self, topic: str) -> TopicConfig:
         """``topic``'s settings (UnknownTopic)."""

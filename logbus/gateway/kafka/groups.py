@@ -104,6 +104,9 @@ class _GroupApi:
         host, port = caller.advertised
         node = self.handlers.node_id
         known = body.key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION)
+        if known:  # Kafka creates its internal topic for these coordinators now
+            self.streams.coordinator_asked("__consumer_offsets" if body.key_type == KEY_TYPE_GROUP
+                                           else "__transaction_state")
 
         def answer(key: str) -> tuple[int, str | None]:
             if not known:

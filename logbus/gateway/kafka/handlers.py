@@ -73,6 +73,7 @@ _OPERATION: dict[str, int] = {"read": READ, "write": WRITE, "configure": ALTER} 
 
 EARLIEST, LATEST = -2, -1
 READ_COMMITTED = 1  # a Fetch's or ListOffsets' isolation_level
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})  # Kafka's (Streams.internal_topics)
 
 
 def _kafka_names(answer: Any) -> Any:
@@ -162,8 +163,9 @@ class KafkaHandlers:
     def metadata(self, req: Request, caller: Caller) -> Any:
         body = req.body
         streams = self.streams
+        internal = streams.internal_topics()
         if body.topics is None or (req.api_version == 0 and not body.topics):
-            names = streams.topic_names()
+            names = streams.topic_names() + [n for n in internal if streams.partition_count(n) is None]
         else:
             names = [t.name for t in body.topics]
         every = body.topics is None or (req.api_version == 0 and not body.topics)
@@ -184,8 +186,14 @@ class KafkaHandlers:
                                     partitions=[], authorized_operations=authorized(frozenset(), asked_topic_ops)))
                 continue  # every topic: only those the user may describe
             topic_ops = authorized(access.topic_operations(user, name), asked_topic_ops)
+            if name in internal:  # Kafka's own: listed, read as empty, never written
+                topics.append(T(error_code=K.NONE, name=name, is_internal=True, partitions=[
+                    P(error_code=K.NONE, partition_index=index, leader_id=node, leader_epoch=0,
+                      replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+                    for index in range(internal[name])], authorized_operations=topic_ops))
+                continue
             count = streams.partition_count(name)
-            if count is None and allow_create and not unmapped and name:
+            if count is None and allow_create and not unmapped and name and name not in INTERNAL_TOPICS:
                 if not self.allowed(user, "configure", name):  # no CREATE on a topic it asked for: 29, as Kafka
                     topics.append(T(error_code=K.TOPIC_AUTHORIZATION_FAILED, name=name, is_internal=False,
                                     partitions=[], authorized_operations=topic_ops))
@@ -238,6 +246,11 @@ class KafkaHandlers:
                 for pd in td.partition_data:
                     slots.append((td.name, pd.index))
                     pending.append(succeed(K.TOPIC_AUTHORIZATION_FAILED))
+                continue
+            if td.name in INTERNAL_TOPICS:  # as Kafka: no client appends to an internal topic
+                for pd in td.partition_data:
+                    slots.append((td.name, pd.index))
+                    pending.append(succeed(K.INVALID_TOPIC_EXCEPTION))
                 continue
             count = streams.partition_count(td.name)
             if count is None and self.auto_create_topics and not isinstance(td.name, Unmapped):
@@ -374,10 +387,16 @@ class KafkaHandlers:
         remaining = body.max_bytes if body.max_bytes > 0 else 1 << 30
         total = records = 0
         topics = []
+        internal = streams.internal_topics()
         for ft in body.topics:
             count = streams.partition_count(ft.topic)
             parts = []
             refused = not self.allowed(user, "read", ft.topic)
+            if ft.topic in internal and not refused:  # empty to a client
+                parts = [FetchPartition(fp.partition, K.NONE if 0 <= fp.partition < internal[ft.topic]
+                                        else K.UNKNOWN_TOPIC_OR_PARTITION, 0, 0, 0, b"") for fp in ft.partitions]
+                topics.append((ft.topic, parts))
+                continue
             for fp in ft.partitions:
                 if refused:
                     parts.append(FetchPartition(fp.partition, K.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, b""))
@@ -419,6 +438,7 @@ class KafkaHandlers:
         streams = self.streams
         T = ListOffsetsResponse.ListOffsetsTopicResponse
         P = T.ListOffsetsPartitionResponse
+        internal = streams.internal_topics()
         topics = []
         for t in req.body.topics:
             parts = []
@@ -427,6 +447,10 @@ class KafkaHandlers:
                 if not described:
                     parts.append(P(partition_index=lp.partition_index, error_code=K.TOPIC_AUTHORIZATION_FAILED,
                                    old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1))
+                    continue
+                if t.name in internal and 0 <= lp.partition_index < internal[t.name]:  # empty
+                    parts.append(P(partition_index=lp.partition_index, error_code=K.NONE,
+                                   old_style_offsets=[0], timestamp=-1, offset=0, leader_epoch=0))
                     continue
                 try:
                     o = streams.offsets(t.name, lp.partition_index)
