@@ -233,7 +233,7 @@ class Broker:
         self._expiry.clock = self.reactor
         self._expiry.start(EXPIRY_SECONDS, now=False)
         # produced batches on to the queues that read them; a transaction's when it commits
-        self.streams.start(self.pipeline.appended, self.pipeline.committed)
+        self.streams.start(self.pipeline.appended, self._route_committed)
         self._pressure = LoopingCall(self._check_resources)
         self._pressure.clock = self.reactor
         self._pressure.start(PRESSURE_SECONDS, now=True)  # alarms are known before any listener
@@ -265,6 +265,16 @@ class Broker:
                        else "no intact record found past the damage")
             log.warning("recovery: %s/%d now ends at offset %d: %s; %d queue entries and %d timers pointing "
                         "past it removed", r.topic, r.partition, r.cut_offset, dropped, entries, timers)
+
+    def _route_committed(self, topic: str, partition: int, producer_id: int, start: int, end: int) -> int:
+        """A committed Kafka transaction's records to the queues that read their topic, and
+        their entries written to the journal at once: the coordinator then stores the
+        transaction complete with a synced write, which makes them durable too (RocksDB's
+        write-ahead log is in order), so no restart finds it complete and its entries gone
+        (StorageError: it stays prepared and is completed again, at least once)."""
+        routed = self.pipeline.committed(topic, partition, producer_id, start, end)
+        self.queue_store.commit()
+        return routed
 
     def _check_resources(self) -> None:
         """Once a second: the resource alarms, and a failed state store reopened when it

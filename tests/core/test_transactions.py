@@ -18,6 +18,7 @@ from logbus.core.streams.transactions import CHECK_MAX_S
 from logbus.core.types import AppendResult, Code, OffsetAndMetadata
 from tests.core.test_produce import batch, outcome
 from tests.core.test_stream_services import Services
+from tests.unit.format_reader import r_aborted, r_committed_records
 
 
 def txn_batch(pid: int, epoch: int, seq: int, *values: bytes) -> bytes:
@@ -256,3 +257,31 @@ def test_an_open_transaction_holds_the_last_stable_offset_across_a_restart(tmp_p
         assert committed_values(again, "t", 0) == [b"p0", b"p2"]
     finally:
         again.close()
+
+
+def test_docs_format_md_is_enough_to_read_committed_records(tmp_path: Path) -> None:
+    """tests/unit/format_reader.py (written from docs/format.md alone, section 4.5) gets
+    what the broker's read_committed gets: aborted records left out, an open
+    transaction's first record the end."""
+    s = Services(tmp_path)
+    try:
+        s.topics.create_topic("t", {"partitions": 1})
+        pid, epoch = begin(s)
+        outcome(s.loop, s.streams.produce("t", 0, batch(b"p0")))
+        outcome(s.loop, s.streams.produce("t", 0, txn_batch(pid, epoch, 0, b"c1", b"c2")))
+        outcome(s.loop, s.streams.end_txn("tx", pid, epoch, True))
+        s.streams.add_partitions_to_txn("tx", pid, epoch, [("t", 0)])
+        outcome(s.loop, s.streams.produce("t", 0, txn_batch(pid, epoch, 2, b"a1")))
+        outcome(s.loop, s.streams.produce("t", 0, batch(b"p1")))
+        outcome(s.loop, s.streams.end_txn("tx", pid, epoch, False))
+        pid2, epoch2 = begin(s, "tx2")
+        outcome(s.loop, s.streams.produce("t", 0, batch(b"p2")))
+        outcome(s.loop, s.streams.produce("t", 0, txn_batch(pid2, epoch2, 0, b"open")))
+        outcome(s.loop, s.streams.produce("t", 0, batch(b"p3")))
+        pdir = Path(s.log.partition("t", 0).directory)
+        expected = [b"p0", b"c1", b"c2", b"p1", b"p2"]
+        assert committed_values(s, "t", 0) == expected
+        assert [r.value for r in r_committed_records(pdir)] == expected
+        assert [(pid_, first, last) for pid_, first, last, _ in r_aborted(pdir)] == [(pid, 4, 6)]
+    finally:
+        s.close()

@@ -333,3 +333,50 @@ def r_protobuf_fields(buf: bytes) -> list[tuple[int, int, Any]]:
             raise ValueError(f"wire type {wire}")
         out.append((field, wire, v))
     return out
+
+
+# -- transactions (section 4.5) --------------------------------------------------------
+
+R_ABORTED_ENTRY = struct.Struct(">qqqq")  # producer_id, first_offset, last_offset, last_stable_offset
+
+
+def r_aborted(pdir: Path) -> list[tuple[int, int, int, int]]:
+    """The entries of ``aborted.txnindex`` (none when absent; a torn last one left out)."""
+    try:
+        data = (pdir / "aborted.txnindex").read_bytes()
+    except FileNotFoundError:
+        return []
+    n = len(data) // R_ABORTED_ENTRY.size
+    return [R_ABORTED_ENTRY.unpack_from(data, i * R_ABORTED_ENTRY.size) for i in range(n)]
+
+
+def r_marker(batch: RBatch) -> int | None:
+    """0 (abort) or 1 (commit) for a transaction marker, None for any other batch."""
+    if not batch.attributes & 0x20:
+        return None
+    pos = 0
+    _length, pos = r_varint(batch.payload, pos)
+    pos += 1  # attributes
+    _, pos = r_varint(batch.payload, pos)  # timestamp delta
+    _, pos = r_varint(batch.payload, pos)  # offset delta
+    key, pos = r_bytes(batch.payload, pos)
+    assert key is not None and len(key) == 4
+    version, kind = struct.unpack(">hh", key)
+    return kind if version == 0 else None
+
+
+def r_committed_records(pdir: Path) -> list[RRecord]:
+    """The records a read_committed reader gets: aborted transactions' records left out,
+    and nothing from the first record of a transaction with no marker yet on."""
+    batches, _ = r_partition_batches(pdir)
+    aborted = r_aborted(pdir)
+    ended = {b.producer_id: b.base_offset for b in batches if r_marker(b) is not None}
+    out: list[RRecord] = []
+    for b in batches:
+        if b.attributes & 0x10 and not b.attributes & 0x20:
+            if not any(b.producer_id == pid and b.base_offset < m for pid, m in ended.items()):
+                break  # an open transaction: not stable from here on
+            if any(pid == b.producer_id and first <= b.base_offset <= last for pid, first, last, _ in aborted):
+                continue
+        out.extend(r_records(b))
+    return out

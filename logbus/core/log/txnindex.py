@@ -31,8 +31,9 @@ class AbortedIndex:
             self.entries = []
 
     def add(self, entry: F.AbortedTxn) -> None:
-        """Append ``entry`` and sync it (an entry already there is not added again)."""
-        if entry in self.entries:
+        """Append ``entry`` and sync it (one for the same transaction already there: not
+        added again)."""
+        if any(e[:3] == entry[:3] for e in self.entries):
             return
         created = not os.path.exists(self.path)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
