@@ -185,6 +185,9 @@ def test_offsets_are_held_until_the_transaction_commits(tmp_path: Path) -> None:
         assert s.streams.txn_commit_offsets("tx", "g", pid, epoch, {("in", 0): OffsetAndMetadata(5)}) \
             is Code.INVALID_TXN_STATE  # the group was not added
         assert s.streams.add_offsets_to_txn("tx", pid, epoch, "g") is Code.NONE
+        # KIP-447: a consumer named with its generation is checked as OffsetCommit checks it
+        assert s.streams.txn_commit_offsets("tx", "g", pid, epoch, {("in", 0): OffsetAndMetadata(5)},
+                                            generation_id=3, member_id="gone") is Code.ILLEGAL_GENERATION
         assert s.streams.txn_commit_offsets("tx", "g", pid, epoch, {("in", 0): OffsetAndMetadata(5, "m")}) is Code.NONE
         assert s.streams.fetch_offsets("g", [("in", 0)]) == {("in", 0): None}
         assert s.streams.offsets_unstable("g", ("in", 0)) and not s.streams.offsets_unstable("g", ("in", 1))

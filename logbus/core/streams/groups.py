@@ -478,6 +478,14 @@ class GroupCoordinator(GroupRebalance):
         self._maybe_forget(group)  # a simple commit of nothing leaves no group behind
         return Code.NONE, codes
 
+    def check_member(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> Code:
+        """A transactional offset commit's member and generation (KIP-447), as OffsetCommit
+        checks them: a zombie consumer's offsets are refused."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return Code.NONE if generation_id < 0 and not member_id else Code.ILLEGAL_GENERATION
+        return group.check_commit(generation_id, member_id, instance_id)
+
     def apply_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         """A committed transaction's offsets of ``group_id`` (TxnOffsetCommit's), stored
         as a commit of the group (raises when the store refuses)."""

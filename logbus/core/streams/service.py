@@ -19,7 +19,7 @@ request is one call.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import LoopingCall
@@ -32,6 +32,7 @@ from ..log.topic_config import TopicConfig
 from ..metrics import Metrics
 from ..state import StateStore
 from ..types import PartitionOffsets
+from .group_model import Code, OffsetAndMetadata, TopicPartition
 from .groups import GroupCoordinator
 from .produce import Route
 from .produce import produce as produce_batches
@@ -98,7 +99,6 @@ class StreamService:
         self.init_transactional_producer = txns.init_producer_id
         self.add_partitions_to_txn = txns.add_partitions
         self.add_offsets_to_txn = txns.add_offsets
-        self.txn_commit_offsets = txns.commit_offsets
         self.end_txn = txns.end
         self.offsets_unstable = txns.unstable
 
@@ -173,6 +173,17 @@ class StreamService:
         if self.txns.txns or TRANSACTION_STATE in self._coordinators_asked:
             out[TRANSACTION_STATE] = INTERNAL_PARTITIONS
         return out
+
+    def txn_commit_offsets(self, transactional_id: str, group: str, producer_id: int, epoch: int,
+                           offsets: Mapping[TopicPartition, OffsetAndMetadata], generation_id: int = -1,
+                           member_id: str = "", instance_id: str | None = None) -> Code:
+        """TxnOffsetCommit: with a member and generation (KIP-447), checked as OffsetCommit
+        checks them first; then held with the transaction (transactions.py)."""
+        if generation_id >= 0 or member_id:
+            code = self.groups.check_member(group, generation_id, member_id, instance_id)
+            if code is not Code.NONE:
+                return code
+        return self.txns.commit_offsets(transactional_id, group, producer_id, epoch, offsets)
 
     def topic_config(self, topic: str) -> TopicConfig:
         """``topic``'s settings (UnknownTopic)."""

@@ -9,7 +9,8 @@ API                  versions  notes
 InitProducerId       0-4       without a transactional id: handlers.py (idempotence)
 AddPartitionsToTxn   0-3       v4+ (a broker's batch of transactions) is not offered
 AddOffsetsToTxn      0-3
-TxnOffsetCommit      0-3       v3: generation and member checked by the producer only
+TxnOffsetCommit      0-3       v3: the consumer's generation and member checked as
+                               OffsetCommit checks them (KIP-447: a zombie is fenced)
 EndTxn               0-3       answered once the markers are durable and the outcome
                                applied (routed, or in the aborted-transaction index)
 ===================  ========  =========================================================
@@ -150,8 +151,10 @@ class _TxnApi:
             allowed = {tp: om for tp, om in offsets.items() if tp not in refused}
             result = K.NONE
             if allowed:
+                member = (body.generation_id, body.member_id or "", body.group_instance_id) if v >= 3 else (-1, "", None)
                 result = _code(self.streams.txn_commit_offsets(body.transactional_id, body.group_id,
-                                                               body.producer_id, body.producer_epoch, allowed), v)
+                                                               body.producer_id, body.producer_epoch, allowed,
+                                                               *member), v)
             codes = {tp: K.TOPIC_AUTHORIZATION_FAILED if tp in refused else result for tp in offsets}
         T = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
         P = T.TxnOffsetCommitResponsePartition
