@@ -20,7 +20,8 @@ A broker may be appending while we read, and retention may delete old segments:
   ``DataLoss`` to the caller, who decides (``failOnDataLoss``).
 
 ``PartitionFiles.chunks(lo, hi)`` yields the bytes of the batches holding offsets
-``[lo, hi)``, CRC-checked, a few MiB at a time, for ``decode.py``.
+``[lo, hi)``, CRC-checked, a few MiB at a time, for ``decode.py``. A read_committed
+reader stops at ``stable_end`` and leaves out the batches ``aborted()`` covers.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..core.log import format as F
 from ..core.log.format import HEADER_SIZE, LOG_OVERHEAD, BatchInfo, InvalidBatch
@@ -122,6 +123,16 @@ class _EndHint:
                 and _crc(head, 0) == crc)
 
 
+@dataclass
+class _TxnScan:
+    """``stable_end``'s walk: batches below ``at`` seen; the producers with a transaction
+    open (its first offset), and aborted ones not yet in the index (producer, first, marker)."""
+
+    at: int
+    open: dict[int, int] = field(default_factory=dict)
+    unindexed: list[tuple[int, int, int]] = field(default_factory=list)
+
+
 class PartitionFiles:
     """The segment files of one partition, read without any lock."""
 
@@ -129,8 +140,9 @@ class PartitionFiles:
         self.directory = directory
         self.topic = topic
         self.index = index
-        # streaming: where the last end() scan stopped
+        # streaming: where the last end() scan stopped, and stable_end()'s walk
         self._end_hint: _EndHint | None = None
+        self._txns: _TxnScan | None = None
 
     def __repr__(self) -> str:
         return f"<PartitionFiles {self.topic}/{self.index}>"
@@ -187,6 +199,43 @@ class PartitionFiles:
             return self.end() if self.segments() != bases else base
         self._end_hint = _EndHint(base, pos, expected, last)
         return expected
+
+    def stable_end(self, end: int) -> int:
+        """Where a read_committed reader stops (docs/format.md section 4.5), at or below
+        ``end`` (``end()``): the first offset of the earliest transaction with no marker,
+        or with an abort marker whose ``aborted.txnindex`` entry is not there yet (the
+        broker writes it just after the marker). The batch headers are walked once from
+        the log start, then on from where the last call stopped."""
+        scan = self._txns
+        if scan is None or scan.at > end or scan.at < self.start():
+            scan = self._txns = _TxnScan(self.start())
+        try:
+            for data, batches in self.chunks(scan.at, end):
+                for b in batches:
+                    if b.attributes & F.ATTR_CONTROL:
+                        first = scan.open.pop(b.producer_id, None)
+                        if first is not None and F.control_type(data, b) == F.CONTROL_ABORT:
+                            scan.unindexed.append((b.producer_id, first, b.base_offset))
+                    elif b.attributes & F.ATTR_TRANSACTIONAL:
+                        scan.open.setdefault(b.producer_id, b.base_offset)
+                scan.at = batches[-1].next_offset
+        except DataLoss:  # retention deleted the oldest segment meanwhile: walk again from the new start
+            self._txns = None
+            return self.stable_end(end)
+        if scan.unindexed:
+            entries = self.aborted()
+            scan.unindexed = [(pid, first, marker) for pid, first, marker in scan.unindexed
+                              if not any(e.producer_id == pid and e.first_offset <= first and e.last_offset >= marker
+                                         for e in entries)]
+        return min([end, *scan.open.values(), *(first for _, first, _ in scan.unindexed)])
+
+    def aborted(self) -> list[F.AbortedTxn]:
+        """The partition's aborted transactions (``aborted.txnindex``; none when absent)."""
+        try:
+            with open(os.path.join(self.directory, F.TXNINDEX_NAME), "rb") as f:
+                return F.unpack_aborted(f.read())
+        except FileNotFoundError:
+            return []
 
     def _floor(self, base: int, offset: int | None) -> tuple[int, int]:
         """(position, base offset) of a batch at or before ``offset`` (None: the last

@@ -39,6 +39,9 @@ _UNSUPPORTED = {
 }
 
 
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
+
+
 class OptionError(ValueError):
     pass
 
@@ -76,6 +79,9 @@ class Options:
     pushdown: bool
     filter_tag: str | None = None  # filterTag: a tag expression (docs/filters.md)
     filter_sql: str | None = None  # filterSql: a SQL92 selector over the properties column
+    # isolationLevel read_committed (Spark's Kafka source: kafka.isolation.level): up to the
+    # last stable offset, aborted transactions' records left out (docs/format.md 4.5)
+    committed: bool = False
 
     def message_filter(self) -> MessageFilter | None:
         """The filter of filterTag and filterSql, compiled once per process."""
@@ -84,6 +90,9 @@ class Options:
     @classmethod
     def parse(cls, raw: Mapping[str, str], streaming: bool) -> Options:
         o = {str(k).lower(): str(v) for k, v in raw.items()}
+        isolation = o.pop("isolationlevel", None) or o.pop("kafka.isolation.level", None) or READ_UNCOMMITTED
+        if isolation.lower() not in (READ_UNCOMMITTED, READ_COMMITTED):
+            raise OptionError(f"option 'isolationLevel' must be {READ_UNCOMMITTED!r} or {READ_COMMITTED!r}")
         for key in o:
             if key.startswith("kafka."):
                 raise OptionError(
@@ -146,6 +155,7 @@ class Options:
             pushdown=_bool(o, "pushdown", "pushdown", False),
             filter_tag=o.get("filtertag"),
             filter_sql=o.get("filtersql"),
+            committed=isolation.lower() == READ_COMMITTED,
         )._checked()
 
     def _checked(self) -> Options:

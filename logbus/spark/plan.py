@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core.log import format as F
 from .logfiles import DataDir, DataLoss
 
 log = logging.getLogger(__name__)
@@ -120,9 +121,12 @@ def read_range(
     filters: Sequence[RowFilter] = (),
     earliest: bool = False,
     keep: Any = None,
+    committed: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``r`` as Arrow batches with columns ``names``. ``earliest``: the
-    range starts at whatever the log start is now (a partition new to a stream)."""
+    range starts at whatever the log start is now (a partition new to a stream).
+    ``committed``: aborted transactions' batches left out (the range ends at or below the
+    stable end, so every transaction in it has ended)."""
     from .decode import decode_chunk  # here: planning (on the driver) never loads numba
 
     pf = DataDir(path).partition(r.topic, r.partition)
@@ -130,10 +134,15 @@ def read_range(
     row_filters = [f for f in filters if f.column in ("offset", "timestamp")]
     min_ts = max((f.value + (f.op == ">") for f in filters if f.column == "timestamp" and f.op in (">", ">=")),
                   default=None)
+    aborted = pf.aborted() if committed else []
     while lo < r.hi:
         try:
             for data, batches in pf.chunks(lo, r.hi):
                 lo = batches[-1].next_offset
+                if aborted:
+                    batches = [b for b in batches if not _aborted(b, aborted)]
+                    if not batches:
+                        continue
                 if min_ts is not None:
                     batches = [b for b in batches if b.max_timestamp >= min_ts]
                     if not batches:
@@ -154,6 +163,12 @@ def read_range(
                 raise
             log.warning("%s; continuing at offset %d", e, start)
             lo = start
+
+
+def _aborted(b: Any, aborted: Sequence[Any]) -> bool:
+    """Whether batch ``b`` holds records of an aborted transaction."""
+    return bool(b.attributes & F.ATTR_TRANSACTIONAL) and any(
+        a.producer_id == b.producer_id and a.first_offset <= b.base_offset <= a.last_offset for a in aborted)
 
 
 _PC_OPS = {"=": pc.equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}

@@ -117,6 +117,8 @@ class BatchReader(DataSourceReader):
         for tp in opts.topic_partitions(data):
             pf = data.partition(*tp)
             end = pf.end()
+            if opts.committed:
+                end = pf.stable_end(end)
             lo = resolve_start(opts.start, tp, pf, end, opts, "earliest")
             hi = resolve_end(opts.end, tp, pf, end)
             out.append(OffsetRange(tp[0], tp[1], lo, max(lo, hi)))
@@ -131,7 +133,7 @@ class BatchReader(DataSourceReader):
         if not isinstance(partition, RangePartition):  # Spark's stand-in when there are none
             return
         yield from read_range(self.opts.path, partition.range, self.names, self.opts.fail_on_data_loss, self.filters,
-                              keep=self.opts.message_filter())
+                              keep=self.opts.message_filter(), committed=self.opts.committed)
 
 
 class PushdownReader(BatchReader):

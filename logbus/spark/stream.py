@@ -115,7 +115,11 @@ class LogbusStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc
         return pf
 
     def _ends(self) -> Offsets:
-        return {tp: self._pf(tp).end() for tp in self.opts.topic_partitions(self.data)}
+        """Each partition's readable end (read_committed: its stable end)."""
+        ends = {tp: self._pf(tp).end() for tp in self.opts.topic_partitions(self.data)}
+        if self.opts.committed:
+            ends = {tp: self._pf(tp).stable_end(end) for tp, end in ends.items()}
+        return ends
 
     # -- the DataSourceStreamReader API ----------------------------------------------------------
 
@@ -180,7 +184,7 @@ class LogbusStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc
         if not isinstance(partition, RangePartition):
             return iter(())
         return read_range(self.opts.path, partition.range, self.names, self.opts.fail_on_data_loss,
-                          earliest=partition.earliest, keep=self.opts.message_filter())
+                          earliest=partition.earliest, keep=self.opts.message_filter(), committed=self.opts.committed)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
