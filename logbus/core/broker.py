@@ -269,9 +269,9 @@ class Broker:
     def _route_committed(self, topic: str, partition: int, producer_id: int, start: int, end: int) -> int:
         """A committed Kafka transaction's records to the queues that read their topic, and
         their entries written to the journal at once: the coordinator then stores the
-        transaction complete with a synced write, which makes them durable too (RocksDB's
-        write-ahead log is in order), so no restart finds it complete and its entries gone
-        (StorageError: it stays prepared and is completed again, at least once)."""
+        transaction complete, after them in RocksDB's write-ahead log (which is in order),
+        so no restart finds it complete and its entries gone (StorageError: it stays
+        prepared and is completed again, at least once)."""
         routed = self.pipeline.committed(topic, partition, producer_id, start, end)
         self.queue_store.commit()
         return routed

@@ -4,7 +4,9 @@ of every ``transactional.id``.
 Theory of operation. A transactional producer is a ``Transaction`` record per
 transactional id (its producer id, epoch, timeout, state, the partitions and consumer
 groups of its current transaction, the offsets it commits with it), stored (synced) in the
-state store at every step before the step is answered:
+state store at every step before the step is answered (but the last: Complete* is written
+unsynced, as the queue journal is; one a power loss takes back is completed again at
+start, its records routed again, at least once):
 
     InitProducerId   Empty / Complete*: epoch + 1 (a new producer id past 32767); an
                      Ongoing transaction of the previous epoch is aborted first (fencing
@@ -413,8 +415,8 @@ class TransactionCoordinator:
             for group, offsets in t.offsets.items():
                 self._apply_offsets(group, offsets)
         t.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        try:
-            self._store(t)
+        try:  # not synced: the outcome was durable at Prepare*; one a power loss takes is done again
+            self._store(t, sync=False)
         except StorageError:
             t.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             raise
