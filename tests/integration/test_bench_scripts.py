@@ -249,3 +249,12 @@ def test_calls_per_message_counts_each_path() -> None:
     for path in (out["amqp"]["publish_confirm_deliver"], out["amqp"]["ack"],
                  out["mqtt"]["qos1_publish_puback_deliver"], out["mqtt"]["puback"]):
         assert path["python_calls_per_message"] > 0 and path["c_calls_per_message"] > 0
+
+
+def test_txn_bench_compares_transactions_with_plain_produce() -> None:
+    out = run_bench("txn_bench.py", "--rounds", "2", "--records", "200", "--txn-size", "50")
+    assert len(out["rounds"]) == 2 and out["method"]["txn_size"] == 50
+    for r in out["rounds"]:
+        assert r["plain"]["records_per_s"] > 0 and r["txn"]["records_per_s"] > 0
+        assert r["txn"]["end_txn"]["count"] == 4  # 200 records in transactions of 50
+    assert out["summary"]["txn_over_plain"] > 0 and out["summary"]["txn"]["end_txn_p99_ms"] > 0
