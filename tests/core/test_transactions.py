@@ -14,7 +14,7 @@ from logbus.core.log import batch as B
 from logbus.core.log import format as F
 from logbus.core.state import CF_METADATA, transaction_key
 from logbus.core.state_pb2 import TransactionRecord
-from logbus.core.streams.transactions import CHECK_MAX_S
+from logbus.core.streams.transactions import CHECK_INTERVAL_S
 from logbus.core.types import AppendResult, Code, OffsetAndMetadata
 from tests.core.test_produce import batch, outcome
 from tests.core.test_stream_services import Services
@@ -172,7 +172,7 @@ def test_a_transaction_past_its_timeout_is_aborted_under_a_new_epoch(tmp_path: P
         assert markers(s, "t", 0) == [(1, pid, F.CONTROL_ABORT)]
         assert outcome(s.loop, s.streams.end_txn("slow", pid, epoch, True)) is Code.PRODUCER_FENCED
         assert s.streams.last_stable_offset("t", 0) == 2 and committed_values(s, "t", 0) == []
-        assert 0 < CHECK_MAX_S <= 10  # looked for at least every 10 s, as Kafka's default
+        assert 0 < CHECK_INTERVAL_S <= 10  # looked for at least every 10 s, as Kafka's default
     finally:
         s.close()
 

@@ -6,6 +6,7 @@ queue (pika) and an aborted one never, and kill -9 with a transaction open."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import pika
@@ -13,8 +14,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AioTP
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, TransactionalIdAuthorizationFailedError
 
+from tests.integration.mgmt import Mgmt
 from tests.serverproc import LogbusServer
 
 
@@ -209,3 +211,50 @@ def test_a_fenced_producer_cannot_commit(server: LogbusServer) -> None:
         old.close(timeout=1)
         new.close()
     assert read(server, "fence", "read_committed") == [b"live"]
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(server: LogbusServer) -> None:
+    addr = server.addresses["kafka"]
+    p = KafkaProducer(bootstrap_servers=addr, transactional_id="kp-slow", transaction_timeout_ms=1000)
+    c = KafkaConsumer(bootstrap_servers=addr, isolation_level="read_committed")
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("slow", b"too late")
+        p.flush()
+        tp = TopicPartition("slow", 0)
+        assert c.end_offsets([tp])[tp] == 0  # held by the open transaction
+        deadline = time.monotonic() + 30
+        while c.end_offsets([tp])[tp] == 0:  # the broker aborts it (a marker at 1): stable again
+            assert time.monotonic() < deadline, "the transaction was not aborted after its timeout"
+            time.sleep(0.1)
+        with pytest.raises(KafkaError):
+            p.commit_transaction()
+    finally:
+        p.close(timeout=1)
+        c.close()
+    assert read(server, "slow", "read_committed") == []
+    assert read(server, "slow", "read_uncommitted") == [b"too late"]
+
+
+def test_a_transactional_id_needs_write_on_it(server: LogbusServer) -> None:
+    mgmt = Mgmt(server)
+    mgmt.grant("/", "guest", configure=".*", write="^(locked|allowed-tx)$", read=".*")
+    try:
+        p = KafkaProducer(bootstrap_servers=server.addresses["kafka"], transactional_id="other-tx")
+        try:
+            with pytest.raises(TransactionalIdAuthorizationFailedError):
+                p.init_transactions()
+        finally:
+            p.close(timeout=1)
+        p = KafkaProducer(bootstrap_servers=server.addresses["kafka"], transactional_id="allowed-tx")
+        try:
+            p.init_transactions()
+            p.begin_transaction()
+            p.send("locked", b"ok")
+            p.commit_transaction()
+        finally:
+            p.close()
+    finally:
+        mgmt.grant("/", "guest")
+    assert read(server, "locked", "read_committed") == [b"ok"]

@@ -55,7 +55,10 @@ log = logging.getLogger(__name__)
 
 MAX_EPOCH = 32767  # int16: past it, a producer gets a new id
 MAX_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms (15 minutes)
-CHECK_MAX_S = 10.0  # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
+# how often open transactions are checked against their timeouts (Kafka's
+# transaction.abort.timed.out.transaction.cleanup.interval.ms is 10 s): one pass over the
+# transactional ids a second
+CHECK_INTERVAL_S = 1.0
 
 # route_committed(topic, partition, producer_id, start, end): a committed transaction's
 # records of ``producer_id`` in [start, end) go to the queues that read the topic
@@ -158,7 +161,7 @@ class TransactionCoordinator:
                 self._complete(t)
         self._checks = LoopingCall(self.check)
         self._checks.clock = self.reactor
-        self._checks.start(CHECK_MAX_S, now=False)
+        self._checks.start(CHECK_INTERVAL_S, now=False)
 
     def stop(self) -> None:
         if self._checks is not None and self._checks.running:
