@@ -24,8 +24,8 @@ start, its records routed again, at least once):
 A transactional batch is appended when produced, but not routed; ``check_produce`` refuses
 one whose producer has no open transaction with that partition. The last stable offset of a
 partition is the first offset of its earliest open transaction (the log end at AddPartitions,
-the first record once one is produced), or the high watermark: a read_committed reader
-stops there. A transaction in Prepare* at a start (a crash mid-commit) is completed then;
+the first record once one is produced; at a start, found in the log from the stored one),
+or the high watermark: a read_committed reader stops there. A transaction in Prepare* at a start (a crash mid-commit) is completed then;
 an Ongoing one past its timeout is aborted under a new epoch (the producer is fenced).
 
 Results are ``Code`` values (group_model.py, Kafka's error names); nothing here knows the
@@ -122,8 +122,9 @@ def _now_ms() -> int:
 
 
 class TransactionCoordinator:
-    """See the module's header. ``open`` loads the stored transactions, ``start`` completes
-    those caught in Prepare* and starts the timeout checks."""
+    """See the module's header. ``open`` loads the stored transactions, ``start`` (the log's
+    topics open) finds where the open ones wrote, completes those caught in Prepare* and
+    starts the timeout checks."""
 
     def __init__(self, reactor: Any, *, clock: Callable[[], int] = _now_ms) -> None:
         self.reactor = reactor
@@ -154,6 +155,9 @@ class TransactionCoordinator:
     def start(self, route_committed: RouteCommitted,
               apply_offsets: Callable[[str, Mapping[TopicPartition, OffsetAndMetadata]], object]) -> None:
         self._route, self._apply_offsets = route_committed, apply_offsets
+        for t in self.txns.values():
+            if t.state is TxnState.ONGOING or t.state in PREPARED:
+                self._reopen(t)
         for t in list(self.txns.values()):
             if t.state in PREPARED:
                 log.info("transaction %r was in %s at the last stop: completing it", t.transactional_id,
@@ -169,17 +173,37 @@ class TransactionCoordinator:
         self._route = _no_route
 
     def _index(self, t: Transaction) -> None:
-        """``t`` known by its id and producer id; at a start, its open transaction's
-        partitions hold back their last stable offsets (from the stored first offsets)."""
+        """``t`` known by its id and producer id."""
         old = self.txns.get(t.transactional_id)
         if old is not None:
             self._by_pid.pop(old.producer_id, None)
         self.txns[t.transactional_id] = t
         self._by_pid[t.producer_id] = t
-        if t.state is TxnState.ONGOING or t.state in PREPARED:
-            for tp, first in t.partitions.items():
-                self._open.setdefault(tp, {})[t.producer_id] = first
+
+    def _reopen(self, t: Transaction) -> None:
+        """At a start (the log open): the partitions where ``t``'s open transaction wrote
+        hold back their last stable offsets from its first record there."""
+        for tp, first in t.partitions.items():
+            found = self._first_record(tp, t.producer_id, first)
+            if found is not None:
+                t.partitions[tp] = found
+                self._open.setdefault(tp, {})[t.producer_id] = found
                 t.produced.add(tp)
+
+    def _first_record(self, tp: tuple[str, int], producer_id: int, start: int) -> int | None:
+        """The offset of ``producer_id``'s first transactional batch in the partition at or
+        after ``start`` (the log end when it was added); None when it wrote none there (a
+        restart: the stored first offset may be that earlier one)."""
+        assert self.log is not None
+        try:
+            p = self.log.partition(*tp)
+        except LogbusError:
+            return None
+        for info in p.batch_headers(start):
+            if info.base_offset >= start and info.producer_id == producer_id \
+                    and info.attributes & F.ATTR_TRANSACTIONAL and not info.attributes & F.ATTR_CONTROL:
+                return info.base_offset
+        return None
 
     def _store(self, t: Transaction, *, sync: bool = True) -> None:
         assert self.store is not None
