@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+import confluent_kafka
 import pika
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -18,6 +19,8 @@ from kafka.errors import KafkaError, TransactionalIdAuthorizationFailedError
 
 from tests.integration.mgmt import Mgmt
 from tests.serverproc import LogbusServer
+
+WAIT = 20
 
 
 @pytest.fixture
@@ -258,3 +261,21 @@ def test_a_transactional_id_needs_write_on_it(server: LogbusServer) -> None:
     finally:
         mgmt.grant("/", "guest")
     assert read(server, "locked", "read_committed") == [b"ok"]
+
+
+def test_confluent_kafka_commit_and_abort(server: LogbusServer) -> None:
+    p = confluent_kafka.Producer({"bootstrap.servers": server.addresses["kafka"], "transactional.id": "ck-1"})
+    p.init_transactions(WAIT)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce("ck", b"c%d" % i)
+    p.commit_transaction(WAIT)
+    p.begin_transaction()
+    p.produce("ck", b"aborted")
+    p.flush(WAIT)
+    p.abort_transaction(WAIT)
+    p.begin_transaction()
+    p.produce("ck", b"last")
+    p.commit_transaction(WAIT)
+    assert read(server, "ck", "read_committed") == [b"c0", b"c1", b"c2", b"last"]
+    assert read(server, "ck", "read_uncommitted") == [b"c0", b"c1", b"c2", b"aborted", b"last"]

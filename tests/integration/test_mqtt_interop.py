@@ -342,6 +342,33 @@ def test_kafka_record_on_amq_topic_reaches_mqtt_subscribers(server: LogbusServer
         close_all(sub)
 
 
+def test_a_kafka_transaction_reaches_mqtt_subscribers_when_it_commits(server: LogbusServer) -> None:
+    """Records of a Kafka transaction on ``amq.topic`` reach MQTT subscribers when it
+    commits, and those of one that aborts never (docs/interop.md, docs/transactions.md)."""
+    base = unique("tx")
+    sub = Paho(server, unique("sub"), version=5)
+    try:
+        sub.subscribe(f"{base}/#", 1)
+        producer = KafkaProducer(bootstrap_servers=server.addresses["kafka"], transactional_id=unique("txid"))
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(EXCHANGE, key=f"{base}.dropped".encode(), value=b"aborted")
+            producer.flush(timeout=WAIT)
+            producer.abort_transaction()
+            producer.begin_transaction()
+            producer.send(EXCHANGE, key=f"{base}.kept".encode(), value=b"committed")
+            producer.flush(timeout=WAIT)
+            sub.assert_quiet()  # appended, not yet routed
+            producer.commit_transaction()
+        finally:
+            producer.close(timeout=WAIT)
+        assert [(m.topic, m.payload) for m in sub.take(1)] == [(f"{base}/kept", b"committed")]
+        sub.assert_quiet()
+    finally:
+        close_all(sub)
+
+
 # -- topic names both ways (docs/interop.md's table) -----------------------------------------
 
 # (MQTT topic name, AMQP routing key), {b} a unique first level
