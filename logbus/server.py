@@ -58,7 +58,8 @@ def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.http.site import build_site
 
     return IProtocolFactory(build_site(doors=broker.doors, admin=broker.admin, topics=broker.topics,
-                                       pop=broker.pop_service, metrics=broker.metrics, reactor=reactor,
+                                       pop=broker.pop_service, metrics=broker.metrics, halves=broker.halves,
+                                       reactor=reactor,
                                        timeouts=_http_timeouts(settings), metrics_auth=settings.http_metrics_auth))
 
 

@@ -27,6 +27,7 @@ from .errors import (
     DataDirLocked,
     LogbusError,
     StorageError,
+    TopicExists,
 )
 from .log import AppendResult, LogManager, Record
 from .log.topic_config import TopicConfig
@@ -66,6 +67,7 @@ from .vhost import VHost
 from .pipeline import Pipeline
 from .queues.timers import Timers
 from .topics import TopicInfo, TopicReaders, TopicService
+from .halves import HalfService
 from .pop_service import PopService
 from .search import KeyForms
 
@@ -191,6 +193,8 @@ class Broker:
                                   key_forms=self.key_forms,
                                   data_dir=self.data_dir, started_at=self.started_at)
         self.pop_service = PopService(reactor.callLater)
+        # half messages (RocketMQ's transactional messages), opened at start (core/halves.py)
+        self.halves = HalfService(reactor, clock=self._clock)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -223,6 +227,7 @@ class Broker:
             self.log.before_drain = self.queue_store.commit_due
             self.admin.open(self.log, self.pop, self.pipeline, self.state, self.queue_store)
             self.pop_service.open(self.log, self.pop)
+            self.halves.open(self.state, self.admin.publish, self._ensure_topic)
         except BaseException:
             self._close_all()
             raise
@@ -234,6 +239,7 @@ class Broker:
         self._expiry.start(EXPIRY_SECONDS, now=False)
         # produced batches on to the queues that read them; a transaction's when it commits
         self.streams.start(self.pipeline.appended, self._route_committed)
+        self.halves.start()
         self._pressure = LoopingCall(self._check_resources)
         self._pressure.clock = self.reactor
         self._pressure.start(PRESSURE_SECONDS, now=True)  # alarms are known before any listener
@@ -265,6 +271,16 @@ class Broker:
                        else "no intact record found past the damage")
             log.warning("recovery: %s/%d now ends at offset %d: %s; %d queue entries and %d timers pointing "
                         "past it removed", r.topic, r.partition, r.cut_offset, dropped, entries, timers)
+
+    def _ensure_topic(self, name: str) -> None:
+        """Topic ``name`` with the broker's defaults, made if there is none (a half
+        message's topic at its commit, a producer group's check topic)."""
+        assert self.log is not None
+        if name not in self.log.topics:
+            try:
+                self.topics.create_topic(name)
+            except TopicExists:  # made meanwhile
+                pass
 
     def _route_committed(self, topic: str, partition: int, producer_id: int, start: int, end: int) -> int:
         """A committed Kafka transaction's records to the queues that read their topic, and
@@ -485,6 +501,7 @@ class Broker:
         """Close what is open; each part is closed even when one before it fails (the
         first failure is raised then)."""
         self.streams.stop()  # waiting joins and syncs: COORDINATOR_NOT_AVAILABLE
+        self.halves.stop()
         self.topics.close()
         try:
             if self.log is not None:

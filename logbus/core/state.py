@@ -43,6 +43,12 @@ metadata       ``b"topic\0" + name + b"\0"``        ``TopicRecord``
                ``+ b"\0"``                         transactional producer and its
                                                    transaction (core/streams/
                                                    transactions.py)
+               ``b"half\0" + id + b"\0"``          ``HalfRecord``: a half message
+                                                   not yet settled (core/halves.py)
+               ``b"halfgroup\0" + group``          ``HalfGroupRecord``: a producer
+               ``+ b"\0"``                         group's check-back settings
+               ``b"halfdone\0" + id + b"\0"``      ``HalfOutcome``: a settled half
+                                                   message's outcome, kept a day
 offsets        ``b"offset\0" + group + b"\0"``     ``CommittedOffset``
                ``+ topic + b"\0" + partition``     (consumer-group commits;
                (partition: uint32 big-endian)      see ``group_offset_key``)
@@ -673,6 +679,26 @@ def transaction_key(transactional_id: str) -> bytes:
 
 def transactional_id_of_key(key: bytes) -> str:
     return key[len(TRANSACTION_PREFIX) : -1].decode()
+
+
+HALF_PREFIX = b"half\x00"
+HALF_GROUP_PREFIX = b"halfgroup\x00"
+HALF_OUTCOME_PREFIX = b"halfdone\x00"
+
+
+def half_key(half_id: str) -> bytes:
+    """A half message not yet settled: its ``HalfRecord`` (core/halves.py)."""
+    return HALF_PREFIX + _text(half_id)
+
+
+def half_group_key(group: str) -> bytes:
+    """A producer group's check-back settings: ``HalfGroupRecord``."""
+    return HALF_GROUP_PREFIX + _text(group)
+
+
+def half_outcome_key(half_id: str) -> bytes:
+    """What became of a settled half message: ``HalfOutcome``, kept a day."""
+    return HALF_OUTCOME_PREFIX + _text(half_id)
 
 
 def session_prefix(protocol: str) -> bytes:

@@ -30,6 +30,7 @@ from logbus.core.admin import AdminService
 from logbus.core.connections import ConnectionRecord
 from logbus.core.message import Envelope, Message
 from logbus.core.metrics import Metrics, Tally
+from logbus.core.halves import HalfService
 from logbus.core.pop_service import PopService
 from logbus.core.queue_model import QueueModel, VHostQueues
 from logbus.core.queues.entry import Delivery
@@ -49,7 +50,7 @@ CONTAINERS = (dict, list, set, frozenset, tuple)
 # the ports' implementations: what the server hands the gateways (core/ports.py), and the
 # reactor's end-of-turn pass (core/tick.py, ``tick_of``: the reactor's, not the broker's)
 SERVICES = (Doors, QueueModel, VHostQueues, SessionService, StreamService, TopicService, Access, AdminService,
-            PopService, Metrics, CollectorRegistry, Tick)
+            PopService, HalfService, Metrics, CollectorRegistry, Tick)
 # what the ports' methods take or hand out and gateways keep (core/types.py)
 VALUES = (ConnectionRecord, Delivery, Message, Envelope, QueueState, QueueSettings, RetainedStore, Tally)
 

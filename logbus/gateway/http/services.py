@@ -5,6 +5,7 @@ site and its resources share: no resource holds the broker.
     admin    the operator's view and changes, the HTTP publish (core/admin.py)
     topics   topics made, changed, listed (core/ports.Topics)
     pop      pop groups' receive, ack, nack (core/pop_service.py)
+    halves   half messages: sent, committed, rolled back (core/halves.py)
     metrics  the broker's Prometheus metrics: /metrics and the gateway's own counters
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ...core.ports import Admin, Doors, Pop, Topics
+    from ...core.ports import Admin, Doors, Halves, Pop, Topics
     from ...core.types import Metrics
 
 
@@ -25,3 +26,4 @@ class Services:
     topics: Topics
     pop: Pop
     metrics: Metrics
+    halves: Halves

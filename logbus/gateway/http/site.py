@@ -45,6 +45,7 @@ from .connections import Connections
 from .exchanges import Listing
 from .groups import ConsumerGroups
 from .console import build_console
+from .halves import HalfGroups, Halves
 from .health import Health
 from .limits import Limits
 from .metrics import Metrics
@@ -66,6 +67,7 @@ from .whoami import WhoAmI
 
 if TYPE_CHECKING:
     from ...core.ports import Admin, Doors
+    from ...core.ports import Halves as HalvesPort
     from ...core.ports import Pop as PopPort
     from ...core.ports import Topics as TopicsPort
     from ...core.types import Metrics as MetricsRegistry
@@ -262,6 +264,8 @@ def build_resource(services: Services, sampler: RateSampler, metrics_auth: bool 
         b"permissions": Permissions(services),
         b"topic-permissions": TopicPermissions(services),
         b"pop": Pop(services),
+        b"halves": Halves(services),
+        b"half-groups": HalfGroups(services),
         b"mqtt": _directory({b"clients": MqttClients(services), b"sessions": MqttSessions(services)}),
     })
     root = build_console(services)  # the web console at / (console/app.py), the API beside it
@@ -284,9 +288,10 @@ def _directory(children: dict[bytes, resource.Resource]) -> Directory:
 
 
 def build_site(*, doors: Doors, admin: Admin, topics: TopicsPort, pop: PopPort, metrics: MetricsRegistry,
-               reactor: Any, timeouts: Timeouts | None = None, metrics_auth: bool = False) -> ApiSite:
+               halves: HalvesPort, reactor: Any, timeouts: Timeouts | None = None,
+               metrics_auth: bool = False) -> ApiSite:
     """The HTTP gateway, built from the ports it calls (services.py)."""
-    services = Services(doors=doors, admin=admin, topics=topics, pop=pop, metrics=metrics)
+    services = Services(doors=doors, admin=admin, topics=topics, pop=pop, metrics=metrics, halves=halves)
     sampler = RateSampler(admin, reactor)
     site = ApiSite(build_resource(services, sampler, metrics_auth), services, reactor=reactor, timeouts=timeouts)
     site.sampler = sampler

@@ -1,0 +1,130 @@
+"""Half messages over HTTP against a real ``logbus serve`` (docs/transactions.md): a half is
+in no topic until committed (a Kafka consumer and a pop group see nothing), a rollback drops
+it, an unsettled one is checked back through the pop group of its producer group (a
+producer that answers commit, one that answers rollback, one that never answers: rolled
+back after the group's max checks), and a half survives kill -9 between send and commit."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from kafka import KafkaConsumer, TopicPartition
+
+from tests.integration.mgmt import Mgmt, Reply
+from tests.serverproc import LogbusServer
+
+WAIT_S = 30.0
+
+
+def call(server: LogbusServer, method: str, path: str, body: Any = None) -> Reply:
+    return Mgmt(server).call(method, path, body)
+
+
+def send(server: LogbusServer, group: str, topic: str, value: str) -> str:
+    r = call(server, "POST", "/api/halves", {"group": group, "topic": topic,
+                                              "message": {"key": value, "value": value}})
+    assert r.status == 201, r
+    half_id: str = r.json()["id"]
+    return half_id
+
+
+def topic_values(server: LogbusServer, topic: str) -> list[bytes]:
+    c = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], enable_auto_commit=False, consumer_timeout_ms=1500)
+    try:
+        tp = TopicPartition(topic, 0)
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        return [m.value for m in c]
+    finally:
+        c.close()
+
+
+def pop(server: LogbusServer, group: str, topic: str, wait_ms: int = 0) -> list[dict[str, Any]]:
+    r = call(server, "POST", f"/api/pop/{quote(group, safe='')}/{quote(topic, safe='')}/receive",
+             {"max": 10, "wait_ms": wait_ms})
+    assert r.status == 200, r
+    messages: list[dict[str, Any]] = r.json()["messages"]
+    return messages
+
+
+def ack(server: LogbusServer, group: str, topic: str, handle: str) -> None:
+    assert call(server, "POST", f"/api/pop/{quote(group, safe='')}/{quote(topic, safe='')}/ack",
+                {"handle": handle}).status == 204
+
+
+def wait_for(what: Callable[[], Any], message: str) -> Any:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        got = what()
+        if got:
+            return got
+        assert time.monotonic() < deadline, message
+        time.sleep(0.1)
+
+
+def test_a_half_is_in_no_topic_until_committed(logbus_server: Callable[..., LogbusServer]) -> None:
+    server = logbus_server()
+    assert call(server, "POST", "/api/topics", {"name": "orders", "partitions": 1}).status in (200, 201)
+    assert pop(server, "billing", "orders") == []  # the pop group reads from now on
+    kept, dropped = send(server, "shop", "orders", "kept"), send(server, "shop", "orders", "dropped")
+    assert topic_values(server, "orders") == [] and pop(server, "billing", "orders") == []
+    listed = call(server, "GET", "/api/halves?group=shop").json()
+    assert [(h["id"], h["state"]) for h in listed] == [(kept, "unsettled"), (dropped, "unsettled")]
+    r = call(server, "POST", f"/api/halves/{kept}/commit")
+    assert r.status == 200 and r.json() == {"id": kept, "state": "committed", "offsets": [0]}
+    assert call(server, "POST", f"/api/halves/{dropped}/rollback").json()["state"] == "rolled back"
+    assert topic_values(server, "orders") == [b"kept"]
+    assert [m["value"] for m in pop(server, "billing", "orders")] == ["kept"]
+    assert call(server, "POST", f"/api/halves/{kept}/commit").json()["offsets"] == [0]  # again: same answer
+    assert call(server, "POST", f"/api/halves/{dropped}/commit").status == 409  # half_settled
+    assert call(server, "GET", "/api/halves/nope").status == 404
+    assert call(server, "GET", f"/api/halves/{dropped}").json()["state"] == "rolled back"
+    assert topic_values(server, "orders") == [b"kept"]
+
+
+def test_check_back_commits_rolls_back_or_gives_up(logbus_server: Callable[..., LogbusServer]) -> None:
+    server = logbus_server()
+    assert call(server, "PUT", "/api/half-groups/shop", {"check_interval_ms": 200, "max_checks": 3}).status == 204
+    check = "%CHECK%shop"  # made with the group's settings: its producers' pop group now, before any half
+    assert pop(server, "shop-checker", check) == []
+    ids = {send(server, "shop", "checked", v): v for v in ("commit me", "roll me back", "never answered")}
+    answered: dict[str, int] = {}
+    unanswered_checks = []
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        states = {h: call(server, "GET", f"/api/halves/{h}").json()["state"] for h in ids}
+        if all(s != "unsettled" for s in states.values()):
+            break
+        for m in pop(server, "shop-checker", check, wait_ms=300):
+            request = json.loads(m["value"])
+            value = ids[request["id"]]
+            if value == "commit me":
+                call(server, "POST", f"/api/halves/{request['id']}/commit")
+            elif value == "roll me back":
+                call(server, "POST", f"/api/halves/{request['id']}/rollback")
+            else:
+                unanswered_checks.append(request["check"])
+            answered[value] = answered.get(value, 0) + 1
+            ack(server, "shop-checker", check, m["handle"])
+        time.sleep(0.05)
+    states = {ids[h]: call(server, "GET", f"/api/halves/{h}").json() for h in ids}
+    assert {v: s["state"] for v, s in states.items()} == {
+        "commit me": "committed", "roll me back": "rolled back", "never answered": "rolled back"}, states
+    assert states["never answered"]["reason"] == "unsettled after 3 checks"
+    assert sorted(set(unanswered_checks)) == [1, 2, 3]  # asked three times, then given up
+    assert topic_values(server, "checked") == [b"commit me"]
+
+
+def test_a_half_survives_kill_9_and_is_committed_after(logbus_server: Callable[..., LogbusServer]) -> None:
+    server = logbus_server()
+    half = send(server, "shop", "after-crash", "survivor")
+    server.kill()
+    server.restart(same_ports=True)
+    assert call(server, "GET", f"/api/halves/{half}").json()["state"] == "unsettled"
+    assert topic_values(server, "after-crash") == []
+    assert call(server, "POST", f"/api/halves/{half}/commit").json()["offsets"] == [0]
+    assert topic_values(server, "after-crash") == [b"survivor"]
