@@ -194,7 +194,7 @@ class Broker:
                                   data_dir=self.data_dir, started_at=self.started_at)
         self.pop_service = PopService(reactor.callLater)
         # half messages (RocketMQ's transactional messages), opened at start (core/halves.py)
-        self.halves = HalfService(reactor, clock=self._clock)
+        self.halves = HalfService(reactor, self.metrics, clock=self._clock)
 
     # -- lifecycle ------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from twisted.internet.task import LoopingCall
 from .errors import LogbusError, StorageError
 from .log import batch as B
 from .message import Message
+from .metrics import Metrics
 from .state import CF_METADATA, StateStore, half_group_key, half_key, half_outcome_key, HALF_PREFIX, \
     HALF_GROUP_PREFIX, HALF_OUTCOME_PREFIX
 from .state_pb2 import HalfGroupRecord, HalfOutcome, HalfRecord
@@ -91,9 +92,18 @@ def _now_ms() -> int:
 
 
 class HalfService:
-    def __init__(self, reactor: Any, *, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, reactor: Any, metrics: Metrics | None = None, *, clock: Callable[[], int] = _now_ms) -> None:
         self.reactor = reactor
         self.clock = clock
+        metrics = metrics or Metrics()
+        self._outcomes = {
+            COMMITTED: metrics.counter("logbus_half_messages_committed", "Half messages committed (published)"),
+            ROLLED_BACK: metrics.counter("logbus_half_messages_rolled_back",
+                                         "Half messages rolled back (by their producer, or unsettled after max checks)"),
+        }
+        self._sent = metrics.counter("logbus_half_messages_sent", "Half messages stored")
+        self._checks_made = metrics.counter("logbus_half_message_checks",
+                                            "Check requests made to producer groups about unsettled half messages")
         self.store: StateStore | None = None
         self.halves: dict[str, HalfRecord] = {}
         self.groups: dict[str, GroupSettings] = {}
@@ -161,6 +171,7 @@ class HalfService:
                          next_check_ms=now + self.settings(group).check_interval_ms)
         store.put(CF_METADATA, half_key(half_id), rec, sync=True)
         self.halves[half_id] = rec
+        self._sent.inc()
         return half_id
 
     def describe(self, half_id: str) -> dict[str, Any]:
@@ -250,6 +261,7 @@ class HalfService:
             b.delete(CF_METADATA, half_key(half_id))
             b.put(CF_METADATA, half_outcome_key(half_id), out)
         self.halves.pop(half_id, None)
+        self._outcomes[state].inc()
         audit_log.info("half message %s of producer group %r to topic %r %s (%s)", half_id, rec.group, rec.topic,
                        state, reason)
 
@@ -298,6 +310,7 @@ class HalfService:
         updated.next_check_ms = now + settings.check_interval_ms
         store.put(CF_METADATA, half_key(half_id), updated)
         self.halves[half_id] = updated
+        self._checks_made.inc()
 
     def _forget_outcomes(self, now: int) -> None:
         store, _ = self._started()

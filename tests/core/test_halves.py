@@ -50,6 +50,8 @@ def test_a_half_is_published_only_when_committed(broker: tuple[Broker, LoopReact
     with pytest.raises(HalfSettled):
         b.halves.rollback(hid)
     assert log_values(b, "orders") == [b"order one"]
+    assert b.metrics.registry.get_sample_value("logbus_half_messages_committed_total") == 1
+    assert b.metrics.registry.get_sample_value("logbus_half_messages_sent_total") == 1
 
 
 def test_a_rolled_back_half_is_never_published(broker: tuple[Broker, LoopReactor]) -> None:
@@ -82,6 +84,8 @@ def test_an_unsettled_half_is_checked_back_then_rolled_back(broker: tuple[Broker
     d = b.halves.describe(hid)
     assert (d["state"], d["reason"]) == (ROLLED_BACK, "unsettled after 2 checks")
     assert log_values(b, "orders") == []
+    assert b.metrics.registry.get_sample_value("logbus_half_message_checks_total") == 2
+    assert b.metrics.registry.get_sample_value("logbus_half_messages_rolled_back_total") == 1
 
 
 def test_halves_and_outcomes_survive_a_restart(tmp_path: Path) -> None:

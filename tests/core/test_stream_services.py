@@ -23,7 +23,8 @@ class Services:
         self.loop = LoopReactor()
         self.state = StateStore(path / "state")
         self.log = LogManager(path, self.loop)
-        self.streams = StreamService(self.loop, Metrics(), topic_defaults=TopicConfig(flush="none"))
+        self.metrics = Metrics()
+        self.streams = StreamService(self.loop, self.metrics, topic_defaults=TopicConfig(flush="none"))
         self.topics = TopicService(self.streams.topic_defaults, self.streams.forget_topic)
         self.routed: list[tuple[str, int, int]] = []
         self.streams.open(self.state, self.log)

@@ -172,6 +172,8 @@ def test_a_transaction_past_its_timeout_is_aborted_under_a_new_epoch(tmp_path: P
         assert markers(s, "t", 0) == [(1, pid, F.CONTROL_ABORT)]
         assert outcome(s.loop, s.streams.end_txn("slow", pid, epoch, True)) is Code.PRODUCER_FENCED
         assert s.streams.last_stable_offset("t", 0) == 2 and committed_values(s, "t", 0) == []
+        assert s.metrics.registry.get_sample_value("logbus_kafka_transactions_timed_out_total") == 1
+        assert s.metrics.registry.get_sample_value("logbus_kafka_transactions_aborted_total") == 1
         assert 0 < CHECK_INTERVAL_S <= 10  # looked for at least every 10 s, as Kafka's default
     finally:
         s.close()

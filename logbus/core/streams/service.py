@@ -69,7 +69,7 @@ class StreamService:
         self.topic_defaults = topic_defaults
         self.producers = ProducerRegistry(None)  # replaced at start, with the store
         self.groups = GroupCoordinator(reactor)
-        self.txns = TransactionCoordinator(reactor)
+        self.txns = TransactionCoordinator(reactor, metrics)
         self._log: LogManager | None = None
         self._route: Route = _not_started
         # per-client state that expires as in Kafka (expire_client_state)

@@ -47,6 +47,7 @@ from ..errors import LogbusError, StorageError
 from ..log import LogManager
 from ..log import format as F
 from ..log.partition import Partition
+from ..metrics import Metrics
 from ..state import CF_METADATA, TRANSACTION_PREFIX, StateStore, transaction_key, transactional_id_of_key
 from ..state_pb2 import TransactionRecord
 from .group_model import Code, OffsetAndMetadata, TopicPartition
@@ -126,9 +127,16 @@ class TransactionCoordinator:
     topics open) finds where the open ones wrote, completes those caught in Prepare* and
     starts the timeout checks."""
 
-    def __init__(self, reactor: Any, *, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, reactor: Any, metrics: Metrics | None = None, *, clock: Callable[[], int] = _now_ms) -> None:
         self.reactor = reactor
         self.clock = clock
+        metrics = metrics or Metrics()
+        self._committed = metrics.counter("logbus_kafka_transactions_committed",
+                                          "Kafka transactions committed (their markers durable, records routed)")
+        self._aborted = metrics.counter("logbus_kafka_transactions_aborted",
+                                        "Kafka transactions aborted (by their producer, a new one, or a time-out)")
+        self._timed_out = metrics.counter("logbus_kafka_transactions_timed_out",
+                                          "Kafka transactions aborted because they were open past their timeout")
         self.store: StateStore | None = None
         self.log: LogManager | None = None
         self.txns: dict[str, Transaction] = {}
@@ -441,6 +449,7 @@ class TransactionCoordinator:
         if commit:
             for group, offsets in t.offsets.items():
                 self._apply_offsets(group, offsets)
+        (self._committed if commit else self._aborted).inc()
         t.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         try:  # not synced: the outcome was durable at Prepare*; one a power loss takes is done again
             self._store(t, sync=False)
@@ -471,6 +480,7 @@ class TransactionCoordinator:
                 log.info("transaction %r open for more than %d ms: aborted, its producer fenced",
                          t.transactional_id, t.timeout_ms)
                 if self._fence_and_abort(t) is Code.NONE:
+                    self._timed_out.inc()
                     started += 1
         return started
 
