@@ -87,10 +87,19 @@ class TransactionsModel(RuleBasedStateMachine):
         p.open = True
         p.partitions.add(partition)
 
-    @precondition(lambda self: any(p.open for p in self.producers.values()))
+    @precondition(lambda self: any(p.pid >= 0 and not p.fenced for p in self.producers.values()))
+    @rule(data=st.data())
+    def add_offsets(self, data: st.DataObject) -> None:
+        """A consumer group joins the transaction (it may have no partition at all)."""
+        txn = data.draw(st.sampled_from([t for t, p in self.producers.items() if p.pid >= 0 and not p.fenced]))
+        p = self.producers[txn]
+        assert self.s.streams.add_offsets_to_txn(txn, p.pid, p.epoch, "g") is Code.NONE
+        p.open = True
+
+    @precondition(lambda self: any(p.open and p.partitions for p in self.producers.values()))
     @rule(data=st.data(), records=st.integers(1, 3))
     def produce_in_transaction(self, data: st.DataObject, records: int) -> None:
-        txn = data.draw(st.sampled_from([t for t, p in self.producers.items() if p.open]))
+        txn = data.draw(st.sampled_from([t for t, p in self.producers.items() if p.open and p.partitions]))
         p = self.producers[txn]
         partition = data.draw(st.sampled_from(sorted(p.partitions)))
         values = [self._value() for _ in range(records)]

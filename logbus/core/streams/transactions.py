@@ -255,11 +255,12 @@ class TransactionCoordinator:
         if t.state in PREPARED:
             return succeed((Code.CONCURRENT_TRANSACTIONS, -1, -1))
         if t.state is TxnState.ONGOING:  # the previous producer's: aborted under a new epoch first
-            code = self._fence_and_abort(t)
-            if code is not Code.NONE:
-                return succeed((code, -1, -1))
-            assert t.completing is not None
-            return t.completing.addCallback(lambda c: (c, t.producer_id, t.epoch) if c is Code.NONE else (c, -1, -1))
+            done = self._fence_and_abort(t)
+
+            def aborted(c: Code) -> tuple[Code, int, int]:
+                return self._next_epoch(t, timeout_ms) if c is Code.NONE else (c, -1, -1)
+
+            return done.addCallback(aborted)
         return succeed(self._next_epoch(t, timeout_ms))
 
     def _next_epoch(self, t: Transaction, timeout_ms: int) -> tuple[Code, int, int]:
@@ -387,15 +388,17 @@ class TransactionCoordinator:
             return succeed(code)
         return self._complete(t)
 
-    def _fence_and_abort(self, t: Transaction) -> Code:
-        """Abort ``t``'s open transaction under a new epoch (its producer is fenced)."""
-        t.epoch += 1
+    def _fence_and_abort(self, t: Transaction) -> Deferred[Code]:
+        """Abort ``t``'s open transaction under a new epoch (its producer is fenced; at the
+        last epoch under the same one: the next producer gets a new id). Fires with the
+        code once complete."""
+        bump = 1 if t.epoch < MAX_EPOCH else 0
+        t.epoch += bump
         code = self._set(t, TxnState.PREPARE_ABORT)
         if code is not Code.NONE:
-            t.epoch -= 1
-            return code
-        self._complete(t)
-        return Code.NONE
+            t.epoch -= bump
+            return succeed(code)
+        return self._complete(t)
 
     # -- completing: markers, then routing or the aborted index -------------------------------------
 
@@ -479,7 +482,8 @@ class TransactionCoordinator:
             elif t.state is TxnState.ONGOING and now - t.started_ms > t.timeout_ms:
                 log.info("transaction %r open for more than %d ms: aborted, its producer fenced",
                          t.transactional_id, t.timeout_ms)
-                if self._fence_and_abort(t) is Code.NONE:
+                self._fence_and_abort(t)
+                if t.state is not TxnState.ONGOING:  # PrepareAbort stored: under way (else tried again)
                     self._timed_out.inc()
                     started += 1
         return started
