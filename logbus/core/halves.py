@@ -15,7 +15,9 @@ A half left unsettled is *checked back* with its producer group every
 a check request (JSON: the half's id, group, topic, key and how many checks so far) is
 appended to the group's check topic ``%CHECK%<g>`` (made with the group's settings or its
 first half), which the producers pop (``logbus pop receive``, the pop API; a pop group
-gets what is appended after it is made), and answered by committing or rolling back. After
+gets what is appended after it is made), and answered by committing or rolling back; or,
+when the group has a ``check_url``, POSTed there, and the answer ``{"action": "commit" |
+"rollback" | "unknown"}`` applied (anything else, or no answer within 10 s: asked again). After
 ``max_checks`` checks (default 15, RocketMQ's transactionCheckMax) a half still unsettled
 is rolled back. Halves and their check counts survive restarts.
 
@@ -31,13 +33,14 @@ RocketMQ.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import LoopingCall
@@ -58,6 +61,7 @@ MAX_CHECKS = 15  # RocketMQ's transactionCheckMax
 OUTCOME_RETENTION_MS = 86_400_000  # what happened to a settled half is told for a day
 CHECK_TICK_S = 1.0  # due halves are looked for once a second
 CHECK_TOPIC_PREFIX = "%CHECK%"
+CHECK_POST_TIMEOUT_S = 10  # a check request POSTed to a group's URL: its answer waited for that long
 COMMITTED, ROLLED_BACK = "committed", "rolled back"
 
 Publish = Callable[[str, Sequence[Message], int | None], Deferred[list[int]]]
@@ -85,6 +89,7 @@ def check_topic(group: str) -> str:
 class GroupSettings:
     check_interval_ms: int = CHECK_INTERVAL_MS
     max_checks: int = MAX_CHECKS
+    check_url: str = ""  # check requests POSTed there (else appended to the check topic)
 
 
 def _now_ms() -> int:
@@ -125,7 +130,8 @@ class HalfService:
         for key, raw in store.scan_prefix(CF_METADATA, HALF_GROUP_PREFIX):
             g = HalfGroupRecord()
             g.ParseFromString(raw)
-            self.groups[key[len(HALF_GROUP_PREFIX):-1].decode()] = GroupSettings(g.check_interval_ms, g.max_checks)
+            self.groups[key[len(HALF_GROUP_PREFIX):-1].decode()] = GroupSettings(g.check_interval_ms, g.max_checks,
+                                                                                  g.check_url)
         return len(self.halves)
 
     def start(self) -> None:
@@ -147,15 +153,18 @@ class HalfService:
     def settings(self, group: str) -> GroupSettings:
         return self.groups.get(group) or GroupSettings()
 
-    def set_group(self, group: str, check_interval_ms: int, max_checks: int) -> None:
-        """A producer group's check-back: how often, and how many times before a rollback."""
+    def set_group(self, group: str, check_interval_ms: int, max_checks: int, check_url: str = "") -> None:
+        """A producer group's check-back: how often, how many times before a rollback, and
+        where (``check_url``: POSTed there; empty: appended to its check topic)."""
         if check_interval_ms < 100 or not 1 <= max_checks <= 1000:
             raise ValueError("check_interval_ms must be at least 100 and max_checks from 1 to 1000")
+        if check_url and not check_url.startswith(("http://", "https://")):
+            raise ValueError("check_url must be an http:// or https:// URL")
         store, _ = self._started()
         self._ensure_topic(check_topic(group))  # its producers' pop group can be made on it now
-        store.put(CF_METADATA, half_group_key(group),
-                  HalfGroupRecord(check_interval_ms=check_interval_ms, max_checks=max_checks), sync=True)
-        self.groups[group] = GroupSettings(check_interval_ms, max_checks)
+        store.put(CF_METADATA, half_group_key(group), HalfGroupRecord(
+            check_interval_ms=check_interval_ms, max_checks=max_checks, check_url=check_url), sync=True)
+        self.groups[group] = GroupSettings(check_interval_ms, max_checks, check_url)
 
     # -- a producer's half messages -------------------------------------------------------------
 
@@ -299,11 +308,14 @@ class HalfService:
         request = {"id": half_id, "group": rec.group, "topic": rec.topic, "check": rec.checks + 1,
                    "max_checks": settings.max_checks, "created_ms": rec.created_ms,
                    "key": first.key.decode("utf-8", "replace") if first is not None and first.key else None}
-        topic = check_topic(rec.group)
-        self._ensure_topic(topic)
-        publish(topic, [Message(half_id.encode(), json.dumps(request).encode())], None).addErrback(
-            lambda f: log.warning("the check request of half message %s was not appended: %s", half_id,
-                                  f.getErrorMessage()))
+        if settings.check_url:
+            self._post(half_id, settings.check_url, json.dumps(request).encode())
+        else:
+            topic = check_topic(rec.group)
+            self._ensure_topic(topic)
+            publish(topic, [Message(half_id.encode(), json.dumps(request).encode())], None).addErrback(
+                lambda f: log.warning("the check request of half message %s was not appended: %s", half_id,
+                                      f.getErrorMessage()))
         updated = HalfRecord()
         updated.CopyFrom(rec)
         updated.checks = rec.checks + 1
@@ -311,6 +323,39 @@ class HalfService:
         store.put(CF_METADATA, half_key(half_id), updated)
         self.halves[half_id] = updated
         self._checks_made.inc()
+
+    def _post(self, half_id: str, url: str, body: bytes) -> None:
+        """POST a check request to the group's URL; its answer ``{"action": "commit" |
+        "rollback" | "unknown"}`` is applied (anything else: asked again at the next check)."""
+        from twisted.web.client import Agent, FileBodyProducer, readBody
+        from twisted.web.http_headers import Headers
+        from twisted.web.iweb import IBodyProducer
+
+        agent = Agent(self.reactor, connectTimeout=CHECK_POST_TIMEOUT_S)
+        producer = cast(IBodyProducer, FileBodyProducer(io.BytesIO(body), cooperator=_cooperator(self.reactor)))
+        d = agent.request(b"POST", url.encode(), Headers({b"Content-Type": [b"application/json"]}), producer)
+        d.addTimeout(CHECK_POST_TIMEOUT_S, self.reactor)
+        d.addCallback(lambda response: readBody(response).addCallback(lambda data: (response.code, data)))
+        d.addCallback(self._answered, half_id)
+        d.addErrback(lambda f: log.warning("the check request of half message %s to %s failed: %s", half_id,
+                                           url, f.getErrorMessage()))
+
+    def _answered(self, answer: tuple[int, bytes], half_id: str) -> None:
+        code, data = answer
+        try:
+            action = json.loads(data).get("action") if code == 200 else None
+        except (ValueError, AttributeError):
+            action = None
+        if half_id not in self.halves:
+            return  # settled meanwhile
+        if action == "commit":
+            self.commit(half_id, "by its producer's check-back").addErrback(
+                lambda f: log.warning("committing half message %s failed: %s", half_id, f.getErrorMessage()))
+        elif action == "rollback":
+            self.rollback(half_id, "by its producer's check-back")
+        elif action != "unknown":
+            log.warning("the check-back of half message %s answered %d %r: asked again at the next check",
+                        half_id, code, data[:200])
 
     def _forget_outcomes(self, now: int) -> None:
         store, _ = self._started()
@@ -324,3 +369,10 @@ class HalfService:
             with store.batch() as b:
                 for key in old:
                     b.delete(CF_METADATA, key)
+
+
+def _cooperator(reactor: Any) -> Any:
+    """A cooperator on ``reactor`` (the request body's producer: not the global reactor's)."""
+    from twisted.internet.task import Cooperator
+
+    return Cooperator(scheduler=lambda work: reactor.callLater(0, work))

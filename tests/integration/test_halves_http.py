@@ -7,7 +7,9 @@ back after the group's max checks), and a half survives kill -9 between send and
 from __future__ import annotations
 
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -128,3 +130,64 @@ def test_a_half_survives_kill_9_and_is_committed_after(logbus_server: Callable[.
     assert topic_values(server, "after-crash") == []
     assert call(server, "POST", f"/api/halves/{half}/commit").json()["offsets"] == [0]
     assert topic_values(server, "after-crash") == [b"survivor"]
+
+
+class CheckBack(ThreadingHTTPServer):
+    """The producer group's check-back endpoint: a real HTTP server on a free loopback port
+    that answers each check request by the half's key, and keeps what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.asked.append(request)
+                action = {"commit me": "commit", "roll me back": "rollback"}.get(request["key"], "unknown")
+                body = json.dumps({"action": action}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/check"
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+        self.thread.join(timeout=10)
+
+
+def test_check_back_at_the_groups_url(logbus_server: Callable[..., LogbusServer]) -> None:
+    server = logbus_server()
+    hook = CheckBack()
+    try:
+        r = call(server, "PUT", "/api/half-groups/web", {"check_interval_ms": 200, "max_checks": 2,
+                                                          "check_url": hook.url})
+        assert r.status == 204, r
+        assert call(server, "GET", "/api/half-groups/web").json()["check_url"] == hook.url
+        ids = {send(server, "web", "hooked", v): v for v in ("commit me", "roll me back", "undecided")}
+        wait_for(lambda: all(call(server, "GET", f"/api/halves/{h}").json()["state"] != "unsettled" for h in ids),
+                 "the check-backs did not settle every half")
+        states = {v: call(server, "GET", f"/api/halves/{h}").json() for h, v in ids.items()}
+        assert {v: s["state"] for v, s in states.items()} == {
+            "commit me": "committed", "roll me back": "rolled back", "undecided": "rolled back"}, states
+        assert states["commit me"]["reason"] == "by its producer's check-back"
+        assert states["undecided"]["reason"] == "unsettled after 2 checks"
+        undecided = sorted(a["check"] for a in hook.asked if a["key"] == "undecided")
+        assert undecided == [1, 2]  # asked twice, then given up
+        assert topic_values(server, "hooked") == [b"commit me"]
+        assert call(server, "PUT", "/api/half-groups/web", {"check_url": "ftp://x"}).status == 400
+    finally:
+        hook.close()

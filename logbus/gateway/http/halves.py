@@ -8,14 +8,17 @@
     POST /api/halves/<id>/commit          200 {"id", "state": "committed", "offsets": [...]} once
                                           published and durable (again: the same answer)
     POST /api/halves/<id>/rollback        200 {"id", "state": "rolled back"}
-    PUT  /api/half-groups/<group>         204; body {"check_interval_ms": 60000, "max_checks": 15}
+    PUT  /api/half-groups/<group>         204; body {"check_interval_ms": 60000, "max_checks": 15,
+                                                 "check_url": "http://..."}   (check_url optional)
+    GET  /api/half-groups/<group>         200 those settings
 
 A message is as in ``POST /api/topics/<name>/messages``. Sending, committing and rolling
 back need write on the half's topic (the commit publishes to it); listing, the
 ``management`` tag; a group's settings, the ``policymaker`` tag. An unknown id is 404
 ``unknown_half``, a commit of a rolled-back half (or the reverse) 409 ``half_settled``.
 A check request of an unsettled half is a message on the topic ``%CHECK%<group>``,
-which the producers pop (``/api/pop/<pop group>/%25CHECK%25<group>/receive``).
+which the producers pop (``/api/pop/<pop group>/%25CHECK%25<group>/receive``), or, with a
+``check_url``, POSTed there (the answer ``{"action": "commit" | "rollback" | "unknown"}``).
 """
 
 from __future__ import annotations
@@ -154,16 +157,19 @@ class HalfGroup(ApiResource):
         require(request, self.doors, "manage")
         s = self.halves.settings(self.group)
         return Response.json(200, {"group": self.group, "check_interval_ms": s.check_interval_ms,
-                                   "max_checks": s.max_checks})
+                                   "max_checks": s.max_checks, "check_url": s.check_url or None})
 
     def handle_PUT(self, request: server.Request) -> Response:
         require(request, self.doors, "policy")
-        body = json_object(read_json(request), ("check_interval_ms", "max_checks"))
+        body = json_object(read_json(request), ("check_interval_ms", "max_checks", "check_url"))
         interval, checks = body.get("check_interval_ms", 60_000), body.get("max_checks", 15)
+        url = body.get("check_url") or ""
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (interval, checks)):
             raise HttpError(400, "bad_request", "check_interval_ms and max_checks must be integers")
+        if not isinstance(url, str):
+            raise HttpError(400, "bad_request", "check_url must be a string")
         try:
-            self.halves.set_group(self.group, interval, checks)
+            self.halves.set_group(self.group, interval, checks, url)
         except ValueError as e:
             raise HttpError(400, "bad_request", str(e)) from None
         return Response.empty(204)
