@@ -67,7 +67,7 @@ from .vhost import VHost
 from .pipeline import Pipeline
 from .queues.timers import Timers
 from .topics import TopicInfo, TopicReaders, TopicService
-from .halves import HalfService
+from .halves import HalfService, WithHalves
 from .pop_service import PopService
 from .search import KeyForms
 
@@ -216,6 +216,9 @@ class Broker:
             )
             offsets = self.streams.open(self.state, self.log)
             self.topics.open(self.state, self.log)
+            # before the journal's redo, which may hand records of HALVES_TOPIC over again;
+            # a commit publishes as the HTTP publish does (the admin service is open by then)
+            self.halves.open(self.state, lambda t, m, p: self.admin.publish(t, m, p), self._ensure_topic)
             self._forget_cut()
             self._open_vhosts()
             self.sessions.take_up()  # the queues that are no stored definitions
@@ -227,7 +230,6 @@ class Broker:
             self.log.before_drain = self.queue_store.commit_due
             self.admin.open(self.log, self.pop, self.pipeline, self.state, self.queue_store)
             self.pop_service.open(self.log, self.pop)
-            self.halves.open(self.state, self.admin.publish, self._ensure_topic)
         except BaseException:
             self._close_all()
             raise
@@ -351,7 +353,7 @@ class Broker:
                              clock=self._clock, dead_letter=self._append_dead_letter, retry=self.pop_retry)
         self.pop.properties = self.forms.properties
         self.pop.load()
-        self.pipeline = Pipeline(self.log, self.vhosts, self.pop, self.timers,
+        self.pipeline = Pipeline(self.log, self.vhosts, WithHalves(self.pop, self.halves), self.timers,
                                  MessageStore(log_batch_reader(self.log)), self._clock, forms=self.forms,
                                  later=tick_of(self.reactor).later)
         for name in self.access.vhosts:

@@ -61,6 +61,14 @@ MAX_CHECKS = 15  # RocketMQ's transactionCheckMax
 OUTCOME_RETENTION_MS = 86_400_000  # what happened to a settled half is told for a day
 CHECK_TICK_S = 1.0  # due halves are looked for once a second
 CHECK_TOPIC_PREFIX = "%CHECK%"
+# Kafka producers send halves as records of this topic (made with a group's settings):
+HALVES_TOPIC = "logbus.halves"
+H_GROUP = "logbus.half.group"  # a half of this producer group ...
+H_TOPIC = "logbus.half.topic"  # ... bound for this topic; its id "<partition>-<offset>" in HALVES_TOPIC
+H_COMMIT = "logbus.half.commit"  # a record that commits the half of this id
+H_ROLLBACK = "logbus.half.rollback"  # a record that rolls back the half of this id
+HALF_HEADERS = (H_GROUP, H_TOPIC, H_COMMIT, H_ROLLBACK)
+HALF_TARGET_HEADER = H_TOPIC  # a gateway checks its producer may write that topic
 CHECK_POST_TIMEOUT_S = 10  # a check request POSTed to a group's URL: its answer waited for that long
 COMMITTED, ROLLED_BACK = "committed", "rolled back"
 
@@ -162,18 +170,20 @@ class HalfService:
             raise ValueError("check_url must be an http:// or https:// URL")
         store, _ = self._started()
         self._ensure_topic(check_topic(group))  # its producers' pop group can be made on it now
+        self._ensure_topic(HALVES_TOPIC)  # where its Kafka producers send halves
         store.put(CF_METADATA, half_group_key(group), HalfGroupRecord(
             check_interval_ms=check_interval_ms, max_checks=max_checks, check_url=check_url), sync=True)
         self.groups[group] = GroupSettings(check_interval_ms, max_checks, check_url)
 
     # -- a producer's half messages -------------------------------------------------------------
 
-    def send(self, group: str, topic: str, message: Message, partition: int | None = None) -> str:
-        """Store ``message`` as a half of ``group`` bound for ``topic``; its id. Synced
-        before it returns (StorageError: not stored)."""
+    def send(self, group: str, topic: str, message: Message, partition: int | None = None,
+             half_id: str | None = None) -> str:
+        """Store ``message`` as a half of ``group`` bound for ``topic``; its id (``half_id``,
+        else a new one). Synced before it returns (StorageError: not stored)."""
         store, _ = self._started()
         self._ensure_topic(check_topic(group))
-        half_id = uuid.uuid4().hex
+        half_id = half_id or uuid.uuid4().hex
         now = self.clock()
         rec = HalfRecord(group=group, topic=topic, partition=-1 if partition is None else partition,
                          record=bytes(B.build([message.to_record()], 0, now)), created_ms=now, checks=0,
@@ -273,6 +283,46 @@ class HalfService:
         self._outcomes[state].inc()
         audit_log.info("half message %s of producer group %r to topic %r %s (%s)", half_id, rec.group, rec.topic,
                        state, reason)
+
+    # -- halves sent as records of HALVES_TOPIC (Kafka producers) --------------------------------
+
+    def record_appended(self, partition: int, offset: int, message: Message) -> None:
+        """A record appended to ``HALVES_TOPIC``: a half to store (headers ``H_GROUP`` and
+        ``H_TOPIC``; its id ``<partition>-<offset>``, which the producer knows from its
+        answer), or the commit or rollback of one (``H_COMMIT`` / ``H_ROLLBACK``: the id).
+        Called as it is appended, before it is acknowledged; the half is stored (synced)
+        then. A record with none of them, or a failure, is logged and left."""
+        headers = {k: v for k, v in message.headers if k in HALF_HEADERS and v is not None}
+        try:
+            if H_COMMIT in headers or H_ROLLBACK in headers:  # after this append (not inside it)
+                commit = H_COMMIT in headers
+                half_id = headers[H_COMMIT if commit else H_ROLLBACK].decode("utf-8", "replace")
+                self.reactor.callLater(0, self._settle_asked, half_id, commit, f"{partition}/{offset}")
+            elif H_GROUP in headers and H_TOPIC in headers:
+                half_id = f"{partition}-{offset}"
+                if half_id in self.halves or self._outcome(half_id) is not None:
+                    return  # seen before (the same record handed over again)
+                kept = [(k, v) for k, v in message.headers if k not in HALF_HEADERS]
+                half = Message(message.key, message.value, message.timestamp, kept, message.envelope)
+                self.send(headers[H_GROUP].decode("utf-8", "replace"), headers[H_TOPIC].decode("utf-8", "replace"),
+                          half, None, half_id)
+            else:
+                log.info("a record at %s/%d offset %d names no half message (headers %s, %s, %s or %s)",
+                         HALVES_TOPIC, partition, offset, *HALF_HEADERS)
+        except LogbusError as e:  # a StorageError: the half is not stored; an unknown or settled one
+            log.warning("the record at %s/%d offset %d was not taken as a half message: %s", HALVES_TOPIC,
+                        partition, offset, e)
+
+    def _settle_asked(self, half_id: str, commit: bool, where: str) -> None:
+        why = f"a record of {HALVES_TOPIC} ({where})"
+        try:
+            if commit:
+                self.commit(half_id, f"by {why}").addErrback(lambda f: log.warning(
+                    "%s commits half message %s: %s", why, half_id, f.getErrorMessage()))
+            else:
+                self.rollback(half_id, f"by {why}")
+        except LogbusError as e:
+            log.warning("%s rolls back half message %s: %s", why, half_id, e)
 
     # -- check-back -----------------------------------------------------------------------------
 
@@ -376,3 +426,22 @@ def _cooperator(reactor: Any) -> Any:
     from twisted.internet.task import Cooperator
 
     return Cooperator(scheduler=lambda work: reactor.callLater(0, work))
+
+
+class WithHalves:
+    """The pipeline's readers of appended records (``pipeline.PopReaders``): the pop
+    groups, and the half service on ``HALVES_TOPIC``."""
+
+    def __init__(self, pop: Any, halves: HalfService) -> None:
+        self.pop = pop
+        self.halves = halves
+        self.service = pop.service
+
+    def watches(self, topic: str) -> bool:
+        return topic == HALVES_TOPIC or bool(self.pop.watches(topic))
+
+    def appended(self, topic: str, partition: int, offset: int, message: Message, expires_ms: int = 0,
+                 visible_ms: int = 0) -> None:
+        if topic == HALVES_TOPIC:
+            self.halves.record_appended(partition, offset, message)
+        self.pop.appended(topic, partition, offset, message, expires_ms, visible_ms)

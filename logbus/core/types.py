@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .queues.service import Consumer, DeadLetterTarget, QueueSettings, QueueState
     from .retained import RetainedStore
     from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, topic_exchange, vhost_topic
+    from .halves import HALF_TARGET_HEADER, HALVES_TOPIC
     from .routing.definitions import (
         HEADERS,
         QUEUE,
@@ -128,6 +129,8 @@ _OWNER = {
     "topic_exchange": "routing.log_topics",
     "vhost_topic": "routing.log_topics",
     "DEFAULT_EXCHANGE_TOPIC": "routing.log_topics",
+    "HALVES_TOPIC": "halves",
+    "HALF_TARGET_HEADER": "halves",
     "freeze_arguments": "routing.definitions",
     "tick_of": "tick",
     "Tick": "tick",
@@ -207,6 +210,8 @@ __all__ = [
     "topic_exchange",
     "vhost_topic",
     "DEFAULT_EXCHANGE_TOPIC",
+    "HALVES_TOPIC",
+    "HALF_TARGET_HEADER",
     "validate_topic_name",
 ]
 

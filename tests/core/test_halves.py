@@ -11,9 +11,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from logbus.core.broker import Broker
-from logbus.core.halves import COMMITTED, ROLLED_BACK, HalfSettled, UnknownHalf, check_topic
+from logbus.core.halves import (
+    COMMITTED,
+    H_COMMIT,
+    H_GROUP,
+    H_ROLLBACK,
+    H_TOPIC,
+    HALVES_TOPIC,
+    ROLLED_BACK,
+    HalfSettled,
+    UnknownHalf,
+    check_topic,
+)
 from logbus.core.message import Message
 from tests.core.test_produce import outcome
 from tests.loop import LoopReactor
@@ -108,3 +120,26 @@ def test_halves_and_outcomes_survive_a_restart(tmp_path: Path) -> None:
         assert log_values(b, "orders") == [b"kept"]
     finally:
         b.stop()
+
+
+def kafka_batch(key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> bytes:
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    b.append(0, 1000, key, value, headers)
+    return bytes(b.build())
+
+
+def test_kafka_records_of_the_halves_topic_send_commit_and_roll_back(broker: tuple[Broker, LoopReactor]) -> None:
+    b, loop = broker
+    b.halves.set_group("shop", check_interval_ms=60_000, max_checks=3)  # makes logbus.halves
+    send = [(H_GROUP, b"shop"), (H_TOPIC, b"orders")]
+    first = outcome(loop, b.streams.produce(HALVES_TOPIC, 0, kafka_batch(b"o-1", b"one", [*send, ("h", b"x")])))
+    second = outcome(loop, b.streams.produce(HALVES_TOPIC, 0, kafka_batch(b"o-2", b"two", send)))
+    ids = [f"0-{first.base_offset}", f"0-{second.base_offset}"]
+    assert [h["id"] for h in b.halves.unsettled("shop")] == ids and log_values(b, "orders") == []
+    outcome(loop, b.streams.produce(HALVES_TOPIC, 0, kafka_batch(b"", b"", [(H_COMMIT, ids[0].encode())])))
+    outcome(loop, b.streams.produce(HALVES_TOPIC, 0, kafka_batch(b"", b"", [(H_ROLLBACK, ids[1].encode())])))
+    loop.run_until(lambda: not b.halves.unsettled("shop") and log_values(b, "orders") == [b"one"])
+    [record] = b.log.partition("orders", 0).read_records(0) if b.log is not None else []
+    assert (record.key, record.value) == (b"o-1", b"one")
+    assert [h for h in record.headers if not h[0].startswith("logbus.")] == [("h", b"x")]  # its own headers, no half's
+    assert b.halves.describe(ids[0])["state"] == COMMITTED and b.halves.describe(ids[1])["state"] == ROLLED_BACK

@@ -1,8 +1,10 @@
-"""Half messages over HTTP against a real ``logbus serve`` (docs/transactions.md): a half is
-in no topic until committed (a Kafka consumer and a pop group see nothing), a rollback drops
-it, an unsettled one is checked back through the pop group of its producer group (a
-producer that answers commit, one that answers rollback, one that never answers: rolled
-back after the group's max checks), and a half survives kill -9 between send and commit."""
+"""Half messages over HTTP and Kafka against a real ``logbus serve`` (docs/transactions.md):
+a half is in no topic until committed (a Kafka consumer and a pop group see nothing), a
+rollback drops it, an unsettled one is checked back through the pop group of its producer
+group or at its URL (a producer that answers commit, one that answers rollback, one that
+never answers: rolled back after the group's max checks), a Kafka producer sends and
+settles halves through the topic ``logbus.halves``, and a half survives kill -9 between
+send and commit."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from kafka import KafkaConsumer, TopicPartition
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import TopicAuthorizationFailedError
 
 from tests.integration.mgmt import Mgmt, Reply
 from tests.serverproc import LogbusServer
@@ -191,3 +195,49 @@ def test_check_back_at_the_groups_url(logbus_server: Callable[..., LogbusServer]
         assert call(server, "PUT", "/api/half-groups/web", {"check_url": "ftp://x"}).status == 400
     finally:
         hook.close()
+
+
+def test_kafka_producers_send_and_settle_halves_through_the_halves_topic(
+        logbus_server: Callable[..., LogbusServer]) -> None:
+    """A Kafka producer sends a half as a record of ``logbus.halves`` (headers
+    ``logbus.half.group`` and ``logbus.half.topic``; its id is ``<partition>-<offset>``),
+    and commits or rolls it back with a record naming that id; a half survives kill -9."""
+    server = logbus_server()
+    assert call(server, "PUT", "/api/half-groups/kshop", {"max_checks": 15}).status == 204  # makes logbus.halves
+    send = [("logbus.half.group", b"kshop"), ("logbus.half.topic", b"korders")]
+    p = KafkaProducer(bootstrap_servers=server.addresses["kafka"], acks="all")
+    try:
+        md = [p.send("logbus.halves", key=k, value=k, headers=send).get(timeout=20) for k in (b"kept", b"dropped")]
+    finally:
+        p.close()
+    kept, dropped = (f"{m.partition}-{m.offset}" for m in md)
+    assert call(server, "GET", f"/api/halves/{kept}").json()["state"] == "unsettled"
+    assert topic_values(server, "korders") == []
+    server.kill()
+    server.restart(same_ports=True)
+    assert [h["id"] for h in call(server, "GET", "/api/halves?group=kshop").json()] == [kept, dropped]
+    p = KafkaProducer(bootstrap_servers=server.addresses["kafka"], acks="all")
+    try:
+        p.send("logbus.halves", value=b"", headers=[("logbus.half.commit", kept.encode())]).get(timeout=20)
+        p.send("logbus.halves", value=b"", headers=[("logbus.half.rollback", dropped.encode())]).get(timeout=20)
+    finally:
+        p.close()
+    wait_for(lambda: call(server, "GET", "/api/halves?group=kshop").json() == [], "the halves were not settled")
+    assert topic_values(server, "korders") == [b"kept"]
+    assert call(server, "GET", f"/api/halves/{dropped}").json()["state"] == "rolled back"
+
+
+def test_a_kafka_half_needs_write_on_its_target_topic(logbus_server: Callable[..., LogbusServer]) -> None:
+    server = logbus_server()
+    assert call(server, "PUT", "/api/half-groups/kshop", {}).status == 204
+    Mgmt(server).grant("/", "guest", configure=".*", write=r"^(logbus\.halves|open)$", read=".*")
+    p = KafkaProducer(bootstrap_servers=server.addresses["kafka"], acks="all", retries=0)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            p.send("logbus.halves", value=b"x", headers=[("logbus.half.group", b"kshop"),
+                                                        ("logbus.half.topic", b"secret")]).get(timeout=20)
+        p.send("logbus.halves", value=b"y", headers=[("logbus.half.group", b"kshop"),
+                                                    ("logbus.half.topic", b"open")]).get(timeout=20)
+    finally:
+        p.close()
+    assert [h["topic"] for h in call(server, "GET", "/api/halves?group=kshop").json()] == ["open"]

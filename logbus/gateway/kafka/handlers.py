@@ -37,7 +37,7 @@ from twisted.internet.defer import Deferred, DeferredList, succeed
 
 from ...core.ports import Acls, Doors, Streams, Topics
 from ...core.errors import AccessRefused, LogbusError, OffsetOutOfRange, Refused, StorageError
-from ...core.types import ConnectionRecord, FileSpan, Perm, topic_exchange
+from ...core.types import HALF_TARGET_HEADER, HALVES_TOPIC, ConnectionRecord, FileSpan, Perm, topic_exchange
 from . import errors as K
 from .access import KafkaAccess
 from .caller import Caller
@@ -266,6 +266,9 @@ class KafkaHandlers:
                 if by_key and not self._keys_allowed(caller.user, td.name, records):
                     pending.append(succeed(K.TOPIC_AUTHORIZATION_FAILED))
                     continue
+                if td.name == HALVES_TOPIC and not self._half_targets_allowed(caller.user, records):
+                    pending.append(succeed(K.TOPIC_AUTHORIZATION_FAILED))
+                    continue
                 pending.append(streams.produce(td.name, pd.index, records).addCallback(
                     _counted, caller.record, body.acks != 0))
         if body.acks == 0:
@@ -294,6 +297,20 @@ class KafkaHandlers:
             return ProduceResponse(responses=topics, throttle_time_ms=0)
 
         return DeferredList(pending, consumeErrors=True).addCallback(build)
+
+    def _half_targets_allowed(self, user: str | None, records: bytes) -> bool:
+        """Half messages sent as records of ``HALVES_TOPIC`` (docs/transactions.md): the
+        producer must be allowed to write each one's target topic, where a commit
+        publishes it."""
+        try:
+            targets = {v.decode("utf-8", "replace") for batch in _batches(records) for r in batch
+                       for k, v in r.headers if k == HALF_TARGET_HEADER and v is not None}
+        except Exception:  # noqa: BLE001 -- a batch that does not decode: Streams.produce says why
+            return True
+        refused = [t for t in targets if not self.allowed(user, "write", t)]
+        if refused:
+            log.info("kafka half message to %r refused for user %r: no write on it", refused[0], user)
+        return not refused
 
     def _keys_allowed(self, user: str | None, topic: str, records: bytes) -> bool:
         """A user held to topic permissions on the topic's exchange (as an AMQP publisher
