@@ -65,9 +65,10 @@ CHECK_TOPIC_PREFIX = "%CHECK%"
 HALVES_TOPIC = "logbus.halves"
 H_GROUP = "logbus.half.group"  # a half of this producer group ...
 H_TOPIC = "logbus.half.topic"  # ... bound for this topic; its id "<partition>-<offset>" in HALVES_TOPIC
+H_ID = "logbus.half.id"  # the half's id when its producer names it (an AMQP producer must)
 H_COMMIT = "logbus.half.commit"  # a record that commits the half of this id
 H_ROLLBACK = "logbus.half.rollback"  # a record that rolls back the half of this id
-HALF_HEADERS = (H_GROUP, H_TOPIC, H_COMMIT, H_ROLLBACK)
+HALF_HEADERS = (H_GROUP, H_TOPIC, H_ID, H_COMMIT, H_ROLLBACK)
 HALF_TARGET_HEADER = H_TOPIC  # a gateway checks its producer may write that topic
 CHECK_POST_TIMEOUT_S = 10  # a check request POSTed to a group's URL: its answer waited for that long
 COMMITTED, ROLLED_BACK = "committed", "rolled back"
@@ -287,9 +288,11 @@ class HalfService:
     # -- halves sent as records of HALVES_TOPIC (Kafka producers) --------------------------------
 
     def record_appended(self, partition: int, offset: int, message: Message) -> None:
-        """A record appended to ``HALVES_TOPIC``: a half to store (headers ``H_GROUP`` and
-        ``H_TOPIC``; its id ``<partition>-<offset>``, which the producer knows from its
-        answer), or the commit or rollback of one (``H_COMMIT`` / ``H_ROLLBACK``: the id).
+        """A record appended to ``HALVES_TOPIC`` (a Kafka produce, or an AMQP publish to the
+        exchange of that name, whose text headers are record headers): a half to store
+        (headers ``H_GROUP`` and ``H_TOPIC``; its id ``H_ID``, else ``<partition>-<offset>``,
+        which a Kafka producer knows from its answer), or the commit or rollback of one
+        (``H_COMMIT`` / ``H_ROLLBACK``: the id).
         Called as it is appended, before it is acknowledged; the half is stored (synced)
         then. A record with none of them, or a failure, is logged and left."""
         headers = {k: v for k, v in message.headers if k in HALF_HEADERS and v is not None}
@@ -299,13 +302,17 @@ class HalfService:
                 half_id = headers[H_COMMIT if commit else H_ROLLBACK].decode("utf-8", "replace")
                 self.reactor.callLater(0, self._settle_asked, half_id, commit, f"{partition}/{offset}")
             elif H_GROUP in headers and H_TOPIC in headers:
-                half_id = f"{partition}-{offset}"
+                half_id = headers[H_ID].decode("utf-8", "replace") if H_ID in headers else f"{partition}-{offset}"
                 if half_id in self.halves or self._outcome(half_id) is not None:
-                    return  # seen before (the same record handed over again)
+                    return  # seen before (the same record handed over again, or an id used twice)
+                target = headers[H_TOPIC].decode("utf-8", "replace")
                 kept = [(k, v) for k, v in message.headers if k not in HALF_HEADERS]
-                half = Message(message.key, message.value, message.timestamp, kept, message.envelope)
-                self.send(headers[H_GROUP].decode("utf-8", "replace"), headers[H_TOPIC].decode("utf-8", "replace"),
-                          half, None, half_id)
+                envelope = type(message.envelope)()
+                envelope.CopyFrom(message.envelope)
+                if envelope.exchange == HALVES_TOPIC:  # an AMQP publish: as if published to the target's exchange
+                    envelope.exchange = target
+                half = Message(message.key, message.value, message.timestamp, kept, envelope)
+                self.send(headers[H_GROUP].decode("utf-8", "replace"), target, half, None, half_id)
             else:
                 log.info("a record at %s/%d offset %d names no half message (headers %s, %s, %s or %s)",
                          HALVES_TOPIC, partition, offset, *HALF_HEADERS)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+import pika
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import TopicAuthorizationFailedError
@@ -241,3 +242,55 @@ def test_a_kafka_half_needs_write_on_its_target_topic(logbus_server: Callable[..
     finally:
         p.close()
     assert [h["topic"] for h in call(server, "GET", "/api/halves?group=kshop").json()] == ["open"]
+
+
+def test_amqp_producers_send_and_settle_halves_through_the_halves_exchange(
+        logbus_server: Callable[..., LogbusServer]) -> None:
+    """An AMQP producer publishes a half to the exchange ``logbus.halves`` (text headers
+    ``logbus.half.group``, ``logbus.half.topic`` and its id ``logbus.half.id``), and settles
+    it with a publish there naming the id; the committed message reaches the queues bound to
+    the target's exchange, with its routing key. The target needs write permission too."""
+    server = logbus_server()
+    assert call(server, "PUT", "/api/half-groups/ashop", {}).status == 204
+    host, port = server.host_port("amqp")
+    params = pika.ConnectionParameters(host=host, port=port, credentials=pika.PlainCredentials("guest", "guest"),
+                                       connection_attempts=1)
+    connection = pika.BlockingConnection(params)
+    try:
+        ch = connection.channel()
+        ch.confirm_delivery()
+        ch.exchange_declare("logbus.halves", "topic", durable=True)
+        ch.exchange_declare("aorders", "topic", durable=True)
+        ch.queue_declare("aq", durable=True)
+        ch.queue_bind("aq", "aorders", "#")
+
+        def publish(routing_key: str, body: bytes, headers: dict[str, str]) -> None:
+            ch.basic_publish("logbus.halves", routing_key, body, pika.BasicProperties(headers=headers))
+
+        for half_id, body in (("h-1", b"kept"), ("h-2", b"dropped")):
+            publish("eu.1", body, {"logbus.half.group": "ashop", "logbus.half.topic": "aorders",
+                                   "logbus.half.id": half_id})
+        assert [h["id"] for h in call(server, "GET", "/api/halves?group=ashop").json()] == ["h-1", "h-2"]
+        assert ch.basic_get("aq", auto_ack=True)[0] is None  # nothing before the commit
+        publish("", b"", {"logbus.half.commit": "h-1"})
+        publish("", b"", {"logbus.half.rollback": "h-2"})
+        got = wait_for(lambda: ch.basic_get("aq", auto_ack=True), "the committed half did not reach the queue")
+        method, _, body = got
+        assert (method.exchange, method.routing_key, body) == ("aorders", "eu.1", b"kept")
+        assert ch.basic_get("aq", auto_ack=True)[0] is None
+        assert call(server, "GET", "/api/halves/h-2").json()["state"] == "rolled back"
+    finally:
+        connection.close()
+    Mgmt(server).grant("/", "guest", configure=".*", write=r"^(logbus\.halves|aorders)$", read=".*")
+    connection = pika.BlockingConnection(params)
+    try:
+        ch = connection.channel()
+        ch.confirm_delivery()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ch.basic_publish("logbus.halves", "k", b"x", pika.BasicProperties(headers={
+                "logbus.half.group": "ashop", "logbus.half.topic": "secret", "logbus.half.id": "h-3"}))
+        assert refused.value.reply_code == 403
+    finally:
+        if connection.is_open:
+            connection.close()
+    assert [h["id"] for h in call(server, "GET", "/api/halves?group=ashop").json()] == []

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...core.types import Resource
 from ...core.errors import Refused
-from ...core.types import TOPIC
+from ...core.types import HALF_TARGET_HEADER, HALVES_TOPIC, TOPIC
 from .confirms import Confirms
 from .declarations import Declarations
 from .errors import NO_ROUTE, AMQPChannelError, refused
@@ -61,9 +61,21 @@ class Publishing(Declarations):
         return (self.doors.topic_restricted(self.conn.user, v.name, exchange)
                 and v.has_exchange(exchange) and v.exchange(exchange).kind == TOPIC)
 
+    def _check_half(self, p: Publish) -> None:
+        """A half message published to the exchange ``logbus.halves`` (docs/transactions.md):
+        403 unless the user may also write the topic a commit publishes it to."""
+        for name, value in to_message(p).headers:
+            if name == HALF_TARGET_HEADER and value is not None:
+                try:
+                    self.doors.authorize_topic(self.conn.user, "write", value.decode("utf-8", "replace"))
+                except Refused as e:
+                    raise refused(e, channel=self.number, class_id=60, method_id=40) from None
+
     def publish(self, p: Publish) -> None:
         if self.writable_version != self.doors.access_version or p.exchange not in self.writable:
             self._check_write(p.exchange, p.routing_key)  # 403 unless the user may write to the exchange
+        if p.exchange == HALVES_TOPIC:
+            self._check_half(p)
         if self.tx is not None:
             self.tx.append(lambda: self._publish(p, None))
             return
@@ -90,6 +102,14 @@ class Publishing(Declarations):
                 except AMQPChannelError as e:
                     run, error = run[:i], e
                     break
+        if HALVES_TOPIC in writable:  # a half message among them: its target's permission too
+            for i, p in enumerate(run):
+                if p.exchange == HALVES_TOPIC:
+                    try:
+                        self._check_half(p)
+                    except AMQPChannelError as e:
+                        run, error = run[:i], e
+                        break
         if run:
             self._publish_many(run)
         if error is not None:
