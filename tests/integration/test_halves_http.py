@@ -294,3 +294,40 @@ def test_amqp_producers_send_and_settle_halves_through_the_halves_exchange(
         if connection.is_open:
             connection.close()
     assert [h["id"] for h in call(server, "GET", "/api/halves?group=ashop").json()] == []
+
+
+def test_check_back_of_halves_sent_by_kafka_and_amqp_producers(logbus_server: Callable[..., LogbusServer]) -> None:
+    """Halves a Kafka and an AMQP producer sent, left unsettled by them, are checked back at
+    the group's URL: one committed, one rolled back, one never answered (rolled back)."""
+    server = logbus_server()
+    hook = CheckBack()
+    try:
+        assert call(server, "PUT", "/api/half-groups/mixed", {"check_interval_ms": 200, "max_checks": 2,
+                                                             "check_url": hook.url}).status == 204
+        p = KafkaProducer(bootstrap_servers=server.addresses["kafka"], acks="all")
+        try:
+            sent = [p.send("logbus.halves", key=key, value=key, headers=[
+                ("logbus.half.group", b"mixed"), ("logbus.half.topic", b"mixed-out")]).get(timeout=20)
+                for key in (b"commit me", b"undecided")]
+        finally:
+            p.close()
+        ids = [f"{m.partition}-{m.offset}" for m in sent]
+        host, port = server.host_port("amqp")
+        connection = pika.BlockingConnection(pika.ConnectionParameters(
+            host=host, port=port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1))
+        try:
+            ch = connection.channel()
+            ch.confirm_delivery()
+            ch.exchange_declare("logbus.halves", "topic", durable=True)
+            ch.basic_publish("logbus.halves", "roll me back", b"roll me back", pika.BasicProperties(headers={
+                "logbus.half.group": "mixed", "logbus.half.topic": "mixed-out", "logbus.half.id": "amqp-1"}))
+        finally:
+            connection.close()
+        ids.append("amqp-1")
+        wait_for(lambda: all(call(server, "GET", f"/api/halves/{h}").json()["state"] != "unsettled" for h in ids),
+                 "the check-backs did not settle every half")
+        assert [call(server, "GET", f"/api/halves/{h}").json()["state"] for h in ids] == [
+            "committed", "rolled back", "rolled back"]
+        assert topic_values(server, "mixed-out") == [b"commit me"]
+    finally:
+        hook.close()
