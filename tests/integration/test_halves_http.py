@@ -331,3 +331,38 @@ def test_check_back_of_halves_sent_by_kafka_and_amqp_producers(logbus_server: Ca
         assert topic_values(server, "mixed-out") == [b"commit me"]
     finally:
         hook.close()
+
+
+def test_an_amqp_half_survives_kill_9_and_is_committed_after(logbus_server: Callable[..., LogbusServer]) -> None:
+    server = logbus_server()
+    assert call(server, "PUT", "/api/half-groups/ashop", {}).status == 204
+
+    def channel() -> tuple[Any, Any]:
+        host, port = server.host_port("amqp")
+        connection = pika.BlockingConnection(pika.ConnectionParameters(
+            host=host, port=port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1))
+        ch = connection.channel()
+        ch.confirm_delivery()
+        return connection, ch
+
+    connection, ch = channel()
+    try:
+        ch.exchange_declare("logbus.halves", "topic", durable=True)
+        ch.exchange_declare("crash-orders", "topic", durable=True)
+        ch.queue_declare("crash-q", durable=True)
+        ch.queue_bind("crash-q", "crash-orders", "#")
+        ch.basic_publish("logbus.halves", "eu.9", b"survivor", pika.BasicProperties(headers={
+            "logbus.half.group": "ashop", "logbus.half.topic": "crash-orders", "logbus.half.id": "c-1"}))
+    finally:
+        connection.close()  # confirmed: stored
+    server.kill()
+    server.restart(same_ports=True)
+    assert call(server, "GET", "/api/halves/c-1").json()["state"] == "unsettled"
+    connection, ch = channel()
+    try:
+        assert ch.basic_get("crash-q", auto_ack=True)[0] is None
+        ch.basic_publish("logbus.halves", "", b"", pika.BasicProperties(headers={"logbus.half.commit": "c-1"}))
+        method, _, body = wait_for(lambda: ch.basic_get("crash-q", auto_ack=True), "the half was not published")
+        assert (method.exchange, method.routing_key, body) == ("crash-orders", "eu.9", b"survivor")
+    finally:
+        connection.close()
