@@ -49,8 +49,18 @@ from .errors import LogbusError, StorageError
 from .log import batch as B
 from .message import Message
 from .metrics import Metrics
-from .state import CF_METADATA, StateStore, half_group_key, half_key, half_outcome_key, HALF_PREFIX, \
-    HALF_GROUP_PREFIX, HALF_OUTCOME_PREFIX
+from .state import (
+    CF_METADATA,
+    HALF_GROUP_PREFIX,
+    HALF_OUTCOME_PREFIX,
+    HALF_PREFIX,
+    StateStore,
+    half_group_key,
+    half_group_of_key,
+    half_id_of_key,
+    half_key,
+    half_outcome_key,
+)
 from .state_pb2 import HalfGroupRecord, HalfOutcome, HalfRecord
 
 log = logging.getLogger(__name__)
@@ -135,12 +145,11 @@ class HalfService:
         for key, raw in store.scan_prefix(CF_METADATA, HALF_PREFIX):
             rec = HalfRecord()
             rec.ParseFromString(raw)
-            self.halves[key[len(HALF_PREFIX):-1].decode()] = rec
+            self.halves[half_id_of_key(key)] = rec
         for key, raw in store.scan_prefix(CF_METADATA, HALF_GROUP_PREFIX):
             g = HalfGroupRecord()
             g.ParseFromString(raw)
-            self.groups[key[len(HALF_GROUP_PREFIX):-1].decode()] = GroupSettings(g.check_interval_ms, g.max_checks,
-                                                                                  g.check_url)
+            self.groups[half_group_of_key(key)] = GroupSettings(g.check_interval_ms, g.max_checks, g.check_url)
         return len(self.halves)
 
     def start(self) -> None:

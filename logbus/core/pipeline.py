@@ -322,15 +322,7 @@ class Pipeline:
         vhosts = self._readers(topic)
         if not vhosts and not self.pop.watches(topic):
             return 0
-        routed = 0
-        now = self.clock()
-        for offset, message in decode_appended(base, data, infos):
-            due = deliver_at(message, now)
-            if due:
-                self.delay(topic, partition, offset, due)
-                continue
-            routed += self.record(topic, partition, offset, message, vhosts)
-        return routed
+        return self._hand_on(topic, partition, decode_appended(base, data, infos), vhosts)
 
     def committed(self, topic: str, partition: int, producer_id: int, start: int, end: int) -> int:
         """A committed Kafka transaction's records: those of ``producer_id``'s
@@ -339,9 +331,15 @@ class Pipeline:
         vhosts = self._readers(topic)
         if not vhosts and not self.pop.watches(topic):
             return 0
+        records = committed_records(self.log.partition(topic, partition), producer_id, start, end)
+        return self._hand_on(topic, partition, records, vhosts)
+
+    def _hand_on(self, topic: str, partition: int, records: list[tuple[int, Message]], vhosts: list[VHost]) -> int:
+        """Records of ``topic`` (offset, message) to its readers: now, or a deliver-at one
+        when due. How many reached a queue now."""
         routed = 0
         now = self.clock()
-        for offset, message in committed_records(self.log.partition(topic, partition), producer_id, start, end):
+        for offset, message in records:
             due = deliver_at(message, now)
             if due:
                 self.delay(topic, partition, offset, due)

@@ -691,9 +691,17 @@ def half_key(half_id: str) -> bytes:
     return HALF_PREFIX + _text(half_id)
 
 
+def half_id_of_key(key: bytes) -> str:
+    return key[len(HALF_PREFIX) : -1].decode()
+
+
 def half_group_key(group: str) -> bytes:
     """A producer group's check-back settings: ``HalfGroupRecord``."""
     return HALF_GROUP_PREFIX + _text(group)
+
+
+def half_group_of_key(key: bytes) -> str:
+    return key[len(HALF_GROUP_PREFIX) : -1].decode()
 
 
 def half_outcome_key(half_id: str) -> bytes:

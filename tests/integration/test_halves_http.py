@@ -18,10 +18,11 @@ from urllib.parse import quote
 
 import pika
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError
 
 from tests.integration.mgmt import Mgmt, Reply
+from tests.integration.test_kafka_idempotence import consume_values
 from tests.serverproc import LogbusServer
 
 WAIT_S = 30.0
@@ -37,17 +38,6 @@ def send(server: LogbusServer, group: str, topic: str, value: str) -> str:
     assert r.status == 201, r
     half_id: str = r.json()["id"]
     return half_id
-
-
-def topic_values(server: LogbusServer, topic: str) -> list[bytes]:
-    c = KafkaConsumer(bootstrap_servers=server.addresses["kafka"], enable_auto_commit=False, consumer_timeout_ms=1500)
-    try:
-        tp = TopicPartition(topic, 0)
-        c.assign([tp])
-        c.seek_to_beginning(tp)
-        return [m.value for m in c]
-    finally:
-        c.close()
 
 
 def pop(server: LogbusServer, group: str, topic: str, wait_ms: int = 0) -> list[dict[str, Any]]:
@@ -78,19 +68,19 @@ def test_a_half_is_in_no_topic_until_committed(logbus_server: Callable[..., Logb
     assert call(server, "POST", "/api/topics", {"name": "orders", "partitions": 1}).status in (200, 201)
     assert pop(server, "billing", "orders") == []  # the pop group reads from now on
     kept, dropped = send(server, "shop", "orders", "kept"), send(server, "shop", "orders", "dropped")
-    assert topic_values(server, "orders") == [] and pop(server, "billing", "orders") == []
+    assert consume_values(server, "orders") == [] and pop(server, "billing", "orders") == []
     listed = call(server, "GET", "/api/halves?group=shop").json()
     assert [(h["id"], h["state"]) for h in listed] == [(kept, "unsettled"), (dropped, "unsettled")]
     r = call(server, "POST", f"/api/halves/{kept}/commit")
     assert r.status == 200 and r.json() == {"id": kept, "state": "committed", "offsets": [0]}
     assert call(server, "POST", f"/api/halves/{dropped}/rollback").json()["state"] == "rolled back"
-    assert topic_values(server, "orders") == [b"kept"]
+    assert consume_values(server, "orders") == [b"kept"]
     assert [m["value"] for m in pop(server, "billing", "orders")] == ["kept"]
     assert call(server, "POST", f"/api/halves/{kept}/commit").json()["offsets"] == [0]  # again: same answer
     assert call(server, "POST", f"/api/halves/{dropped}/commit").status == 409  # half_settled
     assert call(server, "GET", "/api/halves/nope").status == 404
     assert call(server, "GET", f"/api/halves/{dropped}").json()["state"] == "rolled back"
-    assert topic_values(server, "orders") == [b"kept"]
+    assert consume_values(server, "orders") == [b"kept"]
 
 
 def test_check_back_commits_rolls_back_or_gives_up(logbus_server: Callable[..., LogbusServer]) -> None:
@@ -123,7 +113,7 @@ def test_check_back_commits_rolls_back_or_gives_up(logbus_server: Callable[..., 
         "commit me": "committed", "roll me back": "rolled back", "never answered": "rolled back"}, states
     assert states["never answered"]["reason"] == "unsettled after 3 checks"
     assert sorted(set(unanswered_checks)) == [1, 2, 3]  # asked three times, then given up
-    assert topic_values(server, "checked") == [b"commit me"]
+    assert consume_values(server, "checked") == [b"commit me"]
 
 
 def test_a_half_survives_kill_9_and_is_committed_after(logbus_server: Callable[..., LogbusServer]) -> None:
@@ -132,9 +122,9 @@ def test_a_half_survives_kill_9_and_is_committed_after(logbus_server: Callable[.
     server.kill()
     server.restart(same_ports=True)
     assert call(server, "GET", f"/api/halves/{half}").json()["state"] == "unsettled"
-    assert topic_values(server, "after-crash") == []
+    assert consume_values(server, "after-crash") == []
     assert call(server, "POST", f"/api/halves/{half}/commit").json()["offsets"] == [0]
-    assert topic_values(server, "after-crash") == [b"survivor"]
+    assert consume_values(server, "after-crash") == [b"survivor"]
 
 
 class CheckBack(ThreadingHTTPServer):
@@ -192,7 +182,7 @@ def test_check_back_at_the_groups_url(logbus_server: Callable[..., LogbusServer]
         assert states["undecided"]["reason"] == "unsettled after 2 checks"
         undecided = sorted(a["check"] for a in hook.asked if a["key"] == "undecided")
         assert undecided == [1, 2]  # asked twice, then given up
-        assert topic_values(server, "hooked") == [b"commit me"]
+        assert consume_values(server, "hooked") == [b"commit me"]
         assert call(server, "PUT", "/api/half-groups/web", {"check_url": "ftp://x"}).status == 400
     finally:
         hook.close()
@@ -213,7 +203,7 @@ def test_kafka_producers_send_and_settle_halves_through_the_halves_topic(
         p.close()
     kept, dropped = (f"{m.partition}-{m.offset}" for m in md)
     assert call(server, "GET", f"/api/halves/{kept}").json()["state"] == "unsettled"
-    assert topic_values(server, "korders") == []
+    assert consume_values(server, "korders") == []
     server.kill()
     server.restart(same_ports=True)
     assert [h["id"] for h in call(server, "GET", "/api/halves?group=kshop").json()] == [kept, dropped]
@@ -224,7 +214,7 @@ def test_kafka_producers_send_and_settle_halves_through_the_halves_topic(
     finally:
         p.close()
     wait_for(lambda: call(server, "GET", "/api/halves?group=kshop").json() == [], "the halves were not settled")
-    assert topic_values(server, "korders") == [b"kept"]
+    assert consume_values(server, "korders") == [b"kept"]
     assert call(server, "GET", f"/api/halves/{dropped}").json()["state"] == "rolled back"
 
 
@@ -328,7 +318,7 @@ def test_check_back_of_halves_sent_by_kafka_and_amqp_producers(logbus_server: Ca
                  "the check-backs did not settle every half")
         assert [call(server, "GET", f"/api/halves/{h}").json()["state"] for h in ids] == [
             "committed", "rolled back", "rolled back"]
-        assert topic_values(server, "mixed-out") == [b"commit me"]
+        assert consume_values(server, "mixed-out") == [b"commit me"]
     finally:
         hook.close()
 

@@ -404,11 +404,11 @@ class KafkaHandlers:
         remaining = body.max_bytes if body.max_bytes > 0 else 1 << 30
         total = records = 0
         topics = []
-        internal = streams.internal_topics()
         for ft in body.topics:
             count = streams.partition_count(ft.topic)
             parts = []
             refused = not self.allowed(user, "read", ft.topic)
+            internal = streams.internal_topics() if ft.topic in INTERNAL_TOPICS else {}
             if ft.topic in internal and not refused:  # empty to a client
                 parts = [FetchPartition(fp.partition, K.NONE if 0 <= fp.partition < internal[ft.topic]
                                         else K.UNKNOWN_TOPIC_OR_PARTITION, 0, 0, 0, b"") for fp in ft.partitions]
@@ -455,9 +455,9 @@ class KafkaHandlers:
         streams = self.streams
         T = ListOffsetsResponse.ListOffsetsTopicResponse
         P = T.ListOffsetsPartitionResponse
-        internal = streams.internal_topics()
         topics = []
         for t in req.body.topics:
+            internal = streams.internal_topics() if t.name in INTERNAL_TOPICS else {}
             parts = []
             described = self.access.topic(caller.user, DESCRIBE, t.name)
             for lp in t.partitions:
