@@ -212,12 +212,10 @@ class PartitionFiles:
         try:
             for data, batches in self.chunks(scan.at, end):
                 for b in batches:
-                    if b.attributes & F.ATTR_CONTROL:
-                        first = scan.open.pop(b.producer_id, None)
-                        if first is not None and F.control_type(data, b) == F.CONTROL_ABORT:
-                            scan.unindexed.append((b.producer_id, first, b.base_offset))
-                    elif b.attributes & F.ATTR_TRANSACTIONAL:
-                        scan.open.setdefault(b.producer_id, b.base_offset)
+                    kind = F.control_type(data, b) if b.attributes & F.ATTR_CONTROL else None
+                    aborted = F.follow_transactions(scan.open, b, kind)
+                    if aborted is not None:
+                        scan.unindexed.append((*aborted, b.base_offset))
                 scan.at = batches[-1].next_offset
         except DataLoss:  # retention deleted the oldest segment meanwhile: walk again from the new start
             self._txns = None

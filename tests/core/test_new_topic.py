@@ -69,6 +69,7 @@ def test_a_creation_taken_back_after_its_rename_leaves_nothing(tmp_path: Path) -
     assert entries(root) == {"t", "t/0", "t/0/00000000000000000000.log", "t/1", "t/1/00000000000000000000.log"}
     assert sorted(entries(tdir)) == ["0", "0/00000000000000000000.log", "1", "1/00000000000000000000.log"]
     (tdir / "0" / "00000000000000000000.index").write_bytes(b"")  # what opening the partition may add
+    (tdir / "1" / "aborted.txnindex").write_bytes(b"")
     new_topic.take_back(str(root), str(tdir), 2)
     assert entries(root) == set()
 
@@ -82,4 +83,5 @@ def test_what_a_failed_creation_of_an_older_version_left_is_taken(open_log: Open
     (root / "t" / "1").mkdir()
     lm = open_log()
     lm.open_topic("t", topic_config(partitions=3), create=True)
-    assert sorted(entries(root / "t")) == [f"{i}{f}" for i in range(3) for f in ("", "/00000000000000000000.log")]
+    assert sorted(entries(root / "t")) == [f"{i}{f}" for i in range(3)
+                                           for f in ("", "/00000000000000000000.log", "/aborted.txnindex")]

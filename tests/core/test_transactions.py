@@ -290,3 +290,65 @@ def test_docs_format_md_is_enough_to_read_committed_records(tmp_path: Path) -> N
         assert [(pid_, first, last) for pid_, first, last, _ in r_aborted(pdir)] == [(pid, 4, 6)]
     finally:
         s.close()
+
+
+def _aborts(s: Services) -> list[tuple[int, int, int]]:
+    return [tuple(a)[:3] for a in s.streams.aborted_transactions("t", 0, 0, 1 << 40)]
+
+
+def test_recovery_rebuilds_the_aborted_index_from_the_markers(tmp_path: Path) -> None:
+    """A lost, damaged or behind ``aborted.txnindex`` is rebuilt from the log's abort
+    markers when the partition opens; entries past a log end that recovery cut go."""
+    s = Services(tmp_path)
+    try:
+        s.topics.create_topic("t", {"partitions": 1})
+        index = Path(s.log.partition("t", 0).directory) / F.TXNINDEX_NAME
+        assert index.read_bytes() == b""  # every partition has one, empty when nothing aborted
+        pid, epoch = begin(s)
+        outcome(s.loop, s.streams.produce("t", 0, batch(b"p0")))
+        outcome(s.loop, s.streams.produce("t", 0, txn_batch(pid, epoch, 0, b"a1", b"a2")))
+        outcome(s.loop, s.streams.produce("t", 0, batch(b"p1")))
+        outcome(s.loop, s.streams.end_txn("tx", pid, epoch, False))  # marker at 4
+        s.streams.add_partitions_to_txn("tx", pid, epoch, [("t", 0)])
+        outcome(s.loop, s.streams.produce("t", 0, txn_batch(pid, epoch, 2, b"c1")))
+        outcome(s.loop, s.streams.end_txn("tx", pid, epoch, True))  # marker at 6
+        s.streams.add_partitions_to_txn("tx", pid, epoch, [("t", 0)])
+        outcome(s.loop, s.streams.produce("t", 0, txn_batch(pid, epoch, 3, b"a3")))
+        outcome(s.loop, s.streams.end_txn("tx", pid, epoch, False))  # marker at 8
+        expected = [b"p0", b"p1", b"c1"]
+        assert _aborts(s) == [(pid, 1, 4), (pid, 7, 8)] and committed_values(s, "t", 0) == expected
+        before = index.read_bytes()
+    finally:
+        s.close()
+
+    def reopen(unclean: bool = False) -> Services:
+        if unclean:
+            (tmp_path / "log" / F.CLEAN_MARKER).unlink()
+        return Services(tmp_path)
+
+    for damage, unclean in ((lambda: index.unlink(), False),  # lost
+                            (lambda: index.write_bytes(F.pack_aborted(F.AbortedTxn(pid, 9, 3, 0))), False),  # damaged
+                            (lambda: index.write_bytes(before[:32]), True),  # behind: the last entry lost
+                            (lambda: index.write_bytes(before + F.pack_aborted(F.AbortedTxn(pid, 7, 7, 8))), True)):
+        damage()
+        again = reopen(unclean)
+        try:
+            assert _aborts(again) == [(pid, 1, 4), (pid, 7, 8)], damage
+            assert committed_values(again, "t", 0) == expected
+            assert any(F.TXNINDEX_NAME in r for report in again.log.reports for r in report.rebuilt_indexes)
+        finally:
+            again.close()
+        assert [e[:3] for e in F.unpack_aborted(index.read_bytes())] == [e[:3] for e in F.unpack_aborted(before)]
+
+    # a crash that tore the log before the last abort marker: the entry past the new end goes
+    seg = index.parent / (F.segment_name(0) + F.LOG_SUFFIX)
+    data = seg.read_bytes()
+    marker_at = next(info.position for info in F.scan_valid(data, 0, len(data), None)[0] if info.base_offset == 8)
+    seg.write_bytes(data[:marker_at] + b"\x01" * 20)  # a torn batch where the marker was
+    again = reopen(unclean=True)
+    try:
+        assert _aborts(again) == [(pid, 1, 4)]
+        assert [e[:3] for e in F.unpack_aborted(index.read_bytes())] == [(pid, 1, 4)]
+        assert again.streams.offsets("t", 0).high_watermark == 8  # offset 8 is given again
+    finally:
+        again.close()

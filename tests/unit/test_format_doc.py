@@ -190,6 +190,8 @@ def test_directory_tree(written: Written) -> None:
             # a sealed segment may have its key index (written by a background pass), the
             # active one never has
             names -= {f"{b:020d}.keyindex" for b in bases[:-1]}
+            assert (pdir / "aborted.txnindex").read_bytes() == b""  # every partition's, empty: none aborted
+            names.remove("aborted.txnindex")
             # after a clean shutdown every sealed segment has both indexes; the active
             # one only when it reached INDEX_ON_CLOSE_MIN (none does here)
             assert names == {f"{b:020d}.{ext}" for b in bases[:-1] for ext in ("log", "index", "timeindex")} | {

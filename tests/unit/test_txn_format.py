@@ -63,3 +63,37 @@ def test_the_index_file_is_appended_synced_trimmed_and_read_back(tmp_path: Path)
     idx.trim(21)
     assert idx.entries == [b] and AbortedIndex(str(tmp_path)).entries == [b]
     assert not os.path.exists(idx.path + F.TMP_SUFFIX)
+
+
+KINDS = {"txn": F.ATTR_TRANSACTIONAL, "plain": 0, "commit": F.ATTR_TRANSACTIONAL | F.ATTR_CONTROL,
+         "abort": F.ATTR_TRANSACTIONAL | F.ATTR_CONTROL}
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(sorted(KINDS))), max_size=80))
+def test_the_walk_finds_the_aborted_transactions_a_reader_skips_by(events: list[tuple[int, str]]) -> None:
+    """``follow_transactions`` over a partition's batches against a model of each
+    producer's transactions: skipping each producer's transactional batches between the
+    walk's (first, marker) pairs leaves out exactly the records of aborted transactions."""
+    open_txns: dict[int, int] = {}
+    entries: list[tuple[int, int, int]] = []
+    model: dict[int, list[int]] = {}  # producer -> offsets of its open transaction's batches
+    aborted: set[int] = set()
+    transactional: list[tuple[int, int]] = []
+    for offset, (pid, what) in enumerate(events):
+        info = F.BatchInfo(offset, F.HEADER_SIZE, 0, 0, 0, KINDS[what], pid, 0, -1, 1)
+        kind = {"commit": F.CONTROL_COMMIT, "abort": F.CONTROL_ABORT}.get(what)
+        found = F.follow_transactions(open_txns, info, kind)
+        assert (found is not None) == (what == "abort")
+        if found is not None:
+            assert found[0] == pid and found[1] <= offset
+            entries.append((pid, found[1], offset))
+        if what == "txn":
+            model.setdefault(pid, []).append(offset)
+            transactional.append((pid, offset))
+        elif what == "abort":
+            aborted.update(model.pop(pid, []))
+        elif what == "commit":
+            model.pop(pid, None)
+    assert {pid: offsets[0] for pid, offsets in model.items()} == open_txns  # still open: their first batches
+    skipped = {o for pid, o in transactional if any(e[0] == pid and e[1] <= o <= e[2] for e in entries)}
+    assert skipped == aborted

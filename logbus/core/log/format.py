@@ -319,11 +319,32 @@ def control_type(buf: Buffer, info: BatchInfo) -> int | None:
     if not info.attributes & ATTR_CONTROL or info.attributes & COMPRESSION_MASK:
         return None
     at = info.position + HEADER_SIZE
-    record = bytes(buf[at : at + len(_CONTROL_RECORD) - 4 + _CONTROL_KEY.size + _CONTROL_VALUE.size])
+    record = bytes(buf[at : info.position + CONTROL_READ])
     if len(record) < 9 or record[4] != 0x08:
         return None
     version, kind = _CONTROL_KEY.unpack_from(record, 5)
     return kind if version == 0 and kind in (CONTROL_ABORT, CONTROL_COMMIT) else None
+
+
+CONTROL_READ = HEADER_SIZE + len(_CONTROL_RECORD) - 4 + _CONTROL_KEY.size + _CONTROL_VALUE.size  # bytes control_type reads
+
+
+def follow_transactions(open_txns: dict[int, int], batch: BatchInfo, kind: int | None) -> tuple[int, int] | None:
+    """One step of a walk over a partition's batches, oldest first, that finds its
+    transactions (section 4.5). ``open_txns`` maps each producer with a transaction open
+    to the offset of its first transactional batch; ``kind`` is ``control_type`` of a
+    control batch (not read for others). Returns (producer, first offset) when ``batch``
+    is an abort marker: the aborted transaction's records are that producer's
+    transactional batches from the first offset to the marker (an abort with none of its
+    records seen: the marker's own offset)."""
+    pid = batch.producer_id
+    if batch.attributes & ATTR_CONTROL:
+        first = open_txns.pop(pid, None)
+        if kind == CONTROL_ABORT:
+            return pid, batch.base_offset if first is None else first
+    elif batch.attributes & ATTR_TRANSACTIONAL:
+        open_txns.setdefault(pid, batch.base_offset)
+    return None
 
 
 class AbortedTxn(NamedTuple):

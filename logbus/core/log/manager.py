@@ -152,10 +152,15 @@ class LogManager:
             segments, report = recover_partition(pdir, self.cache, config.index_interval_bytes, self.clean_start, now)
             if sync:
                 fsync_dir(pdir)  # the first segment's directory entry must survive power loss
+            p = Partition(topic.name, i, pdir, config, segments, self.cache, self.flusher, self._schedule)
+            note = p.aborted.recover(segments, report)
+            if note is not None:
+                log.warning("recovery: %s", note)
+                report.notes.append(note)
+                report.rebuilt_indexes.append(p.aborted.path)
             if report.changed:
                 report.topic, report.partition = topic.name, i
                 self.reports.append(report)
-            p = Partition(topic.name, i, pdir, config, segments, self.cache, self.flusher, self._schedule)
             p.before_write = self._before_write
             p.on_lost = self._lost
             if self.keys.running:

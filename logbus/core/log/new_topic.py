@@ -18,14 +18,15 @@ import os
 import shutil
 import tempfile
 
-from .format import CREATING, INDEX_SUFFIX, KEYINDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, partition_dirname, \
-    partition_index, segment_name
+from .format import CREATING, INDEX_SUFFIX, KEYINDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_NAME, \
+    partition_dirname, partition_index, segment_name
 from .partition import fsync_dir
 
 log = logging.getLogger(__name__)
 
 _FIRST_SEGMENT = tuple(segment_name(0) + suffix for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX,
                                                                KEYINDEX_SUFFIX))
+_OPENED = (*_FIRST_SEGMENT, TXNINDEX_NAME)  # the files a partition has once opened (taken back by name)
 
 
 def build(root: str, tdir: str, partitions: int, *, sync: bool) -> None:
@@ -123,7 +124,7 @@ def _remove(tmp: str, partitions: int) -> None:
     else a listing finds; what stays is removed at the next start."""
     for i in range(partitions):
         pdir = os.path.join(tmp, partition_dirname(i))
-        for name in _FIRST_SEGMENT:
+        for name in _OPENED:
             try:
                 os.unlink(os.path.join(pdir, name))
             except FileNotFoundError:

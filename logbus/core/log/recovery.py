@@ -53,6 +53,10 @@ class RecoveryReport:
     cut_offset: int | None = None
     # the intact records found past the cut and dropped with it: first, last, count
     dropped: tuple[int, int, int] | None = None
+    # after a full scan of the active segment: its base offset and the abort markers
+    # there, (producer, offset), for the aborted-transaction index's check (txnindex.py)
+    scanned_from: int | None = None
+    abort_markers: list[tuple[int, int]] = field(default_factory=list)
     topic: str = ""  # set by the log manager
     partition: int = -1
 
@@ -214,10 +218,17 @@ def _open_active(seg: Segment, clean: bool, now_ms: int, report: RecoveryReport)
         seg.extend_from(infos)
     else:
         seg.rebuild_from(infos)
+        report.scanned_from = seg.base_offset
+        report.abort_markers = [(info.producer_id, info.base_offset) for pos, info in infos
+                                if info.attributes & F.ATTR_CONTROL and _control_type(seg, pos, info) == F.CONTROL_ABORT]
     seg.next_offset = infos[-1][1].next_offset if infos else seg.base_offset
     if seg.size:
         first = infos[0][1].first_timestamp if infos and infos[0][0] == 0 else now_ms
         seg.created_ms = min(now_ms, first) if first > 0 else now_ms
+
+
+def _control_type(seg: Segment, position: int, info: BatchInfo) -> int | None:
+    return F.control_type(seg.pread(position, F.CONTROL_READ), info._replace(position=0))
 
 
 def recover_partition(

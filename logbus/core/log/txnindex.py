@@ -9,7 +9,16 @@ the entries its range overlaps, and a reader of the files (``logbus.spark``) ski
 records they cover. Entries wholly below the log start go when retention deletes
 segments (the file is rewritten aside and renamed). A torn last entry is ignored.
 
+Recovery (``recover``, once when the partition opens) brings the index in line with the
+log: entries past a log end that recovery cut are dropped (those offsets are given
+again), and the index is rebuilt from the log's markers (``rebuild``: a walk of every
+batch header, ``format.follow_transactions``) when the file is missing from a partition
+with records (every partition has one, empty when nothing aborted), holds an entry that
+cannot be, or disagrees with the abort markers recovery's full scan of the active
+segment found (a marker with no entry, or an entry with no marker).
+
     idx = AbortedIndex(partition_dir)
+    idx.recover(segments, report)                                # a note when it changed
     idx.add(AbortedTxn(producer_id, first, marker_offset, lso))   # OSError: not added
     idx.between(fetch_offset, end)                               # [AbortedTxn]
 """
@@ -17,18 +26,57 @@ segments (the file is rewritten aside and renamed). A torn last entry is ignored
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from . import format as F
+from .recovery import RecoveryReport
+from .segment import Segment
 
 
 class AbortedIndex:
     def __init__(self, directory: str) -> None:
         self.path = os.path.join(directory, F.TXNINDEX_NAME)
+        self.missing = False
         try:
             with open(self.path, "rb") as f:
                 self.entries = F.unpack_aborted(f.read())
         except FileNotFoundError:
             self.entries = []
+            self.missing = True
+
+    def recover(self, segments: Sequence[Segment], report: RecoveryReport) -> str | None:
+        """Bring the index in line with the log as recovery left it (see the header);
+        what was done, for the recovery report, or None when nothing was."""
+        start, end = segments[0].base_offset, segments[-1].next_offset
+        if self.missing and end == start:
+            try:
+                self._write([])  # a new (or empty) partition: an empty index
+            except OSError:  # not there: found missing at the next start, and rebuilt then
+                pass
+            return None
+        bad = next((e for e in self.entries if not 0 <= e.first_offset <= e.last_offset
+                    or e.producer_id < 0 or e.last_stable_offset < 0), None)
+        why = "missing" if self.missing else f"damaged (entry {tuple(bad)})" if bad is not None else ""
+        if not why and report.scanned_from is not None:
+            indexed = {(e.producer_id, e.last_offset) for e in self.entries if report.scanned_from <= e.last_offset < end}
+            markers = set(report.abort_markers)
+            if indexed != markers:
+                why = (f"{len(markers - indexed)} abort marker(s) with no entry, "
+                       f"{len(indexed - markers)} entry(ies) with no marker")
+        if why:
+            entries = rebuild(segments)
+            done = f"{why}; rebuilt from the log's markers ({len(entries)} aborted transactions)"
+        else:
+            entries = [e for e in self.entries if e.last_offset < end]
+            if len(entries) == len(self.entries):
+                return None
+            done = f"{len(self.entries) - len(entries)} entry(ies) past the log's end ({end}) dropped"
+        try:
+            self._write(entries)
+        except OSError as e:  # kept in memory; found again at the next start
+            self.entries = entries
+            done += f" (the file not written: {e})"
+        return f"{self.path}: {done}"
 
     def add(self, entry: F.AbortedTxn) -> None:
         """Append ``entry`` and sync it (one for the same transaction already there: not
@@ -58,16 +106,39 @@ class AbortedIndex:
     def trim(self, log_start: int) -> None:
         """Forget the entries wholly below ``log_start`` (retention deleted their records)."""
         keep = [e for e in self.entries if e.last_offset >= log_start]
-        if len(keep) == len(self.entries):
-            return
+        if len(keep) != len(self.entries):
+            self._write(keep)
+
+    def _write(self, entries: list[F.AbortedTxn]) -> None:
+        """Replace the file with ``entries`` (written aside, synced and renamed)."""
         tmp = self.path + F.TMP_SUFFIX
         with open(tmp, "wb") as f:
-            f.write(b"".join(F.pack_aborted(e) for e in keep))
+            f.write(b"".join(F.pack_aborted(e) for e in entries))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         _fsync_dir(os.path.dirname(self.path))
-        self.entries = keep
+        self.entries = entries
+        self.missing = False
+
+
+def rebuild(segments: Sequence[Segment]) -> list[F.AbortedTxn]:
+    """The aborted transactions the markers in ``segments`` show (every batch header
+    walked, oldest first; a control batch's record read too). A transaction whose first
+    records retention deleted starts at the first of them left."""
+    open_txns: dict[int, int] = {}
+    found = []
+    for seg in segments:
+        for position, info in seg.walk(0):
+            kind = None
+            if info.attributes & F.ATTR_CONTROL:
+                kind = F.control_type(seg.pread(position, F.CONTROL_READ), info._replace(position=0))
+            aborted = F.follow_transactions(open_txns, info, kind)
+            if aborted is not None:
+                pid, first = aborted
+                lso = min(open_txns.values(), default=info.base_offset + 1)
+                found.append(F.AbortedTxn(pid, first, info.base_offset, lso))
+    return found
 
 
 def _fsync_dir(path: str) -> None:

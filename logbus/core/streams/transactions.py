@@ -448,7 +448,7 @@ class TransactionCoordinator:
             if commit:
                 self._route(p.topic, p.index, pid, first, marker)
             else:
-                p.aborted.add(F.AbortedTxn(pid, first, marker, self.last_stable_offset(p)))
+                p.aborted.add(F.AbortedTxn(pid, first, marker, self.last_stable_offset(p, without=pid)))
         if commit:
             for group, offsets in t.offsets.items():
                 self._apply_offsets(group, offsets)
@@ -517,13 +517,12 @@ class TransactionCoordinator:
         except StorageError:
             pass  # the stored first offset stays the earlier one
 
-    def last_stable_offset(self, p: Partition) -> int:
-        """The partition's last stable offset: read_committed readers stop there."""
-        hw = p.high_watermark
+    def last_stable_offset(self, p: Partition, without: int = -1) -> int:
+        """The partition's last stable offset: read_committed readers stop there
+        (``without``: as it is once that producer's transaction is complete)."""
         opened = self._open.get((p.topic, p.index))
-        if not opened:
-            return hw
-        return min(hw, min(opened.values()))
+        return min((first for pid, first in opened.items() if pid != without), default=p.high_watermark) \
+            if opened else p.high_watermark
 
     def aborted(self, p: Partition, start: int, end: int) -> list[F.AbortedTxn]:
         return p.aborted.between(start, end)
