@@ -352,3 +352,34 @@ def test_recovery_rebuilds_the_aborted_index_from_the_markers(tmp_path: Path) ->
         assert again.streams.offsets("t", 0).high_watermark == 8  # offset 8 is given again
     finally:
         again.close()
+
+
+def test_an_ongoing_transaction_whose_marker_is_in_the_log_is_completed_as_the_marker_says(tmp_path: Path) -> None:
+    """EndTxn's Prepare* is written unsynced when there are markers to write: a power loss
+    may take it (and Complete*) while the markers, synced before EndTxn was answered, stay.
+    At the next start the marker decides: completed as it says, and a retried EndTxn is
+    answered as done."""
+    for commit in (True, False):
+        s = Services(tmp_path / str(commit))
+        try:
+            s.topics.create_topic("t", {"partitions": 2})
+            pid, epoch = begin(s, "tx", ("t", 0), ("t", 1))
+            outcome(s.loop, s.streams.produce("t", 0, txn_batch(pid, epoch, 0, b"r1")))
+            ongoing = s.state.get(CF_METADATA, transaction_key("tx"))
+            assert ongoing is not None
+            assert outcome(s.loop, s.streams.end_txn("tx", pid, epoch, commit)) is Code.NONE
+            s.committed.clear()
+            s.state.put(CF_METADATA, transaction_key("tx"), ongoing, sync=True)  # what the store kept
+        finally:
+            s.close()
+        again = Services(tmp_path / str(commit))
+        try:
+            kind = F.CONTROL_COMMIT if commit else F.CONTROL_ABORT
+            again.loop.run_until(lambda: len(markers(again, "t", 1)) == 2)  # completed again: a marker each
+            assert [m[1:] for m in markers(again, "t", 0)] == [(pid, kind)] * 2
+            again.loop.run_until(lambda: again.streams.last_stable_offset("t", 0) == 3)
+            assert committed_values(again, "t", 0) == ([b"r1"] if commit else [])
+            assert bool(again.committed) == commit  # routed when committed, never when aborted
+            assert outcome(again.loop, again.streams.end_txn("tx", pid, epoch, commit)) is Code.NONE
+        finally:
+            again.close()

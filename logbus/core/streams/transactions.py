@@ -4,9 +4,13 @@ of every ``transactional.id``.
 Theory of operation. A transactional producer is a ``Transaction`` record per
 transactional id (its producer id, epoch, timeout, state, the partitions and consumer
 groups of its current transaction, the offsets it commits with it), stored (synced) in the
-state store at every step before the step is answered (but the last: Complete* is written
-unsynced, as the queue journal is; one a power loss takes back is completed again at
-start, its records routed again, at least once):
+state store at every step before the step is answered, but two: Complete* is written
+unsynced, as the queue journal is (one a power loss takes back is completed again at
+start, its records routed again, at least once), and so is EndTxn's Prepare* when the
+transaction has partitions: their markers, durable before EndTxn is answered, record the
+outcome then (at a start an Ongoing transaction with a marker of its producer past its
+first offset is completed as that marker says; the steps before were synced, so nothing
+the outcome needs is lost with it):
 
     InitProducerId   Empty / Complete*: epoch + 1 (a new producer id past 32767); an
                      Ongoing transaction of the previous epoch is aborted first (fencing
@@ -190,40 +194,58 @@ class TransactionCoordinator:
 
     def _reopen(self, t: Transaction) -> None:
         """At a start (the log open): the partitions where ``t``'s open transaction wrote
-        hold back their last stable offsets from its first record there."""
+        hold back their last stable offsets from its first record there. An Ongoing one
+        whose marker is in a partition already (its unsynced Prepare* lost, the marker
+        durable) is Prepare* again, as the marker says, under the marker's epoch."""
+        outcome: tuple[int, int] | None = None
         for tp, first in t.partitions.items():
-            found = self._first_record(tp, t.producer_id, first)
+            found, marker = self._scan(tp, t.producer_id, first)
             if found is not None:
                 t.partitions[tp] = found
                 self._open.setdefault(tp, {})[t.producer_id] = found
                 t.produced.add(tp)
+            outcome = outcome or marker
+        if outcome is not None and t.state is TxnState.ONGOING:
+            kind, epoch = outcome
+            t.state = TxnState.PREPARE_COMMIT if kind == F.CONTROL_COMMIT else TxnState.PREPARE_ABORT
+            t.epoch = max(t.epoch, epoch)
+            log.info("transaction %r: its %s marker is in the log, its Prepare state was not stored: completing it",
+                     t.transactional_id, "commit" if kind == F.CONTROL_COMMIT else "abort")
 
-    def _first_record(self, tp: tuple[str, int], producer_id: int, start: int) -> int | None:
-        """The offset of ``producer_id``'s first transactional batch in the partition at or
-        after ``start`` (the log end when it was added); None when it wrote none there (a
-        restart: the stored first offset may be that earlier one)."""
+    def _scan(self, tp: tuple[str, int], producer_id: int, start: int) -> tuple[int | None, tuple[int, int] | None]:
+        """In the partition from ``start`` (the log end when it was added): the offset of
+        ``producer_id``'s first transactional batch (None when it wrote none there: the
+        stored first offset may be that earlier one), and (type, epoch) of its first
+        marker there (None: no marker yet)."""
         assert self.log is not None
         try:
             p = self.log.partition(*tp)
         except LogbusError:
-            return None
+            return None, None
+        first = None
         for info in p.batch_headers(start):
-            if info.base_offset >= start and info.producer_id == producer_id \
-                    and info.attributes & F.ATTR_TRANSACTIONAL and not info.attributes & F.ATTR_CONTROL:
-                return info.base_offset
-        return None
+            if info.base_offset < start or info.producer_id != producer_id \
+                    or not info.attributes & F.ATTR_TRANSACTIONAL:
+                continue
+            if not info.attributes & F.ATTR_CONTROL:
+                first = info.base_offset if first is None else first
+                continue
+            kind = F.control_type(p.read(info.base_offset, F.CONTROL_READ, written=True).data, info._replace(position=0))
+            if kind is not None:
+                return first, (kind, info.producer_epoch)
+        return first, None
 
     def _store(self, t: Transaction, *, sync: bool = True) -> None:
         assert self.store is not None
         self.store.put(CF_METADATA, transaction_key(t.transactional_id), t.record(), sync=sync)
 
-    def _set(self, t: Transaction, state: TxnState) -> Code:
+    def _set(self, t: Transaction, state: TxnState, *, sync: bool = True) -> Code:
         """Move ``t`` to ``state`` and store it; COORDINATOR_NOT_AVAILABLE (and ``t`` as it
         was) when the store refuses."""
         before = t.state
         t.state = state
         try:
-            self._store(t)
+            self._store(t, sync=sync)
         except StorageError as e:
             t.state = before
             log.warning("transaction %r: %s not stored: %s", t.transactional_id, state.value, e)
@@ -383,7 +405,8 @@ class TransactionCoordinator:
         if t.state is not TxnState.ONGOING:
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
             return succeed(Code.NONE if t.state is done else Code.INVALID_TXN_STATE)
-        code = self._set(t, wanted)
+        # unsynced when there are markers to write: they record the outcome (see the header)
+        code = self._set(t, wanted, sync=not t.partitions)
         if code is not Code.NONE:
             return succeed(code)
         return self._complete(t)
