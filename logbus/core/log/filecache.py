@@ -80,3 +80,12 @@ class FileCache:
             self._close(h)
         if self._on_change:
             self._on_change(0)
+
+
+def fsync_dir(path: str) -> None:
+    """Make the entries of directory ``path`` durable (a file created, renamed or removed)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

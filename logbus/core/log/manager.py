@@ -23,7 +23,8 @@ from .filecache import FileCache
 from .flusher import Flusher, syncfs
 from .keyindexer import KeyIndexer
 from .format import CLEAN_MARKER, LOG_DIR, TRASH, partition_dirname, topic_dirname
-from .partition import Partition, fsync_dir
+from .filecache import fsync_dir
+from .partition import Partition
 from .recovery import RecoveryReport, recover_partition
 from .topic_config import TopicConfig, validate_topic_name
 from .uring import Ring

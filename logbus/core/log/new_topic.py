@@ -20,7 +20,7 @@ import tempfile
 
 from .format import CREATING, INDEX_SUFFIX, KEYINDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_NAME, \
     partition_dirname, partition_index, segment_name
-from .partition import fsync_dir
+from .filecache import fsync_dir
 
 log = logging.getLogger(__name__)
 

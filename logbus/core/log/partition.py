@@ -23,7 +23,7 @@ from twisted.internet.defer import Deferred, fail
 from ..errors import OffsetOutOfRange, RecordTooLarge, StorageError
 from . import batch as B
 from . import format as F
-from .filecache import FileCache, Handle
+from .filecache import FileCache, Handle, fsync_dir
 from .failures import Failures
 from .flusher import Flusher, Ticket, Waiter, fire_waiters
 from .segment import Segment
@@ -654,11 +654,4 @@ class Partition(Failures):
         for seg in self.segments:
             self.cache.discard(seg.log_path)
 
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 

@@ -220,14 +220,15 @@ def _open_active(seg: Segment, clean: bool, now_ms: int, report: RecoveryReport)
         seg.rebuild_from(infos)
         report.scanned_from = seg.base_offset
         report.abort_markers = [(info.producer_id, info.base_offset) for pos, info in infos
-                                if info.attributes & F.ATTR_CONTROL and _control_type(seg, pos, info) == F.CONTROL_ABORT]
+                                if info.attributes & F.ATTR_CONTROL and control_type_at(seg, pos, info) == F.CONTROL_ABORT]
     seg.next_offset = infos[-1][1].next_offset if infos else seg.base_offset
     if seg.size:
         first = infos[0][1].first_timestamp if infos and infos[0][0] == 0 else now_ms
         seg.created_ms = min(now_ms, first) if first > 0 else now_ms
 
 
-def _control_type(seg: Segment, position: int, info: BatchInfo) -> int | None:
+def control_type_at(seg: Segment, position: int, info: BatchInfo) -> int | None:
+    """``format.control_type`` of the batch ``info`` at ``position`` of ``seg``."""
     return F.control_type(seg.pread(position, F.CONTROL_READ), info._replace(position=0))
 
 

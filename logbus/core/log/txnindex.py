@@ -29,7 +29,8 @@ import os
 from collections.abc import Sequence
 
 from . import format as F
-from .recovery import RecoveryReport
+from .filecache import fsync_dir
+from .recovery import RecoveryReport, control_type_at
 from .segment import Segment
 
 
@@ -49,8 +50,9 @@ class AbortedIndex:
         what was done, for the recovery report, or None when nothing was."""
         start, end = segments[0].base_offset, segments[-1].next_offset
         if self.missing and end == start:
-            try:
-                self._write([])  # a new (or empty) partition: an empty index
+            try:  # a new (or empty) partition: an empty index, not synced (lost: made again here)
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+                self.missing = False
             except OSError:  # not there: found missing at the next start, and rebuilt then
                 pass
             return None
@@ -95,7 +97,7 @@ class AbortedIndex:
         finally:
             os.close(fd)
         if created:
-            _fsync_dir(os.path.dirname(self.path))
+            fsync_dir(os.path.dirname(self.path))
         self.entries.append(entry)
 
     def between(self, start: int, end: int) -> list[F.AbortedTxn]:
@@ -117,7 +119,7 @@ class AbortedIndex:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
-        _fsync_dir(os.path.dirname(self.path))
+        fsync_dir(os.path.dirname(self.path))
         self.entries = entries
         self.missing = False
 
@@ -132,7 +134,7 @@ def rebuild(segments: Sequence[Segment]) -> list[F.AbortedTxn]:
         for position, info in seg.walk(0):
             kind = None
             if info.attributes & F.ATTR_CONTROL:
-                kind = F.control_type(seg.pread(position, F.CONTROL_READ), info._replace(position=0))
+                kind = control_type_at(seg, position, info)
             aborted = F.follow_transactions(open_txns, info, kind)
             if aborted is not None:
                 pid, first = aborted
@@ -140,10 +142,3 @@ def rebuild(segments: Sequence[Segment]) -> list[F.AbortedTxn]:
                 found.append(F.AbortedTxn(pid, first, info.base_offset, lso))
     return found
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
