@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--default-flush", metavar="POLICY",
                        help="flush policy of new topics: sync | interval:<ms> | none")
     serve.add_argument("--max-open-files", metavar="N", help="segment file handles kept open")
+    serve.add_argument("--remote-storage", metavar="URL",
+                       help="s3://BUCKET/PREFIX: where tiered topics upload sealed segments (docs/tiering.md)")
+    serve.add_argument("--remote-storage-endpoint", metavar="URL",
+                       help="the S3-compatible store's address (default: AWS S3)")
     serve.add_argument("--kafka-advertised", metavar="HOST:PORT",
                        help="address Kafka clients are told to connect to (default: the one they used)")
     serve.add_argument("--kafka-auto-create-topics", metavar="BOOL",
@@ -334,6 +338,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "default_partitions": args.default_partitions,
         "default_flush": args.default_flush,
         "max_open_files": args.max_open_files,
+        "remote_storage": args.remote_storage,
+        "remote_storage_endpoint": args.remote_storage_endpoint,
         "kafka_advertised": args.kafka_advertised,
         "kafka_auto_create_topics": args.kafka_auto_create_topics,
         "memory_high_watermark": args.memory_high_watermark,

@@ -20,10 +20,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
 
 from .core.access.auth import ANONYMOUS_USER
 from .core.errors import InvalidConfig
 from .retry.policy import InvalidRetryPolicy, parse_backoff
+from .core.log.manifest import RemoteUrlError, parse_remote
 from .core.log.topic_config import TopicConfig, parse_flush
 from .core.pressure import (
     DEFAULT_DISK_FREE_LIMIT,
@@ -55,6 +57,11 @@ class Settings:
     default_partitions: int = 1
     default_flush: str = "sync"
     max_open_files: int = 1024
+    # tiered storage (docs/tiering.md): the bucket tiered topics upload sealed segments to,
+    # s3://BUCKET/PREFIX, and the S3-compatible store's address ("": AWS S3); credentials
+    # from the standard AWS environment variables and files
+    remote_storage: str = ""
+    remote_storage_endpoint: str = ""
     log_level: str = "info"
     log_format: str = "text"  # "text": one line per record; "json": one JSON object per line
     kafka_advertised: str = ""  # host:port Kafka clients are told to connect to; "": the address they used
@@ -220,6 +227,24 @@ def check_endpoint(description: str, *, anonymous: bool = False) -> str:
     return value
 
 
+def _remote_storage(raw: Any) -> str:
+    url = _as_str(raw).strip()
+    if url:
+        try:
+            parse_remote(url)
+        except RemoteUrlError as e:
+            raise ValueError(str(e)) from None
+    return url
+
+
+def _endpoint_url(raw: Any) -> str:
+    url = _as_str(raw).strip()
+    parts = urlsplit(url)
+    if url and (parts.scheme not in ("http", "https") or not parts.netloc):
+        raise ValueError(f"an endpoint is an http:// or https:// URL, not {url!r}")
+    return url
+
+
 def _flush(raw: Any) -> str:
     value = _as_str(raw).lower()
     try:
@@ -371,6 +396,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "default_partitions": lambda raw: _as_int(raw, 1, 100_000),
     "default_flush": _flush,
     "max_open_files": lambda raw: _as_int(raw, 16, 1_000_000),
+    "remote_storage": _remote_storage,
+    "remote_storage_endpoint": _endpoint_url,
     "log_level": _log_level,
     "log_format": _log_format,
     "kafka_advertised": _host_port,

@@ -279,6 +279,8 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         reactor=reactor,
         topic_defaults=settings.topic_defaults(),
         max_open_files=settings.max_open_files,
+        remote_storage=settings.remote_storage,
+        remote_storage_endpoint=settings.remote_storage_endpoint,
         memory_high_watermark=settings.memory_high_watermark,
         disk_free_limit=settings.disk_free_limit,
         default_user=settings.default_user,

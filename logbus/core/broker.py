@@ -87,6 +87,8 @@ class Broker:
         reactor: Any = None,
         topic_defaults: TopicConfig | None = None,
         max_open_files: int = 1024,
+        remote_storage: str = "",
+        remote_storage_endpoint: str = "",
         memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK,
         disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT,
         default_user: str = "guest",
@@ -112,6 +114,7 @@ class Broker:
         self.started_at = time.time()
         self.metrics = Metrics()
         self.max_open_files = max_open_files
+        self.remote_storage, self.remote_storage_endpoint = remote_storage, remote_storage_endpoint
         # the largest message a queue-model publish carries (the AMQP gateway's
         # max_message_size): topics created for exchanges take batches that large
         self.queue_max_message_bytes = queue_max_message_bytes
@@ -213,6 +216,8 @@ class Broker:
                 self.reactor,
                 max_open_files=self.max_open_files,
                 metrics=self.metrics,
+                remote_storage=self.remote_storage,
+                remote_storage_endpoint=self.remote_storage_endpoint,
             )
             offsets = self.streams.open(self.state, self.log)
             self.topics.open(self.state, self.log)

@@ -187,6 +187,7 @@ class TopicService:
         validate_topic_name(name)
         config = TopicConfig.from_mapping(settings or {}, base=self.topic_defaults)
         lm = self.log
+        lm.check_config(config)
         if name in lm.topics:
             raise TopicExists(f"topic {name!r} already exists")
         stored = {k: str(v) for k, v in config.to_mapping().items() if k != "partitions"}
@@ -242,6 +243,7 @@ class TopicService:
         if config.partitions != len(topic.partitions):
             raise InvalidConfig(f"topic {name!r} has {len(topic.partitions)} partitions: the count is changed "
                                 "by adding partitions (Kafka CreatePartitions), not by a setting")
+        lm.check_config(config)
         if validate_only:
             return TopicInfo(name, config.to_mapping(), self.describe_topic(name).partitions)
         rec = self._topic_record(name)

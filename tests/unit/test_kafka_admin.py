@@ -332,8 +332,10 @@ def test_describe_configs_every_version(env: Env, version: int) -> None:
     assert (topic.error_code, topic.resource_type, topic.resource_name) == (K.NONE, 2, "c")
     entries = {c.name: c for c in topic.configs}
     assert set(entries) == {"flush", "segment.bytes", "segment.ms", "retention.ms", "retention.bytes",
-                            "max.message.bytes", "index.interval.bytes", "cleanup.policy"}
+                            "max.message.bytes", "index.interval.bytes", "cleanup.policy",
+                            "remote.storage.enable", "local.retention.ms", "local.retention.bytes"}
     assert entries["retention.ms"].value == "1234"
+    assert (entries["remote.storage.enable"].value, entries["local.retention.ms"].value) == ("false", "-2")
     assert entries["flush"].value == "sync"  # differs from the broker's default ("none")
     assert entries["segment.bytes"].value == str(TopicConfig().segment_bytes)
     assert entries["cleanup.policy"].value == "delete" and not entries["cleanup.policy"].read_only  # may be set to delete

@@ -12,9 +12,9 @@ import os
 import shutil
 import time
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import StorageError, TopicExists, UnknownPartition, UnknownTopic
+from ..errors import InvalidConfig, StorageError, TopicExists, UnknownPartition, UnknownTopic
 from ..metrics import Metrics
 from ..tick import tick_of
 from . import batch as B
@@ -22,12 +22,18 @@ from . import new_topic
 from .filecache import FileCache
 from .flusher import Flusher, syncfs
 from .keyindexer import KeyIndexer
+from .manifest import LOCAL_COPY_NAME
 from .format import CLEAN_MARKER, LOG_DIR, TRASH, partition_dirname, topic_dirname
 from .filecache import fsync_dir
 from .partition import Partition
 from .recovery import RecoveryReport, recover_partition
 from .topic_config import TopicConfig, validate_topic_name
 from .uring import Ring
+
+if TYPE_CHECKING:
+    from .manifest import Manifest
+    from .remote_read import RemoteReads
+    from .tiering import Tiering
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +61,15 @@ class LogManager:
         metrics: Metrics | None = None,
         inline_flush: bool = True,
         key_index: bool = True,
+        remote_storage: str = "",
+        remote_storage_endpoint: str = "",
+        remote_cache_bytes: int = 0,
     ) -> None:
         """``inline_flush``: let small syncs run on the reactor thread (flusher.py).
         ``key_index``: keep the key indexes up to date in the background (keyindexer.py;
-        lookups bring them up to date either way)."""
+        lookups bring them up to date either way). ``remote_storage``: the bucket
+        (``s3://BUCKET/PREFIX``) tiered topics upload their sealed segments to
+        (tiering.py), at ``remote_storage_endpoint`` (any S3-compatible store)."""
         self.root = os.path.join(os.fspath(data_dir), LOG_DIR)
         self.fresh = not os.path.isdir(self.root)
         os.makedirs(self.root, exist_ok=True)
@@ -102,13 +113,34 @@ class LogManager:
         # the partitions' key indexes, off the append path (keyindexer.py)
         self.keys = KeyIndexer(self.topics, self.cache, reactor.callLater if key_index else None)
         self.keys.start()
+        self.tiering: Tiering | None = None
+        self.remote_reads: RemoteReads | None = None
+        if remote_storage:
+            from .objectstore import ObjectStore
+            from .remote_read import RemoteReads
+            from .tiering import Tiering
+
+            store = ObjectStore(remote_storage, remote_storage_endpoint)
+            self.remote_reads = RemoteReads(self.root, store, reactor.callFromThread,
+                                            **({"limit": remote_cache_bytes} if remote_cache_bytes else {}))
+            self.tiering = Tiering(store, reactor.callFromThread)
+            self.tiering.on_manifest = self._remote_changed
 
     # -- topics ---------------------------------------------------------------------
+
+    def check_config(self, config: TopicConfig) -> None:
+        """InvalidConfig when this log cannot give a topic these settings (tiering without
+        remote storage), checked before a topic is created or altered."""
+        if config.remote_storage_enable and self.tiering is None:
+            raise InvalidConfig("remote.storage.enable=true needs the broker's remote storage (the setting "
+                                "remote_storage, --remote-storage s3://BUCKET/PREFIX): tiered storage is off")
 
     def open_topic(self, name: str, config: TopicConfig, *, create: bool = False) -> Topic:
         """Open (recovering) or, with ``create``, create the topic's partitions.
         Opening an open topic with more partitions adds the new ones."""
         validate_topic_name(name)
+        if create:
+            self.check_config(config)
         existing = self.topics.get(name)
         if existing is not None:
             if create:
@@ -167,9 +199,27 @@ class LogManager:
             if self.keys.running:
                 p.appended = self.keys.appended
             topic.partitions.append(p)
+            self._tier(p)
         if sync:
             fsync_dir(topic.directory)
         return topic
+
+    def _tier(self, p: Partition) -> None:
+        """Tiered storage takes up ``p`` if its topic is tiered or it has been."""
+        if not (p.config.remote_storage_enable or os.path.exists(os.path.join(p.directory, LOCAL_COPY_NAME))):
+            return
+        if self.tiering is None or self.remote_reads is None:
+            log.warning("%s/%d is tiered, but this broker has no remote storage (--remote-storage): its remote "
+                        "segments cannot be read and none are uploaded", p.topic, p.index)
+            return
+        p.read_remote = self.remote_reads.read
+        self.tiering.attach(p)
+
+    def _remote_changed(self, p: Partition, manifest: Manifest) -> None:
+        """A partition's readers see ``manifest`` from now on: cached segments it no
+        longer lists go."""
+        if self.remote_reads is not None:
+            self.remote_reads.forget(p.topic, p.index, {(s.base_offset, s.id) for s in manifest.segments})
 
     def _schedule(self, p: Partition) -> None:
         """``p`` has buffered appends: write them at the end of this tick. (Writing
@@ -222,6 +272,7 @@ class LogManager:
         topic.config = config
         for p in topic.partitions:
             p.set_config(config)
+            self._tier(p)
         return topic
 
     def topic(self, name: str) -> Topic:
@@ -242,6 +293,11 @@ class LogManager:
         for p in topic.partitions:
             p.close()
         self.keys.forget(topic.partitions)
+        if self.tiering is not None:
+            self.tiering.detach(topic.partitions, delete=True)
+        if self.remote_reads is not None:
+            for p in topic.partitions:
+                self.remote_reads.forget(p.topic, p.index)
         trash = os.path.join(self.root, TRASH)
         os.makedirs(trash, exist_ok=True)
         dest = os.path.join(trash, f"{os.path.basename(topic.directory)}.{time.time_ns()}")
@@ -267,6 +323,8 @@ class LogManager:
                 p.maybe_roll(now)
                 guard = None if keep_from is None else partial(keep_from, topic.name, p.index)
                 deleted += p.apply_retention(now, guard)
+        if self.tiering is not None:
+            self.tiering.tick(now, keep_from)
         return deleted
 
     def close(self) -> None:
@@ -277,6 +335,10 @@ class LogManager:
             return
         self._closed = True
         self.keys.stop()
+        if self.tiering is not None:
+            self.tiering.close()
+        if self.remote_reads is not None:
+            self.remote_reads.close()
         self.drain()
         self.flusher.stop()
         if self._ring_reader is not None:

@@ -26,6 +26,7 @@ from . import format as F
 from .filecache import FileCache, Handle, fsync_dir
 from .failures import Failures
 from .flusher import Flusher, Ticket, Waiter, fire_waiters
+from .manifest import Manifest
 from .segment import Segment
 from .txnindex import AbortedIndex
 from .topic_config import TopicConfig
@@ -140,6 +141,11 @@ class Partition(Failures):
         self._start = 0  # the log start DeleteRecords set (0: the first segment's base)
         self._mode = config.flush_mode
         self.aborted = AbortedIndex(directory)  # its aborted transactions (txnindex.py)
+        # tiered storage (tiering.py): the manifest of its remote segments, when it has
+        # any; reads below the first local segment go to ``read_remote(partition, offset,
+        # max_bytes, data, stop)``
+        self.remote: Manifest | None = None
+        self.read_remote: Callable[[Partition, int, int, bool, int], ReadResult] | None = None
         self.set_config(config)
 
     def set_config(self, config: TopicConfig) -> None:
@@ -162,9 +168,18 @@ class Partition(Failures):
 
     @property
     def log_start_offset(self) -> int:
-        """The first offset readers may read: the first segment's base, or where
-        ``advance_start`` (DeleteRecords) moved it, inside or past it."""
-        return max(self.segments[0].base_offset, self._start)
+        """The first offset readers may read: the first segment's base (a remote one's,
+        tiered), or where ``advance_start`` (DeleteRecords) moved it, inside or past it."""
+        return max(self.first_offset, self._start)
+
+    @property
+    def first_offset(self) -> int:
+        """The first offset still stored, locally or (tiered) remotely."""
+        first = self.segments[0].base_offset
+        r = self.remote
+        if r is not None and r.segments and r.start_offset < first:
+            return r.start_offset
+        return first
 
     def advance_start(self, offset: int) -> int:
         """Move the log start offset forward to ``offset`` (never back, never past the
@@ -495,7 +510,7 @@ class Partition(Failures):
         durable or not (the broker's own queues, whose entries exist from the append on,
         while a sync may still be in flight). ``upto`` (>= 0): no batch at or past it (a
         read_committed reader's last stable offset)."""
-        start, end = self.segments[0].base_offset if deleted else self.log_start_offset, self.next_offset
+        start, end = self.first_offset if deleted else self.log_start_offset, self.next_offset
         if offset < start or offset > end:
             raise OffsetOutOfRange(
                 f"offset {offset} is outside [{start}, {end}] of {self.topic}/{self.index}"
@@ -503,6 +518,11 @@ class Partition(Failures):
         self.drain()
         hw = self.next_offset if written else self.high_watermark
         stop = upto if 0 <= upto < hw else hw
+        if offset < self.segments[0].base_offset:  # in a remote segment (tiered)
+            if self.read_remote is None:
+                raise OffsetOutOfRange(f"offset {offset} of {self.topic}/{self.index} is in remote storage, "
+                                       f"which this broker does not reach")
+            return self.read_remote(self, offset, max_bytes, data, stop)
         spans: list[FileSpan] = []
         first_offset = next_offset = offset
         remaining = max_bytes
@@ -592,29 +612,50 @@ class Partition(Failures):
         """Delete whole segments past retention.ms / retention.bytes or wholly below the
         log start offset; never one holding an offset >= ``keep_from`` (a queue's
         unacknowledged pointer), which may be a function, asked only once a segment is
-        due. Returns how many."""
+        due. A tiered partition's local copies of uploaded segments go by
+        local.retention.ms / local.retention.bytes instead, whatever points into them
+        (they are read from remote storage then); the remote ones by ``tiering.py``.
+        Returns how many."""
         cfg = self.config
         deleted = 0
         total = self.size_bytes
+        r = self.remote
+        uploaded = -1  # the end of what remote storage holds
+        local_ms, local_bytes = -1, -1
+        if r is not None:
+            uploaded = r.end_offset
+            local_ms = cfg.retention_ms if cfg.local_retention_ms == -2 else cfg.local_retention_ms
+            local_bytes = cfg.retention_bytes if cfg.local_retention_bytes == -2 else cfg.local_retention_bytes
+        local_total = total
+        if r is not None:  # the whole log's size: the remote segments before the local ones too
+            first = self.segments[0].base_offset
+            total += sum(s.size for s in r.segments if s.next_offset <= first)
         while len(self.segments) > 1:
             seg = self.segments[0]
             nxt = self.segments[1]
             expired = cfg.retention_ms > 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
             too_big = cfg.retention_bytes > 0 and total - seg.size >= cfg.retention_bytes
             below_start = nxt.base_offset <= self._start
-            if not (expired or too_big or below_start):
-                break
-            if callable(keep_from):
-                keep_from = keep_from()
-            if keep_from is not None and nxt.base_offset > keep_from:
-                break
+            if seg.next_offset <= uploaded:  # a local copy: kept by local retention only
+                if not (expired or too_big or below_start
+                        or (local_ms >= 0 and seg.max_timestamp >= 0 and now_ms - seg.max_timestamp > local_ms)
+                        or (local_bytes >= 0 and local_total - seg.size >= local_bytes)):
+                    break
+            else:
+                if not (expired or too_big or below_start):
+                    break
+                if callable(keep_from):
+                    keep_from = keep_from()
+                if keep_from is not None and nxt.base_offset > keep_from:
+                    break
             if not self._delete_segment(seg):
                 break
             total -= seg.size
+            local_total -= seg.size
             deleted += 1
         if deleted and self.aborted.entries:
             try:
-                self.aborted.trim(self.segments[0].base_offset)
+                self.aborted.trim(self.log_start_offset if r is not None else self.segments[0].base_offset)
             except OSError as e:  # kept whole: trimmed at the next deletion
                 log.warning("trimming the aborted-transaction index of %s/%d failed: %s", self.topic, self.index, e)
         return deleted

@@ -28,6 +28,9 @@ _KEYS = {
     "retention.bytes": "retention_bytes",
     "max.message.bytes": "max_message_bytes",
     "index.interval.bytes": "index_interval_bytes",
+    "remote.storage.enable": "remote_storage_enable",
+    "local.retention.ms": "local_retention_ms",
+    "local.retention.bytes": "local_retention_bytes",
 }
 _FIELD_TO_KEY = {v: k for k, v in _KEYS.items()}
 
@@ -56,6 +59,12 @@ class TopicConfig:
     retention_bytes: int = -1  # per partition; -1: no size limit
     max_message_bytes: int = 1024 * 1024 + 12  # largest batch accepted (Kafka's default)
     index_interval_bytes: int = 4096
+    # tiered storage (docs/tiering.md): sealed segments uploaded to the broker's remote
+    # storage, and their local copies kept only this long / this large (-2: as
+    # retention.ms / retention.bytes; -1: no limit), as Kafka's settings of the same names
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
 
     def __post_init__(self) -> None:
         if not 1 <= self.partitions <= 100_000:
@@ -75,6 +84,13 @@ class TopicConfig:
             raise InvalidConfig("max.message.bytes must be at least 64")
         if self.index_interval_bytes < 1:
             raise InvalidConfig("index.interval.bytes must be positive")
+        for key, local, whole in (("ms", self.local_retention_ms, self.retention_ms),
+                                  ("bytes", self.local_retention_bytes, self.retention_bytes)):
+            if local < -2:
+                raise InvalidConfig(f"local.retention.{key} must be -2 (as retention.{key}), -1 or at least 0")
+            if whole != -1 and local != -2 and (local == -1 or local > whole):
+                raise InvalidConfig(f"local.retention.{key} ({local}) must not be more than retention.{key} "
+                                    f"({whole})")
 
     @property
     def flush_mode(self) -> str:
@@ -94,7 +110,9 @@ class TopicConfig:
             if field is None:
                 known = ", ".join(sorted(_KEYS))
                 raise InvalidConfig(f"unknown topic setting {key!r} (known: {known})")
-            if field == "flush":
+            if field == "remote_storage_enable":
+                changes[field] = _as_bool(raw)
+            elif field == "flush":
                 if not isinstance(raw, str):
                     raise InvalidConfig(f"flush must be a string, not {raw!r}")
                 parse_flush(raw)
@@ -110,6 +128,14 @@ class TopicConfig:
 
     def to_mapping(self) -> dict[str, Any]:
         return {_FIELD_TO_KEY[f.name]: getattr(self, f.name) for f in fields(self)}
+
+
+def _as_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise InvalidConfig(f"remote.storage.enable must be true or false, not {raw!r}")
 
 
 def validate_topic_name(name: str) -> str:

@@ -98,6 +98,12 @@ _SETTINGS = (
     Setting("max.message.bytes", "message.max.bytes", TYPE_INT, "The largest record batch accepted."),
     Setting("index.interval.bytes", "log.index.interval.bytes", TYPE_INT,
             "How many bytes of records lie between two offset index entries."),
+    Setting("remote.storage.enable", "remote.storage.enable", TYPE_BOOLEAN,
+            "Whether sealed segments are uploaded to the broker's remote storage (docs/tiering.md)."),
+    Setting("local.retention.ms", "log.local.retention.ms", TYPE_LONG,
+            "How long local copies of uploaded segments are kept; -2: as retention.ms."),
+    Setting("local.retention.bytes", "log.local.retention.bytes", TYPE_LONG,
+            "The size local copies of uploaded segments may grow to; -2: as retention.bytes."),
 )
 _BY_NAME = {s.name: s for s in _SETTINGS}
 CLEANUP_POLICY = Setting("cleanup.policy", "log.cleanup.policy", TYPE_LIST,
