@@ -225,7 +225,7 @@ def test_reads_below_the_local_log_come_from_remote_segments(
     while offset < p.next_offset:
         res = p.read(offset, 3000)
         recs = [x for x in B.decode(res.data) if x.offset >= offset]
-        seen += [(x.offset, x.value[:6]) for x in recs]
+        seen += [(x.offset, (x.value or b"")[:6]) for x in recs]
         offset = res.next_offset
     assert seen == [(i, b"%06d" % i) for i in range(60)]
     # a cold cache: the blocking path fetches what a batch needs
