@@ -30,6 +30,8 @@ from .recovery import RecoveryReport, recover_partition
 from .topic_config import TopicConfig, validate_topic_name
 from .uring import Ring
 
+POLL_S = 1.0  # how often tiering looks for newly sealed segments (tiering.py)
+
 if TYPE_CHECKING:
     from .manifest import Manifest
     from .remote_read import RemoteReads
@@ -114,6 +116,7 @@ class LogManager:
         self.keys = KeyIndexer(self.topics, self.cache, reactor.callLater if key_index else None)
         self.keys.start()
         self.tiering: Tiering | None = None
+        self._tier_poll: Any = None
         self.remote_reads: RemoteReads | None = None
         if remote_storage:
             from .objectstore import ObjectStore
@@ -125,6 +128,7 @@ class LogManager:
                                             **({"limit": remote_cache_bytes} if remote_cache_bytes else {}))
             self.tiering = Tiering(store, reactor.callFromThread)
             self.tiering.on_manifest = self._remote_changed
+            self._tier_poll = reactor.callLater(POLL_S, self._poll_tiering)
 
     # -- topics ---------------------------------------------------------------------
 
@@ -214,6 +218,11 @@ class LogManager:
             return
         p.read_remote = self.remote_reads.read
         self.tiering.attach(p)
+
+    def _poll_tiering(self) -> None:
+        if self.tiering is not None and not self._closed:
+            self.tiering.poll()
+            self._tier_poll = self.reactor.callLater(POLL_S, self._poll_tiering)
 
     def _remote_changed(self, p: Partition, manifest: Manifest) -> None:
         """A partition's readers see ``manifest`` from now on: cached segments it no
@@ -337,6 +346,8 @@ class LogManager:
         self.keys.stop()
         if self.tiering is not None:
             self.tiering.close()
+            if self._tier_poll is not None and self._tier_poll.active():
+                self._tier_poll.cancel()
         if self.remote_reads is not None:
             self.remote_reads.close()
         self.drain()
@@ -422,3 +433,22 @@ class _LogCollector:
         syncs.add_metric(["flusher"], self._m.flusher.thread_syncs)
         syncs.add_metric(["ring"], self._m.flusher.ring_syncs)
         yield syncs
+        tiering, reads = self._m.tiering, self._m.remote_reads
+        if tiering is not None and reads is not None:  # tiered storage (docs/tiering.md)
+            from prometheus_client.core import GaugeMetricFamily
+
+            for name, doc, value in (
+                ("logbus_remote_uploaded_segments", "Segments uploaded to remote storage", tiering.uploaded_segments),
+                ("logbus_remote_uploaded_bytes", "Bytes of segments uploaded to remote storage",
+                 tiering.uploaded_bytes),
+                ("logbus_remote_failures", "Remote storage jobs (uploads, manifests, deletions) that failed",
+                 tiering.failures),
+                ("logbus_remote_fetched_bytes", "Bytes of remote segments fetched into the local cache",
+                 reads.fetched_bytes),
+                ("logbus_remote_cache_misses", "Reads of remote segments that had to fetch first", reads.misses),
+                ("logbus_remote_blocking_reads", "Fetches of remote segments the broker's own readers waited for",
+                 reads.blocking_reads),
+            ):
+                yield CounterMetricFamily(name, doc, value=value)
+            yield GaugeMetricFamily("logbus_remote_cache_bytes", "Bytes of remote segments cached locally",
+                                    value=reads.cached_bytes)

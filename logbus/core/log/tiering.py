@@ -120,6 +120,8 @@ class Tiering:
         self._outage: str | None = None  # the failure logged, until a job succeeds again
         # told of every manifest a partition's readers see from now on (remote_read.py's cache)
         self.on_manifest: Callable[[Partition, Manifest], object] | None = None
+        self._keep_from: Callable[[str, int], int | None] | None = None  # the last pass's
+        self._retention = False  # no remote retention before the first housekeeping pass
         self.uploaded_segments = 0
         self.uploaded_bytes = 0
         self.failures = 0
@@ -157,20 +159,35 @@ class Tiering:
     # -- the housekeeping pass --------------------------------------------------------------
 
     def tick(self, now_ms: int, keep_from: Callable[[str, int], int | None] | None = None) -> None:
-        now = self._clock()
+        """The housekeeping pass: every partition's next job, remote retention included
+        (guarded by ``keep_from``, the queues' pointers)."""
+        self._keep_from = keep_from
+        self._retention = True
         for tier in list(self.tiers.values()):
-            if tier.busy or tier.refused is not None or now < tier.retry_at:
-                continue
-            if not tier.ready:
-                self._start(tier, self._reconcile, self._reconciled)
-                continue
-            drop_to = self._retention_due(tier, now_ms, keep_from)
-            if drop_to is not None:
-                self._start(tier, partial(self._drop_below, drop_to), self._written)
-                continue
-            seg = self._next_upload(tier)
-            if seg is not None:
-                self._start_upload(tier, seg)
+            self._step(tier, now_ms)
+
+    def poll(self) -> None:
+        """Between housekeeping passes (every second, manager.py): uploads of newly sealed segments
+        start soon after the roll. Remote retention waits for a pass, which knows what
+        the queues point at."""
+        now_ms = int(time.time() * 1000)
+        for tier in list(self.tiers.values()):
+            self._step(tier, now_ms)
+
+    def _step(self, tier: PartitionTier, now_ms: int) -> None:
+        """Give an idle partition its next job (after a housekeeping pass, or its last job)."""
+        if tier.busy or tier.closed or tier.refused is not None or self._clock() < tier.retry_at:
+            return
+        if not tier.ready:
+            self._start(tier, self._reconcile, self._reconciled)
+            return
+        drop_to = self._retention_due(tier, now_ms, self._keep_from) if self._retention else None
+        if drop_to is not None:
+            self._start(tier, partial(self._drop_below, drop_to), self._written)
+            return
+        seg = self._next_upload(tier)
+        if seg is not None:
+            self._start_upload(tier, seg)
 
     def _start(self, tier: PartitionTier, job: Callable[[PartitionTier], Any],
                done: Callable[[PartitionTier, Any], object]) -> None:
@@ -197,6 +214,7 @@ class Tiering:
             self._outage = None
         tier.failures = 0
         done(tier, result)
+        self._step(tier, int(time.time() * 1000))  # the next one at once: an upload backlog drains
 
     def _failed(self, tier: PartitionTier, error: BaseException) -> None:
         self.failures += 1
@@ -352,8 +370,12 @@ class Tiering:
 
     def _written(self, tier: PartitionTier, result: tuple[Manifest, str, tuple[RemoteSegment, ...]]) -> None:
         manifest, etag, gone = result
+        uploaded = manifest.end_offset > tier.manifest.end_offset
         tier.manifest, tier.etag = manifest, etag
         self._adopt(tier)
+        if uploaded:  # local copies may go now, not only at the next housekeeping pass
+            p, keep = tier.p, self._keep_from
+            p.apply_retention(int(time.time() * 1000), None if keep is None else partial(keep, p.topic, p.index))
         if gone:
             keys = [tier.prefix + n for s in gone for n in s.names()]
             log.info("remote retention deleted %d segments of %s/%d below offset %d", len(gone),
