@@ -79,7 +79,8 @@ class VHost:
         self.clock = clock  # epoch milliseconds
         self.forms = forms
         self.router = Router(name)
-        self.messages = MessageStore(log_batch_reader(log), max_bytes=message_memory)
+        self.messages = MessageStore(log_batch_reader(log), max_bytes=message_memory,
+                                     remote=log.remote_pending if log.remote_reads is not None else None)
         if timers is None:
             timers = Timers(queue_store, store, clock)
         self.service = QueueService(name, queue_store, timers, self.messages, clock=clock,

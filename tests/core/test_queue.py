@@ -409,3 +409,21 @@ def test_an_entry_taken_through_a_view_and_given_back_twice_is_ready_once() -> N
     d, _ = q.take("b")
     assert d is not None and d.entry.seq == 0
     assert q.take("b")[0] is None  # no second copy to hand out
+
+
+def test_an_untaken_delivery_is_ready_again_as_if_never_taken() -> None:
+    """A delivery whose message is not readable yet (a remote segment being fetched) is
+    undone: the entry is first in line again with its delivery count as before, so its
+    next delivery is not marked redelivered."""
+    q = Queue("q")
+    for offset in range(3):
+        q.publish("t", 0, offset, 1)
+    d, _ = q.take("a")
+    assert d is not None and d.delivery == 1
+    q.untake(d)
+    assert (q.ready_count, q.unacked_count, q.leases) == (3, 0, {})
+    again, _ = q.take("b")
+    assert again is not None and (again.entry.offset, again.delivery) == (0, 1)
+    with pytest.raises(StaleReceipt):
+        q.untake(d)  # no current lease: nothing changes
+    assert q.unacked_count == 1

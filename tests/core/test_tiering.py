@@ -4,6 +4,7 @@ the manifest as the source of truth, local and remote retention, a stopped store
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -237,3 +238,20 @@ def test_reads_below_the_local_log_come_from_remote_segments(
     mid = p.remote.segments[3].base_offset + 1  # type: ignore[union-attr]
     assert [x.offset for x in p.read_records(mid, 1)][:1] == [mid]
     assert reads.blocking_reads > before
+
+
+def test_offsets_for_times_in_remote_segments(
+        open_log: OpenLog, loop: LoopReactor, store: RemoteStore, remote: dict[str, str]) -> None:
+    lm = open_log(**remote)
+    cfg = topic_config(segment_bytes=SEG, remote_storage_enable=True, local_retention_bytes=SEG)
+    p = lm.open_topic("t", cfg, create=True).partition(0)
+    t0 = int(time.time() * 1000) - 60_000  # recent: retention.ms keeps them
+    for i in range(60):
+        loop.wait(p.append([Record(b"k", b"v" * 1000, t0 + 10 * i)]))
+    settle(loop, lm, lambda: p.remote is not None and len(p.segments) <= 2
+           and p.remote.end_offset == p.segments[-2].next_offset)
+    assert p.segments[0].base_offset > 30
+    assert p.offset_for_time(0) == (0, t0)
+    assert p.offset_for_time(t0 + 10 * 17 - 5) == (17, t0 + 170)  # remote
+    assert p.offset_for_time(t0 + 10 * 59) == (59, t0 + 590)  # local
+    assert p.offset_for_time(t0 + 10_000) is None

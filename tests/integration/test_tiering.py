@@ -88,6 +88,8 @@ def test_a_tiered_topic_is_read_whole_by_kafka_and_drained_by_a_queue(
     ch = connection.channel()
     ch.queue_declare("tele", durable=True)
     ch.queue_bind("tele", TOPIC, "tele.#")
+    ch.queue_declare("tele-mqtt", durable=True)
+    ch.queue_bind("tele-mqtt", TOPIC, "tele.mqtt")
     mqtt = Paho(server, "tier-dev")
     mqtt.publish("tele/mqtt", b"m%06d" % 0, qos=1)  # amq.topic's topic is made on first use
     mqtt_n = 1
@@ -137,20 +139,33 @@ def test_a_tiered_topic_is_read_whole_by_kafka_and_drained_by_a_queue(
         assert out.returncode == 0, out.stderr.decode()
         offsets = out.stdout.split()
         assert len(offsets) == n and offsets[0] == b"0" and offsets[-1] == b"%d" % (n - 1)
-    # the queue bound before any upload drains everything
+    # the queues bound before any upload drain everything: pushed to a consumer ...
     got_kafka = got_mqtt = 0
-    while True:
-        method, _, body = ch.basic_get("tele", auto_ack=True)
-        if method is None:
-            break
+    blocking = server.metric("logbus_remote_blocking_reads_total")
+    ch.basic_qos(prefetch_count=500)
+    for method, _, body in ch.consume("tele", auto_ack=True, inactivity_timeout=60):
+        assert method is not None, f"stuck at {got_kafka} + {got_mqtt} of {n}"
         if body.startswith(b"m"):
             assert body == b"m%06d" % got_mqtt
             got_mqtt += 1
         else:
             assert body[:9] == b"%09d" % got_kafka
             got_kafka += 1
-    connection.close()
+        if got_kafka + got_mqtt == n:
+            break
+    ch.cancel()
     assert (got_kafka, got_mqtt) == ((total // 10) * 10, mqtt_n)
+    # deliveries waited for their chunks off the reactor: none read the store on it
+    assert server.metric("logbus_remote_blocking_reads_total") == blocking
+    # ... and taken one by one (basic.get)
+    got = []
+    while True:
+        method, _, body = ch.basic_get("tele-mqtt", auto_ack=True)
+        if method is None:
+            break
+        got.append(body)
+    connection.close()
+    assert got == [b"m%06d" % i for i in range(mqtt_n)]
     # most of it came from the bucket, through the cache
     fetched = server.metric("logbus_remote_fetched_bytes_total")
     assert fetched >= (TIER_MB << 20) // 2, fetched

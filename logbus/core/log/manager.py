@@ -217,12 +217,27 @@ class LogManager:
                         "segments cannot be read and none are uploaded", p.topic, p.index)
             return
         p.read_remote = self.remote_reads.read
+        p.remote_time = self.remote_reads.offset_for_time
         self.tiering.attach(p)
 
     def _poll_tiering(self) -> None:
         if self.tiering is not None and not self._closed:
             self.tiering.poll()
             self._tier_poll = self.reactor.callLater(POLL_S, self._poll_tiering)
+
+    def remote_pending(self, topic: str, partition: int, offset: int) -> Callable[[Callable[[], object]], None] | None:
+        """None when reading ``offset`` of the partition would not wait for remote
+        storage (``RemoteReads.pending``; cheap for a partition with nothing remote)."""
+        reads = self.remote_reads
+        if reads is None:
+            return None
+        t = self.topics.get(topic)
+        if t is None or not 0 <= partition < len(t.partitions):
+            return None
+        p = t.partitions[partition]
+        if p.remote is None or offset >= p.segments[0].base_offset:
+            return None
+        return reads.pending(p, offset)
 
     def _remote_changed(self, p: Partition, manifest: Manifest) -> None:
         """A partition's readers see ``manifest`` from now on: cached segments it no

@@ -146,6 +146,7 @@ class Partition(Failures):
         # max_bytes, data, stop)``
         self.remote: Manifest | None = None
         self.read_remote: Callable[[Partition, int, int, bool, int], ReadResult] | None = None
+        self.remote_time: Callable[[Partition, int], tuple[int, int] | None] | None = None
         self.set_config(config)
 
     def set_config(self, config: TopicConfig) -> None:
@@ -586,6 +587,10 @@ class Partition(Failures):
         whose timestamp is >= ``timestamp``, or None when there is none."""
         self.drain()
         hw = self.high_watermark
+        if self.remote is not None and self.remote_time is not None:
+            found = self.remote_time(self, timestamp)
+            if found is not None:
+                return found
         for seg in self.segments:
             if seg.max_timestamp < timestamp:
                 continue

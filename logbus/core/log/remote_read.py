@@ -28,16 +28,18 @@ import time
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ..errors import OffsetOutOfRange, StorageError
 from .format import HEADER_SIZE, BatchInfo, InvalidBatch, parse_header
-from .index import IndexDamaged, OffsetIndex
+from . import batch as B
+from .index import IndexDamaged, OffsetIndex, TimeIndex
 from .manifest import RemoteSegment, partition_prefix
 from .objectstore import ObjectStore, StoreError
 from .partition import FileSpan, Partition, ReadResult
 from .tiering import _Workers
-from .format import INDEX_SUFFIX, LOG_SUFFIX
+from .format import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,14 @@ READ_AHEAD = 8  # chunks asked for past where a read ended
 MIN_IDLE_S = 60.0
 DEFAULT_LIMIT = 1 << 30
 WORKERS = 2
+
+
+def _once(p: Partition, callback: Callable[[], object]) -> None:
+    """Call ``callback()`` the next time ``p``'s readers are woken."""
+    def fire() -> None:
+        p.unwatch(fire)
+        callback()
+    p.watch(fire)
 
 
 class RemoteUnavailable(StorageError):
@@ -165,6 +175,64 @@ class RemoteReads:
         if data and spans:
             payload = b"".join(os.pread(c.fd, s.size, s.position) for s in spans)
         return ReadResult(first, nxt, spans, payload, p.log_start_offset, p.next_offset, p.high_watermark)
+
+    def pending(self, p: Partition, offset: int) -> Callable[[Callable[[], object]], None] | None:
+        """None when a read of the batch holding ``offset`` (below the local log) would
+        not wait for the store; else its fetch is asked for, and ``when_ready(callback)``
+        is returned, which calls ``callback()`` once the partition's readers are woken."""
+        m = p.remote
+        if m is None or not m.segments:
+            return None
+        segs = m.segments
+        i = bisect_right([s.base_offset for s in segs], offset) - 1
+        if i < 0 or offset >= segs[i].next_offset:
+            return None  # out of range: the read says so
+        c = self._get(p, segs[i])
+        if c.index is None:
+            self._fetch_index(p, c)
+            return partial(_once, p)
+        start = c.index.floor(offset - segs[i].base_offset)[1]
+        spans, _, _, end, blocked = self._collect(c, start, offset, 1, p.next_offset)
+        if spans or blocked < 0:
+            self._read_ahead(p, c, end, i)
+            return None
+        self.misses += 1
+        self._fetch(p, c, blocked // CHUNK)
+        return partial(_once, p)
+
+    def offset_for_time(self, p: Partition, timestamp: int) -> tuple[int, int] | None:
+        """``Partition.offset_for_time`` over the remote segments below the local log:
+        (offset, timestamp) of the first record at or after ``timestamp``, or None. Its
+        fetches are made at once (ListOffsets by time is rare): the segment's time index,
+        then the batches from the entry before ``timestamp``."""
+        m = p.remote
+        if m is None:
+            return None
+        local = p.segments[0].base_offset
+        for seg in m.segments:
+            if seg.base_offset >= local:
+                return None
+            if seg.max_timestamp < timestamp:
+                continue
+            try:
+                key = partition_prefix("", p.topic, p.index) + seg.name(TIMEINDEX_SUFFIX)
+                data = self.store.get_range(key, 0, 1 << 31)
+                rel = TimeIndex.from_bytes(data, seg.next_offset - seg.base_offset - 1).start_for(timestamp)
+            except (StoreError, KeyError) as e:
+                raise RemoteUnavailable(f"the time index of remote segment {seg.base_offset} of {p.topic}/{p.index}: "
+                                        f"{e}") from None
+            except IndexDamaged:
+                rel = 0
+            offset = max(seg.base_offset + rel, p.log_start_offset)
+            while offset < min(seg.next_offset, local):
+                res = self.read(p, offset, 1 << 20, True, p.high_watermark)
+                for r in B.decode(res.data):
+                    if r.offset >= offset and r.timestamp >= timestamp:
+                        return r.offset, r.timestamp
+                if res.next_offset <= offset:
+                    break
+                offset = res.next_offset
+        return None
 
     def _pending(self, p: Partition, offset: int) -> ReadResult:
         return ReadResult(offset, offset, [], b"", p.log_start_offset, p.next_offset, p.high_watermark)

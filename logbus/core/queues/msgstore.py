@@ -30,6 +30,7 @@ from ..errors import LogbusError, RecordGone
 from ..message import Message
 
 Key = tuple[str, int, int]  # topic, partition, offset
+WhenReady = Callable[[Callable[[], object]], None]
 MESSAGE_OVERHEAD = 512  # bytes of memory a remembered message costs beside its value
 # records in the decoded batches kept, at most (beside at most 64 batches): each is a
 # few small objects, and a drain that churns many of them among the objects that outlive
@@ -39,10 +40,14 @@ CACHED_RECORDS = 8192
 
 class MessageStore:
     def __init__(self, read_batch: Callable[[str, int, int], list[tuple[int, Record]]],
-                 max_bytes: int = 256 << 20, cached_batches: int = 64, cached_records: int = CACHED_RECORDS) -> None:
+                 max_bytes: int = 256 << 20, cached_batches: int = 64, cached_records: int = CACHED_RECORDS,
+                 remote: Callable[[str, int, int], WhenReady | None] | None = None) -> None:
         """``read_batch(topic, partition, offset)``: the (offset, record) pairs of the
-        batch holding ``offset`` (the caller reads the log)."""
+        batch holding ``offset`` (the caller reads the log). ``remote(topic, partition,
+        offset)``: None when that offset reads at once, else how to hear when it will
+        (a remote segment being fetched: LogManager.remote_pending)."""
         self._read_batch = read_batch
+        self.remote = remote
         self.max_bytes = max_bytes
         self._live: OrderedDict[Key, list] = OrderedDict()  # key -> [message, refs, size]
         self.live_bytes = 0
@@ -89,6 +94,14 @@ class MessageStore:
         self._batches = OrderedDict()
         self._records = 0
         return n
+
+    def pending(self, topic: str, partition: int, offset: int) -> WhenReady | None:
+        """None when ``get`` would answer at once; else ``when_ready(callback)``, which
+        calls ``callback()`` once (or when) it may (its record is being fetched)."""
+        remote = self.remote
+        if remote is None or (topic, partition, offset) in self._live:
+            return None
+        return remote(topic, partition, offset)
 
     def get(self, topic: str, partition: int, offset: int) -> Message:
         item = self._live.get((topic, partition, offset))

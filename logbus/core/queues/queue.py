@@ -309,6 +309,17 @@ class Queue(Viewed):
             self.journal.delivered(entry, deadline_ms, view is None)
             return d, removed
 
+    def untake(self, d: Delivery) -> None:
+        """Undo ``take`` of a delivery handed to no one (its message cannot be read
+        yet: a remote segment being fetched): ready again in its old place, with its
+        delivery count as before."""
+        seq = self._current(d)
+        del self.leases[seq]
+        entry = d.entry
+        entry.deliveries -= 1
+        self._ready_again(entry)
+        self.journal.unleased(entry)
+
     def lease(self, r: Receipt) -> Delivery:
         """The current lease ``r`` names (a receipt handle from outside the process);
         StaleReceipt when it names none."""

@@ -381,6 +381,12 @@ class QueueService:
                 done.append(consumer)
                 continue
             entry = d.entry
+            if watched is None and self.messages.remote is not None:
+                when_ready = self.messages.pending(entry.topic, entry.partition, entry.offset)
+                if when_ready is not None:  # in a remote segment being fetched: again once here
+                    q.untake(d)
+                    when_ready(partial(self.dispatch, name))
+                    return
             try:
                 d.message = self.message(entry)
             except RecordGone as e:
