@@ -50,7 +50,7 @@ from .partition import Partition
 log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 60.0
+MAX_BACKOFF_S = 30.0  # Kafka's remote.log.manager.task.retry.backoff.max.ms
 WORKERS = 2
 
 
