@@ -255,3 +255,44 @@ def test_offsets_for_times_in_remote_segments(
     assert p.offset_for_time(t0 + 10 * 17 - 5) == (17, t0 + 170)  # remote
     assert p.offset_for_time(t0 + 10 * 59) == (59, t0 + 590)  # local
     assert p.offset_for_time(t0 + 10_000) is None
+
+
+def test_a_deleted_topic_leaves_nothing_in_the_bucket(
+        open_log: OpenLog, loop: LoopReactor, store: RemoteStore, remote: dict[str, str]) -> None:
+    lm = open_log(**remote)
+    cfg = topic_config(segment_bytes=SEG, remote_storage_enable=True, local_retention_bytes=SEG)
+    p = lm.open_topic("t", cfg, create=True).partition(0)
+    fill(loop, p, 20)
+    settle(loop, lm, lambda: p.remote is not None and p.remote.end_offset == p.segments[-2].next_offset)
+    base = prefix_of(remote["remote_storage"])
+    assert store.objects(base)
+    lm.delete_topic("t")
+    loop.run_until(lambda: not store.objects(base), 30)
+    # the same name again starts a new life, with nothing remote
+    q = lm.open_topic("t", cfg, create=True).partition(0)
+    assert q.remote is None and q.log_start_offset == 0
+
+
+def test_the_read_cache_stays_within_its_limit(
+        open_log: OpenLog, loop: LoopReactor, store: RemoteStore, remote: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from logbus.core.log import remote_read
+    monkeypatch.setattr(remote_read, "CHUNK", 1024)
+    monkeypatch.setattr(remote_read, "MIN_IDLE_S", 0.0)
+    lm = open_log(remote_cache_bytes=3 * SEG, **remote)
+    cfg = topic_config(segment_bytes=SEG, remote_storage_enable=True, local_retention_bytes=SEG)
+    p = lm.open_topic("t", cfg, create=True).partition(0)
+    fill(loop, p, 60)
+    settle(loop, lm, lambda: p.remote is not None and len(p.segments) <= 2
+           and p.remote.end_offset == p.segments[-2].next_offset)
+    reads = lm.remote_reads
+    assert reads is not None
+    offset = 0
+    while offset < p.segments[0].base_offset:
+        offset = p.read(offset, 3000).next_offset
+        loop.run_until(lambda: not reads.in_flight)
+        assert reads.cached_bytes <= 3 * SEG + SEG  # the limit, and one segment being read
+    assert reads.fetched_bytes >= sum(s.size for s in p.remote.segments) - SEG  # type: ignore[union-attr]
+    cache = os.path.join(lm.root, remote_read.CACHE_DIR)
+    on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(cache) for f in fs)
+    assert on_disk <= 4 * SEG
