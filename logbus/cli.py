@@ -320,8 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
         " source, up to the last complete batch. Needs pyarrow, of the spark extra (`make spark`, or"
         " pip install -e '.[spark]' in the repository)."))
     parquet.add_argument("--topic", required=True, help="topic to export")
-    parquet.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    parquet.add_argument("--data-dir", metavar="DIR", default="./data", help="data directory (default ./data)")
+    parquet.add_argument("--out", required=True, metavar="DIR", help="output directory, or s3://BUCKET/PREFIX")
+    parquet.add_argument("--data-dir", metavar="DIR",
+                         help="data directory (default ./data, unless --remote is given alone)")
+    parquet.add_argument("--remote", metavar="URL",
+                         help="s3://BUCKET/PREFIX a broker tiers the topic to: its remote segments too")
+    parquet.add_argument("--remote-endpoint", metavar="URL",
+                         help="the S3-compatible store's address, for --remote and an s3:// --out")
     parquet.add_argument("--include-headers", action="store_true", help="add the headers column")
     parquet.set_defaults(command=cmd_export_parquet)
     return parser
@@ -645,7 +650,11 @@ def cmd_export_parquet(args: argparse.Namespace) -> int:
         return 1
     try:
         bar = Progress(f"exporting {args.topic}")
-        files = export_parquet(args.data_dir, args.topic, args.out, include_headers=args.include_headers,
+        from .spark.remotefiles import Location
+
+        where = Location(args.data_dir or ("" if args.remote else "./data"), args.remote or "",
+                         args.remote_endpoint or "")
+        files = export_parquet(where, args.topic, args.out, include_headers=args.include_headers,
                                progress=bar.update)
         bar.close()
     except LogReadError as exc:

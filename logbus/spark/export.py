@@ -3,7 +3,9 @@
 One file per partition, ``<out>/<topic dir>-<partition>.parquet``, with the ``logbus``
 source's columns (schema.py), written as the files are read (a few MiB of batches at a
 time), from the log start to the readable end at the moment the export starts. Like the
-Spark source it only reads the segment files, so it runs beside a live broker.
+Spark source it only reads the segment files, so it runs beside a live broker; it reads
+a tiered topic's remote segments from the bucket too (remotefiles.py), and ``out`` may be
+``s3://BUCKET/PREFIX`` (written through pyarrow's S3 filesystem).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from dataclasses import dataclass
 import pyarrow.parquet as pq
 
 from . import schema as S
-from .logfiles import DataDir, LogReadError
+from ..core.log.manifest import parse_remote
+from .logfiles import LogReadError
 from .plan import OffsetRange, read_range
+from .remotefiles import Location, filesystem
 
 
 @dataclass
@@ -29,15 +33,23 @@ class Exported:
     end_offset: int
 
 
-def export_parquet(data_dir: str, topic: str, out_dir: str, *, include_headers: bool = False,
+def export_parquet(where: str | Location, topic: str, out_dir: str, *, include_headers: bool = False,
                    compression: str = "zstd",
                    progress: Callable[[int, int], object] | None = None) -> list[Exported]:
-    """``progress(records written, records in all)``, after each batch written."""
-    data = DataDir(data_dir)
+    """``progress(records written, records in all)``, after each batch written. ``where``:
+    a data directory, or a Location (with the bucket a broker tiers to); an ``out_dir``
+    of ``s3://BUCKET/PREFIX`` is written at the Location's endpoint."""
+    where = Location(where) if isinstance(where, str) else where
+    data = where.open()
     parts = data.partitions(topic)
     if not parts:
-        raise LogReadError(f"no topic {topic!r} in {data_dir}")
-    os.makedirs(out_dir, exist_ok=True)
+        raise LogReadError(f"no topic {topic!r} in {where}")
+    fs = None
+    if out_dir.startswith("s3://"):
+        bucket, prefix = parse_remote(out_dir)
+        fs, out_dir = filesystem(where.endpoint), f"{bucket}/{prefix}".rstrip("/")
+    else:
+        os.makedirs(out_dir, exist_ok=True)
     names = S.columns(include_headers)
     arrow = S.arrow_schema(names)
     from urllib.parse import quote
@@ -51,16 +63,17 @@ def export_parquet(data_dir: str, topic: str, out_dir: str, *, include_headers: 
     written = 0
     done = []
     for p, start, end in ranges:
-        path = os.path.join(out_dir, f"{stem}-{p}.parquet")
-        tmp = path + ".tmp"
+        path = f"{out_dir}/{stem}-{p}.parquet" if fs is not None else os.path.join(out_dir, f"{stem}-{p}.parquet")
+        tmp = path if fs is not None else path + ".tmp"  # an object appears whole when written
         count = 0
-        with pq.ParquetWriter(tmp, arrow, compression=compression) as writer:
-            for rb in read_range(data_dir, OffsetRange(topic, p, start, end), names, False, earliest=True):
+        with pq.ParquetWriter(tmp, arrow, compression=compression, filesystem=fs) as writer:
+            for rb in read_range(where, OffsetRange(topic, p, start, end), names, False, earliest=True):
                 writer.write_batch(rb)
                 count += rb.num_rows
                 written += rb.num_rows
                 if progress is not None:
                     progress(written, total)
-        os.replace(tmp, path)
-        done.append(Exported(p, path, count, start, end))
+        if fs is None:
+            os.replace(tmp, path)
+        done.append(Exported(p, f"s3://{path}" if fs is not None else path, count, start, end))
     return done

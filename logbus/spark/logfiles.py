@@ -98,6 +98,25 @@ class DataDir:
         return PartitionFiles(path, topic, index)
 
 
+class SegmentFile:
+    """An open ``.log`` file: its ``size`` and ``pread(n, position)`` (a local file here;
+    an object in a bucket in remotefiles.py)."""
+
+    def __init__(self, path: str) -> None:
+        self._f = open(path, "rb")
+        self.fd = self._f.fileno()
+        self.size = os.fstat(self.fd).st_size
+
+    def pread(self, n: int, position: int) -> bytes:
+        return os.pread(self.fd, n, position)
+
+    def __enter__(self) -> SegmentFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+
 @dataclass(frozen=True, slots=True)
 class _EndHint:
     """Where an ``end()`` scan of the active segment stopped: ``pos`` in segment ``base``,
@@ -111,13 +130,13 @@ class _EndHint:
     offset: int
     last: tuple[int, int] | None
 
-    def holds(self, fd: int, size: int) -> bool:
+    def holds(self, f: SegmentFile) -> bool:
         if self.last is None:
             return self.pos == 0
         position, crc = self.last
-        if self.pos > size:
+        if self.pos > f.size:
             return False
-        head = os.pread(fd, HEADER_SIZE, position)
+        head = f.pread(HEADER_SIZE, position)
         b = header(head, 0, len(head))
         return (b is not None and position + b.size == self.pos and b.next_offset == self.offset
                 and _crc(head, 0) == crc)
@@ -150,6 +169,23 @@ class PartitionFiles:
     def _path(self, base: int, ext: str) -> str:
         return os.path.join(self.directory, F.segment_name(base) + ext)
 
+    # -- file access (what remotefiles.py replaces) -----------------------------------------
+
+    def open_segment(self, base: int) -> SegmentFile:
+        """Segment ``base``'s ``.log``; FileNotFoundError when it is gone."""
+        return SegmentFile(self._path(base, F.LOG_SUFFIX))
+
+    def segment_exists(self, base: int) -> bool:
+        return os.path.exists(self._path(base, F.LOG_SUFFIX))
+
+    def index_bytes(self, base: int, suffix: str) -> bytes | None:
+        """Segment ``base``'s ``.index`` or ``.timeindex`` bytes, None when absent."""
+        try:
+            with open(self._path(base, suffix), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
     def segments(self) -> list[int]:
         """Base offsets of the segments present, oldest first."""
         try:
@@ -172,22 +208,21 @@ class PartitionFiles:
             return 0
         base = bases[-1]
         try:
-            with open(self._path(base, F.LOG_SUFFIX), "rb") as f:
-                fd = f.fileno()
-                size = os.fstat(fd).st_size
+            with self.open_segment(base) as f:
+                size = f.size
                 hint = self._end_hint
-                if hint is not None and hint.base == base and hint.holds(fd, size):
+                if hint is not None and hint.base == base and hint.holds(f):
                     pos, expected, last = hint.pos, hint.offset, hint.last
                 else:
                     pos, expected = self._floor(base, None)
                     last = None
                 while pos < size:
-                    buf = os.pread(fd, min(READ_CHUNK, size - pos), pos)
+                    buf = f.pread(min(READ_CHUNK, size - pos), pos)
                     batches, at, _ = _scan(buf, 0, len(buf), expected)
                     if not batches:
                         need = _declared(buf) if len(buf) >= LOG_OVERHEAD else 0
                         if need > len(buf) and pos + need <= size:
-                            buf = os.pread(fd, need, pos)  # one batch larger than a chunk
+                            buf = f.pread(need, pos)  # one batch larger than a chunk
                             batches, at, _ = _scan(buf, 0, len(buf), expected)
                         if not batches:
                             break
@@ -238,20 +273,20 @@ class PartitionFiles:
     def _floor(self, base: int, offset: int | None) -> tuple[int, int]:
         """(position, base offset) of a batch at or before ``offset`` (None: the last
         index entry) in segment ``base``, from its ``.index`` when that checks out."""
-        entries = _read_index(self._path(base, F.INDEX_SUFFIX))
+        entries = _index_entries(self.index_bytes(base, F.INDEX_SUFFIX))
         if not entries:
             return 0, base
         rel = None if offset is None else offset - base
         try:
-            with open(self._path(base, F.LOG_SUFFIX), "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+            with self.open_segment(base) as f:
+                size = f.size
                 if entries[0] != (0, 0):
                     return 0, base
                 i = len(entries) if rel is None else bisect_right(entries, (rel, 1 << 40))
                 while i > 1:
                     r, p = entries[i - 1]
                     if p < size:
-                        head = header(os.pread(f.fileno(), HEADER_SIZE, p), 0, HEADER_SIZE)
+                        head = header(f.pread(HEADER_SIZE, p), 0, HEADER_SIZE)
                         if head is not None and head.base_offset == base + r:
                             return p, base + r
                     i -= 1
@@ -269,14 +304,13 @@ class PartitionFiles:
         base = bases[i]
         pos, expected = self._floor(base, offset)
         try:
-            with open(self._path(base, F.LOG_SUFFIX), "rb") as f:
-                fd = f.fileno()
-                size = os.fstat(fd).st_size
+            with self.open_segment(base) as f:
+                size = f.size
                 buf, buf_at = b"", pos
                 while pos + HEADER_SIZE <= size:
                     rel = pos - buf_at
                     if rel + HEADER_SIZE > len(buf):
-                        buf, buf_at, rel = os.pread(fd, WALK_CHUNK, pos), pos, 0
+                        buf, buf_at, rel = f.pread(WALK_CHUNK, pos), pos, 0
                     b = header(buf, rel, rel + size - pos)
                     if b is None or pos + b.size > size or b.base_offset != expected:
                         return None
@@ -298,7 +332,7 @@ class PartitionFiles:
             if base >= end:
                 break
             sealed = i + 1 < len(bases)
-            tindex = _read_time_index(self._path(base, F.TIMEINDEX_SUFFIX)) if sealed else []
+            tindex = _time_entries(self.index_bytes(base, F.TIMEINDEX_SUFFIX)) if sealed else []
             if sealed and tindex and tindex[-1][0] < timestamp:
                 continue
             lo = base
@@ -331,7 +365,7 @@ class PartitionFiles:
             raise DataLoss(f"{self.topic}/{self.index}: offset {lo} is before the log start {first}")
         found = self.locate(lo, bases)
         if found is None:
-            if not os.path.exists(self._path(bases[bisect_right(bases, lo) - 1], F.LOG_SUFFIX)):
+            if not self.segment_exists(bases[bisect_right(bases, lo) - 1]):
                 raise DataLoss(f"{self.topic}/{self.index}: the segment holding offset {lo} was deleted")
             raise LogReadError(f"{self.topic}/{self.index}: offset {lo} is not in the log (end reached)")
         base, pos, expected = found
@@ -339,19 +373,18 @@ class PartitionFiles:
         while expected < hi:
             path = self._path(base, F.LOG_SUFFIX)
             try:
-                f = open(path, "rb")
+                f = self.open_segment(base)
             except FileNotFoundError:
                 raise DataLoss(f"{self.topic}/{self.index}: segment {base} was deleted while reading") from None
             with f:
-                fd = f.fileno()
-                size = os.fstat(fd).st_size
+                size = f.size
                 while pos < size and expected < hi:
-                    buf = os.pread(fd, min(READ_CHUNK, size - pos), pos)
+                    buf = f.pread(min(READ_CHUNK, size - pos), pos)
                     batches, at, _ = _scan(buf, 0, len(buf), expected, hi)
                     if not batches:
                         need = _declared(buf) if len(buf) >= LOG_OVERHEAD else 0
                         if need > len(buf) and pos + need <= size:
-                            buf = os.pread(fd, need, pos)  # one batch larger than a chunk
+                            buf = f.pread(need, pos)  # one batch larger than a chunk
                             batches, at, _ = _scan(buf, 0, len(buf), expected)
                         if not batches:
                             raise LogReadError(
@@ -377,14 +410,9 @@ class PartitionFiles:
                 )
 
 
-def _read_index(path: str) -> list[tuple[int, int]]:
+def _index_entries(data: bytes | None) -> list[tuple[int, int]]:
     """Checked ``.index`` entries (format.md section 8), [] if absent or inconsistent."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return []
-    if len(data) % F.OFFSET_ENTRY.size:
+    if not data or len(data) % F.OFFSET_ENTRY.size:
         return []
     entries = list(F.OFFSET_ENTRY.iter_unpack(data))
     for a, b in zip(entries, entries[1:]):
@@ -393,13 +421,8 @@ def _read_index(path: str) -> list[tuple[int, int]]:
     return entries
 
 
-def _read_time_index(path: str) -> list[tuple[int, int]]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return []
-    if len(data) % F.TIME_ENTRY.size:
+def _time_entries(data: bytes | None) -> list[tuple[int, int]]:
+    if not data or len(data) % F.TIME_ENTRY.size:
         return []
     entries = list(F.TIME_ENTRY.iter_unpack(data))
     for a, b in zip(entries, entries[1:]):

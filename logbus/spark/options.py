@@ -1,5 +1,6 @@
 """Options of the ``logbus`` source: the Kafka source's names and meanings, ``path``
-(the data directory) instead of ``kafka.bootstrap.servers``.
+(the data directory) and/or ``remote`` (the bucket a broker tiers to, ``s3://BUCKET/PREFIX``,
+at ``remote.endpoint``) instead of ``kafka.bootstrap.servers``.
 
 ``Options.parse(mapping, streaming)`` checks combinations once, with the Kafka source's
 rules (one of subscribe / subscribePattern / assign; no ``latest`` start or ``earliest``
@@ -23,7 +24,9 @@ from typing import Any
 
 from ..filters import FilterError
 from ..filters.message_filter import MessageFilter
-from .logfiles import DataDir, DataLoss, PartitionFiles
+from ..core.log.manifest import RemoteUrlError, parse_remote
+from .logfiles import DataLoss, PartitionFiles
+from .remotefiles import Location
 
 EARLIEST, LATEST = -2, -1
 TopicPartition = tuple[str, int]
@@ -82,6 +85,12 @@ class Options:
     # isolationLevel read_committed (Spark's Kafka source: kafka.isolation.level): up to the
     # last stable offset, aborted transactions' records left out (docs/format.md 4.5)
     committed: bool = False
+    remote: str = ""  # s3://BUCKET/PREFIX: tiered topics' remote segments (remotefiles.py)
+    remote_endpoint: str = ""
+
+    @property
+    def location(self) -> Location:
+        return Location(self.path, self.remote, self.remote_endpoint)
 
     def message_filter(self) -> MessageFilter | None:
         """The filter of filterTag and filterSql, compiled once per process."""
@@ -101,9 +110,18 @@ class Options:
                 )
             if key in _UNSUPPORTED:
                 raise OptionError(f"option {_UNSUPPORTED[key]!r} is not supported by the logbus source")
-        path = o.get("path")
-        if not path:
-            raise OptionError("option 'path' (the logbus data directory) is required")
+        path = o.get("path", "")
+        remote = o.get("remote", "")
+        if not path and not remote:
+            raise OptionError("option 'path' (the logbus data directory) or 'remote' (s3://BUCKET/PREFIX, where "
+                              "a broker tiers its segments) is required")
+        if remote:
+            try:
+                parse_remote(remote)
+            except RemoteUrlError as e:
+                raise OptionError(f"option 'remote': {e}") from None
+            if streaming:
+                raise OptionError("option 'remote' applies to batch queries (spark.read); a stream reads 'path'")
         chosen = [k for k in ("subscribe", "subscribepattern", "assign") if o.get(k)]
         if len(chosen) != 1:
             raise OptionError(
@@ -156,6 +174,8 @@ class Options:
             filter_tag=o.get("filtertag"),
             filter_sql=o.get("filtersql"),
             committed=isolation.lower() == READ_COMMITTED,
+            remote=remote,
+            remote_endpoint=o.get("remote.endpoint", ""),
         )._checked()
 
     def _checked(self) -> Options:
@@ -167,7 +187,7 @@ class Options:
 
     # -- against the files ----------------------------------------------------------------
 
-    def topic_partitions(self, data: DataDir) -> list[TopicPartition]:
+    def topic_partitions(self, data: Any) -> list[TopicPartition]:
         """The partitions the query reads now (subscriptions are listed again each time)."""
         if self.assign is not None:
             return sorted(set(self.assign))

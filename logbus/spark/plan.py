@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.log import format as F
-from .logfiles import DataDir, DataLoss
+from .logfiles import DataLoss
+from .remotefiles import Location
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ def _holds(f: RowFilter, x: Any) -> bool:
 
 
 def read_range(
-    path: str,
+    where: str | Location,
     r: OffsetRange,
     names: Sequence[str],
     fail_on_data_loss: bool,
@@ -129,7 +130,7 @@ def read_range(
     stable end, so every transaction in it has ended)."""
     from .decode import decode_chunk  # here: planning (on the driver) never loads numba
 
-    pf = DataDir(path).partition(r.topic, r.partition)
+    pf = (Location(where) if isinstance(where, str) else where).open().partition(r.topic, r.partition)
     lo = max(r.lo, pf.start()) if earliest else r.lo
     row_filters = [f for f in filters if f.column in ("offset", "timestamp")]
     min_ts = max((f.value + (f.op == ">") for f in filters if f.column == "timestamp" and f.op in (">", ">=")),

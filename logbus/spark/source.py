@@ -38,7 +38,6 @@ from pyspark.sql.types import (
 )
 
 from . import schema as S
-from .logfiles import DataDir
 from .options import OptionError, Options, resolve_end, resolve_start
 from .plan import OffsetRange, RowFilter, prune, read_range, split
 
@@ -112,7 +111,7 @@ class BatchReader(DataSourceReader):
 
     def ranges(self) -> list[OffsetRange]:
         opts = self.opts
-        data = DataDir(opts.path)
+        data = opts.location.open()
         out = []
         for tp in opts.topic_partitions(data):
             pf = data.partition(*tp)
@@ -132,7 +131,7 @@ class BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, RangePartition):  # Spark's stand-in when there are none
             return
-        yield from read_range(self.opts.path, partition.range, self.names, self.opts.fail_on_data_loss, self.filters,
+        yield from read_range(self.opts.location, partition.range, self.names, self.opts.fail_on_data_loss, self.filters,
                               keep=self.opts.message_filter(), committed=self.opts.committed)
 
 

@@ -183,7 +183,7 @@ class LogbusStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, RangePartition):
             return iter(())
-        return read_range(self.opts.path, partition.range, self.names, self.opts.fail_on_data_loss,
+        return read_range(self.opts.location, partition.range, self.names, self.opts.fail_on_data_loss,
                           earliest=partition.earliest, keep=self.opts.message_filter(), committed=self.opts.committed)
 
     def commit(self, end: dict[str, Any]) -> None:

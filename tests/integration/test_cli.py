@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from typing import Any, Iterator
 
@@ -40,8 +41,8 @@ def test_create_list_describe_delete(server: LogbusServer) -> None:
     assert described.returncode == 0, described.stderr
     out = described.stdout
     assert out.splitlines()[0].split() == ["topic", "payments"]
-    assert "flush                 interval:50" in out
-    assert "retention.ms          3600000" in out
+    assert re.search(r"^  flush +interval:50$", out, re.M), out
+    assert re.search(r"^  retention\.ms +3600000$", out, re.M), out
     assert [line.split()[0] for line in out.splitlines() if line[:1].isdigit()] == ["0", "1", "2"]
 
     as_json = topic(server, "describe", "payments", "--json")
