@@ -35,6 +35,7 @@ $(VENV)/.installed: pyproject.toml setup.py Makefile $(INTERPRETER)
 
 $(VENV)/.installed-test: pyproject.toml setup.py Makefile $(INTERPRETER) | debian-tools
 	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m logbus.spark.warm
 	touch $@ $(VENV)/.installed
 
 # The compiled modules built again when a source changed since they were built (or the
@@ -46,9 +47,11 @@ build:
 	@$(PY) -P logbus/compiled.py
 
 # The Spark data source's extra (pyspark, pyarrow, numpy, numba: docs/spark.md) without
-# the test toolchain; `make run` serves without it.
+# the test toolchain; `make run` serves without it. logbus.spark.warm compiles the record
+# decoder into numba's cache then, so no first read in a new process compiles it (~4 s).
 spark: install
 	$(PY) -m pip install -q -e '.[spark]'
+	$(PY) -m logbus.spark.warm
 
 # Debian tools the tests drive, as command:package (kcat: a librdkafka command-line client;
 # java: the runtime local Spark needs for tests/spark; mosquitto_pub/mosquitto_sub: MQTT

@@ -5,7 +5,10 @@ filesystem."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,6 +22,7 @@ from logbus.spark.plan import OffsetRange, read_range
 from logbus.spark.remotefiles import Location, RemoteDir
 from tests.loop import LoopReactor
 from tests.remote_store import RemoteStore
+from tests.serverproc import REPO_ROOT
 
 N = 3000
 PARTITIONS = 2
@@ -116,3 +120,17 @@ def test_export_parquet_reads_the_bucket_and_writes_to_it(tiered: Tiered, tmp_pa
     assert [(d.partition, d.records) for d in done] == [(p, N // PARTITIONS) for p in range(PARTITIONS)]
     table = pq.read_table("logbus-test/exported/tele-0.parquet", filesystem=filesystem(tiered.endpoint))
     assert table.num_rows == N // PARTITIONS
+
+
+def test_several_executor_jvms_read_it_from_s3(tiered: Tiered) -> None:
+    """local-cluster mode: two executor JVMs, each with its own Python workers, read the
+    ranges Spark hands them; together, every record once."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "tests/spark/remote_cluster_job.py"), "tele",
+                           str(tiered.data), tiered.url, tiered.endpoint],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["count"] == result["read"] == N
+    assert result["by_key"] == {f"dev-{k}": v for k, v in Counter(i % KEYS for i in range(N)).items()}

@@ -1,0 +1,34 @@
+"""A Spark job in local-cluster mode (two executor JVMs, one core each): the ``logbus``
+source reads a topic from a bucket and a data directory; prints one JSON line with the
+count, the rows per key and the executors that read (tests/spark/test_spark_remote.py).
+
+    python tests/spark/remote_cluster_job.py TOPIC PATH REMOTE ENDPOINT
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+
+def main(topic: str, path: str, remote: str, endpoint: str) -> None:
+    spark = (SparkSession.builder.master("local-cluster[2,1,1024]").appName("logbus-remote-cluster")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    from logbus.spark import register
+
+    register(spark)
+    df = (spark.read.format("logbus").option("subscribe", topic).option("path", path).option("remote", remote)
+          .option("remote.endpoint", endpoint).option("minPartitions", "8").load())
+    by_key = {r["key"].decode(): r["count"] for r in df.groupBy("key").count().collect()}
+    readers = df.rdd.mapPartitions(lambda rows: [(os.getppid(), sum(1 for _ in rows))]).collect()
+    print(json.dumps({"count": df.count(), "by_key": by_key, "read": sum(n for _, n in readers),
+                      "worker_daemons": len({pid for pid, n in readers if n})}))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])
