@@ -258,3 +258,12 @@ def test_txn_bench_compares_transactions_with_plain_produce() -> None:
         assert r["plain"]["records_per_s"] > 0 and r["txn"]["records_per_s"] > 0
         assert r["txn"]["end_txn"]["count"] == 4  # 200 records in transactions of 50
     assert out["summary"]["txn_over_plain"] > 0 and out["summary"]["txn"]["end_txn_p99_ms"] > 0
+
+
+def test_tier_bench_reads_remote_and_local() -> None:
+    out = run_bench("tier_bench.py", "--rounds", "1", "--mb", "20", timeout=300)
+    assert out["records"] == (20 << 20) // 10_000
+    [r] = out["rounds"]
+    assert set(r) == {"remote_cold", "remote_warm", "local"}
+    assert all(x["mb_s"] > 0 and x["broker_cpu_s"] >= 0 for x in r.values())
+    assert out["remote_cold_over_local"] > 0 and out["remote_warm_over_local"] > 0
