@@ -70,6 +70,11 @@ class StorageError(LogbusError):
     retriable = True
 
 
+class RemoteUnavailable(StorageError):
+    """A remote segment's bytes (tiered storage) cannot be fetched now: the object store
+    is unreachable or refuses. Not a lost record: readers wait and try again."""
+
+
 class InvalidRecord(LogbusError):
     """A produced record the broker refuses as it stands (one carrying the envelope
     header reserved for logbus)."""

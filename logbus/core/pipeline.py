@@ -49,7 +49,7 @@ from twisted.internet.defer import Deferred
 from ..retry.policy import MAX_DELAY_MS
 from .deadletters import Deaths, dead_letter_cycles
 from .envelope_pb2 import Envelope
-from .errors import LogbusError, StorageError, UnknownPartition
+from .errors import LogbusError, RemoteUnavailable, StorageError, UnknownPartition
 from .forms import NEUTRAL, Forms
 from .log import batch as B
 from .log.batch import BatchInfo
@@ -453,6 +453,8 @@ class Pipeline:
             return
         try:
             message = self.messages.get(rec.topic, rec.partition, rec.offset)
+        except RemoteUnavailable:
+            raise  # out of reach for now: the timer is handed over again later
         except (KeyError, LogbusError) as exc:
             log.warning("a delayed message at %s/%d offset %d is gone: %s", rec.topic, rec.partition, rec.offset,
                         exc)

@@ -296,3 +296,40 @@ def test_the_read_cache_stays_within_its_limit(
     cache = os.path.join(lm.root, remote_read.CACHE_DIR)
     on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(cache) for f in fs)
     assert on_disk <= 4 * SEG
+
+
+def test_a_stopped_store_makes_remote_messages_wait_never_gone(
+        open_log: OpenLog, loop: LoopReactor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from logbus.core.errors import RemoteUnavailable
+    from logbus.core.message import Message
+    from logbus.core.queues.msgstore import MessageStore, log_batch_reader
+
+    own = RemoteStore(tmp_path / "own-s3")
+    (tmp_path / "own-s3").mkdir()
+    own.start()
+    try:
+        for k, v in own.env.items():
+            monkeypatch.setenv(k, v)
+        lm = open_log(remote_storage=own.url("wait"), remote_storage_endpoint=own.endpoint)
+        cfg = topic_config(segment_bytes=SEG, remote_storage_enable=True, local_retention_bytes=SEG)
+        p = lm.open_topic("t", cfg, create=True).partition(0)
+        for i in range(40):
+            loop.wait(p.append([Message(b"k", b"%06d" % i + b"v" * 1000).to_record()]))
+        settle(loop, lm, lambda: p.remote is not None and len(p.segments) <= 2
+               and p.remote.end_offset == p.segments[-2].next_offset)
+        reads = lm.remote_reads
+        assert reads is not None
+        own.stop()
+        messages = MessageStore(log_batch_reader(lm), remote=lm.remote_pending)
+        with pytest.raises(RemoteUnavailable):
+            messages.get("t", 0, 3)
+        tried = reads.blocking_reads
+        with pytest.raises(RemoteUnavailable, match="out of reach"):  # at once: no wait on the store
+            messages.get("t", 0, 4)
+        assert reads.blocking_reads == tried
+        assert messages.pending("t", 0, 5) is not None  # a push delivery waits for it
+        own.start()
+        reads._retry_at = 0.0  # the backoff's wait is not what is tested
+        assert messages.get("t", 0, 3).value[:6] == b"000003"
+    finally:
+        own.stop()

@@ -3,14 +3,17 @@ S3-compatible store (SeaweedFS), driven by real clients. A tiered topic (``amq.t
 where MQTT publishes land) gets ``TIER_MB`` through Kafka with MQTT messages mixed in,
 under a local retention of a tenth of that; kcat and kafka-python read every record
 from offset 0 (most of them from remote segments), and an AMQP queue bound before the
-upload drains all of it. Kill -9s during uploads leave the manifest naming each
+upload drains all of it; Spark counts and groups it from the bucket (and the data
+directory's last segments), as produced. Kill -9s during uploads leave the manifest naming each
 segment once, and every object in the bucket named by it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +27,7 @@ from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, Kafka
 from logbus.core.log.manifest import MANIFEST_NAME, Manifest
 from tests.integration.mqtt_clients import Paho
 from tests.remote_store import RemoteStore
-from tests.serverproc import LogbusServer
+from tests.serverproc import REPO_ROOT, LogbusServer
 
 TIER_MB = int(os.environ.get("LOGBUS_TIER_TEST_MB", "300"))
 RECORD = 10_000  # bytes of each Kafka record's value
@@ -169,6 +172,16 @@ def test_a_tiered_topic_is_read_whole_by_kafka_and_drained_by_a_queue(
     # most of it came from the bucket, through the cache
     fetched = server.metric("logbus_remote_fetched_bytes_total")
     assert fetched >= (TIER_MB << 20) // 2, fetched
+    # Spark over the whole topic: the bucket, and the data directory for what is only local
+    env = {**os.environ, **store.env, "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "tests/spark/remote_cluster_job.py"), TOPIC,
+                           str(server.data_dir), store.url("tier"), store.endpoint, "local[2]"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["count"] == result["read"] == n
+    assert result["by_key"] == {"tele.kafka": (total // 10) * 10, "tele/mqtt": mqtt_n}
 
 
 def _uploaded(store: RemoteStore, server: LogbusServer) -> bool:

@@ -1,8 +1,9 @@
-"""A Spark job in local-cluster mode (two executor JVMs, one core each): the ``logbus``
-source reads a topic from a bucket and a data directory; prints one JSON line with the
-count, the rows per key and the executors that read (tests/spark/test_spark_remote.py).
+"""A Spark job, by default in local-cluster mode (two executor JVMs, one core each): the
+``logbus`` source reads a topic from a bucket and a data directory; prints one JSON line
+with the count, the rows per key and the executors that read (tests/spark/test_spark_remote.py,
+tests/integration/test_tiering.py).
 
-    python tests/spark/remote_cluster_job.py TOPIC PATH REMOTE ENDPOINT
+    python tests/spark/remote_cluster_job.py TOPIC PATH REMOTE ENDPOINT [MASTER]
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import sys
 from pyspark.sql import SparkSession
 
 
-def main(topic: str, path: str, remote: str, endpoint: str) -> None:
-    spark = (SparkSession.builder.master("local-cluster[2,1,1024]").appName("logbus-remote-cluster")
+def main(topic: str, path: str, remote: str, endpoint: str, master: str = "local-cluster[2,1,1024]") -> None:
+    spark = (SparkSession.builder.master(master).appName("logbus-remote-cluster")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     from logbus.spark import register
@@ -31,4 +32,4 @@ def main(topic: str, path: str, remote: str, endpoint: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -124,7 +124,7 @@ class LogManager:
             from .tiering import Tiering
 
             store = ObjectStore(remote_storage, remote_storage_endpoint)
-            self.remote_reads = RemoteReads(self.root, store, reactor.callFromThread,
+            self.remote_reads = RemoteReads(self.root, store, reactor.callFromThread, call_later=reactor.callLater,
                                             **({"limit": remote_cache_bytes} if remote_cache_bytes else {}))
             self.tiering = Tiering(store, reactor.callFromThread)
             self.tiering.on_manifest = self._remote_changed

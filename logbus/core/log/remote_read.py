@@ -31,7 +31,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ..errors import OffsetOutOfRange, StorageError
+from ..errors import OffsetOutOfRange, RemoteUnavailable
 from .format import HEADER_SIZE, BatchInfo, InvalidBatch, parse_header
 from . import batch as B
 from .index import IndexDamaged, OffsetIndex, TimeIndex
@@ -57,10 +57,6 @@ def _once(p: Partition, callback: Callable[[], object]) -> None:
         p.unwatch(fire)
         callback()
     p.watch(fire)
-
-
-class RemoteUnavailable(StorageError):
-    """A remote segment's bytes could not be fetched (the store is unreachable)."""
 
 
 class _Cached:
@@ -121,7 +117,8 @@ class _Cached:
 
 class RemoteReads:
     def __init__(self, log_root: str, store: ObjectStore, call_from_thread: Callable[..., Any], *,
-                 limit: int = DEFAULT_LIMIT, workers: int = WORKERS) -> None:
+                 limit: int = DEFAULT_LIMIT, workers: int = WORKERS,
+                 call_later: Callable[..., Any] | None = None) -> None:
         self.root = os.path.join(log_root, CACHE_DIR)
         shutil.rmtree(self.root, ignore_errors=True)
         os.makedirs(self.root, exist_ok=True)
@@ -136,6 +133,12 @@ class RemoteReads:
         self.blocking_reads = 0
         self.in_flight = 0  # fetches running on the workers
         self._failing: str | None = None
+        # after a failed fetch nothing is asked of the store until then (monotonic), and
+        # readers that wait are woken then: a stopped store is neither hammered nor waited
+        # for on the reactor
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self._call_later = call_later
 
     # -- reading -------------------------------------------------------------------------
 
@@ -214,11 +217,13 @@ class RemoteReads:
                 return None
             if seg.max_timestamp < timestamp:
                 continue
+            self._check_reachable(f"the time index of remote segment {seg.base_offset}")
             try:
                 key = partition_prefix("", p.topic, p.index) + seg.name(TIMEINDEX_SUFFIX)
                 data = self.store.get_range(key, 0, 1 << 31)
                 rel = TimeIndex.from_bytes(data, seg.next_offset - seg.base_offset - 1).start_for(timestamp)
             except (StoreError, KeyError) as e:
+                self._failed(e, None)
                 raise RemoteUnavailable(f"the time index of remote segment {seg.base_offset} of {p.topic}/{p.index}: "
                                         f"{e}") from None
             except IndexDamaged:
@@ -322,16 +327,22 @@ class RemoteReads:
 
     # -- fetching ------------------------------------------------------------------------
 
+    def _check_reachable(self, what: str) -> None:
+        if time.monotonic() < self._retry_at:
+            raise RemoteUnavailable(f"{what}: remote storage {self.store.url} is out of reach ({self._failing})")
+
     def _index_now(self, p: Partition, c: _Cached) -> None:
+        self._check_reachable(f"the index of {c.key}")
         self.blocking_reads += 1
         try:
             data = self.store.get_range(c.key[: -len(LOG_SUFFIX)] + INDEX_SUFFIX, 0, 1 << 31)
         except (StoreError, KeyError) as e:
+            self._failed(e, None)
             raise RemoteUnavailable(f"the index of remote segment {c.key} of {p.topic}/{p.index}: {e}") from None
         self._indexed(p, c, data)
 
     def _fetch_index(self, p: Partition, c: _Cached) -> None:
-        if c.index_fetching:
+        if c.index_fetching or time.monotonic() < self._retry_at:
             return
         c.index_fetching = True
         key = c.key[: -len(LOG_SUFFIX)] + INDEX_SUFFIX
@@ -342,8 +353,9 @@ class RemoteReads:
         c.index_fetching = False
         self.in_flight -= 1
         if isinstance(result, BaseException):
-            self._failed(result)
-        elif c.fd >= 0 and c.index is None:
+            self._failed(result, p)
+            return
+        if c.fd >= 0 and c.index is None:
             self._indexed(p, c, result)
         p.notify_readers()
 
@@ -356,6 +368,8 @@ class RemoteReads:
             c.index = OffsetIndex()
 
     def _fetch(self, p: Partition, c: _Cached, first: int, count: int = READ_AHEAD) -> None:
+        if time.monotonic() < self._retry_at:
+            return
         run = c.missing(first, count)
         if run is None:
             return
@@ -381,8 +395,9 @@ class RemoteReads:
         for k in range(a, b):
             c.fetching[k] = 0
         if isinstance(result, BaseException):
-            self._failed(result)
-        elif c.fd >= 0:
+            self._failed(result, p)
+            return
+        if c.fd >= 0:
             self._mark(c, a, b, result)
         p.notify_readers()
 
@@ -396,18 +411,21 @@ class RemoteReads:
         if self._failing is not None:
             log.info("remote reads from %s work again", self.store.url)
             self._failing = None
+            self._backoff = 0.0
         if self.cached_bytes > self.limit:
             self._evict()
 
     def _chunks_now(self, p: Partition, c: _Cached, position: int) -> None:
         """Fetch, on this thread, what the batch at ``position`` needs: its header's
         chunks, then the rest of it."""
+        self._check_reachable(f"remote segment {c.key}")
         self.blocking_reads += 1
         try:
             self._fill_now(c, position, min(c.seg.size, position + HEADER_SIZE))
             info = parse_header(os.pread(c.fd, HEADER_SIZE, position), 0)
             self._fill_now(c, position, min(c.seg.size, position + info.size))
         except (StoreError, KeyError, InvalidBatch, OSError) as e:
+            self._failed(e, None)
             raise RemoteUnavailable(f"remote segment {c.key} of {p.topic}/{p.index}: {e}") from None
 
     def _fill_now(self, c: _Cached, start: int, end: int) -> None:
@@ -431,10 +449,16 @@ class RemoteReads:
                 self._fetch_index(p, nxt)
             self._fetch(p, nxt, 0, READ_AHEAD // 2)
 
-    def _failed(self, error: BaseException) -> None:
+    def _failed(self, error: BaseException, p: Partition | None) -> None:
+        """A fetch failed: nothing more is asked of the store for a backoff (doubling from
+        1 s to 30 s), after which ``p``'s waiting readers are woken to try again."""
+        self._backoff = min(30.0, self._backoff * 2 or 1.0)
+        self._retry_at = time.monotonic() + self._backoff
         if self._failing is None:
             self._failing = str(error)
-            log.warning("remote reads from %s fail: %s", self.store.url, error)
+            log.warning("remote reads from %s fail: %s; retried in %.0f s", self.store.url, error, self._backoff)
+        if p is not None and self._call_later is not None:
+            self._call_later(self._backoff, p.notify_readers)
 
     def close(self) -> None:
         self._workers.stop()

@@ -26,7 +26,7 @@ from typing import Callable
 from ..log import batch as B
 from ..log.batch import Record
 from ..log.manager import LogManager
-from ..errors import LogbusError, RecordGone
+from ..errors import LogbusError, RecordGone, RemoteUnavailable
 from ..message import Message
 
 Key = tuple[str, int, int]  # topic, partition, offset
@@ -110,6 +110,8 @@ class MessageStore:
             return msg
         try:
             return Message.from_record(self._record(topic, partition, offset))
+        except RemoteUnavailable:  # in remote storage, out of reach for now: not gone
+            raise
         except (KeyError, LogbusError) as e:  # no such record, topic, partition or offset
             raise RecordGone(f"no record at offset {offset} of {topic}/{partition}: {e}") from None
 

@@ -49,7 +49,7 @@ from typing import Any, Mapping, Protocol
 from ...filters.message_filter import FilterSpec
 from ...filters.properties import record_properties
 from ...retry.policy import IMMEDIATE, RetryPolicy
-from ..errors import NotFound, RecordGone
+from ..errors import NotFound, RecordGone, RemoteUnavailable
 from ..message import Message
 from ..state_pb2 import TimerRecord
 from .journal import QueueStore
@@ -338,7 +338,7 @@ class QueueService:
             if message is None:
                 try:
                     message = self.message(entry)
-                except RecordGone:  # no such record any more: nothing to take
+                except (RecordGone, RemoteUnavailable):  # no such record (or none in reach): nothing to take
                     return False
             return f.takes(message, entry.topic, properties)
 
@@ -392,6 +392,12 @@ class QueueService:
             except RecordGone as e:
                 self.gone(qs, [entry], e)
                 continue
+            except RemoteUnavailable:  # out of reach for now: again when its partition's readers wake
+                q.untake(d)
+                when_ready = self.messages.pending(entry.topic, entry.partition, entry.offset)
+                if when_ready is not None:
+                    when_ready(partial(self.dispatch, name))
+                return
             d.consumer = consumer
             if consumer.no_ack:
                 q.ack(d)
@@ -443,6 +449,9 @@ class QueueService:
             except RecordGone as e:
                 self.gone(qs, [entry], e)
                 continue
+            except RemoteUnavailable:  # out of reach for now: it stays first in line
+                q.untake(d)
+                break
             if no_ack:
                 q.ack(d)
                 self.messages.release(entry.topic, entry.partition, entry.offset)
@@ -687,7 +696,7 @@ class QueueService:
             qs.total.dead_lettered += 1
             try:
                 self._dead_letter(qs, self.messages.get(e.topic, e.partition, e.offset), r.reason, e)
-            except RecordGone as exc:
+            except (RecordGone, RemoteUnavailable) as exc:  # (remote, out of reach: no copy to dead-letter)
                 self._count_gone(qs, 1, exc)
         self.messages.release(e.topic, e.partition, e.offset)
 
