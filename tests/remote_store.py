@@ -107,8 +107,13 @@ class RemoteStore:
             if self.proc.poll() is not None:
                 return False
             try:
-                self.client().head_bucket(Bucket=BUCKET)
-                return True
+                c = self.client()
+                c.head_bucket(Bucket=BUCKET)
+                # and objects can be written and read (the volume server is up too)
+                c.put_object(Bucket=BUCKET, Key=".ready", Body=b"ok")
+                if c.get_object(Bucket=BUCKET, Key=".ready")["Body"].read() == b"ok":
+                    c.delete_object(Bucket=BUCKET, Key=".ready")
+                    return True
             except Exception as e:  # noqa: BLE001 (not up yet, or no bucket yet)
                 code = getattr(e, "response", {}).get("Error", {}).get("Code")
                 if code in ("404", "NoSuchBucket"):
