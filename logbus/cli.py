@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="s3://BUCKET/PREFIX: where tiered topics upload sealed segments (docs/tiering.md)")
     serve.add_argument("--remote-storage-endpoint", metavar="URL",
                        help="the S3-compatible store's address (default: AWS S3)")
+    serve.add_argument("--remote-cache-bytes", metavar="BYTES",
+                       help="disk kept for remote segments read back (default 1 GiB)")
     serve.add_argument("--kafka-advertised", metavar="HOST:PORT",
                        help="address Kafka clients are told to connect to (default: the one they used)")
     serve.add_argument("--kafka-auto-create-topics", metavar="BOOL",
@@ -345,6 +347,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "max_open_files": args.max_open_files,
         "remote_storage": args.remote_storage,
         "remote_storage_endpoint": args.remote_storage_endpoint,
+        "remote_cache_bytes": args.remote_cache_bytes,
         "kafka_advertised": args.kafka_advertised,
         "kafka_auto_create_topics": args.kafka_auto_create_topics,
         "memory_high_watermark": args.memory_high_watermark,

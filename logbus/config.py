@@ -62,6 +62,7 @@ class Settings:
     # from the standard AWS environment variables and files
     remote_storage: str = ""
     remote_storage_endpoint: str = ""
+    remote_cache_bytes: int = 1 << 30  # the local cache of remote segments' bytes read back
     log_level: str = "info"
     log_format: str = "text"  # "text": one line per record; "json": one JSON object per line
     kafka_advertised: str = ""  # host:port Kafka clients are told to connect to; "": the address they used
@@ -398,6 +399,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "max_open_files": lambda raw: _as_int(raw, 16, 1_000_000),
     "remote_storage": _remote_storage,
     "remote_storage_endpoint": _endpoint_url,
+    "remote_cache_bytes": lambda raw: _as_int(raw, 16 << 20, MAX_BYTES),
     "log_level": _log_level,
     "log_format": _log_format,
     "kafka_advertised": _host_port,

@@ -281,6 +281,7 @@ def build_service(settings: Settings, reactor: Any) -> LogbusService:
         max_open_files=settings.max_open_files,
         remote_storage=settings.remote_storage,
         remote_storage_endpoint=settings.remote_storage_endpoint,
+        remote_cache_bytes=settings.remote_cache_bytes,
         memory_high_watermark=settings.memory_high_watermark,
         disk_free_limit=settings.disk_free_limit,
         default_user=settings.default_user,

@@ -89,6 +89,7 @@ class Broker:
         max_open_files: int = 1024,
         remote_storage: str = "",
         remote_storage_endpoint: str = "",
+        remote_cache_bytes: int = 0,
         memory_high_watermark: float = DEFAULT_MEMORY_HIGH_WATERMARK,
         disk_free_limit: int = DEFAULT_DISK_FREE_LIMIT,
         default_user: str = "guest",
@@ -115,6 +116,7 @@ class Broker:
         self.metrics = Metrics()
         self.max_open_files = max_open_files
         self.remote_storage, self.remote_storage_endpoint = remote_storage, remote_storage_endpoint
+        self.remote_cache_bytes = remote_cache_bytes
         # the largest message a queue-model publish carries (the AMQP gateway's
         # max_message_size): topics created for exchanges take batches that large
         self.queue_max_message_bytes = queue_max_message_bytes
@@ -218,6 +220,7 @@ class Broker:
                 metrics=self.metrics,
                 remote_storage=self.remote_storage,
                 remote_storage_endpoint=self.remote_storage_endpoint,
+                remote_cache_bytes=self.remote_cache_bytes,
             )
             offsets = self.streams.open(self.state, self.log)
             self.topics.open(self.state, self.log)
