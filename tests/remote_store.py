@@ -6,6 +6,7 @@
     store.endpoint, store.url("prefix"), store.env   # for --remote-storage*, and credentials
     store.objects("prefix/")                    # {key: size}
     store.stop(); store.start()                 # the same data directory again
+    store.pause(); store.resume()               # SIGSTOP / SIGCONT: requests hang meanwhile
     store.kill()                                # SIGKILL, by pid
 
 ``weed mini`` takes a fixed port per service, and each gRPC port is its HTTP port plus
@@ -142,6 +143,15 @@ class RemoteStore:
 
     def read(self, key: str) -> bytes:
         return bytes(self.client().get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+    def pause(self) -> None:
+        """SIGSTOP: requests hang (a store that stopped answering), until ``resume()``."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -205,8 +205,14 @@ def test_kill_9_during_uploads_leaves_the_manifest_consistent(
     for kill in range(10):
         produce(server, 400, produced)  # ~4 MB: a segment sealed each round
         produced += 400
-        time.sleep(0.2 * (kill % 4))  # the kill lands before, during or after an upload
-        server.kill()
+        if kill % 2:  # the store hangs: the upload started within a second of the roll is cut mid-way
+            store.pause()
+            time.sleep(1.5)
+            server.kill()
+            store.resume()
+        else:  # before, during or after an upload
+            time.sleep(0.2 * (kill % 4))
+            server.kill()
         server = server.restart()
     deadline = time.monotonic() + 120
     while not _uploaded_all(store, server) and time.monotonic() < deadline:
