@@ -80,6 +80,10 @@ class Manifest:
     log_start_offset: int = 0
     segments: tuple[RemoteSegment, ...] = ()
     aborted: tuple[F.AbortedTxn, ...] = field(default=())
+    bases: tuple[int, ...] = field(init=False, repr=False, compare=False)  # the segments' base offsets
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bases", tuple(s.base_offset for s in self.segments))
 
     @property
     def end_offset(self) -> int:

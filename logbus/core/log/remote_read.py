@@ -148,7 +148,7 @@ class RemoteReads:
         if m is None or not m.segments:
             raise OffsetOutOfRange(f"offset {offset} of {p.topic}/{p.index} is below its log start")
         segs = m.segments
-        i = bisect_right([s.base_offset for s in segs], offset) - 1
+        i = bisect_right(m.bases, offset) - 1
         if i < 0 or offset >= segs[i].next_offset:
             raise OffsetOutOfRange(f"offset {offset} of {p.topic}/{p.index} is in no segment: what lay between "
                                    f"[{m.end_offset}, {p.segments[0].base_offset}) went before it was uploaded")
@@ -187,7 +187,7 @@ class RemoteReads:
         if m is None or not m.segments:
             return None
         segs = m.segments
-        i = bisect_right([s.base_offset for s in segs], offset) - 1
+        i = bisect_right(m.bases, offset) - 1
         if i < 0 or offset >= segs[i].next_offset:
             return None  # out of range: the read says so
         c = self._get(p, segs[i])
