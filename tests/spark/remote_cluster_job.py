@@ -1,6 +1,7 @@
 """A Spark job, by default in local-cluster mode (two executor JVMs, one core each): the
 ``logbus`` source reads a topic from a bucket and a data directory; prints one JSON line
-with the count, the rows per key and the executors that read (tests/spark/test_spark_remote.py,
+with the count, the rows per key, the executors that read and the count of the bucket
+alone (no ``path``) (tests/spark/test_spark_remote.py,
 tests/integration/test_tiering.py).
 
     python tests/spark/remote_cluster_job.py TOPIC PATH REMOTE ENDPOINT [MASTER]
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -22,12 +24,19 @@ def main(topic: str, path: str, remote: str, endpoint: str, master: str = "local
     from logbus.spark import register
 
     register(spark)
-    df = (spark.read.format("logbus").option("subscribe", topic).option("path", path).option("remote", remote)
-          .option("remote.endpoint", endpoint).option("minPartitions", "8").load())
+    def load(**extra: str) -> Any:
+        reader = (spark.read.format("logbus").option("subscribe", topic).option("remote", remote)
+                  .option("remote.endpoint", endpoint).option("minPartitions", "8"))
+        for k, v in extra.items():
+            reader = reader.option(k, v)
+        return reader.load()
+
+    df = load(path=path)
     by_key = {r["key"].decode(): r["count"] for r in df.groupBy("key").count().collect()}
     readers = df.rdd.mapPartitions(lambda rows: [(os.getppid(), sum(1 for _ in rows))]).collect()
     print(json.dumps({"count": df.count(), "by_key": by_key, "read": sum(n for _, n in readers),
-                      "worker_daemons": len({pid for pid, n in readers if n})}))
+                      "worker_daemons": len({pid for pid, n in readers if n}),
+                      "remote_only_count": load().count()}))
     spark.stop()
 
 

@@ -252,11 +252,12 @@ def test_export_shows_progress_on_a_terminal(log_writer: LogWriter, tmp_path: Pa
 
 
 def test_spark_package_imports_neither_twisted_nor_the_broker() -> None:
-    """Of the log, only its byte layout (``core.log.format``) is loaded."""
+    """Of the log, only its byte layout (``core.log.format``, and the bucket's,
+    ``core.log.manifest``) is loaded."""
     code = ("import sys; import logbus.spark.source, logbus.spark.stream, logbus.spark.export, pyspark_logbus; "
             "bad = [m for m in sys.modules if m.split('.')[0] == 'twisted' or m.startswith(("
             "'logbus.server', 'logbus.core.broker', 'logbus.gateway', 'logbus.core.log')) "
-            "and m not in ('logbus.core.log', 'logbus.core.log.format')]; print(bad)")
+            "and m not in ('logbus.core.log', 'logbus.core.log.format', 'logbus.core.log.manifest')]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert out.returncode == 0, out.stderr

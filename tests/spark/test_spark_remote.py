@@ -94,21 +94,6 @@ def test_the_bucket_alone_and_under_the_data_directory(tiered: Tiered) -> None:
         assert values(both, p, N // PARTITIONS) == mine
 
 
-def test_spark_counts_and_groups_the_topic_from_s3(tiered: Tiered, spark: Any) -> None:
-    def load(**options: str) -> Any:
-        reader = spark.read.format("logbus").option("subscribe", "tele")
-        for k, v in options.items():
-            reader = reader.option(k.replace("_", "."), v)
-        return reader.load()
-
-    remote = load(remote=tiered.url, remote_endpoint=tiered.endpoint)
-    assert remote.count() == sum(tiered.remote_counts.values())
-    whole = load(path=str(tiered.data), remote=tiered.url, remote_endpoint=tiered.endpoint)
-    assert whole.count() == N
-    by_key = {r["key"].decode(): r["count"] for r in whole.groupBy("key").count().collect()}
-    assert by_key == {f"dev-{k}": v for k, v in Counter(i % KEYS for i in range(N)).items()}
-
-
 def test_export_parquet_reads_the_bucket_and_writes_to_it(tiered: Tiered, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
@@ -122,15 +107,29 @@ def test_export_parquet_reads_the_bucket_and_writes_to_it(tiered: Tiered, tmp_pa
     assert table.num_rows == N // PARTITIONS
 
 
-def test_several_executor_jvms_read_it_from_s3(tiered: Tiered) -> None:
-    """local-cluster mode: two executor JVMs, each with its own Python workers, read the
-    ranges Spark hands them; together, every record once."""
+def spark_job(tiered: Tiered, master: str) -> dict[str, Any]:
+    """The Spark job in a process of its own: its workers get the store's credentials
+    from its environment (a session already running in this process would not)."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, str(REPO_ROOT / "tests/spark/remote_cluster_job.py"), "tele",
-                           str(tiered.data), tiered.url, tiered.endpoint],
+                           str(tiered.data), tiered.url, tiered.endpoint, master],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_spark_counts_and_groups_the_topic_from_s3(tiered: Tiered) -> None:
+    result = spark_job(tiered, "local[2]")
+    assert result["remote_only_count"] == sum(tiered.remote_counts.values())
+    assert result["count"] == result["read"] == N
+    assert result["by_key"] == {f"dev-{k}": v for k, v in Counter(i % KEYS for i in range(N)).items()}
+
+
+def test_several_executor_jvms_read_it_from_s3(tiered: Tiered) -> None:
+    """local-cluster mode: two executor JVMs, each with its own Python workers, read the
+    ranges Spark hands them; together, every record once."""
+    result = spark_job(tiered, "local-cluster[2,1,1024]")
     assert result["count"] == result["read"] == N
     assert result["by_key"] == {f"dev-{k}": v for k, v in Counter(i % KEYS for i in range(N)).items()}

@@ -6,7 +6,7 @@ the reactor thread; the bucket is only ever touched by the worker threads (``_Wo
 one job per partition at a time, so a slow or stopped store never holds the reactor.
 Each housekeeping pass (``tick``) gives an idle partition its next job, in this order:
 
-1. **read the bucket's manifest** (once, at open): the bucket is the source of truth. The
+1. **read the bucket's manifest** (at open, and every ``SWEEP_S``): the bucket is the source of truth. The
    partition's local copy (``remote.json``, the manifest as last written; its incarnation
    written before anything reaches the bucket) gives the log start at once, before the
    bucket answers. A manifest of the same incarnation is taken as it is, and objects it
@@ -49,6 +49,9 @@ from .partition import Partition
 
 log = logging.getLogger(__name__)
 
+# how often a partition's manifest is read again and the objects it does not name deleted:
+# a request of a process killed mid-upload can still land after the next start's sweep
+SWEEP_S = 600.0
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0  # Kafka's remote.log.manager.task.retry.backoff.max.ms
 WORKERS = 2
@@ -63,6 +66,7 @@ class PartitionTier:
         self.manifest = manifest  # as in the bucket, as far as this broker knows
         self.etag: str | None = None  # the bucket manifest's, once read (None: there is none)
         self.ready = False  # the bucket's manifest was read
+        self.reconciled_at = 0.0  # when (the clock's), to sweep again after SWEEP_S
         self.busy = False  # a job runs
         self.retry_at = 0.0
         self.failures = 0
@@ -178,7 +182,7 @@ class Tiering:
         """Give an idle partition its next job (after a housekeeping pass, or its last job)."""
         if tier.busy or tier.closed or tier.refused is not None or self._clock() < tier.retry_at:
             return
-        if not tier.ready:
+        if not tier.ready or self._clock() - tier.reconciled_at >= SWEEP_S:
             self._start(tier, self._reconcile, self._reconciled)
             return
         drop_to = self._retention_due(tier, now_ms, self._keep_from) if self._retention else None
@@ -267,6 +271,7 @@ class Tiering:
             tier.manifest = manifest
         tier.etag = etag
         tier.ready = True
+        tier.reconciled_at = self._clock()
         self._adopt(tier)
 
     def _adopt(self, tier: PartitionTier) -> None:
