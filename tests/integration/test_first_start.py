@@ -56,7 +56,8 @@ def test_make_install_prints_no_setuptools_warning_and_spark_finds_the_module(tm
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     printed = ""
     for step in steps:  # each in a shell of its own, as make runs them
-        out = subprocess.run(["sh", "-ec", step], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        # a deadline, not a speed: the install compiles 57 modules with mypyc (minutes on a busy machine)
+        out = subprocess.run(["sh", "-ec", step], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
         printed += out.stdout + out.stderr
         assert out.returncode == 0, printed
     assert "setuptools" not in printed and "Warning" not in printed and "!!" not in printed, printed
