@@ -38,7 +38,7 @@ from .index import IndexDamaged, OffsetIndex, TimeIndex
 from .manifest import RemoteSegment, partition_prefix
 from .objectstore import ObjectStore, StoreError
 from .partition import FileSpan, Partition, ReadResult
-from .tiering import _Workers
+from .tiering import Workers
 from .format import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,15 @@ READ_AHEAD = 8  # chunks asked for past where a read ended
 MIN_IDLE_S = 60.0
 DEFAULT_LIMIT = 1 << 30
 WORKERS = 2
+
+
+def _holding(p: Partition, offset: int) -> int:
+    """The index of the remote segment of ``p`` holding ``offset`` (-1: none)."""
+    m = p.remote
+    if m is None or not m.segments:
+        return -1
+    i = bisect_right(m.bases, offset) - 1
+    return i if i >= 0 and offset < m.segments[i].next_offset else -1
 
 
 def _once(p: Partition, callback: Callable[[], object]) -> None:
@@ -124,7 +133,7 @@ class RemoteReads:
         os.makedirs(self.root, exist_ok=True)
         self.store = store
         self.limit = limit
-        self._workers = _Workers(call_from_thread, workers, "logbus-remote-read")
+        self._workers = Workers(call_from_thread, workers, "logbus-remote-read")
         self._cached: OrderedDict[tuple[str, int, int, str], _Cached] = OrderedDict()
         self.cached_bytes = 0
         self.fetched_bytes = 0
@@ -144,15 +153,14 @@ class RemoteReads:
 
     def read(self, p: Partition, offset: int, max_bytes: int, data: bool, stop: int) -> ReadResult:
         """``Partition.read`` below the first local segment (see the module's header)."""
-        m = p.remote
-        if m is None or not m.segments:
-            raise OffsetOutOfRange(f"offset {offset} of {p.topic}/{p.index} is below its log start")
-        segs = m.segments
-        i = bisect_right(m.bases, offset) - 1
-        if i < 0 or offset >= segs[i].next_offset:
-            raise OffsetOutOfRange(f"offset {offset} of {p.topic}/{p.index} is in no segment: what lay between "
-                                   f"[{m.end_offset}, {p.segments[0].base_offset}) went before it was uploaded")
-        seg = segs[i]
+        i = _holding(p, offset)
+        if i < 0:
+            m = p.remote
+            end = m.end_offset if m is not None else p.log_start_offset
+            raise OffsetOutOfRange(f"offset {offset} of {p.topic}/{p.index} is in no remote segment: what lay "
+                                   f"between [{end}, {p.segments[0].base_offset}) went before it was uploaded")
+        assert p.remote is not None
+        seg = p.remote.segments[i]
         c = self._get(p, seg)
         if c.index is None:
             if not data:
@@ -183,13 +191,10 @@ class RemoteReads:
         """None when a read of the batch holding ``offset`` (below the local log) would
         not wait for the store; else its fetch is asked for, and ``when_ready(callback)``
         is returned, which calls ``callback()`` once the partition's readers are woken."""
-        m = p.remote
-        if m is None or not m.segments:
-            return None
-        segs = m.segments
-        i = bisect_right(m.bases, offset) - 1
-        if i < 0 or offset >= segs[i].next_offset:
+        i = _holding(p, offset)
+        if i < 0 or p.remote is None:
             return None  # out of range: the read says so
+        segs = p.remote.segments
         c = self._get(p, segs[i])
         if c.index is None:
             self._fetch_index(p, c)

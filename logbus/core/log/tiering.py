@@ -2,7 +2,7 @@
 
 Theory of operation. Every partition of a topic with ``remote.storage.enable`` (and every
 partition whose manifest lists remote segments) has a ``PartitionTier`` here, owned by
-the reactor thread; the bucket is only ever touched by the worker threads (``_Workers``),
+the reactor thread; the bucket is only ever touched by the worker threads (``Workers``),
 one job per partition at a time, so a slow or stopped store never holds the reactor.
 Each housekeeping pass (``tick``) gives an idle partition its next job, in this order:
 
@@ -81,7 +81,7 @@ class PartitionTier:
         return f"<PartitionTier {self.p.topic}/{self.p.index} remote [{self.manifest.start_offset}, {self.manifest.end_offset})>"
 
 
-class _Workers:
+class Workers:
     """Daemon threads running jobs; each result (or exception) goes back to the reactor
     through ``call_from_thread(done, result)``. Daemon: a job cut short by the process
     ending is as safe as one cut by kill -9."""
@@ -119,7 +119,7 @@ class Tiering:
                  workers: int = WORKERS, clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.tiers: dict[tuple[str, int], PartitionTier] = {}
-        self._workers = _Workers(call_from_thread, workers)
+        self._workers = Workers(call_from_thread, workers)
         self._clock = clock
         self._outage: str | None = None  # the failure logged, until a job succeeds again
         # told of every manifest a partition's readers see from now on (remote_read.py's cache)
