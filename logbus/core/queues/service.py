@@ -422,11 +422,11 @@ class QueueService:
     # -- pull and pop -------------------------------------------------------------------------
 
     def take(self, name: str, owner: Any, n: int = 1, *, invisible_ms: int = 0,
-             no_ack: bool = False, budget_s: float = 0.0) -> list[Delivery]:
+             no_ack: bool = False, budget_s: float = 0.0, at_least: int = 1) -> list[Delivery]:
         """Up to ``n`` ready messages, leased to ``owner`` (for ``invisible_ms`` if not 0:
         then they are given back unless settled or extended), or settled at once with
-        ``no_ack``; with ``budget_s``, fewer once that much time is spent (at least one:
-        a large take must not hold the reactor). The last delivery's ``remaining``
+        ``no_ack``; with ``budget_s``, fewer once that much time is spent and ``at_least``
+        are taken (a large take must not hold the reactor). The last delivery's ``remaining``
         counts the ready messages left. With ``no_ack`` they are settled already."""
         stop_at = perf_counter() + budget_s if budget_s else 0.0
         qs = self.state(name)
@@ -457,7 +457,7 @@ class QueueService:
                 self.messages.release(entry.topic, entry.partition, entry.offset)
             _delivered(qs, d)
             out.append(d)
-            if stop_at and perf_counter() >= stop_at:
+            if stop_at and len(out) >= at_least and perf_counter() >= stop_at:
                 break
         if out:
             out[-1].remaining = q.message_count
