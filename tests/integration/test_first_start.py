@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from logbus.compiled import MODULES, decide
 from tests.serverproc import REPO_ROOT
 
 # what `pip install` needs of the repository (pyproject's readme is README.md; setup.py
@@ -22,15 +23,18 @@ SOURCES = ("pyproject.toml", "setup.py", "README.md", "Makefile", "pyspark_logbu
 
 
 def _copy_sources(dest: Path) -> Path:
+    """The sources, with the work tree's in-place build (extensions and logbus/compiled.json):
+    setup.py finds it current and does not compile again (minutes; the fresh build is the
+    one `make test` itself makes before the suite)."""
     dest.mkdir()
     for name in SOURCES:
         src = REPO_ROOT / name
         if src.is_dir():
-            # not the in-place build: the install builds its own
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so",
-                                                                            "compiled.json"))
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(src, dest / name)
+    for library in REPO_ROOT.glob("logbus__mypyc*"):
+        shutil.copy2(library, dest / library.name)
     return dest
 
 
@@ -40,6 +44,8 @@ def test_make_install_prints_no_setuptools_warning_and_spark_finds_the_module(tm
     of finding data sources (the `pyspark_*` modules on sys.path, pkgutil.iter_modules)
     sees the copy's pyspark_logbus from outside the repository."""
     repo = _copy_sources(tmp_path / "repo")
+    current = decide(str(repo / "logbus"), MODULES, {})[0]  # the work tree's build, copied, is current
+    built = {p: p.stat().st_mtime_ns for p in [*repo.rglob("*.so"), repo / "logbus" / "compiled.json"]}
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     purelib = Path(subprocess.run([str(venv / "bin/python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -56,7 +62,8 @@ def test_make_install_prints_no_setuptools_warning_and_spark_finds_the_module(tm
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     printed = ""
     for step in steps:  # each in a shell of its own, as make runs them
-        # a deadline, not a speed: the install compiles 57 modules with mypyc (minutes on a busy machine)
+        # a deadline, not a speed: the install compiles 57 modules with mypyc when the work
+        # tree's build is not current (minutes on a busy machine)
         out = subprocess.run(["sh", "-ec", step], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
         printed += out.stdout + out.stderr
         assert out.returncode == 0, printed
@@ -67,6 +74,11 @@ def test_make_install_prints_no_setuptools_warning_and_spark_finds_the_module(tm
          " for m in pkgutil.iter_modules() if m.name == 'pyspark_logbus']))"],
         cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
     assert json.loads(found)[:1] == [str(repo)], found
+    if current:  # not compiled again: the same files, and the copy runs them
+        assert {p: p.stat().st_mtime_ns for p in built} == built
+        status = subprocess.run([str(venv / "bin/python"), "-c", "import logbus.compiled as c; print(c.status())"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
+        assert status.startswith("(True,"), status
 
 
 def _start_lines(server: Any) -> list[str]:
