@@ -55,11 +55,15 @@ GatewayBuilder = Callable[["Broker", Settings, Any], IProtocolFactory]
 
 
 def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
+    from .gateway.amqp.operator import AmqpOperator
     from .gateway.http.site import build_site
 
+    # exchanges, queues and bindings as an operator declares them: AMQP's model, whether
+    # or not an AMQP listener runs (RabbitMQ's management API declares in its terms too)
+    topology = AmqpOperator(broker.queue_model)
     return IProtocolFactory(build_site(doors=broker.doors, admin=broker.admin, topics=broker.topics,
                                        pop=broker.pop_service, metrics=broker.metrics, halves=broker.halves,
-                                       reactor=reactor,
+                                       topology=topology, reactor=reactor,
                                        timeouts=_http_timeouts(settings), metrics_auth=settings.http_metrics_auth))
 
 

@@ -425,7 +425,8 @@ class Inventory:
                 out.append({"source": b.source, "vhost": vname, "destination": b.destination,
                             "destination_type": b.destination_kind, "routing_key": b.routing_key,
                             "arguments": {k: jsonable(v) for k, v in b.arguments},
-                            "filter": None if b.filter is None else str(b.filter)})
+                            "filter": None if b.filter is None else str(b.filter),
+                            "filter_arguments": {} if b.filter is None else b.filter.arguments()})
         return out
 
     # -- pop groups and consumer groups -------------------------------------------------------

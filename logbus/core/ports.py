@@ -317,6 +317,37 @@ class ClientSessions(Protocol):
     def delete_session(self, client_id: str) -> bool: ...  # False: no such session
 
 
+class Topology(Protocol):
+    """Exchanges, queues and bindings as an operator declares and deletes them over the HTTP
+    API and the web console, in the terms of the protocol that declares them (its queue
+    arguments, its checks and wording), and a message published to an exchange as that
+    protocol's clients publish. Implemented by the AMQP gateway (gateway/amqp/operator.py),
+    built by the server over the vhosts' queue models, whatever listeners run. Access is
+    checked by the caller. Core errors as the protocol raises them (NotFound,
+    PreconditionFailed, AccessRefused...).
+
+        topology.declare_exchange("/", "orders", "topic", durable=True)   # True: new
+        topology.bind("/", "orders", "queue", "billing", "order.*")
+        d = topology.publish("/", "orders", "order.created", b"{}", {"delivery_mode": 2})
+        d.addCallback(print)                                              # True: it reached a queue
+    """
+
+    def declare_exchange(self, vhost: str, name: str, kind: str = "direct", *, durable: bool = True,
+                         auto_delete: bool = False, internal: bool = False,
+                         arguments: Mapping[str, Any] | None = None) -> bool: ...
+    def delete_exchange(self, vhost: str, name: str, *, if_unused: bool = False) -> None: ...
+    def declare_queue(self, vhost: str, name: str, *, durable: bool = True, auto_delete: bool = False,
+                      arguments: Mapping[str, Any] | None = None) -> bool: ...
+    def delete_queue(self, vhost: str, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int: ...
+    def bind(self, vhost: str, source: str, kind: str, destination: str, routing_key: str = "",
+             arguments: Mapping[str, Any] | None = None) -> None: ...
+    def unbind(self, vhost: str, source: str, kind: str, destination: str, routing_key: str = "",
+               arguments: Mapping[str, Any] | None = None) -> None: ...
+    def publish(self, vhost: str, exchange: str, routing_key: str, payload: bytes,
+                properties: Mapping[str, Any] | None = None) -> Deferred[bool]: ...
+    def consumers(self, vhost: str) -> list[dict[str, Any]]: ...
+
+
 class Admin(Protocol):
     """The operator's view of the broker and its changes: what the HTTP API and the web
     console call (the CLI talks to them over HTTP). Implemented by ``core/admin.py``'s

@@ -6,11 +6,19 @@ permission in (``monitoring``: all).
     GET    /api/queues                          200 [queue, ...]
     GET    /api/queues/<vhost>                  200 [queue, ...] of one vhost
     GET    /api/queues/<vhost>/<name>           200 queue | 404
+    PUT    /api/queues/<vhost>/<name>           201 declared, 204 it was there (AMQP
+                                                queue.declare: configure on it); body
+                                                {"durable", "auto_delete", "arguments"}
+    DELETE /api/queues/<vhost>/<name>[?if-empty=true&if-unused=true]  204 (queue.delete:
+                                                configure on it; an AMQP queue only)
     DELETE /api/queues/<vhost>/<name>/contents  204: its ready messages dropped (AMQP
                                                 queue.purge; read permission on it)
     POST   /api/queues/<vhost>/<name>/get       200 [message, ...]: the first ``count``
                                                 ready messages, without taking them
                                                 (read permission); body {"count": 10}
+    GET    /api/consumers[/<vhost>]             200 [consumer, ...]: RabbitMQ's fields
+                                                (``queue``, ``consumer_tag``, ``prefetch_count``,
+                                                ``ack_required``, ``channel_details``...)
 
 A queue is RabbitMQ's fields (``name``, ``vhost``, ``durable``, ``auto_delete``,
 ``exclusive``, ``arguments``, ``consumers``, ``messages``, ``messages_ready``,
@@ -28,9 +36,10 @@ from typing import TYPE_CHECKING
 from twisted.web import resource, server
 
 from ...core.types import Action, QueueInfo, Resource, topic_exchange
+from . import topology
 from .auth import AdminResource, path_name
 from .credentials import require, require_topic, user_of
-from .request import json_object, read_json, request_body
+from .request import json_object, query_flag, read_json, request_body
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
@@ -99,10 +108,26 @@ class OneQueue(AdminResource):
             raise HttpError(405, "method_not_allowed", f"GET is not allowed on .../{self.action}")
         return Response.json(200, self._visible(request).to_json())
 
+    def handle_PUT(self, request: server.Request) -> Response:
+        if self.action:
+            raise HttpError(405, "method_not_allowed", f"PUT is not allowed on .../{self.action}")
+        body = read_json(request) if request_body(request).strip() else {}
+        if not isinstance(body, dict):
+            raise HttpError(400, "bad_request", "request body must be a JSON object")
+        new = topology.declare_queue(request, self.services, self.vhost, self.name, body)
+        return Response.empty(201 if new else 204)
+
     def handle_DELETE(self, request: server.Request) -> Response:
+        if not self.action:
+            info = self._visible(request)
+            if info.kind != "classic":
+                raise HttpError(405, "method_not_allowed", f"a {info.kind} queue is deleted by its protocol"
+                                " (an MQTT session, a pop group); DELETE .../contents purges it")
+            topology.delete_queue(request, self.services, self.vhost, self.name,
+                                  if_unused=query_flag(request, "if-unused"), if_empty=query_flag(request, "if-empty"))
+            return Response.empty(204)
         if self.action != "contents":
-            raise HttpError(405, "method_not_allowed", "a queue is deleted by its protocol; "
-                            "DELETE .../contents purges it")
+            raise HttpError(405, "method_not_allowed", f"DELETE is not allowed on .../{self.action}")
         info = self._visible(request)
         self._may_read(request, info)
         self.admin.purge_queue_contents(self.vhost, self.name)
@@ -121,3 +146,28 @@ class OneQueue(AdminResource):
             if isinstance(count, bool) or not isinstance(count, int):
                 raise HttpError(400, "bad_request", "count must be a whole number")
         return Response.json(200, [m.to_json() for m in self.admin.peek_queue(self.vhost, self.name, count)])
+
+
+class Consumers(AdminResource):
+    """``/api/consumers[/<vhost>]``: the consumers of the vhosts the user sees."""
+
+    needs: Action | None = "manage"
+
+    def __init__(self, services: Services, vhost: str | None = None) -> None:
+        super().__init__(services)
+        self.vhost = vhost
+
+    def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
+        if path == b"":
+            return self
+        if self.vhost is not None:
+            raise HttpError(404, "not_found", f"no such resource: {request.uri.decode('latin-1', 'replace')}")
+        return Consumers(self.services, path_name(path, "vhost"))
+
+    def handle_GET(self, request: server.Request) -> Response:
+        if self.vhost is not None and not self.admin.has_vhost(self.vhost):
+            raise HttpError(404, "not_found", f"no vhost '{self.vhost}'")
+        user = user_of(request)
+        names = [self.vhost] if self.vhost is not None else [v.name for v in self.admin.list_vhosts()]
+        return Response.json(200, [c for name in names if self.doors.sees_vhost(user, name)
+                                   for c in self.services.topology.consumers(name)])

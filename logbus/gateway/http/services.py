@@ -6,6 +6,8 @@ site and its resources share: no resource holds the broker.
     topics   topics made, changed, listed (core/ports.Topics)
     pop      pop groups' receive, ack, nack (core/pop_service.py)
     halves   half messages: sent, committed, rolled back (core/halves.py)
+    topology exchanges, queues and bindings declared by an operator, a message published to
+             an exchange (core/ports.Topology: the AMQP gateway's operator.py)
     metrics  the broker's Prometheus metrics: /metrics and the gateway's own counters
 """
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ...core.ports import Admin, Doors, Halves, Pop, Topics
+    from ...core.ports import Admin, Doors, Halves, Pop, Topics, Topology
     from ...core.types import Metrics
 
 
@@ -27,3 +29,4 @@ class Services:
     pop: Pop
     metrics: Metrics
     halves: Halves
+    topology: Topology

@@ -16,7 +16,8 @@
     /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttOne      monitoring; DELETE: administrator
     /api/overview            overview.Overview                      management
     /api/queues[/<vhost>[/<name>[/contents|/get]]]  queues.*        management (+ read permission)
-    /api/exchanges[/<vhost>], /api/bindings[/<vhost>]  exchanges.Listing  management
+    /api/consumers[/<vhost>]  queues.Consumers                      management
+    /api/exchanges[/...], /api/bindings[/...]  exchanges.*          management (+ permissions)
     /api/consumer-groups[/<group>[/reset-offsets]]  groups.*        monitoring; POST: administrator
     /metrics/per-object      metrics.Metrics (one series per queue)  as /metrics
     / and every other path   console.app.Console (the web console)  management (a session or Basic)
@@ -53,7 +54,7 @@ from .mqtt import MqttClients, MqttSessions
 from .overview import Overview, RateSampler
 from .permissions import Permissions
 from .pop import Pop
-from .queues import Queues
+from .queues import Consumers, Queues
 from .request import LimitedRequest, abort_transport, discard
 from .resource import Directory, Refusal
 from .responses import HttpError, Response
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from ...core.ports import Halves as HalvesPort
     from ...core.ports import Pop as PopPort
     from ...core.ports import Topics as TopicsPort
+    from ...core.ports import Topology as TopologyPort
     from ...core.types import Metrics as MetricsRegistry
 
 log = logging.getLogger(__name__)
@@ -252,6 +254,7 @@ def build_resource(services: Services, sampler: RateSampler, metrics_auth: bool 
     api = _directory({
         b"overview": Overview(services, sampler),
         b"queues": Queues(services),
+        b"consumers": Consumers(services),
         b"exchanges": Listing(services, "exchanges"),
         b"bindings": Listing(services, "bindings"),
         b"consumer-groups": ConsumerGroups(services),
@@ -288,10 +291,11 @@ def _directory(children: dict[bytes, resource.Resource]) -> Directory:
 
 
 def build_site(*, doors: Doors, admin: Admin, topics: TopicsPort, pop: PopPort, metrics: MetricsRegistry,
-               halves: HalvesPort, reactor: Any, timeouts: Timeouts | None = None,
+               halves: HalvesPort, topology: TopologyPort, reactor: Any, timeouts: Timeouts | None = None,
                metrics_auth: bool = False) -> ApiSite:
     """The HTTP gateway, built from the ports it calls (services.py)."""
-    services = Services(doors=doors, admin=admin, topics=topics, pop=pop, metrics=metrics, halves=halves)
+    services = Services(doors=doors, admin=admin, topics=topics, pop=pop, metrics=metrics, halves=halves,
+                        topology=topology)
     sampler = RateSampler(admin, reactor)
     site = ApiSite(build_resource(services, sampler, metrics_auth), services, reactor=reactor, timeouts=timeouts)
     site.sampler = sampler
