@@ -304,7 +304,8 @@ def test_the_overview_draws_its_chart_and_the_scripts_load_under_the_content_sec
     totals = mgmt.ok("GET", "/api/overview").json()["queue_totals"]
     [row] = console.table("Queue totals")
     assert (row["Ready"], row["Unacked"]) == (str(totals["messages_ready"]), str(totals["messages_unacknowledged"]))
-    console.until(lambda: console.table("Messages per second, last 10 seconds"), "the rates table")
+    console.until(lambda: "average of the last" in console.driver.find_element(By.ID, "message-rates").text,
+                  "the rates' average")
     errors = [e for e in console.driver.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
 

@@ -1,9 +1,13 @@
-"""Connections of every protocol (``Admin.list_connections``), with a Close button, under
-the rules of ``GET`` and ``DELETE /api/connections``: a management user sees and may close
-its own, monitoring sees every one, an administrator may close any. Each shows the name
-the client gave (AMQP connection_name, MQTT client id, Kafka client.id), its software
-where the protocol says (AMQP client properties, Kafka ApiVersions), when it was accepted
-(UTC) and what it carried."""
+"""The clients' connections (``Admin.list_connections``): AMQP, MQTT and Kafka, with a
+Close button, under the rules of ``GET`` and ``DELETE /api/connections``: a management
+user sees and may close its own, monitoring sees every one, an administrator may close
+any. Each shows the name the client gave (AMQP connection_name, MQTT client id, Kafka
+client.id), its software where the protocol says (AMQP client properties, Kafka
+ApiVersions), when it was accepted (UTC) and what it carried.
+
+HTTP connections are not listed, as RabbitMQ's management UI lists none: each carries
+requests, not a session, and most are the console's own (the browser viewing this page
+holds several); /api/connections and ``logbus connection list`` list them."""
 
 from __future__ import annotations
 
@@ -12,10 +16,13 @@ from ...responses import HttpError
 from ..html import Html, action_form, h, size, table
 from ..page import Page, PageAction, View
 
+CLIENT_PROTOCOLS = tuple(p for p in PROTOCOLS if p != "http")  # what the console lists (and the overview counts)
+
 
 def render(view: View) -> Html:
     protocol = view.arg("protocol", "")
-    records = sorted(view.admin.list_connections(protocol if protocol in PROTOCOLS else None), key=lambda c: c.id)
+    listed = view.admin.list_connections(protocol if protocol in CLIENT_PROTOCOLS else None)
+    records = sorted((c for c in listed if c.protocol in CLIENT_PROTOCOLS), key=lambda c: c.id)
     sees_all, closes_any = view.can("monitor"), view.can("administer")
     if not sees_all:
         records = [c for c in records if c.user == view.user]
@@ -30,20 +37,26 @@ def render(view: View) -> Html:
         rows.append((c.id, c.protocol, c.user, c.vhost, c.peer, "yes" if c.tls else "no", c.client_id, software,
                      c.connected_at, c.received, c.sent, size(c.bytes_in), size(c.bytes_out), button))
     options = "".join(f'<option value="{h(p)}"{" selected" if p == protocol else ""}>{h(p.upper())}</option>'
-                      for p in PROTOCOLS)
+                      for p in CLIENT_PROTOCOLS)
     filter_form = ('<form method="get" action="/connections" class="filters"><label for="protocol">Protocol</label>'
                    f'<select id="protocol" name="protocol"><option value="">all</option>{options}</select>'
                    '<button type="submit">Show</button></form>')
     headers = ["Id", "Protocol", "User", "Vhost", "Peer", "TLS", "Client id", "Client software", "Connected at (UTC)",
                "Messages in", "Messages out", "Bytes in", "Bytes out", "Action"]
-    return Html(filter_form + table("Open connections", headers, rows, numeric=(0, 9, 10, 11, 12)))
+    return Html(filter_form + table("Open connections", headers, rows, numeric=(0, 9, 10, 11, 12))
+                + '<p class="legend">HTTP connections (the API\'s and this console\'s own) are not listed:'
+                ' <code>GET /api/connections?protocol=http</code> lists them.</p>')
 
 
 def close(view: View) -> str:
     id = view.int_arg("id")
-    if not view.can("administer"):
-        if not [c for c in view.admin.list_connections() if c.id == id and c.user == view.user]:
-            raise HttpError(403, "forbidden", f"user '{view.user}' may close only its own connections")
+    record = next((c for c in view.admin.list_connections() if c.id == id), None)
+    if not view.can("administer") and (record is None or record.user != view.user):
+        raise HttpError(403, "forbidden", f"user '{view.user}' may close only its own connections")
+    if record is not None and record.protocol not in CLIENT_PROTOCOLS:
+        raise HttpError(400, "bad_request", f"connection {id} is an HTTP connection: the console closes"
+                                            " AMQP, MQTT and Kafka connections (DELETE /api/connections/<id>"
+                                            " closes any)")
     if not view.admin.close_connection(id):
         raise HttpError(404, "unknown_connection", f"no connection {id}")
     return f"Connection {id} closed."

@@ -1,6 +1,8 @@
 """Users (administrators only), as /api/users: the list, a form to create or update one
 (its password hashed with scrypt on the broker's password thread, as ``PUT
-/api/users/<name>``), a Delete button."""
+/api/users/<name>``), a Delete button on every user but the one logged in: deleting it
+would end the session in the middle of its own request, and could leave the broker
+without an administrator; the API (``DELETE /api/users/<name>``) still may."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
+from ...responses import HttpError
 from ...users import parse_user
 from ..html import Html, action_form, field, form, table
 from ..page import Page, PageAction, View
@@ -17,8 +20,8 @@ def render(view: View) -> Html:
     rows = []
     for u in view.admin.list_users():
         name = u.name
-        delete = action_form("/users/delete", view.csrf, "Delete", {"name": name},
-                             describe=f"Delete user {name}", danger=True)
+        delete: object = "(logged in)" if name == view.user else action_form(
+            "/users/delete", view.csrf, "Delete", {"name": name}, describe=f"Delete user {name}", danger=True)
         rows.append((name, ", ".join(u.tags) or "(none)", u.hashing_algorithm, delete))
     return Html(table("Users", ["Name", "Tags", "Password hashing", "Action"], rows)
                 + form("/users/put", view.csrf, "Add or update a user", [
@@ -44,6 +47,9 @@ def put(view: View) -> Deferred[str | None]:
 def delete(view: View) -> str:
     view.require("administer")
     name = view.arg("name")
+    if name == view.user:
+        raise HttpError(409, "own_user", f"user '{name}' is the one logged in here: log in as another"
+                        " administrator to delete it")
     view.admin.delete_user(name)
     return f"User {name!r} deleted."
 
