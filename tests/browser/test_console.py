@@ -1,11 +1,13 @@
 """The web console in a real browser against a real `logbus serve`: logging in and out,
 the read-only role (no buttons, and the server refuses the action anyway), connections
-of real AMQP and MQTT clients and closing them, a topic produced to over Kafka, and the
-basics of accessibility (labels, table headers, the keyboard)."""
+of real AMQP and MQTT clients and closing them, a topic produced to over Kafka, the
+overview's charts and their time axis, and the basics of accessibility (labels, table
+headers, the keyboard)."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any, Iterator, cast
 
@@ -14,6 +16,7 @@ import pika
 import pytest
 from kafka import KafkaProducer
 from paho.mqtt.enums import CallbackAPIVersion
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
@@ -308,6 +311,66 @@ def test_the_overview_draws_its_chart_and_the_scripts_load_under_the_content_sec
                   "the rates' average")
     errors = [e for e in console.driver.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
+
+
+# Run in each new page before its own scripts: /rates.json answered with samples a quarter
+# past each second over the last ?span= seconds, and the text drawn on each chart's canvas
+# kept (uPlot draws its tick labels there, not in the DOM) as window.drawn[chart id].
+FAKE_RATES = """
+(function () {
+  window.drawn = {};
+  var fillText = CanvasRenderingContext2D.prototype.fillText;
+  CanvasRenderingContext2D.prototype.fillText = function (text) {
+    var chart = this.canvas.closest(".chart");
+    if (chart) (window.drawn[chart.id] = window.drawn[chart.id] || []).push(String(text));
+    return fillText.apply(this, arguments);
+  };
+  var span = Number(new URLSearchParams(location.search).get("span"));
+  var realFetch = window.fetch;
+  window.fetch = function (url) {
+    if (!span || String(url) !== "/rates.json") return realFetch.apply(this, arguments);
+    var end = Math.floor(Date.now() / 1000) + 0.25, t = [], n = [];
+    for (var i = span; i >= 0; i--) { t.push(end - i); n.push(i % 7); }
+    var body = {t: t, received: n, sent: n, depth: {t: t, ready: n, unacked: n}};
+    return Promise.resolve(new Response(JSON.stringify(body), {headers: {"Content-Type": "application/json"}}));
+  };
+})();
+"""
+
+
+def test_the_charts_time_axis_reads_whole_seconds_as_clock_times_at_every_span(
+        console: ConsoleBrowser, mgmt: Mgmt) -> None:
+    """A few seconds of samples (the first minute), minutes, an hour, and a drag that
+    zooms into a few seconds: every time label is a clock time "12:04:25", never ":25.500"
+    nor "4:12pm"."""
+    driver = console.driver
+    console.login("guest", "guest")
+    script = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": FAKE_RATES})["identifier"]
+
+    def time_labels(chart: str) -> list[str]:
+        drawn: list[str] = driver.execute_script("return window.drawn[arguments[0]] || []", chart)
+        return [t for t in drawn if ":" in t]  # the y axis says numbers, the x axis times
+
+    def check(what: str) -> None:
+        for chart in ("rates-chart", "depth-chart"):
+            labels = console.until(lambda: time_labels(chart), f"the time labels of {chart}, {what}")
+            assert all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in labels), (what, chart, labels)
+    try:
+        for span in (2, 60, 300, 3600):
+            console.go(f"/?span={span}")
+            check(f"over {span} s")
+        console.go("/?span=60")
+        check("over 60 s")
+        driver.execute_script("window.drawn = {}")
+        over = driver.find_element(By.CSS_SELECTOR, "#rates-chart .u-over")
+        ActionChains(driver).move_to_element_with_offset(over, 0, 0).click_and_hold().move_by_offset(
+            30, 0).release().perform()  # uPlot zooms the x axis into what the mouse selected
+        labels = console.until(lambda: time_labels("rates-chart"), "the zoomed chart's labels")
+        assert all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in labels), ("zoomed in", labels)
+        seconds = [int(t[:2]) * 3600 + int(t[3:5]) * 60 + int(t[6:]) for t in labels]
+        assert 1 in {b - a for a, b in zip(seconds, seconds[1:])}, labels  # zoomed: a tick a second
+    finally:
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script})
 
 
 # -- accessibility ----------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // logbus console: the overview's charts (uPlot), message rates and queue depth. Everything
 // else is plain HTML forms and links, with htmx reloading a page's region; without
-// JavaScript the pages work the same, and the overview shows its numbers as tables.
+// JavaScript the pages work the same, and the overview says its figures in its facts and tables.
 "use strict";
 
 (function () {
@@ -27,6 +27,21 @@
     }
   };
 
+  // the time axis: ticks on whole seconds (minutes, hours as the span grows), each read as
+  // the browser's clock time, "12:04:25"; uPlot's own labels would read ":25.500" over a few
+  // seconds and "4:12pm" over minutes
+  var SECONDS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+  function two(n) { return (n < 10 ? "0" : "") + n; }
+  function clock(t) {
+    var d = new Date(t * 1000);
+    return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds());
+  }
+  var TIME_AXIS = {
+    incrs: SECONDS,
+    space: 70,  // pixels a label needs
+    values: function (u, splits) { return splits.map(clock); }
+  };
+
   function width(el) { return Math.max(300, el.clientWidth); }
 
   function makeChart(el, spec) {
@@ -39,7 +54,7 @@
             width: width(el),
             height: HEIGHT,
             series: [{}].concat(spec.series),
-            axes: [{}, { label: spec.axis }],
+            axes: [TIME_AXIS, { label: spec.axis }],
             legend: { show: false }  // the page says what the lines are; a table without headers would not
           }, series, el);
         } else {
