@@ -68,6 +68,7 @@ class NeedLogin(Exception):
 class Console(resource.Resource):
     def __init__(self, services: Services, pages: Sequence[Page], clock: Callable[[], float] = time.time) -> None:
         super().__init__()
+        self.services = services  # what the JSON API's checks and changes take (topology.py)
         self.doors, self.admin, self.topics = services.doors, services.admin, services.topics
         self.clock = clock
         self.started = clock()

@@ -77,9 +77,10 @@ def action_form(action: str, csrf: str, label: str, fields: dict[str, object] | 
 
 
 def field(name: str, label: str, *, kind: str = "text", value: str = "", required: bool = False,
-          autocomplete: str = "off", hint: str = "") -> Html:
-    """A labelled input (``<label for>``), with an optional hint tied by aria-describedby."""
-    ident = f"f-{name}"
+          autocomplete: str = "off", hint: str = "", prefix: str = "") -> Html:
+    """A labelled input (``<label for>``), with an optional hint tied by aria-describedby;
+    its id is ``f-<prefix><name>`` (``prefix``: two forms of a page with a field of one name)."""
+    ident = f"f-{prefix}{name}"
     req = " required" if required else ""
     described = f' aria-describedby="{ident}-hint"' if hint else ""
     hint_html = f'<small id="{ident}-hint">{h(hint)}</small>' if hint else ""
@@ -88,9 +89,26 @@ def field(name: str, label: str, *, kind: str = "text", value: str = "", require
                 f' autocomplete="{h(autocomplete)}"{req}{described}>{hint_html}</div>')
 
 
-def select(name: str, label: str, options: Sequence[tuple[str, str]], value: str = "") -> Html:
+def textarea(name: str, label: str, *, value: str = "", rows: int = 3, hint: str = "", prefix: str = "") -> Html:
+    """A labelled multi-line input, with an optional hint tied by aria-describedby."""
+    ident = f"f-{prefix}{name}"
+    described = f' aria-describedby="{ident}-hint"' if hint else ""
+    hint_html = f'<small id="{ident}-hint">{h(hint)}</small>' if hint else ""
+    return Html(f'<div class="field"><label for="{ident}">{h(label)}</label>'
+                f'<textarea id="{ident}" name="{h(name)}" rows="{rows}"{described}>{h(value)}</textarea>{hint_html}</div>')
+
+
+def checkbox(name: str, label: str, *, checked: bool = False, prefix: str = "") -> Html:
+    """A labelled checkbox: sent as ``true`` when ticked."""
+    ident = f"f-{prefix}{name}"
+    tick = " checked" if checked else ""
+    return Html(f'<div class="field check"><input id="{ident}" name="{h(name)}" type="checkbox" value="true"{tick}>'
+                f'<label for="{ident}">{h(label)}</label></div>')
+
+
+def select(name: str, label: str, options: Sequence[tuple[str, str]], value: str = "", *, prefix: str = "") -> Html:
     """A labelled ``<select>`` of (value, text) options, ``value`` selected."""
-    ident = f"f-{name}"
+    ident = f"f-{prefix}{name}"
     opts = "".join(f'<option value="{h(v)}"{" selected" if v == value else ""}>{h(t)}</option>' for v, t in options)
     return Html(f'<div class="field"><label for="{ident}">{h(label)}</label>'
                 f'<select id="{ident}" name="{h(name)}">{opts}</select></div>')

@@ -15,8 +15,9 @@ shows a button only when ``view.can`` says the same check would pass.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from twisted.internet.defer import Deferred
 from twisted.web import server
@@ -62,6 +63,7 @@ class View:
 
     def __init__(self, console: Console, request: server.Request, session: Session, now: float) -> None:
         self.console = console  # the app: its start time, its rate sampler
+        self.services = console.services  # the ports, as the JSON API's shared checks take them
         self.doors, self.admin, self.topics = console.doors, console.admin, console.topics
         self.request = request
         self.session = session
@@ -102,6 +104,23 @@ class View:
             return raw[0].decode("utf-8")
         except UnicodeDecodeError:
             raise HttpError(400, "bad_request", f"field {name!r} is not UTF-8") from None
+
+    def flag(self, name: str) -> bool:
+        """A checkbox: ticked (sent) or not."""
+        return self.arg(name, "") not in ("", "false", "0")
+
+    def json_arg(self, name: str, what: str = "a JSON object") -> dict[str, Any]:
+        """A text area holding a JSON object (empty: {}); 400 when it is anything else."""
+        text = self.arg(name, "").strip()
+        if not text:
+            return {}
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise HttpError(400, "bad_request", f"field {name!r} is not JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise HttpError(400, "bad_request", f"field {name!r} must be {what}, like {{\"x-max-length\": 1000}}")
+        return value
 
     def int_arg(self, name: str, default: int | None = None) -> int:
         text = self.arg(name, None if default is None else "")

@@ -5,11 +5,12 @@ here."""
 from __future__ import annotations
 
 from ..page import Page
-from . import connections, groups, mqtt, overview, permissions, pop, queues, topics, users, vhosts
+from . import connections, exchanges, groups, mqtt, overview, permissions, pop, queues, topics, users, vhosts
 
 PAGES: tuple[Page, ...] = (
     overview.PAGE,
     queues.PAGE,
+    exchanges.PAGE,
     groups.PAGE,
     connections.PAGE,
     mqtt.PAGE,

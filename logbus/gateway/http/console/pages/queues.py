@@ -8,9 +8,16 @@ vhosts the user sees (a pop group: its topic's vhost, queues.py ``sees_queue``).
                                                      of its first ready messages (nothing
                                                      taken); a pop group's vhost is ``~``
     /queues/<vhost>/<name>?confirm=purge             the purge's confirmation
+    /queues/<vhost>/<name>?confirm=delete            the delete's confirmation
     POST /queues/purge                               ``DELETE /api/queues/<v>/<q>/contents``:
                                                      read on the queue (a pop group: on
                                                      its topic)
+    POST /queues/declare | delete                    ``PUT`` / ``DELETE /api/queues/<v>/<q>``
+                                                     (topology.py: configure on the queue)
+
+An AMQP queue's page lists its consumers (prefetch, ack mode, channel and connection) and
+the bindings to it, with a form to add one and a button to remove each (posted to
+``/exchanges/bind`` and ``/exchanges/unbind``).
 
 A pop group's page also says how many of its dead letters wait, with the pop groups
 page's Replay button (``POST /pop-groups/replay``: the same check as the API's replay).
@@ -22,11 +29,13 @@ from typing import Any, Callable
 from urllib.parse import quote, urlencode
 
 from .....core.types import QueueInfo, Resource, dlq_topic
+from ... import topology
 from ...queues import POP_PATH as POP_PATH_VHOST
 from ...queues import sees_queue
 from ...responses import HttpError
-from ..html import Html, action_form, field, get_form, h, hidden, select, size, table
+from ..html import Html, action_form, checkbox, field, form, get_form, h, hidden, select, size, table, textarea
 from ..page import Page, PageAction, View
+from .exchanges import bind_form, bindings_section, configures_somewhere
 
 KINDS = ("classic", "session", "shared", "pop")
 BROWSE = 10  # ready messages a queue's page shows (?count= up to 100)
@@ -59,12 +68,27 @@ def filters(view: View) -> Html:
     """The filter form (above the reloaded table: what is typed in it stays)."""
     vhosts = sorted({q.vhost for q in _visible(view)})
     keep = {k: view.arg(k, "") for k in ("sort", "dir") if view.arg(k, "")}
-    return get_form("/queues", "Filter queues", [
+    return Html(get_form("/queues", "Filter queues", [
         field("name", "Name contains", value=view.arg("name", "")),
         select("vhost", "Vhost", [("", "all"), *((v or POP_PATH_VHOST, v or "~ (pop groups)") for v in vhosts)],
                view.arg("vhost", "")),
         select("kind", "Kind", [("", "all"), *((k, k) for k in KINDS)], view.arg("kind", "")),
-    ], "Show", keep=keep, cls="block filters")
+    ], "Show", keep=keep, cls="block filters") + _declare_form(view))
+
+
+def _declare_form(view: View) -> Html:
+    if not configures_somewhere(view):
+        return Html("")
+    vhosts = sorted(v.name for v in view.admin.list_vhosts() if view.doors.sees_vhost(view.user, v.name))
+    return Html('<details class="block"><summary>Add a new queue</summary>' + form(
+        "/queues/declare", view.csrf, "Declare a queue", [
+            select("vhost", "Vhost", [(v, v) for v in vhosts], prefix="new-"),
+            field("name", "Name", required=True, prefix="new-"),
+            checkbox("durable", "Durable", checked=True, prefix="new-"),
+            checkbox("auto_delete", "Auto-delete", prefix="new-"),
+            textarea("arguments", "Arguments (JSON)", prefix="new-",
+                     hint='e.g. {"x-max-length": 1000, "x-dead-letter-exchange": "dlx", "x-message-ttl": 60000}')],
+        "Declare") + "</details>")
 
 
 def render(view: View) -> Html:
@@ -128,11 +152,50 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
     elif readable:
         out.append(f'<form method="get" action="{h(here)}" class="inline">{hidden("confirm", "purge")}'
                    f'<button type="submit" class="danger" aria-label="Purge queue {h(q.name)}…">Purge…</button></form>')
+    if q.kind == "classic":
+        out.append(_delete(view, q, here))
+        out.append(_consumers(view, q))
+        bindings = [topology.with_key(b) for b in view.admin.list_bindings(q.vhost)
+                    if b["destination_type"] == "queue" and b["destination"] == q.name]
+        out.append(bindings_section(view, q.vhost, bindings, "queue", here))
+        out.append(bind_form(view, q.vhost, here, queue=q.name))
     if q.kind == "pop":
         out.append(_dead_letters(view, q, here))
     out.append(_browse(view, q) if readable else
                "<p>Browsing this queue needs read permission on it.</p>")
     return q.name, Html("".join(out))
+
+
+def _delete(view: View, q: QueueInfo, here: str) -> Html:
+    if not view.can("configure", Resource(q.vhost, "queue", q.name)):
+        return Html("")
+    if view.arg("confirm", "") == "delete":
+        return Html(f'<section class="confirm" aria-labelledby="delete-title"><h2 id="delete-title">Delete queue'
+                    f" {h(q.name)}?</h2><p>Its {q.messages} messages go with it (those in the log stay in the log)"
+                    f" and its {q.consumers} consumers are cancelled. This cannot be undone.</p>"
+                    + action_form("/queues/delete", view.csrf, "Delete", {"vhost": q.vhost, "name": q.name,
+                                                                          "back": "/queues"},
+                                  describe=f"Delete queue {q.name}, now", danger=True)
+                    + f' <a href="{h(here)}">Cancel</a></section>')
+    return Html(f'<form method="get" action="{h(here)}" class="inline">{hidden("confirm", "delete")}'
+                f'<button type="submit" class="danger" aria-label="Delete queue {h(q.name)}…">Delete…</button></form>')
+
+
+def _consumers(view: View, q: QueueInfo) -> Html:
+    rows = []
+    for c in view.services.topology.consumers(q.vhost):
+        if c["queue"]["name"] != q.name:
+            continue
+        ch = c["channel_details"] or {}
+        where = (f"connection {ch.get('connection')} channel {ch.get('number')} ({ch.get('peer_host')},"
+                 f" {ch.get('user')}{', ' + ch['connection_name'] if ch.get('connection_name') else ''})"
+                 if ch else "")
+        rows.append((c["consumer_tag"], where, c["prefetch_count"] or "unlimited",
+                     "manual" if c["ack_required"] else "automatic (no ack)", c["unacked"],
+                     "yes" if c["exclusive"] else "no"))
+    return Html('<section aria-labelledby="consumers-title"><h2 id="consumers-title">Consumers</h2>'
+                + table("Consumers", ["Consumer tag", "Channel", "Prefetch", "Ack mode", "Unacked", "Exclusive"],
+                        rows, numeric=(2, 4), empty="none.") + "</section>")
 
 
 def _dead_letters(view: View, q: QueueInfo, here: str) -> Html:
@@ -178,4 +241,22 @@ def purge(view: View) -> str:
     return f"Purged {n} messages from {name!r}."
 
 
-PAGE = Page("queues", "Queues", render, header=filters, detail=detail, actions={"purge": PageAction(purge)})
+def declare(view: View) -> str:
+    vhost, name = view.arg("vhost"), view.arg("name")
+    new = topology.declare_queue(view.request, view.services, vhost, name, {
+        "durable": view.flag("durable"), "auto_delete": view.flag("auto_delete"),
+        "arguments": view.json_arg("arguments")})
+    return f"Declared queue {name!r}." if new else f"Queue {name!r} was there already, as declared."
+
+
+def delete(view: View) -> str:
+    vhost, name = view.arg("vhost"), view.arg("name")
+    q = _queue(view, vhost, name)
+    if q.kind != "classic":
+        raise HttpError(405, "method_not_allowed", f"a {q.kind} queue is deleted by its protocol")
+    n = topology.delete_queue(view.request, view.services, vhost, name)
+    return f"Deleted queue {name!r} and its {n} messages."
+
+
+PAGE = Page("queues", "Queues", render, header=filters, detail=detail, actions={
+    "purge": PageAction(purge), "declare": PageAction(declare), "delete": PageAction(delete)})

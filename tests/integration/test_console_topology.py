@@ -1,0 +1,104 @@
+"""The console's topology changes sent as forms over plain HTTP against a real `logbus
+serve`: a user without the permission gets the API's refusal (403) for a forged form,
+with the form's own token, and nothing is made; an administrator's form makes what the
+API then shows; a malformed field is a 400 that names it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from urllib.parse import urlencode
+
+import pytest
+
+from tests.integration.mgmt import Mgmt, Reply
+from tests.serverproc import LogbusServer, module_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LogbusServer]:
+    yield from module_server(tmp_path_factory, "console-topology", listeners={"kafka": "off", "mqtt": "off"})
+
+
+@pytest.fixture(scope="module")
+def mgmt(server: LogbusServer) -> Mgmt:
+    m = Mgmt(server)
+    m.add_user("watcher", "pw", "monitoring")  # the read-only role: no permission anywhere
+    m.ok("PUT", "/api/queues/%2F/ctf-existing")
+    return m
+
+
+def login(server: LogbusServer, user: str, password: str) -> dict[str, str]:
+    """A console session as the login form makes one: its cookie, as request headers."""
+    host, port = server.host_port("http")
+    reply = Mgmt(server, None).call("POST", "/login", raw=urlencode({"username": user, "password": password}).encode(),
+                                    headers={"Content-Type": "application/x-www-form-urlencoded",
+                                             "Origin": f"http://{host}:{port}"})
+    assert reply.status == 303, reply
+    return {"Cookie": reply.headers["Set-Cookie"].split(";", 1)[0]}
+
+
+def post(server: LogbusServer, session: dict[str, str], path: str, fields: dict[str, str],
+         page: str = "/exchanges") -> Reply:
+    """A form as the browser sends it, with the session's token (from a page it opens)."""
+    m = Mgmt(server, None)
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', m.call("GET", page, headers=session).body.decode())
+    assert token is not None
+    host, port = server.host_port("http")
+    return m.call("POST", path, raw=urlencode({"csrf": token.group(1), **fields}).encode(),
+                  headers={**session, "Content-Type": "application/x-www-form-urlencoded",
+                           "Origin": f"http://{host}:{port}"})
+
+
+FORGED = [
+    ("/exchanges/declare", {"vhost": "/", "name": "ctf-made", "type": "direct", "durable": "true"}),
+    ("/queues/declare", {"vhost": "/", "name": "ctf-made", "durable": "true"}),
+    ("/exchanges/bind", {"vhost": "/", "source": "amq.direct", "kind": "queue", "destination": "ctf-existing",
+                         "binding_key": "k"}),
+    ("/exchanges/publish", {"vhost": "/", "name": "amq.direct", "routing_key": "ctf-existing", "payload": "x"}),
+    ("/queues/delete", {"vhost": "/", "name": "ctf-existing"}),
+    ("/exchanges/delete", {"vhost": "/", "name": "amq.direct"}),
+]
+
+
+@pytest.mark.parametrize("path, fields", FORGED, ids=[p for p, _ in FORGED])
+def test_a_forged_form_of_the_read_only_role_is_refused_and_changes_nothing(
+        mgmt: Mgmt, server: LogbusServer, path: str, fields: dict[str, str]) -> None:
+    session = login(server, "watcher", "pw")
+    page = Mgmt(server, None).call("GET", "/exchanges", headers=session)
+    assert page.status == 200 and b"Add a new exchange" not in page.body
+    reply = post(server, session, path, fields)
+    assert reply.status == 403, reply
+    assert mgmt.call("GET", "/api/exchanges/%2F/ctf-made").status == 404
+    assert mgmt.call("GET", "/api/queues/%2F/ctf-made").status == 404
+    existing = mgmt.ok("GET", "/api/queues/%2F/ctf-existing").json()
+    assert existing["messages"] == 0
+    assert mgmt.ok("GET", "/api/bindings/%2F/e/amq.direct/q/ctf-existing").json() == []
+    assert mgmt.ok("GET", "/api/exchanges/%2F/amq.direct").status == 200
+
+
+def test_the_administrators_forms_make_what_the_api_shows(mgmt: Mgmt, server: LogbusServer) -> None:
+    session = login(server, "guest", "guest")
+    made = post(server, session, "/exchanges/declare", {"vhost": "/", "name": "ctf-events", "type": "fanout",
+                                                     "durable": "true", "arguments": ""})
+    assert made.status == 303 and "Declared+exchange" in made.headers["Location"], made
+    row = mgmt.ok("GET", "/api/exchanges/%2F/ctf-events").json()
+    assert (row["type"], row["durable"], row["auto_delete"]) == ("fanout", True, False)
+    assert post(server, session, "/queues/declare", {"vhost": "/", "name": "ctf-q", "arguments": '{"x-max-length": 3}'},
+                page="/queues").status == 303
+    assert mgmt.ok("GET", "/api/queues/%2F/ctf-q").json()["durable"] is False  # the box was not ticked
+    assert post(server, session, "/exchanges/bind", {"vhost": "/", "source": "ctf-events", "kind": "queue",
+                                                  "destination": "ctf-q", "binding_key": ""}).status == 303
+    sent = post(server, session, "/exchanges/publish", {"vhost": "/", "name": "ctf-events", "payload": "hello",
+                                                     "headers": '{"a": 1}', "delivery_mode": "2"})
+    assert sent.status == 303 and "Message+published." in sent.headers["Location"], sent
+    [message] = mgmt.ok("POST", "/api/queues/%2F/ctf-q/get", {"count": 5}).json()
+    assert message["payload"] == "hello"
+
+    bad = post(server, session, "/queues/declare", {"vhost": "/", "name": "ctf-bad", "arguments": "[1, 2]"},
+               page="/queues")
+    assert bad.status == 400 and b"arguments" in bad.body
+    assert mgmt.call("GET", "/api/queues/%2F/ctf-bad").status == 404
+    inequivalent = post(server, session, "/queues/declare", {"vhost": "/", "name": "ctf-q", "arguments": ""},
+                        page="/queues")
+    assert inequivalent.status == 400 and b"inequivalent" in inequivalent.body
