@@ -6,6 +6,7 @@ shows, then everything made deleted again; the read-only role sees none of the f
 from __future__ import annotations
 
 import asyncio
+import time
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -172,3 +173,54 @@ def test_the_read_only_role_sees_no_form_to_change_the_topology(console: Console
     console.go("/queues/%2F/ct-watched")
     assert console.buttons() == [] and not console.driver.find_elements(By.ID, "f-source")
     mgmt.ok("DELETE", "/api/queues/%2F/ct-watched")
+
+
+RATE = 100  # messages per second the publisher keeps to
+RUN_S = 14  # seconds it publishes: the page's 10-second average is then all of steady publishing
+
+
+def publish_paced(server: LogbusServer, queue: str, sent: list[float], done: threading.Event) -> None:
+    """RATE messages a second to ``queue`` for RUN_S seconds, on a schedule (a message late
+    is sent at once: the long-run rate is RATE however the machine stutters); each send's
+    time in ``sent``."""
+    import pika
+
+    host, port = server.host_port("amqp")
+    connection = pika.BlockingConnection(pika.ConnectionParameters(
+        host, port, credentials=pika.PlainCredentials("guest", "guest")))
+    try:
+        channel = connection.channel()
+        start = time.monotonic()
+        for i in range(RATE * RUN_S):
+            due = start + i / RATE
+            now = time.monotonic()
+            if due > now:
+                connection.sleep(due - now)  # pika's own wait: its heartbeats go on
+            channel.basic_publish("", queue, b"tick")
+            sent.append(time.monotonic())
+    finally:
+        connection.close()
+        done.set()
+
+
+def test_a_queues_page_shows_the_rate_a_client_publishes_at(console: ConsoleBrowser, mgmt: Mgmt,
+                                                           server: LogbusServer) -> None:
+    mgmt.ok("PUT", "/api/queues/%2F/ct-rated")
+    console.login("guest", "guest", then="/queues/%2F/ct-rated")
+    console.until(lambda: console.driver.find_elements(By.CSS_SELECTOR, ".chart canvas"), "the queue's chart")
+    sent: list[float] = []
+    done = threading.Event()
+    publisher = threading.Thread(target=publish_paced, args=(server, "ct-rated", sent, done), daemon=True)
+    publisher.start()
+    try:
+        # the page open all along (it is what is sampled); read it once the last 10 s were all publishing
+        console.until(lambda: len(sent) >= RATE * (RUN_S - 2), "12 s of publishing", timeout=RUN_S * 4)
+        console.go("/queues/%2F/ct-rated")
+        shown = float(console.facts("queue-rates")["Routed"].removesuffix("/s"))
+        last = [t for t in sent if t >= sent[-1] - 10.0]
+        client = (len(last) - 1) / (last[-1] - last[0])  # the client's own rate over its last 10 s
+        assert abs(shown - client) <= 0.10 * client, (shown, client)
+    finally:
+        assert done.wait(RUN_S * 4)
+        publisher.join()
+    mgmt.ok("DELETE", "/api/queues/%2F/ct-rated")

@@ -7,6 +7,7 @@ permissions asked are those of the AMQP methods; a refused change leaves nothing
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -148,3 +149,21 @@ def test_changes_ask_the_amqp_permissions_and_a_refused_one_leaves_nothing(mgmt:
     assert mgmt.call("DELETE", "/api/queues/%2F/no-such").status == 404
     assert mgmt.call("DELETE", "/api/exchanges/%2F/no-such").status == 404
     assert mgmt.call("PUT", f"/api/queues/{q('no-vhost')}/x").status == 404
+
+
+def test_a_queues_counters_come_with_their_rates_differenced_between_reads(mgmt: Mgmt, server: LogbusServer) -> None:
+    mgmt.ok("PUT", "/api/queues/%2F/tp-rated")
+    first = mgmt.ok("GET", "/api/queues/%2F/tp-rated").json()["message_stats"]
+    assert first["publish_details"] == {"rate": 0.0}  # one read: no span yet
+    read_at = time.monotonic()
+    for i in range(50):
+        mgmt.ok("POST", "/api/exchanges/%2F/amq.default/publish", {"routing_key": "tp-rated", "payload": str(i)})
+    while time.monotonic() - read_at < 1.2:  # a second apart at least: the next read takes a snapshot
+        time.sleep(0.05)
+    stats = mgmt.ok("GET", "/api/queues/%2F/tp-rated").json()["message_stats"]
+    span = time.monotonic() - read_at
+    assert stats["publish"] == 50
+    assert 50 / (span + 1.0) <= stats["publish_details"]["rate"] <= 50 / 1.2, (stats, span)
+    listed = [q for q in mgmt.ok("GET", "/api/queues/%2F").json() if q["name"] == "tp-rated"]
+    assert listed[0]["message_stats"]["ack_details"] == {"rate": 0.0}
+    mgmt.ok("DELETE", "/api/queues/%2F/tp-rated")

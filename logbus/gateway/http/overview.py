@@ -23,6 +23,7 @@ from twisted.web import server
 
 from ...core.types import Action
 from .auth import AdminResource
+from .rates import ReadRates
 from .responses import Response
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class RateSampler:
 
     def __init__(self, admin: Admin, clock: Any) -> None:
         self.admin, self.clock = admin, clock
+        self.reads = ReadRates(clock.seconds)  # per-object rates of the API's answers (rates.py)
         self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
         self.topics: list[tuple[float, dict[str, int]]] = []  # records appended per topic
         self._loop: LoopingCall | None = None

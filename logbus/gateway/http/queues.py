@@ -39,6 +39,7 @@ from ...core.types import Action, QueueInfo, Resource, topic_exchange
 from . import topology
 from .auth import AdminResource, path_name
 from .credentials import require, require_topic, user_of
+from .rates import ReadRates, with_details
 from .request import json_object, query_flag, read_json, request_body
 from .responses import HttpError, Response
 
@@ -49,19 +50,30 @@ if TYPE_CHECKING:
 POP_PATH = "~"
 
 
+def queue_json(q: QueueInfo, reads: ReadRates | None) -> dict[str, object]:
+    """A queue as the API answers it: with its counters' rates (``*_details``) when ``reads``."""
+    j = q.to_json()
+    if reads is not None:
+        stats = j["message_stats"]
+        assert isinstance(stats, dict)
+        j["message_stats"] = with_details(stats, reads.rates(("queue", q.vhost, q.name), stats))
+    return j
+
+
 class Queues(AdminResource):
     needs: Action | None = "manage"
 
-    def __init__(self, services: Services, vhost: str | None = None) -> None:
+    def __init__(self, services: Services, reads: ReadRates | None = None, vhost: str | None = None) -> None:
         super().__init__(services)
         self.vhost = vhost
+        self.reads = reads  # rates differenced between reads (rates.py)
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
             return self
         if self.vhost is None:
-            return Queues(self.services, path_name(path, "vhost"))
-        return OneQueue(self.services, self.vhost, path_name(path, "queue"))
+            return Queues(self.services, self.reads, path_name(path, "vhost"))
+        return OneQueue(self.services, self.vhost, path_name(path, "queue"), reads=self.reads)
 
     def handle_GET(self, request: server.Request) -> Response:
         user = user_of(request)
@@ -69,7 +81,8 @@ class Queues(AdminResource):
         if vhost is not None and vhost != "" and not self.admin.has_vhost(vhost):
             raise HttpError(404, "not_found", f"no vhost '{vhost}'")
         queues = self.admin.list_queues(self.vhost)
-        return Response.json(200, [q.to_json() for q in queues if sees_queue(self.doors, user, q.vhost, q.name)])
+        return Response.json(200, [queue_json(q, self.reads) for q in queues
+                                   if sees_queue(self.doors, user, q.vhost, q.name)])
 
 
 def sees_queue(doors: Doors, user: str, vhost: str, name: str) -> bool:
@@ -82,9 +95,11 @@ def sees_queue(doors: Doors, user: str, vhost: str, name: str) -> bool:
 class OneQueue(AdminResource):
     needs: Action | None = "manage"
 
-    def __init__(self, services: Services, vhost: str, name: str, action: str = "") -> None:
+    def __init__(self, services: Services, vhost: str, name: str, action: str = "",
+                 reads: ReadRates | None = None) -> None:
         super().__init__(services)
         self.vhost, self.name, self.action = vhost, name, action
+        self.reads = reads
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if self.action or path not in (b"contents", b"get"):
@@ -106,7 +121,7 @@ class OneQueue(AdminResource):
     def handle_GET(self, request: server.Request) -> Response:
         if self.action:
             raise HttpError(405, "method_not_allowed", f"GET is not allowed on .../{self.action}")
-        return Response.json(200, self._visible(request).to_json())
+        return Response.json(200, queue_json(self._visible(request), self.reads))
 
     def handle_PUT(self, request: server.Request) -> Response:
         if self.action:

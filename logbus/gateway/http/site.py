@@ -253,7 +253,7 @@ class ApiSite(server.Site):
 def build_resource(services: Services, sampler: RateSampler, metrics_auth: bool = False) -> resource.Resource:
     api = _directory({
         b"overview": Overview(services, sampler),
-        b"queues": Queues(services),
+        b"queues": Queues(services, sampler.reads),
         b"consumers": Consumers(services),
         b"exchanges": Listing(services, "exchanges"),
         b"bindings": Listing(services, "bindings"),

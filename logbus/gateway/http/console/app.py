@@ -26,7 +26,7 @@ import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.python.failure import Failure
@@ -40,6 +40,7 @@ from ..responses import HttpError, status_for
 from .html import Html, h
 from .layout import error_page, layout, login_page
 from .page import Page, View
+from ..rates import ObjectRates
 from .rates import Rates
 from .session import COOKIE, SESSION_SECONDS, Session, Sessions, cookie_header
 from .static import Static, load
@@ -77,6 +78,7 @@ class Console(resource.Resource):
         self.sessions = Sessions(clock, self._password_hash)
         self.static = Static(load())
         self.rates = Rates(services.admin)
+        self.objects = ObjectRates()  # the objects whose pages are open, sampled for their charts
         self.gate = AlarmGate(services.doors, services.metrics)
 
     def _password_hash(self, user: str) -> str | None:
@@ -312,13 +314,26 @@ class Logout(ConsoleResource):
 
 
 class RatesJson(ConsoleResource):
+    """The charts' series: the overview's, or (``?object=<page>/<vhost>/<name>``, as the
+    object's page names itself) one object's, sampled while its page is open."""
+
     login_redirect = False
+
     def answer(self, request: server.Request) -> bytes:
-        self.console.view(request)
-        rates = self.console.rates
-        rates.watched(_reactor(request))
+        view = self.console.view(request)
         request.setHeader(b"Content-Type", b"application/json")
         request.setHeader(b"Cache-Control", b"no-store")
+        wanted = view.arg("object", "")
+        if wanted:
+            page_path, _, rest = wanted.partition("/")
+            page = self.console.pages.get(page_path)
+            if page is None or page.watch is None:
+                raise HttpError(404, "not_found", f"no chart of {wanted!r}")
+            view.require(page.needs)
+            watched = page.watch(view, [unquote(p) for p in rest.split("/")])
+            return json.dumps(watched.series()).encode()
+        rates = self.console.rates
+        rates.watched(_reactor(request))
         return json.dumps({**rates.series(), "depth": rates.depth()}).encode()
 
 

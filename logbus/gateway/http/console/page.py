@@ -30,6 +30,7 @@ from .html import Html
 from .session import Session
 
 if TYPE_CHECKING:
+    from ..rates import Watched
     from .app import Console
 
 Done = Union[str, None, "Deferred[str | None]"]  # what an action says it did, now or later
@@ -56,6 +57,9 @@ class Page:
     # GET /<path>/<a>/<b>...: one object's page (a queue, a group, a topic), given the
     # path's segments (URL-decoded); answers its title and body
     detail: Callable[[View, list[str]], tuple[str, Html]] | None = None
+    # one object's counters, sampled while its page is open (its chart: /rates.json?object=
+    # <path>/<a>/<b>, the segments URL-encoded); 404 when it is not there or not seen
+    watch: Callable[[View, list[str]], Watched] | None = None
 
 
 class View:
@@ -70,6 +74,11 @@ class View:
         self.user = session.user
         self.csrf = session.csrf
         self.now = now
+
+    @property
+    def reactor(self) -> Any:
+        site: Any = self.request.site  # an ApiSite (site.py)
+        return site.reactor
 
     def can(self, action: Action, resource: Resource | None = None) -> bool:
         """Whether the user may ``action`` (a tag's action or a permission on ``resource``)."""

@@ -17,12 +17,16 @@ them.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+from urllib.parse import urlencode
 
 from twisted.internet.task import LoopingCall
 
+from .html import Html, h
+
 if TYPE_CHECKING:
     from ....core.ports import Admin
+    from ..rates import Watched
 
 KEEP = 300  # seconds of history
 IDLE = 120.0  # seconds without a viewer before sampling stops
@@ -89,3 +93,38 @@ class Rates:
     def stop(self) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
+
+
+# -- one object's page: its rates and chart ------------------------------------------------
+
+AVERAGE_SECONDS = 10  # what an object page's rates average over
+LIVE_SECONDS = 5  # how often an object page's live part (figures and rates) is reloaded
+
+
+def live(here: str, body: str) -> Html:
+    """An object page's live part: reloaded every LIVE_SECONDS (``?live=1``: the page answers
+    only this part), unlike its forms."""
+    url = here + ("&" if "?" in here else "?") + "live=1"
+    return Html(f'<div id="live" hx-get="{h(url)}" hx-trigger="every {LIVE_SECONDS}s" hx-select="#live"'
+                f' hx-swap="outerHTML">{body}</div>')
+
+
+def rate_facts(w: Watched, labels: Sequence[tuple[str, str]], ident: str) -> Html:
+    """``<dl id=ident>``: each counter's messages per second over the last AVERAGE_SECONDS."""
+    avg = w.average(AVERAGE_SECONDS)
+    if avg is None:
+        body = "<dt>Rates</dt><dd>sampling started; figures in a second or two</dd>"
+    else:
+        body = "".join(f"<dt>{h(text)}</dt><dd>{avg.get(name, 0.0):g}/s</dd>" for name, text in labels)
+    return Html(f'<section aria-labelledby="{ident}-title"><h2 id="{ident}-title">Rates</h2>'
+                f'<p class="legend">Messages per second, average of the last {AVERAGE_SECONDS} seconds.</p>'
+                f'<dl class="facts" id="{ident}">{body}</dl></section>')
+
+
+def chart(obj: str, series: str, legend: str) -> Html:
+    """An object's chart (console.js draws it from /rates.json?object=``obj``)."""
+    src = "/rates.json?" + urlencode({"object": obj})
+    return Html(f'<section aria-labelledby="chart-title"><h2 id="chart-title">Rates, last five minutes</h2>'
+                f'<p class="legend">{h(legend)}</p>'
+                f'<div class="chart" data-src="{h(src)}" data-series="{h(series)}" role="img"'
+                f' aria-label="Chart of the rates described above"></div></section>')

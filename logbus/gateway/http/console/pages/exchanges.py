@@ -24,7 +24,9 @@ from .....core.types import Resource
 from ... import topology
 from ...responses import HttpError
 from ..html import Html, action_form, checkbox, field, form, h, hidden, select, table, textarea
+from ...rates import Watched
 from ..page import Page, PageAction, View
+from ..rates import chart, live, rate_facts
 
 KINDS = ("direct", "fanout", "topic", "headers", "x-delayed-message")
 DEFAULT = "amq.default"  # the default exchange ("") in a path and a form
@@ -99,8 +101,14 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
     e = _exchange(view, vhost, name)
     here = path_of(vhost, name)
     facts = [("Vhost", vhost), ("Type", e["type"]), ("Features", _features(e)), ("Log topic", e["topic"])]
-    out = ['<dl class="facts" id="exchange-facts">'
-           + "".join(f"<dt>{h(k)}</dt><dd>{h(v)}</dd>" for k, v in facts) + "</dl>"]
+    figures = Html('<dl class="facts" id="exchange-facts">'
+                   + "".join(f"<dt>{h(k)}</dt><dd>{h(v)}</dd>" for k, v in facts) + "</dl>"
+                   + rate_facts(watch(view, parts), (("appended", "Published"),), "exchange-rates"))
+    if view.arg("live", "") == "1":
+        return name or "(AMQP default)", live(here, figures)
+    out: list[str] = [live(here, figures), chart(f"exchanges/{quote(vhost, safe='')}/{quote(name or DEFAULT, safe='')}",
+                                                 "appended", "Messages per second published to the exchange"
+                                                 " (appended to its log topic, routed or not).")]
     out.append(_delete(view, e, here))
     bindings = [topology.with_key(b) for b in view.admin.list_bindings(vhost)]
     out.append(bindings_section(view, vhost, [b for b in bindings if b["source"] == name], "out", here))
@@ -110,6 +118,24 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
         out.append(bind_form(view, vhost, here, source=name))
     out.append(_publish_form(view, vhost, name, here))
     return name or "(AMQP default)", Html("".join(out))
+
+
+def watch(view: View, parts: list[str]) -> Watched:
+    """The exchange's appends to its log topic, sampled while its page is open."""
+    if len(parts) != 2:
+        raise HttpError(404, "not_found", "an exchange is /exchanges/<vhost>/<name>")
+    vhost, name = parts[0], "" if parts[1] == DEFAULT else parts[1]
+    return watch_topic(view, _exchange(view, vhost, name)["topic"])
+
+
+def watch_topic(view: View, topic: str) -> Watched:
+    """Records appended to ``topic``, sampled while a page showing them is open."""
+    admin = view.admin
+
+    def read() -> dict[str, int]:
+        return {"appended": admin.topic_append_counts().get(topic, 0)}
+
+    return view.console.objects.watch(view.reactor, ("topic", topic), read)
 
 
 def _delete(view: View, e: dict[str, Any], here: str) -> Html:
@@ -245,6 +271,6 @@ def unbind(view: View) -> str:
     return f"Unbound {kind} {destination!r} from exchange {source!r}."
 
 
-PAGE = Page("exchanges", "Exchanges", render, header=header, detail=detail, actions={
+PAGE = Page("exchanges", "Exchanges", render, header=header, detail=detail, watch=watch, actions={
     "declare": PageAction(declare), "delete": PageAction(delete), "publish": PageAction(publish),
     "bind": PageAction(bind), "unbind": PageAction(unbind)})

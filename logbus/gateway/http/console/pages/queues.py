@@ -28,13 +28,16 @@ from __future__ import annotations
 from typing import Any, Callable
 from urllib.parse import quote, urlencode
 
+from .....core.errors import LogbusError
 from .....core.types import QueueInfo, Resource, dlq_topic
 from ... import topology
 from ...queues import POP_PATH as POP_PATH_VHOST
 from ...queues import sees_queue
 from ...responses import HttpError
 from ..html import Html, action_form, checkbox, field, form, get_form, h, hidden, select, size, table, textarea
+from ...rates import Watched
 from ..page import Page, PageAction, View
+from ..rates import chart, live, rate_facts
 from .exchanges import bind_form, bindings_section, configures_somewhere
 
 KINDS = ("classic", "session", "shared", "pop")
@@ -113,6 +116,26 @@ def render(view: View) -> Html:
                  empty="no queue matches." if query else "none yet.")
 
 
+RATES = (("routed", "Routed"), ("delivered", "Delivered"), ("acked", "Acked"), ("redelivered", "Redelivered"),
+         ("dead_lettered", "Dead-lettered"))
+
+
+def watch(view: View, parts: list[str]) -> Watched:
+    """The queue's counters, sampled while its page is open (its rates and chart)."""
+    if len(parts) != 2:
+        raise HttpError(404, "not_found", "a queue is /queues/<vhost>/<name>")
+    q = _queue(view, *parts)
+    admin = view.admin
+
+    def read() -> dict[str, int] | None:
+        try:
+            return admin.queue_info(q.vhost or POP_PATH_VHOST, q.name).stats.to_json()
+        except LogbusError:  # deleted meanwhile
+            return None
+
+    return view.console.objects.watch(view.reactor, ("queue", q.vhost, q.name), read)
+
+
 def _queue(view: View, vhost: str, name: str) -> QueueInfo:
     info = view.admin.queue_info(vhost, name)  # NotFound: 404
     if not sees_queue(view.doors, view.user, info.vhost, info.name):
@@ -138,8 +161,14 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
              ("Scheduled", q.scheduled), ("Messages", q.messages), ("Ready bytes", size(q.ready_bytes)),
              ("Consumers", q.consumers), ("Routed", s.routed), ("Delivered", s.delivered),
              ("Redelivered", s.redelivered), ("Acked", s.acked), ("Dead-lettered", s.dead_lettered)]
-    out = ['<dl class="facts" id="queue-facts">'
-           + "".join(f"<dt>{h(k)}</dt><dd>{h(v)}</dd>" for k, v in facts) + "</dl>"]
+    figures = Html('<dl class="facts" id="queue-facts">'
+                   + "".join(f"<dt>{h(k)}</dt><dd>{h(v)}</dd>" for k, v in facts) + "</dl>"
+                   + rate_facts(watch(view, parts), RATES, "queue-rates"))
+    if view.arg("live", "") == "1":  # the live part alone (what it reloads)
+        return q.name, live(here, figures)
+    out: list[str] = [live(here, figures), chart("queues/" + "/".join(quote(p, safe="") for p in parts), "queue",
+                                      "Messages per second routed to the queue (solid blue line), delivered from"
+                                      " it (dashed red line) and acknowledged (dotted green line).")]
     readable = _may_read(view, q)
     if readable and view.arg("confirm", "") == "purge":
         out.append(f'<section class="confirm" aria-labelledby="confirm-title"><h2 id="confirm-title">Purge {h(q.name)}?'
@@ -258,5 +287,5 @@ def delete(view: View) -> str:
     return f"Deleted queue {name!r} and its {n} messages."
 
 
-PAGE = Page("queues", "Queues", render, header=filters, detail=detail, actions={
+PAGE = Page("queues", "Queues", render, header=filters, detail=detail, watch=watch, actions={
     "purge": PageAction(purge), "declare": PageAction(declare), "delete": PageAction(delete)})

@@ -22,7 +22,10 @@ from .....core.errors import InvalidRequest, LogbusError
 from .....core.types import FoundMessage, topic_exchange
 from ...responses import HttpError
 from ..html import Html, field, get_form, h, size, table
+from ...rates import Watched
 from ..page import Page, View
+from ..rates import chart, live, rate_facts
+from .exchanges import watch_topic
 
 SEARCH_FIELDS = ("key", "message_id", "start", "end", "partition")
 LIMIT = 100
@@ -70,7 +73,12 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
     if not found or not view.doors.sees_vhost(view.user, topic_exchange(found[0].name)[0]):
         raise HttpError(404, "not_found", f"no topic '{parts[0]}'")
     t = found[0]
-    out: list[str] = [_partitions(t)]
+    here = path_of(t.name)
+    figures = Html(_partitions(t) + rate_facts(watch(view, parts), (("appended", "Appended"),), "topic-rates"))
+    if view.arg("live", "") == "1":
+        return t.name, live(here, figures)
+    out: list[str] = [live(here, figures), chart("topics/" + quote(t.name, safe=""), "appended",
+                                                 "Records per second appended to the topic, from every protocol.")]
     if not view.can_topic("read", t.name):
         out.append("<p>Searching this topic's messages needs read permission on it.</p>")
         return t.name, Html("".join(out))
@@ -87,6 +95,13 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
     if any(view.arg(k, "") for k in SEARCH_FIELDS):
         out.append(_results(view, t.name))
     return t.name, Html("".join(out) + "</section>")
+
+
+def watch(view: View, parts: list[str]) -> Watched:
+    if len(parts) != 1 or not view.doors.sees_vhost(view.user, topic_exchange(parts[0])[0]) \
+            or not any(t.name == parts[0] for t in view.topics.list_topics()):
+        raise HttpError(404, "not_found", f"no topic '{parts[0] if parts else ''}'")
+    return watch_topic(view, parts[0])
 
 
 def _utc_ms(view: View, name: str) -> int | None:
@@ -127,4 +142,4 @@ def _row(m: FoundMessage) -> tuple[object, ...]:
     return (m.partition, m.offset, when, "" if j["key"] is None else j["key"], m.message_id or "", headers, preview)
 
 
-PAGE = Page("topics", "Topics", render, detail=detail)
+PAGE = Page("topics", "Topics", render, detail=detail, watch=watch)

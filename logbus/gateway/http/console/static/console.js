@@ -1,4 +1,5 @@
-// logbus console: the overview's charts (uPlot), message rates and queue depth. Everything
+// logbus console: the charts (uPlot): the overview's message rates and queue depth, and an
+// object's rates on its page (a queue, an exchange, a topic). Everything
 // else is plain HTML forms and links, with htmx reloading a page's region; without
 // JavaScript the pages work the same, and the overview says its figures in its facts and tables.
 "use strict";
@@ -16,6 +17,20 @@
         { label: "received/s", stroke: "#1f6fb2", width: 2 },
         { label: "sent/s", stroke: "#b5472a", width: 2, dash: [6, 3] }
       ]
+    },
+    queue: {  // one queue's page: /rates.json?object=queues/<vhost>/<name>
+      pick: function (data) { return [data.t, data.routed || [], data.delivered || [], data.acked || []]; },
+      axis: "messages/s",
+      series: [
+        { label: "routed/s", stroke: "#1f6fb2", width: 2 },
+        { label: "delivered/s", stroke: "#b5472a", width: 2, dash: [6, 3] },
+        { label: "acked/s", stroke: "#1e6b2e", width: 2, dash: [2, 3] }
+      ]
+    },
+    appended: {  // an exchange's or a topic's page: records appended to its log topic
+      pick: function (data) { return [data.t, data.appended || []]; },
+      axis: "messages/s",
+      series: [{ label: "appended/s", stroke: "#1f6fb2", width: 2 }]
     },
     depth: {
       pick: function (data) { return [data.depth.t, data.depth.ready, data.depth.unacked]; },
