@@ -267,3 +267,10 @@ def test_tier_bench_reads_remote_and_local() -> None:
     assert set(r) == {"remote_cold", "remote_warm", "local"}
     assert all(x["mb_s"] > 0 and x["broker_cpu_s"] >= 0 for x in r.values())
     assert out["remote_cold_over_local"] > 0 and out["remote_warm_over_local"] > 0
+
+
+def test_console_bench_compares_the_console_open_and_closed() -> None:
+    out = run_bench("console_bench.py", "--rounds", "2", "--messages", "500", timeout=300)
+    assert len(out["ratios"]) == 2 and all(r > 0 for r in out["ratios"])
+    assert len(out["rounds"]["open"]) == len(out["rounds"]["closed"]) == 2
+    assert out["page_was_live"] is True
