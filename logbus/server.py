@@ -26,6 +26,7 @@ import logging
 import os
 import signal
 import sys
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -54,13 +55,26 @@ GatewayBuilder = Callable[["Broker", Settings, Any], IProtocolFactory]
 # interface: mypy does not see zope's @implementer.
 
 
-def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
+# per broker, the AMQP model as an operator changes it (built by whichever of _http and
+# _amqp comes first; the AMQP listener hands it its connections for the channels view)
+_OPERATORS: weakref.WeakKeyDictionary[Broker, Any] = weakref.WeakKeyDictionary()
+
+
+def _amqp_operator(broker: Broker) -> Any:
     from .gateway.amqp.operator import AmqpOperator
+
+    operator = _OPERATORS.get(broker)
+    if operator is None:
+        # exchanges, queues and bindings as an operator declares them: AMQP's model, whether
+        # or not an AMQP listener runs (RabbitMQ's management API declares in its terms too)
+        operator = _OPERATORS[broker] = AmqpOperator(broker.queue_model)
+    return operator
+
+
+def _http(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.http.site import build_site
 
-    # exchanges, queues and bindings as an operator declares them: AMQP's model, whether
-    # or not an AMQP listener runs (RabbitMQ's management API declares in its terms too)
-    topology = AmqpOperator(broker.queue_model)
+    topology = _amqp_operator(broker)
     return IProtocolFactory(build_site(doors=broker.doors, admin=broker.admin, topics=broker.topics,
                                        pop=broker.pop_service, metrics=broker.metrics, halves=broker.halves,
                                        topology=topology, reactor=reactor,
@@ -97,12 +111,13 @@ def _kafka(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory
 def _amqp(broker: Broker, settings: Settings, reactor: Any) -> IProtocolFactory:
     from .gateway.amqp.protocol import AmqpFactory
 
-    return IProtocolFactory(AmqpFactory(broker.doors, broker.queue_model, broker.metrics, reactor,
-                                        read_linger=settings.amqp_read_linger_ms / 1000,
-                                        read_linger_max=settings.amqp_read_linger_max_ms / 1000,
-                                        max_message_size=settings.amqp_max_message_size,
-                                        handshake_timeout=settings.handshake_timeout_ms / 1000,
-                                        cert_login=settings.tls_cert_login))
+    factory = AmqpFactory(broker.doors, broker.queue_model, broker.metrics, reactor,
+                          read_linger=settings.amqp_read_linger_ms / 1000,
+                          read_linger_max=settings.amqp_read_linger_max_ms / 1000,
+                          max_message_size=settings.amqp_max_message_size,
+                          handshake_timeout=settings.handshake_timeout_ms / 1000, cert_login=settings.tls_cert_login)
+    _amqp_operator(broker).connections = factory.connections  # the channels the operator sees
+    return IProtocolFactory(factory)
 
 
 def _mqtt_factory(broker: Broker, settings: Settings, reactor: Any) -> Any:

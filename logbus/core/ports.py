@@ -346,6 +346,7 @@ class Topology(Protocol):
     def publish(self, vhost: str, exchange: str, routing_key: str, payload: bytes,
                 properties: Mapping[str, Any] | None = None) -> Deferred[bool]: ...
     def consumers(self, vhost: str) -> list[dict[str, Any]]: ...
+    def channels(self) -> list[dict[str, Any]]: ...  # the open channels of the protocol's connections
 
 
 class Admin(Protocol):

@@ -33,10 +33,11 @@ def mgmt(server: LogbusServer) -> Mgmt:
     return m
 
 
-def amqp(server: LogbusServer) -> Any:
+def amqp(server: LogbusServer, connection_name: str = "") -> Any:
     host, port = server.host_port("amqp")
     return pika.BlockingConnection(pika.ConnectionParameters(
-        host=host, port=port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1))
+        host=host, port=port, credentials=pika.PlainCredentials("guest", "guest"), connection_attempts=1,
+        client_properties={"connection_name": connection_name} if connection_name else None))
 
 
 def get_body(channel: Any, queue: str) -> tuple[bytes, Any]:
@@ -167,3 +168,33 @@ def test_a_queues_counters_come_with_their_rates_differenced_between_reads(mgmt:
     listed = [q for q in mgmt.ok("GET", "/api/queues/%2F").json() if q["name"] == "tp-rated"]
     assert listed[0]["message_stats"]["ack_details"] == {"rate": 0.0}
     mgmt.ok("DELETE", "/api/queues/%2F/tp-rated")
+
+
+def test_channels_show_prefetch_unacked_and_confirm_mode_as_the_client_set_them(mgmt: Mgmt,
+                                                                               server: LogbusServer) -> None:
+    mgmt.ok("PUT", "/api/queues/%2F/tp-channels")
+    conn = amqp(server, connection_name="tp-chan")
+    try:
+        publisher = conn.channel()
+        publisher.confirm_delivery()
+        for i in range(3):
+            publisher.basic_publish("", "tp-channels", str(i).encode())
+        worker = conn.channel()
+        worker.basic_qos(prefetch_count=9)
+        got: list[bytes] = []
+        worker.basic_consume("tp-channels", lambda ch, m, p, body: got.append(body))  # never acks
+        deadline = time.monotonic() + WAIT
+        while len(got) < 3:
+            assert time.monotonic() < deadline, got
+            conn.process_data_events(time_limit=0.1)
+        rows = {c["number"]: c for c in mgmt.ok("GET", "/api/channels").json() if c["connection_name"] == "tp-chan"}
+        pub, work = rows[publisher.channel_number], rows[worker.channel_number]
+        assert (pub["confirm"], pub["consumer_count"], pub["message_stats"]["publish"]) == (True, 0, 3)
+        assert (work["confirm"], work["consumer_count"], work["prefetch_count"]) == (False, 1, 9)
+        assert (work["messages_unacknowledged"], work["message_stats"]["deliver_get"]) == (3, 3)
+        page = mgmt.ok("GET", "/channels").body.decode()
+        assert "Open channels" in page and ">9<" in page
+        assert mgmt.as_user(("reader", "pw")).ok("GET", "/api/channels").json() == []  # not its connections
+    finally:
+        conn.close()
+    mgmt.ok("DELETE", "/api/queues/%2F/tp-channels")

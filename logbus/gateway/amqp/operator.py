@@ -39,6 +39,8 @@ class AmqpOperator:
 
     def __init__(self, vhosts: VHosts) -> None:
         self.vhosts = vhosts
+        # the AMQP listener's open connections (its factory's set), when one runs
+        self.connections: set[Any] = set()
 
     def _vhost(self, name: str) -> Queues:
         queues = self.vhosts.queues(name)
@@ -162,6 +164,31 @@ class AmqpOperator:
         if v is None:
             return []
         return [describe_consumer(vhost, name, c) for name, qs in sorted(v.queues.items()) for c in qs.consumers]
+
+
+    def channels(self) -> list[dict[str, Any]]:
+        """Every open channel of the AMQP connections, RabbitMQ's fields (``number``,
+        ``prefetch_count``, ``messages_unacknowledged``, ``confirm``, ...), with its
+        connection's registry id and the deliveries it made (``deliver_get``: delivery tags
+        given so far, a counter the channel keeps anyway)."""
+        out = []
+        for protocol in list(self.connections):
+            session = protocol.conn
+            if session is None:
+                continue
+            record = session.record
+            for number, ch in sorted(session.channels.items()):
+                out.append({
+                    "number": number, "name": f"{session.peer} ({number})", "user": session.user,
+                    "vhost": session.vhost.name if session.vhost is not None else "",
+                    "connection": record.id if record is not None else None,
+                    "connection_name": record.client_id if record is not None else "",
+                    "peer": session.peer, "consumer_count": len(ch.consumers), "prefetch_count": ch.prefetch,
+                    "global_prefetch_count": ch.global_prefetch, "messages_unacknowledged": len(ch.unacked),
+                    "confirm": ch.confirm, "transactional": ch.tx is not None, "flow": ch.active,
+                    "message_stats": {"deliver_get": ch.next_tag - 1,
+                                      "publish": ch.publish_seq if ch.confirm else None}})
+        return sorted(out, key=lambda c: (c["connection"] or 0, c["number"]))
 
 
 def describe_consumer(vhost: str, queue: str, c: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@
     /api/overview            overview.Overview                      management
     /api/queues[/<vhost>[/<name>[/contents|/get]]]  queues.*        management (+ read permission)
     /api/consumers[/<vhost>]  queues.Consumers                      management
+    /api/channels            channels.Channels (AMQP)               management: its own; monitoring: all
     /api/exchanges[/...], /api/bindings[/...]  exchanges.*          management (+ permissions)
     /api/consumer-groups[/<group>[/reset-offsets]]  groups.*        monitoring; POST: administrator
     /metrics/per-object      metrics.Metrics (one series per queue)  as /metrics
@@ -54,6 +55,7 @@ from .mqtt import MqttClients, MqttSessions
 from .overview import Overview, RateSampler
 from .permissions import Permissions
 from .pop import Pop
+from .channels import Channels
 from .queues import Consumers, Queues
 from .request import LimitedRequest, abort_transport, discard
 from .resource import Directory, Refusal
@@ -255,6 +257,7 @@ def build_resource(services: Services, sampler: RateSampler, metrics_auth: bool 
         b"overview": Overview(services, sampler),
         b"queues": Queues(services, sampler.reads),
         b"consumers": Consumers(services),
+        b"channels": Channels(services, sampler.reads),
         b"exchanges": Listing(services, "exchanges"),
         b"bindings": Listing(services, "bindings"),
         b"consumer-groups": ConsumerGroups(services),

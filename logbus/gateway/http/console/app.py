@@ -40,7 +40,7 @@ from ..responses import HttpError, status_for
 from .html import Html, h
 from .layout import error_page, layout, login_page
 from .page import Page, View
-from ..rates import ObjectRates
+from ..rates import ObjectRates, ReadRates
 from .rates import Rates
 from .session import COOKIE, SESSION_SECONDS, Session, Sessions, cookie_header
 from .static import Static, load
@@ -79,6 +79,7 @@ class Console(resource.Resource):
         self.static = Static(load())
         self.rates = Rates(services.admin)
         self.objects = ObjectRates()  # the objects whose pages are open, sampled for their charts
+        self.reads = ReadRates(clock)  # rates of a list's rows, differenced between its reloads
         self.gate = AlarmGate(services.doors, services.metrics)
 
     def _password_hash(self, user: str) -> str | None:

@@ -5,7 +5,7 @@ here."""
 from __future__ import annotations
 
 from ..page import Page
-from . import connections, exchanges, groups, mqtt, overview, permissions, pop, queues, topics, users, vhosts
+from . import channels, connections, exchanges, groups, mqtt, overview, permissions, pop, queues, topics, users, vhosts
 
 PAGES: tuple[Page, ...] = (
     overview.PAGE,
@@ -13,6 +13,7 @@ PAGES: tuple[Page, ...] = (
     exchanges.PAGE,
     groups.PAGE,
     connections.PAGE,
+    channels.PAGE,
     mqtt.PAGE,
     topics.PAGE,
     pop.PAGE,
