@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .tick import Tick, tick_of
     from .pipeline import Published, one_row
     from .log.topic_config import TopicConfig, validate_topic_name
+    from .topics import TopicInfo
     from .streams.group_model import (
         Code,
         GroupDescription,
@@ -118,6 +119,7 @@ _OWNER = {
     "SyncResult": "streams.group_model",
     "TOPIC": "routing.definitions",
     "TopicConfig": "log.topic_config",
+    "TopicInfo": "topics",
     "TopicPartition": "streams.group_model",
     "User": "access.auth",
     "check_delay": "queues.pop",
@@ -197,6 +199,7 @@ __all__ = [
     "SyncResult",
     "Tally",
     "TopicConfig",
+    "TopicInfo",
     "TopicPartition",
     "User",
     "check_delay",

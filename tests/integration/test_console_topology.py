@@ -102,3 +102,31 @@ def test_the_administrators_forms_make_what_the_api_shows(mgmt: Mgmt, server: Lo
     inequivalent = post(server, session, "/queues/declare", {"vhost": "/", "name": "ctf-q", "arguments": ""},
                         page="/queues")
     assert inequivalent.status == 400 and b"inequivalent" in inequivalent.body
+
+
+def test_topics_are_created_altered_and_deleted_from_their_pages(mgmt: Mgmt, server: LogbusServer) -> None:
+    session = login(server, "guest", "guest")
+    made = post(server, session, "/topics/create", {"name": "ctf-stream", "partitions": "3",
+                                                    "config": '{"retention.ms": 3600000}'}, page="/topics")
+    assert made.status == 303 and "Created+topic" in made.headers["Location"], made
+    topic = mgmt.ok("GET", "/api/topics/ctf-stream").json()
+    assert topic["partitions"] == 3 and topic["config"]["retention.ms"] == 3600000
+    changed = post(server, session, "/topics/alter", {"name": "ctf-stream", "config": '{"retention.ms": 7200000}'},
+                   page="/topics/ctf-stream")
+    assert changed.status == 303, changed
+    assert mgmt.ok("GET", "/api/topics/ctf-stream").json()["config"]["retention.ms"] == 7200000
+    bad = post(server, session, "/topics/alter", {"name": "ctf-stream", "config": '{"retention.ms": "soon"}'},
+               page="/topics/ctf-stream")
+    assert bad.status == 400, bad
+    page = Mgmt(server, None).call("GET", "/topics/ctf-stream?confirm=delete", headers=session).body.decode()
+    assert "Delete topic ctf-stream?" in page
+
+    watcher = login(server, "watcher", "pw")
+    assert b"Add a new topic" not in Mgmt(server, None).call("GET", "/topics", headers=watcher).body
+    assert post(server, watcher, "/topics/delete", {"name": "ctf-stream"}).status == 403
+    assert post(server, watcher, "/topics/create", {"name": "ctf-other"}).status == 403
+    assert mgmt.call("GET", "/api/topics/ctf-other").status == 404
+
+    gone = post(server, session, "/topics/delete", {"name": "ctf-stream"}, page="/topics/ctf-stream")
+    assert gone.status == 303 and "Deleted+topic" in gone.headers["Location"], gone
+    assert mgmt.call("GET", "/api/topics/ctf-stream").status == 404

@@ -48,7 +48,7 @@ from ...core.types import Message
 from ...core.types import check_delay
 from ...retry.policy import MAX_DELAY_MS
 
-from ...core.types import topic_exchange
+from ...core.types import TopicInfo, topic_exchange
 from .alarms import AlarmGate
 from .credentials import require, require_topic, user_of
 from .request import json_object, query_flag, read_json
@@ -97,10 +97,7 @@ class Topics(ApiResource):
                                    if self.doors.sees_vhost(user, topic_exchange(info.name)[0])])
 
     def handle_POST(self, request: server.Request) -> Response:
-        require(request, self.doors, "manage")
-        name, settings = parse_create(read_json(request))
-        require_topic(request, self.doors, "configure", name)
-        info = self.topics.create_topic(name, settings)
+        info = create_topic(request, self.services, read_json(request))
         location = "/api/topics/" + quote(info.name, safe="")
         return Response.json(201, with_rate(info.to_json(), self.sampler), (("Location", location),))
 
@@ -111,6 +108,7 @@ class Topic(ApiResource):
 
     def __init__(self, services: Services, raw_name: bytes, sampler: RateSampler | None = None) -> None:
         super().__init__()
+        self.services = services
         self.doors, self.admin, self.topics = services.doors, services.admin, services.topics
         self.raw_name = raw_name
         self.sampler = sampler
@@ -132,20 +130,38 @@ class Topic(ApiResource):
         return Response.json(200, with_rate(self.topics.describe_topic(name).to_json(), self.sampler))
 
     def handle_PUT(self, request: server.Request) -> Response:
-        require(request, self.doors, "policy")  # a topic's settings are its policy
-        name = self.name()
-        require_topic(request, self.doors, "configure", name)
-        settings = parse_alter(read_json(request))
-        return Response.json(200, with_rate(self.topics.alter_topic(name, settings).to_json(), self.sampler))
+        info = alter_topic(request, self.services, self.name(), read_json(request))
+        return Response.json(200, with_rate(info.to_json(), self.sampler))
 
     def handle_DELETE(self, request: server.Request) -> Response:
         """``?force=true``: a topic queues read is deleted too, their entries with it."""
-        require(request, self.doors, "manage")
-        name = self.name()
-        require_topic(request, self.doors, "configure", name)
-        force = query_flag(request, "force")
-        self.topics.delete_topic(name, force=force)
+        delete_topic(request, self.services, self.name(), force=query_flag(request, "force"))
         return Response.empty(204)
+
+
+# the checks and calls the API and the console share (console/pages/topics.py)
+
+
+def create_topic(request: server.Request, services: Services, body: Any) -> TopicInfo:
+    """``management`` and configure on the topic, then the create."""
+    require(request, services.doors, "manage")
+    name, settings = parse_create(body)
+    require_topic(request, services.doors, "configure", name)
+    return services.topics.create_topic(name, settings)
+
+
+def alter_topic(request: server.Request, services: Services, name: str, body: Any) -> TopicInfo:
+    """``policymaker`` (a topic's settings are its policy) and configure on it, then the alter."""
+    require(request, services.doors, "policy")
+    require_topic(request, services.doors, "configure", name)
+    return services.topics.alter_topic(name, parse_alter(body))
+
+
+def delete_topic(request: server.Request, services: Services, name: str, *, force: bool = False) -> None:
+    """``management`` and configure on it, then the delete (``force``: queues reading it too)."""
+    require(request, services.doors, "manage")
+    require_topic(request, services.doors, "configure", name)
+    services.topics.delete_topic(name, force=force)
 
 
 class TopicMessages(Topic):

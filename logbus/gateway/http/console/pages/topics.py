@@ -2,7 +2,9 @@
 the user has a permission in (monitoring: all); per topic its partitions, messages, size
 and retention, and per partition its offsets and segments.
 
-    /topics/<topic>                       its partitions, and the message search form
+    /topics                               the table, and the create form
+    /topics/<topic>                       its partitions, rates, settings (the alter form,
+                                          Delete after ?confirm=delete), the message search form
     /topics/<topic>?key=...&message_id=...&start=...&end=...&partition=...&limit=...
                                           the records found (``Admin.search_messages``:
                                           by key or message id through the key index, or
@@ -14,6 +16,7 @@ and retention, and per partition its offsets and segments.
 from __future__ import annotations
 
 import calendar
+import json
 import time
 from typing import Any
 from urllib.parse import quote
@@ -21,11 +24,12 @@ from urllib.parse import quote
 from .....core.errors import InvalidRequest, LogbusError
 from .....core.types import FoundMessage, topic_exchange
 from ...responses import HttpError
-from ..html import Html, field, get_form, h, size, table
+from ... import topics as topics_api
+from ..html import Html, checkbox, field, form, get_form, h, hidden, size, table, textarea
 from ...rates import Watched
-from ..page import Page, View
+from ..page import Page, PageAction, View
 from ..rates import chart, live, rate_facts
-from .exchanges import watch_topic
+from .exchanges import configures_somewhere, watch_topic
 
 SEARCH_FIELDS = ("key", "message_id", "start", "end", "partition")
 LIMIT = 100
@@ -78,7 +82,8 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
     if view.arg("live", "") == "1":
         return t.name, live(here, figures)
     out: list[str] = [live(here, figures), chart("topics/" + quote(t.name, safe=""), "appended",
-                                                 "Records per second appended to the topic, from every protocol.")]
+                                                 "Records per second appended to the topic, from every protocol."),
+                      _settings(view, t, here)]
     if not view.can_topic("read", t.name):
         out.append("<p>Searching this topic's messages needs read permission on it.</p>")
         return t.name, Html("".join(out))
@@ -102,6 +107,65 @@ def watch(view: View, parts: list[str]) -> Watched:
             or not any(t.name == parts[0] for t in view.topics.list_topics()):
         raise HttpError(404, "not_found", f"no topic '{parts[0] if parts else ''}'")
     return watch_topic(view, parts[0])
+
+
+def header(view: View) -> Html:
+    """The create form, above the reloaded tables (for a user who may configure somewhere)."""
+    if not configures_somewhere(view):
+        return Html("")
+    return Html('<details class="block"><summary>Add a new topic</summary>' + form(
+        "/topics/create", view.csrf, "Create a topic", [
+            field("name", "Name", required=True, prefix="new-",
+                  hint="a vhost's exchange's topic is named <vhost>/<exchange>; others are free"),
+            field("partitions", "Partitions", kind="number", value="1", prefix="new-"),
+            textarea("config", "Settings (JSON)", prefix="new-",
+                     hint='e.g. {"retention.ms": 604800000, "cleanup.policy": "compact"}')],
+        "Create") + "</details>")
+
+
+def _settings(view: View, t: Any, here: str) -> Html:
+    """The topic's settings, the alter form (policymaker and configure on it) and Delete."""
+    shown = json.dumps(t.config, sort_keys=True, default=str)
+    out = [f'<section aria-labelledby="settings-title"><h2 id="settings-title">Settings</h2>'
+           f'<p><code id="topic-config">{h(shown)}</code></p>']
+    if view.can("policy") and view.can_topic("configure", t.name):
+        out.append(form("/topics/alter", view.csrf, "Change settings", [
+            hidden("name", t.name), hidden("back", here),
+            textarea("config", "Settings to change (JSON)", hint='e.g. {"retention.ms": 86400000}')], "Change"))
+    if view.can_topic("configure", t.name):
+        if view.arg("confirm", "") == "delete":
+            out.append(f'<section class="confirm" aria-labelledby="delete-title"><h2 id="delete-title">Delete topic'
+                       f" {h(t.name)}?</h2><p>Every partition and every record in it go; queues reading it are"
+                       " deleted with it only if ticked. This cannot be undone.</p>"
+                       + form("/topics/delete", view.csrf, "Delete the topic", [
+                           hidden("name", t.name), hidden("back", "/topics"),
+                           checkbox("force", "Also when queues read it (their entries go too)")], "Delete")
+                       + f' <a href="{h(here)}">Cancel</a></section>')
+        else:
+            out.append(f'<form method="get" action="{h(here)}" class="inline">{hidden("confirm", "delete")}'
+                       f'<button type="submit" class="danger" aria-label="Delete topic {h(t.name)}…">Delete…'
+                       "</button></form>")
+    return Html("".join(out) + "</section>")
+
+
+def create(view: View) -> str:
+    body: dict[str, Any] = {"name": view.arg("name"), "config": view.json_arg("config")}
+    if view.arg("partitions", ""):
+        body["partitions"] = view.int_arg("partitions")
+    info = topics_api.create_topic(view.request, view.services, body)
+    return f"Created topic {info.name!r} with {len(info.partitions)} partitions."
+
+
+def alter(view: View) -> str:
+    name = view.arg("name")
+    topics_api.alter_topic(view.request, view.services, name, {"config": view.json_arg("config")})
+    return f"Changed the settings of topic {name!r}."
+
+
+def delete(view: View) -> str:
+    name = view.arg("name")
+    topics_api.delete_topic(view.request, view.services, name, force=view.flag("force"))
+    return f"Deleted topic {name!r}."
 
 
 def _utc_ms(view: View, name: str) -> int | None:
@@ -142,4 +206,5 @@ def _row(m: FoundMessage) -> tuple[object, ...]:
     return (m.partition, m.offset, when, "" if j["key"] is None else j["key"], m.message_id or "", headers, preview)
 
 
-PAGE = Page("topics", "Topics", render, detail=detail, watch=watch)
+PAGE = Page("topics", "Topics", render, header=header, detail=detail, watch=watch, actions={
+    "create": PageAction(create), "alter": PageAction(alter), "delete": PageAction(delete)})
