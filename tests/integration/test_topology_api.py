@@ -198,3 +198,29 @@ def test_channels_show_prefetch_unacked_and_confirm_mode_as_the_client_set_them(
     finally:
         conn.close()
     mgmt.ok("DELETE", "/api/queues/%2F/tp-channels")
+
+
+def test_a_connections_messages_come_with_their_rates(mgmt: Mgmt, server: LogbusServer) -> None:
+    mgmt.ok("PUT", "/api/queues/%2F/tp-conn-rated")
+    conn = amqp(server, connection_name="tp-rated-conn")
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+
+        def mine() -> dict[str, Any]:
+            [c] = [c for c in mgmt.ok("GET", "/api/connections").json() if c["client_id"] == "tp-rated-conn"]
+            return c
+
+        assert mine()["received_details"] == {"rate": 0.0}
+        read_at = time.monotonic()
+        for i in range(40):
+            ch.basic_publish("", "tp-conn-rated", str(i).encode())
+        while time.monotonic() - read_at < 1.2:
+            time.sleep(0.05)
+        c = mine()
+        span = time.monotonic() - read_at
+        assert c["received"] == 40 and 40 / (span + 1.0) <= c["received_details"]["rate"] <= 40 / 1.2, (c, span)
+        assert c["bytes_in_details"]["rate"] > 0
+    finally:
+        conn.close()
+    mgmt.ok("DELETE", "/api/queues/%2F/tp-conn-rated")

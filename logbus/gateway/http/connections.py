@@ -21,13 +21,14 @@ client properties ``product`` and ``version``, Kafka ApiVersions v3+
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twisted.web import resource, server
 
-from ...core.types import Action
+from ...core.types import Action, ConnectionRecord
 from .auth import AdminResource
 from .credentials import allowed, user_of
+from .rates import ReadRates
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
@@ -36,8 +37,27 @@ if TYPE_CHECKING:
 PROTOCOLS = ("amqp", "mqtt", "kafka", "http")
 
 
+def connection_rates(reads: ReadRates, c: ConnectionRecord) -> dict[str, float]:
+    """A connection's messages and bytes per second, differenced between reads (rates.py)."""
+    return reads.rates(("connection", c.id), {"received": c.received, "sent": c.sent, "bytes_in": c.bytes_in,
+                                              "bytes_out": c.bytes_out})
+
+
+def connection_json(c: ConnectionRecord, reads: ReadRates | None) -> dict[str, Any]:
+    """A connection as the API answers it: with ``<counter>_details`` rates when ``reads``."""
+    j: dict[str, Any] = c.to_json()
+    if reads is not None:
+        for k, r in connection_rates(reads, c).items():
+            j[f"{k}_details"] = {"rate": r}
+    return j
+
+
 class Connections(AdminResource):
     needs: Action | None = "manage"
+
+    def __init__(self, services: Services, reads: ReadRates | None = None) -> None:
+        super().__init__(services)
+        self.reads = reads  # rates differenced between reads (rates.py)
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"":
@@ -54,7 +74,7 @@ class Connections(AdminResource):
         if not allowed(request, self.doors, "monitor"):
             user = user_of(request)
             records = [c for c in records if c.user == user]
-        return Response.json(200, [c.to_json() for c in records])
+        return Response.json(200, [connection_json(c, self.reads) for c in records])
 
 
 class OneConnection(AdminResource):

@@ -263,7 +263,7 @@ def build_resource(services: Services, sampler: RateSampler, metrics_auth: bool 
         b"consumer-groups": ConsumerGroups(services),
         b"whoami": WhoAmI(services.admin),
         b"topics": Topics(services, sampler),
-        b"connections": Connections(services),
+        b"connections": Connections(services, sampler.reads),
         b"limits": Limits(services),
         b"users": Users(services),
         b"vhosts": VHosts(services),

@@ -3,7 +3,8 @@ Close button, under the rules of ``GET`` and ``DELETE /api/connections``: a mana
 user sees and may close its own, monitoring sees every one, an administrator may close
 any. Each shows the name the client gave (AMQP connection_name, MQTT client id, Kafka
 client.id), its software where the protocol says (AMQP client properties, Kafka
-ApiVersions), when it was accepted (UTC) and what it carried.
+ApiVersions), when it was accepted (UTC), what it carried and its messages per second in
+and out (differenced between the page's reloads).
 
 HTTP connections are not listed, as RabbitMQ's management UI lists none: each carries
 requests, not a session, and most are the console's own (the browser viewing this page
@@ -11,7 +12,7 @@ holds several); /api/connections and ``logbus connection list`` list them."""
 
 from __future__ import annotations
 
-from ...connections import PROTOCOLS
+from ...connections import PROTOCOLS, connection_rates
 from ...responses import HttpError
 from ..html import Html, action_form, h, size, table
 from ..page import Page, PageAction, View
@@ -34,16 +35,18 @@ def render(view: View) -> Html:
                                  describe=f"Close {c.protocol} connection {c.id} of {c.user or 'no user'}",
                                  danger=True)
         software = " ".join(x for x in (c.client_product, c.client_version) if x)
+        rate = connection_rates(view.console.reads, c)
         rows.append((c.id, c.protocol, c.user, c.vhost, c.peer, "yes" if c.tls else "no", c.client_id, software,
-                     c.connected_at, c.received, c.sent, size(c.bytes_in), size(c.bytes_out), button))
+                     c.connected_at, c.received, c.sent, f"{rate['received']:g}/s", f"{rate['sent']:g}/s",
+                     size(c.bytes_in), size(c.bytes_out), button))
     options = "".join(f'<option value="{h(p)}"{" selected" if p == protocol else ""}>{h(p.upper())}</option>'
                       for p in CLIENT_PROTOCOLS)
     filter_form = ('<form method="get" action="/connections" class="filters"><label for="protocol">Protocol</label>'
                    f'<select id="protocol" name="protocol"><option value="">all</option>{options}</select>'
                    '<button type="submit">Show</button></form>')
     headers = ["Id", "Protocol", "User", "Vhost", "Peer", "TLS", "Client id", "Client software", "Connected at (UTC)",
-               "Messages in", "Messages out", "Bytes in", "Bytes out", "Action"]
-    return Html(filter_form + table("Open connections", headers, rows, numeric=(0, 9, 10, 11, 12))
+               "Messages in", "Messages out", "In/s", "Out/s", "Bytes in", "Bytes out", "Action"]
+    return Html(filter_form + table("Open connections", headers, rows, numeric=(0, 9, 10, 11, 12, 13, 14))
                 + '<p class="legend">HTTP connections (the API\'s and this console\'s own) are not listed:'
                 ' <code>GET /api/connections?protocol=http</code> lists them.</p>')
 
