@@ -130,3 +130,28 @@ def test_topics_are_created_altered_and_deleted_from_their_pages(mgmt: Mgmt, ser
     gone = post(server, session, "/topics/delete", {"name": "ctf-stream"}, page="/topics/ctf-stream")
     assert gone.status == 303 and "Deleted+topic" in gone.headers["Location"], gone
     assert mgmt.call("GET", "/api/topics/ctf-stream").status == 404
+
+
+def test_a_connections_page_has_its_facts_rates_and_chart(mgmt: Mgmt, server: LogbusServer) -> None:
+    import json
+
+    import pika  # type: ignore[import-untyped]
+
+    host, port = server.host_port("amqp")
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        host, port, credentials=pika.PlainCredentials("guest", "guest"),
+        client_properties={"connection_name": "ctf-conn"}))
+    try:
+        [record] = [c for c in mgmt.ok("GET", "/api/connections").json() if c["client_id"] == "ctf-conn"]
+        session = login(server, "guest", "guest")
+        page = Mgmt(server, None).call("GET", f"/connections/{record['id']}", headers=session)
+        assert page.status == 200, page
+        text = page.body.decode()
+        assert 'id="connection-facts"' in text and "ctf-conn" in text and 'data-series="connection"' in text
+        series = Mgmt(server, None).call("GET", f"/rates.json?object=connections/{record['id']}", headers=session)
+        assert set(json.loads(series.body)) >= {"t"}
+        watcher = login(server, "watcher", "pw")  # monitoring: it sees every connection
+        assert Mgmt(server, None).call("GET", f"/connections/{record['id']}", headers=watcher).status == 200
+    finally:
+        conn.close()
+    assert Mgmt(server, None).call("GET", "/connections/999999", headers=login(server, "guest", "guest")).status == 404

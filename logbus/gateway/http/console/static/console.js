@@ -27,6 +27,14 @@
         { label: "acked/s", stroke: "#1e6b2e", width: 2, dash: [2, 3] }
       ]
     },
+    connection: {  // a connection's page: /rates.json?object=connections/<id>
+      pick: function (data) { return [data.t, data.received || [], data.sent || []]; },
+      axis: "messages/s",
+      series: [
+        { label: "in/s", stroke: "#1f6fb2", width: 2 },
+        { label: "out/s", stroke: "#b5472a", width: 2, dash: [6, 3] }
+      ]
+    },
     appended: {  // an exchange's or a topic's page: records appended to its log topic
       pick: function (data) { return [data.t, data.appended || []]; },
       axis: "messages/s",
