@@ -268,6 +268,11 @@ class LogbusService(MultiService):
     def add_listener(self, listener: ListenerService) -> None:
         listener.setServiceParent(self)
         self.listeners.append(listener)
+        admin, tls = self.broker.admin, listener.tls is not None  # the node's view of its listeners
+        listener.when_listening().addCallbacks(
+            lambda port: admin.listener_up(listener.name, format_address(port.getHost()), tls),
+            lambda failure: admin.listener_failed(listener.name, listener.description, tls,
+                                                  failure.getErrorMessage()))
 
     @defer.inlineCallbacks
     def stopService(self) -> Any:

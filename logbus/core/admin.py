@@ -8,11 +8,13 @@ CLI reaches it through them).
     admin.list_queues("prod")                                # the inventory (inventory.py)
     admin.search_messages("orders", key=b"customer-42")      # search.py
     d = admin.publish("orders", [message])                   # the one pipeline; Deferred[offsets]
+    admin.node()                                             # RabbitMQ's /api/nodes entry
 
 It owns the inventory (``Inventory``), the dead-letter replay and the message search, and
 is handed the parts it reads and changes: the users, vhosts and permissions (``Access``),
 the connection registry, the resource monitor, the storage faults, the password thread,
-the open vhosts' dict and how to open one. What only exists once the broker has started
+the open vhosts' dict and how to open one; the server tells it of its listeners
+(``listener_up``, ``listener_failed``). What only exists once the broker has started
 (the log, the pop groups, the pipeline, the state store and the queue journal) is handed
 to ``open`` at start and dropped by ``close`` at stop. Nothing here runs per message.
 """
@@ -20,27 +22,33 @@ to ``open`` at start and dropped by ``close`` at stop. Nothing here runs per mes
 from __future__ import annotations
 
 import logging
+import os
+import platform
+import resource
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 
+from .. import compiled
 from .access.auth import SHA256, Access, AccessChange, InvalidAccess, Permission, User, VHostInfo, check_name
 from .access.doors import NewPassword
 from .access.passwords import PasswordWorker, hash_password
 from .access.scram import ScramCredential, derive_all
 from .access.topic_permissions import TopicPermission
-from .connections import PROTOCOLS, Connections, ConnectionRecord
+from .connections import PROTOCOLS, Connections, ConnectionRecord, utc_iso
 from .errors import LogbusError
 from .faults import StorageFaults
 from .inventory import Inventory, open_descriptors, version
 from .log.topic_config import validate_topic_name
 from .message import Message
 from .ports import ClientSessions
-from .pressure import ResourceMonitor, free_disk, resident_memory
+from .pressure import DISK, MEMORY, RESOURCES, ResourceMonitor, free_disk, resident_memory
 from .queues.replay import DeadLetterReplay
 from .routing.log_topics import DEFAULT_EXCHANGE_TOPIC, key_partition, vhost_topic
 from .routing.router import PREDECLARED
@@ -57,6 +65,78 @@ if TYPE_CHECKING:
     from .vhost import VHost
 
 log = logging.getLogger(__name__)
+
+STATE_SIZE_SECONDS = 5.0  # the state store's size on disk is measured at most this often
+
+
+@dataclass(frozen=True)
+class ListenerState:
+    """One of the server's listeners: bound to ``address`` ("host:port", or a UNIX
+    socket's path) since ``started_ms`` (epoch ms), or failed to listen (``problem``: why;
+    ``address``: the endpoint it was given)."""
+
+    name: str  # "amqp", "mqtt", "mqtt.2" (a second endpoint), ...
+    address: str
+    tls: bool
+    started_ms: int | None = None
+    problem: str | None = None
+
+    def to_json(self, now_ms: int) -> dict[str, Any]:
+        """RabbitMQ's listener fields (``protocol``, ``ip_address``, ``port``) and logbus's."""
+        host, port = None, None
+        if self.problem is None:
+            h, sep, p = self.address.rpartition(":")
+            if sep and p.isdigit():
+                host, port = h.strip("[]"), int(p)
+        up = self.started_ms is not None and self.problem is None
+        return {"name": self.name, "protocol": self.name.partition(".")[0], "ip_address": host, "port": port,
+                "address": self.address, "tls": self.tls, "listening": up,
+                "started_ms": self.started_ms if up else None,
+                "started_at": utc_iso(self.started_ms) if up and self.started_ms is not None else None,
+                "uptime": now_ms - self.started_ms if up and self.started_ms is not None else None,
+                "problem": self.problem}
+
+
+class DirectorySize:
+    """The bytes of the files under ``path`` (the state store's RocksDB directory: flat, a
+    few dozen files), measured at most once per ``max_age`` seconds: the console's node
+    page asks every few seconds per open tab."""
+
+    def __init__(self, path: Path, max_age: float = STATE_SIZE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path, self.max_age, self.clock = path, max_age, clock
+        self._measured: tuple[float, int] | None = None
+
+    def __call__(self) -> int:
+        now = self.clock()
+        if self._measured is None or now - self._measured[0] >= self.max_age:
+            self._measured = (now, files_size(self.path))
+        return self._measured[1]
+
+
+def files_size(path: str | os.PathLike[str]) -> int:
+    """The sum of the sizes of the files under ``path`` (what cannot be read, such as a
+    file a compaction removed meanwhile, is not counted)."""
+    total = 0
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        total += files_size(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+                except OSError:
+                    continue
+    except OSError:
+        return total
+    return total
+
+
+def descriptor_limit() -> int | None:
+    """The process's soft limit on open file descriptors (None: unlimited)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 class AdminService:
@@ -85,6 +165,8 @@ class AdminService:
         self.client_sessions: dict[str, ClientSessions] = {}
         # listeners that are not serving (the server's): name -> why, for /healthz
         self.listener_problems: dict[str, str] = {}
+        self._listeners: dict[str, ListenerState] = {}  # the server's, in the order it made them
+        self._state_size: DirectorySize | None = None
         self._log: LogManager | None = None
         self._pipeline: Pipeline | None = None
         self._state: StateStore | None = None
@@ -110,11 +192,13 @@ class AdminService:
              queue_store: QueueStore) -> None:
         """The broker has started: what exists from then on."""
         self._log, self._pipeline, self._state, self._queue_store = log, pipeline, state, queue_store
+        self._state_size = DirectorySize(state.path)
         self.inventory.open(log, pop)
 
     def close(self) -> None:
         """The broker has stopped."""
         self._log = self._pipeline = self._state = self._queue_store = None
+        self._state_size = None
         self.inventory.close()
 
     def _started_log(self) -> LogManager:
@@ -271,6 +355,58 @@ class AdminService:
             "alarms": sorted(pressure.alarms), "health": self.health(),
             "mem_used": resident_memory(), "fd_used": open_descriptors(),
             "disk_free": free_disk(self._data_dir), "disk_free_limit": pressure.disk_free_limit,
+        }
+
+    # -- the node ---------------------------------------------------------------------------
+
+    def listener_up(self, name: str, address: str, tls: bool) -> None:
+        """The server's listener ``name`` listens on ``address`` from now on."""
+        self._listeners[name] = ListenerState(name, address, tls, started_ms=int(time.time() * 1000))
+        self.listener_problems.pop(name, None)
+
+    def listener_failed(self, name: str, endpoint: str, tls: bool, why: str) -> None:
+        """The server's listener ``name`` could not listen on ``endpoint``: a health reason."""
+        self._listeners[name] = ListenerState(name, endpoint, tls, problem=why)
+        self.listener_problems[name] = why
+
+    def node(self) -> dict[str, Any]:
+        """This broker as RabbitMQ's GET /api/nodes describes a node, in its field names
+        where it has them (``mem_*``, ``disk_free*``, ``fd_*``, ``uptime`` in ms, ``os_pid``
+        a string as RabbitMQ's), and logbus's own: the alarms in force with their
+        thresholds, the state store's and the log's bytes on disk, the listeners, the
+        Python running it and whether the compiled modules run. Memory, disk free and
+        descriptors are read now; the alarms are as of the monitor's last check (once a
+        second); the state store's size is at most ``STATE_SIZE_SECONDS`` old."""
+        pressure, log_, state_size = self._pressure, self._started_log(), self._state_size
+        assert state_size is not None, "broker is not started"
+        now_ms = int(time.time() * 1000)
+        started_ms = int(self._started_at * 1000)
+        try:
+            disk_free = free_disk(self._data_dir)
+        except OSError:  # the directory was removed under us, say: the monitor's last reading
+            disk_free = pressure.disk_free
+        runs_compiled, build = compiled.status()
+        measured = {MEMORY: (pressure.memory_used, pressure.memory_limit),
+                    DISK: (pressure.disk_free, pressure.disk_free_limit)}
+        return {
+            "name": socket.gethostname(), "type": "disc", "running": True, "os_pid": str(os.getpid()),
+            "processors": os.cpu_count() or 1, "product_version": version(),
+            "uptime": now_ms - started_ms, "started_ms": started_ms, "started_at": utc_iso(started_ms),
+            "mem_used": resident_memory(), "mem_limit": pressure.memory_limit,
+            "mem_alarm": MEMORY in pressure.alarms, "mem_calculation_strategy": "rss",
+            "memory_high_watermark": pressure.memory_high_watermark, "total_memory": pressure.total_memory,
+            "disk_free": disk_free, "disk_free_limit": pressure.disk_free_limit,
+            "disk_free_alarm": DISK in pressure.alarms,
+            "fd_used": open_descriptors(), "fd_total": descriptor_limit(),
+            "resource_alarms": [{"resource": name, "value": measured[name][0], "limit": measured[name][1],
+                                 "reason": pressure.describe(name)} for name in RESOURCES if name in pressure.alarms],
+            "health": self.health(),
+            "data_dir": str(self._data_dir), "db_dir": str(state_size.path), "log_dir": str(log_.root),
+            "state_store_bytes": state_size(),
+            "log_bytes": sum(p.size_bytes for t in log_.topics.values() for p in t.partitions),
+            "listeners": [listener.to_json(now_ms) for listener in self._listeners.values()],
+            "python_version": platform.python_version(), "python_implementation": platform.python_implementation(),
+            "interpreter": sys.executable, "compiled": runs_compiled, "build": build,
         }
 
     # -- messages -------------------------------------------------------------------------

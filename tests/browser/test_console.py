@@ -25,7 +25,7 @@ from tests.integration.mgmt import Mgmt
 from tests.serverproc import LogbusServer
 
 PAGES = ["/", "/queues", "/consumer-groups", "/connections", "/mqtt", "/topics", "/pop-groups", "/users", "/vhosts",
-         "/permissions"]
+         "/permissions", "/node"]
 
 
 class AmqpClient:

@@ -15,6 +15,7 @@
     /api/mqtt/clients[/<id>]   mqtt.MqttClients, mqtt.MqttOne       monitoring; DELETE: administrator
     /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttOne      monitoring; DELETE: administrator
     /api/overview            overview.Overview                      management
+    /api/nodes[/<name>]      nodes.Nodes, nodes.OneNode             monitoring
     /api/queues[/<vhost>[/<name>[/contents|/get]]]  queues.*        management (+ read permission)
     /api/consumers[/<vhost>]  queues.Consumers                      management
     /api/channels            channels.Channels (AMQP)               management: its own; monitoring: all
@@ -52,6 +53,7 @@ from .health import Health
 from .limits import Limits
 from .metrics import Metrics
 from .mqtt import MqttClients, MqttSessions
+from .nodes import Nodes
 from .overview import Overview, RateSampler
 from .permissions import Permissions
 from .pop import Pop
@@ -255,6 +257,7 @@ class ApiSite(server.Site):
 def build_resource(services: Services, sampler: RateSampler, metrics_auth: bool = False) -> resource.Resource:
     api = _directory({
         b"overview": Overview(services, sampler),
+        b"nodes": Nodes(services),
         b"queues": Queues(services, sampler.reads),
         b"consumers": Consumers(services),
         b"channels": Channels(services, sampler.reads),

@@ -5,10 +5,12 @@ here."""
 from __future__ import annotations
 
 from ..page import Page
-from . import channels, connections, exchanges, groups, mqtt, overview, permissions, pop, queues, topics, users, vhosts
+from . import (channels, connections, exchanges, groups, mqtt, node, overview, permissions, pop, queues, topics, users,
+               vhosts)
 
 PAGES: tuple[Page, ...] = (
     overview.PAGE,
+    node.PAGE,
     queues.PAGE,
     exchanges.PAGE,
     groups.PAGE,
