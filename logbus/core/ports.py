@@ -310,11 +310,22 @@ class Acls(Protocol):
 class ClientSessions(Protocol):
     """A gateway's client sessions as the operator sees them (the MQTT gateway's room,
     gateway/mqtt/room.py: a session is ``{"client_id", "user", "connected", "peer",
-    "protocol", "clean", "expiry_interval", "subscriptions", "queued", "in_flight"}``)."""
+    "protocol", "clean", "expiry_interval", "subscriptions", "queued", "in_flight"}``, and
+    while connected its connection's ``"keep_alive", "connection", "connected_at",
+    "received", "sent"``), and the retained messages its clients left
+    (``RetainedStore.to_json``'s form).
+
+        room.retained_messages("sensors/#", limit=100)   # InvalidRequest: not a topic filter
+        room.delete_retained("sensors/kitchen")           # False: none on that topic
+    """
 
     def describe(self) -> list[dict[str, Any]]: ...
     def kick(self, client_id: str) -> bool: ...  # False: no such client connected
     def delete_session(self, client_id: str) -> bool: ...  # False: no such session
+    # topic_filter None: every retained topic's, "$" ones too; in topic order, level by level
+    def retained_messages(self, topic_filter: str | None = None, limit: int = 100) -> list[dict[str, Any]]: ...
+    # as a client's empty retained publish to it; synced before it returns
+    def delete_retained(self, topic: str) -> bool: ...
 
 
 class Topology(Protocol):

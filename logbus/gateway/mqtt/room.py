@@ -33,7 +33,9 @@ the vhost's queue service, not of the AMQP model:
   Mosquitto) and counted (``dropped``). Messages in flight to the client do not count.
   Expiry is capped at ``max_session_expiry``, stored sessions included when taken up
   again at start.
-- **retained messages** are in ``core.retained.RetainedStore``, durable and indexed.
+- **retained messages** are in ``core.retained.RetainedStore``, durable and indexed. An
+  operator lists them (``retained_messages``) and deletes one (``delete_retained``) as a
+  client's empty retained PUBLISH to its topic clears it (the store's ``clear``), synced.
 
 Sessions end (queue deleted, record deleted) when their connection ends with a session
 expiry of 0, when the expiry runs out offline (a reactor call, re-armed at start from the
@@ -51,7 +53,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...core.errors import LogbusError, StorageError
+from ...core.errors import InvalidRequest, LogbusError, StorageError
 from ...core.types import Message, Published, one_row
 from ...core.types import Outcome
 from ...core.types import DROP_NEW, Delivery, QueueLimits, QueueSettings
@@ -61,9 +63,11 @@ from .connect import NEVER_EXPIRES, Accepted
 from .mapping import EXCHANGE, message_from_publish
 from .outbound import PUBLISHED, released
 from .packets import Publish, Subscription, Will
+from .reasons import MqttError
 from .session import SESSION_QUEUE, Session
 from .subscriptions import SHARE_PREFIX, SHARED_QUEUE, Filtered, shared_queue
 from .topic_map import Unmappable, filter_to_amqp
+from .topics import check_topic_filter
 
 if TYPE_CHECKING:
     from ...core.ports import Queues, Sessions, VHosts
@@ -137,6 +141,7 @@ class MqttRoom:
         self.shared_members: dict[str, dict[str, Filtered | None]] = {}
         self._consumers: dict[tuple[str, str], SessionConsumer] = {}  # (client id, queue) -> consumer
         self._timers: dict[tuple[str, str], Any] = {}  # (client id, "expiry" | "will") -> reactor call
+        self._keep_alive: dict[str, int] = {}  # connected client id -> the keep alive its CONNECT got (s)
         self.started = False
         self.factory: Any = None  # the protocol factory serving the room (TCP and WebSocket)
 
@@ -210,6 +215,7 @@ class MqttRoom:
         s = Session(cid, SESSION_QUEUE + cid) if old is None else old  # its queue: at its first SUBSCRIBE
         s.version, s.expiry, s.user = acc.version, acc.session_expiry, user
         s.connection, s.disconnected_ms = connection, 0
+        self._keep_alive[cid] = acc.keep_alive
         s.outbound.receive_maximum = acc.receive_maximum
         s.outbound.maximum_packet_size = acc.maximum_packet_size
         s.outbound.topic_alias_maximum = acc.topic_alias_maximum
@@ -254,6 +260,7 @@ class MqttRoom:
         vhost = self.vhosts.queues(self.vhost_name)
         s.connection = None
         s.disconnected_ms = self.clock()
+        self._keep_alive.pop(s.client_id, None)
         if vhost is not None:
             for queue in _queues(s):
                 c = self._consumers.pop((s.client_id, queue), None)
@@ -295,6 +302,7 @@ class MqttRoom:
         """The session is over: its queue, its shared memberships and its record go."""
         if self.sessions.get(s.client_id) is s:
             del self.sessions[s.client_id]
+            self._keep_alive.pop(s.client_id, None)
         self._cancel(s.client_id, "expiry")
         vhost = self.vhosts.queues(self.vhost_name)
         if vhost is not None:
@@ -520,18 +528,50 @@ class MqttRoom:
     # -- what the CLI and the HTTP API list --------------------------------------------------
 
     def describe(self) -> list[dict[str, Any]]:
+        """Every session; a connected one with its connection's facts too: the keep
+        alive its CONNECT got (seconds), and from the broker's connection registry its
+        id, when it was accepted and the messages it received and sent."""
         vhost = self.vhosts.queues(self.vhost_name)
         out = []
         for cid in sorted(self.sessions):
             s = self.sessions[cid]
             qs = vhost.queues.get(s.queue) if vhost is not None else None
-            out.append({
-                "client_id": cid, "user": s.user, "connected": s.connection is not None,
-                "peer": s.connection.peer if s.connection is not None else None,
+            c = s.connection
+            about: dict[str, Any] = {
+                "client_id": cid, "user": s.user, "connected": c is not None,
+                "peer": c.peer if c is not None else None,
                 "protocol": {3: "3.1", 4: "3.1.1", 5: "5.0"}.get(s.version, str(s.version)),
                 "clean": not s.kept, "expiry_interval": s.expiry,
                 "subscriptions": [{"filter": sub.topic_filter, "qos": sub.qos} for sub, _ in s.subscriptions.by_filter.values()],
                 "queued": qs.queue.message_count if qs is not None else 0,
                 "in_flight": len(s.outbound.in_flight),
-            })
+            }
+            if c is not None:
+                about["keep_alive"] = self._keep_alive.get(cid)
+                record = c.record  # its ConnectionRecord (None only before it was accepted)
+                if record is not None:
+                    about.update(connection=record.id, connected_at=record.connected_at, received=record.received,
+                                 sent=record.sent)
+            out.append(about)
         return out
+
+    def retained_messages(self, topic_filter: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """The first ``limit`` retained messages whose topic ``topic_filter`` matches
+        (None: every one), in topic order. InvalidRequest: not a topic filter."""
+        if topic_filter is not None:
+            try:
+                check_topic_filter(topic_filter, False)
+            except MqttError as e:
+                raise InvalidRequest(f"{topic_filter!r} is not an MQTT topic filter: {e.text}") from None
+        store = self.retained
+        return [store.to_json(r) for r in store.browse(topic_filter, limit)]
+
+    def delete_retained(self, topic: str) -> bool:
+        """Forget the topic's retained message as a client's empty retained PUBLISH to it
+        does (MQTT section 3.3.1.3): new subscribers get none, and the deletion is synced
+        to disk before this returns. Unlike that PUBLISH, nothing is sent to the topic's
+        subscribers. False: the topic holds none (or it expired)."""
+        if self.retained.get(topic) is None:
+            return False
+        self.retained.clear(topic, sync=True)
+        return True
