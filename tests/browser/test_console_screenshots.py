@@ -3,9 +3,10 @@
 
     make console-screenshots     # LOGBUS_CONSOLE_SCREENSHOTS=docs/images pytest this file
 
-writes docs/images/console-{overview,queues,queue,group,search}.png. In the ordinary run
-they go to a temporary directory: the pages they show still render, and each stays under
-MAX_BYTES."""
+writes docs/images/console-<page>.png for every page of the menu and each kind of object
+page (a queue, an exchange, a connection, a consumer group, a topic's search). In the
+ordinary run they go to a temporary directory: the pages they show still render, and each
+stays under MAX_BYTES."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 from selenium.webdriver.common.by import By
 
+import pika
+
 from tests.browser.console import DEADLINE, ConsoleBrowser
 from tests.browser.test_console_queues import publish_amqp
 from tests.integration.mgmt import Mgmt
+from tests.integration.mqtt_clients import Paho
 from tests.serverproc import REPO_ROOT, LogbusServer
 
 MAX_BYTES = 150_000
@@ -87,5 +91,46 @@ def test_screenshots_of_the_console(console: ConsoleBrowser, server: LogbusServe
         console.go("/topics/payments?key=customer-3")
         assert console.table("Messages found: 9")
         shot("search")
+
+        # the rest of the menu, and an exchange's and a connection's page, with clients on
+        mgmt.ok("PUT", "/api/exchanges/%2F/order-events", {"type": "topic"})
+        mgmt.ok("POST", "/api/bindings/%2F/e/order-events/q/orders", {"routing_key": "order.*"})
+        mgmt.ok("POST", "/api/pop/settlement/payments/receive", {"max": 1, "invisible_ms": 60000})
+        host, port = server.host_port("amqp")
+        amqp = pika.BlockingConnection(pika.ConnectionParameters(
+            host, port, credentials=pika.PlainCredentials("guest", "guest"),
+            client_properties={"connection_name": "billing-worker"}))
+        device = Paho(server, "sensor-17", keepalive=30)
+        try:
+            device.connect()
+            device.publish("sensors/kitchen/temperature", b"21.5", qos=1, retain=True)
+            channel = amqp.channel()
+            channel.basic_qos(prefetch_count=20)
+            channel.basic_consume("invoices", lambda *a: None, consumer_tag="billing-1")
+            amqp.process_data_events(time_limit=0.2)
+            for name, path, ready in [
+                ("exchanges", "/exchanges", lambda: console.table("Exchanges")),
+                ("exchange", "/exchanges/%2F/order-events", lambda: console.table("Bindings from this exchange")),
+                ("channels", "/channels", lambda: console.table("Open channels")),
+                ("connections", "/connections", lambda: console.table("Open connections")),
+                ("consumer-groups", "/consumer-groups", lambda: True),
+                ("mqtt", "/mqtt", lambda: True),
+                ("topics", "/topics", lambda: console.table("Topics")),
+                ("pop-groups", "/pop-groups", lambda: True),
+                ("users", "/users", lambda: True),
+                ("vhosts", "/vhosts", lambda: True),
+                ("permissions", "/permissions", lambda: True),
+                ("node", "/node", lambda: True),
+            ]:
+                console.go(path)
+                assert console.until(ready, f"the {name} page's content")
+                shot(name)
+            [worker] = [c for c in mgmt.ok("GET", "/api/connections").json() if c["client_id"] == "billing-worker"]
+            console.go(f"/connections/{worker['id']}")
+            console.until(lambda: driver.find_elements(By.CSS_SELECTOR, ".chart canvas"), "the connection's chart")
+            shot("connection")
+        finally:
+            device.close()
+            amqp.close()
     finally:
         driver.set_window_size(1280, 1000)
