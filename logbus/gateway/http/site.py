@@ -14,6 +14,7 @@
     /api/topic-permissions[/<vhost>/<user>]  topic_permissions.*    administrator
     /api/mqtt/clients[/<id>]   mqtt.MqttClients, mqtt.MqttOne       monitoring; DELETE: administrator
     /api/mqtt/sessions[/<id>]  mqtt.MqttSessions, mqtt.MqttOne      monitoring; DELETE: administrator
+    /api/mqtt/retained[/<topic>]  mqtt.MqttRetained, mqtt.MqttRetainedOne  monitoring; DELETE: administrator
     /api/overview            overview.Overview                      management
     /api/nodes[/<name>]      nodes.Nodes, nodes.OneNode             monitoring
     /api/queues[/<vhost>[/<name>[/contents|/get]]]  queues.*        management (+ read permission)
@@ -52,7 +53,7 @@ from .halves import HalfGroups, Halves
 from .health import Health
 from .limits import Limits
 from .metrics import Metrics
-from .mqtt import MqttClients, MqttSessions
+from .mqtt import MqttClients, MqttRetained, MqttSessions
 from .nodes import Nodes
 from .overview import Overview, RateSampler
 from .permissions import Permissions
@@ -275,7 +276,8 @@ def build_resource(services: Services, sampler: RateSampler, metrics_auth: bool 
         b"pop": Pop(services),
         b"halves": Halves(services),
         b"half-groups": HalfGroups(services),
-        b"mqtt": _directory({b"clients": MqttClients(services), b"sessions": MqttSessions(services)}),
+        b"mqtt": _directory({b"clients": MqttClients(services), b"sessions": MqttSessions(services),
+                             b"retained": MqttRetained(services)}),
     })
     root = build_console(services)  # the web console at / (console/app.py), the API beside it
     for name, child in {
