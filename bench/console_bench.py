@@ -9,9 +9,10 @@ ratio of two bursts run one after the other is worth reading.
 A burst: a pika publisher sends ``--messages`` messages to queue ``busy`` (persistent)
 while a pika consumer (prefetch 200, acking each)
 drains it; the broker's CPU (user + system, /proc) from the first publish to the last ack,
-per message. ``--pin`` puts the broker on CPU 1, the clients and the browser on CPU 0.
+per message. Before each burst the broker is let go idle (ab_bench's ``quiesce``): what the
+last burst deferred, and the page's first load, fall in no burst. ``--pin`` puts the broker on CPU 1, the clients and the browser on CPU 0.
 
-    python bench/console_bench.py --rounds 6 --messages 30000 --pin
+    python bench/console_bench.py --rounds 10 --rate 2000 --seconds 15 --pin
 
 Prints one JSON document: per condition its median CPU per message, the per-round ratios
 open/closed and their median and geometric mean (with its 95% interval).
@@ -24,6 +25,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -35,7 +37,8 @@ import pika  # type: ignore[import-untyped]
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import BenchError, cpu_split, start_logbus, stop_logbus  # noqa: E402
+from ab_bench import quiesce  # noqa: E402
+from common import BenchError, cpu_split, exit_on_sigterm, start_logbus, stop_logbus  # noqa: E402
 
 LOOPBACK = "tcp:0:interface=127.0.0.1"
 QUEUE = "busy"
@@ -45,8 +48,11 @@ def log(text: str) -> None:
     print(f"console_bench: {text}", file=sys.stderr, flush=True)
 
 
-def burst(address: str, pid: int, messages: int, timeout: float) -> float:
-    """One burst through queue QUEUE; the broker's CPU microseconds per message."""
+def burst(address: str, pid: int, rate: int, seconds: float, timeout: float) -> float:
+    """One burst through queue QUEUE: ``rate`` messages a second for ``seconds``, on a
+    schedule (a late message goes at once: the rate holds over the burst), drained by the
+    consumer as they come; the broker's CPU microseconds per message."""
+    messages = int(rate * seconds)
     host, port = address.rsplit(":", 1)
     params = pika.ConnectionParameters(host, int(port), credentials=pika.PlainCredentials("guest", "guest"))
     acked = threading.Event()
@@ -66,7 +72,6 @@ def burst(address: str, pid: int, messages: int, timeout: float) -> float:
                 count += 1
                 if count == messages:
                     acked.set()
-                    ch.stop_consuming()
 
             channel.basic_consume(QUEUE, on_message)
             ready.set()
@@ -85,9 +90,14 @@ def burst(address: str, pid: int, messages: int, timeout: float) -> float:
     connection = pika.BlockingConnection(params)
     channel = connection.channel()
     body = b"x" * 256
-    start = sum(cpu_split(pid))
     props = pika.BasicProperties(delivery_mode=2)
-    for _ in range(messages):
+    start_cpu = sum(cpu_split(pid))
+    start = time.monotonic()
+    for i in range(messages):
+        due = start + i / rate
+        now = time.monotonic()
+        if due > now:
+            connection.sleep(due - now)  # pika's own wait: its heartbeats go on
         channel.basic_publish("", QUEUE, body, props)
     connection.close()
     if not acked.wait(timeout):
@@ -95,7 +105,7 @@ def burst(address: str, pid: int, messages: int, timeout: float) -> float:
     consumer.join(timeout)
     if failure:
         raise BenchError(f"consumer failed: {failure[0]!r}")
-    return (sum(cpu_split(pid)) - start) * 1e6 / messages
+    return (sum(cpu_split(pid)) - start_cpu) * 1e6 / messages
 
 
 def browser() -> Any:
@@ -140,10 +150,12 @@ def geomean(ratios: list[float]) -> dict[str, float | None]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--messages", type=int, default=30_000)
+    ap.add_argument("--rate", type=int, default=2000, help="messages a second a burst publishes")
+    ap.add_argument("--seconds", type=float, default=15.0, help="how long a burst publishes")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds one burst may take")
     ap.add_argument("--pin", action="store_true", help="the broker on CPU 1, clients and browser on CPU 0")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)  # a stop still ends the broker and the browser
     workdir = tempfile.mkdtemp(prefix="console-bench-")
     proc, addresses = start_logbus(workdir, {"amqp": LOOPBACK, "http": LOOPBACK})
     driver = None
@@ -162,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         driver = browser()
         log_in(driver, base)
         page = f"{base}/queues/%2F/{QUEUE}"
-        burst(addresses["amqp"], pid, min(args.messages, 5000), args.timeout)  # warm
+        burst(addresses["amqp"], pid, args.rate, min(args.seconds, 2.0), args.timeout)  # warm
         per: dict[str, list[float]] = {"closed": [], "open": []}
         ratios: list[float] = []
         for r in range(args.rounds):
@@ -170,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             got: dict[str, float] = {}
             for condition in order:
                 driver.get(page if condition == "open" else "about:blank")
-                got[condition] = burst(addresses["amqp"], pid, args.messages, args.timeout)
+                quiesce(pid)  # the last burst's deferred work (and the page's first load) not in this one
+                got[condition] = burst(addresses["amqp"], pid, args.rate, args.seconds, args.timeout)
                 per[condition].append(got[condition])
             ratios.append(got["open"] / got["closed"])
             log(f"round {r + 1}: closed {got['closed']:.1f} us/msg, open {got['open']:.1f} us/msg,"

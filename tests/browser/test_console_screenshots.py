@@ -64,6 +64,14 @@ def test_screenshots_of_the_console(console: ConsoleBrowser, server: LogbusServe
     frame = driver.execute_script("return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight]")
     driver.set_window_size(SIZE[0] + frame[0], SIZE[1] + frame[1])
 
+    def with_rates(path: str, rates: str) -> None:
+        """An object's page once its rates have two samples and its chart is drawn."""
+        def ready() -> bool:
+            console.go(path)
+            return ("sampling started" not in driver.find_element(By.ID, rates).text
+                    and bool(driver.find_elements(By.CSS_SELECTOR, ".chart canvas")))
+        console.until(ready, f"{path}'s rates and chart", timeout=30)
+
     def shot(name: str) -> None:
         path = folder / f"console-{name}.png"
         driver.save_screenshot(str(path))
@@ -82,7 +90,7 @@ def test_screenshots_of_the_console(console: ConsoleBrowser, server: LogbusServe
         console.go("/queues?sort=ready&dir=desc")
         assert console.table("Queues")
         shot("queues")
-        console.go("/queues/%2F/orders")
+        with_rates("/queues/%2F/orders", "queue-rates")
         assert console.facts("queue-facts")["Ready"] == "42"
         shot("queue")
         console.go("/consumer-groups/billing?to=earliest")
@@ -110,11 +118,11 @@ def test_screenshots_of_the_console(console: ConsoleBrowser, server: LogbusServe
             amqp.process_data_events(time_limit=0.2)
             for name, path, ready in [
                 ("exchanges", "/exchanges", lambda: console.table("Exchanges")),
-                ("exchange", "/exchanges/%2F/order-events", lambda: console.table("Bindings from this exchange")),
                 ("channels", "/channels", lambda: console.table("Open channels")),
                 ("connections", "/connections", lambda: console.table("Open connections")),
                 ("consumer-groups", "/consumer-groups", lambda: True),
                 ("mqtt", "/mqtt", lambda: True),
+                ("mqtt-retained", "/mqtt/retained", lambda: "sensors/kitchen/temperature" in driver.page_source),
                 ("topics", "/topics", lambda: console.table("Topics")),
                 ("pop-groups", "/pop-groups", lambda: True),
                 ("users", "/users", lambda: True),
@@ -125,9 +133,11 @@ def test_screenshots_of_the_console(console: ConsoleBrowser, server: LogbusServe
                 console.go(path)
                 assert console.until(ready, f"the {name} page's content")
                 shot(name)
+            with_rates("/exchanges/%2F/order-events", "exchange-rates")
+            assert console.table("Bindings from this exchange")
+            shot("exchange")
             [worker] = [c for c in mgmt.ok("GET", "/api/connections").json() if c["client_id"] == "billing-worker"]
-            console.go(f"/connections/{worker['id']}")
-            console.until(lambda: driver.find_elements(By.CSS_SELECTOR, ".chart canvas"), "the connection's chart")
+            with_rates(f"/connections/{worker['id']}", "connection-rates")
             shot("connection")
         finally:
             device.close()

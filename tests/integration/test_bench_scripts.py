@@ -270,7 +270,7 @@ def test_tier_bench_reads_remote_and_local() -> None:
 
 
 def test_console_bench_compares_the_console_open_and_closed() -> None:
-    out = run_bench("console_bench.py", "--rounds", "2", "--messages", "500", timeout=300)
+    out = run_bench("console_bench.py", "--rounds", "2", "--rate", "500", "--seconds", "1", timeout=300)
     assert len(out["ratios"]) == 2 and all(r > 0 for r in out["ratios"])
     assert len(out["rounds"]["open"]) == len(out["rounds"]["closed"]) == 2
     assert out["page_was_live"] is True

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import http.client
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TypeVar
-from urllib.parse import urlencode
 
 import pytest
 
 from tests.integration.html_tables import html_rows
-from tests.integration.mgmt import Mgmt, Reply
+from tests.integration.console_forms import form_post, until
+from tests.integration.mgmt import Mgmt
 from tests.integration.mqtt_clients import WAIT, Paho, unique
 from tests.serverproc import LogbusServer, module_server
 
@@ -81,27 +80,6 @@ def test_a_change_without_the_token_or_from_another_site_is_refused(server: Logb
     m.ok("DELETE", "/api/users/mallory")
 
 
-def form_post(m: Mgmt, server: LogbusServer, path: str, page: str, fields: dict[str, str]) -> Reply:
-    """An action's form sent as the browser sends it: the token of the page it is on (the
-    path ``page``), from the console's own origin."""
-    token = re.search(r'name="csrf" value="([0-9a-f]+)"', m.call("GET", page).body.decode())
-    assert token is not None
-    host, port = server.host_port("http")
-    return m.call("POST", path, raw=urlencode({"csrf": token.group(1), **fields}).encode(),
-                  headers={"Content-Type": "application/x-www-form-urlencoded", "Origin": f"http://{host}:{port}"})
-
-
-def until(fetch: Callable[[], T], ready: Callable[[T], bool], what: str) -> T:
-    """``fetch()``'s first answer that is ``ready``, asked again until a deadline."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = fetch()
-        if ready(value):
-            return value
-        assert time.monotonic() < deadline, (what, value)
-        time.sleep(0.05)
-
-
 def test_the_connections_page_lists_the_clients_not_the_consoles_own_http_connections(
         server: LogbusServer) -> None:
     m = Mgmt(server)
@@ -129,7 +107,7 @@ def test_the_connections_page_lists_the_clients_not_the_consoles_own_http_connec
         assert browser.getresponse().read()
         peer = "%s:%d" % browser.sock.getsockname()
         [http_id] = [c["id"] for c in m.ok("GET", "/api/connections?protocol=http").json() if c["peer"] == peer]
-        refused = form_post(m, server, "/connections/close", "/connections", {"id": str(http_id)})
+        refused = form_post(m, "/connections/close", "/connections", {"id": str(http_id)})
         assert refused.status == 400 and b"HTTP connection" in refused.body, refused
         assert http_id in {c["id"] for c in m.ok("GET", "/api/connections").json()}
     finally:
@@ -143,11 +121,11 @@ def test_the_users_page_does_not_delete_the_user_logged_in(server: LogbusServer)
     try:
         rows = {r["Name"]: r["Action"] for r in html_rows(m.call("GET", "/users").body.decode(), "Users")}
         assert (rows["guest"], rows["console-other"]) == ("(logged in)", "Delete")
-        refused = form_post(m, server, "/users/delete", "/users", {"name": "guest"})
+        refused = form_post(m, "/users/delete", "/users", {"name": "guest"})
         assert refused.status == 409 and b"is the one logged in" in refused.body, refused
         assert m.call("GET", "/api/users/guest").status == 200
         # another user is deleted as before
-        done = form_post(m, server, "/users/delete", "/users", {"name": "console-other"})
+        done = form_post(m, "/users/delete", "/users", {"name": "console-other"})
         assert done.status == 303 and m.call("GET", "/api/users/console-other").status == 404
     finally:
         m.call("DELETE", "/api/users/console-other")

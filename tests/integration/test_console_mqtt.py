@@ -7,16 +7,16 @@ API, and who may do which."""
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 import pytest
 
 from tests.integration.html_tables import html_rows, html_tables
-from tests.integration.mgmt import Mgmt, Reply
-from tests.integration.mqtt_clients import WAIT, Paho, props, unique
+from tests.integration.console_forms import form_post, login, until
+from tests.integration.mgmt import Mgmt
+from tests.integration.mqtt_clients import Paho, props, unique
 from tests.serverproc import LogbusServer, module_server
 
 OLD_FIELDS = {"client_id", "user", "connected", "peer", "protocol", "clean", "expiry_interval", "subscriptions",
@@ -36,41 +36,8 @@ def mgmt(server: LogbusServer) -> Mgmt:
     return m
 
 
-def login(server: LogbusServer, user: str, password: str) -> dict[str, str]:
-    """A console session as the login form makes one: its cookie, as request headers."""
-    host, port = server.host_port("http")
-    reply = Mgmt(server, None).call("POST", "/login", raw=urlencode({"username": user, "password": password}).encode(),
-                                    headers={"Content-Type": "application/x-www-form-urlencoded",
-                                             "Origin": f"http://{host}:{port}"})
-    assert reply.status == 303, reply
-    return {"Cookie": reply.headers["Set-Cookie"].split(";", 1)[0]}
-
-
-def form_post(m: Mgmt, path: str, page: str, fields: dict[str, str], session: dict[str, str] | None = None) -> Reply:
-    """A console action's form as a browser sends it: the token of the page it is on (a
-    form of it, or the Log out button of a ``session`` the login form made), from the
-    console's own origin."""
-    token = re.search(r'name="csrf" value="([0-9a-f]+)"', m.call("GET", page, headers=session).body.decode())
-    assert token is not None
-    host, port = m.server.host_port("http")
-    return m.call("POST", path, raw=urlencode({"csrf": token.group(1), **fields}).encode(),
-                  headers={**(session or {}), "Content-Type": "application/x-www-form-urlencoded",
-                           "Origin": f"http://{host}:{port}"})
-
-
 def retained(m: Mgmt, topic_filter: str) -> dict[str, dict[str, Any]]:
     return {r["topic"]: r for r in m.ok("GET", f"/api/mqtt/retained?topic={quote(topic_filter, safe='')}").json()}
-
-
-def until(fetch: Callable[[], Any], ready: Callable[[Any], bool], what: str) -> Any:
-    """``fetch()``'s first answer that is ``ready``, asked again until a deadline."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = fetch()
-        if ready(value):
-            return value
-        assert time.monotonic() < deadline, (what, value)
-        time.sleep(0.05)
 
 
 def first_message_after_subscribing(server: LogbusServer, topic: str) -> Any:
@@ -114,6 +81,7 @@ def test_a_client_shows_its_keep_alive_connection_and_the_messages_it_carried(
         row = {r["Client id"]: r for r in html_rows(mgmt.call("GET", "/mqtt").body.decode(), "MQTT sessions")}[cid]
         assert (row["Keep alive (s)"], row["Protocol"], row["Messages in"], row["Messages out"],
                 row["Connected at (UTC)"]) == ("37", s["protocol"], "5", "5", s["connected_at"])
+        assert re.fullmatch(r"[\d.]+/s in, [\d.]+/s out", row["Rates"]), row  # differenced between reloads
 
         c.close()  # the session stays (kept), its connection's facts go
         offline = until(lambda: {x["client_id"]: x for x in mgmt.ok("GET", "/api/mqtt/sessions").json()}[cid],

@@ -5,13 +5,12 @@ API then shows; a malformed field is a 400 that names it."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from urllib.parse import urlencode
 
 import pytest
 
-from tests.integration.mgmt import Mgmt, Reply
+from tests.integration.console_forms import form_post, login
+from tests.integration.mgmt import Mgmt
 from tests.serverproc import LogbusServer, module_server
 
 
@@ -26,28 +25,6 @@ def mgmt(server: LogbusServer) -> Mgmt:
     m.add_user("watcher", "pw", "monitoring")  # the read-only role: no permission anywhere
     m.ok("PUT", "/api/queues/%2F/ctf-existing")
     return m
-
-
-def login(server: LogbusServer, user: str, password: str) -> dict[str, str]:
-    """A console session as the login form makes one: its cookie, as request headers."""
-    host, port = server.host_port("http")
-    reply = Mgmt(server, None).call("POST", "/login", raw=urlencode({"username": user, "password": password}).encode(),
-                                    headers={"Content-Type": "application/x-www-form-urlencoded",
-                                             "Origin": f"http://{host}:{port}"})
-    assert reply.status == 303, reply
-    return {"Cookie": reply.headers["Set-Cookie"].split(";", 1)[0]}
-
-
-def post(server: LogbusServer, session: dict[str, str], path: str, fields: dict[str, str],
-         page: str = "/exchanges") -> Reply:
-    """A form as the browser sends it, with the session's token (from a page it opens)."""
-    m = Mgmt(server, None)
-    token = re.search(r'name="csrf" value="([0-9a-f]+)"', m.call("GET", page, headers=session).body.decode())
-    assert token is not None
-    host, port = server.host_port("http")
-    return m.call("POST", path, raw=urlencode({"csrf": token.group(1), **fields}).encode(),
-                  headers={**session, "Content-Type": "application/x-www-form-urlencoded",
-                           "Origin": f"http://{host}:{port}"})
 
 
 FORGED = [
@@ -67,7 +44,7 @@ def test_a_forged_form_of_the_read_only_role_is_refused_and_changes_nothing(
     session = login(server, "watcher", "pw")
     page = Mgmt(server, None).call("GET", "/exchanges", headers=session)
     assert page.status == 200 and b"Add a new exchange" not in page.body
-    reply = post(server, session, path, fields)
+    reply = form_post(Mgmt(server, None), path, "/exchanges", fields, session)
     assert reply.status == 403, reply
     assert mgmt.call("GET", "/api/exchanges/%2F/ctf-made").status == 404
     assert mgmt.call("GET", "/api/queues/%2F/ctf-made").status == 404
@@ -79,55 +56,50 @@ def test_a_forged_form_of_the_read_only_role_is_refused_and_changes_nothing(
 
 def test_the_administrators_forms_make_what_the_api_shows(mgmt: Mgmt, server: LogbusServer) -> None:
     session = login(server, "guest", "guest")
-    made = post(server, session, "/exchanges/declare", {"vhost": "/", "name": "ctf-events", "type": "fanout",
-                                                     "durable": "true", "arguments": ""})
+    made = form_post(Mgmt(server, None), "/exchanges/declare", "/exchanges", {"vhost": "/", "name": "ctf-events", "type": "fanout",
+                                                     "durable": "true", "arguments": ""}, session)
     assert made.status == 303 and "Declared+exchange" in made.headers["Location"], made
     row = mgmt.ok("GET", "/api/exchanges/%2F/ctf-events").json()
     assert (row["type"], row["durable"], row["auto_delete"]) == ("fanout", True, False)
-    assert post(server, session, "/queues/declare", {"vhost": "/", "name": "ctf-q", "arguments": '{"x-max-length": 3}'},
-                page="/queues").status == 303
+    assert form_post(Mgmt(server, None), "/queues/declare", "/queues", {"vhost": "/", "name": "ctf-q", "arguments": '{"x-max-length": 3}'}, session).status == 303
     assert mgmt.ok("GET", "/api/queues/%2F/ctf-q").json()["durable"] is False  # the box was not ticked
-    assert post(server, session, "/exchanges/bind", {"vhost": "/", "source": "ctf-events", "kind": "queue",
-                                                  "destination": "ctf-q", "binding_key": ""}).status == 303
-    sent = post(server, session, "/exchanges/publish", {"vhost": "/", "name": "ctf-events", "payload": "hello",
-                                                     "headers": '{"a": 1}', "delivery_mode": "2"})
+    assert form_post(Mgmt(server, None), "/exchanges/bind", "/exchanges", {"vhost": "/", "source": "ctf-events", "kind": "queue",
+                                                  "destination": "ctf-q", "binding_key": ""}, session).status == 303
+    sent = form_post(Mgmt(server, None), "/exchanges/publish", "/exchanges", {"vhost": "/", "name": "ctf-events", "payload": "hello",
+                                                     "headers": '{"a": 1}', "delivery_mode": "2"}, session)
     assert sent.status == 303 and "Message+published." in sent.headers["Location"], sent
     [message] = mgmt.ok("POST", "/api/queues/%2F/ctf-q/get", {"count": 5}).json()
     assert message["payload"] == "hello"
 
-    bad = post(server, session, "/queues/declare", {"vhost": "/", "name": "ctf-bad", "arguments": "[1, 2]"},
-               page="/queues")
+    bad = form_post(Mgmt(server, None), "/queues/declare", "/queues", {"vhost": "/", "name": "ctf-bad", "arguments": "[1, 2]"}, session)
     assert bad.status == 400 and b"arguments" in bad.body
     assert mgmt.call("GET", "/api/queues/%2F/ctf-bad").status == 404
-    inequivalent = post(server, session, "/queues/declare", {"vhost": "/", "name": "ctf-q", "arguments": ""},
-                        page="/queues")
+    inequivalent = form_post(Mgmt(server, None), "/queues/declare", "/queues", {"vhost": "/", "name": "ctf-q", "arguments": ""}, session)
     assert inequivalent.status == 400 and b"inequivalent" in inequivalent.body
 
 
 def test_topics_are_created_altered_and_deleted_from_their_pages(mgmt: Mgmt, server: LogbusServer) -> None:
     session = login(server, "guest", "guest")
-    made = post(server, session, "/topics/create", {"name": "ctf-stream", "partitions": "3",
-                                                    "config": '{"retention.ms": 3600000}'}, page="/topics")
+    made = form_post(Mgmt(server, None), "/topics/create", "/topics", {"name": "ctf-stream", "partitions": "3",
+                                                    "config": '{"retention.ms": 3600000}'}, session)
     assert made.status == 303 and "Created+topic" in made.headers["Location"], made
     topic = mgmt.ok("GET", "/api/topics/ctf-stream").json()
     assert topic["partitions"] == 3 and topic["config"]["retention.ms"] == 3600000
-    changed = post(server, session, "/topics/alter", {"name": "ctf-stream", "config": '{"retention.ms": 7200000}'},
-                   page="/topics/ctf-stream")
+    changed = form_post(Mgmt(server, None), "/topics/alter", "/topics/ctf-stream", {"name": "ctf-stream", "config": '{"retention.ms": 7200000}'}, session)
     assert changed.status == 303, changed
     assert mgmt.ok("GET", "/api/topics/ctf-stream").json()["config"]["retention.ms"] == 7200000
-    bad = post(server, session, "/topics/alter", {"name": "ctf-stream", "config": '{"retention.ms": "soon"}'},
-               page="/topics/ctf-stream")
+    bad = form_post(Mgmt(server, None), "/topics/alter", "/topics/ctf-stream", {"name": "ctf-stream", "config": '{"retention.ms": "soon"}'}, session)
     assert bad.status == 400, bad
     page = Mgmt(server, None).call("GET", "/topics/ctf-stream?confirm=delete", headers=session).body.decode()
     assert "Delete topic ctf-stream?" in page
 
     watcher = login(server, "watcher", "pw")
     assert b"Add a new topic" not in Mgmt(server, None).call("GET", "/topics", headers=watcher).body
-    assert post(server, watcher, "/topics/delete", {"name": "ctf-stream"}).status == 403
-    assert post(server, watcher, "/topics/create", {"name": "ctf-other"}).status == 403
+    assert form_post(Mgmt(server, None), "/topics/delete", "/exchanges", {"name": "ctf-stream"}, watcher).status == 403
+    assert form_post(Mgmt(server, None), "/topics/create", "/exchanges", {"name": "ctf-other"}, watcher).status == 403
     assert mgmt.call("GET", "/api/topics/ctf-other").status == 404
 
-    gone = post(server, session, "/topics/delete", {"name": "ctf-stream"}, page="/topics/ctf-stream")
+    gone = form_post(Mgmt(server, None), "/topics/delete", "/topics/ctf-stream", {"name": "ctf-stream"}, session)
     assert gone.status == 303 and "Deleted+topic" in gone.headers["Location"], gone
     assert mgmt.call("GET", "/api/topics/ctf-stream").status == 404
 

@@ -47,15 +47,20 @@ def render(view: View) -> Html:
             buttons.append(action_form("/mqtt/delete", view.csrf, "Delete session", {"client_id": cid},
                                        describe=f"Delete the session of MQTT client {cid}", danger=True))
         subs = ", ".join(f"{f['filter']} (QoS {f['qos']})" for f in s.get("subscriptions", []))
+        rates = ""
+        if s.get("connection") is not None:  # messages per second, differenced between the page's reloads
+            r = view.console.reads.rates(("mqtt", s["connection"]), {"received": s.get("received") or 0,
+                                                                           "sent": s.get("sent") or 0})
+            rates = f"{r['received']:g}/s in, {r['sent']:g}/s out"
         rows.append((cid, s.get("user") or "", "yes" if s["connected"] else "no", s.get("peer") or "",
                      s.get("protocol") or "", _blank(s.get("keep_alive")), s.get("connected_at") or "",
                      "yes" if s.get("clean") else "no", s.get("expiry_interval"), subs,
-                     _blank(s.get("received")), _blank(s.get("sent")), s.get("queued", 0), s.get("in_flight", 0),
+                     _blank(s.get("received")), _blank(s.get("sent")), rates, s.get("queued", 0), s.get("in_flight", 0),
                      join(buttons)))
     headers = ["Client id", "User", "Connected", "Peer", "Protocol", "Keep alive (s)", "Connected at (UTC)", "Clean",
-               "Expiry (s)", "Subscriptions", "Messages in", "Messages out", "Queued", "In flight", "Actions"]
+               "Expiry (s)", "Subscriptions", "Messages in", "Messages out", "Rates", "Queued", "In flight", "Actions"]
     return Html(f'<p><a href="{RETAINED}">Retained messages</a>: what a new subscriber to a topic gets first.</p>'
-                + table("MQTT sessions", headers, rows, numeric=(5, 8, 10, 11, 12, 13))
+                + table("MQTT sessions", headers, rows, numeric=(5, 8, 10, 11, 13, 14))
                 + '<p class="legend">Keep alive, connected at and messages in and out are the connection\'s'
                   " (blank while offline), as the Connections page shows them.</p>")
 
