@@ -101,6 +101,8 @@ def test_a_queue_published_to_over_amqp_shows_its_messages_sorts_browses_and_pur
     browsed = console.table("First 10 ready messages (browsed: nothing is taken)")
     assert [(r["Position"], r["Message id"], r["Payload"]) for r in browsed] == [
         (str(i + 1), f"console-orders-{i}", f"order {i} (7 B)") for i in range(7)]
+    # the routing key said once: an AMQP message's record key is the same, no column repeats it
+    assert {r["Routing key"] for r in browsed} == {"console-orders"} and "Key" not in browsed[0]
 
     console.press("Purge…")  # a confirmation first, a page of its own (no script needed)
     console.until(lambda: "confirm=purge" in console.path(), "the purge's confirmation")

@@ -249,12 +249,16 @@ def _browse(view: View, q: QueueInfo) -> Html:
         payload = str(j["payload"])
         preview = payload if len(payload) <= PREVIEW else payload[:PREVIEW] + "…"
         where = f"{m.topic} [{m.partition}] @{m.offset}"
-        rows.append((m.position, "yes" if m.redelivered else "no", m.exchange or "(default)", m.routing_key,
-                     m.message_id, "" if j["key"] is None else j["key"], where,
+        # an AMQP message's record key is its routing key: said once; another protocol's
+        # (an MQTT topic) where it differs
+        key = j["key"]
+        routing = m.routing_key if key in (None, m.routing_key) else f"{m.routing_key} (record key {key})"
+        rows.append((m.position, "yes" if m.redelivered else "no", m.exchange or "(default)", routing,
+                     m.message_id, where,
                      f"{preview} ({j['payload_bytes']} B{', base64' if j['payload_encoding'] == 'base64' else ''})"))
     caption = f"First {count} ready messages (browsed: nothing is taken)"
     return Html('<section aria-labelledby="browse-title"><h2 id="browse-title">Browse</h2>'
-                + table(caption, ["Position", "Redelivered", "Exchange", "Routing key", "Message id", "Key",
+                + table(caption, ["Position", "Redelivered", "Exchange", "Routing key", "Message id",
                                   "Log position", "Payload"], rows, numeric=(0,), empty="no ready message.")
                 + "</section>")
 
