@@ -80,6 +80,8 @@ def test_declare_bind_publish_and_delete_as_an_amqp_client_sees_them(mgmt: Mgmt,
         mgmt.ok("POST", "/api/exchanges/%2F/tp-orders/publish", {
             "routing_key": "order.paid", "payload": base64.b64encode(raw).decode(), "payload_encoding": "base64"})
         assert get_body(ch, "tp-billing")[0] == raw
+        stats = mgmt.ok("GET", "/api/exchanges/%2F/tp-orders").json()["message_stats"]
+        assert stats["publish_in"] == 3 and stats["publish_in_details"]["rate"] >= 0  # routed or not: appended
 
         ch.basic_qos(prefetch_count=7)
         ch.basic_consume("tp-billing", lambda *a: None, consumer_tag="tp-worker")

@@ -22,6 +22,8 @@ asks the permissions of the AMQP method it stands for (topology.py).
     DELETE /api/bindings/<vhost>/e/<source>/q/<queue>/<properties_key>   204
     (``/e/<destination>`` instead of ``/q/<queue>``: a binding between two exchanges)
 
+An exchange's ``message_stats`` has ``publish_in``, the messages appended to its log topic
+since start (routed or not), with ``publish_in_details: {"rate"}`` differenced between reads.
 ``topic`` is the log topic an exchange appends to; ``filter`` a binding's message filter
 (docs/filters.md), or null. The default exchange is ``amq.default`` in a path.
 """
@@ -38,10 +40,12 @@ from . import topology
 from .alarms import AlarmGate
 from .auth import AdminResource, path_name
 from .credentials import user_of
+from .rates import ReadRates, with_details
 from .request import query_flag, read_json, request_body
 from .responses import HttpError, Response
 
 if TYPE_CHECKING:
+    from ...core.ports import Admin
     from .services import Services
 
 
@@ -50,9 +54,11 @@ class Listing(AdminResource):
 
     needs: Action | None = "manage"
 
-    def __init__(self, services: Services, what: str, vhost: str | None = None, gate: AlarmGate | None = None) -> None:
+    def __init__(self, services: Services, what: str, vhost: str | None = None, gate: AlarmGate | None = None,
+                 reads: ReadRates | None = None) -> None:
         super().__init__(services)
         self.what, self.vhost = what, vhost
+        self.reads = reads  # rates differenced between reads (rates.py)
         # one per site (it follows the broker's alarms): a publish is refused while one is set
         self.gate = gate if gate is not None or what != "exchanges" else AlarmGate(services.doors, services.metrics)
 
@@ -60,9 +66,9 @@ class Listing(AdminResource):
         if path == b"":
             return self
         if self.vhost is None:
-            return Listing(self.services, self.what, path_name(path, "vhost"), self.gate)
+            return Listing(self.services, self.what, path_name(path, "vhost"), self.gate, self.reads)
         if self.gate is not None:
-            return OneExchange(self.services, self.gate, self.vhost, exchange_name(path))
+            return OneExchange(self.services, self.gate, self.vhost, exchange_name(path), reads=self.reads)
         if path != b"e":
             raise _not_found(request)
         return BindingPath(self.services, self.vhost, [])
@@ -71,7 +77,7 @@ class Listing(AdminResource):
         if self.vhost is not None and not self.admin.has_vhost(self.vhost):
             raise HttpError(404, "not_found", f"no vhost '{self.vhost}'")
         if self.what == "exchanges":
-            rows = self.admin.list_exchanges(self.vhost)
+            rows = with_stats(self.admin, self.admin.list_exchanges(self.vhost), self.reads)
         else:
             rows = [topology.with_key(b) for b in self.admin.list_bindings(self.vhost)]
         user = user_of(request)
@@ -80,6 +86,19 @@ class Listing(AdminResource):
 
 def _not_found(request: server.Request) -> HttpError:
     return HttpError(404, "not_found", f"no such resource: {request.uri.decode('latin-1', 'replace')}")
+
+
+def with_stats(admin: Admin, rows: list[dict[str, Any]], reads: ReadRates | None) -> list[dict[str, Any]]:
+    """Exchanges with RabbitMQ's ``message_stats.publish_in`` (messages appended to each
+    one's log topic since start) and, with ``reads``, its rate differenced between reads."""
+    if reads is None:
+        return rows
+    appended = admin.topic_append_counts()
+    out = []
+    for row in rows:
+        stats = {"publish_in": appended.get(row["topic"], 0)}
+        out.append({**row, "message_stats": with_details(stats, reads.rates(("exchange", row["topic"]), stats))})
+    return out
 
 
 def exchange_name(raw: bytes) -> str:
@@ -102,10 +121,12 @@ class OneExchange(AdminResource):
 
     needs: Action | None = "manage"
 
-    def __init__(self, services: Services, gate: AlarmGate, vhost: str, name: str, action: str = "") -> None:
+    def __init__(self, services: Services, gate: AlarmGate, vhost: str, name: str, action: str = "",
+                 reads: ReadRates | None = None) -> None:
         super().__init__(services)
         self.vhost, self.name, self.action = vhost, name, action
         self.gate = gate
+        self.reads = reads
 
     def getChild(self, path: bytes, request: server.Request) -> resource.Resource:
         if path == b"" and not self.action:
@@ -128,7 +149,7 @@ class OneExchange(AdminResource):
         if self.action in ("", "publish"):
             if self.action:
                 raise HttpError(405, "method_not_allowed", "POST a message to .../publish")
-            return Response.json(200, self._row(request))
+            return Response.json(200, with_stats(self.admin, [self._row(request)], self.reads)[0])
         self._row(request)
         end = "source" if self.action == "bindings/source" else "destination"
         return Response.json(200, [topology.with_key(b) for b in self.admin.list_bindings(self.vhost)

@@ -262,7 +262,7 @@ def build_resource(services: Services, sampler: RateSampler, metrics_auth: bool 
         b"queues": Queues(services, sampler.reads),
         b"consumers": Consumers(services),
         b"channels": Channels(services, sampler.reads),
-        b"exchanges": Listing(services, "exchanges"),
+        b"exchanges": Listing(services, "exchanges", reads=sampler.reads),
         b"bindings": Listing(services, "bindings"),
         b"consumer-groups": ConsumerGroups(services),
         b"whoami": WhoAmI(services.admin),
