@@ -14,17 +14,7 @@ from logbus.core.retained import PREVIEW_BYTES, RetainedStore
 from logbus.core.state import StateStore
 from logbus.core.state_pb2 import RetainedRecord
 from logbus.gateway.mqtt.subscriptions import matches as mqtt_matches  # brute force, one filter at a time
-
-LEVEL = st.sampled_from(["a", "b", "a-b", "", "$s", "é"])
-TOPICS = st.lists(LEVEL, min_size=1, max_size=4).map("/".join).filter(bool)
-
-
-@st.composite
-def filters(draw: st.DrawFn) -> str:
-    parts = draw(st.lists(st.one_of(LEVEL, st.just("+")), min_size=1, max_size=4))
-    if draw(st.booleans()):
-        parts.append("#")
-    return "/".join(parts)
+from tests.core.test_retained import TOPICS, filters
 
 
 def rec(topic: str, payload: bytes = b"x", expires_at_ms: int = 0, time_ms: int = 1) -> RetainedRecord:

@@ -12,23 +12,22 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from logbus.compiled import decide
 from tests.integration.certs import self_signed
 from tests.integration.html_tables import html_rows
+from tests.integration.console_forms import until
 from tests.integration.mgmt import Mgmt
 from tests.serverproc import LogbusServer, logbus_env, module_server
 
 DISK_FREE_LIMIT = 1_234_567
 MEMORY_LIMIT = 8 << 30  # bytes (a watermark above 1 is a byte count)
 MIB = 1 << 20
-DEADLINE = 30.0  # seconds a wait may take on a loaded machine: a deadline, not a speed
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -49,17 +48,6 @@ def node(server: LogbusServer, auth: tuple[str, str] = ("guest", "guest")) -> di
     assert len(nodes) == 1, nodes
     found: dict[str, Any] = nodes[0]
     return found
-
-
-def until(fetch: Callable[[], T], ready: Callable[[T], bool], what: str) -> T:
-    """``fetch()``'s first answer that is ``ready``, asked again until a deadline."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        value = fetch()
-        if ready(value):
-            return value
-        assert time.monotonic() < deadline, (what, value)
-        time.sleep(0.1)
 
 
 def descriptors(pid: int) -> int:
