@@ -23,6 +23,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import OffsetAndMetadata
 
 INPUTS = 1500
+TXN_TIMEOUT_MS = 10_000
 FAST_RETRY = {"reconnect_backoff_ms": 50, "reconnect_backoff_max_ms": 500, "retry_backoff_ms": 50}
 
 
@@ -42,8 +43,11 @@ class Worker(threading.Thread):
                     enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=100,
                     session_timeout_ms=6000, heartbeat_interval_ms=500, request_timeout_ms=10000, **FAST_RETRY)
                 consumer.subscribe(["eo-in"])
+                # a transaction a kill left open, whose worker does not come back before the
+                # test stops (the other finished the inputs), is aborted by the broker after this
                 producer = KafkaProducer(bootstrap_servers=self.addr(), transactional_id=f"eo-{self.index}",
-                                         request_timeout_ms=10000, max_block_ms=10000, **FAST_RETRY)
+                                         request_timeout_ms=10000, max_block_ms=10000,
+                                         transaction_timeout_ms=TXN_TIMEOUT_MS, **FAST_RETRY)
                 producer.init_transactions()
                 while not self.stop_event.is_set():
                     batch = consumer.poll(timeout_ms=300)

@@ -27,7 +27,7 @@ from pathlib import Path
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
-from tests.fault.eo_clients import INPUTS
+from tests.fault.eo_clients import INPUTS, TXN_TIMEOUT_MS
 from tests.integration.mgmt import basic
 from tests.serverproc import REPO_ROOT, LogbusServer, logbus_env
 
@@ -53,6 +53,24 @@ def progress(server: LogbusServer) -> tuple[int, int] | None:
         conn.close()
     parts = [p for p in json.loads(body)["partitions"] if p["topic"] == "eo-in"]
     return sum(p["committed_offset"] or 0 for p in parts), sum(p["log_end_offset"] for p in parts)
+
+
+def no_open_transaction(addr: str, report: str) -> None:
+    """Wait until no transaction is open on the output (its last stable offset is its end on
+    every partition): one a kill left open, whose worker did not come back before the inputs
+    were done, holds read_committed readers below it until the broker aborts it, after
+    its transaction.timeout.ms (eo_clients.TXN_TIMEOUT_MS), as Kafka does."""
+    tps = [TopicPartition("eo-out", p) for p in range(PARTITIONS)]
+    committed = KafkaConsumer(bootstrap_servers=addr, isolation_level="read_committed")
+    uncommitted = KafkaConsumer(bootstrap_servers=addr, isolation_level="read_uncommitted")
+    try:
+        deadline = time.monotonic() + TXN_TIMEOUT_MS / 1000 + 60
+        while committed.end_offsets(tps) != uncommitted.end_offsets(tps):
+            assert time.monotonic() < deadline, f"a transaction stays open on eo-out; {report}"
+            time.sleep(0.2)
+    finally:
+        committed.close()
+        uncommitted.close()
 
 
 def read_all(addr: str, topic: str, isolation: str) -> list[bytes]:
@@ -116,6 +134,7 @@ def test_every_input_once_in_the_output_through_kill_9s(logbus_server: Callable[
     assert kills == KILLS and summary.get("sent") == INPUTS and done == inputs, report
 
     addr = server.addresses["kafka"]
+    no_open_transaction(addr, report)
     fed = read_all(addr, "eo-in", "read_committed")
     assert len(fed) == inputs and {v.split(b":")[0] for v in fed} == {b"%d" % i for i in range(INPUTS)}, report
     committed = read_all(addr, "eo-out", "read_committed")
