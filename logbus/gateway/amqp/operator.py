@@ -20,6 +20,7 @@ from twisted.internet.defer import Deferred
 
 from ...core.errors import AccessRefused, InvalidRequest, NotFound
 from ...core.ports import Queues, VHosts
+from ...core.types import DestKind
 from .consumers import ChannelConsumer
 from .events import Publish
 from .fastpath import Properties, encode_properties
@@ -99,14 +100,12 @@ class AmqpOperator:
     def bind(self, vhost: str, source: str, kind: str, destination: str, routing_key: str = "",
              arguments: Mapping[str, Any] | None = None) -> None:
         v = self._check_binding(vhost, source, kind, destination)
-        room.bind(v, source, destination, routing_key, dict(arguments or {}), kind="queue" if kind == "queue" else
-                  "exchange")
+        room.bind(v, source, destination, routing_key, dict(arguments or {}), kind=_dest_kind(kind))
 
     def unbind(self, vhost: str, source: str, kind: str, destination: str, routing_key: str = "",
                arguments: Mapping[str, Any] | None = None) -> None:
         v = self._check_binding(vhost, source, kind, destination)
-        room.unbind(v, source, destination, routing_key, dict(arguments or {}),
-                    kind="queue" if kind == "queue" else "exchange")
+        room.unbind(v, source, destination, routing_key, dict(arguments or {}), kind=_dest_kind(kind))
 
     def _check_binding(self, vhost: str, source: str, kind: str, destination: str) -> Queues:
         if kind not in DEST_KINDS:
@@ -157,12 +156,16 @@ class AmqpOperator:
 
     # -- consumers ---------------------------------------------------------------------------
 
-    def consumers(self, vhost: str) -> list[dict[str, Any]]:
-        """Every consumer of the queues of ``vhost``, RabbitMQ's fields for AMQP ones
-        (``prefetch_count``, ``ack_required``, its channel and connection)."""
+    def consumers(self, vhost: str, queue: str | None = None) -> list[dict[str, Any]]:
+        """Every consumer of the queues of ``vhost`` (of ``queue`` alone, if named),
+        RabbitMQ's fields for AMQP ones (``prefetch_count``, ``ack_required``, its channel and
+        connection)."""
         v = self.vhosts.queues(vhost)
         if v is None:
             return []
+        if queue is not None:
+            qs = v.queues.get(queue)
+            return [] if qs is None else [describe_consumer(vhost, queue, c) for c in qs.consumers]
         return [describe_consumer(vhost, name, c) for name, qs in sorted(v.queues.items()) for c in qs.consumers]
 
 
@@ -189,6 +192,10 @@ class AmqpOperator:
                     "message_stats": {"deliver_get": ch.next_tag - 1,
                                       "publish": ch.publish_seq if ch.confirm else None}})
         return sorted(out, key=lambda c: (c["connection"] or 0, c["number"]))
+
+
+def _dest_kind(kind: str) -> DestKind:  # a binding's destination kind, checked by _check_binding
+    return "queue" if kind == "queue" else "exchange"
 
 
 def describe_consumer(vhost: str, queue: str, c: Any) -> dict[str, Any]:

@@ -69,6 +69,17 @@ def _text(body: Mapping[str, Any], name: str, default: str = "") -> str:
     return value
 
 
+def _require_declare(request: server.Request, services: Services, what: Resource, target: Any,
+                     exists: bool) -> None:
+    """A declare's checks, as RabbitMQ orders them: configure on ``what``; when it is new and
+    names an exchange it sends to (an alternate exchange, a dead-letter exchange), read on
+    it and write on that exchange."""
+    require(request, services.doors, "configure", what)
+    if isinstance(target, str) and not exists:
+        require(request, services.doors, "read", what)
+        require(request, services.doors, "write", Resource(what.vhost, "exchange", target))
+
+
 # -- exchanges ------------------------------------------------------------------------------
 
 
@@ -80,12 +91,9 @@ def declare_exchange(request: server.Request, services: Services, vhost: str, na
     _known_vhost(services, vhost)
     kind = _text(body, "type", "direct")
     arguments = _arguments(body)
-    doors = services.doors
-    require(request, doors, "configure", Resource(vhost, "exchange", name))
-    alternate = arguments.get("alternate-exchange")
-    if isinstance(alternate, str) and not any(e["name"] == name for e in services.admin.list_exchanges(vhost)):
-        require(request, doors, "read", Resource(vhost, "exchange", name))
-        require(request, doors, "write", Resource(vhost, "exchange", alternate))
+    exists = any(e["name"] == name for e in services.admin.list_exchanges(vhost))
+    _require_declare(request, services, Resource(vhost, "exchange", name), arguments.get("alternate-exchange"),
+                     exists)
     return services.topology.declare_exchange(vhost, name, kind, durable=_flag(body, "durable", True),
                                               auto_delete=_flag(body, "auto_delete", False),
                                               internal=_flag(body, "internal", False), arguments=arguments)
@@ -149,12 +157,8 @@ def declare_queue(request: server.Request, services: Services, vhost: str, name:
     body = json_object(dict(body), QUEUE_FIELDS)
     _known_vhost(services, vhost)
     arguments = _arguments(body)
-    doors = services.doors
-    require(request, doors, "configure", Resource(vhost, "queue", name))
-    dlx = arguments.get("x-dead-letter-exchange")
-    if isinstance(dlx, str) and not _queue_exists(services, vhost, name):
-        require(request, doors, "read", Resource(vhost, "queue", name))
-        require(request, doors, "write", Resource(vhost, "exchange", dlx))
+    _require_declare(request, services, Resource(vhost, "queue", name), arguments.get("x-dead-letter-exchange"),
+                     _queue_exists(services, vhost, name))
     return services.topology.declare_queue(vhost, name, durable=_flag(body, "durable", True),
                                            auto_delete=_flag(body, "auto_delete", False), arguments=arguments)
 

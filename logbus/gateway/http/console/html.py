@@ -76,6 +76,22 @@ def action_form(action: str, csrf: str, label: str, fields: dict[str, object] | 
                 f'<button type="submit"{cls}{aria}>{h(label)}</button></form>')
 
 
+def confirm_button(here: str, what: str, label: str, describe: str, keep: dict[str, str] | None = None) -> Html:
+    """A destructive action's first button: a GET of ``here`` with ``confirm=what`` (and
+    ``keep``), whose page asks (``confirmation``); no script needed. ``describe`` names what
+    it acts on for a screen reader."""
+    inputs = "".join(hidden(k, v) for k, v in (keep or {}).items())
+    return Html(f'<form method="get" action="{h(here)}" class="inline">{inputs}{hidden("confirm", what)}'
+                f'<button type="submit" class="danger" aria-label="{h(describe)}…">{h(label)}…</button></form>')
+
+
+def confirmation(ident: str, question: str, consequence: str, action: Html, cancel: str) -> Html:
+    """The page's question before a destructive action: what goes, the form that does it
+    (``action``), and a way back to ``cancel``."""
+    return Html(f'<section class="confirm" aria-labelledby="{h(ident)}"><h2 id="{h(ident)}">{h(question)}</h2>'
+                f"<p>{h(consequence)}</p>{action} <a href=\"{h(cancel)}\">Cancel</a></section>")
+
+
 def field(name: str, label: str, *, kind: str = "text", value: str = "", required: bool = False,
           autocomplete: str = "off", hint: str = "", prefix: str = "") -> Html:
     """A labelled input (``<label for>``), with an optional hint tied by aria-describedby;

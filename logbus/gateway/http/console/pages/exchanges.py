@@ -23,7 +23,7 @@ from twisted.internet.defer import Deferred
 from .....core.types import Resource
 from ... import topology
 from ...responses import HttpError
-from ..html import Html, action_form, checkbox, field, form, h, hidden, select, table, textarea
+from ..html import Html, action_form, checkbox, confirm_button, confirmation, field, form, h, hidden, select, table, textarea
 from ...rates import Watched
 from ..page import Page, PageAction, View
 from ..rates import chart, live, rate_facts
@@ -143,15 +143,13 @@ def _delete(view: View, e: dict[str, Any], here: str) -> Html:
     if not name or name.startswith("amq.") or not view.can("configure", _resource(vhost, "exchange", name)):
         return Html("")
     if view.arg("confirm", "") == "delete":
-        return Html(f'<section class="confirm" aria-labelledby="confirm-title"><h2 id="confirm-title">Delete exchange'
-                    f" {h(name)}?</h2><p>Its bindings go with it; its log topic {h(e['topic'])} and what is in it stay."
-                    " This cannot be undone.</p>"
-                    + action_form("/exchanges/delete", view.csrf, "Delete",
-                                  {"vhost": vhost, "name": name, "back": "/exchanges"},
-                                  describe=f"Delete exchange {name}, now", danger=True)
-                    + f' <a href="{h(here)}">Cancel</a></section>')
-    return Html(f'<form method="get" action="{h(here)}" class="inline">{hidden("confirm", "delete")}'
-                f'<button type="submit" class="danger" aria-label="Delete exchange {h(name)}…">Delete…</button></form>')
+        return confirmation("confirm-title", f"Delete exchange {name}?",
+                            f"Its bindings go with it; its log topic {e['topic']} and what is in it stay."
+                            " This cannot be undone.",
+                            action_form("/exchanges/delete", view.csrf, "Delete",
+                                        {"vhost": vhost, "name": name, "back": "/exchanges"},
+                                        describe=f"Delete exchange {name}, now", danger=True), here)
+    return confirm_button(here, "delete", "Delete", f"Delete exchange {name}")
 
 
 def _resource(vhost: str, kind: str, name: str) -> Resource:

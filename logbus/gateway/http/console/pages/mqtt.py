@@ -22,7 +22,7 @@ from .....core.errors import LogbusError
 from ... import mqtt
 from ...mqtt import mqtt_room
 from ...responses import HttpError
-from ..html import Html, action_form, field, get_form, h, hidden, join, table
+from ..html import Html, action_form, confirm_button, confirmation, field, get_form, h, join, table
 from ..page import Page, PageAction, View
 
 RETAINED = "/mqtt/retained"
@@ -98,9 +98,8 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
     for m in found[:RETAINED_SHOWN]:
         button: object = ""
         if admin:
-            button = Html(f'<form method="get" action="{RETAINED}" class="inline">{hidden("topic", topic_filter)}'
-                          f'{hidden("confirm", m["topic"])}<button type="submit" class="danger"'
-                          f' aria-label="Delete the retained message of topic {h(m["topic"])}…">Delete…</button></form>')
+            button = confirm_button(RETAINED, m["topic"], "Delete", f"Delete the retained message of topic {m['topic']}",
+                                    keep={"topic": topic_filter})
         rows.append((m["topic"], m["qos"], m["payload_bytes"], _preview(m), m["stored_at"] or "",
                      m["expires_at"] or "never", button))
     caption = "Retained messages" + (f" matching {topic_filter}" if topic_filter else "")
@@ -124,12 +123,11 @@ def _preview(m: dict[str, Any]) -> str:
 
 def _confirm(view: View, topic_filter: str, topic: str) -> Html:
     back = _here(topic_filter)
-    return Html('<section class="confirm" aria-labelledby="confirm-title"><h2 id="confirm-title">'
-                f"Delete the retained message of topic {h(topic)}?</h2><p>New subscribers to the topic no longer"
-                " get it, as after a client's empty retained message to it. This cannot be undone.</p>"
-                + action_form("/mqtt/delete_retained", view.csrf, "Delete", {"topic": topic, "back": back},
-                              describe=f"Delete the retained message of topic {topic}, now", danger=True)
-                + f' <a href="{h(back)}">Cancel</a></section>')
+    return confirmation("confirm-title", f"Delete the retained message of topic {topic}?",
+                        "New subscribers to the topic no longer get it, as after a client's empty retained message"
+                        " to it. This cannot be undone.",
+                        action_form("/mqtt/delete_retained", view.csrf, "Delete", {"topic": topic, "back": back},
+                                    describe=f"Delete the retained message of topic {topic}, now", danger=True), back)
 
 
 def delete_retained(view: View) -> str:

@@ -34,7 +34,8 @@ from ... import topology
 from ...queues import POP_PATH as POP_PATH_VHOST
 from ...queues import sees_queue
 from ...responses import HttpError
-from ..html import Html, action_form, checkbox, field, form, get_form, h, hidden, select, size, table, textarea
+from ..html import (Html, action_form, checkbox, confirm_button, confirmation, field, form, get_form, h, select,
+                    size, table, textarea)
 from ...rates import Watched
 from ..page import Page, PageAction, View
 from ..rates import chart, live, rate_facts
@@ -171,16 +172,14 @@ def detail(view: View, parts: list[str]) -> tuple[str, Html]:
                                       " it (dashed red line) and acknowledged (dotted green line).")]
     readable = _may_read(view, q)
     if readable and view.arg("confirm", "") == "purge":
-        out.append(f'<section class="confirm" aria-labelledby="confirm-title"><h2 id="confirm-title">Purge {h(q.name)}?'
-                   f"</h2><p>The {q.ready} ready messages go; the {q.unacked} delivered and not yet"
-                   " acknowledged stay. This cannot be undone.</p>"
-                   + action_form("/queues/purge", view.csrf, "Purge", {"vhost": q.vhost or POP_PATH_VHOST,
-                                                                       "name": q.name, "back": here},
-                                 describe=f"Purge queue {q.name}, now", danger=True)
-                   + f' <a href="{h(here)}">Cancel</a></section>')
+        out.append(confirmation("confirm-title", f"Purge {q.name}?",
+                                f"The {q.ready} ready messages go; the {q.unacked} delivered and not yet"
+                                " acknowledged stay. This cannot be undone.",
+                                action_form("/queues/purge", view.csrf, "Purge", {"vhost": q.vhost or POP_PATH_VHOST,
+                                                                                  "name": q.name, "back": here},
+                                            describe=f"Purge queue {q.name}, now", danger=True), here))
     elif readable:
-        out.append(f'<form method="get" action="{h(here)}" class="inline">{hidden("confirm", "purge")}'
-                   f'<button type="submit" class="danger" aria-label="Purge queue {h(q.name)}…">Purge…</button></form>')
+        out.append(confirm_button(here, "purge", "Purge", f"Purge queue {q.name}"))
     if q.kind == "classic":
         out.append(_delete(view, q, here))
         out.append(_consumers(view, q))
@@ -199,22 +198,18 @@ def _delete(view: View, q: QueueInfo, here: str) -> Html:
     if not view.can("configure", Resource(q.vhost, "queue", q.name)):
         return Html("")
     if view.arg("confirm", "") == "delete":
-        return Html(f'<section class="confirm" aria-labelledby="delete-title"><h2 id="delete-title">Delete queue'
-                    f" {h(q.name)}?</h2><p>Its {q.messages} messages go with it (those in the log stay in the log)"
-                    f" and its {q.consumers} consumers are cancelled. This cannot be undone.</p>"
-                    + action_form("/queues/delete", view.csrf, "Delete", {"vhost": q.vhost, "name": q.name,
-                                                                          "back": "/queues"},
-                                  describe=f"Delete queue {q.name}, now", danger=True)
-                    + f' <a href="{h(here)}">Cancel</a></section>')
-    return Html(f'<form method="get" action="{h(here)}" class="inline">{hidden("confirm", "delete")}'
-                f'<button type="submit" class="danger" aria-label="Delete queue {h(q.name)}…">Delete…</button></form>')
+        return confirmation("delete-title", f"Delete queue {q.name}?",
+                            f"Its {q.messages} messages go with it (those in the log stay in the log)"
+                            f" and its {q.consumers} consumers are cancelled. This cannot be undone.",
+                            action_form("/queues/delete", view.csrf, "Delete", {"vhost": q.vhost, "name": q.name,
+                                                                                "back": "/queues"},
+                                        describe=f"Delete queue {q.name}, now", danger=True), here)
+    return confirm_button(here, "delete", "Delete", f"Delete queue {q.name}")
 
 
 def _consumers(view: View, q: QueueInfo) -> Html:
     rows = []
-    for c in view.services.topology.consumers(q.vhost):
-        if c["queue"]["name"] != q.name:
-            continue
+    for c in view.services.topology.consumers(q.vhost, q.name):
         ch = c["channel_details"] or {}
         where = (f"connection {ch.get('connection')} channel {ch.get('number')} ({ch.get('peer_host')},"
                  f" {ch.get('user')}{', ' + ch['connection_name'] if ch.get('connection_name') else ''})"

@@ -25,7 +25,7 @@ from .....core.errors import InvalidRequest, LogbusError
 from .....core.types import FoundMessage, topic_exchange
 from ...responses import HttpError
 from ... import topics as topics_api
-from ..html import Html, checkbox, field, form, get_form, h, hidden, size, table, textarea
+from ..html import Html, checkbox, confirm_button, confirmation, field, form, get_form, h, hidden, size, table, textarea
 from ...rates import Watched
 from ..page import Page, PageAction, View
 from ..rates import chart, live, rate_facts
@@ -134,17 +134,15 @@ def _settings(view: View, t: Any, here: str) -> Html:
             textarea("config", "Settings to change (JSON)", hint='e.g. {"retention.ms": 86400000}')], "Change"))
     if view.can_topic("configure", t.name):
         if view.arg("confirm", "") == "delete":
-            out.append(f'<section class="confirm" aria-labelledby="delete-title"><h2 id="delete-title">Delete topic'
-                       f" {h(t.name)}?</h2><p>Every partition and every record in it go; queues reading it are"
-                       " deleted with it only if ticked. This cannot be undone.</p>"
-                       + form("/topics/delete", view.csrf, "Delete the topic", [
-                           hidden("name", t.name), hidden("back", "/topics"),
-                           checkbox("force", "Also when queues read it (their entries go too)")], "Delete")
-                       + f' <a href="{h(here)}">Cancel</a></section>')
+            out.append(confirmation("delete-title", f"Delete topic {t.name}?",
+                                    "Every partition and every record in it go; queues reading it are deleted with"
+                                    " it only if ticked. This cannot be undone.",
+                                    form("/topics/delete", view.csrf, "Delete the topic", [
+                                        hidden("name", t.name), hidden("back", "/topics"),
+                                        checkbox("force", "Also when queues read it (their entries go too)")],
+                                        "Delete"), here))
         else:
-            out.append(f'<form method="get" action="{h(here)}" class="inline">{hidden("confirm", "delete")}'
-                       f'<button type="submit" class="danger" aria-label="Delete topic {h(t.name)}…">Delete…'
-                       "</button></form>")
+            out.append(confirm_button(here, "delete", "Delete", f"Delete topic {t.name}"))
     return Html("".join(out) + "</section>")
 
 
